@@ -1,0 +1,45 @@
+/* Element types. EM_F32 is zero so that a zeroed em_opts means float32, as in PyTorch. */
+#ifndef EMBER_DTYPE_H
+#define EMBER_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ember/error.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum em_dtype {
+    EM_F32 = 0,
+    EM_F64,
+    EM_F16,
+    EM_BF16,
+    EM_I64,
+    EM_I32,
+    EM_U8,
+    EM_BOOL,
+    EM_DTYPE_COUNT
+} em_dtype;
+
+/* PyTorch's spelling: "float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "bool". */
+const char *em_dtype_name(em_dtype dt);
+/* Parse a dtype name; also accepts "f32", "half", "float", "double", "long", "int". */
+em_status em_dtype_parse(const char *s, em_dtype *out);
+/* Bytes per element. */
+size_t em_dtype_size(em_dtype dt);
+bool em_dtype_is_floating(em_dtype dt);
+/* The result dtype of a binary op on a and b, by PyTorch's promotion rules. */
+em_dtype em_promote_types(em_dtype a, em_dtype b);
+
+/* IEEE half and bfloat16 conversions (round to nearest even). */
+uint16_t em_f32_to_f16(float f);
+float em_f16_to_f32(uint16_t h);
+uint16_t em_f32_to_bf16(float f);
+float em_bf16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

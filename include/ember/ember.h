@@ -1,0 +1,15 @@
+/* Ember: PyTorch's device model in C. Include this one header. */
+#ifndef EMBER_EMBER_H
+#define EMBER_EMBER_H
+
+#define EMBER_VERSION_MAJOR 0
+#define EMBER_VERSION_MINOR 1
+#define EMBER_VERSION_PATCH 0
+
+#include <ember/error.h>
+#include <ember/dtype.h>
+#include <ember/device.h>
+#include <ember/tensor.h>
+#include <ember/ops.h>
+
+#endif

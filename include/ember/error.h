@@ -1,0 +1,44 @@
+/* Ember errors: every fallible call returns a status or NULL and records a
+ * thread-local message. Errors are sticky: the first one is kept until
+ * em_clear_error(), and an op handed NULL returns NULL without overwriting it,
+ * so a chain of calls needs one check at the end (the cairo / ArrayFire model). */
+#ifndef EMBER_ERROR_H
+#define EMBER_ERROR_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum em_status {
+    EM_OK = 0,
+    EM_ERR_ARGUMENT,      /* a bad value: NULL, out-of-range dim, bad string */
+    EM_ERR_SHAPE,         /* shapes that do not fit together */
+    EM_ERR_DTYPE,         /* a dtype the op does not accept */
+    EM_ERR_DEVICE,        /* tensors on different devices, or a device that does not exist */
+    EM_ERR_OUT_OF_MEMORY, /* host or device allocation failed (after freeing the cache and retrying) */
+    EM_ERR_IO,            /* a file could not be opened, read or written */
+    EM_ERR_FORMAT,        /* a file's contents are corrupt or truncated */
+    EM_ERR_NOT_SUPPORTED, /* valid request that this build or backend cannot do */
+    EM_ERR_UNAVAILABLE,   /* a backend or library is missing (no driver, no device, lib not found) */
+    EM_ERR_BACKEND,       /* a device runtime reported a failure */
+    EM_ERR_AUTOGRAD,      /* backward through something that cannot be differentiated */
+    EM_ERR_INTERNAL       /* a bug in Ember: please report it */
+} em_status;
+
+/* The status of the first error recorded on this thread since the last clear (EM_OK if none). */
+em_status em_last_status(void);
+/* The message of that error ("" if none). Valid until the next em_clear_error() on this thread. */
+const char *em_last_error(void);
+/* True when an error is pending on this thread. */
+bool em_failed(void);
+/* Forget the pending error so that the next one is recorded. */
+void em_clear_error(void);
+/* A short constant name for a status ("out of memory"). */
+const char *em_status_name(em_status s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

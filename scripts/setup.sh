@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs, idempotently, every Debian package Ember needs on a fresh machine, then builds it.
+# Usage: scripts/setup.sh            (packages + release build in build/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake pkg-config clang        # compilers (clang for the fuzz targets)
+  libopenblas-dev zlib1g-dev                     # CPU GEMM, .gz data files
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo   # OpenCL, run on the CPU by PoCL
+  dataset-fashion-mnist                          # the data `ember train` uses
+  valgrind                                       # leak check of a training run in CI
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present"
+fi
+
+scripts/build.sh

@@ -1,0 +1,125 @@
+/* The one backend interface. Each backend (cpu/, opencl/, cuda/) fills one em_backend
+ * table; core dispatches every op to the table of its tensors' device. Adding a backend
+ * touches one folder and the registry in src/core/device.c.
+ *
+ * Contract for op entry points (core guarantees these before calling):
+ *  - every tensor is on this backend, on device index `out->storage->device.index`;
+ *  - inputs already have out's shape (broadcast dims have stride 0), unless stated;
+ *  - inputs of arithmetic ops already have the compute dtype (core casts first);
+ *  - out does not overlap inputs unless it is exactly the same view (in-place ops);
+ *  - numel may be 0 (do nothing); strides may be anything, including negative-free
+ *    permutations and 0.
+ * Ops are queued on the device's current stream and may return before they finish.
+ * Return EM_OK, or record an error with em_error() and return its code. */
+#ifndef EM_BACKENDS_BACKEND_H
+#define EM_BACKENDS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ember/device.h>
+#include "../core/tensor_impl.h"
+
+typedef enum em_op {
+    /* unary: out = f(in); params as noted */
+    EM_OP_NEG, EM_OP_ABS, EM_OP_EXP, EM_OP_LOG, EM_OP_SQRT, EM_OP_RSQRT, EM_OP_TANH,
+    EM_OP_SIGMOID, EM_OP_RELU, EM_OP_GELU, EM_OP_SIGN, EM_OP_SQUARE, EM_OP_RECIPROCAL,
+    EM_OP_ADD_SCALAR,   /* params[0] = s: in + s */
+    EM_OP_MUL_SCALAR,   /* params[0] = s: in * s */
+    EM_OP_DIV_SCALAR,   /* params[0] = s: in / s */
+    EM_OP_RSUB_SCALAR,  /* params[0] = s: s - in */
+    EM_OP_POW_SCALAR,   /* params[0] = e: in ^ e */
+    EM_OP_CLAMP,        /* params[0] = lo, params[1] = hi */
+    /* binary: out = f(a, b); comparisons write EM_BOOL */
+    EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_POW, EM_OP_MAXIMUM, EM_OP_MINIMUM,
+    EM_OP_EQ, EM_OP_NE, EM_OP_LT, EM_OP_LE, EM_OP_GT, EM_OP_GE,
+    EM_OP_LOGICAL_AND,
+    /* reductions */
+    EM_OP_SUM, EM_OP_MEAN, EM_OP_MAX, EM_OP_MIN, EM_OP_ARGMAX, EM_OP_ARGMIN,
+    EM_OP_COUNT
+} em_op;
+
+typedef enum em_rng_kind {
+    EM_RNG_UNIFORM,   /* [p0, p1) */
+    EM_RNG_NORMAL,    /* mean p0, std p1 */
+    EM_RNG_RANDINT,   /* integers in [p0, p1) */
+    EM_RNG_BERNOULLI  /* 1 with probability p0, else 0 */
+} em_rng_kind;
+
+typedef struct em_backend {
+    const char *name;          /* "cpu", "opencl", "cuda" */
+    em_device_type type;
+
+    /* ---- devices ---- */
+    /* Load libraries / enumerate once; later calls are cheap. Returns EM_ERR_UNAVAILABLE
+     * (without recording an error) when the backend cannot run here; reason says why. */
+    em_status (*init)(void);
+    const char *(*unavailable_reason)(void);
+    int (*device_count)(void);
+    em_status (*device_props)(int index, em_device_props *out);
+
+    /* ---- raw memory (the caching allocator sits on top) ---- */
+    em_status (*raw_alloc)(int index, size_t bytes, void **handle);
+    void (*raw_free)(int index, void *handle);
+    /* Optional: page-locked host memory for fast copies (NULL: plain malloc). */
+    em_status (*host_alloc_pinned)(size_t bytes, void **ptr);
+    void (*host_free_pinned)(void *ptr);
+
+    /* ---- copies between host memory and a block (handle + byte offset) ---- */
+    em_status (*copy_h2d)(int index, void *dst_handle, size_t dst_offset, const void *src,
+                          size_t bytes, bool non_blocking);
+    em_status (*copy_d2h)(int index, void *dst, const void *src_handle, size_t src_offset,
+                          size_t bytes);
+    /* Optional: same-backend copy, possibly across two devices (NULL: staged via host). */
+    em_status (*copy_d2d)(int dst_index, void *dst_handle, size_t dst_offset, int src_index,
+                          const void *src_handle, size_t src_offset, size_t bytes);
+    em_status (*synchronize)(int index);
+
+    /* ---- ops ---- */
+    /* Can this backend run op on dtype? Core gives a clear "not supported" error otherwise. */
+    bool (*supports_op)(em_op op, em_dtype dt);
+    em_status (*fill)(em_tensor *out, double value);
+    /* out[i] = start + i * step, over out's elements in row-major order (arange, linspace). */
+    em_status (*fill_affine)(em_tensor *out, double start, double step);
+    /* out = in, any dtypes (a cast), same shape, any strides. */
+    em_status (*copy)(em_tensor *out, const em_tensor *in);
+    em_status (*unary)(em_op op, em_tensor *out, const em_tensor *in, const double *params);
+    /* a and b have out's shape and the same dtype; out's dtype is that or EM_BOOL. */
+    em_status (*binary)(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b);
+    /* cond (EM_BOOL), a, b all have out's shape; a, b have out's dtype. */
+    em_status (*where)(em_tensor *out, const em_tensor *cond, const em_tensor *a,
+                       const em_tensor *b);
+    /* out has in's ndim with size 1 on reduced dims (keepdim shape); reduce[d] says which.
+     * SUM/MEAN/MAX/MIN: out dtype == in dtype. ARGMAX/ARGMIN: exactly one reduced dim, out EM_I64. */
+    em_status (*reduce)(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce);
+    /* Batched matmul: a [..., M, K], b [..., K, N], out [..., M, N]; the batch dims of all
+     * three are equal (core expands them; batch strides may be 0); one dtype. */
+    em_status (*matmul)(em_tensor *out, const em_tensor *a, const em_tensor *b);
+    /* Softmax (or log-softmax) of in along dim; out has in's shape and dtype. */
+    em_status (*softmax)(em_tensor *out, const em_tensor *in, int dim, bool log);
+    /* out = in.index_select(dim, index): index is 1-d EM_I64 with values already checked
+     * in range; out's shape is in's with shape[dim] = numel(index). */
+    em_status (*index_select)(em_tensor *out, const em_tensor *in, int dim,
+                              const em_tensor *index);
+    /* out.index_add_(dim, index, src): out[..., index[i], ...] += src[..., i, ...]. */
+    em_status (*index_add)(em_tensor *out, int dim, const em_tensor *index, const em_tensor *src);
+    /* out = in.gather(dim, index): index EM_I64 with out's shape, values checked in range. */
+    em_status (*gather)(em_tensor *out, const em_tensor *in, int dim, const em_tensor *index);
+    /* out.scatter_add_(dim, index, src): index and src have the same shape. */
+    em_status (*scatter_add)(em_tensor *out, int dim, const em_tensor *index,
+                             const em_tensor *src);
+    /* Counter-based Philox 4x32-10: element i (row-major) of out uses counter offset + i
+     * and key seed, so every backend produces the same numbers. See src/core/philox.h. */
+    em_status (*rng)(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,
+                     double p0, double p1);
+} em_backend;
+
+/* The registry (src/core/device.c): the backend for a type, or NULL if not built in. */
+const em_backend *em__backend_for(em_device_type t);
+/* The backend for a device after checking it is available and the index exists;
+ * records a clear error otherwise. */
+const em_backend *em__backend_checked(em_device d, const char *op);
+
+extern const em_backend em_cpu_backend;
+
+#endif

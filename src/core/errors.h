@@ -1,0 +1,28 @@
+/* Internal error helpers. The public face is include/ember/error.h. */
+#ifndef EM_CORE_ERRORS_H
+#define EM_CORE_ERRORS_H
+
+#include <ember/error.h>
+
+/* Record an error (printf-style message) unless one is already pending on this
+ * thread; returns code so that `return em_error(EM_ERR_SHAPE, "...")` reads well. */
+em_status em_error(em_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* For code that tries something that may fail and then recovers (an out-of-memory
+ * retry): save the pending state, try, and restore it so no stale error leaks out. */
+typedef struct em_error_state { em_status status; char message[1024]; } em_error_state;
+void em_error_save(em_error_state *s);
+void em_error_restore(const em_error_state *s);
+
+/* Guard for op entry points: if t is NULL, return NULL, recording "argument 'name' of
+ * op is NULL" only when no error is pending (so the first error of a chain survives). */
+#define EM_CHECK_ARG(t, op, name)                                                     \
+    do {                                                                              \
+        if (!(t)) {                                                                   \
+            if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: argument '%s' is NULL", (op), (name)); \
+            return NULL;                                                              \
+        }                                                                             \
+    } while (0)
+
+#endif

@@ -1,0 +1,72 @@
+/* The inside of tensors and storages, shared by core, backends, memory and autograd.
+ * Upper layers (nn, optim, data, dist) use only the public API. */
+#ifndef EM_CORE_TENSOR_IMPL_H
+#define EM_CORE_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+#include <ember/tensor.h>
+
+struct em_backend;
+struct em_grad_node;
+
+/* Device memory handed out by the allocator: `handle` is the backend's base object
+ * (a host pointer on CPU, a CUdeviceptr on CUDA, a cl_mem on OpenCL) and `offset` the
+ * byte offset of this block inside it. */
+typedef struct em_block {
+    void *handle;
+    size_t offset;
+    size_t size;        /* bytes usable (>= requested) */
+    void *alloc_ctx;    /* the allocator's own record of the block */
+} em_block;
+
+typedef struct em_storage {
+    atomic_int refcount;
+    em_device device;                 /* resolved: index >= 0 */
+    const struct em_backend *backend;
+    em_block block;
+    size_t nbytes;                    /* bytes requested */
+    atomic_uint version;              /* bumped by every in-place write (autograd checks it) */
+    bool pinned;                      /* CPU storage in page-locked memory */
+    bool external;                    /* memory not owned by Ember (never freed) */
+} em_storage;
+
+struct em_tensor {
+    atomic_int refcount;
+    em_dtype dtype;
+    int ndim;
+    int64_t shape[EM_MAX_DIMS];
+    int64_t strides[EM_MAX_DIMS];     /* in elements; 0 for broadcast dims */
+    int64_t offset;                   /* in elements, from the start of the storage block */
+    em_storage *storage;
+    /* autograd */
+    bool requires_grad;
+    bool is_leaf;                     /* created by the user, not by a differentiable op */
+    em_tensor *grad;                  /* accumulated gradient (leaf tensors) */
+    struct em_grad_node *grad_fn;     /* the node that produced this tensor, retained */
+    unsigned saved_version;           /* storage version when saved for backward */
+};
+
+/* Host address of element 0 of a CPU (or pinned) tensor. Only for CPU storages. */
+static inline void *em__host_ptr(const em_tensor *t) {
+    return (char *)t->storage->block.handle + t->storage->block.offset +
+           (size_t)t->offset * em_dtype_size(t->dtype);
+}
+
+/* ---- internal constructors used across layers (src/core/tensor.c) ---- */
+/* A new tensor struct with refcount 1 that retains `storage` (not registered in any scope). */
+em_tensor *em__tensor_alloc(em_storage *storage, em_dtype dt, int ndim, const int64_t *shape,
+                            const int64_t *strides, int64_t offset);
+/* New contiguous tensor with fresh storage on d (not registered in a scope; no error on NULL d). */
+em_tensor *em__tensor_new(em_shape shape, em_dtype dt, em_device d);
+/* Register a freshly made tensor with the innermost scope (if any) and return it. */
+em_tensor *em__scoped(em_tensor *t);
+void em__storage_release(em_storage *s);
+/* Contiguous row-major strides for shape; returns numel. */
+int64_t em__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Normalise a possibly negative dim against ndim; EM_ERR_ARGUMENT message names op. */
+em_status em__wrap_dim(int *dim, int ndim, const char *op);
+/* All tensors on one device? Otherwise records PyTorch's message:
+ * "<op>: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!" */
+em_status em__check_same_device(const char *op, int n, const em_tensor *const *ts);
+
+#endif
