@@ -121,5 +121,9 @@ const em_backend *em__backend_for(em_device_type t);
 const em_backend *em__backend_checked(em_device d, const char *op);
 
 extern const em_backend em_cpu_backend;
+extern const em_backend em_cuda_backend;   /* always built: it dlopens CUDA at run time */
+#ifdef EMBER_HAVE_OPENCL
+extern const em_backend em_opencl_backend;
+#endif
 
 #endif

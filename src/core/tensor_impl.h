@@ -7,7 +7,21 @@
 #include <ember/tensor.h>
 
 struct em_backend;
-struct em_grad_node;
+
+/* The autograd node that produced a tensor. Autograd (src/autograd/) embeds this header as
+ * the first member of its own node struct; core only counts references to it. */
+typedef struct em_grad_node {
+    atomic_int refcount;
+    void (*destroy)(struct em_grad_node *self); /* frees the node and releases what it holds */
+} em_grad_node;
+
+static inline struct em_grad_node *em__grad_node_retain(struct em_grad_node *n) {
+    if (n) atomic_fetch_add(&n->refcount, 1);
+    return n;
+}
+static inline void em__grad_node_release(struct em_grad_node *n) {
+    if (n && atomic_fetch_sub(&n->refcount, 1) == 1) n->destroy(n);
+}
 
 /* Device memory handed out by the allocator: `handle` is the backend's base object
  * (a host pointer on CPU, a CUdeviceptr on CUDA, a cl_mem on OpenCL) and `offset` the
