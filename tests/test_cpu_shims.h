@@ -35,6 +35,10 @@ SHIM size_t em_dtype_size(em_dtype dt) {
     static const size_t s[] = {4, 8, 2, 2, 8, 4, 1, 1};
     return s[dt];
 }
+SHIM const char *em_dtype_name(em_dtype dt) {
+    static const char *const n[] = {"float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "bool"};
+    return (unsigned)dt < 8 ? n[dt] : "?";
+}
 SHIM bool em_dtype_is_floating(em_dtype dt) { return dt <= EM_BF16; }
 SHIM uint16_t em_f32_to_f16(float f) {
     _Float16 h = (_Float16)f;

@@ -160,4 +160,7 @@ const em_backend em_cpu_backend = {
     .fill = em__cpu_fill,
     .fill_affine = em__cpu_fill_affine,
     .copy = em__cpu_copy,
+    .unary = em__cpu_unary,
+    .binary = em__cpu_binary,
+    .where = em__cpu_where,
 };

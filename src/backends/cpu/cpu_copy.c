@@ -95,6 +95,10 @@ static const cast_fn g_cast[EM_DTYPE_COUNT][EM_DTYPE_COUNT] = {
     CAST_ROW(i64), CAST_ROW(i32), CAST_ROW(u8), CAST_ROW(b8),
 };
 
+void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_t si, em_dtype dti, int64_t n) {
+    g_cast[dti][dto](o, so, i, si, n);
+}
+
 void em__cpu_load_block(void *buf, const char *p, int64_t stride, int64_t n, em_dtype dt) {
     em_dtype ct = em__cpu_compute_type(dt);
     g_cast[dt][ct]((char *)buf, (int64_t)em_dtype_size(ct), p, stride, n);

@@ -78,6 +78,17 @@ static inline em_dtype em__cpu_compute_type(em_dtype dt) {
 /* Convert n elements between a strided tensor run and a contiguous compute-type buffer. */
 void em__cpu_load_block(void *buf, const char *p, int64_t stride, int64_t n, em_dtype dt);
 void em__cpu_store_block(char *p, int64_t stride, int64_t n, em_dtype dt, const void *buf);
+/* Convert n elements of dtype dti (stride si bytes) to dto (stride so bytes). */
+void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_t si, em_dtype dti, int64_t n);
+/* Saturating double -> int64 for scalar parameters (NaN gives 0). */
+static inline int64_t em__cpu_param_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+/* "add", "sum", ... for messages. */
+const char *em__cpu_op_name(em_op op);
 
 /* ---- kernels (one file per family) ---- */
 em_status em__cpu_fill(em_tensor *out, double value);
