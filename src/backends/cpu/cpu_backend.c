@@ -164,5 +164,6 @@ const em_backend em_cpu_backend = {
     .binary = em__cpu_binary,
     .where = em__cpu_where,
     .reduce = em__cpu_reduce,
+    .matmul = em__cpu_matmul,
     .rng = em__cpu_rng,
 };

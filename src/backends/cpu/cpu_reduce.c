@@ -8,6 +8,7 @@
  *   outer: a kept dim is innermost (e.g. the sum over the batch of [B, N]): rows of the
  *          input are accumulated into a tile of per-column accumulators. */
 #include "cpu_internal.h"
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define RBLOCK 32768 /* elements per partial of a long reduction */
@@ -27,6 +28,7 @@ typedef struct red_ctx {
     int64_t kshape[EM_MAX_DIMS], kin[EM_MAX_DIMS], kout[EM_MAX_DIMS];
     int64_t rshape[EM_MAX_DIMS], rin[EM_MAX_DIMS];
     int64_t R, O;                   /* reduced elements per output; outputs */
+    atomic_bool oom;                /* a worker could not get scratch memory */
 } red_ctx;
 
 static bool is_arg(em_op op) { return op == EM_OP_ARGMAX || op == EM_OP_ARGMIN; }
@@ -259,7 +261,10 @@ static void outer_tasks(void *arg, int64_t begin, int64_t end) {
     int64_t cols = c->kshape[c->nk - 1], ntiles = (cols + TILE - 1) / TILE;
     int64_t cin = c->kin[c->nk - 1], cout = c->kout[c->nk - 1];
     col_state *s = malloc(sizeof *s);
-    if (!s) return; /* 12 KB; reported by the caller's check below */
+    if (!s) {
+        atomic_store(&((red_ctx *)arg)->oom, true);
+        return;
+    }
     for (int64_t t = begin; t < end; t++) {
         int64_t outer = t / ntiles, j0 = (t % ntiles) * TILE, n = cols - j0 < TILE ? cols - j0 : TILE;
         int64_t io, oo;
@@ -349,6 +354,7 @@ em_status em__cpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bo
         int64_t ntiles = (c.kshape[c.nk - 1] + TILE - 1) / TILE, tasks = c.O / c.kshape[c.nk - 1] * ntiles;
         int64_t per_task = c.R * (c.kshape[c.nk - 1] < TILE ? c.kshape[c.nk - 1] : TILE);
         em__cpu_parallel_for(tasks, EM_CPU_PARALLEL_ELEMS / per_task + 1, outer_tasks, &c);
+        if (atomic_load(&c.oom)) return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: %s: no memory for scratch", em__cpu_op_name(op));
     } else if (c.O > 1 || c.R <= RBLOCK) {
         em__cpu_parallel_for(c.O, EM_CPU_PARALLEL_ELEMS / (c.R + 1) + 1, inner_outputs, &c);
     } else { /* one long reduction: fixed partials in parallel, combined in order */
