@@ -2,7 +2,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 /* Under ASan a huge malloc must return NULL (the default is to abort the process). */
 const char *__asan_default_options(void);

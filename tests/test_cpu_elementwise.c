@@ -1,7 +1,6 @@
 /* CPU backend: unary, binary and where over every dtype and layout, against references
  * computed here in double (floats) or exact wrapping int64 (integers). */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 typedef struct tshape { int ndim; int64_t d[3]; } tshape;
 static const tshape shapes[] = {

@@ -1,7 +1,6 @@
 /* CPU backend: index_select, index_add, gather, scatter_add over dtypes, dims, layouts,
  * repeated indices and bad indices. */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 /* A 1-d int64 index of n values in [0, size), stored with stride `step`. */
 static ttensor *make_index(int64_t n, int64_t size, int64_t step) {

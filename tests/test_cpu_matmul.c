@@ -1,7 +1,6 @@
 /* CPU backend: batched matmul for every dtype, layout (row-major, transposed, strided,
  * broadcast batch) and odd size, against a naive reference. */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 typedef struct mm_case { int64_t M, K, N; } mm_case;
 static const mm_case cases[] = {

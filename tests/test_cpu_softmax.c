@@ -1,6 +1,5 @@
 /* CPU backend: softmax / log-softmax along every dim, float dtypes, layouts, odd sizes. */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 typedef struct tshape { int ndim; int64_t d[4]; } tshape;
 static const tshape shapes[] = {

@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 #include "backends/cpu/cpu_threads.h"
 
 typedef struct cover_ctx { atomic_int *hits; int64_t n; atomic_int calls; } cover_ctx;
