@@ -87,7 +87,7 @@ static inline ttensor *tt_make_strided(em_dtype dt, int ndim, const int64_t *sha
 }
 
 static inline ttensor *tt_make(em_dtype dt, int ndim, const int64_t *shape, tlayout layout) {
-    int64_t strides[EM_MAX_DIMS], s = 1, offset = 0;
+    int64_t strides[EM_MAX_DIMS] = {0}, s = 1, offset = 0;
     switch (layout) {
     case L_CONTIG:
     case L_BCAST0:

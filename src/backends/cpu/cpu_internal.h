@@ -38,6 +38,12 @@ void em__cpu_iter_run(const cpu_iter *it, cpu_loop_fn loop, void *ctx, int64_t g
 /* Elementwise work splits across threads from this many elements. */
 #define EM_CPU_PARALLEL_ELEMS 262144
 
+/* Bytes per element without a call (hot paths). */
+static inline size_t em__cpu_esize(em_dtype dt) {
+    static const unsigned char size[EM_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
+    return (unsigned)dt < EM_DTYPE_COUNT ? size[dt] : 0;
+}
+
 static inline int64_t em__cpu_numel(const em_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
