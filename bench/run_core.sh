@@ -16,18 +16,23 @@ trap 'rm -f "$EM" "$PT"' EXIT
 /usr/bin/python3 bench/core_ops_torch.py --threads 1 >"$PT"
 /usr/bin/python3 bench/core_ops_torch.py --threads 2 >>"$PT"
 get() { awk -v k="$2" '$1 == k { print $2 }' "$1"; }
-STREAM=$(get "$EM" stream_gbs)
-echo "C stream loop a[i] = b[i] + c[i], 64M floats: $STREAM GB/s"
-printf '%-34s %12s %12s %12s\n' "measure" "ember" "pytorch" "ratio"
-for t in 1 2; do
-    for k in tiny_add_ns linear16_ns; do
+ratio() { echo "$1 $2" | awk '{ printf "%.2f", $1 / $2 }'; }
+echo "C loop a[i] = b[i] + c[i] over 64M floats (restrict, -O2), timed alongside ember's kernels:" \
+    "$(get "$EM" stream_gbs_t1) and $(get "$EM" stream_gbs_t2) GB/s; ratios use the larger"
+STREAM=$(echo "$(get "$EM" stream_gbs_t1) $(get "$EM" stream_gbs_t2)" | awk '{ print ($1 > $2 ? $1 : $2) }')
+echo "times in ns (lower is better), bandwidths in GB/s at 12 bytes per element (higher is better)"
+printf '%-18s %3s %10s %10s %14s %12s %12s\n' measure thr ember pytorch ember/pytorch "ember/strm" "torch/strm"
+for k in tiny_add_ns linear16_ns add_out_gbs add_inplace_gbs add_gbs; do
+    for t in 1 2; do
         e=$(get "$EM" "${k}_t$t"); p=$(get "$PT" "${k}_t$t")
-        printf '%-34s %12s %12s %11.3fx\n' "$k (threads=$t; ember/pytorch)" "$e" "$p" "$(echo "$e / $p" | bc -l)"
+        case $k in
+        *_gbs) printf '%-18s %3s %10s %10s %14s %12s %12s\n' "$k" "$t" "$e" "$p" "$(ratio "$e" "$p")" \
+                   "$(ratio "$e" "$STREAM")" "$(ratio "$p" "$STREAM")" ;;
+        *) printf '%-18s %3s %10s %10s %14s\n' "$k" "$t" "$e" "$p" "$(ratio "$e" "$p")" ;;
+        esac
     done
-    for k in add_inplace_gbs add_gbs; do
-        e=$(get "$EM" "${k}_t$t"); p=$(get "$PT" "${k}_t$t")
-        printf '%-34s %12s %12s %11.3fx\n' "$k (threads=$t; ember/pytorch)" "$e" "$p" "$(echo "$e / $p" | bc -l)"
-        printf '%-34s %12s %12s\n' "  as a fraction of stream" "$(echo "$e / $STREAM" | bc -l | cut -c1-5)" \
-            "$(echo "$p / $STREAM" | bc -l | cut -c1-5)"
-    done
+done
+echo "ember, 2 threads vs 1 (time ratio <= 1 or bandwidth ratio >= 1 means no slower):"
+for k in tiny_add_ns linear16_ns add_out_gbs add_inplace_gbs add_gbs; do
+    printf '  %-18s %s\n' "$k" "$(ratio "$(get "$EM" "${k}_t2")" "$(get "$EM" "${k}_t1")")"
 done

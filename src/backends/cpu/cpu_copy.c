@@ -2,11 +2,26 @@
  * other kernel families use to bring any dtype and layout into a contiguous compute buffer. */
 #include "cpu_internal.h"
 
+/* bfloat16 inline (the same rounding as core's em_f32_to_bf16: nearest even, NaN stays quiet). */
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
 /* ---- per-dtype element access: LD gives the natural C type, ST takes it ---- */
 #define LD_f32(p) (*(const float *)(p))
 #define LD_f64(p) (*(const double *)(p))
 #define LD_f16(p) em_f16_to_f32(*(const uint16_t *)(p))
-#define LD_bf16(p) em_bf16_to_f32(*(const uint16_t *)(p))
+#define LD_bf16(p) bf16_to_f32(*(const uint16_t *)(p))
 #define LD_i64(p) (*(const int64_t *)(p))
 #define LD_i32(p) ((int64_t) * (const int32_t *)(p))
 #define LD_u8(p) ((int64_t) * (const uint8_t *)(p))
@@ -14,7 +29,7 @@
 #define ST_f32(p, v) (*(float *)(p) = (v))
 #define ST_f64(p, v) (*(double *)(p) = (v))
 #define ST_f16(p, v) (*(uint16_t *)(p) = em_f32_to_f16(v))
-#define ST_bf16(p, v) (*(uint16_t *)(p) = em_f32_to_bf16(v))
+#define ST_bf16(p, v) (*(uint16_t *)(p) = f32_to_bf16(v))
 #define ST_i64(p, v) (*(int64_t *)(p) = (v))
 #define ST_i32(p, v) (*(int32_t *)(p) = (int32_t)(v))
 #define ST_u8(p, v) (*(uint8_t *)(p) = (uint8_t)(v))
@@ -95,18 +110,53 @@ static const cast_fn g_cast[EM_DTYPE_COUNT][EM_DTYPE_COUNT] = {
     CAST_ROW(i64), CAST_ROW(i32), CAST_ROW(u8), CAST_ROW(b8),
 };
 
+/* f32 <-> f16 with the F16C instructions where the CPU has them (same rounding and NaN rules
+ * as em_f32_to_f16: nearest even, quiet NaN keeping the top payload bits). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+__attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *o, const float *i, int64_t n) {
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm_storeu_si128((__m128i *)(o + k), _mm256_cvtps_ph(_mm256_loadu_ps(i + k), 0));
+    for (; k < n; k++) o[k] = em_f32_to_f16(i[k]);
+}
+__attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *o, const uint16_t *i, int64_t n) {
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(o + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(i + k))));
+    for (; k < n; k++) o[k] = em_f16_to_f32(i[k]);
+}
+static bool have_f16c(void) {
+    static int have = -1; /* racy first use is harmless: every thread computes the same */
+    if (have < 0) have = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return have;
+}
+#else
+static bool have_f16c(void) { return false; }
+static void f32_to_f16_f16c(uint16_t *o, const float *i, int64_t n) { (void)o, (void)i, (void)n; }
+static void f16_to_f32_f16c(float *o, const uint16_t *i, int64_t n) { (void)o, (void)i, (void)n; }
+#endif
+
 void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_t si, em_dtype dti, int64_t n) {
+    if (dti == EM_F32 && dto == EM_F16 && so == 2 && si == 4 && have_f16c()) {
+        f32_to_f16_f16c((uint16_t *)o, (const float *)i, n);
+        return;
+    }
+    if (dti == EM_F16 && dto == EM_F32 && so == 4 && si == 2 && have_f16c()) {
+        f16_to_f32_f16c((float *)o, (const uint16_t *)i, n);
+        return;
+    }
     g_cast[dti][dto](o, so, i, si, n);
 }
 
 void em__cpu_load_block(void *buf, const char *p, int64_t stride, int64_t n, em_dtype dt) {
     em_dtype ct = em__cpu_compute_type(dt);
-    g_cast[dt][ct]((char *)buf, (int64_t)em__cpu_esize(ct), p, stride, n);
+    em__cpu_cast_block((char *)buf, (int64_t)em__cpu_esize(ct), ct, p, stride, dt, n);
 }
 
 void em__cpu_store_block(char *p, int64_t stride, int64_t n, em_dtype dt, const void *buf) {
     em_dtype ct = em__cpu_compute_type(dt);
-    g_cast[ct][dt](p, stride, (const char *)buf, (int64_t)em__cpu_esize(ct), n);
+    em__cpu_cast_block(p, stride, dt, (const char *)buf, (int64_t)em__cpu_esize(ct), ct, n);
 }
 
 double em__cpu_load_f64(const void *p, em_dtype dt) {
@@ -143,7 +193,7 @@ static void copy_loop(void *arg, char **data, const int64_t *st, int64_t n, int6
         }
         return;
     }
-    g_cast[c->src][c->dst](data[0], st[0], data[1], st[1], n);
+    em__cpu_cast_block(data[0], st[0], c->dst, data[1], st[1], c->src, n);
 }
 
 em_status em__cpu_copy(em_tensor *out, const em_tensor *in) {
@@ -156,46 +206,41 @@ em_status em__cpu_copy(em_tensor *out, const em_tensor *in) {
 }
 
 /* ---- fill ---- */
-typedef struct fill_ctx { em_dtype dt; _Alignas(8) unsigned char value[8]; } fill_ctx;
+typedef struct fill_ctx { em_dtype dt; bool same_bytes; _Alignas(8) unsigned char value[8]; } fill_ctx;
+
+#define FILL_CASE(T, ES)                                                                 \
+    case ES: {                                                                           \
+        T v;                                                                             \
+        memcpy(&v, c->value, ES);                                                        \
+        if (st[0] == ES) {                                                               \
+            T *restrict p = (T *)o;                                                      \
+            EM_CPU_VLOOP(n, p[i] = v;)                                                   \
+        } else {                                                                         \
+            for (int64_t k = 0; k < n; k++, o += st[0]) *(T *)o = v;                     \
+        }                                                                                \
+        break;                                                                           \
+    }
 
 static void fill_loop(void *arg, char **data, const int64_t *st, int64_t n, int64_t index) {
     const fill_ctx *c = arg;
     char *o = data[0];
-    switch (em__cpu_esize(c->dt)) {
-    case 1: {
-        uint8_t v;
-        memcpy(&v, c->value, 1);
-        if (st[0] == 1) memset(o, v, (size_t)n);
-        else for (int64_t k = 0; k < n; k++, o += st[0]) *(uint8_t *)o = v;
-        break;
+    size_t es = em__cpu_esize(c->dt);
+    if ((int64_t)es == st[0] && c->same_bytes) { /* zeros, ones of u8, ...: memset speed */
+        memset(o, c->value[0], (size_t)n * es);
+        return;
     }
-    case 2: {
-        uint16_t v;
-        memcpy(&v, c->value, 2);
-        if (st[0] == 2) for (int64_t k = 0; k < n; k++) ((uint16_t *)o)[k] = v;
-        else for (int64_t k = 0; k < n; k++, o += st[0]) *(uint16_t *)o = v;
-        break;
-    }
-    case 4: {
-        uint32_t v;
-        memcpy(&v, c->value, 4);
-        if (st[0] == 4) for (int64_t k = 0; k < n; k++) ((uint32_t *)o)[k] = v;
-        else for (int64_t k = 0; k < n; k++, o += st[0]) *(uint32_t *)o = v;
-        break;
-    }
-    default: {
-        uint64_t v;
-        memcpy(&v, c->value, 8);
-        if (st[0] == 8) for (int64_t k = 0; k < n; k++) ((uint64_t *)o)[k] = v;
-        else for (int64_t k = 0; k < n; k++, o += st[0]) *(uint64_t *)o = v;
-        break;
-    }
+    switch (es) {
+        FILL_CASE(uint8_t, 1)
+        FILL_CASE(uint16_t, 2)
+        FILL_CASE(uint32_t, 4)
+        FILL_CASE(uint64_t, 8)
     }
 }
 
 em_status em__cpu_fill(em_tensor *out, double value) {
-    fill_ctx c = {out->dtype, {0}};
+    fill_ctx c = {out->dtype, true, {0}};
     em__cpu_store_f64(c.value, out->dtype, value);
+    for (size_t k = 1; k < em__cpu_esize(out->dtype); k++) c.same_bytes &= c.value[k] == c.value[0];
     const em_tensor *ts[1] = {out};
     cpu_iter it;
     em__cpu_iter_init(&it, 1, ts, false);

@@ -22,22 +22,8 @@ const char *em__cpu_op_name(em_op op) {
 /* ---- kernels ----
  * Each op has restrict-qualified loops (which the compiler vectorizes at -O2) for the three
  * ways out may relate to the inputs: distinct, out == a (in place), out == b; plus a plain
- * loop for out == a == b. PCONV turns a double parameter into the compute type. Loops run
- * in groups of VW with a fixed inner trip count, the shape GCC's -O2 (very cheap) cost
- * model accepts for vectorization. */
-#define VW 8
-#define VLOOP(n, BODY)                                                                   \
-    {                                                                                    \
-        int64_t k_ = 0;                                                                  \
-        for (; k_ + VW <= (n); k_ += VW)                                                 \
-            for (int j_ = 0; j_ < VW; j_++) {                                            \
-                int64_t i = k_ + j_;                                                     \
-                BODY                                                                     \
-            }                                                                            \
-        for (int64_t i = k_; i < (n); i++) {                                             \
-            BODY                                                                         \
-        }                                                                                \
-    }
+ * loop for out == a == b. PCONV turns a double parameter into the compute type. */
+#define VLOOP EM_CPU_VLOOP
 #define UOP_P(T, SFX, NAME, EXPR, PCONV)                                                 \
     static void un_##SFX##_##NAME##_r(const T *restrict x, T *restrict o, int64_t n, T a, T b) { \
         VLOOP(n, T v = x[i]; o[i] = (EXPR);)                                             \

@@ -38,6 +38,21 @@ void em__cpu_iter_run(const cpu_iter *it, cpu_loop_fn loop, void *ctx, int64_t g
 /* Elementwise work splits across threads from this many elements. */
 #define EM_CPU_PARALLEL_ELEMS 262144
 
+/* for (i = 0; i < n; i++) BODY, in groups of 8 with a fixed inner trip count: the shape GCC's
+ * -O2 ("very cheap" cost model) vectorizes; plain loops with unknown counts stay scalar. */
+#define EM_CPU_VLOOP(n, BODY)                                                            \
+    {                                                                                    \
+        int64_t k_ = 0;                                                                  \
+        for (; k_ + 8 <= (n); k_ += 8)                                                   \
+            for (int j_ = 0; j_ < 8; j_++) {                                             \
+                int64_t i = k_ + j_;                                                     \
+                BODY                                                                     \
+            }                                                                            \
+        for (int64_t i = k_; i < (n); i++) {                                             \
+            BODY                                                                         \
+        }                                                                                \
+    }
+
 /* Bytes per element without a call (hot paths). */
 static inline size_t em__cpu_esize(em_dtype dt) {
     static const unsigned char size[EM_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};

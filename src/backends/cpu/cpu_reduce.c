@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #define RBLOCK 32768 /* elements per partial of a long reduction */
-#define TILE 512     /* output columns per tile of an outer reduction */
+#define TILE 4096    /* output columns per tile of an outer reduction (long rows stream well) */
 #define CBUF 256     /* conversion buffer */
 
 typedef struct racc { double d; int64_t i, idx; } racc; /* d: float dtypes, i: integer dtypes */
@@ -208,7 +208,11 @@ static void inner_partials(void *arg, int64_t begin, int64_t end) {
 }
 
 /* ---- outer reduction: per-column accumulators for a tile of the innermost kept dim ---- */
-typedef struct col_state { double d[TILE]; int64_t i[TILE], idx[TILE]; } col_state;
+typedef struct col_state {
+    double d[TILE];
+    int64_t i[TILE], idx[TILE];
+    _Alignas(64) unsigned char conv[TILE * 8]; /* one row converted to double / int64 */
+} col_state;
 
 static void col_init(const red_ctx *c, col_state *s, int64_t n) {
     racc a;
@@ -219,19 +223,22 @@ static void col_init(const red_ctx *c, col_state *s, int64_t n) {
 /* Fold one row (n values of the tile at reduced index r) into the column state. */
 static void col_acc(const red_ctx *c, col_state *s, const char *p, int64_t stride, int64_t n, int64_t r) {
     if (c->dt == EM_F32 && stride == 4 && (c->op == EM_OP_SUM || c->op == EM_OP_MEAN)) {
-        const float *x = (const float *)p;
-        for (int64_t j = 0; j < n; j++) s->d[j] += x[j];
+        const float *restrict x = (const float *)p;
+        double *restrict acc = s->d;
+        EM_CPU_VLOOP(n, acc[i] += x[i];)
         return;
     }
-    _Alignas(64) unsigned char buf[TILE * 8];
+    unsigned char *buf = s->conv;
     em__cpu_cast_block((char *)buf, 8, c->isf ? EM_F64 : EM_I64, p, stride, c->dt, n);
-    const double *xd = (const double *)buf;
-    const int64_t *xi = (const int64_t *)buf;
+    const double *restrict xd = (const double *)buf;
+    const int64_t *restrict xi = (const int64_t *)buf;
     bool mx = c->op == EM_OP_ARGMAX;
+    double *restrict sd = s->d;
+    int64_t *restrict si = s->i;
     switch (c->op) {
     case EM_OP_SUM: case EM_OP_MEAN:
-        if (c->isf) for (int64_t j = 0; j < n; j++) s->d[j] += xd[j];
-        else for (int64_t j = 0; j < n; j++) s->i[j] = (int64_t)((uint64_t)s->i[j] + (uint64_t)xi[j]);
+        if (c->isf) EM_CPU_VLOOP(n, sd[i] += xd[i];)
+        else EM_CPU_VLOOP(n, si[i] = (int64_t)((uint64_t)si[i] + (uint64_t)xi[i]);)
         break;
     case EM_OP_MAX:
         if (c->isf) { for (int64_t j = 0; j < n; j++) if (xd[j] > s->d[j] || xd[j] != xd[j]) s->d[j] = xd[j]; }
