@@ -86,6 +86,39 @@ static void test_cast_special_values(void) {
     tt_free(in); tt_free(i32); tt_free(i64); tt_free(u8); tt_free(b); tt_free(braw); tt_free(f);
 }
 
+/* f32 <-> f16 / bf16 conversions (vectorized where the CPU allows) give exactly core's bits,
+ * for special values too: NaN payloads, infinities, overflow, subnormals, signed zeros. */
+static void test_half_conversions_bit_exact(void) {
+    const uint32_t bits[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x477ff000u,
+                             0x477fefffu, 0x47800000u, 0x33000000u, 0x33000001u, 0x387fc000u, 0x00000001u,
+                             0x80000000u, 0x3f800000u, 0xc0490fdbu, 0x38800000u, 0x3eaaaaabu, 0x42f6e979u};
+    int64_t n = 18 * 7, shape[1] = {18 * 7};
+    ttensor *f = tt_make(EM_F32, 1, shape, L_CONTIG), *h = tt_make(EM_F16, 1, shape, L_CONTIG);
+    ttensor *b = tt_make(EM_BF16, 1, shape, L_CONTIG), *back = tt_make(EM_F32, 1, shape, L_CONTIG);
+    for (int64_t i = 0; i < n; i++) memcpy(tt_ptr(f, i), &bits[i % 18], 4);
+    CHECK_OK(em_cpu_backend.copy(&h->t, &f->t));
+    CHECK_OK(em_cpu_backend.copy(&b->t, &f->t));
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        uint16_t hv, bv;
+        memcpy(&v, tt_ptr(f, i), 4);
+        memcpy(&hv, tt_ptr(h, i), 2);
+        memcpy(&bv, tt_ptr(b, i), 2);
+        CHECK(hv == em_f32_to_f16(v));
+        CHECK(bv == em_f32_to_bf16(v));
+    }
+    CHECK_OK(em_cpu_backend.copy(&back->t, &h->t));
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t hv;
+        float want = 0, got;
+        memcpy(&hv, tt_ptr(h, i), 2);
+        want = em_f16_to_f32(hv);
+        memcpy(&got, tt_ptr(back, i), 4);
+        CHECK(memcmp(&got, &want, 4) == 0);
+    }
+    tt_free(f); tt_free(h); tt_free(b); tt_free(back);
+}
+
 /* In-place copy of a view onto itself leaves it unchanged. */
 static void test_copy_onto_itself(void) {
     int64_t shape[2] = {5, 9};
@@ -156,6 +189,7 @@ static void test_fill_affine(void) {
 int main(void) {
     RUN(test_copy_all_pairs);
     RUN(test_cast_special_values);
+    RUN(test_half_conversions_bit_exact);
     RUN(test_copy_onto_itself);
     RUN(test_fill);
     RUN(test_fill_affine);
