@@ -314,8 +314,12 @@ em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_
             size_t es = em__cpu_esize(ct), os = em__cpu_esize(c.res_dt);
             const char *xa = em__host_ptr(a), *xb = em__host_ptr(b);
             char *xo = em__host_ptr(out);
-            for (int64_t r = 0; r < n; r += p)
-                c.bk(xa + (size_t)(r % pa) * es, xb + (size_t)(r % pb) * es, xo + (size_t)r * os, p);
+            int64_t oa = 0, ob = 0; /* offsets into a and b; each period is a multiple of p */
+            for (int64_t r = 0; r < n; r += p) {
+                c.bk(xa + (size_t)oa * es, xb + (size_t)ob * es, xo + (size_t)r * os, p);
+                if ((oa += p) == pa) oa = 0;
+                if ((ob += p) == pb) ob = 0;
+            }
             return EM_OK;
         }
     }
