@@ -5,7 +5,10 @@
 #include <unistd.h>
 #include "cpu_internal.h"
 
-static em_status cpu_init(void) { return EM_OK; }
+static em_status cpu_init(void) {
+    em__cpu_blas_init();
+    return EM_OK;
+}
 static const char *cpu_unavailable_reason(void) { return NULL; }
 static int cpu_device_count(void) { return 1; }
 

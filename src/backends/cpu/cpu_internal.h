@@ -129,5 +129,7 @@ em_status em__cpu_gather(em_tensor *out, const em_tensor *in, int dim, const em_
 em_status em__cpu_scatter_add(em_tensor *out, int dim, const em_tensor *index, const em_tensor *src);
 em_status em__cpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset, double p0, double p1);
 bool em__cpu_supports_op(em_op op, em_dtype dt);
+/* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
+void em__cpu_blas_init(void);
 
 #endif

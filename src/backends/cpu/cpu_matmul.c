@@ -15,6 +15,8 @@
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_thread(void) { openblas_set_num_threads(1); }
 
+void em__cpu_blas_init(void) { pthread_once(&g_blas_once, blas_single_thread); }
+
 /* A contiguous temporary over malloc'd memory (never registered anywhere). */
 typedef struct tmp_tensor { em_storage s; em_tensor t; } tmp_tensor;
 
@@ -255,7 +257,7 @@ em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b)
         if (atomic_load(&j.oom)) return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: no memory for integer scratch");
         return EM_OK;
     }
-    pthread_once(&g_blas_once, blas_single_thread);
+    em__cpu_blas_init();
     if (m.M > INT_MAX || m.N > INT_MAX || m.K > INT_MAX)
         return em_error(EM_ERR_NOT_SUPPORTED, "cpu: matmul dims above %d are not supported by BLAS", INT_MAX);
     int64_t lda = 0, ldb = 0, ldo = 0;
