@@ -113,6 +113,7 @@ static const cast_fn g_cast[EM_DTYPE_COUNT][EM_DTYPE_COUNT] = {
 /* f32 <-> f16 with the F16C instructions where the CPU has them (same rounding and NaN rules
  * as em_f32_to_f16: nearest even, quiet NaN keeping the top payload bits). */
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *o, const float *i, int64_t n) {
     int64_t k = 0;
@@ -128,7 +129,10 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *o, const 
 }
 static bool have_f16c(void) {
     static int have = -1; /* racy first use is harmless: every thread computes the same */
-    if (have < 0) have = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    if (have < 0) {
+        unsigned a, b, c, d; /* "avx" also checks that the OS saves the YMM registers */
+        have = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)); /* F16C */
+    }
     return have;
 }
 #else
