@@ -128,12 +128,14 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *o, const 
     for (; k < n; k++) o[k] = em_f16_to_f32(i[k]);
 }
 static bool have_f16c(void) {
-    static int have = -1; /* racy first use is harmless: every thread computes the same */
-    if (have < 0) {
+    static atomic_int have = -1; /* threads racing on first use all compute the same */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
         unsigned a, b, c, d; /* "avx" also checks that the OS saves the YMM registers */
-        have = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)); /* F16C */
+        h = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)); /* F16C */
+        atomic_store_explicit(&have, h, memory_order_relaxed);
     }
-    return have;
+    return h;
 }
 #else
 static bool have_f16c(void) { return false; }
