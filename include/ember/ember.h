@@ -11,5 +11,8 @@
 #include <ember/device.h>
 #include <ember/tensor.h>
 #include <ember/ops.h>
+#include <ember/autograd.h>
+#include <ember/nn.h>
+#include <ember/optim.h>
 
 #endif
