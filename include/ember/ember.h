@@ -14,5 +14,6 @@
 #include <ember/autograd.h>
 #include <ember/nn.h>
 #include <ember/optim.h>
+#include <ember/io.h>
 
 #endif
