@@ -1,6 +1,7 @@
 /* nn: Linear init and forward, activations, Dropout, Sequential names and repr, losses
  * against hand-computed values, moving modules in place, and a leak-free training loop. */
 #include <stdlib.h>
+#include <unistd.h>
 #include "test.h"
 
 static void test_linear(void) {

@@ -66,7 +66,9 @@ static void backward_reduce(ag_node *n, em_tensor *g, em_tensor **out) {
     out[0] = em_mul(mask, em_div(ag_restore_dims(g, &n->args, in->ndim), count));
 }
 
-/* torch.matmul: 1-d operands become [1, K] / [K, 1]; batch dims broadcast. */
+/* torch.matmul: 1-d operands become [1, K] / [K, 1]; batch dims broadcast. Each gradient is
+ * reduced to the 2-d form of its operand and then given the operand's own shape (right-aligned
+ * reduction against a 1-d [K] would sum the wrong dim). */
 static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
     em_tensor *a = ag_saved_t(n, 0), *b = ag_saved_t(n, 1);
     int an = em_ndim(a), bn = em_ndim(b);
@@ -77,11 +79,13 @@ static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
     if (an == 1) g2 = em_unsqueeze(g2, -2);
     if (ag_input_needs(&n->in[0])) {
         em_tensor *ga = em_matmul(g2, em_transpose(b2, -1, -2));
-        out[0] = a2 ? ag_reduce_to(ga, em_ndim(a2), em_shape_of(a2).d) : NULL;
+        em_shape s2 = em_shape_of(a2);
+        out[0] = a2 ? em_reshape(ag_reduce_to(ga, s2.ndim, s2.d), em_shape_of(a)) : NULL;
     }
     if (ag_input_needs(&n->in[1])) {
         em_tensor *gb = em_matmul(em_transpose(a2, -1, -2), g2);
-        out[1] = b2 ? ag_reduce_to(gb, em_ndim(b2), em_shape_of(b2).d) : NULL;
+        em_shape s2 = em_shape_of(b2);
+        out[1] = b2 ? em_reshape(ag_reduce_to(gb, s2.ndim, s2.d), em_shape_of(b)) : NULL;
     }
 }
 
