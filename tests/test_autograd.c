@@ -265,18 +265,18 @@ static void test_softmax(void) {
 
 static void test_indexing(void) {
     int64_t idx[4] = {2, 0, 2, 1};
-    g_index = em_keep(em_from_data(idx, EM_I64, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64)));
+    g_index = em_from_data(idx, EM_I64, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64));
     GRADCHECK(f_index_select0, EM_SHAPE(3, 2));
     GRADCHECK(f_index_select1, EM_SHAPE(2, 3, 2));
     GRADCHECK(f_index_select0, EM_SHAPE(3));
     em_release(g_index);
     int64_t gidx[6] = {1, 1, 0, 3, 2, 0};
-    g_index = em_keep(em_from_data(gidx, EM_I64, EM_SHAPE(3, 2), EM_OPTS(.dtype = EM_I64)));
+    g_index = em_from_data(gidx, EM_I64, EM_SHAPE(3, 2), EM_OPTS(.dtype = EM_I64));
     GRADCHECK(f_gather1, EM_SHAPE(3, 4));
     GRADCHECK(f_gather1, EM_SHAPE(4, 4)); /* index smaller than the input in dim 0 */
     em_release(g_index);
     int64_t g0[4] = {0, 2, 1, 1};
-    g_index = em_keep(em_from_data(g0, EM_I64, EM_SHAPE(2, 2), EM_OPTS(.dtype = EM_I64)));
+    g_index = em_from_data(g0, EM_I64, EM_SHAPE(2, 2), EM_OPTS(.dtype = EM_I64));
     GRADCHECK(f_gather0, EM_SHAPE(3, 3));
     em_release(g_index);
     g_index = NULL;
