@@ -12,5 +12,6 @@
 #include <ember/tensor.h>
 #include <ember/ops.h>
 #include <ember/io.h>
+#include <ember/data.h>
 
 #endif
