@@ -1,8 +1,10 @@
 /* safetensors: the header parser over memory (offsets, overlaps, sizes, JSON edge cases),
  * the header writer, the interop file written by tests/data/gen_data_files.py following
  * the spec, and the tensor-level save/load round trip (bit-exact, atomic). */
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "test.h"
 #include "test_data_util.h"
@@ -198,10 +200,187 @@ static void test_header_errors(void) {
     em__st_file_free(&f);
 }
 
+
+/* ---------------------------------------------------------------- tensor level */
+
+static char *tmp;
+
+static void test_roundtrip_all_dtypes(void) {
+    em_scope s = em_scope_begin();
+    const em_dtype dts[] = {EM_F32, EM_F64, EM_F16, EM_BF16, EM_I64, EM_I32, EM_U8, EM_BOOL};
+    const char *names[8] = {"z.f32", "a.f64", "m.f16", "b.bf16", "y.i64", "c.i32", "x.u8", "d.bool"};
+    em_tensor *ts[8];
+    unsigned char *raw[8];
+    size_t raw_len[8];
+    for (int i = 0; i < 8; i++) {
+        ts[i] = pattern(dts[i], i % 3 == 0 ? EM_SHAPE(3, 5) : i % 3 == 1 ? EM_SHAPE0 : EM_SHAPE(2, 0, 4));
+        raw[i] = last_pattern;  /* take the generator's bytes over */
+        raw_len[i] = last_pattern_len;
+        last_pattern = NULL;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/all.safetensors", tmp);
+    CHECK_OK(em_safetensors_save(path, names, ts, 8));
+    em_safetensors *st = em_safetensors_load(path, EM_DEVICE_CPU);
+    CHECK(st != NULL && em_safetensors_count(st) == 8);
+    for (int i = 0; i < 8 && st; i++) {
+        em_tensor *t = em_safetensors_get(st, names[i]);
+        size_t n;
+        unsigned char *b = t ? bytes_of(t, &n) : NULL;
+        CHECK(t && em_dtype_of(t) == dts[i] && em_ndim(t) == em_ndim(ts[i]));
+        CHECK(b && n == raw_len[i] && memcmp(b, raw[i], n) == 0);
+        free(b);
+    }
+    /* the header lists names sorted, and data follows in that order */
+    for (int i = 1; i < em_safetensors_count(st); i++)
+        CHECK(strcmp(em_safetensors_name(st, i - 1), em_safetensors_name(st, i)) < 0);
+    CHECK(em_safetensors_name(st, 8) == NULL && em_safetensors_metadata(st, "format") == NULL);
+    CHECK(em_safetensors_get(st, "nope") == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "no tensor named 'nope'");
+    /* tensors handed out outlive the file object */
+    em_tensor *keep = em_safetensors_get(st, "a.f64");
+    em_safetensors_free(st);
+    CHECK(keep && em_numel(keep) == 1);
+    for (int i = 0; i < 8; i++) free(raw[i]);
+    em_scope_end(s);
+}
+
+static void test_load_reference_tensors(void) {
+    em_scope s = em_scope_begin();
+    em_safetensors *st = em_safetensors_load(test_data_path("reference.safetensors"), EM_DEVICE_CPU);
+    CHECK(st && em_safetensors_count(st) == 10);
+    if (!st) {
+        em_scope_end(s);
+        return;
+    }
+    CHECK(em_safetensors_metadata(st, "format") && strcmp(em_safetensors_metadata(st, "format"), "pt") == 0);
+    uint16_t h[5];
+    em_tensor *half = em_safetensors_get(st, "half");
+    CHECK(half && em_dtype_of(half) == EM_F16 && em_copy_to_host(half, h, sizeof h) == EM_OK);
+    for (int i = 0; i < 5; i++) CHECK(em_f16_to_f32(h[i]) == i / 4.0f);
+    double bias[3];
+    CHECK_OK(em_copy_to_host(em_safetensors_get(st, "bias"), bias, sizeof bias));
+    CHECK(bias[0] == 1.5 && bias[1] == -2.0 && bias[2] == 3.25);
+    int32_t ids[6];
+    CHECK_OK(em_copy_to_host(em_safetensors_get(st, "ids"), ids, sizeof ids));
+    for (int i = 0; i < 6; i++) CHECK(ids[i] == i - 2);
+    CHECK(em_item(em_safetensors_get(st, "scalar")) == 42.5);
+    em_tensor *e = em_safetensors_get(st, "empty");
+    CHECK(e && em_numel(e) == 0 && em_size(e, 1) == 3);
+    em_safetensors_free(st);
+    em_scope_end(s);
+}
+
+static void test_save_errors_and_atomic(void) {
+    em_scope s = em_scope_begin();
+    char path[600];
+    snprintf(path, sizeof path, "%s/w.safetensors", tmp);
+    em_tensor *a = pattern(EM_F32, EM_SHAPE(2));
+    const char *names[2] = {"w", "w"};
+    em_tensor *ts[2] = {a, a};
+    CHECK(em_safetensors_save(path, names, ts, 2) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "the name 'w' is given twice");
+    names[1] = "__metadata__";
+    CHECK(em_safetensors_save(path, names, ts, 2) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "reserved");
+    CHECK_OK(em_safetensors_save(path, names, ts, 1));
+    size_t before_len, after_len;
+    unsigned char *before = test_read_file(path, &before_len);
+    /* fail mid-write: the old file stays, no temporary is left */
+    struct rlimit saved, lim;
+    getrlimit(RLIMIT_FSIZE, &saved);
+    lim = saved;
+    lim.rlim_cur = 4096;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    names[0] = "big";
+    ts[0] = pattern(EM_F64, EM_SHAPE(1000));
+    em_status st = em_safetensors_save(path, names, ts, 1);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, prev);
+    CHECK(st == EM_ERR_IO);
+    CHECK_ERROR(EM_ERR_IO, "w.safetensors: write failed");
+    unsigned char *after = test_read_file(path, &after_len);
+    CHECK(before && after && before_len == after_len && memcmp(before, after, before_len) == 0);
+    DIR *d = opendir(tmp);
+    int temps = 0;
+    for (struct dirent *e; d && (e = readdir(d));) temps += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    CHECK(temps == 0);
+    /* an empty file (no tensors) is valid */
+    CHECK_OK(em_safetensors_save(path, NULL, NULL, 0));
+    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
+    CHECK(f && em_safetensors_count(f) == 0);
+    em_safetensors_free(f);
+    free(before);
+    free(after);
+    em_scope_end(s);
+}
+
+/* With EMBER_WRITE_INTEROP=<dir>, write the reference tensors (the formulas of
+ * tests/data/gen_data_files.py) as <dir>/ember.safetensors and <dir>/<name>.npy, for
+ * tests/data/check_interop.py to read with PyTorch and NumPy. Not part of ctest. */
+static int write_interop(const char *dir) {
+    float weight[12], half_f[5], brain_f[4];
+    uint16_t half[5], brain[4];
+    for (int i = 0; i < 12; i++) weight[i] = i * 0.25f - 1.0f;
+    for (int i = 0; i < 5; i++) half[i] = em_f32_to_f16(half_f[i] = i / 4.0f);
+    for (int i = 0; i < 4; i++) brain[i] = em_f32_to_bf16(brain_f[i] = i * 1.5f);
+    const double bias[3] = {1.5, -2.0, 3.25};
+    const int64_t steps[4] = {-3, 0, 7, (int64_t)1 << 40};
+    const int32_t ids[6] = {-2, -1, 0, 1, 2, 3};
+    const uint8_t pixels[6] = {250, 251, 252, 253, 254, 255}, mask[3] = {1, 0, 1};
+    const float scalar = 42.5f;
+    em_scope s = em_scope_begin();
+    const char *names[10] = {"weight", "bias", "half", "brain", "steps", "ids", "pixels", "mask", "empty", "scalar"};
+    em_tensor *ts[10] = {
+        em_from_data(weight, EM_F32, EM_SHAPE(3, 4), EM_OPTS(.dtype = EM_F32)),
+        em_from_data(bias, EM_F64, EM_SHAPE(3), EM_OPTS(.dtype = EM_F64)),
+        em_from_data(half, EM_F16, EM_SHAPE(5), EM_OPTS(.dtype = EM_F16)),
+        em_from_data(brain, EM_BF16, EM_SHAPE(4), EM_OPTS(.dtype = EM_BF16)),
+        em_from_data(steps, EM_I64, EM_SHAPE(2, 2), EM_OPTS(.dtype = EM_I64)),
+        em_from_data(ids, EM_I32, EM_SHAPE(2, 3), EM_OPTS(.dtype = EM_I32)),
+        em_from_data(pixels, EM_U8, EM_SHAPE(6), EM_OPTS(.dtype = EM_U8)),
+        em_from_data(mask, EM_BOOL, EM_SHAPE(3), EM_OPTS(.dtype = EM_BOOL)),
+        em_zeros(EM_SHAPE(0, 3), EM_OPTS(0)),
+        em_from_data(&scalar, EM_F32, EM_SHAPE0, EM_OPTS(0)),
+    };
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ember.safetensors", dir);
+    em_safetensors_save(path, names, ts, 10);
+    for (int i = 0; i < 10; i++) {
+        if (i == 3) continue;  /* .npy has no bfloat16 */
+        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
+        em_save_npy(path, ts[i]);
+    }
+    em_scope_end(s);
+    if (em_failed()) {
+        fprintf(stderr, "write_interop: %s\n", em_last_error());
+        return 1;
+    }
+    printf("wrote %s/ember.safetensors and .npy files\n", dir);
+    return 0;
+}
+
 int main(void) {
+    const char *interop = getenv("EMBER_WRITE_INTEROP");
+    if (interop && *interop) return write_interop(interop);
     RUN(test_reference_file);
     RUN(test_header_writer_roundtrip);
     RUN(test_json_escapes);
     RUN(test_header_errors);
+    tmp = test_tmpdir();
+    if (!tmp) {
+        fprintf(stderr, "cannot create a temporary directory\n");
+        return 1;
+    } else {
+        RUN(test_roundtrip_all_dtypes);
+        RUN(test_load_reference_tensors);
+        RUN(test_save_errors_and_atomic);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    }
+    free(last_pattern);
     return test_summary();
 }
