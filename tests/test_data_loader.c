@@ -180,9 +180,9 @@ static void test_batch_ownership(void) {
     em_tensor *kept = em_retain(b.x);
     em_scope_end(outer);  /* the batch was not in the scope */
     CHECK(em_loader_next(l, &b) && b.index == 1);
-    float first[ROW];
-    CHECK_OK(em_copy_to_host(em_select(kept, 0, 0), first, sizeof first));
-    CHECK(first[0] == 0 && first[5] == 5);
+    float first[8 * ROW];
+    CHECK_OK(em_copy_to_host(kept, first, sizeof first));
+    CHECK(first[0] == 0 && first[5] == 5 && first[7 * ROW] == 70);
     em_release(kept);
     em_loader_free(l);
     em_dataset_free(ds);
@@ -269,10 +269,12 @@ static void test_datasets_from_files(void) {
     em_loader_free(l);
     em_dataset_free(ds);
     /* em_dataset_new: shapes must agree, labels must be integers */
-    em_tensor *x4 = em_zeros(EM_SHAPE(4, 2), EM_OPTS(0));
-    CHECK(em_dataset_new(x4, em_zeros(EM_SHAPE(3), EM_OPTS(.dtype = EM_I64))) == NULL);
+    const float zeros[8] = {0};
+    const int64_t l3[3] = {0, 1, 2};
+    em_tensor *x4 = em_from_data(zeros, EM_F32, EM_SHAPE(4, 2), EM_OPTS(0));
+    CHECK(em_dataset_new(x4, em_from_data(l3, EM_I64, EM_SHAPE(3), EM_OPTS(.dtype = EM_I64))) == NULL);
     CHECK_ERROR(EM_ERR_SHAPE, "4 samples but 3 labels");
-    CHECK(em_dataset_new(x4, em_zeros(EM_SHAPE(4), EM_OPTS(0))) == NULL);
+    CHECK(em_dataset_new(x4, em_from_data(zeros, EM_F32, EM_SHAPE(4), EM_OPTS(0))) == NULL);
     CHECK_ERROR(EM_ERR_DTYPE, "labels must be integers");
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
