@@ -14,7 +14,8 @@
  * em_loader_next / em_loader_reset / em_loader_free on that loader, which releases them;
  * they are registered in no scope, so the loop above frees each batch with no call from
  * the user, wherever the scope begins. Do not em_release them; to keep a batch longer,
- * em_retain it (and em_release that reference later). */
+ * em_retain it (and em_release that reference later). A loader is used from one thread
+ * (its prefetch thread is internal).  */
 #ifndef EMBER_DATA_H
 #define EMBER_DATA_H
 
