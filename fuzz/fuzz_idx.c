@@ -1,11 +1,8 @@
-/* libFuzzer target: IDX files, raw and gzip-compressed. */
+/* libFuzzer target for the idx parser (the work is in fuzz_common.h, shared with
+ * tests/test_data_fuzz_corpus.c). */
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    em__array a;
-    em_status s = em__idx_parse("fuzz.idx", data, size, &a);
-    if (s == EM_OK) fuzz_check_array(&a);
-    em__array_free(&a);
-    fuzz_check_status(s);
+    fuzz_idx_one(data, size);
     return 0;
 }

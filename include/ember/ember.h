@@ -15,5 +15,6 @@
 #include <ember/nn.h>
 #include <ember/optim.h>
 #include <ember/io.h>
+#include <ember/data.h>
 
 #endif
