@@ -299,6 +299,53 @@ static void test_custom_module(void) {
     em_scope_end(s);
 }
 
+static void test_save_load(void) {
+    em_scope s = em_scope_begin();
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/ember_test_nn_%d.safetensors", (int)getpid());
+    em_manual_seed(1);
+    em_module *a = em_sequential(em_linear(3, 4), em_relu_module(), em_linear(4, 2));
+    em_manual_seed(2);
+    em_module *b = em_sequential(em_linear(3, 4), em_relu_module(), em_linear(4, 2));
+    em_named_tensor pa[4], pb[4];
+    em_module_parameters(a, pa, 4);
+    em_module_parameters(b, pb, 4);
+    CHECK(em_item(em_max(em_abs(em_sub(pa[0].tensor, pb[0].tensor)), EM_ALL_DIMS, false)) > 0);
+    CHECK_OK(em_module_save(a, path));
+    em_tensor *handle = pb[0].tensor;
+    CHECK_OK(em_module_load(b, path));
+    em_module_parameters(b, pb, 4);
+    CHECK(pb[0].tensor == handle); /* loaded in place */
+    for (int i = 0; i < 4; i++) {
+        CHECK(!strcmp(pa[i].name, pb[i].name));
+        CHECK(em_item(em_max(em_abs(em_sub(pa[i].tensor, pb[i].tensor)), EM_ALL_DIMS, false)) == 0);
+        CHECK(em_requires_grad(pb[i].tensor));
+    }
+    /* a different architecture: PyTorch's strict messages, and nothing changed */
+    em_module *c = em_sequential(em_linear(3, 5), em_relu_module(), em_linear(5, 2), em_linear(2, 2));
+    em_named_tensor pc[6];
+    em_module_parameters(c, pc, 6);
+    double before = em_item(em_sum(pc[0].tensor, EM_ALL_DIMS, false));
+    CHECK(em_module_load(c, path) == EM_ERR_FORMAT);
+    const char *msg = em_last_error();
+    CHECK(strstr(msg, "Missing key(s) in state_dict: \"3.weight\", \"3.bias\"") != NULL);
+    CHECK(strstr(msg, "size mismatch for 0.weight: copying a param with shape torch.Size([4, 3]) from "
+                      "checkpoint, the shape in current model is torch.Size([5, 3]).") != NULL);
+    em_clear_error();
+    CHECK(em_item(em_sum(pc[0].tensor, EM_ALL_DIMS, false)) == before);
+    em_module *d = em_sequential(em_linear(3, 4));
+    CHECK(em_module_load(d, path) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "Unexpected key(s) in state_dict: \"2.bias\", \"2.weight\"");
+    CHECK(em_module_load(a, "/nonexistent/x.safetensors") != EM_OK);
+    em_clear_error();
+    remove(path);
+    em_module_free(a);
+    em_module_free(b);
+    em_module_free(c);
+    em_module_free(d);
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_linear);
     RUN(test_activations);
@@ -308,5 +355,6 @@ int main(void) {
     RUN(test_module_to);
     RUN(test_training_loop);
     RUN(test_custom_module);
+    RUN(test_save_load);
     return test_summary();
 }

@@ -73,7 +73,7 @@ void em_module_eval(em_module *m);   /* evaluation mode, recursively */
 bool em_module_is_training(const em_module *m);
 
 /* A parameter or buffer with its dotted name ("0.weight"). Both pointers are borrowed:
- * valid until the module is freed or its next em_module_parameters/_buffers call. */
+ * valid until the module is freed or a parameter, buffer or child is added to its tree. */
 typedef struct em_named_tensor {
     const char *name;
     em_tensor *tensor;

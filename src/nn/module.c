@@ -46,6 +46,18 @@ em_module *em_module_new(const em_module_ops *ops, void *ctx) {
 
 void *em_module_ctx(const em_module *m) { return m ? m->ctx : NULL; }
 
+static void free_listing(nn_listing *l) {
+    for (int i = 0; i < l->n; i++) free((char *)l->items[i].name);
+    free(l->items);
+    *l = (nn_listing){0};
+}
+
+/* The tree under m's ancestors changed: their listings must be rebuilt. */
+static void invalidate(em_module *m) {
+    for (; m; m = m->parent)
+        for (int k = 0; k < 2; k++) free_listing(&m->lists[k]);
+}
+
 static bool name_taken(const em_module *m, const char *name) {
     for (int i = 0; i < m->nparams; i++)
         if (!strcmp(m->params[i].name, name)) return true;
@@ -85,6 +97,7 @@ em_status em_module_add_parameter(em_module *m, const char *name, em_tensor *t) 
         return em_error(EM_ERR_ARGUMENT, "em_module_add_parameter: \"%s\" is not a leaf tensor "
                         "(it came out of an op that records gradients; detach it first)", name);
     if ((st = em_set_requires_grad(t, true)) != EM_OK) return st;
+    invalidate(m);
     return add_slot(&m->params, &m->nparams, &m->cparams, name, t);
 }
 
@@ -93,6 +106,7 @@ em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t) {
     if (st != EM_OK) return st;
     if (!t) return em_failed() ? em_last_status()
                                : em_error(EM_ERR_ARGUMENT, "em_module_add_buffer: tensor is NULL");
+    invalidate(m);
     return add_slot(&m->bufs, &m->nbufs, &m->cbufs, name, t);
 }
 
@@ -111,6 +125,7 @@ em_status em_module_add_child(em_module *m, const char *name, em_module *child) 
         if (child && child != m && !child->parent) em_module_free(child);
         return st;
     }
+    invalidate(m);
     child->parent = m;
     child->training = m->training;
     m->kids[m->nkids++] = (nn_child){nm, child};
@@ -121,17 +136,11 @@ em_module *em_module_child(em_module *m, int i) {
     return m && i >= 0 && i < m->nkids ? m->kids[i].m : NULL;
 }
 
-static void free_flat(em_module *m) {
-    for (int i = 0; i < m->nflat; i++) free((char *)m->flat[i].name);
-    free(m->flat);
-    m->flat = NULL;
-    m->nflat = m->cflat = 0;
-}
-
 void em_module_free(em_module *m) {
     if (!m) return;
     if (m->parent) { /* detach from the parent that owns it */
         em_module *p = m->parent;
+        invalidate(p);
         for (int i = 0; i < p->nkids; i++)
             if (p->kids[i].m == m) {
                 free(p->kids[i].name);
@@ -155,7 +164,7 @@ void em_module_free(em_module *m) {
     }
     free(m->params);
     free(m->bufs);
-    free_flat(m);
+    for (int k = 0; k < 2; k++) free_listing(&m->lists[k]);
     if (m->ops->free_ctx && m->ctx) m->ops->free_ctx(m->ctx);
     free(m);
 }
@@ -181,29 +190,29 @@ bool em_module_is_training(const em_module *m) { return m && m->training; }
 
 /* ---- flattened, dotted names ---- */
 
-static bool flat_add(em_module *root, const char *prefix, const char *name, em_tensor *t) {
+static bool flat_add(nn_listing *l, const char *prefix, const char *name, em_tensor *t) {
     size_t n = strlen(prefix) + strlen(name) + 1;
     char *full = malloc(n);
-    if (!full || !grow((void **)&root->flat, &root->cflat, root->nflat, sizeof *root->flat)) {
+    if (!full || !grow((void **)&l->items, &l->cap, l->n, sizeof *l->items)) {
         free(full);
         return false;
     }
     snprintf(full, n, "%s%s", prefix, name);
-    root->flat[root->nflat++] = (em_named_tensor){full, t};
+    l->items[l->n++] = (em_named_tensor){full, t};
     return true;
 }
 
-static bool flatten(em_module *root, const em_module *m, const char *prefix, bool buffers) {
+static bool flatten(nn_listing *l, const em_module *m, const char *prefix, bool buffers) {
     const nn_slot *slots = buffers ? m->bufs : m->params;
     int n = buffers ? m->nbufs : m->nparams;
     for (int i = 0; i < n; i++)
-        if (!flat_add(root, prefix, slots[i].name, slots[i].t)) return false;
+        if (!flat_add(l, prefix, slots[i].name, slots[i].t)) return false;
     for (int i = 0; i < m->nkids; i++) {
         size_t len = strlen(prefix) + strlen(m->kids[i].name) + 2;
         char *p = malloc(len);
         if (!p) return false;
         snprintf(p, len, "%s%s.", prefix, m->kids[i].name);
-        bool ok = flatten(root, m->kids[i].m, p, buffers);
+        bool ok = flatten(l, m->kids[i].m, p, buffers);
         free(p);
         if (!ok) return false;
     }
@@ -215,14 +224,18 @@ static int list_named(em_module *m, em_named_tensor *out, int cap, bool buffers)
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "module is NULL");
         return 0;
     }
-    free_flat(m);
-    if (!flatten(m, m, "", buffers)) {
-        free_flat(m);
-        em_error(EM_ERR_OUT_OF_MEMORY, "module: out of host memory listing tensors");
-        return 0;
+    nn_listing *l = &m->lists[buffers];
+    if (!l->valid) {
+        free_listing(l);
+        if (!flatten(l, m, "", buffers)) {
+            free_listing(l);
+            em_error(EM_ERR_OUT_OF_MEMORY, "module: out of host memory listing tensors");
+            return 0;
+        }
+        l->valid = true;
     }
-    for (int i = 0; i < m->nflat && i < cap && out; i++) out[i] = m->flat[i];
-    return m->nflat;
+    for (int i = 0; i < l->n && i < cap && out; i++) out[i] = l->items[i];
+    return l->n;
 }
 
 int em_module_parameters(em_module *m, em_named_tensor *out, int cap) {

@@ -6,6 +6,9 @@
 
 typedef struct nn_slot { char *name; em_tensor *t; } nn_slot;
 typedef struct nn_child { char *name; em_module *m; } nn_child;
+/* A flattened listing with dotted names, kept until the module tree changes so that the
+ * names handed out stay valid. */
+typedef struct nn_listing { em_named_tensor *items; int n, cap; bool valid; } nn_listing;
 
 struct em_module {
     const em_module_ops *ops;
@@ -20,8 +23,7 @@ struct em_module {
     int nkids, ckids;
     em_optimizer **opts;        /* optimizers created on this module (not owned) */
     int nopts, copts;
-    em_named_tensor *flat;      /* the last em_module_parameters/_buffers listing */
-    int nflat, cflat;
+    nn_listing lists[2];        /* cached listings: [0] parameters, [1] buffers */
 };
 
 #endif
