@@ -95,46 +95,4 @@ static em_memory_stats fake_stats(em_device d) {
     return s;
 }
 
-/* ---- Until core's errors.c and device.c are merged: weak stand-ins (the real ones win). ---- */
-static _Thread_local em_status shim_status;
-static _Thread_local char shim_message[1024];
-__attribute__((weak)) em_status em_error(em_status code, const char *fmt, ...) {
-    if (shim_status == EM_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(shim_message, sizeof shim_message, fmt, ap);
-        va_end(ap);
-        shim_status = code;
-    }
-    return code;
-}
-__attribute__((weak)) void em_error_save(em_error_state *s) {
-    s->status = shim_status;
-    memcpy(s->message, shim_message, sizeof s->message);
-}
-__attribute__((weak)) void em_error_restore(const em_error_state *s) {
-    shim_status = s->status;
-    memcpy(shim_message, s->message, sizeof shim_message);
-}
-__attribute__((weak)) em_status em_last_status(void) { return shim_status; }
-__attribute__((weak)) const char *em_last_error(void) { return shim_message; }
-__attribute__((weak)) bool em_failed(void) { return shim_status != EM_OK; }
-__attribute__((weak)) void em_clear_error(void) {
-    shim_status = EM_OK;
-    shim_message[0] = '\0';
-}
-__attribute__((weak)) const char *em_status_name(em_status s) {
-    static const char *names[] = {"ok", "argument", "shape", "dtype", "device", "out of memory", "io",
-                                  "format", "not supported", "unavailable", "backend", "autograd", "internal"};
-    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
-}
-__attribute__((weak)) em_device em_device_resolve(em_device d) {
-    if (d.index < 0) d.index = 0;
-    return d;
-}
-__attribute__((weak)) const em_backend *em__backend_checked(em_device d, const char *op) {
-    em_error(EM_ERR_UNAVAILABLE, "%s: no device registry in this test build (type %d)", op, (int)d.type);
-    return NULL;
-}
-
 #endif

@@ -12,5 +12,6 @@
 #include <ember/tensor.h>
 #include <ember/ops.h>
 #include <ember/memory.h>
+#include <ember/estimate.h>
 
 #endif

@@ -89,9 +89,16 @@ static void infer_shape(double params, int64_t *hidden, int64_t *layers) {
     if (*layers < 1) *layers = 1;
 }
 
-/* "7.00e9" for counts in the explanations. */
+/* "7.00e9" for counts in the explanations (plain digits below 10000). */
 static void fmt_count(char *buf, size_t size, double v) {
-    snprintf(buf, size, v >= 1e4 ? "%.2e" : "%.0f", v);
+    if (v < 1e4) {
+        snprintf(buf, size, "%.0f", v);
+        return;
+    }
+    int e = (int)floor(log10(v));
+    double m = v / pow(10, e);
+    if (m >= 9.995) m /= 10, e++;   /* 9.999e9 prints as 1.00e10 */
+    snprintf(buf, size, "%.2fe%d", m, e);
 }
 
 em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {

@@ -122,7 +122,7 @@ static void print_text(const em_estimate_opts *o, const em_estimate *e, const em
     printf("\n%s", mode_title(o->mode));
     if (o->mode != EM_ESTIMATE_INFERENCE) printf(" (%s)", em_estimate_optimizer_name(o->optimizer));
     if (o->mode == EM_ESTIMATE_LORA)
-        printf(", rank %d, %.2e trainable parameters", o->lora_rank ? o->lora_rank : 8, e->trainable_params);
+        printf(", rank %d, %.0f trainable parameters", o->lora_rank ? o->lora_rank : 8, e->trainable_params);
     printf("\n");
     for (int l = 0; l < EM_ESTIMATE_LINES; l++)
         printf("  %-17s %9.2f GB (%8.2f GiB)  %s\n", em_estimate_line_name((em_estimate_line)l),
@@ -145,17 +145,17 @@ static void print_text(const em_estimate_opts *o, const em_estimate *e, const em
 
 static void print_json(const em_estimate_opts *o, const em_estimate *e, const em_estimate *alt,
                        const fit_device *dev, int ndev, bool first) {
-    printf("%s\n    {\"mode\": \"%s\", \"optimizer\": \"%s\", \"master_weights\": %s, \"trainable_params\": %.0f",
+    printf("%s\n    {\"mode\": \"%s\", \"optimizer\": \"%s\", \"uses_master_weights\": %s, \"trainable_params\": %.0f",
            first ? "" : ",", em_estimate_mode_name(o->mode), em_estimate_optimizer_name(o->optimizer),
            o->master_weights ? "true" : "false", e->trainable_params);
     for (int l = 0; l < EM_ESTIMATE_LINES; l++) {
         char key[32];
         snprintf(key, sizeof key, "%s", em_estimate_line_name((em_estimate_line)l));
         for (char *c = key; *c; c++) if (*c == ' ') *c = '_';
-        printf(", \"%s\": %.0f, \"%s_why\": ", key, e->bytes[l], key);
+        printf(", \"%s_bytes\": %.0f, \"%s_why\": ", key, e->bytes[l], key);
         json_string(e->why[l]);
     }
-    if (alt) printf(", \"%s_total\": %.0f", o->master_weights ? "without_master_weights" : "with_master_weights",
+    if (alt) printf(", \"%s_total_bytes\": %.0f", o->master_weights ? "without_master_weights" : "with_master_weights",
                     alt->bytes[EM_ESTIMATE_TOTAL]);
     printf(", \"devices\": [");
     for (int i = 0; i < ndev; i++) {
@@ -248,7 +248,7 @@ int cmd_mem(int argc, char **argv) {
                "\"shape_inferred\": %s,\n  \"estimates\": [", o.params, dt, (long long)(o.hidden ? o.hidden : e.hidden),
                (long long)(o.layers ? o.layers : e.layers), o.hidden && o.layers ? "false" : "true");
     } else {
-        printf("ember mem: %.3g parameters, %s weights", o.params, dt);
+        printf("ember mem: %s parameters (%.0f), %s weights", params, o.params, dt);
         if (!o.hidden || !o.layers)
             printf("; assumed transformer shape: hidden %lld, %lld layers (set --hidden/--layers for your model)",
                    (long long)(o.hidden ? o.hidden : e.hidden), (long long)(o.layers ? o.layers : e.layers));
