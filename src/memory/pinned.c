@@ -1,4 +1,5 @@
-/* Pinned host memory with its own cache, as PyTorch's CachingHostAllocator: sizes round up
+/* Pinned host memory with its own cache (from the CPU backend's page-locked allocation unless
+ * another backend provides it), as PyTorch's CachingHostAllocator: sizes round up
  * to a power of two (at least 512 B), blocks are never split, and a freed block is reused
  * for the next request of its size. A block that a non-blocking copy used is reused only
  * after that device has finished (em__mem_pinned_record_use). */
@@ -11,7 +12,7 @@
 typedef struct pin_block {
     void *ptr;
     size_t size, requested;
-    const em_backend *provider;   /* NULL: posix_memalign */
+    const em_backend *provider;
     const em_backend *use_be;     /* the device a queued copy may still use it on */
     int use_index;
     struct pin_block *next;       /* free list of its size */
@@ -72,6 +73,7 @@ static void release_cached(void) {
 static pin_block *raw_take(size_t size) {
     void *p = NULL;
     const em_backend *prov = pin.provider;
+    if (!prov && em_cpu_backend.host_alloc_pinned && em_cpu_backend.host_free_pinned) prov = &em_cpu_backend;
     if (mem__debug_should_fail()) return NULL;
     em_error_state saved;
     em_error_save(&saved);
