@@ -166,10 +166,15 @@ static size_t random_size(uint64_t *rng) {
     return (size_t)((r >> 4) % (base * 3 / 2)) + 1;
 }
 
-/* Ember and the reference PyTorch policy must place every block identically. */
-static void test_matches_pytorch_policy(void) {
+/* Ember and the reference policy must place every block identically: PyTorch's policy under
+ * EMBER_MEMORY_POLICY=pytorch, PyTorch's plus release-on-grow by default. */
+static void compare_with_reference(bool pytorch) {
+    if (pytorch) setenv("EMBER_MEMORY_POLICY", "pytorch", 1);
     em_device d = fake_device((size_t)1 << 40);
+    CHECK(fake_stats(d).caching);                      /* creates the device's state: reads the policy */
+    unsetenv("EMBER_MEMORY_POLICY");
     ptp ref = {0};
+    ref.release_on_grow = !pytorch;
     enum { LIVE = 48, OPS = 4000 };
     em_block live[LIVE];
     int ref_seg[LIVE];
@@ -216,6 +221,45 @@ static void test_matches_pytorch_policy(void) {
     CHECK_OK(em_memory_empty_cache(d));
     CHECK(fake[d.index].live == 0 && em_memory_allocated(d) == 0 && em_memory_reserved(d) == 0);
     ptp_destroy(&ref);
+}
+
+static void test_matches_pytorch_policy(void) {
+    compare_with_reference(true);
+}
+
+static void test_matches_release_on_grow_policy(void) {
+    compare_with_reference(false);
+}
+
+/* Varying shapes: PyTorch keeps every too-small cached segment; Ember gives them back when it
+ * must grow anyway. */
+static void test_release_on_grow(void) {
+    for (int pytorch = 0; pytorch < 2; pytorch++) {
+        if (pytorch) setenv("EMBER_MEMORY_POLICY", "pytorch", 1);
+        em_device d = fake_device(0);
+        em_block a = must_alloc(d, 30 * MiB);
+        unsetenv("EMBER_MEMORY_POLICY");
+        void *ha = a.handle;
+        em__mem_free(&fake_be, d, &a);
+        em_block b = must_alloc(d, 40 * MiB);          /* the cached 30 MiB cannot hold it */
+        void *hb = b.handle;
+        EXPECT(d, 40 * MiB, pytorch ? 70 * MiB : 40 * MiB, 40 * MiB, pytorch ? 2 : 1, 1, 0,
+               pytorch ? 30 * MiB : 0, pytorch ? 1 : 0);
+        em__mem_free(&fake_be, d, &b);
+        em_block c = must_alloc(d, 30 * MiB);          /* fits in a cached block: nothing released */
+        CHECK(c.handle == (pytorch ? ha : hb));
+        em_memory_stats s = fake_stats(d);
+        CHECK(s.num_raw_allocs == 2 && s.num_raw_frees == (pytorch ? 0 : 1));
+        em__mem_free(&fake_be, d, &c);
+        CHECK_OK(em_memory_empty_cache(d));
+        CHECK(fake[d.index].live == 0);
+    }
+    setenv("EMBER_MEMORY_POLICY", "tensorflow", 1);
+    em_device d = fake_device(0);
+    em_block x;
+    CHECK(em__mem_alloc(&fake_be, d, 10, &x) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "EMBER_MEMORY_POLICY: unknown policy 'tensorflow'");
+    unsetenv("EMBER_MEMORY_POLICY");
 }
 
 /* Blocks never overlap, whatever the order of allocations and frees. */
@@ -380,9 +424,12 @@ static void test_untouched_device_reports_zero(void) {
 int main(void) {
     unsetenv("EMBER_NO_CACHE");
     unsetenv("EMBER_MEMORY_CAP");
+    unsetenv("EMBER_MEMORY_POLICY");
     RUN(test_scripted_sequence);
     RUN(test_rounding_and_pools);
     RUN(test_matches_pytorch_policy);
+    RUN(test_matches_release_on_grow_policy);
+    RUN(test_release_on_grow);
     RUN(test_no_overlap);
     RUN(test_fragmentation);
     RUN(test_steady_state_reuse);

@@ -1,7 +1,9 @@
 /* A plain reimplementation of PyTorch's CUDACachingAllocator policy (one stream, no
  * max_split_size), written as simply as possible: arrays and linear scans. Tests compare
  * Ember's allocator with it operation by operation; bench/alloc.c replays patterns on it.
- * A block is named by (segment id, offset); segment ids count up in creation order. */
+ * A block is named by (segment id, offset); segment ids count up in creation order.
+ * release_on_grow = true adds Ember's one change: before taking a new segment, give back
+ * the pool's fully free segments. */
 #ifndef EMBER_TEST_MEMORY_POLICY_H
 #define EMBER_TEST_MEMORY_POLICY_H
 
@@ -18,17 +20,18 @@ typedef struct ptp {
     int nseg, segcap;
     int64_t reserved, allocated, peak_reserved, peak_allocated;
     int64_t raw_allocs, raw_frees;
+    bool release_on_grow;
 } ptp;
 
-static size_t ptp_round(size_t n) { return n < 512 ? 512 : (n + 511) / 512 * 512; }
+static inline size_t ptp_round(size_t n) { return n < 512 ? 512 : (n + 511) / 512 * 512; }
 
-static size_t ptp_segment_size(size_t size) {
+static inline size_t ptp_segment_size(size_t size) {
     if (size <= ((size_t)1 << 20)) return (size_t)2 << 20;
     if (size < ((size_t)10 << 20)) return (size_t)20 << 20;
     return (size + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20);
 }
 
-static void ptp_insert(ptp_seg *s, int at, ptp_blk b) {
+static inline void ptp_insert(ptp_seg *s, int at, ptp_blk b) {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 8;
         s->blk = realloc(s->blk, (size_t)s->cap * sizeof *s->blk);
@@ -38,13 +41,13 @@ static void ptp_insert(ptp_seg *s, int at, ptp_blk b) {
     s->n++;
 }
 
-static void ptp_erase(ptp_seg *s, int at) {
+static inline void ptp_erase(ptp_seg *s, int at) {
     memmove(&s->blk[at], &s->blk[at + 1], (size_t)(s->n - at - 1) * sizeof *s->blk);
     s->n--;
 }
 
 /* Allocate bytes; always succeeds (no device limit). */
-static void ptp_alloc(ptp *m, size_t bytes, int *seg_out, size_t *off_out) {
+static inline void ptp_alloc(ptp *m, size_t bytes, int *seg_out, size_t *off_out) {
     size_t size = ptp_round(bytes);
     bool small = size <= ((size_t)1 << 20);
     int bs = -1, bi = -1;
@@ -56,6 +59,14 @@ static void ptp_alloc(ptp *m, size_t bytes, int *seg_out, size_t *off_out) {
                 bs = s, bi = i;
     }
     if (bs < 0) {
+        for (int s = 0; m->release_on_grow && s < m->nseg; s++) {
+            ptp_seg *g = &m->seg[s];
+            if (g->live && g->small == small && g->n == 1 && !g->blk[0].used) {
+                g->live = false;
+                m->reserved -= (int64_t)g->size;
+                m->raw_frees++;
+            }
+        }
         if (m->nseg == m->segcap) {
             m->segcap = m->segcap ? 2 * m->segcap : 16;
             m->seg = realloc(m->seg, (size_t)m->segcap * sizeof *m->seg);
@@ -84,7 +95,7 @@ static void ptp_alloc(ptp *m, size_t bytes, int *seg_out, size_t *off_out) {
     *off_out = b->off;
 }
 
-static void ptp_free(ptp *m, int s, size_t off) {
+static inline void ptp_free(ptp *m, int s, size_t off) {
     ptp_seg *g = &m->seg[s];
     int i = 0;
     while (g->blk[i].off != off) i++;
@@ -100,7 +111,7 @@ static void ptp_free(ptp *m, int s, size_t off) {
     }
 }
 
-static void ptp_empty_cache(ptp *m) {
+static inline void ptp_empty_cache(ptp *m) {
     for (int s = 0; s < m->nseg; s++) {
         ptp_seg *g = &m->seg[s];
         if (g->live && g->n == 1 && !g->blk[0].used) {
@@ -112,7 +123,7 @@ static void ptp_empty_cache(ptp *m) {
 }
 
 /* Free bytes inside segments that also hold live blocks, and the biggest free block. */
-static void ptp_free_info(const ptp *m, int64_t *inactive_split, int64_t *largest) {
+static inline void ptp_free_info(const ptp *m, int64_t *inactive_split, int64_t *largest) {
     *inactive_split = *largest = 0;
     for (int s = 0; s < m->nseg; s++) {
         const ptp_seg *g = &m->seg[s];
@@ -125,7 +136,7 @@ static void ptp_free_info(const ptp *m, int64_t *inactive_split, int64_t *larges
     }
 }
 
-static void ptp_destroy(ptp *m) {
+static inline void ptp_destroy(ptp *m) {
     for (int s = 0; s < m->nseg; s++) free(m->seg[s].blk);
     free(m->seg);
     memset(m, 0, sizeof *m);

@@ -46,7 +46,7 @@ mem_state *mem__state(em_device d) {
         st->caching = !env_no_cache();
         st->cap = -1;
         st->rng = 0x9e3779b9u ^ (uint32_t)(d.type * 131 + d.index);
-        mem__cap_from_env(st);
+        mem__config_from_env(st);
         st->stats.cap = st->cap;
         st->stats.caching = st->caching;
         atomic_store_explicit(&states[d.type][d.index], st, memory_order_release);
@@ -54,19 +54,6 @@ mem_state *mem__state(em_device d) {
     pthread_mutex_unlock(&registry_lock);
     if (!st) em_error(EM_ERR_OUT_OF_MEMORY, "memory: out of host memory for the allocator's state");
     return st;
-}
-
-void mem__stat_add(em_memory_stat *s, int pool, int64_t delta) {
-    for (int i = 0; i < (pool ? 2 : 1); i++) {
-        em_memory_stat *x = &s[i ? pool : EM_MEMORY_ALL];
-        x->current += delta;
-        if (delta > 0) {
-            x->allocated += delta;
-            if (x->current > x->peak) x->peak = x->current;
-        } else {
-            x->freed -= delta;
-        }
-    }
 }
 
 /* ---------------------------------------------------------------- block records */
@@ -168,6 +155,8 @@ void mem__refresh_derived(mem_state *st) {
         if (t && (int64_t)t->size > largest) largest = (int64_t)t->size;
         collect_whole(st->free_tree[pool], NULL, &whole);
     }
+    memcpy(st->stats.active, st->stats.allocation, sizeof st->stats.active);
+    memcpy(st->stats.active_bytes, st->stats.allocated_bytes, sizeof st->stats.active_bytes);
     st->stats.largest_free_block = largest;
     st->stats.cached_segments = whole;
     st->stats.cap = st->cap;
@@ -199,13 +188,13 @@ static void release_segment(mem_state *st, mem_block *b) {
     free(seg);
 }
 
-size_t mem__release_cached(mem_state *st) {
+/* Give back every fully free segment of pools first..last (lock held); returns bytes. */
+static size_t release_whole(mem_state *st, int first, int last) {
     mem_block *list = NULL;
     int64_t n = 0;
     size_t bytes = 0;
     bool queued = false;
-    for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++)
-        collect_whole(st->free_tree[pool], &list, &n);
+    for (int pool = first; pool <= last; pool++) collect_whole(st->free_tree[pool], &list, &n);
     for (mem_block *b = list; b; b = b->link) queued |= b->streams != 0;
     if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
         em_error_state saved;
@@ -221,6 +210,10 @@ size_t mem__release_cached(mem_state *st) {
         release_segment(st, b);
     }
     return bytes;
+}
+
+size_t mem__release_cached(mem_state *st) {
+    return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL);
 }
 
 static size_t round_size(size_t bytes) {
@@ -264,12 +257,19 @@ static em_status raw_segment(mem_state *st, size_t size, int pool, mem_block **o
 
 /* A new segment for a block of `size`: the pool's segment size, else (under pressure) just
  * the request; then the same after freeing the cache (one retry, as PyTorch). A failure
- * that the retry recovers leaves no error pending. */
+ * that the retry recovers leaves no error pending.
+ *
+ * Unlike PyTorch, Ember first gives back the pool's fully free segments: best fit found no
+ * block for this request, so each of them is too small for it, and keeping them is how
+ * reserved memory drifts far above allocated memory when shapes vary (a new sequence
+ * length each step). Fixed shapes never get here after the first step, so they pay nothing.
+ * EMBER_MEMORY_POLICY=pytorch keeps them, exactly as PyTorch does. */
 static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
     size_t sizes[2] = {segment_size(st, size, pool), size};
     int n = sizes[0] > size ? 2 : 1;
     em_error_state saved;
     em_error_save(&saved);
+    if (st->release_on_grow && st->caching) release_whole(st, pool, pool);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
             mem__release_cached(st);
@@ -365,9 +365,9 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
         st->be = be;
         mem__cap_resolve(st);
     }
-    if (st->cap_error[0]) {
+    if (st->config_error[0]) {
         pthread_mutex_unlock(&st->lock);
-        return em_error(EM_ERR_ARGUMENT, "%s", st->cap_error);
+        return em_error(EM_ERR_ARGUMENT, "%s", st->config_error);
     }
     size_t size = round_size(bytes);
     int pool = size <= MEM_SMALL_SIZE ? EM_MEMORY_SMALL_POOL : EM_MEMORY_LARGE_POOL;
@@ -420,11 +420,14 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     b->streams = bit;
     seg->nfree--;
     seg->free_bytes -= b->size;
-    mem__stat_add(st->stats.allocation, pool, 1);
-    mem__stat_add(st->stats.active, pool, 1);
-    mem__stat_add(st->stats.allocated_bytes, pool, (int64_t)b->size);
-    mem__stat_add(st->stats.active_bytes, pool, (int64_t)b->size);
-    mem__stat_add(st->stats.requested_bytes, pool, (int64_t)bytes);
+    /* active == allocated while frees are never deferred: copied at snapshot time */
+    em_memory_stats *S = &st->stats;
+    mem__stat_up(&S->allocation[0], 1);
+    mem__stat_up(&S->allocation[pool], 1);
+    mem__stat_up(&S->allocated_bytes[0], (int64_t)b->size);
+    mem__stat_up(&S->allocated_bytes[pool], (int64_t)b->size);
+    mem__stat_up(&S->requested_bytes[0], (int64_t)bytes);
+    mem__stat_up(&S->requested_bytes[pool], (int64_t)bytes);
     split_update(st, seg, before);
     *out = (em_block){.handle = seg->handle, .offset = b->offset, .size = b->size, .alloc_ctx = b};
     pthread_mutex_unlock(&st->lock);
@@ -465,11 +468,13 @@ void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
     int pool = seg->pool;
     pthread_mutex_lock(&st->lock);
     split_part before = seg_split(seg);
-    mem__stat_add(st->stats.allocation, pool, -1);
-    mem__stat_add(st->stats.active, pool, -1);
-    mem__stat_add(st->stats.allocated_bytes, pool, -(int64_t)b->size);
-    mem__stat_add(st->stats.active_bytes, pool, -(int64_t)b->size);
-    mem__stat_add(st->stats.requested_bytes, pool, -(int64_t)b->requested);
+    em_memory_stats *S = &st->stats;
+    mem__stat_down(&S->allocation[0], 1);
+    mem__stat_down(&S->allocation[pool], 1);
+    mem__stat_down(&S->allocated_bytes[0], (int64_t)b->size);
+    mem__stat_down(&S->allocated_bytes[pool], (int64_t)b->size);
+    mem__stat_down(&S->requested_bytes[0], (int64_t)b->requested);
+    mem__stat_down(&S->requested_bytes[pool], (int64_t)b->requested);
     b->allocated = false;
     b->requested = 0;
     seg->nfree++;

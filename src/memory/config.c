@@ -82,7 +82,7 @@ static int key_matches(const char *key, size_t n, em_device d) {
     return -1;
 }
 
-void mem__cap_from_env(mem_state *st) {
+static void cap_from_env(mem_state *st) {
     const char *env = getenv("EMBER_MEMORY_CAP");
     if (!env || !*env) return;
     char buf[512];
@@ -102,7 +102,7 @@ void mem__cap_from_env(mem_state *st) {
         double v;
         bool unit;
         if (m < 0 || !parse_size(value, &v, &unit)) {
-            snprintf(st->cap_error, sizeof st->cap_error,
+            snprintf(st->config_error, sizeof st->config_error,
                      "EMBER_MEMORY_CAP: cannot read '%s': expected entries like cpu=512MiB, "
                      "opencl:0=0.5 (a fraction of total memory) or cuda=8GB, separated by commas", item);
             return;
@@ -120,6 +120,18 @@ void mem__cap_from_env(mem_state *st) {
     }
 }
 
+void mem__config_from_env(mem_state *st) {
+    const char *policy = getenv("EMBER_MEMORY_POLICY");
+    st->release_on_grow = true;
+    if (policy && *policy && strcasecmp(policy, "ember") != 0) {
+        if (!strcasecmp(policy, "pytorch")) st->release_on_grow = false;
+        else snprintf(st->config_error, sizeof st->config_error,
+                      "EMBER_MEMORY_POLICY: unknown policy '%s': expected 'ember' (the default) or 'pytorch'",
+                      policy);
+    }
+    if (!st->config_error[0]) cap_from_env(st);
+}
+
 void mem__cap_resolve(mem_state *st) {
     if (st->cap_fraction <= 0 || !st->be) return;
     em_device_props p;
@@ -130,7 +142,7 @@ void mem__cap_resolve(mem_state *st) {
     if (!ok) {
         char dev[32];
         mem__device_name(st->dev, dev, sizeof dev);
-        snprintf(st->cap_error, sizeof st->cap_error,
+        snprintf(st->config_error, sizeof st->config_error,
                  "%s: the memory cap of %s is a fraction (%g) of total memory, but %s does not report "
                  "its total memory; give the cap in bytes instead (e.g. 512MiB)",
                  st->cap_source ? st->cap_source : "memory cap", dev, st->cap_fraction, dev);

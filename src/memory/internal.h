@@ -52,7 +52,8 @@ typedef struct mem_state {
     int64_t cap;               /* bytes, -1: none (resolved from cap_fraction once be is known) */
     double cap_fraction;       /* > 0: cap not yet resolved against the device's total */
     const char *cap_source;    /* "EMBER_MEMORY_CAP" or "em_memory_set_cap" */
-    char cap_error[256];       /* a bad EMBER_MEMORY_CAP entry for this device ("" if none) */
+    char config_error[256];    /* a bad EMBER_MEMORY_CAP / EMBER_MEMORY_POLICY for this device ("" if none) */
+    bool release_on_grow;      /* Ember's policy (default); false: exactly PyTorch's */
     mem_block *free_tree[EM_MEMORY_POOLS]; /* [SMALL], [LARGE]; [ALL] unused */
     mem_block *spare;          /* recycled block records */
     uint32_t rng;
@@ -66,8 +67,26 @@ mem_state *mem__state(em_device d);
 /* The state if it exists, else NULL (no error). */
 mem_state *mem__state_peek(em_device d);
 
-/* Add delta to one statistic for `pool` and for EM_MEMORY_ALL. */
-void mem__stat_add(em_memory_stat *s, int pool, int64_t delta);
+/* Add delta to one statistic for `pool` (0: none) and for EM_MEMORY_ALL. Inline: the
+ * cached alloc+free path updates a dozen statistics. */
+static inline void mem__stat_up(em_memory_stat *x, int64_t d) {
+    x->current += d;
+    x->allocated += d;
+    if (x->current > x->peak) x->peak = x->current;
+}
+static inline void mem__stat_down(em_memory_stat *x, int64_t d) {
+    x->current -= d;
+    x->freed += d;
+}
+static inline void mem__stat_add(em_memory_stat *s, int pool, int64_t delta) {
+    if (delta > 0) {
+        mem__stat_up(&s[EM_MEMORY_ALL], delta);
+        if (pool) mem__stat_up(&s[pool], delta);
+    } else if (delta < 0) {
+        mem__stat_down(&s[EM_MEMORY_ALL], -delta);
+        if (pool) mem__stat_down(&s[pool], -delta);
+    }
+}
 /* Largest free block and fully free segments, from the trees (lock held). */
 void mem__refresh_derived(mem_state *st);
 /* Free every fully free segment of st (lock held); returns bytes released. */
@@ -76,8 +95,9 @@ size_t mem__release_cached(mem_state *st);
 const char *mem__type_title(em_device_type t);
 /* "opencl:0" */
 void mem__device_name(em_device d, char *buf, size_t size);
-/* Parse this device's entry of EMBER_MEMORY_CAP into st (cap, cap_fraction, cap_error). */
-void mem__cap_from_env(mem_state *st);
+/* Parse this device's entry of EMBER_MEMORY_CAP into st (cap, cap_fraction, config_error),
+ * and EMBER_MEMORY_POLICY. */
+void mem__config_from_env(mem_state *st);
 /* Resolve a fractional cap once the backend is known (lock held). */
 void mem__cap_resolve(mem_state *st);
 /* Fault injection: true when this raw allocation should fail. */

@@ -84,7 +84,7 @@ em_status em_memory_set_cap(em_device d, int64_t bytes) {
     st->cap = bytes < 0 ? -1 : bytes;
     st->cap_fraction = 0;
     st->cap_source = "em_memory_set_cap";
-    st->cap_error[0] = '\0';
+    st->config_error[0] = '\0';
     st->stats.cap = st->cap;
     pthread_mutex_unlock(&st->lock);
     return EM_OK;
@@ -106,13 +106,13 @@ em_status em_memory_set_cap_fraction(em_device d, double fraction) {
     st->be = be;                /* only to ask for the total memory */
     st->cap_fraction = fraction;
     st->cap_source = "em_memory_set_cap_fraction";
-    st->cap_error[0] = '\0';
+    st->config_error[0] = '\0';
     mem__cap_resolve(st);
     st->be = own;
     em_status s = EM_OK;
-    if (st->cap_error[0]) {
-        s = em_error(EM_ERR_DEVICE, "%s", st->cap_error);
-        st->cap_error[0] = '\0';
+    if (st->config_error[0]) {
+        s = em_error(EM_ERR_DEVICE, "%s", st->config_error);
+        st->config_error[0] = '\0';
         st->cap_fraction = 0;
     }
     pthread_mutex_unlock(&st->lock);
