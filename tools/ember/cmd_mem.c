@@ -100,20 +100,16 @@ static const char *mode_title(em_estimate_mode m) {
 }
 
 static void print_fits(double total, const fit_device *dev, int ndev) {
-    printf("  fits:");
-    const char *sep = " yes on ";
+    int fit = 0;
+    printf("  fits on:");
     for (int i = 0; i < ndev; i++)
-        if (total <= dev[i].bytes) {
-            printf("%s%s", sep, dev[i].name);
-            sep = ", ";
-        }
-    if (sep[0] == ' ') printf(" on none of these");
-    sep = "; no on ";
-    for (int i = 0; i < ndev; i++)
-        if (total > dev[i].bytes) {
-            printf("%s%s (%.0f needed, sharded)", sep, dev[i].name, ceil(total / dev[i].bytes));
-            sep = ", ";
-        }
+        if (total <= dev[i].bytes) printf("%s %s", fit++ ? "," : "", dev[i].name);
+    printf("%s\n", fit ? "" : " none of these");
+    if (fit == ndev) return;
+    printf("  too small:");
+    for (int i = 0, n = 0; i < ndev; i++)
+        if (total > dev[i].bytes)
+            printf("%s %s (%.0f needed, sharded)", n++ ? "," : "", dev[i].name, ceil(total / dev[i].bytes));
     printf("\n");
 }
 
