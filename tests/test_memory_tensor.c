@@ -50,35 +50,59 @@ static void test_tensor_reuse(void) {
     em_release(b);
 }
 
-static void test_real_oom_under_cap(void) {
-    CHECK_OK(em_memory_empty_cache(CPU));
-    int64_t base = em_memory_reserved(CPU);
-    CHECK_OK(em_memory_set_cap(CPU, base + 64 * MiB));
-    em_tensor *x = em_full(EM_SHAPE(10, MiB), 3.0, EM_OPTS(.dtype = EM_F32));   /* 40 MiB */
+static const char *title(em_device_type t) {
+    return t == EM_CPU ? "CPU" : t == EM_CUDA ? "CUDA" : t == EM_OPENCL ? "OpenCL" : "MPS";
+}
+
+/* A real out-of-memory under a cap, then recovery, on one device. */
+static void oom_under_cap(em_device dev) {
+    char want[128];
+    CHECK_OK(em_memory_empty_cache(dev));
+    int64_t base = em_memory_reserved(dev);
+    CHECK_OK(em_memory_set_cap(dev, base + 64 * MiB));
+    em_opts o = EM_OPTS(.dtype = EM_F32, .device = dev);
+    em_tensor *x = em_full(EM_SHAPE(10, MiB), 3.0, o);              /* 40 MiB */
     CHECK(x != NULL);
     if (!x) return;
-    em_tensor *y = f32(10 * MiB);
+    em_tensor *y = em_empty(EM_SHAPE(10 * MiB), o);
     CHECK(y == NULL);
-    CHECK(strstr(em_last_error(), "CPU out of memory. Tried to allocate 40.00 MiB.") != NULL);
-    CHECK(strstr(em_last_error(), "Device cpu:0 has ") != NULL);
+    snprintf(want, sizeof want, "%s out of memory. Tried to allocate 40.00 MiB.", title(dev.type));
+    CHECK(strstr(em_last_error(), want) != NULL);
+    snprintf(want, sizeof want, "Device %s has ", em_device_str(dev).s);
+    CHECK(strstr(em_last_error(), want) != NULL);
     CHECK_ERROR(EM_ERR_OUT_OF_MEMORY, "(em_memory_set_cap); this request would take reserved memory past it");
-    float *px = em__host_ptr(x);                     /* the live tensor is untouched */
-    CHECK(px[0] == 3.0f && px[10 * MiB - 1] == 3.0f);
+    float *host = malloc(50 * MiB);                                 /* the live tensor is untouched */
+    CHECK_OK(em_copy_to_host(x, host, 40 * MiB));
+    CHECK(host[0] == 3.0f && host[10 * MiB - 1] == 3.0f);
     em_memory_stats s;
-    CHECK_OK(em_memory_get_stats(CPU, &s));
+    CHECK_OK(em_memory_get_stats(dev, &s));
     CHECK(s.num_ooms >= 1);
     em_release(x);
-    y = f32(10 * MiB);                               /* reuses x's cached block */
+    y = em_empty(EM_SHAPE(10 * MiB), o);                            /* reuses x's cached block */
     CHECK(y != NULL);
     em_release(y);
-    em_tensor *z = em_zeros(EM_SHAPE(50 * MiB / 4), EM_OPTS(.dtype = EM_F32));  /* frees the cache, retries */
+    em_tensor *z = em_zeros(EM_SHAPE(50 * MiB / 4), o);             /* gives the cache back, then fits */
     CHECK(z != NULL && !em_failed());
-    if (z) CHECK(((float *)em__host_ptr(z))[50 * MiB / 4 - 1] == 0.0f);
+    if (z) {
+        CHECK_OK(em_copy_to_host(z, host, 50 * MiB));
+        CHECK(host[0] == 0.0f && host[50 * MiB / 4 - 1] == 0.0f);
+    }
+    free(host);
     em_release(z);
-    CHECK_OK(em_memory_empty_cache(CPU));
-    CHECK(em_memory_reserved(CPU) == base);
-    CHECK_OK(em_memory_set_cap(CPU, -1));
-    CHECK_OK(em_memory_set_cap_fraction(CPU, 0.5));  /* half the machine's memory */
+    CHECK_OK(em_device_synchronize(dev));
+    CHECK_OK(em_memory_empty_cache(dev));
+    CHECK(em_memory_reserved(dev) == base);
+    CHECK_OK(em_memory_set_cap(dev, -1));
+}
+
+/* On the CPU and on every other device this build can use (OpenCL on PoCL, CUDA with a GPU). */
+static void test_real_oom_under_cap(void) {
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+        int n = em_device_count((em_device_type)t);
+        em_clear_error();
+        for (int i = 0; i < n && i < 2; i++) oom_under_cap(EM_DEVICE((em_device_type)t, i));
+    }
+    CHECK_OK(em_memory_set_cap_fraction(CPU, 0.5));                /* half the machine's memory */
     em_device_props p;
     CHECK_OK(em_device_get_props(CPU, &p));
     CHECK(em_memory_get_cap(CPU) == (int64_t)(0.5 * (double)p.total_memory));

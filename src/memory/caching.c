@@ -299,9 +299,7 @@ const char *mem__type_title(em_device_type t) {
 }
 
 void mem__device_name(em_device d, char *buf, size_t size) {
-    static const char *names[] = {"cpu", "cuda", "mps", "opencl"};
-    const char *n = (unsigned)d.type < 4 ? names[d.type] : "device";
-    snprintf(buf, size, "%s:%d", n, d.index);
+    snprintf(buf, size, "%s", em_device_str(d).s);
 }
 
 static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool capped) {

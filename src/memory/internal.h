@@ -93,7 +93,7 @@ void mem__refresh_derived(mem_state *st);
 size_t mem__release_cached(mem_state *st);
 /* Display name for messages: "CPU", "CUDA", "OpenCL", "MPS". */
 const char *mem__type_title(em_device_type t);
-/* "opencl:0" */
+/* "opencl:0", "cpu": em_device_str into a buffer */
 void mem__device_name(em_device d, char *buf, size_t size);
 /* Parse this device's entry of EMBER_MEMORY_CAP into st (cap, cap_fraction, config_error),
  * and EMBER_MEMORY_POLICY. */
