@@ -250,6 +250,8 @@ static void test_training_loop(void) {
     em_tensor *y = em_keep(em_argmax(em_matmul(x, em_randn(EM_SHAPE(8, 3), (em_opts){0})), 1, false));
     em_scope_end(s0);
     double first = 0, last = 0;
+    int64_t mem_after_first = 0;
+    bool mem_flat = true;
     for (int step = 0; step < 60; step++) {
         em_scope s = em_scope_begin();
         em_tensor *loss = em_cross_entropy(em_forward(m, x), y, 0.0);
@@ -261,7 +263,14 @@ static void test_training_loop(void) {
         if (step == 0) first = v;
         last = v;
         em_scope_end(s);
+        /* after the first step (which creates Adam's state) every step frees all it made:
+         * activations, the graph, temporaries; only parameters, grads and state remain */
+        int64_t mem = em_memory_allocated(EM_DEVICE_CPU);
+        if (step == 1) mem_after_first = mem;
+        if (step > 1 && mem != mem_after_first) mem_flat = false;
     }
+    CHECK(mem_after_first > 0);
+    CHECK(mem_flat);
     CHECK(last < 0.5 * first);
     em_release(x);
     em_release(y);
