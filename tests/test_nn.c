@@ -355,6 +355,60 @@ static void test_save_load(void) {
     em_scope_end(s);
 }
 
+/* On every non-CPU device: the model and the optimizer's state move there in place, a step
+ * runs there, and the result matches the same step on the CPU. */
+static em_device g_dev;
+
+static void test_module_to_device(void) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(11);
+    em_module *m = em_sequential(em_linear(6, 5), em_tanh_module(), em_linear(5, 3));
+    em_manual_seed(11);
+    em_module *ref = em_sequential(em_linear(6, 5), em_tanh_module(), em_linear(5, 3));
+    em_optimizer *opt = em_adam(m, 1e-2), *ref_opt = em_adam(ref, 1e-2);
+    em_tensor *x = em_randn(EM_SHAPE(4, 6), (em_opts){0});
+    em_tensor *y = em_randint(0, 3, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64));
+    /* one step on the CPU first, so that there is state to move */
+    for (int k = 0; k < 2; k++) {
+        em_module *mm = k ? ref : m;
+        em_optimizer *oo = k ? ref_opt : opt;
+        CHECK_OK(em_backward(em_cross_entropy(em_forward(mm, x), y, 0.0)));
+        CHECK_OK(em_step(oo));
+    }
+    em_named_tensor ps[4];
+    em_module_parameters(m, ps, 4);
+    em_tensor *w = ps[0].tensor;
+    CHECK_OK(em_module_to(m, g_dev));
+    CHECK(em_device_equal(em_device_of(w), g_dev));
+    CHECK(em_device_equal(em_device_of(em_grad(w)), g_dev));
+    CHECK(em_device_equal(em_device_of(em_optim_state(opt, w, "exp_avg")), g_dev));
+    /* a second step on the device, the same step on the CPU */
+    CHECK_OK(em_zero_grad(opt));
+    CHECK_OK(em_zero_grad(ref_opt));
+    em_tensor *loss = em_cross_entropy(em_forward(m, em_to(x, g_dev)), em_to(y, g_dev), 0.1);
+    em_tensor *ref_loss = em_cross_entropy(em_forward(ref, x), y, 0.1);
+    CHECK(loss && em_device_equal(em_device_of(loss), g_dev));
+    CHECK_OK(em_backward(loss));
+    CHECK_OK(em_backward(ref_loss));
+    CHECK_OK(em_step(opt));
+    CHECK_OK(em_step(ref_opt));
+    CHECK_NEAR(em_item(loss), em_item(ref_loss), 1e-5);
+    em_named_tensor rp[4];
+    em_module_parameters(ref, rp, 4);
+    for (int i = 0; i < 4; i++) {
+        double d = em_item(em_max(em_abs(em_sub(em_cpu(ps[i].tensor), rp[i].tensor)), EM_ALL_DIMS, false));
+        CHECK(d < 1e-5);
+    }
+    /* and back */
+    CHECK_OK(em_module_to(m, EM_DEVICE_CPU));
+    CHECK(em_device_equal(em_device_of(em_optim_state(opt, w, "exp_avg_sq")), EM_DEVICE_CPU));
+    em_optim_free(opt);
+    em_optim_free(ref_opt);
+    em_module_free(m);
+    em_module_free(ref);
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_linear);
     RUN(test_activations);
@@ -365,5 +419,13 @@ int main(void) {
     RUN(test_training_loop);
     RUN(test_custom_module);
     RUN(test_save_load);
+    const em_device_type types[] = {EM_CUDA, EM_OPENCL, EM_MPS};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < em_device_count(types[t]); i++) {
+            g_dev = EM_DEVICE(types[t], i);
+            printf("     on %s:\n", em_device_str(g_dev).s);
+            RUN(test_module_to_device);
+        }
+    em_clear_error();
     return test_summary();
 }
