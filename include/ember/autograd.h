@@ -8,7 +8,9 @@
  * Every differentiable op on a tensor that requires grad records a graph node. A node
  * references the tensors it saved and its inputs' nodes (never its own output), so the graph
  * lives exactly as long as some tensor that came out of it. Backward releases the saved
- * tensors unless retain_graph is set. Gradients accumulate into the .grad of leaf tensors. */
+ * tensors unless retain_graph is set. Gradients accumulate into the .grad of leaf tensors.
+ * Graphs on different threads are independent; two threads must not run backward through
+ * the same graph at once. Gradients of gradients (create_graph) are not supported. */
 #ifndef EMBER_AUTOGRAD_H
 #define EMBER_AUTOGRAD_H
 
