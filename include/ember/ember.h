@@ -11,5 +11,12 @@
 #include <ember/device.h>
 #include <ember/tensor.h>
 #include <ember/ops.h>
+#include <ember/autograd.h>
+#include <ember/nn.h>
+#include <ember/optim.h>
+#include <ember/io.h>
+#include <ember/data.h>
+#include <ember/memory.h>
+#include <ember/estimate.h>
 
 #endif

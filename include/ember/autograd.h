@@ -1,0 +1,61 @@
+/* Reverse-mode automatic differentiation, as torch.autograd.
+ *
+ *   em_tensor *w = em_randn(EM_SHAPE(3, 4), EM_OPTS(.requires_grad = true));
+ *   em_tensor *loss = em_sum(em_mul(w, w), EM_ALL_DIMS, false);
+ *   em_backward(loss);                  // w's .grad is now 2 * w
+ *   em_tensor *g = em_grad(w);
+ *
+ * Every differentiable op on a tensor that requires grad records a graph node. A node
+ * references the tensors it saved and its inputs' nodes (never its own output), so the graph
+ * lives exactly as long as some tensor that came out of it. Backward releases the saved
+ * tensors unless retain_graph is set. Gradients accumulate into the .grad of leaf tensors.
+ * Graphs on different threads are independent; two threads must not run backward through
+ * the same graph at once. Gradients of gradients (create_graph) are not supported. */
+#ifndef EMBER_AUTOGRAD_H
+#define EMBER_AUTOGRAD_H
+
+#include <stdbool.h>
+#include <ember/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- requires_grad and .grad ---- */
+/* Mark a leaf tensor (one not produced by a differentiable op) as requiring grad.
+ * Floating dtypes only; on a non-leaf tensor this is an error, as in PyTorch. */
+em_status em_set_requires_grad(em_tensor *t, bool requires_grad);
+bool em_requires_grad(const em_tensor *t);
+/* True when t was not produced by a differentiable op (it has no grad_fn). */
+bool em_is_leaf(const em_tensor *t);
+/* The accumulated gradient of t (a new reference), or NULL (without an error) if none. */
+em_tensor *em_grad(em_tensor *t);
+/* Replace t's .grad with g (retained; NULL clears it, as `t.grad = None`). g must have t's
+ * shape, dtype and device. */
+em_status em_set_grad(em_tensor *t, em_tensor *g);
+/* Fill t's .grad with zeros in place (nothing happens if t has no .grad). */
+em_status em_zero_grad_tensor(em_tensor *t);
+/* The name of the node that produced t ("MulBackward0", as PyTorch prints), or NULL for leaves. */
+const char *em_grad_fn_name(const em_tensor *t);
+
+/* ---- backward ---- */
+/* loss.backward(): loss must have exactly one element. The graph's saved tensors are
+ * released afterwards (a second backward through it is an error). */
+em_status em_backward(em_tensor *loss);
+/* t.backward(grad, retain_graph): grad has t's shape (NULL means ones, for one-element t). */
+em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph);
+
+/* ---- grad mode (per thread) ---- */
+/* A guard: no-grad mode until the matching end, which restores the previous mode.
+ *   em_grad_mode g = em_no_grad_begin(); ... em_no_grad_end(g); */
+typedef struct em_grad_mode { bool previous; } em_grad_mode;
+em_grad_mode em_no_grad_begin(void);
+void em_no_grad_end(em_grad_mode g);
+/* torch.set_grad_enabled / torch.is_grad_enabled. set returns the previous mode. */
+em_grad_mode em_set_grad_enabled(bool enabled);
+bool em_is_grad_enabled(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,100 @@
+/* Datasets and data loaders (torch.utils.data in C).
+ *
+ *   em_dataset *train = em_dataset_fashion_mnist(NULL, true);   // x [60000, 28, 28] in [0, 1]
+ *   em_loader *loader = em_loader_new(train, (em_loader_opts){.batch_size = 64, .shuffle = true});
+ *   for (em_batch b; em_loader_next(loader, &b);) {
+ *       em_scope s = em_scope_begin();
+ *       ... use b.x [64, 28, 28] float32 and b.y [64] int64 ...
+ *       em_scope_end(s);
+ *   }
+ *   if (em_failed()) ...;           // em_loader_next returns false at the end of an epoch or on error
+ *   em_loader_free(loader); em_dataset_free(train);
+ *
+ * Batch ownership: the loader owns b.x and b.y. They stay valid until the next
+ * em_loader_next / em_loader_reset / em_loader_free on that loader, which releases them;
+ * they are registered in no scope, so the loop above frees each batch with no call from
+ * the user, wherever the scope begins. Do not em_release them; to keep a batch longer,
+ * em_retain it (and em_release that reference later). A loader is used from one thread
+ * (its prefetch thread is internal).  */
+#ifndef EMBER_DATA_H
+#define EMBER_DATA_H
+
+#include <ember/tensor.h>
+#include <ember/io.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- datasets: x [N, ...] float32 and y [N] int64 (or no labels), on the CPU ---- */
+typedef struct em_dataset em_dataset;
+
+/* From tensors (any device, any dtype): x becomes float32, y int64 (y may be NULL). */
+em_dataset *em_dataset_new(em_tensor *x, em_tensor *y);
+/* IDX images and labels (raw or .gz); pixels are multiplied by scale (1.0 / 255 for [0, 1]). */
+em_dataset *em_dataset_idx(const char *images, const char *labels, double scale);
+/* .npy features and labels (labels_path may be NULL); features multiplied by scale. */
+em_dataset *em_dataset_npy(const char *x_path, const char *y_path, double scale);
+/* A numeric CSV (see em_load_csv); features multiplied by scale. The label column gives y,
+ * unless opts.label_column is EM_CSV_NO_LABEL. */
+em_dataset *em_dataset_csv(const char *path, em_csv_opts opts, double scale);
+
+#define EM_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* Fashion-MNIST's train (60000) or test (10000) split, pixels / 255. dir NULL means
+ * $EMBER_DATA_DIR if set (the files there or in its fashion-mnist/), else
+ * EM_FASHION_MNIST_DIR (Debian's dataset-fashion-mnist). Files may be .gz or raw. */
+em_dataset *em_dataset_fashion_mnist(const char *dir, bool train);
+
+/* x = (x - mean) / std, in place (torchvision's Normalize with one channel). */
+em_status em_dataset_normalize(em_dataset *ds, double mean, double std);
+int64_t em_dataset_len(const em_dataset *ds);
+/* The whole x / y (new scoped references sharing the dataset's memory); y may be NULL. */
+em_tensor *em_dataset_x(const em_dataset *ds);
+em_tensor *em_dataset_y(const em_dataset *ds);
+/* Loaders keep their own references: a dataset may be freed before its loaders. */
+void em_dataset_free(em_dataset *ds);
+
+/* ---- loaders ---- */
+#define EM_PREFETCH_NONE (-1)
+typedef struct em_loader_opts {
+    int64_t batch_size;  /* 0 means 1, as in PyTorch */
+    bool shuffle;        /* a new order every epoch, reproducible from seed */
+    uint64_t seed;
+    bool drop_last;      /* skip the last batch when it is smaller than batch_size */
+    int prefetch;        /* batches a background thread prepares ahead; 0 means 2;
+                          * EM_PREFETCH_NONE: each batch is made inside em_loader_next */
+    bool pin_memory;     /* batches in page-locked host memory (fast, non-blocking copies) */
+    em_device device;    /* batches are moved here (non-blocking from pinned memory); the
+                          * zeroed value, the CPU, leaves them on the host */
+} em_loader_opts;
+
+typedef struct em_batch {
+    em_tensor *x;        /* [size, ...] float32, owned by the loader (see above) */
+    em_tensor *y;        /* [size] int64, or NULL for a dataset without labels */
+    int64_t index;       /* the batch's number within the epoch, from 0 */
+    int64_t size;
+} em_batch;
+
+typedef struct em_loader em_loader;
+
+/* Shuffling: Fisher-Yates over the sample indices, drawing from splitmix64 seeded with
+ * seed + epoch (bounded draws by Lemire's unbiased method), so an epoch's order depends
+ * only on (seed, epoch) and differs between epochs. Without shuffle the order is 0..N-1. */
+em_loader *em_loader_new(const em_dataset *ds, em_loader_opts opts);
+/* The next batch of the epoch: true and *b filled, or false at the end of the epoch (the
+ * following call starts the next epoch) or on error (em_failed() tells which). */
+bool em_loader_next(em_loader *l, em_batch *b);
+/* Abandon the rest of this epoch and start the next (a no-op before the first batch of
+ * an epoch, so "reset, then loop" and "loop until false" count epochs alike). */
+em_status em_loader_reset(em_loader *l);
+/* Batches per epoch. */
+int64_t em_loader_len(const em_loader *l);
+/* The current epoch, from 0. */
+int64_t em_loader_epoch(const em_loader *l);
+/* Stops the prefetch thread (also mid-epoch) and releases every batch. NULL is ignored. */
+void em_loader_free(em_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,118 @@
+/* Neural-network modules and losses, as torch.nn.
+ *
+ *   em_module *model = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+ *   em_module_to(model, dev);              // parameters move in place: handles stay valid
+ *   em_tensor *loss = em_cross_entropy(em_forward(model, x), y, 0.0);
+ *
+ * A module owns its parameters, buffers and children; em_module_free frees the whole tree.
+ * The activations are em_relu_module() etc. because em_relu() is already the tensor op. */
+#ifndef EMBER_NN_H
+#define EMBER_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ember/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct em_module em_module;
+
+/* What a kind of module does. Parameters, buffers, children, train/eval and moving are
+ * generic; a custom module supplies forward (and optionally describe/free_ctx) and
+ * registers its tensors with em_module_add_parameter / _buffer / _child. */
+typedef struct em_module_ops {
+    const char *name;                                   /* "Linear", as PyTorch prints it */
+    em_tensor *(*forward)(em_module *m, em_tensor *x);  /* returns a new reference or NULL */
+    /* Optional: the text inside the parentheses of the module's repr ("in_features=4, ..."). */
+    void (*describe)(const em_module *m, char *buf, size_t size);
+    void (*free_ctx)(void *ctx);                        /* optional: frees ctx */
+} em_module_ops;
+
+/* ---- building modules ---- */
+/* A new module of the given kind; ctx is private data the module's functions read. */
+em_module *em_module_new(const em_module_ops *ops, void *ctx);
+void *em_module_ctx(const em_module *m);
+/* Register a parameter (retained; marked requires_grad) / a buffer (retained) by name. */
+em_status em_module_add_parameter(em_module *m, const char *name, em_tensor *t);
+em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t);
+/* Add a child module; m takes ownership of it (also on failure). */
+em_status em_module_add_child(em_module *m, const char *name, em_module *child);
+/* Free m, its children, parameters and buffers. NULL is ignored. */
+void em_module_free(em_module *m);
+
+/* ---- layers ---- */
+/* y = x W^T + b with PyTorch's default init: W, b ~ U(-1/sqrt(in), 1/sqrt(in)) from em_rand. */
+em_module *em_linear(int64_t in_features, int64_t out_features);
+em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias);
+em_module *em_relu_module(void);
+em_module *em_gelu_module(void);
+em_module *em_sigmoid_module(void);
+em_module *em_tanh_module(void);
+/* Zeroes elements with probability p (a Bernoulli mask from em_rand) and scales the rest by
+ * 1/(1-p) while training; the identity in eval mode. */
+em_module *em_dropout(double p);
+/* nn.Flatten(): flattens dims 1..-1. */
+em_module *em_flatten_module(void);
+/* Sequential container; takes ownership of the modules. If any is NULL (a failed
+ * constructor), frees the others and returns NULL. Children are named "0", "1", ... */
+em_module *em_sequential_n(int n, em_module *const *modules);
+#define em_sequential(...)                                                              \
+    em_sequential_n((int)(sizeof((em_module *[]){__VA_ARGS__}) / sizeof(em_module *)), \
+                    (em_module *[]){__VA_ARGS__})
+/* Append a module to a Sequential (takes ownership). */
+em_status em_sequential_append(em_module *seq, em_module *m);
+
+/* ---- using modules ---- */
+/* m(x): a new reference (scoped like any op result). */
+em_tensor *em_forward(em_module *m, em_tensor *x);
+void em_module_train(em_module *m);  /* training mode, recursively */
+void em_module_eval(em_module *m);   /* evaluation mode, recursively */
+bool em_module_is_training(const em_module *m);
+
+/* A parameter or buffer with its dotted name ("0.weight"). Both pointers are borrowed:
+ * valid until the module is freed or a parameter, buffer or child is added to its tree. */
+typedef struct em_named_tensor {
+    const char *name;
+    em_tensor *tensor;
+} em_named_tensor;
+/* Fills up to cap entries (in registration order, children depth-first, like PyTorch's
+ * named_parameters) and returns how many there are in all. */
+int em_module_parameters(em_module *m, em_named_tensor *out, int cap);
+int em_module_buffers(em_module *m, em_named_tensor *out, int cap);
+/* Total number of parameter elements (sum of numel). */
+int64_t em_module_num_parameters(em_module *m);
+/* Child i of m (borrowed), or NULL. */
+em_module *em_module_child(em_module *m, int i);
+
+/* Move every parameter, buffer and gradient in place (the em_tensor handles stay valid)
+ * and the state of every optimizer created on this module (or on a module containing it). */
+em_status em_module_to(em_module *m, em_device d);
+em_status em_module_to_dtype(em_module *m, em_dtype dt);
+
+/* PyTorch's repr ("Sequential(\n  (0): Linear(in_features=784, ...)\n)") into buf;
+ * returns the full length, as snprintf. em_module_print writes it to stdout. */
+int em_module_format(const em_module *m, char *buf, size_t size);
+void em_module_print(const em_module *m);
+
+/* ---- state dicts (safetensors files, keys as PyTorch's state_dict) ---- */
+em_status em_module_save(em_module *m, const char *path);
+/* Load in place (parameters keep their device and dtype). Every key must match, with the
+ * same shape, as load_state_dict(strict=True). */
+em_status em_module_load(em_module *m, const char *path);
+
+/* ---- losses (mean reduction) ---- */
+/* logits [N, C] (or [C], or [N, C, d...]); target int64 class indices [N] (or [N, d...]),
+ * or floating class probabilities shaped like logits. label_smoothing in [0, 1]:
+ * target becomes (1 - s) * one_hot + s / C, as PyTorch. */
+em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
+/* log_probs [N, C], target int64 [N]: -mean(log_probs[i, target[i]]). */
+em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
+em_tensor *em_mse_loss(em_tensor *input, em_tensor *target);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

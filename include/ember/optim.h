@@ -1,0 +1,95 @@
+/* Optimizers, gradient clipping and learning-rate schedules, as torch.optim.
+ *
+ *   em_optimizer *opt = em_adam(model, 1e-3);
+ *   em_zero_grad(opt); em_backward(loss); em_step(opt);
+ *
+ * An optimizer holds references to its module's parameters and keeps its state (momentum,
+ * Adam's moments) keyed by parameter. em_module_to moves that state together with the
+ * parameters, so moving a model after creating its optimizer is safe.
+ * The updates follow PyTorch 1.13's single-tensor formulas exactly; they are written with
+ * the public in-place ops (about ten kernels per parameter for Adam). A fused backend entry
+ * point per optimizer can replace them later. */
+#ifndef EMBER_OPTIM_H
+#define EMBER_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <ember/tensor.h>
+#include <ember/nn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct em_optimizer em_optimizer;
+
+/* torch.optim.SGD's options; em_sgd_defaults(lr) gives PyTorch's defaults (all zero). */
+typedef struct em_sgd_opts {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} em_sgd_opts;
+/* torch.optim.Adam / AdamW options. Adam's weight_decay adds wd * p to the gradient;
+ * AdamW's multiplies p by (1 - lr * wd) first (decoupled). */
+typedef struct em_adam_opts {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad;
+} em_adam_opts;
+
+em_sgd_opts em_sgd_defaults(double lr);
+em_adam_opts em_adam_defaults(double lr);   /* betas (0.9, 0.999), eps 1e-8, weight_decay 0 */
+em_adam_opts em_adamw_defaults(double lr);  /* the same with weight_decay 0.01 */
+
+/* Optimizers over every parameter of m (shared parameters counted once). */
+em_optimizer *em_sgd(em_module *m, double lr);
+em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts o);
+em_optimizer *em_adam(em_module *m, double lr);
+em_optimizer *em_adam_ex(em_module *m, em_adam_opts o);
+em_optimizer *em_adamw(em_module *m, double lr);
+em_optimizer *em_adamw_ex(em_module *m, em_adam_opts o);
+void em_optim_free(em_optimizer *opt);
+
+/* Set every parameter's .grad to none (PyTorch 2's default, set_to_none=True): the next
+ * backward allocates fresh gradients. Gradients accumulate over backwards until this. */
+em_status em_zero_grad(em_optimizer *opt);
+/* One update of every parameter that has a .grad (runs in no-grad mode). */
+em_status em_step(em_optimizer *opt);
+
+double em_optim_lr(const em_optimizer *opt);
+em_status em_optim_set_lr(em_optimizer *opt, double lr);
+/* Number of em_step calls so far. */
+int64_t em_optim_steps(const em_optimizer *opt);
+/* A state tensor of parameter p by PyTorch's name ("exp_avg", "exp_avg_sq",
+ * "max_exp_avg_sq", "momentum_buffer"): a new reference, or NULL if there is none (yet). */
+em_tensor *em_optim_state(em_optimizer *opt, em_tensor *p, const char *name);
+
+/* torch.nn.utils.clip_grad_norm_(m.parameters(), max_norm): scales all gradients by
+ * min(1, max_norm / (norm + 1e-6)) and returns the total 2-norm before clipping
+ * (NaN and an error on failure). */
+double em_clip_grad_norm(em_module *m, double max_norm);
+
+/* ---- learning-rate schedules ---- */
+typedef enum em_lr_kind { EM_LR_CONSTANT = 0, EM_LR_STEP, EM_LR_COSINE } em_lr_kind;
+typedef struct em_lr_schedule {
+    em_lr_kind kind;
+    int64_t step_size;  /* EM_LR_STEP */
+    double gamma;       /* EM_LR_STEP */
+    int64_t warmup;     /* EM_LR_COSINE */
+    int64_t total;      /* EM_LR_COSINE */
+    double min_lr;      /* EM_LR_COSINE */
+} em_lr_schedule;
+/* StepLR: lr = base * gamma^(t / step_size) (integer division). */
+em_lr_schedule em_lr_step(int64_t step_size, double gamma);
+/* Linear warmup to base over `warmup` steps (lr = base * (t + 1) / warmup), then cosine
+ * annealing to min_lr at t = total (CosineAnnealingLR when warmup = 0); min_lr after. */
+em_lr_schedule em_lr_cosine(int64_t warmup, int64_t total, double min_lr);
+/* The learning rate of schedule s at scheduler step t from base_lr. */
+double em_lr_at(em_lr_schedule s, double base_lr, int64_t t);
+/* Attach s to opt: the current lr becomes the base, t = 0, and the lr is set to em_lr_at(s, base, 0). */
+em_status em_optim_set_schedule(em_optimizer *opt, em_lr_schedule s);
+/* scheduler.step(): t += 1 and the lr becomes em_lr_at(s, base, t). */
+em_status em_optim_schedule_step(em_optimizer *opt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,239 @@
+/* The backward pass: walk the graph from the output in topological order (iteratively, so
+ * depth is unlimited), sum the gradients arriving at each node, run its formula, and
+ * accumulate into the .grad of leaf tensors. */
+#include <stdlib.h>
+#include <string.h>
+#include <ember/autograd.h>
+#include <ember/ops.h>
+#include "../core/errors.h"
+#include "node.h"
+
+static atomic_uint g_epoch; /* tells one traversal's marks from the previous one's */
+
+typedef struct node_vec {
+    ag_node **v;
+    size_t n, cap;
+} node_vec;
+
+static bool vec_push(node_vec *s, ag_node *x) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        ag_node **v = realloc(s->v, cap * sizeof *v);
+        if (!v) return false;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return true;
+}
+
+static const char *const SECOND_TIME =
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call em_backward(). Specify retain_graph=true (em_backward_with) if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward.";
+
+/* Is every saved tensor of n still there and unmodified? */
+static em_status check_saved(const ag_node *n) {
+    if (n->released && n->nsaved > 0) return em_error(EM_ERR_AUTOGRAD, "%s", SECOND_TIME);
+    for (int i = 0; i < n->nsaved; i++) {
+        const em_tensor *t = n->saved[i].t;
+        unsigned now = atomic_load(&t->storage->version);
+        if (now != n->saved[i].version) {
+            char desc[320];
+            ag_describe(desc, sizeof desc, t->dtype, t->storage->device, t->ndim, t->shape);
+            return em_error(EM_ERR_AUTOGRAD,
+                            "one of the variables needed for gradient computation has been "
+                            "modified by an inplace operation: %s is at version %u; expected "
+                            "version %u instead. Hint: the tensor was saved by %s; modify a "
+                            "clone instead, or modify it after backward.",
+                            desc, now, n->saved[i].version, ag_op_name(n->op));
+        }
+    }
+    return EM_OK;
+}
+
+/* Collect every node reachable from root, counting how many gradients each will receive. */
+static em_status collect(ag_node *root, node_vec *all) {
+    unsigned epoch = atomic_fetch_add(&g_epoch, 1) + 1;
+    node_vec stack = {0};
+    em_status st = EM_OK;
+    root->mark = epoch;
+    root->deps = 0;
+    root->grad = NULL;
+    if (!vec_push(all, root) || !vec_push(&stack, root)) goto oom;
+    while (stack.n) {
+        ag_node *x = stack.v[--stack.n];
+        if ((st = check_saved(x)) != EM_OK) break;
+        for (int i = 0; i < x->n; i++) {
+            ag_node *c = x->in[i].node;
+            if (!c) continue;
+            if (c->mark != epoch) {
+                c->mark = epoch;
+                c->deps = 0;
+                c->grad = NULL;
+                if (!vec_push(all, c) || !vec_push(&stack, c)) goto oom;
+            }
+            c->deps++;
+        }
+    }
+    free(stack.v);
+    return st;
+oom:
+    free(stack.v);
+    return em_error(EM_ERR_OUT_OF_MEMORY, "backward: out of host memory for the graph walk");
+}
+
+static bool same_shape(const em_tensor *a, int ndim, const int64_t *shape) {
+    if (a->ndim != ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (a->shape[i] != shape[i]) return false;
+    return true;
+}
+
+/* leaf.grad += g. A .grad nobody else holds is updated in place; otherwise (a reference
+ * the user took with em_grad) it is replaced, so the user's tensor does not change. */
+static em_status accumulate_leaf(em_tensor *leaf, em_tensor *g) {
+    if (!same_shape(g, leaf->ndim, leaf->shape) || g->dtype != leaf->dtype)
+        return em_error(EM_ERR_INTERNAL, "backward: gradient of the wrong shape or dtype for a leaf");
+    em_tensor *old = leaf->grad;
+    if (!old) {
+        em_tensor *c = em_clone(g);
+        if (!c) return em_last_status();
+        leaf->grad = em_retain(c);
+        return EM_OK;
+    }
+    if (atomic_load(&old->refcount) == 1 && atomic_load(&old->storage->refcount) == 1)
+        return em_add_(old, g, 1.0);
+    em_tensor *sum = em_add(old, g);
+    if (!sum) return em_last_status();
+    leaf->grad = em_retain(sum);
+    em_release(old);
+    return EM_OK;
+}
+
+/* node.grad += g */
+static em_status accumulate_node(ag_node *n, em_tensor *g) {
+    if (!n->grad) {
+        n->grad = em_retain(g);
+        return EM_OK;
+    }
+    em_tensor *sum = em_add(n->grad, g);
+    if (!sum) return em_last_status();
+    em_release(n->grad);
+    n->grad = em_retain(sum);
+    return EM_OK;
+}
+
+/* Run the formulas of every node in topological order, starting with root's gradient g. */
+static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *all) {
+    node_vec ready = {0};
+    em_tensor *outs_small[8];
+    em_status st = EM_OK;
+    root->grad = em_retain(g);
+    if (!vec_push(&ready, root))
+        return em_error(EM_ERR_OUT_OF_MEMORY, "backward: out of host memory");
+    while (ready.n && st == EM_OK) {
+        ag_node *x = ready.v[--ready.n];
+        em_tensor **outs = x->n <= 8 ? outs_small : calloc((size_t)x->n, sizeof *outs);
+        if (!outs) {
+            st = em_error(EM_ERR_OUT_OF_MEMORY, "backward: out of host memory");
+            break;
+        }
+        memset(outs, 0, (size_t)x->n * sizeof *outs);
+        em_scope s = em_scope_begin();
+        if (x->grad) st = ag_node_backward(x, x->grad, outs);
+        em_release(x->grad);
+        x->grad = NULL;
+        if (!retain_graph) {
+            for (int i = 0; i < x->nsaved; i++) {
+                em_release(x->saved[i].t);
+                x->saved[i].t = NULL;
+            }
+            x->released = true;
+        }
+        for (int i = 0; i < x->n; i++) {
+            ag_input *in = &x->in[i];
+            if (st == EM_OK && outs[i]) {
+                if (in->leaf)
+                    st = accumulate_leaf(in->leaf, outs[i]);
+                else if (in->node)
+                    st = accumulate_node(in->node, outs[i]);
+            }
+            em_release(outs[i]);
+            if (in->node && --in->node->deps == 0 && st == EM_OK && !vec_push(&ready, in->node))
+                st = em_error(EM_ERR_OUT_OF_MEMORY, "backward: out of host memory");
+        }
+        em_scope_end(s);
+        if (outs != outs_small) free(outs);
+    }
+    free(ready.v);
+    return st;
+}
+
+static em_status backward_impl(em_tensor *t, em_tensor *grad, bool retain_graph) {
+    if (!t->grad_fn) return accumulate_leaf(t, grad);
+    ag_node *root = (ag_node *)t->grad_fn;
+    node_vec all = {0};
+    em_status st = collect(root, &all);
+    if (st == EM_OK) st = run(root, grad, retain_graph, &all);
+    for (size_t i = 0; i < all.n; i++) { /* after an error, drop half-summed gradients */
+        em_release(all.v[i]->grad);
+        all.v[i]->grad = NULL;
+    }
+    free(all.v);
+    return st;
+}
+
+static em_status not_requiring_grad(void) {
+    return em_error(EM_ERR_AUTOGRAD,
+                    "element 0 of tensors does not require grad and does not have a grad_fn");
+}
+
+static em_status implicit_scalar(const em_tensor *t) {
+    char desc[320];
+    ag_describe(desc, sizeof desc, t->dtype, t->storage->device, t->ndim, t->shape);
+    return em_error(EM_ERR_AUTOGRAD,
+                    "grad can be implicitly created only for scalar outputs (got %s with %lld "
+                    "elements; pass a gradient with em_backward_with)",
+                    desc, (long long)em_numel(t));
+}
+
+em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph) {
+    if (!t) {
+        if (!em_failed()) return em_error(EM_ERR_ARGUMENT, "em_backward: tensor is NULL");
+        return em_last_status();
+    }
+    if (!t->requires_grad) return not_requiring_grad();
+    if (!grad && em_numel(t) != 1) return implicit_scalar(t);
+    if (grad) {
+        if (!same_shape(grad, t->ndim, t->shape)) {
+            char a[320], b[320];
+            ag_describe(a, sizeof a, grad->dtype, grad->storage->device, grad->ndim, grad->shape);
+            ag_describe(b, sizeof b, t->dtype, t->storage->device, t->ndim, t->shape);
+            return em_error(EM_ERR_SHAPE, "Mismatch in shape: grad_output[0] is %s and output[0] is %s",
+                            a, b);
+        }
+        if (!em_device_equal(grad->storage->device, t->storage->device))
+            return em_error(EM_ERR_DEVICE,
+                            "invalid gradient at index 0 - expected device %s but got %s",
+                            em_device_str(t->storage->device).s,
+                            em_device_str(grad->storage->device).s);
+        if (!em_dtype_is_floating(grad->dtype))
+            return em_error(EM_ERR_DTYPE, "invalid gradient at index 0 - expected a floating "
+                            "dtype but got %s", em_dtype_name(grad->dtype));
+    }
+    em_grad_mode mode = em_no_grad_begin();
+    em_scope s = em_scope_begin();
+    em_tensor *g = grad ? em_to_dtype(grad, t->dtype) : em_ones_like(t);
+    em_status st = g ? backward_impl(t, g, retain_graph) : em_last_status();
+    em_scope_end(s);
+    em_no_grad_end(mode);
+    return st;
+}
+
+em_status em_backward(em_tensor *loss) {
+    if (loss && loss->requires_grad && em_numel(loss) != 1) return implicit_scalar(loss);
+    return em_backward_with(loss, NULL, false);
+}

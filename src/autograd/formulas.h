@@ -1,0 +1,29 @@
+/* Helpers shared by the gradient formulas (private to src/autograd/). Every formula runs in
+ * no-grad mode inside a scope the engine opened, so temporaries need no release: the scope
+ * frees them. A NULL anywhere propagates (ops given NULL return NULL). */
+#ifndef EM_AUTOGRAD_FORMULAS_H
+#define EM_AUTOGRAD_FORMULAS_H
+
+#include <ember/ops.h>
+#include "node.h"
+
+/* The i-th saved tensor of n. */
+static inline em_tensor *ag_saved_t(const ag_node *n, int i) { return n->saved[i].t; }
+
+/* A 0-d tensor with value v, in like's dtype and device (broadcasts in where/compare). */
+em_tensor *ag_scalar_like(const em_tensor *like, double v);
+/* Sum g over the dims that were broadcast to reach g's shape from (ndim, shape), and give it
+ * that shape. */
+em_tensor *ag_reduce_to(em_tensor *g, int ndim, const int64_t *shape);
+/* g reduced to input in's shape and cast to its dtype. */
+em_tensor *ag_finish(em_tensor *g, const ag_input *in);
+/* Insert size-1 dims where a reduction without keepdim removed them. */
+em_tensor *ag_restore_dims(em_tensor *g, const em_grad_args *args, int ndim);
+/* The reduced dims of an input of ndim dims as an em_dims (n = 0 when none). */
+em_dims ag_reduced_dims(const em_grad_args *args, int ndim);
+
+/* Formulas for reductions, matmul, softmax, indexing, joining and views (formulas_shape.c).
+ * Each fills out[i] (scope-owned, not yet cast) for the inputs that need a gradient. */
+void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out);
+
+#endif

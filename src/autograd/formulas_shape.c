@@ -1,0 +1,206 @@
+/* Gradient formulas of reductions, matmul, softmax, indexing, joining and views. */
+#include <string.h>
+#include <ember/ops.h>
+#include "../core/errors.h"
+#include "formulas.h"
+
+em_dims ag_reduced_dims(const em_grad_args *args, int ndim) {
+    em_dims d = {0};
+    for (int i = 0; i < ndim; i++)
+        if (args->reduce[i]) d.d[d.n++] = i;
+    return d;
+}
+
+em_tensor *ag_restore_dims(em_tensor *g, const em_grad_args *args, int ndim) {
+    if (args->keepdim) return g;
+    for (int i = 0; i < ndim; i++) /* increasing order: each insert lands at its final place */
+        if (args->reduce[i]) g = em_unsqueeze(g, i);
+    return g;
+}
+
+static em_shape shape_of_input(const ag_input *in) {
+    em_shape s = {.ndim = in->ndim};
+    memcpy(s.d, in->shape, (size_t)in->ndim * sizeof in->shape[0]);
+    return s;
+}
+
+static em_opts opts_like(const em_tensor *g) {
+    return EM_OPTS(.dtype = em_dtype_of(g), .device = em_device_of(g));
+}
+
+/* A permutation that moves dim `from` to the end (to_end) or the last dim back to `from`. */
+static em_dims move_dim_perm(int ndim, int from, bool to_end) {
+    em_dims p = {.n = ndim};
+    int k = 0;
+    if (to_end) {
+        for (int i = 0; i < ndim; i++)
+            if (i != from) p.d[k++] = i;
+        p.d[k] = from;
+    } else {
+        for (int i = 0; i < ndim; i++) p.d[i] = i < from ? i : (i == from ? ndim - 1 : i - 1);
+    }
+    return p;
+}
+
+static int wrap(int dim, int ndim) { return dim < 0 ? dim + ndim : dim; }
+
+/* sum, mean, amax, amin */
+static void backward_reduce(ag_node *n, em_tensor *g, em_tensor **out) {
+    const ag_input *in = &n->in[0];
+    em_shape shape = shape_of_input(in);
+    if (n->op == EM_GRAD_SUM || n->op == EM_GRAD_MEAN) {
+        if (n->op == EM_GRAD_MEAN) {
+            double count = 1;
+            for (int i = 0; i < in->ndim; i++)
+                if (n->args.reduce[i]) count *= (double)in->shape[i];
+            g = em_div_scalar(g, count);
+        }
+        out[0] = em_expand(ag_restore_dims(g, &n->args, in->ndim), shape);
+        return;
+    }
+    /* amax/amin: the gradient is shared evenly by the elements equal to the result */
+    em_tensor *a = ag_saved_t(n, 0), *res = ag_restore_dims(ag_saved_t(n, 1), &n->args, in->ndim);
+    em_tensor *mask = em_to_dtype(em_eq(a, res), em_dtype_of(g));
+    em_dims dims = ag_reduced_dims(&n->args, in->ndim);
+    em_tensor *count = dims.n ? em_sum(mask, dims, true) : mask;
+    out[0] = em_mul(mask, em_div(ag_restore_dims(g, &n->args, in->ndim), count));
+}
+
+/* torch.matmul: 1-d operands become [1, K] / [K, 1]; batch dims broadcast. Each gradient is
+ * reduced to the 2-d form of its operand and then given the operand's own shape (right-aligned
+ * reduction against a 1-d [K] would sum the wrong dim). */
+static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
+    em_tensor *a = ag_saved_t(n, 0), *b = ag_saved_t(n, 1);
+    int an = em_ndim(a), bn = em_ndim(b);
+    em_tensor *a2 = an == 1 ? em_unsqueeze(a, 0) : a;
+    em_tensor *b2 = bn == 1 ? em_unsqueeze(b, -1) : b;
+    em_tensor *g2 = g;
+    if (bn == 1) g2 = em_unsqueeze(g2, -1);
+    if (an == 1) g2 = em_unsqueeze(g2, -2);
+    if (ag_input_needs(&n->in[0])) {
+        em_tensor *ga = em_matmul(g2, em_transpose(b2, -1, -2));
+        em_shape s2 = em_shape_of(a2);
+        out[0] = a2 ? em_reshape(ag_reduce_to(ga, s2.ndim, s2.d), em_shape_of(a)) : NULL;
+    }
+    if (ag_input_needs(&n->in[1])) {
+        em_tensor *gb = em_matmul(em_transpose(a2, -1, -2), g2);
+        em_shape s2 = em_shape_of(b2);
+        out[1] = b2 ? em_reshape(ag_reduce_to(gb, s2.ndim, s2.d), em_shape_of(b)) : NULL;
+    }
+}
+
+static void backward_softmax(ag_node *n, em_tensor *g, em_tensor **out) {
+    em_tensor *y = ag_saved_t(n, 0);
+    em_dims dim = EM_DIMS(wrap(n->args.dim, em_ndim(y)));
+    if (em_ndim(y) == 0) { /* softmax of a 0-d tensor is 1: no gradient flows */
+        out[0] = em_mul_scalar(g, 0.0);
+        return;
+    }
+    if (n->op == EM_GRAD_SOFTMAX) /* y * (g - sum(g * y)) */
+        out[0] = em_mul(y, em_sub(g, em_sum(em_mul(g, y), dim, true)));
+    else /* g - exp(y) * sum(g) */
+        out[0] = em_sub(g, em_mul(em_exp(y), em_sum(g, dim, true)));
+}
+
+/* index_select: the gradient of row i goes to row index[i], summed over repeats. Written as
+ * a matmul with one_hot(index) so it runs through the public API on every device (costs
+ * numel(index) * size(dim); a fused index_add entry point can replace it). */
+static void backward_index_select(ag_node *n, em_tensor *g, em_tensor **out) {
+    const ag_input *in = &n->in[0];
+    int dim = wrap(n->args.dim, in->ndim);
+    em_tensor *index = em_to_dtype(ag_saved_t(n, 0), EM_I64);
+    if (index && em_ndim(index) == 0) index = em_reshape(index, EM_SHAPE(1));
+    em_tensor *oh = em_to_dtype(em_one_hot(index, in->shape[dim]), em_dtype_of(g));
+    if (in->ndim == 0) { /* a 0-d input: g has one element */
+        out[0] = em_reshape(em_sum(g, EM_ALL_DIMS, false), EM_SHAPE0);
+        return;
+    }
+    if (em_ndim(g) != in->ndim) g = em_unsqueeze(g, dim);
+    em_tensor *gm = em_permute(g, move_dim_perm(in->ndim, dim, true));
+    em_tensor *r = em_matmul(gm, oh);
+    out[0] = em_permute(r, move_dim_perm(in->ndim, dim, false));
+}
+
+/* gather: out[.., j, ..] = a[.., index[.., j, ..], ..]; the gradient is scattered back and
+ * summed, through one_hot(index) (numel(index) * size(dim) work). */
+static void backward_gather(ag_node *n, em_tensor *g, em_tensor **out) {
+    const ag_input *in = &n->in[0];
+    int dim = wrap(n->args.dim, in->ndim);
+    if (in->ndim == 0) {
+        out[0] = em_reshape(em_sum(g, EM_ALL_DIMS, false), EM_SHAPE0);
+        return;
+    }
+    em_tensor *index = ag_saved_t(n, 0);
+    em_tensor *oh = em_to_dtype(em_one_hot(em_to_dtype(index, EM_I64), in->shape[dim]),
+                                em_dtype_of(g));
+    em_tensor *s = em_sum(em_mul(oh, em_unsqueeze(g, -1)), EM_DIMS(dim), false);
+    em_tensor *r = em_permute(s, move_dim_perm(in->ndim, dim, false));
+    bool fits = r != NULL;
+    for (int d = 0; fits && d < in->ndim; d++) fits = em_size(r, d) == in->shape[d];
+    if (!r || fits) {
+        out[0] = r;
+        return;
+    }
+    /* index smaller than a in other dims: place r in the corner of a zero gradient */
+    em_tensor *z = em_zeros(shape_of_input(in), opts_like(g));
+    em_tensor *corner = z;
+    for (int d = 0; d < in->ndim; d++) corner = em_narrow(corner, d, 0, em_size(r, d));
+    if (em_copy_(corner, r) != EM_OK) z = NULL;
+    out[0] = z;
+}
+
+static void backward_cat(ag_node *n, em_tensor *g, em_tensor **out) {
+    int dim = wrap(n->args.dim, n->out_ndim);
+    int64_t off = 0;
+    for (int i = 0; i < n->n; i++) {
+        const ag_input *in = &n->in[i];
+        if (in->ndim != n->out_ndim) { /* a legacy empty 1-d input took no part */
+            if (ag_input_needs(in)) out[i] = em_zeros(shape_of_input(in), opts_like(g));
+            continue;
+        }
+        if (ag_input_needs(in)) out[i] = em_narrow(g, dim, off, in->shape[dim]);
+        off += in->shape[dim];
+    }
+}
+
+static void backward_slice(ag_node *n, em_tensor *g, em_tensor **out) {
+    const ag_input *in = &n->in[0];
+    int dim = wrap(n->args.dim, in->ndim);
+    int64_t start = n->args.i[0], step = n->args.i[1] > 0 ? n->args.i[1] : 1;
+    if (start < 0) start += in->shape[dim];
+    if (n->args.i[2]) g = em_unsqueeze(g, dim);
+    em_tensor *z = em_zeros(shape_of_input(in), opts_like(g));
+    int64_t len = g ? em_size(g, dim) : 0;
+    if (len > 0) {
+        em_tensor *part = em_slice(z, dim, start, start + (len - 1) * step + 1, step);
+        if (em_copy_(part, g) != EM_OK) z = NULL;
+    }
+    out[0] = z;
+}
+
+void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
+    const ag_input *in = &n->in[0];
+    switch (n->op) {
+    case EM_GRAD_SUM: case EM_GRAD_MEAN: case EM_GRAD_MAX: case EM_GRAD_MIN:
+        backward_reduce(n, g, out);
+        break;
+    case EM_GRAD_MATMUL: backward_matmul(n, g, out); break;
+    case EM_GRAD_SOFTMAX: case EM_GRAD_LOG_SOFTMAX: backward_softmax(n, g, out); break;
+    case EM_GRAD_INDEX_SELECT: backward_index_select(n, g, out); break;
+    case EM_GRAD_GATHER: backward_gather(n, g, out); break;
+    case EM_GRAD_CAT: backward_cat(n, g, out); break;
+    case EM_GRAD_VIEW: out[0] = em_reshape(g, shape_of_input(in)); break;
+    case EM_GRAD_PERMUTE: {
+        em_dims inv = {.n = in->ndim};
+        for (int i = 0; i < in->ndim; i++) inv.d[wrap(n->args.perm[i], in->ndim)] = i;
+        out[0] = em_permute(g, inv);
+        break;
+    }
+    case EM_GRAD_SLICE: backward_slice(n, g, out); break;
+    case EM_GRAD_EXPAND: out[0] = g; break; /* ag_finish sums over the expanded dims */
+    case EM_GRAD_COPY: out[0] = em_to_device_dtype(g, in->device, in->dtype, false); break;
+    default:
+        em_error(EM_ERR_INTERNAL, "autograd: no formula for %s", ag_op_name(n->op));
+        break;
+    }
+}

@@ -1,0 +1,286 @@
+/* Recording the graph: grad mode, graph nodes and their lifetime, and the requires_grad /
+ * .grad API. The backward pass is in engine.c; the gradient formulas in formulas_*.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ember/autograd.h>
+#include <ember/ops.h>
+#include "../core/errors.h"
+#include "node.h"
+
+/* ---- grad mode ---- */
+
+static _Thread_local bool tl_grad_disabled; /* zero-initialised: grad mode on */
+
+bool em_is_grad_enabled(void) { return !tl_grad_disabled; }
+
+em_grad_mode em_set_grad_enabled(bool enabled) {
+    em_grad_mode g = {.previous = !tl_grad_disabled};
+    tl_grad_disabled = !enabled;
+    return g;
+}
+
+em_grad_mode em_no_grad_begin(void) { return em_set_grad_enabled(false); }
+
+void em_no_grad_end(em_grad_mode g) { tl_grad_disabled = !g.previous; }
+
+/* ---- node lifetime ---- */
+
+/* Releasing a node releases its inputs' nodes, which may release theirs: a long chain would
+ * recurse as deep as the graph. Instead the first destroy on a thread drains a list. */
+static _Thread_local ag_node *tl_free_list;
+static _Thread_local bool tl_freeing;
+
+static void node_release_saved(ag_node *n) {
+    for (int i = 0; i < n->nsaved; i++) {
+        em_release(n->saved[i].t);
+        n->saved[i].t = NULL;
+    }
+}
+
+static void node_free_contents(ag_node *n) {
+    node_release_saved(n);
+    em_release(n->grad);
+    for (int i = 0; i < n->n; i++) {
+        if (n->in[i].node) em__grad_node_release(&n->in[i].node->base);
+        em_release(n->in[i].leaf);
+    }
+    free(n);
+}
+
+static void node_destroy(em_grad_node *base) {
+    ag_node *n = (ag_node *)base;
+    n->free_next = tl_free_list;
+    tl_free_list = n;
+    if (tl_freeing) return;
+    tl_freeing = true;
+    while (tl_free_list) {
+        ag_node *x = tl_free_list;
+        tl_free_list = x->free_next;
+        node_free_contents(x);
+    }
+    tl_freeing = false;
+}
+
+/* ---- recording ---- */
+
+bool em__grad_needed(int n, em_tensor *const *inputs) {
+    if (tl_grad_disabled) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad) return true;
+    return false;
+}
+
+/* Inputs that are never differentiated (conditions and indices). */
+static bool input_differentiable(em_grad_op op, int i) {
+    switch (op) {
+    case EM_GRAD_WHERE: return i != 0;
+    case EM_GRAD_INDEX_SELECT:
+    case EM_GRAD_GATHER: return i != 1;
+    default: return true;
+    }
+}
+
+/* A detached alias: same storage and layout, no history. */
+static em_tensor *alias_of(em_tensor *t) {
+    return em__tensor_alloc(t->storage, t->dtype, t->ndim, t->shape, t->strides, t->offset);
+}
+
+static bool save(ag_node *n, em_tensor *t) {
+    if (!t) return true;
+    em_tensor *a = alias_of(t);
+    if (!a) return false;
+    n->saved[n->nsaved].t = a;
+    n->saved[n->nsaved].version = atomic_load(&t->storage->version);
+    n->nsaved++;
+    return true;
+}
+
+/* Which tensors the backward of op needs, in the order formulas_*.c reads them. */
+static bool save_for_op(ag_node *n, em_grad_op op, em_tensor *out, int nin,
+                        em_tensor *const *in) {
+    switch (op) {
+    case EM_GRAD_MUL: case EM_GRAD_DIV: case EM_GRAD_POW: case EM_GRAD_MAXIMUM:
+    case EM_GRAD_MINIMUM: case EM_GRAD_MATMUL:
+        return save(n, in[0]) && save(n, in[1]);
+    case EM_GRAD_POW_SCALAR: case EM_GRAD_CLAMP: case EM_GRAD_ABS: case EM_GRAD_LOG:
+    case EM_GRAD_GELU:
+        return save(n, in[0]);
+    case EM_GRAD_EXP: case EM_GRAD_SQRT: case EM_GRAD_TANH: case EM_GRAD_SIGMOID:
+    case EM_GRAD_RELU: case EM_GRAD_SOFTMAX: case EM_GRAD_LOG_SOFTMAX:
+        return save(n, out);
+    case EM_GRAD_WHERE:
+        return save(n, in[0]);
+    case EM_GRAD_MAX: case EM_GRAD_MIN:
+        return save(n, in[0]) && save(n, out);
+    case EM_GRAD_INDEX_SELECT: case EM_GRAD_GATHER:
+        return save(n, in[1]);
+    default:
+        (void)nin;
+        return true;
+    }
+}
+
+em_status em__grad_record(em_grad_op op, em_tensor *out, int n, em_tensor *const *inputs,
+                          const em_grad_args *args) {
+    if (!out || op < 0 || op >= EM_GRAD_OP_COUNT)
+        return em_error(EM_ERR_INTERNAL, "em__grad_record: bad arguments (op %d)", (int)op);
+    /* Integer and bool results carry no gradient (argmax, casts to int). */
+    if (!em_dtype_is_floating(out->dtype)) return EM_OK;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (inputs[i] == out) return EM_OK; /* an op that returned its input: nothing new */
+        if (inputs[i] && inputs[i]->requires_grad && input_differentiable(op, i)) any = true;
+    }
+    if (!any) return EM_OK;
+
+    ag_node *node = calloc(1, sizeof *node + (size_t)n * sizeof(ag_input));
+    if (!node)
+        return em_error(EM_ERR_OUT_OF_MEMORY, "autograd: out of host memory for a graph node");
+    atomic_init(&node->base.refcount, 1);
+    node->base.destroy = node_destroy;
+    node->op = op;
+    if (args) node->args = *args;
+    node->n = n;
+    node->out_ndim = out->ndim;
+    memcpy(node->out_shape, out->shape, sizeof out->shape);
+    node->out_dtype = out->dtype;
+    for (int i = 0; i < n; i++) {
+        em_tensor *t = inputs[i];
+        ag_input *e = &node->in[i];
+        if (!t) continue;
+        e->ndim = t->ndim;
+        memcpy(e->shape, t->shape, sizeof t->shape);
+        e->dtype = t->dtype;
+        e->device = t->storage->device;
+        if (!t->requires_grad || !input_differentiable(op, i)) continue;
+        if (t->grad_fn)
+            e->node = (ag_node *)em__grad_node_retain(t->grad_fn);
+        else
+            e->leaf = em_retain(t);
+    }
+    if (!save_for_op(node, op, out, n, inputs)) {
+        em__grad_node_release(&node->base);
+        return em_error(EM_ERR_OUT_OF_MEMORY, "autograd: out of host memory saving a tensor");
+    }
+    if (out->grad_fn) em__grad_node_release(out->grad_fn);
+    out->grad_fn = &node->base;
+    out->requires_grad = true;
+    out->is_leaf = false;
+    return EM_OK;
+}
+
+/* ---- names and descriptions ---- */
+
+const char *ag_op_name(em_grad_op op) {
+    static const char *const names[EM_GRAD_OP_COUNT] = {
+        [EM_GRAD_ADD] = "AddBackward0", [EM_GRAD_SUB] = "SubBackward0",
+        [EM_GRAD_MUL] = "MulBackward0", [EM_GRAD_DIV] = "DivBackward0",
+        [EM_GRAD_POW] = "PowBackward1", [EM_GRAD_MAXIMUM] = "MaximumBackward0",
+        [EM_GRAD_MINIMUM] = "MinimumBackward0", [EM_GRAD_ADD_SCALAR] = "AddBackward1",
+        [EM_GRAD_MUL_SCALAR] = "MulBackward1", [EM_GRAD_DIV_SCALAR] = "DivBackward1",
+        [EM_GRAD_RSUB_SCALAR] = "RsubBackward1", [EM_GRAD_POW_SCALAR] = "PowBackward0",
+        [EM_GRAD_CLAMP] = "ClampBackward1", [EM_GRAD_NEG] = "NegBackward0",
+        [EM_GRAD_ABS] = "AbsBackward0", [EM_GRAD_EXP] = "ExpBackward0",
+        [EM_GRAD_LOG] = "LogBackward0", [EM_GRAD_SQRT] = "SqrtBackward0",
+        [EM_GRAD_TANH] = "TanhBackward0", [EM_GRAD_SIGMOID] = "SigmoidBackward0",
+        [EM_GRAD_RELU] = "ReluBackward0", [EM_GRAD_GELU] = "GeluBackward0",
+        [EM_GRAD_WHERE] = "WhereBackward0", [EM_GRAD_SUM] = "SumBackward1",
+        [EM_GRAD_MEAN] = "MeanBackward1", [EM_GRAD_MAX] = "AmaxBackward0",
+        [EM_GRAD_MIN] = "AminBackward0", [EM_GRAD_MATMUL] = "MmBackward0",
+        [EM_GRAD_SOFTMAX] = "SoftmaxBackward0", [EM_GRAD_LOG_SOFTMAX] = "LogSoftmaxBackward0",
+        [EM_GRAD_INDEX_SELECT] = "IndexSelectBackward0", [EM_GRAD_GATHER] = "GatherBackward0",
+        [EM_GRAD_CAT] = "CatBackward0", [EM_GRAD_VIEW] = "ViewBackward0",
+        [EM_GRAD_PERMUTE] = "PermuteBackward0", [EM_GRAD_SLICE] = "SliceBackward0",
+        [EM_GRAD_EXPAND] = "ExpandBackward0", [EM_GRAD_COPY] = "ToCopyBackward0",
+    };
+    return (op >= 0 && op < EM_GRAD_OP_COUNT && names[op]) ? names[op] : "UnknownBackward";
+}
+
+void ag_describe(char *buf, size_t size, em_dtype dt, em_device d, int ndim, const int64_t *shape) {
+    static const char *const kind[EM_DTYPE_COUNT] = {
+        [EM_F32] = "Float", [EM_F64] = "Double", [EM_F16] = "Half", [EM_BF16] = "BFloat16",
+        [EM_I64] = "Long", [EM_I32] = "Int", [EM_U8] = "Byte", [EM_BOOL] = "Bool",
+    };
+    char dims[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < ndim && len < sizeof dims; i++)
+        len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", i ? ", " : "",
+                                (long long)shape[i]);
+    const char *dev = d.type == EM_CPU ? "" : d.type == EM_CUDA ? "cuda." : d.type == EM_MPS ? "mps." : "opencl.";
+    snprintf(buf, size, "[torch.%s%sTensor [%s]]", dev, kind[dt] ? kind[dt] : "", dims);
+}
+
+/* ---- requires_grad and .grad ---- */
+
+#define CHECK_STATUS_ARG(t, fn)                                                           \
+    do {                                                                                  \
+        if (!(t)) {                                                                       \
+            if (!em_failed()) return em_error(EM_ERR_ARGUMENT, "%s: tensor is NULL", fn); \
+            return em_last_status();                                                      \
+        }                                                                                 \
+    } while (0)
+
+em_status em_set_requires_grad(em_tensor *t, bool requires_grad) {
+    CHECK_STATUS_ARG(t, "em_set_requires_grad");
+    if (t->grad_fn)
+        return em_error(EM_ERR_AUTOGRAD,
+                        "you can only change requires_grad flags of leaf variables. If you want "
+                        "to use a computed variable in a subgraph that doesn't require "
+                        "differentiation use var_no_grad = em_detach(var).");
+    if (requires_grad && !em_dtype_is_floating(t->dtype))
+        return em_error(EM_ERR_DTYPE,
+                        "only Tensors of floating point dtype can require gradients (got %s)",
+                        em_dtype_name(t->dtype));
+    t->requires_grad = requires_grad;
+    t->is_leaf = true;
+    return EM_OK;
+}
+
+bool em_requires_grad(const em_tensor *t) { return t && t->requires_grad; }
+
+bool em_is_leaf(const em_tensor *t) { return t && !t->grad_fn; }
+
+const char *em_grad_fn_name(const em_tensor *t) {
+    if (!t || !t->grad_fn) return NULL;
+    return ag_op_name(((const ag_node *)t->grad_fn)->op);
+}
+
+em_tensor *em_grad(em_tensor *t) {
+    if (!t) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_grad: tensor is NULL");
+        return NULL;
+    }
+    if (!t->grad) return NULL;
+    return em__scoped(em_retain(t->grad));
+}
+
+em_status em_set_grad(em_tensor *t, em_tensor *g) {
+    CHECK_STATUS_ARG(t, "em_set_grad");
+    if (g) {
+        if (g == t) return em_error(EM_ERR_ARGUMENT, "em_set_grad: a tensor cannot be its own grad");
+        bool same_shape = g->ndim == t->ndim;
+        for (int i = 0; same_shape && i < t->ndim; i++) same_shape = g->shape[i] == t->shape[i];
+        char want[300], got[300];
+        ag_describe(want, sizeof want, t->dtype, t->storage->device, t->ndim, t->shape);
+        ag_describe(got, sizeof got, g->dtype, g->storage->device, g->ndim, g->shape);
+        if (!same_shape || g->dtype != t->dtype ||
+            !em_device_equal(g->storage->device, t->storage->device))
+            return em_error(EM_ERR_ARGUMENT,
+                            "em_set_grad: assigned grad %s does not match the tensor %s "
+                            "(shape, dtype and device must be equal)", got, want);
+        em_retain(g);
+    }
+    em_release(t->grad);
+    t->grad = g;
+    return EM_OK;
+}
+
+em_status em_zero_grad_tensor(em_tensor *t) {
+    CHECK_STATUS_ARG(t, "em_zero_grad_tensor");
+    if (!t->grad) return EM_OK;
+    em_grad_mode m = em_no_grad_begin();
+    em_status s = em_zero_(t->grad);
+    em_no_grad_end(m);
+    return s;
+}

@@ -1,0 +1,112 @@
+/* File parsers over plain memory (no tensors), shared by the tensor-level loaders in
+ * src/data/, the fuzz targets in fuzz/ and the tests. Every parser is bounds-checked,
+ * never reads outside [buf, buf + len), never aborts, and on failure records an error
+ * (em_error) that starts with `name` and gives the byte offset, then returns its code.
+ * On failure the output holds nothing to free (but freeing it is harmless). */
+#ifndef EM_DATA_PARSERS_H
+#define EM_DATA_PARSERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ember/dtype.h>
+#include <ember/io.h>
+#include <ember/tensor.h>
+
+/* Parsed files are refused above this many bytes of array data (a sane bound that keeps
+ * the size arithmetic far from overflow). */
+#define EM__MAX_ARRAY_BYTES ((uint64_t)1 << 40)
+
+/* A dense row-major array in host byte order. */
+typedef struct em__array {
+    em_dtype dtype;
+    int ndim;
+    int64_t shape[EM_MAX_DIMS];
+    int64_t numel;
+    size_t nbytes;
+    void *data;   /* nbytes long; may point into the parsed buffer when !owned (unaligned) */
+    bool owned;   /* data was malloc'ed by the parser */
+} em__array;
+
+void em__array_free(em__array *a);
+
+/* numel of shape[0..ndim) times elem_size, checked against overflow and
+ * EM__MAX_ARRAY_BYTES; false when it does not fit. */
+bool em__shape_bytes(int ndim, const int64_t *shape, size_t elem_size, int64_t *numel,
+                     size_t *nbytes);
+
+/* IDX: magic 0x00 0x00 <dtype> <ndim>, ndim big-endian u32 dims, then big-endian data.
+ * Gzip input (1f 8b) is inflated first; offsets in errors then count decompressed bytes. */
+em_status em__idx_parse(const char *name, const void *buf, size_t len, em__array *out);
+
+/* .npy versions 1.0, 2.0 and 3.0. */
+em_status em__npy_parse(const char *name, const void *buf, size_t len, em__array *out);
+/* The complete .npy header (magic, version, length, dict, padding) for dtype and shape.
+ * Returns its length, or 0 with an error when dtype has no .npy spelling. */
+size_t em__npy_header(em_dtype dt, int ndim, const int64_t *shape, char *out, size_t cap);
+
+/* Numeric CSV: x gets float32 [rows, features]; y (when a label column is chosen) gets
+ * int64 [rows]; y may be NULL to treat every column as a feature. */
+em_status em__csv_parse(const char *name, const void *buf, size_t len, const em_csv_opts *o,
+                        em__array *x, em__array *y);
+
+/* safetensors */
+typedef struct em__st_tensor {
+    char *name;
+    em_dtype dtype;
+    int ndim;
+    int64_t shape[EM_MAX_DIMS];
+    uint64_t begin, end;      /* byte offsets in the data section (after the header) */
+} em__st_tensor;
+
+typedef struct em__st_file {
+    int count;
+    em__st_tensor *tensors;   /* sorted by begin */
+    int meta_count;
+    char **meta_keys, **meta_values;
+    size_t data_start;        /* 8 + header length */
+} em__st_file;
+
+/* The header's limit, as in the reference implementation. */
+#define EM__ST_MAX_HEADER ((uint64_t)100000000)
+
+em_status em__safetensors_parse(const char *name, const void *buf, size_t len,
+                                em__st_file *out);
+void em__st_file_free(em__st_file *f);
+/* "F32", ...; NULL for a dtype safetensors cannot name. */
+const char *em__st_dtype_name(em_dtype dt);
+
+/* A safetensors header for n tensors given in the order their data will be written
+ * (names must already be sorted and unique): JSON padded with spaces to a multiple of 8,
+ * preceded by its 8-byte little-endian length. Malloc'ed; *len gets the total size. */
+char *em__st_header(int n, const char *const *names, const em_dtype *dtypes,
+                    const em_shape *shapes, size_t *len);
+
+/* ---- files (src/data/file.c) ---- */
+/* A whole file in memory (mmap for regular files, read() otherwise). */
+typedef struct em__file_map {
+    const uint8_t *data;
+    size_t len;
+    void *map_base;   /* munmap this (when mapped) */
+    size_t map_len;
+    void *heap;       /* or free this */
+} em__file_map;
+
+em_status em__file_map_open(const char *path, em__file_map *m);
+void em__file_map_close(em__file_map *m);
+
+/* Atomic writer: data goes to a temporary file in path's directory; commit fsyncs it,
+ * renames it over path and fsyncs the directory. Any failure (including in commit)
+ * removes the temporary file and leaves path untouched. */
+typedef struct em__atomic_file {
+    int fd;
+    char *path;
+    char *tmp_path;
+} em__atomic_file;
+
+em_status em__atomic_open(em__atomic_file *f, const char *path);
+em_status em__atomic_write(em__atomic_file *f, const void *data, size_t n);
+em_status em__atomic_commit(em__atomic_file *f);
+void em__atomic_abort(em__atomic_file *f);   /* safe to call after commit or twice */
+
+#endif

@@ -1,0 +1,285 @@
+/* safetensors: an 8-byte little-endian header length N, N bytes of JSON
+ *   {"__metadata__": {"k": "v"}, "name": {"dtype": "F32", "shape": [2, 3],
+ *    "data_offsets": [begin, end]}, ...}
+ * then the data section; offsets are relative to its start (byte 8 + N). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "parsers.h"
+#include "../core/errors.h"
+
+static const struct { const char *name; em_dtype dt; } ST_TYPES[] = {
+    {"F32", EM_F32}, {"F64", EM_F64}, {"F16", EM_F16}, {"BF16", EM_BF16},
+    {"I64", EM_I64}, {"I32", EM_I32}, {"U8", EM_U8},   {"BOOL", EM_BOOL},
+};
+#define ST_ACCEPTED "F32 F64 F16 BF16 I64 I32 U8 BOOL"
+
+const char *em__st_dtype_name(em_dtype dt) {
+    for (size_t k = 0; k < sizeof ST_TYPES / sizeof ST_TYPES[0]; k++)
+        if (ST_TYPES[k].dt == dt) return ST_TYPES[k].name;
+    return NULL;
+}
+
+void em__st_file_free(em__st_file *f) {
+    if (!f) return;
+    for (int i = 0; i < f->count; i++) free(f->tensors[i].name);
+    free(f->tensors);
+    for (int i = 0; i < f->meta_count; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_values[i]);
+    }
+    free(f->meta_keys);
+    free(f->meta_values);
+    memset(f, 0, sizeof *f);
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const em__st_tensor *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* Offsets in messages: JSON offsets + 8 (the length prefix) are file offsets. */
+static em_status st_fail(em_status code, const char *name, const char *tensor, size_t at,
+                         const char *what) {
+    if (tensor)
+        return em_error(code, "%s: tensor '%.200s' (header byte %zu): %s", name, tensor, at, what);
+    return em_error(code, "%s: bad safetensors header at byte %zu: %s", name, at, what);
+}
+
+static em_status read_metadata(const char *name, const em__json *m, em__st_file *f) {
+    if (m->type != EM__JSON_OBJECT)
+        return st_fail(EM_ERR_FORMAT, name, NULL, 8 + m->at, "__metadata__ must be an object of strings");
+    if (m->count == 0) return EM_OK;
+    f->meta_keys = calloc((size_t)m->count, sizeof(char *));
+    f->meta_values = calloc((size_t)m->count, sizeof(char *));
+    if (!f->meta_keys || !f->meta_values)
+        return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the header", name);
+    for (int k = 0; k < m->count; k++) {
+        if (m->items[k].type != EM__JSON_STRING)
+            return st_fail(EM_ERR_FORMAT, name, NULL, 8 + m->items[k].at, "__metadata__ values must be strings");
+        f->meta_keys[k] = strdup(m->keys[k]);
+        f->meta_values[k] = strdup(m->items[k].str);
+        f->meta_count++;
+        if (!f->meta_keys[k] || !f->meta_values[k])
+            return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the header", name);
+    }
+    return EM_OK;
+}
+
+static em_status read_tensor(const char *name, const char *tname, const em__json *v,
+                             size_t data_len, em__st_tensor *t) {
+    size_t at = 8 + v->at;
+    if (v->type != EM__JSON_OBJECT) return st_fail(EM_ERR_FORMAT, name, tname, at, "expected an object");
+    const em__json *dt = em__json_get(v, "dtype"), *shape = em__json_get(v, "shape"),
+                   *offs = em__json_get(v, "data_offsets");
+    if (!dt || !shape || !offs)
+        return st_fail(EM_ERR_FORMAT, name, tname, at, "needs the keys dtype, shape and data_offsets");
+    if (dt->type != EM__JSON_STRING) return st_fail(EM_ERR_FORMAT, name, tname, 8 + dt->at, "dtype must be a string");
+    bool found = false;
+    for (size_t k = 0; k < sizeof ST_TYPES / sizeof ST_TYPES[0]; k++)
+        if (strcmp(dt->str, ST_TYPES[k].name) == 0) {
+            t->dtype = ST_TYPES[k].dt;
+            found = true;
+        }
+    if (!found) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "dtype '%.40s' is not supported; Ember reads " ST_ACCEPTED, dt->str);
+        return st_fail(EM_ERR_NOT_SUPPORTED, name, tname, 8 + dt->at, msg);
+    }
+    if (shape->type != EM__JSON_ARRAY) return st_fail(EM_ERR_FORMAT, name, tname, 8 + shape->at, "shape must be an array");
+    if (shape->count > EM_MAX_DIMS)
+        return st_fail(EM_ERR_NOT_SUPPORTED, name, tname, 8 + shape->at, "more dimensions than Ember's maximum of 8");
+    t->ndim = shape->count;
+    for (int d = 0; d < shape->count; d++) {
+        const em__json *e = &shape->items[d];
+        if (e->type != EM__JSON_NUMBER || !e->is_uint || e->u > (uint64_t)INT64_MAX)
+            return st_fail(EM_ERR_FORMAT, name, tname, 8 + e->at, "shape entries must be non-negative integers");
+        t->shape[d] = (int64_t)e->u;
+    }
+    size_t nbytes;
+    if (!em__shape_bytes(t->ndim, t->shape, em_dtype_size(t->dtype), NULL, &nbytes))
+        return st_fail(EM_ERR_FORMAT, name, tname, 8 + shape->at, "shape describes too many bytes");
+    if (offs->type != EM__JSON_ARRAY || offs->count != 2 || offs->items[0].type != EM__JSON_NUMBER ||
+        !offs->items[0].is_uint || offs->items[1].type != EM__JSON_NUMBER || !offs->items[1].is_uint)
+        return st_fail(EM_ERR_FORMAT, name, tname, 8 + offs->at, "data_offsets must be two non-negative integers");
+    t->begin = offs->items[0].u;
+    t->end = offs->items[1].u;
+    char msg[200];
+    if (t->begin > t->end) {
+        snprintf(msg, sizeof msg, "data_offsets [%llu, %llu] end before they begin",
+                 (unsigned long long)t->begin, (unsigned long long)t->end);
+        return st_fail(EM_ERR_FORMAT, name, tname, 8 + offs->at, msg);
+    }
+    if (t->end > data_len) {
+        snprintf(msg, sizeof msg, "data_offsets [%llu, %llu] run past the end of the data section (%zu bytes): the file is truncated",
+                 (unsigned long long)t->begin, (unsigned long long)t->end, data_len);
+        return st_fail(EM_ERR_FORMAT, name, tname, 8 + offs->at, msg);
+    }
+    if (t->end - t->begin != nbytes) {
+        snprintf(msg, sizeof msg, "data_offsets [%llu, %llu] hold %llu bytes, but %s with this shape needs %zu",
+                 (unsigned long long)t->begin, (unsigned long long)t->end,
+                 (unsigned long long)(t->end - t->begin), dt->str, nbytes);
+        return st_fail(EM_ERR_FORMAT, name, tname, 8 + offs->at, msg);
+    }
+    t->name = strdup(tname);
+    if (!t->name) return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the header", name);
+    return EM_OK;
+}
+
+static em_status parse_header(const char *name, const uint8_t *b, size_t len, const em__json *root,
+                              em__st_file *out) {
+    if (root->type != EM__JSON_OBJECT)
+        return st_fail(EM_ERR_FORMAT, name, NULL, 8 + root->at, "the header must be a JSON object");
+    size_t data_len = len - out->data_start;
+    out->tensors = calloc((size_t)root->count + 1, sizeof *out->tensors);
+    if (!out->tensors) return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the header", name);
+    for (int k = 0; k < root->count; k++) {
+        em_status s;
+        if (strcmp(root->keys[k], "__metadata__") == 0) {
+            s = read_metadata(name, &root->items[k], out);
+        } else {
+            s = read_tensor(name, root->keys[k], &root->items[k], data_len, &out->tensors[out->count]);
+            if (s == EM_OK) out->count++;
+        }
+        if (s != EM_OK) return s;
+    }
+    qsort(out->tensors, (size_t)out->count, sizeof *out->tensors, cmp_begin);
+    /* no two tensors may share bytes; empty tensors occupy none */
+    uint64_t prev_end = 0;
+    const char *prev = NULL;
+    for (int i = 0; i < out->count; i++) {
+        const em__st_tensor *t = &out->tensors[i];
+        if (t->begin == t->end) continue;
+        if (prev && t->begin < prev_end)
+            return em_error(EM_ERR_FORMAT, "%s: tensors '%.200s' and '%.200s' overlap in the data section (bytes %llu-%llu)",
+                            name, prev, t->name, (unsigned long long)(out->data_start + t->begin),
+                            (unsigned long long)(out->data_start + prev_end - 1));
+        prev_end = t->end;
+        prev = t->name;
+    }
+    for (int i = 0; i < out->count; i++) {
+        const em__st_tensor *t = &out->tensors[i];
+        if (t->dtype != EM_BOOL) continue;
+        for (uint64_t j = t->begin; j < t->end; j++)
+            if (b[out->data_start + j] > 1)
+                return em_error(EM_ERR_FORMAT, "%s: tensor '%.200s': bool value %d at byte %llu: expected 0 or 1",
+                                name, t->name, b[out->data_start + j],
+                                (unsigned long long)(out->data_start + j));
+    }
+    return EM_OK;
+}
+
+em_status em__safetensors_parse(const char *name, const void *buf, size_t len, em__st_file *out) {
+    memset(out, 0, sizeof *out);
+    if (!name) name = "<memory>";
+    if (!buf && len) return em_error(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
+    const uint8_t *b = buf;
+    if (len < 8)
+        return em_error(EM_ERR_FORMAT, "%s: truncated at byte %zu: expected an 8-byte header length", name, len);
+    uint64_t hl = 0;
+    for (int k = 7; k >= 0; k--) hl = hl << 8 | b[k];
+    if (hl > EM__ST_MAX_HEADER)
+        return em_error(EM_ERR_FORMAT, "%s: header length %llu (bytes 0-7) is over the limit of %llu: not a safetensors file?",
+                        name, (unsigned long long)hl, (unsigned long long)EM__ST_MAX_HEADER);
+    if (hl > len - 8)
+        return em_error(EM_ERR_FORMAT, "%s: truncated at byte %zu: expected a %llu-byte JSON header, found %zu",
+                        name, len, (unsigned long long)hl, len - 8);
+    if (hl < 2 || b[8] != '{')
+        return em_error(EM_ERR_FORMAT, "%s: bad safetensors header at byte 8: expected '{' starting the JSON header", name);
+    out->data_start = 8 + (size_t)hl;
+    em__json root;
+    em_status s = em__json_parse(name, (const char *)b + 8, (size_t)hl, 8, &root);
+    if (s != EM_OK) return s;
+    s = parse_header(name, b, len, &root, out);
+    em__json_free(&root);
+    if (s != EM_OK) em__st_file_free(out);
+    return s;
+}
+
+/* ---- writing ---- */
+
+typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_json_string(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            sb_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            sb_put(b, esc, 6);
+        } else {
+            sb_put(b, (const char *)&c, 1);
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+char *em__st_header(int n, const char *const *names, const em_dtype *dtypes,
+                    const em_shape *shapes, size_t *len) {
+    sbuf b = {0};
+    sb_put(&b, "12345678", 8);  /* room for the length */
+    sb_str(&b, "{");
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t nbytes = 0;
+        const char *dn = em__st_dtype_name(dtypes[i]);
+        if (!dn || !em__shape_bytes(shapes[i].ndim, shapes[i].d, em_dtype_size(dtypes[i]), NULL, &nbytes)) {
+            free(b.p);
+            em_error(EM_ERR_INTERNAL, "safetensors header: bad dtype or shape for '%s'", names[i]);
+            return NULL;
+        }
+        char num[64];
+        if (i) sb_str(&b, ",");
+        sb_json_string(&b, names[i]);
+        sb_str(&b, ":{\"dtype\":\"");
+        sb_str(&b, dn);
+        sb_str(&b, "\",\"shape\":[");
+        for (int d = 0; d < shapes[i].ndim; d++) {
+            snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)shapes[i].d[d]);
+            sb_str(&b, num);
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + nbytes));
+        sb_str(&b, num);
+        off += nbytes;
+    }
+    sb_str(&b, "}");
+    /* pad with spaces so the data section starts 8-byte aligned, as the reference does */
+    while (!b.oom && b.n % 8) sb_put(&b, " ", 1);
+    if (b.oom) {
+        free(b.p);
+        em_error(EM_ERR_OUT_OF_MEMORY, "safetensors header: out of memory");
+        return NULL;
+    }
+    uint64_t hl = b.n - 8;
+    for (int k = 0; k < 8; k++) b.p[k] = (char)(hl >> (8 * k) & 0xff);
+    *len = b.n;
+    return b.p;
+}

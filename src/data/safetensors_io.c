@@ -1,0 +1,158 @@
+/* safetensors at the tensor level: save a named list of tensors (any device) atomically,
+ * and load a file into an object that owns one tensor per name. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_internal.h"
+#include "../core/errors.h"
+#include "../core/tensor_impl.h"
+
+struct em_safetensors {
+    int count;
+    char **names;           /* file order (by data offset) */
+    em_tensor **tensors;    /* owned references */
+    em__st_file header;     /* keeps the metadata */
+};
+
+typedef struct named { const char *name; em_tensor *t; } named;
+
+static int cmp_named(const void *a, const void *b) {
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+em_status em_safetensors_save(const char *path, const char *const *names,
+                              em_tensor *const *tensors, int n) {
+    const char *op = "em_safetensors_save";
+    if (!path) return em_error(EM_ERR_ARGUMENT, "%s: argument 'path' is NULL", op);
+    if (n < 0 || (n > 0 && (!names || !tensors)))
+        return em_error(EM_ERR_ARGUMENT, "%s: expected n >= 0 names and tensors, got n = %d%s", op, n,
+                        n > 0 ? " with a NULL array" : "");
+    for (int i = 0; i < n; i++) {
+        if (!tensors[i])
+            return em_failed() ? em_last_status()
+                               : em_error(EM_ERR_ARGUMENT, "%s: tensor %d ('%s') is NULL", op, i, names[i] ? names[i] : "?");
+        if (!names[i]) return em_error(EM_ERR_ARGUMENT, "%s: name %d is NULL", op, i);
+        if (strcmp(names[i], "__metadata__") == 0)
+            return em_error(EM_ERR_ARGUMENT, "%s: '__metadata__' is reserved and cannot name a tensor", op);
+    }
+    named *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    em_dtype *dts = malloc((size_t)(n ? n : 1) * sizeof *dts);
+    em_shape *shapes = malloc((size_t)(n ? n : 1) * sizeof *shapes);
+    const char **sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    em_status s = EM_OK;
+    char *hdr = NULL;
+    if (!order || !dts || !shapes || !sorted) {
+        s = em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) order[i] = (named){names[i], tensors[i]};
+    qsort(order, (size_t)n, sizeof *order, cmp_named);
+    for (int i = 0; i < n; i++) {
+        if (i && strcmp(order[i - 1].name, order[i].name) == 0) {
+            s = em_error(EM_ERR_ARGUMENT, "%s: the name '%s' is given twice", op, order[i].name);
+            goto done;
+        }
+        sorted[i] = order[i].name;
+        dts[i] = em_dtype_of(order[i].t);
+        shapes[i] = em_shape_of(order[i].t);
+    }
+    size_t hl;
+    hdr = em__st_header(n, sorted, dts, shapes, &hl);
+    if (!hdr) {
+        s = em_last_status();
+        goto done;
+    }
+    em__atomic_file f;
+    s = em__atomic_open(&f, path);
+    if (s == EM_OK) s = em__atomic_write(&f, hdr, hl);
+    for (int i = 0; i < n && s == EM_OK; i++) {
+        void *data;
+        size_t nbytes;
+        s = em__host_bytes(order[i].t, &data, &nbytes, op);
+        if (s == EM_OK) s = em__atomic_write(&f, data, nbytes);
+        free(data);
+    }
+    if (s == EM_OK) s = em__atomic_commit(&f);
+    em__atomic_abort(&f);
+done:
+    free(hdr);
+    free(order);
+    free(dts);
+    free(shapes);
+    free(sorted);
+    return s;
+}
+
+em_safetensors *em_safetensors_load(const char *path, em_device device) {
+    if (!path) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_safetensors_load: argument 'path' is NULL");
+        return NULL;
+    }
+    em__file_map m;
+    if (em__file_map_open(path, &m) != EM_OK) return NULL;
+    em_safetensors *st = calloc(1, sizeof *st);
+    if (!st) {
+        em__file_map_close(&m);
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory");
+        return NULL;
+    }
+    if (em__safetensors_parse(path, m.data, m.len, &st->header) != EM_OK) goto fail;
+    int n = st->header.count;
+    st->names = calloc((size_t)n + 1, sizeof *st->names);
+    st->tensors = calloc((size_t)n + 1, sizeof *st->tensors);
+    if (!st->names || !st->tensors) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        const em__st_tensor *h = &st->header.tensors[i];
+        em__array a = {.dtype = h->dtype, .ndim = h->ndim, .nbytes = (size_t)(h->end - h->begin),
+                       .data = (void *)(m.data + st->header.data_start + h->begin)};
+        memcpy(a.shape, h->shape, sizeof a.shape);
+        st->tensors[i] = em__array_to_tensor(&a, device);
+        if (!st->tensors[i]) goto fail;
+        st->names[i] = h->name;  /* owned by the header */
+        st->count++;
+    }
+    em__file_map_close(&m);
+    return st;
+fail:
+    em__file_map_close(&m);
+    em_safetensors_free(st);
+    return NULL;
+}
+
+int em_safetensors_count(const em_safetensors *st) { return st ? st->count : 0; }
+
+const char *em_safetensors_name(const em_safetensors *st, int i) {
+    if (!st || i < 0 || i >= st->count) return NULL;
+    return st->names[i];
+}
+
+em_tensor *em_safetensors_get(const em_safetensors *st, const char *name) {
+    if (!st || !name) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_safetensors_get: argument '%s' is NULL", st ? "name" : "st");
+        return NULL;
+    }
+    for (int i = 0; i < st->count; i++)
+        if (strcmp(st->names[i], name) == 0) return em__scoped(em_retain(st->tensors[i]));
+    em_error(EM_ERR_ARGUMENT, "em_safetensors_get: no tensor named '%s' in the file (%d tensors%s%s%s)", name,
+             st->count, st->count ? ", e.g. '" : "", st->count ? st->names[0] : "", st->count ? "'" : "");
+    return NULL;
+}
+
+const char *em_safetensors_metadata(const em_safetensors *st, const char *key) {
+    if (!st || !key) return NULL;
+    for (int i = 0; i < st->header.meta_count; i++)
+        if (strcmp(st->header.meta_keys[i], key) == 0) return st->header.meta_values[i];
+    return NULL;
+}
+
+void em_safetensors_free(em_safetensors *st) {
+    if (!st) return;
+    for (int i = 0; i < st->count; i++) em_release(st->tensors[i]);
+    free(st->tensors);
+    free(st->names);
+    em__st_file_free(&st->header);
+    free(st);
+}

@@ -1,0 +1,46 @@
+/* torch.nn.utils.clip_grad_norm_ (2-norm over all gradients, one host read). */
+#include <math.h>
+#include <stdlib.h>
+#include <ember/autograd.h>
+#include <ember/ops.h>
+#include "../core/errors.h"
+#include "../nn/nn_internal.h"
+
+double em_clip_grad_norm(em_module *m, double max_norm) {
+    if (!m) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_clip_grad_norm: module is NULL");
+        return NAN;
+    }
+    int n = em_module_parameters(m, NULL, 0);
+    em_named_tensor *ps = calloc((size_t)n + 1, sizeof *ps);
+    if (!ps) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_clip_grad_norm: out of host memory");
+        return NAN;
+    }
+    em_module_parameters(m, ps, n);
+    em_grad_mode mode = em_no_grad_begin();
+    em_scope s = em_scope_begin();
+    /* sum of squares per gradient, accumulated as one f32 tensor on the first grad's device */
+    em_tensor *total = NULL;
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        em_tensor *g = em_grad(ps[i].tensor);
+        if (!g) continue;
+        em_tensor *sq = em_to_dtype(em_sum(em_mul(g, g), EM_ALL_DIMS, false), EM_F32);
+        total = total ? em_add(total, em_to(sq, em_device_of(total))) : sq;
+        ok = total != NULL;
+    }
+    double norm = 0.0;
+    if (ok && total) {
+        norm = sqrt(em_item(total));
+        double coef = max_norm / (norm + 1e-6);
+        for (int i = 0; i < n && ok && coef < 1.0; i++) {
+            em_tensor *g = em_grad(ps[i].tensor);
+            if (g) ok = em_mul_scalar_(g, coef) == EM_OK;
+        }
+    }
+    em_scope_end(s);
+    em_no_grad_end(mode);
+    free(ps);
+    return ok ? norm : NAN;
+}

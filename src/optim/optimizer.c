@@ -1,0 +1,316 @@
+/* SGD, Adam and AdamW with PyTorch 1.13's single-tensor update formulas, written with the
+ * public in-place ops so that they run on every device. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ember/autograd.h>
+#include <ember/ops.h>
+#include "../core/errors.h"
+#include "../nn/nn_internal.h"
+
+typedef enum opt_kind { OPT_SGD, OPT_ADAM, OPT_ADAMW } opt_kind;
+
+enum { ST_MOMENTUM = 0, ST_EXP_AVG = 0, ST_EXP_AVG_SQ = 1, ST_MAX_EXP_AVG_SQ = 2, ST_COUNT = 3 };
+
+typedef struct opt_param {
+    em_tensor *p;                /* retained */
+    em_tensor *state[ST_COUNT];  /* retained, created at the first step */
+    int64_t step;                /* this parameter's number of updates (Adam's bias correction) */
+} opt_param;
+
+struct em_optimizer {
+    opt_kind kind;
+    em_sgd_opts sgd;
+    em_adam_opts adam;
+    double lr;
+    opt_param *ps;
+    int n;
+    em_module *module;           /* weak: cleared when the module is freed */
+    int64_t steps;
+    bool has_schedule;
+    em_lr_schedule schedule;
+    double base_lr;
+    int64_t schedule_t;
+};
+
+em_sgd_opts em_sgd_defaults(double lr) { return (em_sgd_opts){.lr = lr}; }
+
+em_adam_opts em_adam_defaults(double lr) {
+    return (em_adam_opts){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+}
+
+em_adam_opts em_adamw_defaults(double lr) {
+    em_adam_opts o = em_adam_defaults(lr);
+    o.weight_decay = 0.01;
+    return o;
+}
+
+static bool check(bool ok, const char *msg, double v) {
+    if (!ok && !em_failed()) em_error(EM_ERR_ARGUMENT, "%s: %g", msg, v);
+    return ok;
+}
+
+static em_optimizer *optim_new(em_module *m, opt_kind kind) {
+    if (!m) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "optimizer: module is NULL");
+        return NULL;
+    }
+    int count = em_module_parameters(m, NULL, 0);
+    em_named_tensor *list = calloc((size_t)count + 1, sizeof *list);
+    em_optimizer *o = calloc(1, sizeof *o);
+    opt_param *ps = calloc((size_t)count + 1, sizeof *ps);
+    if (!list || !o || !ps) {
+        free(list), free(o), free(ps);
+        em_error(EM_ERR_OUT_OF_MEMORY, "optimizer: out of host memory");
+        return NULL;
+    }
+    em_module_parameters(m, list, count);
+    for (int i = 0; i < count; i++) {
+        bool dup = false; /* a parameter shared by two layers is updated once */
+        for (int j = 0; j < o->n && !dup; j++) dup = ps[j].p == list[i].tensor;
+        if (!dup) ps[o->n++].p = em_retain(list[i].tensor);
+    }
+    free(list);
+    o->ps = ps;
+    o->kind = kind;
+    o->module = m;
+    if (em__module_attach_optimizer(m, o) != EM_OK) {
+        o->module = NULL;
+        em_optim_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts s) {
+    if (!check(s.lr >= 0, "Invalid learning rate", s.lr) ||
+        !check(s.momentum >= 0, "Invalid momentum value", s.momentum) ||
+        !check(s.weight_decay >= 0, "Invalid weight_decay value", s.weight_decay))
+        return NULL;
+    if (s.nesterov && (s.momentum <= 0 || s.dampening != 0)) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "Nesterov momentum requires a momentum and zero dampening");
+        return NULL;
+    }
+    em_optimizer *o = optim_new(m, OPT_SGD);
+    if (o) {
+        o->sgd = s;
+        o->lr = s.lr;
+    }
+    return o;
+}
+
+em_optimizer *em_sgd(em_module *m, double lr) { return em_sgd_ex(m, em_sgd_defaults(lr)); }
+
+static em_optimizer *adam_new(em_module *m, em_adam_opts a, opt_kind kind) {
+    if (!check(a.lr >= 0, "Invalid learning rate", a.lr) ||
+        !check(a.eps >= 0, "Invalid epsilon value", a.eps) ||
+        !check(a.beta1 >= 0 && a.beta1 < 1, "Invalid beta parameter at index 0", a.beta1) ||
+        !check(a.beta2 >= 0 && a.beta2 < 1, "Invalid beta parameter at index 1", a.beta2) ||
+        !check(a.weight_decay >= 0, "Invalid weight_decay value", a.weight_decay))
+        return NULL;
+    em_optimizer *o = optim_new(m, kind);
+    if (o) {
+        o->adam = a;
+        o->lr = a.lr;
+    }
+    return o;
+}
+
+em_optimizer *em_adam_ex(em_module *m, em_adam_opts a) { return adam_new(m, a, OPT_ADAM); }
+em_optimizer *em_adam(em_module *m, double lr) { return adam_new(m, em_adam_defaults(lr), OPT_ADAM); }
+em_optimizer *em_adamw_ex(em_module *m, em_adam_opts a) { return adam_new(m, a, OPT_ADAMW); }
+em_optimizer *em_adamw(em_module *m, double lr) { return adam_new(m, em_adamw_defaults(lr), OPT_ADAMW); }
+
+void em_optim_free(em_optimizer *opt) {
+    if (!opt) return;
+    if (opt->module) em__module_detach_optimizer(opt->module, opt);
+    for (int i = 0; i < opt->n; i++) {
+        em_release(opt->ps[i].p);
+        for (int k = 0; k < ST_COUNT; k++) em_release(opt->ps[i].state[k]);
+    }
+    free(opt->ps);
+    free(opt);
+}
+
+void em__optim_forget_module(em_optimizer *opt) { opt->module = NULL; }
+
+em_status em__optim_sync_state(em_optimizer *opt) {
+    for (int i = 0; i < opt->n; i++) {
+        em_tensor *p = opt->ps[i].p;
+        for (int k = 0; k < ST_COUNT; k++) {
+            em_tensor *s = opt->ps[i].state[k];
+            if (!s || (em_device_equal(em_device_of(s), em_device_of(p)) && em_dtype_of(s) == em_dtype_of(p)))
+                continue;
+            em_status st = em__tensor_move_(s, em_device_of(p), em_dtype_of(p));
+            if (st != EM_OK) return st;
+        }
+    }
+    return EM_OK;
+}
+
+#define OPT_CHECK(opt, fn)                                                                  \
+    do {                                                                                    \
+        if (!(opt)) return em_failed() ? em_last_status()                                   \
+                                       : em_error(EM_ERR_ARGUMENT, "%s: optimizer is NULL", fn); \
+    } while (0)
+
+em_status em_zero_grad(em_optimizer *opt) {
+    OPT_CHECK(opt, "em_zero_grad");
+    for (int i = 0; i < opt->n; i++) em_set_grad(opt->ps[i].p, NULL);
+    return EM_OK;
+}
+
+/* A zero state tensor like p, kept by the optimizer. */
+static em_tensor *new_state(em_tensor *p) {
+    em_tensor *z = em_zeros_like(p);
+    return z ? em_retain(z) : NULL;
+}
+
+static em_status sgd_update(em_optimizer *o, opt_param *q, em_tensor *g) {
+    const em_sgd_opts *s = &o->sgd;
+    em_tensor *d = g;
+    if (s->weight_decay != 0) d = em_add(d, em_mul_scalar(q->p, s->weight_decay));
+    if (s->momentum != 0) {
+        em_tensor *buf = q->state[ST_MOMENTUM];
+        if (!buf) {
+            em_tensor *c = em_clone(d);
+            if (!c) return em_last_status();
+            buf = q->state[ST_MOMENTUM] = em_retain(c);
+        } else {
+            em_status st = em_mul_scalar_(buf, s->momentum);
+            if (st == EM_OK) st = em_add_(buf, d, 1.0 - s->dampening);
+            if (st != EM_OK) return st;
+        }
+        d = s->nesterov ? em_add(d, em_mul_scalar(buf, s->momentum)) : buf;
+    }
+    if (!d) return em_last_status();
+    return em_add_(q->p, d, -o->lr);
+}
+
+static em_status adam_update(em_optimizer *o, opt_param *q, em_tensor *g) {
+    const em_adam_opts *a = &o->adam;
+    for (int k = 0; k < (a->amsgrad ? 3 : 2); k++)
+        if (!q->state[k] && !(q->state[k] = new_state(q->p))) return em_last_status();
+    em_tensor *m = q->state[ST_EXP_AVG], *v = q->state[ST_EXP_AVG_SQ];
+    q->step++;
+    em_status st = EM_OK;
+    if (a->weight_decay != 0) {
+        if (o->kind == OPT_ADAMW)
+            st = em_mul_scalar_(q->p, 1.0 - o->lr * a->weight_decay);
+        else
+            g = em_add(g, em_mul_scalar(q->p, a->weight_decay));
+    }
+    if (st == EM_OK) st = em_mul_scalar_(m, a->beta1);
+    if (st == EM_OK) st = em_add_(m, g, 1.0 - a->beta1);
+    if (st == EM_OK) st = em_mul_scalar_(v, a->beta2);
+    if (st == EM_OK) st = em_add_(v, em_mul(g, g), 1.0 - a->beta2);
+    if (st != EM_OK) return st;
+    double bc1 = 1.0 - pow(a->beta1, (double)q->step);
+    double bc2 = 1.0 - pow(a->beta2, (double)q->step);
+    em_tensor *second = v;
+    if (a->amsgrad) {
+        em_tensor *mx = q->state[ST_MAX_EXP_AVG_SQ];
+        if ((st = em_copy_(mx, em_maximum(mx, v))) != EM_OK) return st;
+        second = mx;
+    }
+    em_tensor *denom = em_add_scalar(em_div_scalar(em_sqrt(second), sqrt(bc2)), a->eps);
+    em_tensor *upd = em_div(m, denom);
+    if (!upd) return em_last_status();
+    return em_add_(q->p, upd, -(o->lr / bc1));
+}
+
+em_status em_step(em_optimizer *opt) {
+    OPT_CHECK(opt, "em_step");
+    em_status st = em__optim_sync_state(opt); /* parameters may have moved behind our back */
+    if (st != EM_OK) return st;
+    em_grad_mode mode = em_no_grad_begin();
+    for (int i = 0; i < opt->n && st == EM_OK; i++) {
+        opt_param *q = &opt->ps[i];
+        em_scope s = em_scope_begin();
+        em_tensor *g = em_grad(q->p);
+        if (g) st = opt->kind == OPT_SGD ? sgd_update(opt, q, g) : adam_update(opt, q, g);
+        em_scope_end(s);
+    }
+    em_no_grad_end(mode);
+    if (st == EM_OK) opt->steps++;
+    return st;
+}
+
+double em_optim_lr(const em_optimizer *opt) { return opt ? opt->lr : NAN; }
+
+em_status em_optim_set_lr(em_optimizer *opt, double lr) {
+    OPT_CHECK(opt, "em_optim_set_lr");
+    if (!(lr >= 0)) return em_error(EM_ERR_ARGUMENT, "Invalid learning rate: %g", lr);
+    opt->lr = lr;
+    return EM_OK;
+}
+
+int64_t em_optim_steps(const em_optimizer *opt) { return opt ? opt->steps : 0; }
+
+em_tensor *em_optim_state(em_optimizer *opt, em_tensor *p, const char *name) {
+    if (!opt || !p || !name) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_optim_state: NULL argument");
+        return NULL;
+    }
+    int k = -1;
+    if (opt->kind == OPT_SGD && !strcmp(name, "momentum_buffer")) k = ST_MOMENTUM;
+    if (opt->kind != OPT_SGD && !strcmp(name, "exp_avg")) k = ST_EXP_AVG;
+    if (opt->kind != OPT_SGD && !strcmp(name, "exp_avg_sq")) k = ST_EXP_AVG_SQ;
+    if (opt->kind != OPT_SGD && !strcmp(name, "max_exp_avg_sq")) k = ST_MAX_EXP_AVG_SQ;
+    if (k < 0) {
+        em_error(EM_ERR_ARGUMENT, "em_optim_state: this optimizer has no state \"%s\"", name);
+        return NULL;
+    }
+    for (int i = 0; i < opt->n; i++)
+        if (opt->ps[i].p == p)
+            return opt->ps[i].state[k] ? em__scope_return(em_scope_begin(), opt->ps[i].state[k]) : NULL;
+    em_error(EM_ERR_ARGUMENT, "em_optim_state: the tensor is not a parameter of this optimizer");
+    return NULL;
+}
+
+/* ---- learning-rate schedules ---- */
+
+em_lr_schedule em_lr_step(int64_t step_size, double gamma) {
+    return (em_lr_schedule){.kind = EM_LR_STEP, .step_size = step_size, .gamma = gamma};
+}
+
+em_lr_schedule em_lr_cosine(int64_t warmup, int64_t total, double min_lr) {
+    return (em_lr_schedule){.kind = EM_LR_COSINE, .warmup = warmup, .total = total, .min_lr = min_lr};
+}
+
+double em_lr_at(em_lr_schedule s, double base, int64_t t) {
+    switch (s.kind) {
+    case EM_LR_STEP:
+        return s.step_size > 0 ? base * pow(s.gamma, (double)(t / s.step_size)) : base;
+    case EM_LR_COSINE: {
+        if (t < s.warmup) return base * (double)(t + 1) / (double)s.warmup;
+        if (t >= s.total || s.total <= s.warmup) return s.min_lr;
+        double progress = (double)(t - s.warmup) / (double)(s.total - s.warmup);
+        return s.min_lr + 0.5 * (base - s.min_lr) * (1.0 + cos(M_PI * progress));
+    }
+    default:
+        return base;
+    }
+}
+
+em_status em_optim_set_schedule(em_optimizer *opt, em_lr_schedule s) {
+    OPT_CHECK(opt, "em_optim_set_schedule");
+    if ((s.kind == EM_LR_STEP && s.step_size <= 0) ||
+        (s.kind == EM_LR_COSINE && (s.warmup < 0 || s.total < s.warmup)))
+        return em_error(EM_ERR_ARGUMENT, "em_optim_set_schedule: need step_size > 0 (step) or "
+                        "0 <= warmup <= total (cosine)");
+    opt->has_schedule = true;
+    opt->schedule = s;
+    opt->base_lr = opt->lr;
+    opt->schedule_t = 0;
+    opt->lr = em_lr_at(s, opt->base_lr, 0);
+    return EM_OK;
+}
+
+em_status em_optim_schedule_step(em_optimizer *opt) {
+    OPT_CHECK(opt, "em_optim_schedule_step");
+    if (!opt->has_schedule) return em_error(EM_ERR_ARGUMENT, "em_optim_schedule_step: no schedule attached");
+    opt->schedule_t++;
+    opt->lr = em_lr_at(opt->schedule, opt->base_lr, opt->schedule_t);
+    return EM_OK;
+}

@@ -1,0 +1,294 @@
+/* Datasets and the loader: batch shapes, drop_last, every sample exactly once per epoch,
+ * reproducible shuffles that differ between epochs, identical batches with and without
+ * the prefetch thread, reset and freeing mid-epoch, batch ownership with and without
+ * scopes, and datasets from IDX, .npy and CSV files. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "test.h"
+#include "test_data_util.h"
+
+#define N 103
+#define ROW 6  /* samples are [2, 3] */
+
+/* x[i] = i * 10 + k (k = 0..5), y[i] = i: a batch's rows tell which sample they are. */
+static em_dataset *make_dataset(void) {
+    float x[N * ROW];
+    int64_t y[N];
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < ROW; k++) x[i * ROW + k] = (float)(i * 10 + k);
+        y[i] = i;
+    }
+    em_scope s = em_scope_begin();
+    em_tensor *tx = em_from_data(x, EM_F32, EM_SHAPE(N, 2, 3), EM_OPTS(0));
+    em_tensor *ty = em_from_data(y, EM_I64, EM_SHAPE(N), EM_OPTS(.dtype = EM_I64));
+    em_dataset *ds = em_dataset_new(tx, ty);
+    em_scope_end(s);
+    return ds;
+}
+
+/* Runs one epoch; order[] gets the sample of each position; checks every batch's shape
+ * and that x matches y. Returns the number of samples seen (or -1 on a bad batch). */
+static int epoch(em_loader *l, int64_t bs, int64_t *order, int64_t *nbatches) {
+    int seen = 0;
+    *nbatches = 0;
+    em_batch b;
+    while (em_loader_next(l, &b)) {
+        em_scope s = em_scope_begin();  /* a scope inside the loop must not touch the batch */
+        if (!b.x || !b.y || em_ndim(b.x) != 3 || em_size(b.x, 1) != 2 || em_size(b.x, 2) != 3 ||
+            em_size(b.x, 0) != b.size || em_size(b.y, 0) != b.size || b.index != *nbatches ||
+            em_dtype_of(b.x) != EM_F32 || em_dtype_of(b.y) != EM_I64 || b.size > bs) {
+            em_scope_end(s);
+            return -1;
+        }
+        float x[64 * ROW];
+        int64_t y[64];
+        if (em_copy_to_host(b.x, x, sizeof x) != EM_OK || em_copy_to_host(b.y, y, sizeof y) != EM_OK) {
+            em_scope_end(s);
+            return -1;
+        }
+        for (int64_t i = 0; i < b.size; i++) {
+            for (int k = 0; k < ROW; k++)
+                if (x[i * ROW + k] != (float)(y[i] * 10 + k)) {
+                    em_scope_end(s);
+                    return -1;
+                }
+            if (seen < N) order[seen] = y[i];
+            seen++;
+        }
+        (*nbatches)++;
+        em_scope_end(s);
+    }
+    return seen;
+}
+
+static bool is_permutation(const int64_t *order, int n) {
+    int count[N] = {0};
+    for (int i = 0; i < n; i++) {
+        if (order[i] < 0 || order[i] >= N) return false;
+        count[order[i]]++;
+    }
+    for (int i = 0; i < N; i++)
+        if (count[i] != 1) return false;
+    return true;
+}
+
+static void test_batches_and_drop_last(void) {
+    em_dataset *ds = make_dataset();
+    CHECK(ds && em_dataset_len(ds) == N);
+    int64_t order[N], nb;
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 10});
+    CHECK(l && em_loader_len(l) == 11);
+    CHECK(epoch(l, 10, order, &nb) == N && nb == 11);
+    for (int i = 0; i < N; i++) CHECK(order[i] == i);  /* no shuffle: dataset order */
+    em_loader_free(l);
+    l = em_loader_new(ds, (em_loader_opts){.batch_size = 10, .drop_last = true, .shuffle = true});
+    CHECK(l && em_loader_len(l) == 10);
+    CHECK(epoch(l, 10, order, &nb) == 100 && nb == 10);
+    em_loader_free(l);
+    /* batch_size 0 means 1; a batch larger than the dataset gives one batch */
+    l = em_loader_new(ds, (em_loader_opts){0});
+    CHECK(l && em_loader_len(l) == N);
+    em_loader_free(l);
+    l = em_loader_new(ds, (em_loader_opts){.batch_size = 64, .drop_last = false});
+    CHECK(epoch(l, 64, order, &nb) == N && nb == 2);
+    em_loader_free(l);
+    em_dataset_free(ds);
+}
+
+static void test_shuffle_reproducible(void) {
+    em_dataset *ds = make_dataset();
+    int64_t a0[N], a1[N], b0[N], b1[N], c0[N], nb;
+    em_loader *a = em_loader_new(ds, (em_loader_opts){.batch_size = 16, .shuffle = true, .seed = 7});
+    em_loader *b = em_loader_new(ds, (em_loader_opts){.batch_size = 5, .shuffle = true, .seed = 7,
+                                                      .prefetch = EM_PREFETCH_NONE});
+    em_loader *c = em_loader_new(ds, (em_loader_opts){.batch_size = 16, .shuffle = true, .seed = 8});
+    CHECK(epoch(a, 16, a0, &nb) == N && epoch(b, 5, b0, &nb) == N && epoch(c, 16, c0, &nb) == N);
+    CHECK(em_loader_epoch(a) == 0);
+    /* the next call after the end starts epoch 1 */
+    CHECK(epoch(a, 16, a1, &nb) == N && em_loader_epoch(a) == 1);
+    CHECK_OK(em_loader_reset(b));  /* explicit reset after an epoch: also epoch 1 */
+    CHECK(epoch(b, 5, b1, &nb) == N && em_loader_epoch(b) == 1);
+    CHECK(is_permutation(a0, N) && is_permutation(a1, N) && is_permutation(c0, N));
+    CHECK(memcmp(a0, b0, sizeof a0) == 0);  /* the order depends on (seed, epoch) only */
+    CHECK(memcmp(a1, b1, sizeof a1) == 0);
+    CHECK(memcmp(a0, a1, sizeof a0) != 0);  /* differs between epochs */
+    CHECK(memcmp(a0, c0, sizeof a0) != 0);  /* and between seeds */
+    int fixed = 0;
+    for (int i = 0; i < N; i++) fixed += a0[i] == i;
+    CHECK(fixed < 10);  /* a real shuffle: few fixed points (about 1 expected) */
+    em_loader_free(a);
+    em_loader_free(b);
+    em_loader_free(c);
+    em_dataset_free(ds);
+}
+
+/* Same options with the thread (prefetch 1, 2, 7) and without: the same batches. */
+static void test_prefetch_identical(void) {
+    em_dataset *ds = make_dataset();
+    const int prefetch[4] = {EM_PREFETCH_NONE, 0, 1, 7};
+    int64_t orders[4][3][N];
+    for (int p = 0; p < 4; p++) {
+        em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 9, .shuffle = true, .seed = 3,
+                                                          .prefetch = prefetch[p], .pin_memory = p == 2});
+        for (int e = 0; e < 3; e++) {
+            int64_t nb;
+            CHECK(epoch(l, 9, orders[p][e], &nb) == N && nb == 12);
+        }
+        em_loader_free(l);
+    }
+    for (int p = 1; p < 4; p++) CHECK(memcmp(orders[0], orders[p], sizeof orders[0]) == 0);
+    em_dataset_free(ds);
+}
+
+static void test_reset_and_free_mid_epoch(void) {
+    em_dataset *ds = make_dataset();
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 4, .shuffle = true, .seed = 1, .prefetch = 3});
+    em_dataset_free(ds);  /* the loader keeps its own references */
+    CHECK_OK(em_loader_reset(l));  /* before the first batch: still epoch 0 */
+    CHECK(em_loader_epoch(l) == 0);
+    em_batch b;
+    CHECK(em_loader_next(l, &b) && b.index == 0);
+    CHECK(em_loader_next(l, &b) && b.index == 1);
+    CHECK_OK(em_loader_reset(l));
+    CHECK(em_loader_epoch(l) == 1);
+    CHECK(em_loader_next(l, &b) && b.index == 0);
+    /* many quick resets while the producer works: no hang, no stale batch */
+    for (int i = 0; i < 200; i++) {
+        if (i % 3) CHECK(em_loader_next(l, &b) && b.index == 0);
+        CHECK_OK(em_loader_reset(l));
+    }
+    CHECK(em_loader_next(l, &b) && b.size == 4);
+    em_loader_free(l);  /* mid-epoch, with batches queued: the thread stops, nothing leaks */
+    /* freed right after creation, while the first batches are being made */
+    for (int i = 0; i < 20; i++) {
+        em_dataset *d2 = make_dataset();
+        em_loader *l2 = em_loader_new(d2, (em_loader_opts){.batch_size = 1, .prefetch = 5});
+        em_dataset_free(d2);
+        em_loader_free(l2);
+    }
+}
+
+/* The loader owns b.x and b.y until the next call: a retained batch stays valid, and
+ * batches taken inside or outside a scope never leak (checked under ASan). */
+static void test_batch_ownership(void) {
+    em_dataset *ds = make_dataset();
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 8});
+    em_batch b;
+    em_scope outer = em_scope_begin();
+    CHECK(em_loader_next(l, &b));
+    em_tensor *kept = em_retain(b.x);
+    em_scope_end(outer);  /* the batch was not in the scope */
+    CHECK(em_loader_next(l, &b) && b.index == 1);
+    float first[8 * ROW];
+    CHECK_OK(em_copy_to_host(kept, first, sizeof first));
+    CHECK(first[0] == 0 && first[5] == 5 && first[7 * ROW] == 70);
+    em_release(kept);
+    em_loader_free(l);
+    em_dataset_free(ds);
+}
+
+static void test_device_and_pinned(void) {
+    em_dataset *ds = make_dataset();
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 32, .pin_memory = true, .device = EM_DEVICE_CPU});
+    int64_t order[N], nb;
+    CHECK(epoch(l, 32, order, &nb) == N);
+    em_loader_free(l);
+    CHECK(em_loader_new(ds, (em_loader_opts){.batch_size = -1}) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "batch_size must be positive");
+    CHECK(em_loader_new(NULL, (em_loader_opts){0}) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "argument 'ds' is NULL");
+    if (!em_device_available(EM_CUDA)) {
+        CHECK(em_loader_new(ds, (em_loader_opts){.device = EM_DEVICE(EM_CUDA, 0)}) == NULL);
+        CHECK_ERROR(EM_ERR_UNAVAILABLE, "is not available");
+    }
+    em_dataset_free(ds);
+}
+
+static void test_datasets_from_files(void) {
+    /* IDX: pixels scaled */
+    em_scope s = em_scope_begin();
+    em_dataset *ds = em_dataset_idx(test_data_path("tiny-images-idx3-ubyte.gz"),
+                                    test_data_path("tiny-labels-idx1-ubyte"), 1.0 / 255);
+    CHECK(ds && em_dataset_len(ds) == 4);
+    if (ds) {
+        float x[24];
+        int64_t y[4];
+        CHECK_OK(em_copy_to_host(em_dataset_x(ds), x, sizeof x));
+        CHECK_OK(em_copy_to_host(em_dataset_y(ds), y, sizeof y));
+        CHECK(x[7] == (float)((10 + 3 * 0 + 1) * (1.0 / 255)) && y[0] == 3 && y[2] == 4);
+        CHECK_OK(em_dataset_normalize(ds, 0.5, 0.25));
+        CHECK_OK(em_copy_to_host(em_dataset_x(ds), x, sizeof x));
+        CHECK_NEAR(x[7], (11 / 255.0 - 0.5) / 0.25, 1e-6);
+    }
+    em_dataset_free(ds);
+    /* mismatched counts: 4 images, 3 labels */
+    char *tmp = test_tmpdir();
+    char yp[600], xp[600], cp[600];
+    snprintf(yp, sizeof yp, "%s/y.npy", tmp);
+    snprintf(xp, sizeof xp, "%s/x.npy", tmp);
+    snprintf(cp, sizeof cp, "%s/d.csv", tmp);
+    const int32_t y3[3] = {1, 2, 3};
+    CHECK_OK(em_save_npy(yp, em_from_data(y3, EM_I32, EM_SHAPE(3), EM_OPTS(.dtype = EM_I32))));
+    CHECK(em_dataset_idx(test_data_path("tiny-images-idx3-ubyte.gz"), yp, 1) == NULL);
+    CHECK_ERROR(EM_ERR_FORMAT, "y.npy: not an IDX file");
+    /* .npy pair */
+    const double x3[6] = {1, 2, 3, 4, 5, 6};
+    CHECK_OK(em_save_npy(xp, em_from_data(x3, EM_F64, EM_SHAPE(3, 2), EM_OPTS(.dtype = EM_F64))));
+    ds = em_dataset_npy(xp, yp, 2.0);
+    CHECK(ds && em_dataset_len(ds) == 3);
+    if (ds) {
+        float x[6];
+        int64_t y[3];
+        CHECK_OK(em_copy_to_host(em_dataset_x(ds), x, sizeof x));
+        CHECK_OK(em_copy_to_host(em_dataset_y(ds), y, sizeof y));
+        CHECK(x[0] == 2 && x[5] == 12 && y[2] == 3);
+    }
+    em_dataset_free(ds);
+    CHECK(em_dataset_npy(yp, xp, 1) == NULL);
+    CHECK_ERROR(EM_ERR_DTYPE, "labels must be integers");
+    /* CSV, label last; and without labels */
+    const char *text = "1,2,0\n3,4,1\n5,6,1\n";
+    CHECK(test_write_file(cp, text, strlen(text)) == 0);
+    ds = em_dataset_csv(cp, EM_CSV_OPTS(.label_column = -1), 0.5);
+    CHECK(ds && em_dataset_len(ds) == 3);
+    em_loader *l = ds ? em_loader_new(ds, (em_loader_opts){.batch_size = 2}) : NULL;
+    em_batch b;
+    CHECK(l && em_loader_next(l, &b) && b.y && em_size(b.x, 1) == 2);
+    if (b.x) {
+        float x[4];
+        CHECK_OK(em_copy_to_host(b.x, x, sizeof x));
+        CHECK(x[0] == 0.5f && x[3] == 2);
+    }
+    em_loader_free(l);
+    em_dataset_free(ds);
+    ds = em_dataset_csv(cp, EM_CSV_OPTS(.label_column = EM_CSV_NO_LABEL), 1);
+    CHECK(ds && em_dataset_y(ds) == NULL);
+    l = ds ? em_loader_new(ds, (em_loader_opts){.batch_size = 2}) : NULL;
+    CHECK(l && em_loader_next(l, &b) && b.y == NULL && em_size(b.x, 1) == 3);
+    em_loader_free(l);
+    em_dataset_free(ds);
+    /* em_dataset_new: shapes must agree, labels must be integers */
+    const float zeros[8] = {0};
+    const int64_t l3[3] = {0, 1, 2};
+    em_tensor *x4 = em_from_data(zeros, EM_F32, EM_SHAPE(4, 2), EM_OPTS(0));
+    CHECK(em_dataset_new(x4, em_from_data(l3, EM_I64, EM_SHAPE(3), EM_OPTS(.dtype = EM_I64))) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "4 samples but 3 labels");
+    CHECK(em_dataset_new(x4, em_from_data(zeros, EM_F32, EM_SHAPE(4), EM_OPTS(0))) == NULL);
+    CHECK_ERROR(EM_ERR_DTYPE, "labels must be integers");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    em_scope_end(s);
+}
+
+int main(void) {
+    RUN(test_batches_and_drop_last);
+    RUN(test_shuffle_reproducible);
+    RUN(test_prefetch_identical);
+    RUN(test_reset_and_free_mid_epoch);
+    RUN(test_batch_ownership);
+    RUN(test_device_and_pinned);
+    RUN(test_datasets_from_files);
+    return test_summary();
+}
