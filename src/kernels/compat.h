@@ -12,7 +12,9 @@
  *    (exp, log, sqrt, ...) on float or double;
  *  - f16/bf16 live in memory as u16 bits and are computed in float (PoCL has no
  *    cl_khr_fp16): use LOAD_F16/STORE_F16 and the bf16 helpers in dtypes.h.
- * EMK_HAS_F64 is defined when the device has double precision. */
+ * EMK_HAS_F64 is defined when the device has double precision. CUDA programs are compiled
+ * with NVRTC's -default-device, so that plain `static inline` helpers shared with the host
+ * (src/core/philox.h) are device functions too. */
 #ifndef EMK_COMPAT_H
 #define EMK_COMPAT_H
 
@@ -46,6 +48,17 @@ typedef uint uint32_t;
 typedef ulong uint64_t;
 typedef int int32_t;
 typedef long int64_t;
+
+/* C99's float math names, so that plain-C code shared with the host compiles */
+#define sqrtf sqrt
+#define logf log
+#define expf exp
+#define sinf sin
+#define cosf cos
+#define tanhf tanh
+#define fabsf fabs
+#define powf pow
+#define erff erf
 
 /* thread and block indices; d is 0, 1 or 2 */
 #define GLOBAL_ID(d) ((i64)get_global_id(d))

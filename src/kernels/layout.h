@@ -56,6 +56,9 @@ enum { EMK_R_SUM, EMK_R_MEAN, EMK_R_MAX, EMK_R_MIN, EMK_R_ARGMAX, EMK_R_ARGMIN }
 enum { EMK_RNG_UNIFORM, EMK_RNG_NORMAL, EMK_RNG_RANDINT, EMK_RNG_BERNOULLI };
 
 #if defined(EMK_OPENCL) || defined(EMK_CUDA)
+/* grid-stride loop over n elements: the host may launch fewer threads than elements */
+#define EMK_LOOP(i, n) for (i64 i = GLOBAL_ID(0); i < (n); i += GLOBAL_SIZE(0))
+
 /* element offset of linear (row-major) index i of the index space */
 INLINE i64 emk_off(i64 i, emk_shape sh, emk_strides a) {
     if (sh.ndim <= 1) return a.offset + i * a.s[0];
