@@ -110,10 +110,10 @@ static void test_oversized_allocation(void) {
     CHECK(em_last_status() == EM_ERR_OUT_OF_MEMORY);
     em_clear_error();
     /* and the device still works */
+    em_scope s = em_scope_begin();
     em_tensor *ok = em_full(EM_SHAPE(3), 2.0, EM_OPTS(.device = D0));
     CHECK_NEAR(em_item(em_sum(ok, EM_ALL_DIMS, false)), 6.0, 0);
-    em_release(ok);
-    em_clear_error();
+    em_scope_end(s);
 }
 
 /* ---- users' kernels ---- */
