@@ -332,7 +332,54 @@ static void test_threads(void) {
     CHECK_NEAR(jobs[1].result, 20.0 * 64 * 33 * 2.0, 0);
 }
 
-int main(void) {
+/* ---- matmul through CLBlast (EMBER_OPENCL_GEMM=clblast; off by default, see
+ * opencl_gemm.c), in a fresh process ---- */
+static int clblast_child(void) {
+    int failures = 0;
+    /* f32 only (CLBlast compiles its kernels per precision: ~35 s each on a cold PoCL cache) */
+    const int shapes[][4] = {{1, 7, 5, 3}, {3, 8, 16, 4}, {1, 64, 784, 256}};
+    for (int si = 0; si < 3; si++) for (int tb = 0; tb < 2; tb++) for (int dt = 0; dt < 1; dt++) {
+        em_scope s = em_scope_begin();
+        int B = shapes[si][0], M = shapes[si][1], K = shapes[si][2], N = shapes[si][3];
+        em_dtype type = dt ? EM_F64 : EM_F32;
+        em_manual_seed((uint64_t)(si * 4 + tb * 2 + dt));
+        em_tensor *a = em_rand(EM_SHAPE(B, M, K), EM_OPTS(.dtype = type));
+        em_tensor *b = tb ? em_transpose(em_rand(EM_SHAPE(B, N, K), EM_OPTS(.dtype = type)), 1, 2)
+                          : em_rand(EM_SHAPE(B, K, N), EM_OPTS(.dtype = type));
+        em_tensor *want = em_matmul(a, b);
+        em_tensor *got = em_cpu(em_matmul(em_to(a, D0), em_to(b, D0)));
+        em_tensor *err = em_max(em_abs(em_sub(got, want)), EM_ALL_DIMS, false);
+        double e = em_item(err);
+        if (em_failed() || !(e <= (dt ? 1e-12 : 1e-4) * K)) {
+            fprintf(stderr, "  clblast matmul %dx%dx%dx%d %s%s: max error %g %s\n", B, M, K, N,
+                    em_dtype_name(type), tb ? " (b transposed)" : "", e, em_last_error());
+            em_clear_error();
+            failures++;
+        }
+        em_scope_end(s);
+    }
+    return failures ? 1 : 0;
+}
+
+static void test_clblast_matmul(void) {
+    if (!getenv("EMBER_TEST_CLBLAST") && access("/usr/lib/x86_64-linux-gnu/libclblast.so.1", F_OK) != 0) {
+        printf("skip: CLBlast is not installed\n");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("EMBER_OPENCL_GEMM", "clblast", 1);
+        execl("/proc/self/exe", "clblast-child", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 1 && strcmp(argv[0], "clblast-child") == 0) return clblast_child();
     /* a private cache directory, set before the first OpenCL use */
     snprintf(g_cache, sizeof g_cache, "/tmp/ember-test-cache-XXXXXX");
     if (!mkdtemp(g_cache)) return 1;
@@ -351,6 +398,7 @@ int main(void) {
     RUN(test_kernel_compile_errors);
     RUN(test_disk_cache_recovers);
     RUN(test_threads);
+    RUN(test_clblast_matmul);
     /* PoCL: Ember's own program is not exported (see opencl_program.c); users' kernels are */
     em_device_props p;
     if (em_device_get_props(D0, &p) == EM_OK && strstr(p.name, "pthread")) {

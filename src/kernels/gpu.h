@@ -50,6 +50,7 @@ typedef struct em_gpu_info {
     int compute_units;
     bool has_f64;
     size_t max_block;   /* most threads per block */
+    bool is_cpu;        /* a CPU device (PoCL): kernels written with vector types pay off */
 } em_gpu_info;
 
 /* Operands of a GEMM fast path: out[b] = a[b] @ b[b], each 2-d slice row-major with

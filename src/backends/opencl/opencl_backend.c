@@ -97,6 +97,11 @@ static bool setup_device(ocl_device *d, cl_platform_id p, cl_device_id id, cl_co
     pr->compute_units = (int)cu;
     pr->compute_capability = 0;
     pr->is_gpu = type_rank(id) == 0;
+    cl_device_type dtype = 0;
+    clGetDeviceInfo(id, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
+    /* EMBER_OPENCL_CPU_KERNELS=0 runs the GPU-style kernels on CPU devices too (tests) */
+    const char *cpu_kernels = getenv("EMBER_OPENCL_CPU_KERNELS");
+    d->is_cpu = (dtype & CL_DEVICE_TYPE_CPU) != 0 && !(cpu_kernels && strcmp(cpu_kernels, "0") == 0);
     d->has_f64 = fp64 != 0 || has_extension(id, "cl_khr_fp64");
     char pname[128] = "";
     clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);

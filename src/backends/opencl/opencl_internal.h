@@ -23,6 +23,7 @@ typedef struct ocl_device {
     em_device_props props;
     bool has_f64;
     bool is_pocl;              /* PoCL: see the cache policy in opencl_program.c */
+    bool is_cpu;               /* CL_DEVICE_TYPE_CPU */
     size_t max_block;
     size_t max_alloc;
     /* guards the lazy build and each set-args + enqueue pair (cl_kernel is not thread-safe) */

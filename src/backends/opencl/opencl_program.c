@@ -48,7 +48,7 @@ static bool cache_dir(char *out, size_t n) {
 }
 
 static bool cache_path(const ocl_device *d, const char *source, char *out, size_t n) {
-    char dir[1024];
+    char dir[512];
     if (!cache_dir(dir, sizeof dir)) return false;
     const char *parts[] = {source, OCL_BUILD_OPTIONS, d->props.name, d->props.driver,
                            OCL_CACHE_VERSION};
@@ -85,7 +85,7 @@ static void write_cache(const ocl_device *d, cl_program p, const char *path) {
     unsigned char *bin = malloc(len);
     if (!bin) return;
     if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
-        char tmp[1100];
+        char tmp[640];
         snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
         FILE *f = fopen(tmp, "wb");
         if (f) {
@@ -118,7 +118,7 @@ static cl_program from_cache(ocl_device *d, const char *path) {
 }
 
 cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write) {
-    char path[1100];
+    char path[600];
     const char *env = getenv("EMBER_OPENCL_CACHE");
     bool off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0);
     bool on = env && (strcmp(env, "1") == 0 || strcmp(env, "on") == 0);
@@ -283,6 +283,7 @@ static void ocl_info(int index, em_gpu_info *out) {
     out->compute_units = d ? d->props.compute_units : 1;
     out->has_f64 = d ? d->has_f64 : false;
     out->max_block = d ? d->max_block : 0;
+    out->is_cpu = d ? d->is_cpu : false;
 }
 
 static em_status ocl_gemm(int dev, const em_gemm_args *g) { return em__ocl_clblast_gemm(dev, g); }
