@@ -36,7 +36,7 @@ bool em__gpu_supports_op(em_op op, em_dtype dt) {
 
 em_status em__gpu_launch_1d(const em_gpu *g, int dev, const char *kernel, int64_t n, int nargs,
                             const em_karg *args, const char *op) {
-    em_gpu_info info;
+    em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
     int64_t blocks = (n + EMK_BLOCK - 1) / EMK_BLOCK, cap = (int64_t)info.compute_units * 8;
     if (cap < 8) cap = 8;
@@ -47,7 +47,7 @@ em_status em__gpu_launch_1d(const em_gpu *g, int dev, const char *kernel, int64_
 }
 
 em_karg em__gpu_acc_arg(const em_gpu *g, int dev, double v) {
-    em_gpu_info info;
+    em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
     return info.has_f64 ? EM_KF64(v) : EM_KF32(v);
 }

@@ -7,7 +7,7 @@
 #include "gpu_internal.h"
 
 static int64_t block_cap(const em_gpu *g, int dev) {
-    em_gpu_info info;
+    em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
     int64_t cap = (int64_t)info.compute_units * 16;
     return cap < 16 ? 16 : cap;
@@ -52,7 +52,7 @@ em_status em__gpu_reduce(const em_gpu *g, em_op op, em_tensor *out, const em_ten
                         op == EM_OP_MAX ? "max" : op == EM_OP_MIN ? "min" : "argmax/argmin");
     }
     int dev = EM__DEV(out);
-    em_gpu_info info;
+    em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
     /* one block per output for long reductions or few outputs; one thread otherwise */
     bool wg = rsh.numel >= 256 ||
@@ -181,7 +181,7 @@ em_status em__gpu_matmul(const em_gpu *g, em_tensor *out, const em_tensor *a,
         }
     }
 
-    em_gpu_info info;
+    em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
     if (info.is_cpu && em_dtype_is_floating(out->dtype))
         return matmul_cpu_vec(g, out, a, b, info.has_f64);
