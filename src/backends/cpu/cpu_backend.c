@@ -1,0 +1,166 @@
+/* The CPU backend's table: device properties, host memory, copies and the kernel families. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "cpu_internal.h"
+
+static em_status cpu_init(void) { return EM_OK; }
+static const char *cpu_unavailable_reason(void) { return NULL; }
+static int cpu_device_count(void) { return 1; }
+
+/* The value of the first "key<spaces>: value" line of a /proc file, trimmed; false if absent. */
+static bool proc_field(const char *path, const char *key, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[512];
+    size_t klen = strlen(key);
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) != 0) continue;
+        const char *p = line + klen;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p != ':') continue;
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        size_t n = strcspn(p, "\n");
+        if (n >= cap) n = cap - 1;
+        memcpy(out, p, n);
+        out[n] = '\0';
+        found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+static int64_t meminfo_bytes(const char *key) {
+    char v[64];
+    if (!proc_field("/proc/meminfo", key, v, sizeof v)) return -1;
+    return strtoll(v, NULL, 10) * 1024; /* the file counts kB */
+}
+
+static em_status cpu_device_props(int index, em_device_props *out) {
+    if (index != 0) return em_error(EM_ERR_DEVICE, "cpu: device index %d does not exist (only cpu:0)", index);
+    memset(out, 0, sizeof *out);
+    if (!proc_field("/proc/cpuinfo", "model name", out->name, sizeof out->name))
+        snprintf(out->name, sizeof out->name, "CPU");
+    char vendor[64];
+    if (proc_field("/proc/cpuinfo", "vendor_id", vendor, sizeof vendor)) {
+        const char *v = strcmp(vendor, "GenuineIntel") == 0 ? "Intel"
+                        : strcmp(vendor, "AuthenticAMD") == 0 ? "AMD" : vendor;
+        snprintf(out->vendor, sizeof out->vendor, "%s", v);
+    }
+    snprintf(out->driver, sizeof out->driver, "OpenBLAS");
+    out->total_memory = meminfo_bytes("MemTotal");
+    out->free_memory = meminfo_bytes("MemAvailable");
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    out->compute_units = n > 0 ? (int)n : 1;
+    out->compute_capability = 0;
+    out->is_gpu = false;
+    return EM_OK;
+}
+
+/* ---- memory ---- */
+#define CPU_ALIGN 64
+
+static em_status cpu_raw_alloc(int index, size_t bytes, void **handle) {
+    size_t size = bytes ? (bytes + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1) : CPU_ALIGN;
+    void *p = NULL;
+    if (size < bytes || posix_memalign(&p, CPU_ALIGN, size) != 0) {
+        *handle = NULL;
+        return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: failed to allocate %zu bytes of host memory", bytes);
+    }
+    *handle = p;
+    return EM_OK;
+}
+
+static void cpu_raw_free(int index, void *handle) { free(handle); }
+
+/* Pinned blocks own whole pages (so munlock cannot unlock a neighbour); the size is kept
+ * in a header just before the pointer handed out. */
+#define PIN_HEADER CPU_ALIGN
+
+static em_status cpu_host_alloc_pinned(size_t bytes, void **ptr) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t total = (bytes + PIN_HEADER + page - 1) / page * page;
+    void *base = NULL;
+    if (total < bytes || posix_memalign(&base, page, total) != 0) {
+        *ptr = NULL;
+        return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: failed to allocate %zu bytes of pinned host memory", bytes);
+    }
+    memcpy(base, &total, sizeof total);
+    (void)mlock(base, total); /* best effort: without the privilege the memory is still usable */
+    *ptr = (char *)base + PIN_HEADER;
+    return EM_OK;
+}
+
+static void cpu_host_free_pinned(void *ptr) {
+    if (!ptr) return;
+    char *base = (char *)ptr - PIN_HEADER;
+    size_t total;
+    memcpy(&total, base, sizeof total);
+    munlock(base, total);
+    free(base);
+}
+
+static em_status cpu_copy_h2d(int index, void *dst_handle, size_t dst_offset, const void *src,
+                              size_t bytes, bool non_blocking) {
+    if (bytes) memmove((char *)dst_handle + dst_offset, src, bytes);
+    return EM_OK;
+}
+
+static em_status cpu_copy_d2h(int index, void *dst, const void *src_handle, size_t src_offset, size_t bytes) {
+    if (bytes) memmove(dst, (const char *)src_handle + src_offset, bytes);
+    return EM_OK;
+}
+
+static em_status cpu_copy_d2d(int dst_index, void *dst_handle, size_t dst_offset, int src_index,
+                              const void *src_handle, size_t src_offset, size_t bytes) {
+    if (bytes) memmove((char *)dst_handle + dst_offset, (const char *)src_handle + src_offset, bytes);
+    return EM_OK;
+}
+
+static em_status cpu_synchronize(int index) { return EM_OK; }
+
+/* Float-only math stays float-only (core casts integers first, as PyTorch promotes them);
+ * bool supports only what PyTorch allows on bool without promotion. */
+bool em__cpu_supports_op(em_op op, em_dtype dt) {
+    bool fl = em_dtype_is_floating(dt), is_bool = dt == EM_BOOL;
+    if ((int)op < 0 || op >= EM_OP_COUNT || (int)dt < 0 || dt >= EM_DTYPE_COUNT) return false;
+    switch (op) {
+    case EM_OP_EXP: case EM_OP_LOG: case EM_OP_SQRT: case EM_OP_RSQRT: case EM_OP_TANH:
+    case EM_OP_SIGMOID: case EM_OP_GELU: case EM_OP_RECIPROCAL: case EM_OP_DIV_SCALAR:
+    case EM_OP_MEAN:
+        return fl;
+    case EM_OP_NEG: case EM_OP_ABS: case EM_OP_SIGN: case EM_OP_SQUARE: case EM_OP_RELU:
+    case EM_OP_ADD_SCALAR: case EM_OP_MUL_SCALAR: case EM_OP_RSUB_SCALAR: case EM_OP_POW_SCALAR:
+    case EM_OP_CLAMP: case EM_OP_SUB: case EM_OP_DIV: case EM_OP_POW: case EM_OP_SUM:
+        return !is_bool;
+    default: /* add, mul, maximum, minimum, comparisons, logical_and, max/min, argmax/argmin */
+        return true;
+    }
+}
+
+const em_backend em_cpu_backend = {
+    .name = "cpu",
+    .type = EM_CPU,
+    .init = cpu_init,
+    .unavailable_reason = cpu_unavailable_reason,
+    .device_count = cpu_device_count,
+    .device_props = cpu_device_props,
+    .raw_alloc = cpu_raw_alloc,
+    .raw_free = cpu_raw_free,
+    .host_alloc_pinned = cpu_host_alloc_pinned,
+    .host_free_pinned = cpu_host_free_pinned,
+    .copy_h2d = cpu_copy_h2d,
+    .copy_d2h = cpu_copy_d2h,
+    .copy_d2d = cpu_copy_d2d,
+    .synchronize = cpu_synchronize,
+    .supports_op = em__cpu_supports_op,
+    .fill = em__cpu_fill,
+    .fill_affine = em__cpu_fill_affine,
+    .copy = em__cpu_copy,
+    .unary = em__cpu_unary,
+    .binary = em__cpu_binary,
+    .where = em__cpu_where,
+};

@@ -1,0 +1,291 @@
+/* Unary (with scalar parameters), binary (arithmetic and comparisons) and where.
+ * Each op has one contiguous kernel per compute type (f32, f64, i64). Contiguous operands
+ * that already have the compute type go straight to it; anything else (strided, broadcast,
+ * f16/bf16, i32/u8/bool) is converted through small blocks. Integer math wraps like
+ * two's complement and x / 0 gives 0: no undefined behaviour for any input. */
+#include "cpu_internal.h"
+
+typedef void (*un_kernel)(const void *in, void *out, int64_t n, const double *p);
+typedef void (*bin_kernel)(const void *a, const void *b, void *out, int64_t n);
+
+static const char *const g_op_names[EM_OP_COUNT] = {
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sign",
+    "square", "reciprocal", "add_scalar", "mul_scalar", "div_scalar", "rsub_scalar", "pow_scalar",
+    "clamp", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
+    "gt", "ge", "logical_and", "sum", "mean", "max", "min", "argmax", "argmin",
+};
+
+const char *em__cpu_op_name(em_op op) {
+    return (int)op >= 0 && op < EM_OP_COUNT ? g_op_names[op] : "unknown op";
+}
+
+/* ---- float kernels, instantiated for float (f32) and double (f64) ---- */
+#define UOP(T, SFX, NAME, EXPR)                                                          \
+    static void un_##SFX##_##NAME(const void *vin, void *vout, int64_t n, const double *p) { \
+        const T *x = vin;                                                                \
+        T *o = vout;                                                                     \
+        T a = p ? (T)p[0] : 0, b = p ? (T)p[1] : 0;                                      \
+        (void)a, (void)b;                                                                \
+        for (int64_t k = 0; k < n; k++) {                                                \
+            T v = x[k];                                                                  \
+            o[k] = (EXPR);                                                               \
+        }                                                                                \
+    }
+#define BOP(T, SFX, NAME, EXPR)                                                          \
+    static void bin_##SFX##_##NAME(const void *va, const void *vb, void *vout, int64_t n) { \
+        const T *x = va, *y = vb;                                                        \
+        T *o = vout;                                                                     \
+        for (int64_t k = 0; k < n; k++) {                                                \
+            T a = x[k], b = y[k];                                                        \
+            o[k] = (EXPR);                                                               \
+        }                                                                                \
+    }
+#define COP(T, SFX, NAME, EXPR)                                                          \
+    static void bin_##SFX##_##NAME(const void *va, const void *vb, void *vout, int64_t n) { \
+        const T *x = va, *y = vb;                                                        \
+        uint8_t *o = vout;                                                               \
+        for (int64_t k = 0; k < n; k++) {                                                \
+            T a = x[k], b = y[k];                                                        \
+            o[k] = (uint8_t)(EXPR);                                                      \
+        }                                                                                \
+    }
+
+#define FLOAT_KERNELS(T, SFX)                                                            \
+    UOP(T, SFX, neg, -v)                                                                 \
+    UOP(T, SFX, abs, MF(fabs)(v))                                                        \
+    UOP(T, SFX, exp, MF(exp)(v))                                                         \
+    UOP(T, SFX, log, MF(log)(v))                                                         \
+    UOP(T, SFX, sqrt, MF(sqrt)(v))                                                       \
+    UOP(T, SFX, rsqrt, (T)1 / MF(sqrt)(v))                                               \
+    UOP(T, SFX, tanh, MF(tanh)(v))                                                       \
+    UOP(T, SFX, sigmoid, (T)1 / ((T)1 + MF(exp)(-v)))                                    \
+    UOP(T, SFX, relu, v < 0 ? (T)0 : v)                                                  \
+    UOP(T, SFX, gelu, (T)0.5 * v * ((T)1 + MF(erf)(v * (T)0.70710678118654752440)))     \
+    UOP(T, SFX, sign, (T)((v > 0) - (v < 0)))                                            \
+    UOP(T, SFX, square, v * v)                                                           \
+    UOP(T, SFX, reciprocal, (T)1 / v)                                                    \
+    UOP(T, SFX, add_scalar, v + a)                                                       \
+    UOP(T, SFX, mul_scalar, v * a)                                                       \
+    UOP(T, SFX, div_scalar, v / a)                                                       \
+    UOP(T, SFX, rsub_scalar, a - v)                                                      \
+    UOP(T, SFX, pow_scalar, a == 2 ? v * v : a == 1 ? v : a == (T)0.5 ? MF(sqrt)(v) : MF(pow)(v, a)) \
+    UOP(T, SFX, clamp, v < a ? a : v > b ? b : v)                                        \
+    BOP(T, SFX, add, a + b)                                                              \
+    BOP(T, SFX, sub, a - b)                                                              \
+    BOP(T, SFX, mul, a * b)                                                              \
+    BOP(T, SFX, div, a / b)                                                              \
+    BOP(T, SFX, pow, MF(pow)(a, b))                                                      \
+    BOP(T, SFX, maximum, (a > b || a != a) ? a : b)                                      \
+    BOP(T, SFX, minimum, (a < b || a != a) ? a : b)                                      \
+    COP(T, SFX, eq, a == b)                                                              \
+    COP(T, SFX, ne, a != b)                                                              \
+    COP(T, SFX, lt, a < b)                                                               \
+    COP(T, SFX, le, a <= b)                                                              \
+    COP(T, SFX, gt, a > b)                                                               \
+    COP(T, SFX, ge, a >= b)                                                              \
+    COP(T, SFX, logical_and, (a != 0) & (b != 0))
+
+#define MF(fn) fn##f
+FLOAT_KERNELS(float, f32)
+#undef MF
+#define MF(fn) fn
+FLOAT_KERNELS(double, f64)
+#undef MF
+
+/* ---- integer kernels: int64 math, wrapping through uint64 ---- */
+static inline int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static inline int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static inline int64_t wrap_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+static inline int64_t safe_div(int64_t a, int64_t b) {
+    if (b == 0) return 0;                     /* C leaves it undefined; PyTorch raises */
+    if (b == -1) return wrap_sub(0, a);       /* INT64_MIN / -1 wraps */
+    return a / b;
+}
+/* a^e with wrapping; negative e gives 0 except for bases 1 and -1 (PyTorch refuses them). */
+static inline int64_t ipow(int64_t a, int64_t e) {
+    if (e < 0) return a == 1 ? 1 : a == -1 ? ((e & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, base = (uint64_t)a;
+    while (e) {
+        if (e & 1) r *= base;
+        base *= base;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
+#define UOPI(NAME, EXPR)                                                                 \
+    static void un_i64_##NAME(const void *vin, void *vout, int64_t n, const double *p) {  \
+        const int64_t *x = vin;                                                          \
+        int64_t *o = vout;                                                               \
+        int64_t a = p ? em__cpu_param_i64(p[0]) : 0, b = p ? em__cpu_param_i64(p[1]) : 0; \
+        (void)a, (void)b;                                                                \
+        for (int64_t k = 0; k < n; k++) {                                                \
+            int64_t v = x[k];                                                            \
+            o[k] = (EXPR);                                                               \
+        }                                                                                \
+    }
+UOPI(neg, wrap_sub(0, v))
+UOPI(abs, v < 0 ? wrap_sub(0, v) : v)
+UOPI(sign, (v > 0) - (v < 0))
+UOPI(square, wrap_mul(v, v))
+UOPI(relu, v < 0 ? 0 : v)
+UOPI(add_scalar, wrap_add(v, a))
+UOPI(mul_scalar, wrap_mul(v, a))
+UOPI(rsub_scalar, wrap_sub(a, v))
+UOPI(pow_scalar, ipow(v, a))
+UOPI(clamp, v < a ? a : v > b ? b : v)
+BOP(int64_t, i64, add, wrap_add(a, b))
+BOP(int64_t, i64, sub, wrap_sub(a, b))
+BOP(int64_t, i64, mul, wrap_mul(a, b))
+BOP(int64_t, i64, div, safe_div(a, b))
+BOP(int64_t, i64, pow, ipow(a, b))
+BOP(int64_t, i64, maximum, a > b ? a : b)
+BOP(int64_t, i64, minimum, a < b ? a : b)
+COP(int64_t, i64, eq, a == b)
+COP(int64_t, i64, ne, a != b)
+COP(int64_t, i64, lt, a < b)
+COP(int64_t, i64, le, a <= b)
+COP(int64_t, i64, gt, a > b)
+COP(int64_t, i64, ge, a >= b)
+COP(int64_t, i64, logical_and, (a != 0) & (b != 0))
+
+/* ---- kernel tables, indexed by op ---- */
+#define UROW(SFX) \
+    [EM_OP_NEG] = un_##SFX##_neg, [EM_OP_ABS] = un_##SFX##_abs, [EM_OP_SIGN] = un_##SFX##_sign, \
+    [EM_OP_SQUARE] = un_##SFX##_square, [EM_OP_RELU] = un_##SFX##_relu,                       \
+    [EM_OP_ADD_SCALAR] = un_##SFX##_add_scalar, [EM_OP_MUL_SCALAR] = un_##SFX##_mul_scalar,   \
+    [EM_OP_RSUB_SCALAR] = un_##SFX##_rsub_scalar, [EM_OP_POW_SCALAR] = un_##SFX##_pow_scalar, \
+    [EM_OP_CLAMP] = un_##SFX##_clamp
+#define UROW_FLOAT(SFX) \
+    UROW(SFX), [EM_OP_EXP] = un_##SFX##_exp, [EM_OP_LOG] = un_##SFX##_log,                   \
+    [EM_OP_SQRT] = un_##SFX##_sqrt, [EM_OP_RSQRT] = un_##SFX##_rsqrt,                          \
+    [EM_OP_TANH] = un_##SFX##_tanh, [EM_OP_SIGMOID] = un_##SFX##_sigmoid,                      \
+    [EM_OP_GELU] = un_##SFX##_gelu, [EM_OP_RECIPROCAL] = un_##SFX##_reciprocal,                \
+    [EM_OP_DIV_SCALAR] = un_##SFX##_div_scalar
+#define BROW(SFX) \
+    [EM_OP_ADD] = bin_##SFX##_add, [EM_OP_SUB] = bin_##SFX##_sub, [EM_OP_MUL] = bin_##SFX##_mul, \
+    [EM_OP_DIV] = bin_##SFX##_div, [EM_OP_POW] = bin_##SFX##_pow,                                \
+    [EM_OP_MAXIMUM] = bin_##SFX##_maximum, [EM_OP_MINIMUM] = bin_##SFX##_minimum,                \
+    [EM_OP_EQ] = bin_##SFX##_eq, [EM_OP_NE] = bin_##SFX##_ne, [EM_OP_LT] = bin_##SFX##_lt,       \
+    [EM_OP_LE] = bin_##SFX##_le, [EM_OP_GT] = bin_##SFX##_gt, [EM_OP_GE] = bin_##SFX##_ge,       \
+    [EM_OP_LOGICAL_AND] = bin_##SFX##_logical_and
+
+static const un_kernel g_un_f32[EM_OP_COUNT] = {UROW_FLOAT(f32)};
+static const un_kernel g_un_f64[EM_OP_COUNT] = {UROW_FLOAT(f64)};
+static const un_kernel g_un_i64[EM_OP_COUNT] = {UROW(i64)};
+static const bin_kernel g_bin_f32[EM_OP_COUNT] = {BROW(f32)};
+static const bin_kernel g_bin_f64[EM_OP_COUNT] = {BROW(f64)};
+static const bin_kernel g_bin_i64[EM_OP_COUNT] = {BROW(i64)};
+
+static bool is_predicate(em_op op) { return op >= EM_OP_EQ && op <= EM_OP_LOGICAL_AND; }
+
+/* ---- the loops ---- */
+#define BLOCK 256
+
+typedef struct ew_ctx {
+    em_dtype in_dt, out_dt;
+    em_dtype ct;      /* compute type of the inputs */
+    em_dtype res_dt;  /* the kernel's result type: ct, or EM_BOOL for predicates */
+    un_kernel uk;
+    bin_kernel bk;
+    const double *params;
+} ew_ctx;
+
+/* A contiguous compute-type view of operand run p, either p itself or converted into buf. */
+static const void *as_input(const ew_ctx *c, const char *p, int64_t stride, int64_t m, void *buf) {
+    if (c->in_dt == c->ct && stride == (int64_t)em_dtype_size(c->ct)) return p;
+    em__cpu_cast_block(buf, (int64_t)em_dtype_size(c->ct), c->ct, p, stride, c->in_dt, m);
+    return buf;
+}
+
+static void unary_loop(void *arg, char **d, const int64_t *st, int64_t n, int64_t index) {
+    const ew_ctx *c = arg;
+    int64_t rs = (int64_t)em_dtype_size(c->res_dt);
+    bool direct_out = c->out_dt == c->res_dt && st[0] == rs;
+    _Alignas(64) unsigned char bin[BLOCK * 8], bout[BLOCK * 8];
+    for (int64_t off = 0; off < n; off += BLOCK) {
+        int64_t m = n - off < BLOCK ? n - off : BLOCK;
+        const void *x = as_input(c, d[1] + off * st[1], st[1], m, bin);
+        void *o = direct_out ? (void *)(d[0] + off * st[0]) : (void *)bout;
+        c->uk(x, o, m, c->params);
+        if (!direct_out) em__cpu_cast_block(d[0] + off * st[0], st[0], c->out_dt, (const char *)bout, rs, c->res_dt, m);
+    }
+}
+
+static void binary_loop(void *arg, char **d, const int64_t *st, int64_t n, int64_t index) {
+    const ew_ctx *c = arg;
+    int64_t rs = (int64_t)em_dtype_size(c->res_dt);
+    bool direct_out = c->out_dt == c->res_dt && st[0] == rs;
+    _Alignas(64) unsigned char ba[BLOCK * 8], bb[BLOCK * 8], bout[BLOCK * 8];
+    for (int64_t off = 0; off < n; off += BLOCK) {
+        int64_t m = n - off < BLOCK ? n - off : BLOCK;
+        const void *x = as_input(c, d[1] + off * st[1], st[1], m, ba);
+        const void *y = as_input(c, d[2] + off * st[2], st[2], m, bb);
+        void *o = direct_out ? (void *)(d[0] + off * st[0]) : (void *)bout;
+        c->bk(x, y, o, m);
+        if (!direct_out) em__cpu_cast_block(d[0] + off * st[0], st[0], c->out_dt, (const char *)bout, rs, c->res_dt, m);
+    }
+}
+
+static em_status not_supported(em_op op, em_dtype dt) {
+    return em_error(EM_ERR_NOT_SUPPORTED, "cpu: %s is not supported for dtype %s", em__cpu_op_name(op),
+                    em_dtype_name(dt));
+}
+
+em_status em__cpu_unary(em_op op, em_tensor *out, const em_tensor *in, const double *params) {
+    if (op > EM_OP_CLAMP || !em__cpu_supports_op(op, in->dtype)) return not_supported(op, in->dtype);
+    ew_ctx c = {in->dtype, out->dtype, em__cpu_compute_type(in->dtype), em__cpu_compute_type(in->dtype),
+                NULL, NULL, params};
+    c.uk = c.ct == EM_F32 ? g_un_f32[op] : c.ct == EM_F64 ? g_un_f64[op] : g_un_i64[op];
+    if (!c.uk) return not_supported(op, in->dtype);
+    if (op >= EM_OP_ADD_SCALAR && !params)
+        return em_error(EM_ERR_INTERNAL, "cpu: %s needs its scalar parameters", em__cpu_op_name(op));
+    const em_tensor *ts[2] = {out, in};
+    cpu_iter it;
+    em__cpu_iter_init(&it, 2, ts, false);
+    em__cpu_iter_run(&it, unary_loop, &c, EM_CPU_PARALLEL_ELEMS);
+    return EM_OK;
+}
+
+em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__cpu_supports_op(op, a->dtype))
+        return not_supported(op, a->dtype);
+    if (a->dtype != b->dtype)
+        return em_error(EM_ERR_INTERNAL, "cpu: %s got inputs of dtypes %s and %s (core casts them to one)",
+                        em__cpu_op_name(op), em_dtype_name(a->dtype), em_dtype_name(b->dtype));
+    em_dtype ct = em__cpu_compute_type(a->dtype);
+    ew_ctx c = {a->dtype, out->dtype, ct, is_predicate(op) ? EM_BOOL : ct, NULL, NULL, NULL};
+    c.bk = ct == EM_F32 ? g_bin_f32[op] : ct == EM_F64 ? g_bin_f64[op] : g_bin_i64[op];
+    const em_tensor *ts[3] = {out, a, b};
+    cpu_iter it;
+    em__cpu_iter_init(&it, 3, ts, false);
+    em__cpu_iter_run(&it, binary_loop, &c, EM_CPU_PARALLEL_ELEMS);
+    return EM_OK;
+}
+
+/* ---- where: out = cond ? a : b, moving bytes of out's element size ---- */
+static void where_loop(void *arg, char **d, const int64_t *st, int64_t n, int64_t index) {
+    size_t es = *(const size_t *)arg;
+    char *o = d[0];
+    const char *c = d[1], *a = d[2], *b = d[3];
+    if (es == 4 && st[0] == 4 && st[1] == 1 && st[2] == 4 && st[3] == 4) {
+        uint32_t *o4 = (uint32_t *)o;
+        const uint32_t *a4 = (const uint32_t *)a, *b4 = (const uint32_t *)b;
+        for (int64_t k = 0; k < n; k++) o4[k] = c[k] ? a4[k] : b4[k];
+        return;
+    }
+    for (int64_t k = 0; k < n; k++, o += st[0], c += st[1], a += st[2], b += st[3])
+        memmove(o, *c ? a : b, es);
+}
+
+em_status em__cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b) {
+    if (cond->dtype != EM_BOOL || a->dtype != out->dtype || b->dtype != out->dtype)
+        return em_error(EM_ERR_INTERNAL, "cpu: where expects a bool condition and inputs of out's dtype %s",
+                        em_dtype_name(out->dtype));
+    size_t es = em_dtype_size(out->dtype);
+    const em_tensor *ts[4] = {out, cond, a, b};
+    cpu_iter it;
+    em__cpu_iter_init(&it, 4, ts, false);
+    em__cpu_iter_run(&it, where_loop, &es, EM_CPU_PARALLEL_ELEMS);
+    return EM_OK;
+}

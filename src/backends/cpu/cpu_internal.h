@@ -1,0 +1,110 @@
+/* Shared pieces of the CPU backend: the strided N-d iterator, dtype load/store helpers
+ * and the kernel entry points that cpu_backend.c puts in the table. */
+#ifndef EM_BACKENDS_CPU_INTERNAL_H
+#define EM_BACKENDS_CPU_INTERNAL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include "../backend.h"
+#include "../../core/errors.h"
+#include "cpu_threads.h"
+
+/* ---- the strided iterator ----
+ * Operands share out's shape (ts[0] is out). Size-1 dims are dropped, dims are ordered by
+ * out's strides (unless keep_order) and adjacent dims that are contiguous in every operand
+ * are merged, so most views become one long 1-d loop. */
+#define EM_CPU_MAX_OPS 4
+
+typedef struct cpu_iter {
+    int nops, ndim;                               /* ndim >= 1 after init */
+    int64_t numel;
+    int64_t shape[EM_MAX_DIMS];                   /* innermost last */
+    int64_t strides[EM_CPU_MAX_OPS][EM_MAX_DIMS]; /* in bytes */
+    char *base[EM_CPU_MAX_OPS];
+} cpu_iter;
+
+/* The inner loop: n elements from data[k] stepping strides[k] bytes; `index` is the flat
+ * position of the first one (row-major in out when the iterator keeps order). */
+typedef void (*cpu_loop_fn)(void *ctx, char **data, const int64_t *strides, int64_t n, int64_t index);
+
+void em__cpu_iter_init(cpu_iter *it, int nops, const em_tensor *const *ts, bool keep_order);
+/* Run loop over every element; split across threads when numel >= grain (0: never). */
+void em__cpu_iter_run(const cpu_iter *it, cpu_loop_fn loop, void *ctx, int64_t grain);
+
+/* Elementwise work splits across threads from this many elements. */
+#define EM_CPU_PARALLEL_ELEMS 262144
+
+static inline int64_t em__cpu_numel(const em_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+static inline bool em__cpu_is_contiguous(const em_tensor *t) {
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != expect) return false;
+        expect *= t->shape[i];
+    }
+    return true;
+}
+
+/* ---- conversions with defined results (no UB for NaN or out-of-range values) ----
+ * Like x86 (and so PyTorch there): NaN or out of range gives the type's minimum. */
+static inline int64_t em__cpu_f2i64(double v) {
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return INT64_MIN;
+    return (int64_t)v;
+}
+static inline int32_t em__cpu_f2i32(double v) {
+    if (!(v > -2147483649.0 && v < 2147483648.0)) return INT32_MIN;
+    return (int32_t)v;
+}
+
+/* Element i of any dtype as a double / int64 (slow path helpers for odd layouts). */
+double em__cpu_load_f64(const void *p, em_dtype dt);
+void em__cpu_store_f64(void *p, em_dtype dt, double v);
+int64_t em__cpu_load_i64(const void *p, em_dtype dt);
+void em__cpu_store_i64(void *p, em_dtype dt, int64_t v);
+
+/* The compute type of a dtype: f32/f16/bf16 -> f32, f64 -> f64, integers and bool -> i64. */
+static inline em_dtype em__cpu_compute_type(em_dtype dt) {
+    switch (dt) {
+    case EM_F32: case EM_F16: case EM_BF16: return EM_F32;
+    case EM_F64: return EM_F64;
+    default: return EM_I64;
+    }
+}
+/* Convert n elements between a strided tensor run and a contiguous compute-type buffer. */
+void em__cpu_load_block(void *buf, const char *p, int64_t stride, int64_t n, em_dtype dt);
+void em__cpu_store_block(char *p, int64_t stride, int64_t n, em_dtype dt, const void *buf);
+/* Convert n elements of dtype dti (stride si bytes) to dto (stride so bytes). */
+void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_t si, em_dtype dti, int64_t n);
+/* Saturating double -> int64 for scalar parameters (NaN gives 0). */
+static inline int64_t em__cpu_param_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+/* "add", "sum", ... for messages. */
+const char *em__cpu_op_name(em_op op);
+
+/* ---- kernels (one file per family) ---- */
+em_status em__cpu_fill(em_tensor *out, double value);
+em_status em__cpu_fill_affine(em_tensor *out, double start, double step);
+em_status em__cpu_copy(em_tensor *out, const em_tensor *in);
+em_status em__cpu_unary(em_op op, em_tensor *out, const em_tensor *in, const double *params);
+em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b);
+em_status em__cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b);
+em_status em__cpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce);
+em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b);
+em_status em__cpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log);
+em_status em__cpu_index_select(em_tensor *out, const em_tensor *in, int dim, const em_tensor *index);
+em_status em__cpu_index_add(em_tensor *out, int dim, const em_tensor *index, const em_tensor *src);
+em_status em__cpu_gather(em_tensor *out, const em_tensor *in, int dim, const em_tensor *index);
+em_status em__cpu_scatter_add(em_tensor *out, int dim, const em_tensor *index, const em_tensor *src);
+em_status em__cpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset, double p0, double p1);
+bool em__cpu_supports_op(em_op op, em_dtype dt);
+
+#endif

@@ -1,0 +1,81 @@
+/* Private helpers shared by the files of src/core (not used by other layers). */
+#ifndef EM_CORE_INTERNAL_H
+#define EM_CORE_INTERNAL_H
+
+#include <string.h>
+#include "tensor_impl.h"
+#include "../backends/backend.h"
+#include "../autograd/record.h"
+
+/* c10's ScalarType name ("Float", "Long"), for messages that copy PyTorch's. */
+const char *em__dtype_torch_name(em_dtype dt);
+
+/* ---- tensors (tensor.c) ---- */
+/* New storage of nbytes on a resolved device of backend be (pinned: CPU page-locked). */
+em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bool pinned);
+/* A new contiguous tensor on the device of an existing storage's backend: the op fast path
+ * (no registry lookup). Not scoped. */
+em_tensor *em__tensor_new_on(const em_backend *be, em_device d, int ndim, const int64_t *shape,
+                             em_dtype dt);
+/* A new tensor struct viewing t's storage (same dtype), not scoped, no autograd. */
+em_tensor *em__view_of(const em_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                       int64_t offset);
+/* Shape validation for creation: ndim in [0, 8], sizes >= 0, bytes fit; numel in *numel. */
+em_status em__check_shape(const char *op, int ndim, const int64_t *shape, em_dtype dt, int64_t *numel);
+bool em__is_contiguous_raw(int ndim, const int64_t *shape, const int64_t *strides);
+/* "[2, 3]" into buf; returns buf. */
+char *em__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+int64_t em__numel_raw(int ndim, const int64_t *shape);
+
+/* Fill a struct as a non-owning view of t's storage (no reference taken: only for
+ * temporaries that never leave the calling function). */
+static inline void em__stack_view(em_tensor *dst, const em_tensor *t, int ndim, const int64_t *shape,
+                                  const int64_t *strides, int64_t offset) {
+    memset(dst, 0, sizeof *dst);
+    dst->dtype = t->dtype;
+    dst->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        dst->shape[i] = shape[i];
+        dst->strides[i] = strides[i];
+    }
+    dst->offset = offset;
+    dst->storage = t->storage;
+    dst->is_leaf = true;
+}
+
+/* Wrap host memory as a contiguous CPU tensor living on the stack (external storage). */
+void em__wrap_host(em_tensor *t, em_storage *st, void *data, em_dtype dt, int ndim,
+                   const int64_t *shape);
+
+/* ---- host element access ---- */
+double em__load_f64(const void *p, em_dtype dt);
+void em__store_f64(void *p, em_dtype dt, double v);
+
+/* ---- copies and moves (move.c); all return unscoped new references ---- */
+/* A new contiguous copy of t in dtype dt on t's device (no autograd). */
+em_tensor *em__copy_raw(const em_tensor *t, em_dtype dt);
+/* t moved to device d and dtype dt; a new reference to t itself when nothing changes. */
+em_tensor *em__to_raw(em_tensor *t, em_device d, em_dtype dt, bool non_blocking);
+/* Copy t's elements (row-major, dtype dt) into host memory dst; waits for the device. */
+em_status em__to_host(const em_tensor *t, em_dtype dt, void *dst);
+
+/* ---- random numbers (create.c) ---- */
+/* Reserve numel words of the global generator: the seed and the first word. */
+void em__rng_reserve(int64_t numel, uint64_t *seed, uint64_t *offset);
+
+/* The common tail of a differentiable op: record the autograd node when an input needs
+ * it (releasing out if that fails), then register out with the scope. */
+static inline em_tensor *em__finish(em_tensor *out, em_grad_op op, int n, em_tensor *const *inputs,
+                                    const em_grad_args *args) {
+    if (!out) return NULL;
+    if (em__grad_needed(n, inputs) && em__grad_record(op, out, n, inputs, args) != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return em__scoped(out);
+}
+
+/* ---- scopes (scope.c) ---- */
+bool em__scope_active(void);
+
+#endif

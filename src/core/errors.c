@@ -1,0 +1,57 @@
+/* The thread-local sticky error: the first error since em_clear_error() wins. */
+#include "errors.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local em_error_state tl_error;
+
+em_status em_error(em_status code, const char *fmt, ...) {
+    if (tl_error.status != EM_OK || code == EM_OK) return code;
+    tl_error.status = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_error.message, sizeof tl_error.message, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+em_status em_last_status(void) { return tl_error.status; }
+
+const char *em_last_error(void) { return tl_error.status == EM_OK ? "" : tl_error.message; }
+
+bool em_failed(void) { return tl_error.status != EM_OK; }
+
+void em_clear_error(void) {
+    tl_error.status = EM_OK;
+    tl_error.message[0] = '\0';
+}
+
+void em_error_save(em_error_state *s) {
+    s->status = tl_error.status;
+    memcpy(s->message, tl_error.message, sizeof s->message);
+}
+
+void em_error_restore(const em_error_state *s) {
+    tl_error.status = s->status;
+    memcpy(tl_error.message, s->message, sizeof tl_error.message);
+}
+
+const char *em_status_name(em_status s) {
+    switch (s) {
+    case EM_OK: return "ok";
+    case EM_ERR_ARGUMENT: return "invalid argument";
+    case EM_ERR_SHAPE: return "shape mismatch";
+    case EM_ERR_DTYPE: return "unsupported dtype";
+    case EM_ERR_DEVICE: return "device error";
+    case EM_ERR_OUT_OF_MEMORY: return "out of memory";
+    case EM_ERR_IO: return "i/o error";
+    case EM_ERR_FORMAT: return "bad file format";
+    case EM_ERR_NOT_SUPPORTED: return "not supported";
+    case EM_ERR_UNAVAILABLE: return "unavailable";
+    case EM_ERR_BACKEND: return "backend failure";
+    case EM_ERR_AUTOGRAD: return "autograd error";
+    case EM_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}

@@ -1,0 +1,236 @@
+/* Copies between dtypes and devices, and reading tensors back to the host. Cross-device
+ * moves go through a contiguous source; casts happen on the CPU when the CPU is the
+ * source, otherwise on whichever side moves fewer bytes. */
+#include "core_internal.h"
+#include "errors.h"
+#include <math.h>
+#include <stdlib.h>
+
+static const em_grad_args no_args;
+
+static size_t block_offset(const em_tensor *t) {
+    return t->storage->block.offset + (size_t)t->offset * em_dtype_size(t->dtype);
+}
+
+static size_t tensor_bytes(const em_tensor *t) {
+    return (size_t)em__numel_raw(t->ndim, t->shape) * em_dtype_size(t->dtype);
+}
+
+static em_status backend_copy(const em_backend *be, em_tensor *out, const em_tensor *in) {
+    if (!be->copy)
+        return em_error(EM_ERR_NOT_SUPPORTED, "copy: the %s backend has no copy kernel yet", be->name);
+    return be->copy(out, in);
+}
+
+em_tensor *em__copy_raw(const em_tensor *t, em_dtype dt) {
+    const em_backend *be = t->storage->backend;
+    em_tensor *out = em__tensor_new_on(be, t->storage->device, t->ndim, t->shape, dt);
+    if (!out) return NULL;
+    if (em__numel_raw(t->ndim, t->shape) > 0 && backend_copy(be, out, t) != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* t itself (a new reference) when contiguous in dtype dt, else a contiguous copy in dt. */
+static em_tensor *contiguous_as(em_tensor *t, em_dtype dt) {
+    if (t->dtype == dt && em__is_contiguous_raw(t->ndim, t->shape, t->strides)) return em_retain(t);
+    return em__copy_raw(t, dt);
+}
+
+static em_status sync_cpu(void) {
+    const em_backend *cpu = em__backend_for(EM_CPU);
+    return cpu->synchronize ? cpu->synchronize(0) : EM_OK;
+}
+
+/* CPU -> device: cast on the CPU, then one host-to-device copy. */
+static em_tensor *host_to_device(em_tensor *t, const em_backend *be, em_device d, em_dtype dt,
+                                 bool non_blocking) {
+    em_tensor *src = contiguous_as(t, dt);
+    if (!src) return NULL;
+    em_tensor *out = em__tensor_new_on(be, d, t->ndim, t->shape, dt);
+    em_status st = out ? EM_OK : EM_ERR_OUT_OF_MEMORY;
+    size_t bytes = tensor_bytes(src);
+    /* Non-blocking only from the caller's own pinned memory, which outlives the copy. */
+    bool async = non_blocking && src == t && t->storage->pinned;
+    if (out && bytes > 0) {
+        st = sync_cpu(); /* the CPU may still be writing t */
+        if (st == EM_OK)
+            st = be->copy_h2d ? be->copy_h2d(d.index, out->storage->block.handle, block_offset(out),
+                                             em__host_ptr(src), bytes, async)
+                              : em_error(EM_ERR_NOT_SUPPORTED, "em_to: the %s backend cannot copy from the host",
+                                         be->name);
+    }
+    em_release(src);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* A contiguous tensor with t's elements in dtype `keep`, read into new host memory. */
+static em_tensor *device_to_host_raw(em_tensor *t, em_dtype keep) {
+    const em_backend *be = t->storage->backend;
+    em_tensor *src = contiguous_as(t, keep);
+    if (!src) return NULL;
+    em_tensor *host = em__tensor_new_on(em__backend_for(EM_CPU), EM_DEVICE_CPU, t->ndim, t->shape, keep);
+    em_status st = host ? EM_OK : EM_ERR_OUT_OF_MEMORY;
+    size_t bytes = tensor_bytes(src);
+    if (host && bytes > 0)
+        st = be->copy_d2h ? be->copy_d2h(src->storage->device.index, em__host_ptr(host),
+                                         src->storage->block.handle, block_offset(src), bytes)
+                          : em_error(EM_ERR_NOT_SUPPORTED, "em_to: the %s backend cannot copy to the host",
+                                     be->name);
+    em_release(src);
+    if (st != EM_OK) {
+        em_release(host);
+        return NULL;
+    }
+    return host;
+}
+
+/* Cast on the device when that shrinks the transfer, otherwise after it. */
+static em_dtype transfer_dtype(em_dtype from, em_dtype to) {
+    return em_dtype_size(to) < em_dtype_size(from) ? to : from;
+}
+
+static em_tensor *device_to_host(em_tensor *t, em_dtype dt) {
+    em_tensor *host = device_to_host_raw(t, transfer_dtype(t->dtype, dt));
+    if (!host || host->dtype == dt) return host;
+    em_tensor *out = em__copy_raw(host, dt);
+    em_release(host);
+    return out;
+}
+
+/* Device -> device: the backend's own copy when both are its devices, else via the host. */
+static em_tensor *device_to_device(em_tensor *t, const em_backend *be, em_device d, em_dtype dt) {
+    em_dtype mid = transfer_dtype(t->dtype, dt);
+    em_tensor *out = NULL;
+    if (be == t->storage->backend && be->copy_d2d) {
+        em_tensor *src = contiguous_as(t, mid);
+        if (!src) return NULL;
+        out = em__tensor_new_on(be, d, t->ndim, t->shape, mid);
+        size_t bytes = tensor_bytes(src);
+        if (out && bytes > 0 &&
+            be->copy_d2d(d.index, out->storage->block.handle, block_offset(out), src->storage->device.index,
+                         src->storage->block.handle, block_offset(src), bytes) != EM_OK) {
+            em_release(out);
+            out = NULL;
+        }
+        em_release(src);
+    } else {
+        em_tensor *host = device_to_host_raw(t, mid);
+        if (!host) return NULL;
+        out = host_to_device(host, be, d, mid, false);
+        em_release(host);
+    }
+    if (!out || out->dtype == dt) return out;
+    em_tensor *cast = em__copy_raw(out, dt);
+    em_release(out);
+    return cast;
+}
+
+em_tensor *em__to_raw(em_tensor *t, em_device d, em_dtype dt, bool non_blocking) {
+    if ((unsigned)dt >= EM_DTYPE_COUNT) {
+        em_error(EM_ERR_DTYPE, "em_to: invalid dtype %d", (int)dt);
+        return NULL;
+    }
+    const em_backend *be = em__backend_checked(d, "em_to");
+    if (!be) return NULL;
+    d = em_device_resolve(d);
+    em_device from = t->storage->device;
+    bool same_device = from.type == d.type && from.index == d.index;
+    if (same_device && t->dtype == dt) return em_retain(t);
+    if (same_device) return em__copy_raw(t, dt);
+    if (from.type == EM_CPU) return host_to_device(t, be, d, dt, non_blocking);
+    if (d.type == EM_CPU) return device_to_host(t, dt);
+    return device_to_device(t, be, d, dt);
+}
+
+em_tensor *em_to_device_dtype(em_tensor *t, em_device d, em_dtype dt, bool non_blocking) {
+    EM_CHECK_ARG(t, "em_to", "t");
+    em_tensor *out = em__to_raw(t, d, dt, non_blocking);
+    if (out == t) return em__scoped(out);
+    return em__finish(out, EM_GRAD_COPY, 1, &t, &no_args);
+}
+
+em_tensor *em_to(em_tensor *t, em_device d) {
+    EM_CHECK_ARG(t, "em_to", "t");
+    return em_to_device_dtype(t, d, t->dtype, false);
+}
+
+em_tensor *em_to_dtype(em_tensor *t, em_dtype dt) {
+    EM_CHECK_ARG(t, "em_to_dtype", "t");
+    return em_to_device_dtype(t, t->storage->device, dt, false);
+}
+
+em_tensor *em_cpu(em_tensor *t) {
+    EM_CHECK_ARG(t, "em_cpu", "t");
+    return em_to_device_dtype(t, EM_DEVICE_CPU, t->dtype, false);
+}
+
+em_tensor *em_clone(const em_tensor *t) {
+    EM_CHECK_ARG(t, "em_clone", "t");
+    em_tensor *in = (em_tensor *)t; /* the graph holds inputs mutably; clone does not write t */
+    return em__finish(em__copy_raw(t, t->dtype), EM_GRAD_COPY, 1, &in, &no_args);
+}
+
+/* ---- host access ---- */
+
+em_status em__to_host(const em_tensor *t, em_dtype dt, void *dst) {
+    em_tensor wrap;
+    em_storage wrap_storage;
+    if (em__numel_raw(t->ndim, t->shape) == 0) return EM_OK;
+    if (t->storage->device.type == EM_CPU) {
+        em__wrap_host(&wrap, &wrap_storage, dst, dt, t->ndim, t->shape);
+        em_status st = backend_copy(t->storage->backend, &wrap, t);
+        return st == EM_OK ? sync_cpu() : st;
+    }
+    em_tensor *host = device_to_host((em_tensor *)t, dt);
+    if (!host) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INTERNAL;
+    em_status st = sync_cpu();
+    if (st == EM_OK) memcpy(dst, em__host_ptr(host), tensor_bytes(host));
+    em_release(host);
+    return st;
+}
+
+void *em_data_ptr(em_tensor *t) {
+    EM_CHECK_ARG(t, "em_data_ptr", "t");
+    if (t->storage->device.type != EM_CPU) {
+        em_device_string ds = em_device_str(t->storage->device);
+        em_error(EM_ERR_DEVICE,
+                 "em_data_ptr: tensor is on %s; host pointers exist only for CPU tensors. Move it first: "
+                 "em_to(t, EM_DEVICE_CPU)",
+                 ds.s);
+        return NULL;
+    }
+    if (sync_cpu() != EM_OK) return NULL;
+    return em__host_ptr(t);
+}
+
+em_status em_copy_to_host(const em_tensor *t, void *dst, size_t dst_bytes) {
+    if (!t) return em_error(EM_ERR_ARGUMENT, "em_copy_to_host: argument 't' is NULL");
+    size_t need = tensor_bytes(t);
+    if (need > 0 && !dst) return em_error(EM_ERR_ARGUMENT, "em_copy_to_host: argument 'dst' is NULL");
+    if (dst_bytes < need)
+        return em_error(EM_ERR_ARGUMENT, "em_copy_to_host: destination has %zu bytes, the tensor needs %zu (%lld x %s)",
+                        dst_bytes, need, (long long)em__numel_raw(t->ndim, t->shape), em_dtype_name(t->dtype));
+    return em__to_host(t, t->dtype, dst);
+}
+
+double em_item(const em_tensor *t) {
+    if (!t) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_item: argument 't' is NULL");
+        return NAN;
+    }
+    int64_t n = em__numel_raw(t->ndim, t->shape);
+    if (n != 1) {
+        em_error(EM_ERR_ARGUMENT, "em_item: a Tensor with %lld elements cannot be converted to Scalar", (long long)n);
+        return NAN;
+    }
+    double buf[1];
+    if (em__to_host(t, t->dtype, buf) != EM_OK) return NAN;
+    return em__load_f64(buf, t->dtype);
+}

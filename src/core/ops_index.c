@@ -1,0 +1,342 @@
+/* Indexing and joining: index_select, gather, cat, stack, one_hot. Index values are
+ * checked on the host before any kernel runs (device indices are copied back first), so
+ * an out-of-range index is a clear error rather than a wild read on the device. */
+#include "ops_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+static bool is_index_dtype(em_dtype dt) { return dt == EM_I64 || dt == EM_I32; }
+
+/* The index values as int64 on the host (malloc'ed; caller frees). */
+static int64_t *index_values(const em_tensor *idx, int64_t *n) {
+    *n = em__numel_raw(idx->ndim, idx->shape);
+    int64_t *v = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *v);
+    if (!v) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "out of host memory reading an index");
+        return NULL;
+    }
+    if (em__to_host(idx, EM_I64, v) != EM_OK) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static em_status check_range(const char *op, const em_tensor *idx, int dim, int64_t bound) {
+    int64_t n;
+    int64_t *v = index_values(idx, &n);
+    if (!v) return em_last_status();
+    em_status st = EM_OK;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] < 0 || v[i] >= bound) {
+            st = em_error(EM_ERR_ARGUMENT, "%s: index %lld is out of bounds for dimension %d with size %lld", op,
+                          (long long)v[i], dim, (long long)bound);
+            break;
+        }
+    }
+    free(v);
+    return st;
+}
+
+/* idx as the backend wants it: int64 (a copy when int32). */
+static const em_tensor *index_i64(const em_tensor *idx, em_tensor **tmp) {
+    *tmp = NULL;
+    if (idx->dtype == EM_I64) return idx;
+    *tmp = em__copy_raw(idx, EM_I64);
+    return *tmp;
+}
+
+em_tensor *em_index_select(em_tensor *a, int dim, em_tensor *index) {
+    const char *op = "em_index_select";
+    EM_CHECK_ARG(a, op, "a");
+    EM_CHECK_ARG(index, op, "index");
+    em_tensor *in[2] = {a, index};
+    if (em__check_same_device(op, 2, (const em_tensor *const *)in)) return NULL;
+    if (!is_index_dtype(index->dtype)) {
+        em_error(EM_ERR_DTYPE, "%s: index_select(): Expected dtype int32 or int64 for index, got %s", op,
+                 em__dtype_torch_name(index->dtype));
+        return NULL;
+    }
+    if (index->ndim > 1) {
+        em_error(EM_ERR_SHAPE, "%s: index_select(): Index is supposed to be a vector, got %d dims", op, index->ndim);
+        return NULL;
+    }
+    if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
+    const em_backend *be = a->storage->backend;
+    em_device dev = a->storage->device;
+    if (!be->index_select) {
+        em__missing_kernel(op, be, dev);
+        return NULL;
+    }
+    /* A 0-d input is seen as [1]; a 0-d index as [1]. */
+    int64_t one = 1, st1 = 1;
+    em_tensor a_view, i_view;
+    const em_tensor *src = a;
+    if (a->ndim == 0) {
+        em__stack_view(&a_view, a, 1, &one, &st1, a->offset);
+        src = &a_view;
+    }
+    if (check_range(op, index, dim, src->shape[dim])) return NULL;
+    int64_t n = em__numel_raw(index->ndim, index->shape);
+    int64_t shape[EM_MAX_DIMS];
+    memcpy(shape, src->shape, sizeof shape);
+    shape[dim] = n;
+    em_tensor *out = em__tensor_new_on(be, dev, src->ndim, shape, a->dtype);
+    if (!out) return NULL;
+    em_tensor *tmp;
+    const em_tensor *idx = index_i64(index, &tmp);
+    em_status st = idx ? EM_OK : em_last_status();
+    if (st == EM_OK && idx->ndim == 0) {
+        em__stack_view(&i_view, idx, 1, &one, &st1, idx->offset);
+        idx = &i_view;
+    }
+    if (st == EM_OK && em__numel_raw(src->ndim, shape) > 0) st = be->index_select(out, src, dim, idx);
+    em_release(tmp);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    if (a->ndim == 0 && index->ndim == 0) { /* 0-d in, 0-d index: 0-d out */
+        out->ndim = 0;
+    }
+    em_grad_args args = em__no_args;
+    args.dim = dim;
+    return em__finish(out, EM_GRAD_INDEX_SELECT, 2, in, &args);
+}
+
+em_tensor *em_gather(em_tensor *a, int dim, em_tensor *index) {
+    const char *op = "em_gather";
+    EM_CHECK_ARG(a, op, "a");
+    EM_CHECK_ARG(index, op, "index");
+    em_tensor *in[2] = {a, index};
+    if (em__check_same_device(op, 2, (const em_tensor *const *)in)) return NULL;
+    if (!is_index_dtype(index->dtype)) {
+        em_error(EM_ERR_DTYPE, "%s: gather(): Expected dtype int64 (or int32) for index, got %s", op,
+                 em__dtype_torch_name(index->dtype));
+        return NULL;
+    }
+    if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
+    int nd = a->ndim > 0 ? a->ndim : 1;
+    int ind = index->ndim > 0 ? index->ndim : 1;
+    if (nd != ind) {
+        em_error(EM_ERR_SHAPE, "%s: Index tensor must have the same number of dimensions as input tensor (%d vs %d)",
+                 op, index->ndim, a->ndim);
+        return NULL;
+    }
+    int64_t one = 1, st1 = 1;
+    em_tensor a_view, i_view;
+    const em_tensor *src = a, *idx0 = index;
+    if (a->ndim == 0) {
+        em__stack_view(&a_view, a, 1, &one, &st1, a->offset);
+        src = &a_view;
+    }
+    if (index->ndim == 0) {
+        em__stack_view(&i_view, index, 1, &one, &st1, index->offset);
+        idx0 = &i_view;
+    }
+    for (int d = 0; d < nd; d++) {
+        if (d != dim && idx0->shape[d] > src->shape[d]) {
+            char s1[128], s2[128];
+            em_error(EM_ERR_SHAPE,
+                     "%s: Size does not match at dimension %d expected index %s to be smaller than self %s apart "
+                     "from dimension %d", op, d, em__shape_str(s1, sizeof s1, index->ndim, index->shape),
+                     em__shape_str(s2, sizeof s2, a->ndim, a->shape), dim);
+            return NULL;
+        }
+    }
+    if (check_range(op, index, dim, src->shape[dim])) return NULL;
+    const em_backend *be = a->storage->backend;
+    em_device dev = a->storage->device;
+    if (!be->gather) {
+        em__missing_kernel(op, be, dev);
+        return NULL;
+    }
+    em_tensor *out = em__tensor_new_on(be, dev, index->ndim, index->shape, a->dtype);
+    if (!out) return NULL;
+    em_tensor *tmp, i64_view, out_view;
+    const em_tensor *idx = index_i64(idx0, &tmp);
+    em_status st = idx ? EM_OK : em_last_status();
+    if (st == EM_OK && em__numel_raw(index->ndim, index->shape) > 0) {
+        em_tensor *dst = out;
+        if (index->ndim == 0) {
+            em__stack_view(&out_view, out, 1, &one, &st1, 0);
+            dst = &out_view;
+            if (idx->ndim == 0) {
+                em__stack_view(&i64_view, idx, 1, &one, &st1, idx->offset);
+                idx = &i64_view;
+            }
+        }
+        st = be->gather(dst, src, dim, idx);
+    }
+    em_release(tmp);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    em_grad_args args = em__no_args;
+    args.dim = dim;
+    return em__finish(out, EM_GRAD_GATHER, 2, in, &args);
+}
+
+/* A legacy empty 1-d tensor ([0]) may join anything: PyTorch skips it. */
+static bool skipped_in_cat(const em_tensor *t) { return t->ndim == 1 && t->shape[0] == 0; }
+
+em_tensor *em_cat(em_tensor *const *tensors, int n, int dim) {
+    const char *op = "em_cat";
+    if (!tensors || n <= 0) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: expected a non-empty list of Tensors", op);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        EM_CHECK_ARG(tensors[i], op, "tensors[i]");
+        if (tensors[i]->ndim == 0) {
+            em_error(EM_ERR_SHAPE, "%s: zero-dimensional tensor (at position %d) cannot be concatenated", op, i);
+            return NULL;
+        }
+    }
+    if (em__check_same_device(op, n, (const em_tensor *const *)tensors)) return NULL;
+    int ref = -1;
+    for (int i = 0; i < n && ref < 0; i++)
+        if (!skipped_in_cat(tensors[i])) ref = i;
+    const em_tensor *r = tensors[ref < 0 ? 0 : ref];
+    if (em__wrap_dim(&dim, r->ndim, op)) return NULL;
+    int64_t shape[EM_MAX_DIMS];
+    memcpy(shape, r->shape, sizeof shape);
+    shape[dim] = 0;
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        const em_tensor *t = tensors[i];
+        if (ref >= 0 && skipped_in_cat(t)) continue;
+        if (t->ndim != r->ndim) {
+            em_error(EM_ERR_SHAPE, "%s: Tensors must have same number of dimensions: got %d and %d", op, r->ndim,
+                     t->ndim);
+            return NULL;
+        }
+        for (int d = 0; d < r->ndim; d++) {
+            if (d != dim && t->shape[d] != r->shape[d]) {
+                em_error(EM_ERR_SHAPE, "%s: Sizes of tensors must match except in dimension %d. Expected size %lld but "
+                                       "got size %lld for tensor number %d in the list.",
+                         op, dim, (long long)r->shape[d], (long long)t->shape[d], i);
+                return NULL;
+            }
+        }
+        shape[dim] += t->shape[dim];
+        used++;
+    }
+    em_dtype dt = em__result_type(n, tensors);
+    const em_backend *be = r->storage->backend;
+    em_device dev = r->storage->device;
+    if (!be->copy) {
+        em__missing_kernel(op, be, dev);
+        return NULL;
+    }
+    em_tensor *out = em__tensor_new_on(be, dev, r->ndim, shape, dt);
+    if (!out) return NULL;
+    /* Each input is copied (and cast) into its slice of out. */
+    em_tensor **parts = malloc((size_t)n * sizeof *parts);
+    em_status st = parts ? EM_OK : em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    int64_t at = 0;
+    used = 0;
+    for (int i = 0; st == EM_OK && i < n; i++) {
+        em_tensor *t = tensors[i];
+        if (ref >= 0 && skipped_in_cat(t)) continue;
+        parts[used++] = t;
+        if (em__numel_raw(t->ndim, t->shape) > 0) {
+            em_tensor slot;
+            em__stack_view(&slot, out, out->ndim, t->shape, out->strides, at * out->strides[dim]);
+            st = be->copy(&slot, t);
+        }
+        at += t->shape[dim];
+    }
+    if (st != EM_OK) {
+        free(parts);
+        em_release(out);
+        return NULL;
+    }
+    em_grad_args args = em__no_args;
+    args.dim = dim;
+    em_tensor *res = em__finish(out, EM_GRAD_CAT, used, parts, &args);
+    free(parts);
+    return res;
+}
+
+em_tensor *em_stack(em_tensor *const *tensors, int n, int dim) {
+    const char *op = "em_stack";
+    if (!tensors || n <= 0) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: expected a non-empty list of Tensors", op);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        EM_CHECK_ARG(tensors[i], op, "tensors[i]");
+        if (!em__same_shape(tensors[i], tensors[0])) {
+            char s1[128], s2[128];
+            em_error(EM_ERR_SHAPE, "%s: stack expects each tensor to be equal size, but got %s at entry 0 and %s at "
+                                   "entry %d", op,
+                     em__shape_str(s1, sizeof s1, tensors[0]->ndim, tensors[0]->shape),
+                     em__shape_str(s2, sizeof s2, tensors[i]->ndim, tensors[i]->shape), i);
+            return NULL;
+        }
+    }
+    if (tensors[0]->ndim >= EM_MAX_DIMS) {
+        em_error(EM_ERR_SHAPE, "%s: tensors have at most %d dims", op, EM_MAX_DIMS);
+        return NULL;
+    }
+    if (em__wrap_dim(&dim, tensors[0]->ndim + 1, op)) return NULL;
+    em_tensor **parts = malloc((size_t)n * sizeof *parts);
+    if (!parts) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        return NULL;
+    }
+    /* stack = cat of unsqueezed inputs (autograd records exactly that); the inner scope
+     * frees the unsqueezed views. */
+    em_scope s = em_scope_begin();
+    for (int i = 0; i < n; i++) parts[i] = em_unsqueeze(tensors[i], dim);
+    em_tensor *r = em_retain(em_cat(parts, n, dim));
+    em_scope_end(s);
+    free(parts);
+    return em__scoped(r);
+}
+
+em_tensor *em_one_hot(em_tensor *index, int64_t num_classes) {
+    const char *op = "em_one_hot";
+    EM_CHECK_ARG(index, op, "index");
+    if (!is_index_dtype(index->dtype)) {
+        em_error(EM_ERR_DTYPE, "%s: one_hot is only applicable to index tensor of type int64 (or int32), got %s", op,
+                 em__dtype_torch_name(index->dtype));
+        return NULL;
+    }
+    if (num_classes < -1) {
+        em_error(EM_ERR_ARGUMENT, "%s: num_classes should be -1 (infer) or positive, got %lld", op, (long long)num_classes);
+        return NULL;
+    }
+    int64_t n;
+    int64_t *v = index_values(index, &n);
+    if (!v) return NULL;
+    if (n == 0 && num_classes == -1) {
+        free(v);
+        em_error(EM_ERR_ARGUMENT, "%s: Can not infer total number of classes from empty tensor.", op);
+        return NULL;
+    }
+    int64_t max = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] < 0) {
+            em_error(EM_ERR_ARGUMENT, "%s: Class values must be non-negative (found %lld).", op, (long long)v[i]);
+            free(v);
+            return NULL;
+        }
+        if (v[i] > max) max = v[i];
+    }
+    free(v);
+    if (num_classes == -1) num_classes = max + 1;
+    if (max >= num_classes) {
+        em_error(EM_ERR_ARGUMENT, "%s: Class values must be smaller than num_classes (found %lld, num_classes %lld).",
+                 op, (long long)max, (long long)num_classes);
+        return NULL;
+    }
+    /* Composite: (index[..., None] == arange(C)) as int64. */
+    em_scope s = em_scope_begin();
+    em_tensor *classes = em_arange(0, (double)num_classes, 1, EM_OPTS(.dtype = EM_I64, .device = index->storage->device));
+    em_tensor *r = em_retain(em_to_dtype(em_eq(em_unsqueeze(index, -1), classes), EM_I64));
+    em_scope_end(s);
+    return em__scoped(r);
+}

@@ -1,0 +1,58 @@
+/* Helpers shared by the op files (ops_*.c): dtype promotion, broadcasting, and preparing
+ * inputs for the backend contract (compute dtype, out's shape) without needless copies. */
+#ifndef EM_CORE_OPS_INTERNAL_H
+#define EM_CORE_OPS_INTERNAL_H
+
+#include "core_internal.h"
+#include "errors.h"
+
+static const em_grad_args em__no_args;
+
+/* PyTorch's result_type: dimensioned tensors decide; 0-d tensors widen them only when they
+ * are of a higher category (bool < integer < floating). */
+em_dtype em__result_type(int n, em_tensor *const *ts);
+/* The dtype of `t op scalar` where the scalar is integral or not: a scalar never widens a
+ * tensor's dtype within its category (int32 tensor + 2 is int32, f16 * 2.5 is f16), but an
+ * integer or bool tensor with a fractional scalar gives float32, and bool with an integer
+ * scalar gives int64. */
+em_dtype em__scalar_result_type(em_dtype t, double s);
+/* PyTorch's canCast: no float -> integer, no non-bool -> bool. */
+bool em__can_cast(em_dtype from, em_dtype to);
+
+/* Broadcast the shapes of n tensors (numpy rules) into ndim/shape, or an EM_ERR_SHAPE error
+ * "op: shapes [2, 3] and [4] cannot be broadcast: dim -1 is 3 vs 4". */
+em_status em__broadcast(const char *op, int n, em_tensor *const *ts, int *ndim, int64_t *shape);
+
+/* t as the backend wants it: dtype dt and shape (ndim, shape). Returns t itself, `view` (a
+ * stack struct, filled here, with stride-0 broadcast dims) or a view of a new cast copy
+ * stored in *tmp, which the caller releases. NULL on failure (error recorded). */
+const em_tensor *em__prepare(const em_tensor *t, em_dtype dt, int ndim, const int64_t *shape,
+                             em_tensor *view, em_tensor **tmp);
+
+/* EM_ERR_NOT_SUPPORTED "op: not supported for dtype X on device D" unless the backend says it can. */
+em_status em__check_support(const char *op, const em_backend *be, em_op kop, em_dtype dt, em_device d);
+/* Same for a missing entry point (a backend still being written). */
+em_status em__missing_kernel(const char *op, const em_backend *be, em_device d);
+
+/* NULL argument check for entry points that return a status. */
+#define EM_CHECK_ARG_STATUS(t, op, name)                                                       \
+    do {                                                                                       \
+        if (!(t)) {                                                                            \
+            if (!em_failed()) return em_error(EM_ERR_ARGUMENT, "%s: argument '%s' is NULL", (op), (name)); \
+            return em_last_status();                                                           \
+        }                                                                                      \
+    } while (0)
+
+static inline bool em__same_device(const em_tensor *a, const em_tensor *b) {
+    return a->storage->device.type == b->storage->device.type &&
+           a->storage->device.index == b->storage->device.index;
+}
+
+static inline bool em__same_shape(const em_tensor *a, const em_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+#endif

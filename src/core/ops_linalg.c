@@ -1,0 +1,98 @@
+/* torch.matmul: 1-d operands become a row / column and lose that dim again; leading
+ * (batch) dims broadcast. The backend sees [..., M, K] x [..., K, N] -> [..., M, N] with
+ * equal batch dims (stride 0 where broadcast). */
+#include "ops_internal.h"
+#include <stdio.h>
+
+em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
+    EM_CHECK_ARG(a, "em_matmul", "a");
+    EM_CHECK_ARG(b, "em_matmul", "b");
+    em_tensor *in[2] = {a, b};
+    if (em__check_same_device("em_matmul", 2, (const em_tensor *const *)in)) return NULL;
+    if (a->ndim == 0 || b->ndim == 0) {
+        em_error(EM_ERR_SHAPE, "em_matmul: both arguments to matmul need to be at least 1D, but they are %dD and %dD",
+                 a->ndim, b->ndim);
+        return NULL;
+    }
+    bool a_vec = a->ndim == 1, b_vec = b->ndim == 1;
+    int64_t M = a_vec ? 1 : a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
+    int64_t Kb = b_vec ? b->shape[0] : b->shape[b->ndim - 2], N = b_vec ? 1 : b->shape[b->ndim - 1];
+    if (K != Kb) {
+        em_error(EM_ERR_SHAPE, "em_matmul: mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                 (long long)M, (long long)K, (long long)Kb, (long long)N);
+        return NULL;
+    }
+    /* Broadcast the batch dims (all but the matrix dims). */
+    int na = a->ndim > 2 ? a->ndim - 2 : 0, nb = b->ndim > 2 ? b->ndim - 2 : 0;
+    int nbatch = na > nb ? na : nb;
+    int64_t shape[EM_MAX_DIMS];
+    for (int i = 0; i < nbatch; i++) {
+        int ia = i - (nbatch - na), ib = i - (nbatch - nb);
+        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1) {
+            char s1[128], s2[128];
+            em_error(EM_ERR_SHAPE, "em_matmul: batch shapes %s and %s cannot be broadcast: dim %d is %lld vs %lld",
+                     em__shape_str(s1, sizeof s1, na, a->shape), em__shape_str(s2, sizeof s2, nb, b->shape),
+                     i - nbatch, (long long)sa, (long long)sb);
+            return NULL;
+        }
+        shape[i] = sa == 1 ? sb : sa;
+    }
+    em_dtype dt = a->dtype == b->dtype ? a->dtype : em__result_type(2, in);
+    const em_backend *be = a->storage->backend;
+    em_device dev = a->storage->device;
+    if (!be->matmul) {
+        em__missing_kernel("em_matmul", be, dev);
+        return NULL;
+    }
+    int nd = nbatch + 2;
+    shape[nbatch] = M;
+    shape[nbatch + 1] = N;
+    em_tensor *out = em__tensor_new_on(be, dev, nd, shape, dt);
+    if (!out) return NULL;
+    em_tensor *ta = NULL, *tb = NULL;
+    em_status st = EM_OK;
+    const em_tensor *ca = a, *cb = b;
+    if (a->dtype != dt && !(ca = ta = em__copy_raw(a, dt))) st = em_last_status();
+    if (st == EM_OK && b->dtype != dt && !(cb = tb = em__copy_raw(b, dt))) st = em_last_status();
+    if (st == EM_OK && em__numel_raw(nd, shape) > 0) {
+        if (K == 0) {
+            st = be->fill ? be->fill(out, 0.0) : em__missing_kernel("em_matmul", be, dev);
+        } else {
+            /* Stack views [batch..., M, K] and [batch..., K, N] with stride 0 on broadcast dims. */
+            int64_t sa[EM_MAX_DIMS], sb[EM_MAX_DIMS], ash[EM_MAX_DIMS], bsh[EM_MAX_DIMS];
+            for (int i = 0; i < nbatch; i++) {
+                int ia = i - (nbatch - na), ib = i - (nbatch - nb);
+                ash[i] = bsh[i] = shape[i];
+                sa[i] = ia >= 0 && ca->shape[ia] == shape[i] ? ca->strides[ia] : 0;
+                sb[i] = ib >= 0 && cb->shape[ib] == shape[i] ? cb->strides[ib] : 0;
+            }
+            ash[nbatch] = M;
+            ash[nbatch + 1] = K;
+            sa[nbatch] = a_vec ? 0 : ca->strides[ca->ndim - 2];
+            sa[nbatch + 1] = ca->strides[ca->ndim - 1];
+            bsh[nbatch] = K;
+            bsh[nbatch + 1] = N;
+            sb[nbatch] = b_vec ? cb->strides[0] : cb->strides[cb->ndim - 2];
+            sb[nbatch + 1] = b_vec ? 0 : cb->strides[cb->ndim - 1];
+            em_tensor va, vb;
+            em__stack_view(&va, ca, nd, ash, sa, ca->offset);
+            em__stack_view(&vb, cb, nd, bsh, sb, cb->offset);
+            st = be->matmul(out, &va, &vb);
+        }
+    }
+    em_release(ta);
+    em_release(tb);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    if (a_vec || b_vec) { /* drop the dims the vectors gained; out is fresh and contiguous */
+        int n = nbatch;
+        if (!a_vec) out->shape[n++] = M;
+        if (!b_vec) out->shape[n++] = N;
+        out->ndim = n;
+        em__contiguous_strides(n, out->shape, out->strides);
+    }
+    return em__finish(out, EM_GRAD_MATMUL, 2, in, &em__no_args);
+}

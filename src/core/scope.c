@@ -1,0 +1,58 @@
+/* Scopes: a per-thread stack of the tensors returned while a scope is open. Ending a
+ * scope releases (in reverse order) every handle registered since it began. */
+#include "core_internal.h"
+#include "errors.h"
+#include <stdlib.h>
+
+typedef struct scope_stack {
+    em_tensor **items;
+    size_t len, cap;
+    int depth;
+} scope_stack;
+
+static _Thread_local scope_stack tl_scope;
+
+bool em__scope_active(void) { return tl_scope.depth > 0; }
+
+em_scope em_scope_begin(void) {
+    tl_scope.depth++;
+    return (em_scope){.mark = tl_scope.len, .depth = tl_scope.depth};
+}
+
+void em_scope_end(em_scope s) {
+    if (s.depth <= 0 || s.depth > tl_scope.depth) return; /* already ended (an outer end covered it) */
+    /* Release from the top down; len shrinks first so a destructor that registers
+     * something (it should not) cannot see released slots. */
+    while (tl_scope.len > s.mark) {
+        em_tensor *t = tl_scope.items[--tl_scope.len];
+        em_release(t);
+    }
+    tl_scope.depth = s.depth - 1;
+    if (tl_scope.depth == 0) { /* nothing is open: give the memory back (no leak at thread exit) */
+        free(tl_scope.items);
+        tl_scope.items = NULL;
+        tl_scope.cap = tl_scope.len = 0;
+    }
+}
+
+em_tensor *em__scoped(em_tensor *t) {
+    if (!t || tl_scope.depth == 0) return t;
+    if (tl_scope.len == tl_scope.cap) {
+        size_t cap = tl_scope.cap ? tl_scope.cap * 2 : 64;
+        em_tensor **items = realloc(tl_scope.items, cap * sizeof *items);
+        if (!items) {
+            em_release(t);
+            em_error(EM_ERR_OUT_OF_MEMORY, "out of host memory registering a tensor with its scope");
+            return NULL;
+        }
+        tl_scope.items = items;
+        tl_scope.cap = cap;
+    }
+    tl_scope.items[tl_scope.len++] = t;
+    return t;
+}
+
+em_tensor *em_keep(em_tensor *t) {
+    EM_CHECK_ARG(t, "em_keep", "t");
+    return em_retain(t);
+}
