@@ -47,7 +47,7 @@ const char *em__cublas_status_name(cublasStatus_t s);
 
 /* ---- devices ---- */
 #define EM_CUDA_MAX_DEVICES 64
-#define EM_CUDA_MAX_MODULES 8
+#define EM_CUDA_MAX_MODULES 16
 
 typedef struct em_cuda_module { CUmodule module; } em_cuda_module;
 

@@ -26,7 +26,7 @@
 extern const char em__kernel_prelude_text[];
 extern const char em__kernel_library_text[];
 
-#define MAX_SECTIONS EM_CUDA_MAX_MODULES
+#define MAX_SECTIONS (EM_CUDA_MAX_MODULES + 4) /* shared headers as well */
 #define FUNC_SLOTS 512 /* per device; there are about 300 library kernels */
 
 typedef struct section {
@@ -43,18 +43,34 @@ static section g_sections[MAX_SECTIONS];
 static int g_nsections;
 static pthread_mutex_t g_klock = PTHREAD_MUTEX_INITIALIZER; /* modules and function caches */
 
-static void split_sections(void) {
+/* A file marker is a comment "---- name.ext ----" that starts a line, name.ext without
+ * spaces; comments inside the files that look alike ("---- unary ----") are not markers. */
+static const char *next_marker(const char *p, const char **name, size_t *name_len) {
     static const char open[] = "/* ---- ", close[] = " ---- */";
-    const char *t = em__kernel_library_text;
-    const char *p = strstr(t, open);
+    for (; (p = strstr(p, open)); p += strlen(open)) {
+        if (p != em__kernel_library_text && p[-1] != '\n') continue;
+        const char *n = p + strlen(open), *end = strstr(n, close);
+        const char *nl = strchr(n, '\n');
+        if (!end || (nl && nl < end)) continue;
+        size_t len = (size_t)(end - n);
+        if (len == 0 || len >= sizeof g_sections[0].name || memchr(n, ' ', len) || !memchr(n, '.', len))
+            continue;
+        *name = n;
+        *name_len = len;
+        return p;
+    }
+    return NULL;
+}
+
+static void split_sections(void) {
+    const char *t = em__kernel_library_text, *name = NULL;
+    size_t len = 0;
+    const char *p = next_marker(t, &name, &len);
     while (p && g_nsections < MAX_SECTIONS) {
-        const char *name = p + strlen(open);
-        const char *end = strstr(name, close);
-        if (!end || (size_t)(end - name) >= sizeof g_sections[0].name) break;
         section *s = &g_sections[g_nsections++];
-        snprintf(s->name, sizeof s->name, "%.*s", (int)(end - name), name);
+        snprintf(s->name, sizeof s->name, "%.*s", (int)len, name);
         s->text = p;
-        const char *next = strstr(end, open);
+        const char *next = next_marker(name + len, &name, &len);
         s->len = next ? (size_t)(next - p) : strlen(p);
         size_t n = strlen(s->name);
         s->is_kernel_file = n > 2 && !strcmp(s->name + n - 2, ".k");

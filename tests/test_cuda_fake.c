@@ -1,0 +1,577 @@
+/* The CUDA backend's logic, run without a GPU: a fake driver (and fake NVRTC/NVML)
+ * installed in place of the dlopen'ed libraries. "Device memory" is host memory, so
+ * copies can be checked byte for byte; launches are recorded, not run.
+ * What this proves: lazy contexts, the reason strings, error translation, the names in
+ * synchronization errors, copies and peer ordering, props fallbacks, the compile target
+ * choice, program lookup, the disk cache. What it cannot: that real kernels run right. */
+#include "test.h"
+
+#ifdef EMBER_HAVE_CUDA_HEADERS
+
+#include <stdlib.h>
+#include <unistd.h>
+#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_kernels.h"
+
+static bool starts(const char *s, const char *prefix) {
+    return s && !strncmp(s, prefix, strlen(prefix));
+}
+
+/* ---- the fake driver ---- */
+#define NDEV 2
+static struct {
+    CUresult init_result, sync_result, alloc_result;
+    int retains[NDEV], releases[NDEV];
+    int ctx_current;                 /* device whose context is current, -1 none */
+    int live_allocs;
+    int launches;
+    CUfunction last_func;
+    unsigned last_grid[3], last_block[3];
+    CUstream last_stream;
+    void **last_params;
+    int modules_loaded;
+    char last_image[128];
+    int peer_copies, waits, records;
+    size_t free_mem;
+} F;
+static char ctx_tag[NDEV], stream_tag[NDEV], event_tag[NDEV], module_tag;
+
+static int dev_of_ctx(CUcontext c) { return (int)((char *)c - ctx_tag); }
+
+static CUresult f_init(unsigned int flags) { (void)flags; return F.init_result; }
+static CUresult f_version(int *v) { *v = 12040; return CUDA_SUCCESS; }
+static CUresult f_count(int *n) { *n = NDEV; return CUDA_SUCCESS; }
+static CUresult f_get(CUdevice *d, int i) { *d = i; return CUDA_SUCCESS; }
+static CUresult f_name(char *name, int len, CUdevice d) {
+    snprintf(name, (size_t)len, "Fake GPU %d", d);
+    return CUDA_SUCCESS;
+}
+static CUresult f_attr(int *v, CUdevice_attribute a, CUdevice d) {
+    (void)d;
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 8
+       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 6
+       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 84 : 0;
+    return CUDA_SUCCESS;
+}
+static CUresult f_total(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return CUDA_SUCCESS; }
+static CUresult f_bus(char *s, int len, CUdevice d) {
+    snprintf(s, (size_t)len, "0000:0%d:00.0", d);
+    return CUDA_SUCCESS;
+}
+static CUresult f_can_peer(int *can, CUdevice a, CUdevice b) { *can = a != b; return CUDA_SUCCESS; }
+static CUresult f_retain(CUcontext *c, CUdevice d) {
+    F.retains[d]++;
+    *c = (CUcontext)&ctx_tag[d];
+    return CUDA_SUCCESS;
+}
+static CUresult f_release(CUdevice d) { F.releases[d]++; return CUDA_SUCCESS; }
+static CUresult f_set_current(CUcontext c) { F.ctx_current = c ? dev_of_ctx(c) : -1; return CUDA_SUCCESS; }
+static CUresult f_enable_peer(CUcontext c, unsigned int flags) { (void)c; (void)flags; return CUDA_SUCCESS; }
+static CUresult f_mem_info(size_t *free_b, size_t *total) {
+    *free_b = F.free_mem;
+    *total = (size_t)16 << 30;
+    return CUDA_SUCCESS;
+}
+static CUresult f_alloc(CUdeviceptr *p, size_t n) {
+    if (F.alloc_result != CUDA_SUCCESS) return F.alloc_result;
+    void *m = malloc(n);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    F.live_allocs++;
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); F.live_allocs--; return CUDA_SUCCESS; }
+static CUresult f_host_alloc(void **p, size_t n, unsigned int flags) {
+    (void)flags;
+    *p = malloc(n);
+    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult f_host_free(void *p) { free(p); return CUDA_SUCCESS; }
+static CUresult f_h2d(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+    (void)st; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS;
+}
+static CUresult f_d2h(void *d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st; memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+}
+static CUresult f_d2d(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+}
+static CUresult f_peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) {
+    (void)dc; (void)sc; (void)st;
+    F.peer_copies++;
+    memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
+    return CUDA_SUCCESS;
+}
+static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
+    (void)st; memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS;
+}
+static CUresult f_stream_create(CUstream *s, unsigned int flags) {
+    (void)flags;
+    *s = (CUstream)&stream_tag[F.ctx_current];
+    return CUDA_SUCCESS;
+}
+static CUresult f_stream_destroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static CUresult f_stream_sync(CUstream s) { (void)s; return F.sync_result; }
+static CUresult f_wait(CUstream s, CUevent e, unsigned int f) { (void)s; (void)e; (void)f; F.waits++; return CUDA_SUCCESS; }
+static CUresult f_event_create(CUevent *e, unsigned int flags) {
+    (void)flags;
+    *e = (CUevent)&event_tag[F.ctx_current];
+    return CUDA_SUCCESS;
+}
+static CUresult f_record(CUevent e, CUstream s) { (void)e; (void)s; F.records++; return CUDA_SUCCESS; }
+static CUresult f_event_sync(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static CUresult f_event_destroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static CUresult f_load(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v) {
+    (void)n; (void)o; (void)v;
+    snprintf(F.last_image, sizeof F.last_image, "%s", (const char *)image);
+    F.modules_loaded++;
+    *m = (CUmodule)&module_tag;
+    return CUDA_SUCCESS;
+}
+static CUresult f_unload(CUmodule m) { (void)m; F.modules_loaded--; return CUDA_SUCCESS; }
+static char func_names[64][48];
+static int nfuncs;
+static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name) {
+    (void)m;
+    if (nfuncs == 64) return CUDA_ERROR_NOT_FOUND;
+    snprintf(func_names[nfuncs], sizeof func_names[0], "%s", name);
+    *f = (CUfunction)func_names[nfuncs++];
+    return CUDA_SUCCESS;
+}
+static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
+    (void)shmem; (void)extra;
+    F.launches++;
+    F.last_func = f;
+    F.last_grid[0] = gx; F.last_grid[1] = gy; F.last_grid[2] = gz;
+    F.last_block[0] = bx; F.last_block[1] = by; F.last_block[2] = bz;
+    F.last_stream = s;
+    F.last_params = params;
+    return CUDA_SUCCESS;
+}
+
+static em_cu_api fake_cu(void) {
+    em_cu_api a;
+    memset(&a, 0, sizeof a); /* cuGetErrorName/String stay NULL: Ember's own names are used */
+    a.cuInit = f_init; a.cuDriverGetVersion = f_version; a.cuDeviceGetCount = f_count;
+    a.cuDeviceGet = f_get; a.cuDeviceGetName = f_name; a.cuDeviceGetAttribute = f_attr;
+    a.cuDeviceTotalMem = f_total; a.cuDeviceGetPCIBusId = f_bus; a.cuDeviceCanAccessPeer = f_can_peer;
+    a.cuDevicePrimaryCtxRetain = f_retain; a.cuDevicePrimaryCtxRelease = f_release;
+    a.cuCtxSetCurrent = f_set_current; a.cuCtxEnablePeerAccess = f_enable_peer;
+    a.cuMemGetInfo = f_mem_info; a.cuMemAlloc = f_alloc; a.cuMemFree = f_free;
+    a.cuMemHostAlloc = f_host_alloc; a.cuMemFreeHost = f_host_free;
+    a.cuMemcpyHtoDAsync = f_h2d; a.cuMemcpyDtoHAsync = f_d2h; a.cuMemcpyDtoDAsync = f_d2d;
+    a.cuMemcpyPeerAsync = f_peer; a.cuMemsetD8Async = f_memset;
+    a.cuStreamCreate = f_stream_create; a.cuStreamDestroy = f_stream_destroy;
+    a.cuStreamSynchronize = f_stream_sync; a.cuStreamWaitEvent = f_wait;
+    a.cuEventCreate = f_event_create; a.cuEventRecord = f_record; a.cuEventSynchronize = f_event_sync;
+    a.cuEventDestroy = f_event_destroy; a.cuModuleLoadDataEx = f_load; a.cuModuleUnload = f_unload;
+    a.cuModuleGetFunction = f_get_function; a.cuLaunchKernel = f_launch;
+    return a;
+}
+
+/* ---- fake NVRTC: "compiles" to a short text naming the program and target ---- */
+typedef struct fake_prog { char name[64]; char arch[64]; } fake_prog;
+static int nvrtc_compiles;
+static nvrtcResult n_version(int *ma, int *mi) { *ma = 13; *mi = 0; return NVRTC_SUCCESS; }
+static const char *n_err(nvrtcResult r) { return r == NVRTC_SUCCESS ? "NVRTC_SUCCESS" : "NVRTC_ERROR"; }
+static nvrtcResult n_create(nvrtcProgram *p, const char *src, const char *name, int nh,
+                            const char *const *h, const char *const *hn) {
+    (void)src; (void)nh; (void)h; (void)hn;
+    fake_prog *fp = calloc(1, sizeof *fp);
+    snprintf(fp->name, sizeof fp->name, "%s", name);
+    *p = (nvrtcProgram)fp;
+    return NVRTC_SUCCESS;
+}
+static nvrtcResult n_destroy(nvrtcProgram *p) { free(*p); *p = NULL; return NVRTC_SUCCESS; }
+static nvrtcResult n_compile(nvrtcProgram p, int n, const char *const *opts) {
+    fake_prog *fp = (fake_prog *)p;
+    nvrtc_compiles++;
+    for (int i = 0; i < n; i++)
+        if (starts(opts[i], "--gpu-architecture=")) snprintf(fp->arch, sizeof fp->arch, "%s", opts[i] + 19);
+    return NVRTC_SUCCESS;
+}
+static nvrtcResult n_size(nvrtcProgram p, size_t *n) {
+    fake_prog *fp = (fake_prog *)p;
+    *n = strlen("fake ") + strlen(fp->name) + 1 + strlen(fp->arch) + 1;
+    return NVRTC_SUCCESS;
+}
+static nvrtcResult n_code(nvrtcProgram p, char *out) {
+    fake_prog *fp = (fake_prog *)p;
+    sprintf(out, "fake %s %s", fp->name, fp->arch);
+    return NVRTC_SUCCESS;
+}
+static nvrtcResult n_log_size(nvrtcProgram p, size_t *n) { (void)p; *n = 1; return NVRTC_SUCCESS; }
+static nvrtcResult n_log(nvrtcProgram p, char *l) { (void)p; l[0] = 0; return NVRTC_SUCCESS; }
+static nvrtcResult n_narchs(int *n) { *n = 4; return NVRTC_SUCCESS; }
+static nvrtcResult n_archs(int *a) { a[0] = 75; a[1] = 80; a[2] = 86; a[3] = 90; return NVRTC_SUCCESS; }
+
+static em_nvrtc_api fake_nvrtc(void) {
+    em_nvrtc_api a;
+    memset(&a, 0, sizeof a);
+    a.nvrtcVersion = n_version; a.nvrtcGetErrorString = n_err; a.nvrtcCreateProgram = n_create;
+    a.nvrtcDestroyProgram = n_destroy; a.nvrtcCompileProgram = n_compile;
+    a.nvrtcGetPTXSize = n_size; a.nvrtcGetPTX = n_code; a.nvrtcGetCUBINSize = n_size;
+    a.nvrtcGetCUBIN = n_code; a.nvrtcGetProgramLogSize = n_log_size; a.nvrtcGetProgramLog = n_log;
+    a.nvrtcGetNumSupportedArchs = n_narchs; a.nvrtcGetSupportedArchs = n_archs;
+    return a;
+}
+
+/* ---- fake NVML: knows free memory before any context exists ---- */
+static em_nvml_return m_ok(void) { return EM_NVML_SUCCESS; }
+static const char *m_err(em_nvml_return r) { (void)r; return "fake"; }
+static em_nvml_return m_driver(char *v, unsigned int n) { snprintf(v, n, "550.54.15"); return EM_NVML_SUCCESS; }
+static em_nvml_return m_by_bus(const char *bus, em_nvml_device *d) {
+    *d = (em_nvml_device)(uintptr_t)(bus[6] - '0' + 1); /* "0000:0N:00.0" */
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_return m_mem(em_nvml_device d, em_nvml_memory *m) {
+    m->total = (unsigned long long)16 << 30;
+    m->free = (unsigned long long)(uintptr_t)d << 30; /* device N has N+1 GiB free */
+    m->used = m->total - m->free;
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_api fake_nvml(void) {
+    em_nvml_api a;
+    memset(&a, 0, sizeof a);
+    a.nvmlInit_v2 = m_ok; a.nvmlShutdown = m_ok; a.nvmlErrorString = m_err;
+    a.nvmlSystemGetDriverVersion = m_driver; a.nvmlDeviceGetHandleByPciBusId_v2 = m_by_bus;
+    a.nvmlDeviceGetMemoryInfo = m_mem;
+    return a;
+}
+
+static em_cu_api g_fake_cu;
+static em_nvrtc_api g_fake_nvrtc;
+static em_nvml_api g_fake_nvml;
+static char g_cache_dir[] = "/tmp/ember-cuda-fake-XXXXXX";
+
+/* A fresh backend over the fakes; nvml may be left out. */
+static void install(bool with_nvml) {
+    em__cuda_backend_reset();
+    memset(&F, 0, sizeof F);
+    F.ctx_current = -1;
+    F.free_mem = (size_t)12 << 30;
+    g_fake_cu = fake_cu();
+    g_fake_nvrtc = fake_nvrtc();
+    g_fake_nvml = fake_nvml();
+    em_cuda_fake_libs libs = {
+        .cu = &g_fake_cu, .nvrtc = &g_fake_nvrtc, .cublas = NULL,
+        .cublas_reason = "libcublas not found (fake)", .nvml = with_nvml ? &g_fake_nvml : NULL,
+        .nvml_reason = "libnvidia-ml.so.1 not found (fake)"};
+    em__cuda_loader_use_fakes(&libs);
+}
+
+static void test_reason_no_driver(void) {
+    em__cuda_backend_reset();
+    em_cuda_fake_libs libs = {.cu_reason = "no driver: libcuda.so.1 not found (looked in X)"};
+    em__cuda_loader_use_fakes(&libs);
+    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    CHECK(strstr(em_cuda_backend.unavailable_reason(), "no driver: libcuda.so.1 not found"));
+    CHECK(em_cuda_backend.device_count() == 0);
+    CHECK(!em_failed()); /* unavailability is a status, not a recorded error */
+}
+
+static void test_reason_no_device(void) {
+    install(true);
+    F.init_result = CUDA_ERROR_NO_DEVICE;
+    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    const char *r = em_cuda_backend.unavailable_reason();
+    CHECK(starts(r, "no device: cuInit returned CUDA_ERROR_NO_DEVICE (no CUDA-capable device"));
+    CHECK(em_cuda_backend.device_count() == 0);
+}
+
+static void test_reason_strings(void) {
+    char buf[256];
+    em__cuda_init_reason(CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "stub", buf, sizeof buf);
+    CHECK(starts(buf, "no driver: cuInit returned CUDA_ERROR_STUB_LIBRARY"));
+    CHECK(strstr(buf, "stub for linking"));
+    em__cuda_init_reason(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "X", "y", buf, sizeof buf);
+    CHECK(starts(buf, "no driver:"));
+    em__cuda_init_reason(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error", buf, sizeof buf);
+    CHECK(!strcmp(buf, "driver failed: cuInit returned CUDA_ERROR_UNKNOWN (unknown error)"));
+}
+
+static void test_error_translation(void) {
+    install(true);
+    CHECK(!strcmp(em__cu_name(CUDA_ERROR_ILLEGAL_ADDRESS), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+    CHECK(!strcmp(em__cu_desc(CUDA_ERROR_OUT_OF_MEMORY), "out of memory"));
+    CHECK(strstr(em__cu_name((CUresult)123456), "unknown"));
+    CHECK(em__cu_status(CUDA_ERROR_OUT_OF_MEMORY) == EM_ERR_OUT_OF_MEMORY);
+    CHECK(em__cu_status(CUDA_ERROR_INVALID_DEVICE) == EM_ERR_DEVICE);
+    CHECK(em__cu_status(CUDA_ERROR_UNSUPPORTED_PTX_VERSION) == EM_ERR_NOT_SUPPORTED);
+    CHECK(em__cu_status(CUDA_ERROR_LAUNCH_FAILED) == EM_ERR_BACKEND);
+    CHECK(em__cu_is_sticky(CUDA_ERROR_ILLEGAL_ADDRESS) && !em__cu_is_sticky(CUDA_ERROR_OUT_OF_MEMORY));
+    CHECK(em__cu_fail(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "cuda: loading x") == EM_ERR_NOT_SUPPORTED);
+    CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "cuda: loading x: CUDA_ERROR_UNSUPPORTED_PTX_VERSION (");
+    em__cu_fail(CUDA_ERROR_ILLEGAL_ADDRESS, "op");
+    CHECK_ERROR(EM_ERR_BACKEND, "unusable, restart the process");
+}
+
+static void test_enumeration_creates_no_context(void) {
+    install(true);
+    CHECK(em_cuda_backend.init() == EM_OK);
+    CHECK(em_cuda_backend.device_count() == NDEV);
+    CHECK(em_cuda_backend.unavailable_reason() == NULL);
+    em_device_props p;
+    CHECK_OK(em_cuda_backend.device_props(1, &p));
+    CHECK(!strcmp(p.name, "Fake GPU 1") && !strcmp(p.vendor, "NVIDIA"));
+    CHECK(p.compute_capability == 86 && p.compute_units == 84 && p.is_gpu);
+    CHECK(p.total_memory == (int64_t)16 << 30);
+    CHECK(p.free_memory == (int64_t)2 << 30); /* from NVML: no context yet */
+    CHECK(strstr(p.driver, "CUDA 12.4") && strstr(p.driver, "550.54.15"));
+    CHECK_OK(em_cuda_backend.synchronize(0)); /* nothing queued: must not create a context */
+    CHECK(F.retains[0] == 0 && F.retains[1] == 0);
+    CHECK(em_cuda_backend.device_props(2, &p) == EM_ERR_DEVICE);
+    CHECK_ERROR(EM_ERR_DEVICE, "cuda:2 does not exist (this machine has 2 CUDA devices)");
+}
+
+static void test_free_memory_without_nvml(void) {
+    install(false);
+    em_device_props p;
+    CHECK_OK(em_cuda_backend.device_props(0, &p));
+    CHECK(p.free_memory == -1);
+    CHECK(F.retains[0] == 0);
+    void *h = NULL;
+    CHECK_OK(em_cuda_backend.raw_alloc(0, 64, &h));
+    CHECK_OK(em_cuda_backend.device_props(0, &p));
+    CHECK(p.free_memory == (int64_t)12 << 30); /* cuMemGetInfo, now that a context exists */
+    em_cuda_backend.raw_free(0, h);
+    CHECK(F.live_allocs == 0);
+}
+
+static void test_lazy_context_only_on_used_device(void) {
+    install(true);
+    void *h = NULL;
+    CHECK_OK(em_cuda_backend.raw_alloc(1, 256, &h));
+    CHECK(F.retains[1] == 1 && F.retains[0] == 0);
+    void *h2 = NULL;
+    CHECK_OK(em_cuda_backend.raw_alloc(1, 0, &h2)); /* empty: still a distinct handle */
+    CHECK(h2 != NULL && h2 != h);
+    CHECK(F.retains[1] == 1); /* retained once, not per call */
+    em_cuda_backend.raw_free(1, h);
+    em_cuda_backend.raw_free(1, h2);
+    CHECK(F.live_allocs == 0 && F.retains[0] == 0);
+    em__cuda_backend_reset();
+    CHECK(F.releases[1] == 1 && F.releases[0] == 0);
+}
+
+static void test_alloc_oom_is_reported(void) {
+    install(true);
+    F.alloc_result = CUDA_ERROR_OUT_OF_MEMORY;
+    void *h = NULL;
+    CHECK(em_cuda_backend.raw_alloc(0, 1000, &h) == EM_ERR_OUT_OF_MEMORY);
+    CHECK_ERROR(EM_ERR_OUT_OF_MEMORY, "cuda:0: cuMemAlloc of 1000 bytes: CUDA_ERROR_OUT_OF_MEMORY");
+}
+
+static void test_copies_round_trip(void) {
+    install(true);
+    void *a = NULL, *b = NULL;
+    CHECK_OK(em_cuda_backend.raw_alloc(0, 64, &a));
+    CHECK_OK(em_cuda_backend.raw_alloc(1, 64, &b));
+    float src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8] = {0};
+    CHECK_OK(em_cuda_backend.copy_h2d(0, a, 8, src, sizeof src, false));
+    CHECK_OK(em_cuda_backend.copy_d2d(1, b, 0, 0, a, 8, sizeof src)); /* across devices */
+    CHECK(F.peer_copies == 1);
+    /* dst waits for src's work, then src waits for the copy */
+    CHECK(F.records >= 2 && F.waits >= 2);
+    CHECK_OK(em_cuda_backend.copy_d2h(1, dst, b, 0, sizeof dst));
+    CHECK(!memcmp(src, dst, sizeof src));
+    CHECK_OK(em_cuda_backend.copy_d2d(0, a, 40, 0, a, 8, 8)); /* same device */
+    CHECK(F.peer_copies == 1);
+    float back[2];
+    CHECK_OK(em_cuda_backend.copy_d2h(0, back, a, 40, 8));
+    CHECK(back[0] == 1 && back[1] == 2);
+    em_cuda_backend.raw_free(0, a);
+    em_cuda_backend.raw_free(1, b);
+    void *pinned = NULL;
+    CHECK_OK(em_cuda_backend.host_alloc_pinned(128, &pinned));
+    CHECK(pinned != NULL);
+    em_cuda_backend.host_free_pinned(pinned);
+}
+
+static void test_sync_error_names_last_op(void) {
+    install(true);
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/a", g_cache_dir);
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    size_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+    int32_t op = 7;
+    void *params[1] = {&op};
+    CHECK_OK(em__cuda_launch(0, "unary_f32", grid, block, params, "em_tanh"));
+    CHECK(F.launches == 1 && F.last_grid[0] == 4 && F.last_block[0] == 256);
+    CHECK(!strcmp((const char *)F.last_func, "unary_f32"));
+    CHECK(F.last_params == params);
+    CHECK(F.retains[0] == 1 && F.retains[1] == 0);
+    /* cc 8.6 is in the fake NVRTC's list: a CUBIN for sm_86 was made and loaded */
+    CHECK(starts(F.last_image, "fake elementwise.k sm_86"));
+    F.sync_result = CUDA_ERROR_ILLEGAL_ADDRESS;
+    CHECK(em_cuda_backend.synchronize(0) == EM_ERR_BACKEND);
+    CHECK_ERROR(EM_ERR_BACKEND, "the last op queued on this device was 'em_tanh' (kernel unary_f32)");
+    F.sync_result = CUDA_SUCCESS;
+    /* the module and function are reused: one compile, one load */
+    CHECK_OK(em__cuda_launch(0, "unary_f32", grid, block, params, "em_tanh"));
+    CHECK_OK(em__cuda_launch(0, "unary_f64", grid, block, params, "em_tanh"));
+    CHECK(nvrtc_compiles == 1 && F.modules_loaded == 1);
+    size_t huge[3] = {1, 70000, 1};
+    CHECK(em__cuda_launch(0, "unary_f32", huge, block, params, "em_tanh") == EM_ERR_NOT_SUPPORTED);
+    CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "exceeds the device's limits");
+}
+
+static void test_disk_cache_skips_compile(void) {
+    install(true);
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/b", g_cache_dir);
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    int before = nvrtc_compiles;
+    CHECK_OK(em__cuda_launch(1, "reduce_wg_f32", grid, block, params, "em_sum"));
+    CHECK(nvrtc_compiles == before + 1);
+    install(true); /* a new process, in effect: the module must come from the disk cache */
+    CHECK_OK(em__cuda_launch(1, "reduce_wg_f32", grid, block, params, "em_sum"));
+    CHECK(nvrtc_compiles == before + 1);
+    CHECK(starts(F.last_image, "fake reduce.k sm_86"));
+}
+
+static void test_compile_target(void) {
+    int archs[] = {75, 80, 86, 89, 90};
+    int arch = -1;
+    bool cubin = false;
+    em__cuda_pick_target(90, archs, 5, &arch, &cubin);
+    CHECK(arch == 90 && cubin);
+    em__cuda_pick_target(87, archs, 5, &arch, &cubin); /* Orin, unknown here: PTX for 8.6 */
+    CHECK(arch == 86 && !cubin);
+    em__cuda_pick_target(120, archs, 5, &arch, &cubin); /* newer than NVRTC: PTX, JIT */
+    CHECK(arch == 90 && !cubin);
+    em__cuda_pick_target(70, archs, 5, &arch, &cubin);
+    CHECK(arch == 0);
+    em__cuda_pick_target(80, NULL, 0, &arch, &cubin);
+    CHECK(arch == 80 && !cubin);
+}
+
+static void test_programs(void) {
+    int n = em__cuda_program_count();
+    CHECK(n >= 5); /* elementwise, index, matmul, reduce, softmax (+ rng) */
+    int elementwise = -1;
+    for (int i = 0; i < n; i++) {
+        const char *name = NULL;
+        char *text = em__cuda_program_text(i, &name);
+        CHECK(text && name);
+        if (!text) continue;
+        CHECK(starts(text, "#define EMK_CUDA 1\n"));
+        CHECK(strstr(text, "#define KERNEL extern \"C\" __global__ void")); /* the prelude */
+        if (!strcmp(name, "elementwise.k")) elementwise = i;
+        free(text);
+    }
+    CHECK(em__cuda_program_text(n, NULL) == NULL);
+    CHECK(elementwise >= 0);
+    CHECK(em__cuda_program_of("unary_f32") == elementwise);
+    CHECK(em__cuda_program_of("copy_f32_i64") == elementwise);
+    CHECK(em__cuda_program_of("fill_4") == elementwise);
+    CHECK(em__cuda_program_of("reduce_wg_bf16") >= 0 && em__cuda_program_of("reduce_wg_bf16") != elementwise);
+    CHECK(em__cuda_program_of("matmul_f16") >= 0);
+    CHECK(em__cuda_program_of("softmax_f32") >= 0);
+    CHECK(em__cuda_program_of("index_select_8") >= 0);
+    CHECK(em__cuda_program_of("no_such_kernel") == -1);
+}
+
+static void test_cache_key_and_store(void) {
+    const char *p1[] = {"ab", "c"}, *p2[] = {"a", "bc"}, *p3[] = {"ab", "c"};
+    em_cuda_cache_key k1 = em__cuda_cache_key(p1, 2), k2 = em__cuda_cache_key(p2, 2),
+                      k3 = em__cuda_cache_key(p3, 2);
+    CHECK(strlen(k1.hex) == 32);
+    CHECK(strcmp(k1.hex, k2.hex) != 0); /* part boundaries count */
+    CHECK(!strcmp(k1.hex, k3.hex));
+    const char *arch90[] = {"src", "compute_90", "nvrtc 13.0"}, *arch80[] = {"src", "compute_80", "nvrtc 13.0"},
+               *nv12[] = {"src", "compute_90", "nvrtc 12.4"};
+    CHECK(strcmp(em__cuda_cache_key(arch90, 3).hex, em__cuda_cache_key(arch80, 3).hex) != 0);
+    CHECK(strcmp(em__cuda_cache_key(arch90, 3).hex, em__cuda_cache_key(nv12, 3).hex) != 0);
+
+    char dir[96];
+    snprintf(dir, sizeof dir, "%s/store/nested", g_cache_dir);
+    static const char blob[] = "binary\0with NULs";
+    CHECK(em__cuda_cache_store(dir, k1, "cubin", "label one", blob, sizeof blob));
+    size_t n = 0;
+    char *got = em__cuda_cache_load(dir, k1, "cubin", "label one", &n);
+    CHECK(got && n == sizeof blob && !memcmp(got, blob, n));
+    free(got);
+    CHECK(em__cuda_cache_load(dir, k1, "cubin", "label two", &n) == NULL); /* header mismatch */
+    CHECK(em__cuda_cache_load(dir, k2, "cubin", "label one", &n) == NULL); /* absent */
+    CHECK(!em__cuda_cache_store("/proc/no/such/dir", k1, "ptx", "l", "x", 1));
+
+    setenv("EMBER_CACHE_DIR", "/x/y", 1);
+    em__cuda_cache_dir(dir, sizeof dir);
+    CHECK(!strcmp(dir, "/x/y"));
+    unsetenv("EMBER_CACHE_DIR");
+    setenv("XDG_CACHE_HOME", "/xdg", 1);
+    em__cuda_cache_dir(dir, sizeof dir);
+    CHECK(!strcmp(dir, "/xdg/ember"));
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", "/home/u", 1);
+    em__cuda_cache_dir(dir, sizeof dir);
+    CHECK(!strcmp(dir, "/home/u/.cache/ember"));
+}
+
+static void test_search_order_and_stubs(void) {
+    char empty[] = "/tmp/ember-cuda-empty-XXXXXX";
+    CHECK(mkdtemp(empty) != NULL);
+    setenv("EMBER_CUDA_PATH", empty, 1);
+    static const char *const names[] = {"libember-no-such-lib.so.1", NULL};
+    char found[512], looked[1024];
+    CHECK(em__cuda_dlopen("test", names, found, sizeof found, looked, sizeof looked) == NULL);
+    CHECK(strstr(looked, empty) && strstr(looked, "the default library path") &&
+          strstr(looked, "/usr/local/cuda/lib64"));
+    CHECK(strstr(looked, empty) < strstr(looked, "/usr/local/cuda/lib64")); /* the order */
+    /* a stub driver must never be loaded, even when asked for by path */
+    const char *stub_dir = "/usr/local/cuda/lib64/stubs";
+    char stub[256];
+    snprintf(stub, sizeof stub, "%s/libcuda.so", stub_dir);
+    if (access(stub, R_OK) == 0) {
+        setenv("EMBER_CUDA_PATH", stub_dir, 1);
+        static const char *const stub_names[] = {"libcuda.so", NULL};
+        CHECK(em__cuda_dlopen("driver", stub_names, found, sizeof found, looked, sizeof looked) == NULL);
+    } else {
+        printf("     (no stub libcuda.so at %s: the stub check has nothing to refuse)\n", stub_dir);
+    }
+    unsetenv("EMBER_CUDA_PATH");
+    rmdir(empty);
+}
+
+int main(void) {
+    if (!mkdtemp(g_cache_dir)) { perror("mkdtemp"); return 1; }
+    RUN(test_reason_no_driver);
+    RUN(test_reason_no_device);
+    RUN(test_reason_strings);
+    RUN(test_error_translation);
+    RUN(test_enumeration_creates_no_context);
+    RUN(test_free_memory_without_nvml);
+    RUN(test_lazy_context_only_on_used_device);
+    RUN(test_alloc_oom_is_reported);
+    RUN(test_copies_round_trip);
+    RUN(test_sync_error_names_last_op);
+    RUN(test_disk_cache_skips_compile);
+    RUN(test_compile_target);
+    RUN(test_programs);
+    RUN(test_cache_key_and_store);
+    RUN(test_search_order_and_stubs);
+    em__cuda_backend_reset();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_cache_dir);
+    return test_summary();
+}
+
+#else
+/* Built without the CUDA headers: the backend is the fixed "unavailable" table. */
+#include "backends/backend.h"
+static void test_unavailable_without_headers(void) {
+    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    CHECK(strstr(em_cuda_backend.unavailable_reason(), "built without CUDA headers"));
+    CHECK(em_cuda_backend.device_count() == 0);
+}
+int main(void) {
+    printf("built without CUDA headers: only the 'unavailable' table can be checked\n");
+    RUN(test_unavailable_without_headers);
+    return test_summary();
+}
+#endif
