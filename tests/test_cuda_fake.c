@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/cuda_smi.h"
 
 static bool starts(const char *s, const char *prefix) {
     return s && !strncmp(s, prefix, strlen(prefix));
@@ -231,12 +232,41 @@ static em_nvml_return m_mem(em_nvml_device d, em_nvml_memory *m) {
     m->used = m->total - m->free;
     return EM_NVML_SUCCESS;
 }
+/* NVML numbers GPUs by bus in reverse of the fake CUDA order: NVML 0 is cuda:1 */
+static em_nvml_return m_count(unsigned int *n) { *n = NDEV; return EM_NVML_SUCCESS; }
+static em_nvml_return m_by_index(unsigned int i, em_nvml_device *d) {
+    *d = (em_nvml_device)(uintptr_t)(NDEV - i);
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_return m_name(em_nvml_device d, char *name, unsigned int n) {
+    snprintf(name, n, "Fake GPU %d", (int)(uintptr_t)d - 1);
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_return m_util(em_nvml_device d, em_nvml_utilization *u) {
+    u->gpu = 40 + (unsigned)(uintptr_t)d;
+    u->memory = 7;
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_return m_temp(em_nvml_device d, int sensor, unsigned int *t) {
+    (void)d;
+    *t = sensor == EM_NVML_TEMPERATURE_GPU ? 33 : 0;
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_return m_power(em_nvml_device d, unsigned int *mw) { (void)d; *mw = 68250; return EM_NVML_SUCCESS; }
+static em_nvml_return m_not_supported(em_nvml_device d, unsigned int *mw) { (void)d; (void)mw; return 3; }
+static em_nvml_return m_cc(em_nvml_device d, int *ma, int *mi) { (void)d; *ma = 8; *mi = 6; return EM_NVML_SUCCESS; }
+static em_nvml_return m_cuda_version(int *v) { *v = 12040; return EM_NVML_SUCCESS; }
+
 static em_nvml_api fake_nvml(void) {
     em_nvml_api a;
     memset(&a, 0, sizeof a);
     a.nvmlInit_v2 = m_ok; a.nvmlShutdown = m_ok; a.nvmlErrorString = m_err;
     a.nvmlSystemGetDriverVersion = m_driver; a.nvmlDeviceGetHandleByPciBusId_v2 = m_by_bus;
-    a.nvmlDeviceGetMemoryInfo = m_mem;
+    a.nvmlDeviceGetMemoryInfo = m_mem; a.nvmlDeviceGetCount_v2 = m_count;
+    a.nvmlDeviceGetHandleByIndex_v2 = m_by_index; a.nvmlDeviceGetName = m_name;
+    a.nvmlDeviceGetUtilizationRates = m_util; a.nvmlDeviceGetTemperature = m_temp;
+    a.nvmlDeviceGetPowerUsage = m_power; a.nvmlDeviceGetEnforcedPowerLimit = m_not_supported;
+    a.nvmlDeviceGetCudaComputeCapability = m_cc; a.nvmlSystemGetCudaDriverVersion_v2 = m_cuda_version;
     return a;
 }
 
@@ -512,6 +542,27 @@ static void test_cache_key_and_store(void) {
     CHECK(!strcmp(dir, "/home/u/.cache/ember"));
 }
 
+static void test_smi_query(void) {
+    install(true);
+    em_cuda_smi_gpu g[4];
+    em_cuda_smi_system sys;
+    const char *reason = NULL;
+    CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == NDEV);
+    CHECK(!strcmp(sys.driver_version, "550.54.15") && sys.cuda_version == 12040);
+    CHECK(g[0].index == 0 && !strcmp(g[0].name, "Fake GPU 1"));
+    CHECK(g[0].cuda_index == 1 && g[1].cuda_index == 0); /* matched by PCI bus, not by order */
+    CHECK(g[0].mem_total == (int64_t)16 << 30 && g[0].mem_free == (int64_t)2 << 30);
+    CHECK(g[0].mem_used == g[0].mem_total - g[0].mem_free);
+    CHECK(g[0].util_gpu == 42 && g[1].util_gpu == 41 && g[0].util_mem == 7);
+    CHECK(g[0].temperature == 33 && g[0].compute_capability == 86);
+    CHECK(g[0].power_w == 68.25 && g[0].power_limit_w == -1); /* unsupported stays unknown */
+    CHECK(F.retains[0] == 0 && F.retains[1] == 0); /* smi never creates a context */
+
+    install(false);
+    CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == -1);
+    CHECK(reason && strstr(reason, "libnvidia-ml.so.1 not found"));
+}
+
 static void test_search_order_and_stubs(void) {
     char empty[] = "/tmp/ember-cuda-empty-XXXXXX";
     CHECK(mkdtemp(empty) != NULL);
@@ -553,6 +604,7 @@ int main(void) {
     RUN(test_compile_target);
     RUN(test_programs);
     RUN(test_cache_key_and_store);
+    RUN(test_smi_query);
     RUN(test_search_order_and_stubs);
     em__cuda_backend_reset();
     char cmd[128];
