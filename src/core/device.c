@@ -212,7 +212,7 @@ em_status em_device_synchronize(em_device d) {
 
 /* ---- auto-selection ---- */
 
-static _Thread_local char tl_auto_reason[512];
+static _Thread_local char tl_auto_reason[1024];
 
 /* The first OpenCL device that is a GPU, or -1; counts OpenCL devices in *n. */
 static int first_opencl_gpu(int *n) {
