@@ -362,6 +362,7 @@ void em__cuda_backend_reset(void) {
         em_cuda_device *d = &g.devs[i];
         if (!d->active) continue;
         if (g_cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS) {
+            em__cuda_gemm_release(d);
             em__cuda_release_device_resources(d);
             g_cu->cuEventDestroy(d->done);
             g_cu->cuStreamDestroy(d->stream);
