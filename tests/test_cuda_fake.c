@@ -18,158 +18,7 @@ static bool starts(const char *s, const char *prefix) {
     return s && !strncmp(s, prefix, strlen(prefix));
 }
 
-/* ---- the fake driver ---- */
-#define NDEV 2
-static struct {
-    CUresult init_result, sync_result, alloc_result;
-    int retains[NDEV], releases[NDEV];
-    int ctx_current;                 /* device whose context is current, -1 none */
-    int live_allocs;
-    int launches;
-    CUfunction last_func;
-    unsigned last_grid[3], last_block[3];
-    CUstream last_stream;
-    void **last_params;
-    int modules_loaded;
-    char last_image[128];
-    int peer_copies, waits, records;
-    size_t free_mem;
-} F;
-static char ctx_tag[NDEV], stream_tag[NDEV], event_tag[NDEV], module_tag;
-
-static int dev_of_ctx(CUcontext c) { return (int)((char *)c - ctx_tag); }
-
-static CUresult f_init(unsigned int flags) { (void)flags; return F.init_result; }
-static CUresult f_version(int *v) { *v = 12040; return CUDA_SUCCESS; }
-static CUresult f_count(int *n) { *n = NDEV; return CUDA_SUCCESS; }
-static CUresult f_get(CUdevice *d, int i) { *d = i; return CUDA_SUCCESS; }
-static CUresult f_name(char *name, int len, CUdevice d) {
-    snprintf(name, (size_t)len, "Fake GPU %d", d);
-    return CUDA_SUCCESS;
-}
-static CUresult f_attr(int *v, CUdevice_attribute a, CUdevice d) {
-    (void)d;
-    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 8
-       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 6
-       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 84 : 0;
-    return CUDA_SUCCESS;
-}
-static CUresult f_total(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return CUDA_SUCCESS; }
-static CUresult f_bus(char *s, int len, CUdevice d) {
-    snprintf(s, (size_t)len, "0000:0%d:00.0", d);
-    return CUDA_SUCCESS;
-}
-static CUresult f_can_peer(int *can, CUdevice a, CUdevice b) { *can = a != b; return CUDA_SUCCESS; }
-static CUresult f_retain(CUcontext *c, CUdevice d) {
-    F.retains[d]++;
-    *c = (CUcontext)&ctx_tag[d];
-    return CUDA_SUCCESS;
-}
-static CUresult f_release(CUdevice d) { F.releases[d]++; return CUDA_SUCCESS; }
-static CUresult f_set_current(CUcontext c) { F.ctx_current = c ? dev_of_ctx(c) : -1; return CUDA_SUCCESS; }
-static CUresult f_enable_peer(CUcontext c, unsigned int flags) { (void)c; (void)flags; return CUDA_SUCCESS; }
-static CUresult f_mem_info(size_t *free_b, size_t *total) {
-    *free_b = F.free_mem;
-    *total = (size_t)16 << 30;
-    return CUDA_SUCCESS;
-}
-static CUresult f_alloc(CUdeviceptr *p, size_t n) {
-    if (F.alloc_result != CUDA_SUCCESS) return F.alloc_result;
-    void *m = malloc(n);
-    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
-    F.live_allocs++;
-    *p = (CUdeviceptr)(uintptr_t)m;
-    return CUDA_SUCCESS;
-}
-static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); F.live_allocs--; return CUDA_SUCCESS; }
-static CUresult f_host_alloc(void **p, size_t n, unsigned int flags) {
-    (void)flags;
-    *p = malloc(n);
-    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-static CUresult f_host_free(void *p) { free(p); return CUDA_SUCCESS; }
-static CUresult f_h2d(CUdeviceptr d, const void *s, size_t n, CUstream st) {
-    (void)st; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS;
-}
-static CUresult f_d2h(void *d, CUdeviceptr s, size_t n, CUstream st) {
-    (void)st; memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
-}
-static CUresult f_d2d(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
-    (void)st; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
-}
-static CUresult f_peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) {
-    (void)dc; (void)sc; (void)st;
-    F.peer_copies++;
-    memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
-    return CUDA_SUCCESS;
-}
-static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
-    (void)st; memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS;
-}
-static CUresult f_stream_create(CUstream *s, unsigned int flags) {
-    (void)flags;
-    *s = (CUstream)&stream_tag[F.ctx_current];
-    return CUDA_SUCCESS;
-}
-static CUresult f_stream_destroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
-static CUresult f_stream_sync(CUstream s) { (void)s; return F.sync_result; }
-static CUresult f_wait(CUstream s, CUevent e, unsigned int f) { (void)s; (void)e; (void)f; F.waits++; return CUDA_SUCCESS; }
-static CUresult f_event_create(CUevent *e, unsigned int flags) {
-    (void)flags;
-    *e = (CUevent)&event_tag[F.ctx_current];
-    return CUDA_SUCCESS;
-}
-static CUresult f_record(CUevent e, CUstream s) { (void)e; (void)s; F.records++; return CUDA_SUCCESS; }
-static CUresult f_event_sync(CUevent e) { (void)e; return CUDA_SUCCESS; }
-static CUresult f_event_destroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
-static CUresult f_load(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v) {
-    (void)n; (void)o; (void)v;
-    snprintf(F.last_image, sizeof F.last_image, "%s", (const char *)image);
-    F.modules_loaded++;
-    *m = (CUmodule)&module_tag;
-    return CUDA_SUCCESS;
-}
-static CUresult f_unload(CUmodule m) { (void)m; F.modules_loaded--; return CUDA_SUCCESS; }
-static char func_names[64][48];
-static int nfuncs;
-static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name) {
-    (void)m;
-    if (nfuncs == 64) return CUDA_ERROR_NOT_FOUND;
-    snprintf(func_names[nfuncs], sizeof func_names[0], "%s", name);
-    *f = (CUfunction)func_names[nfuncs++];
-    return CUDA_SUCCESS;
-}
-static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                         unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
-    (void)shmem; (void)extra;
-    F.launches++;
-    F.last_func = f;
-    F.last_grid[0] = gx; F.last_grid[1] = gy; F.last_grid[2] = gz;
-    F.last_block[0] = bx; F.last_block[1] = by; F.last_block[2] = bz;
-    F.last_stream = s;
-    F.last_params = params;
-    return CUDA_SUCCESS;
-}
-
-static em_cu_api fake_cu(void) {
-    em_cu_api a;
-    memset(&a, 0, sizeof a); /* cuGetErrorName/String stay NULL: Ember's own names are used */
-    a.cuInit = f_init; a.cuDriverGetVersion = f_version; a.cuDeviceGetCount = f_count;
-    a.cuDeviceGet = f_get; a.cuDeviceGetName = f_name; a.cuDeviceGetAttribute = f_attr;
-    a.cuDeviceTotalMem = f_total; a.cuDeviceGetPCIBusId = f_bus; a.cuDeviceCanAccessPeer = f_can_peer;
-    a.cuDevicePrimaryCtxRetain = f_retain; a.cuDevicePrimaryCtxRelease = f_release;
-    a.cuCtxSetCurrent = f_set_current; a.cuCtxEnablePeerAccess = f_enable_peer;
-    a.cuMemGetInfo = f_mem_info; a.cuMemAlloc = f_alloc; a.cuMemFree = f_free;
-    a.cuMemHostAlloc = f_host_alloc; a.cuMemFreeHost = f_host_free;
-    a.cuMemcpyHtoDAsync = f_h2d; a.cuMemcpyDtoHAsync = f_d2h; a.cuMemcpyDtoDAsync = f_d2d;
-    a.cuMemcpyPeerAsync = f_peer; a.cuMemsetD8Async = f_memset;
-    a.cuStreamCreate = f_stream_create; a.cuStreamDestroy = f_stream_destroy;
-    a.cuStreamSynchronize = f_stream_sync; a.cuStreamWaitEvent = f_wait;
-    a.cuEventCreate = f_event_create; a.cuEventRecord = f_record; a.cuEventSynchronize = f_event_sync;
-    a.cuEventDestroy = f_event_destroy; a.cuModuleLoadDataEx = f_load; a.cuModuleUnload = f_unload;
-    a.cuModuleGetFunction = f_get_function; a.cuLaunchKernel = f_launch;
-    return a;
-}
+#include "cuda_fake_driver.h"
 
 /* ---- fake NVRTC: "compiles" to a short text naming the program and target ---- */
 typedef struct fake_prog { char name[64]; char arch[64]; } fake_prog;
@@ -427,9 +276,9 @@ static void test_sync_error_names_last_op(void) {
     size_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
     int32_t op = 7;
     void *params[1] = {&op};
-    CHECK_OK(em__cuda_launch(0, "unary_f32", grid, block, params, "em_tanh"));
+    CHECK_OK(em__cuda_launch(0, "unary_f32", grid, block, params, NULL, 1, "em_tanh"));
     CHECK(F.launches == 1 && F.last_grid[0] == 4 && F.last_block[0] == 256);
-    CHECK(!strcmp((const char *)F.last_func, "unary_f32"));
+    CHECK(!strcmp(fake_func_name(F.last_func), "unary_f32"));
     CHECK(F.last_params == params);
     CHECK(F.retains[0] == 1 && F.retains[1] == 0);
     /* cc 8.6 is in the fake NVRTC's list: a CUBIN for sm_86 was made and loaded */
@@ -439,11 +288,11 @@ static void test_sync_error_names_last_op(void) {
     CHECK_ERROR(EM_ERR_BACKEND, "the last op queued on this device was 'em_tanh' (kernel unary_f32)");
     F.sync_result = CUDA_SUCCESS;
     /* the module and function are reused: one compile, one load */
-    CHECK_OK(em__cuda_launch(0, "unary_f32", grid, block, params, "em_tanh"));
-    CHECK_OK(em__cuda_launch(0, "unary_f64", grid, block, params, "em_tanh"));
+    CHECK_OK(em__cuda_launch(0, "unary_f32", grid, block, params, NULL, 1, "em_tanh"));
+    CHECK_OK(em__cuda_launch(0, "unary_f64", grid, block, params, NULL, 1, "em_tanh"));
     CHECK(nvrtc_compiles == 1 && F.modules_loaded == 1);
     size_t huge[3] = {1, 70000, 1};
-    CHECK(em__cuda_launch(0, "unary_f32", huge, block, params, "em_tanh") == EM_ERR_NOT_SUPPORTED);
+    CHECK(em__cuda_launch(0, "unary_f32", huge, block, params, NULL, 1, "em_tanh") == EM_ERR_NOT_SUPPORTED);
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "exceeds the device's limits");
 }
 
@@ -455,10 +304,10 @@ static void test_disk_cache_skips_compile(void) {
     size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
     void *params[1] = {NULL};
     int before = nvrtc_compiles;
-    CHECK_OK(em__cuda_launch(1, "reduce_wg_f32", grid, block, params, "em_sum"));
+    CHECK_OK(em__cuda_launch(1, "reduce_wg_f32", grid, block, params, NULL, 1, "em_sum"));
     CHECK(nvrtc_compiles == before + 1);
     install(true); /* a new process, in effect: the module must come from the disk cache */
-    CHECK_OK(em__cuda_launch(1, "reduce_wg_f32", grid, block, params, "em_sum"));
+    CHECK_OK(em__cuda_launch(1, "reduce_wg_f32", grid, block, params, NULL, 1, "em_sum"));
     CHECK(nvrtc_compiles == before + 1);
     CHECK(starts(F.last_image, "fake reduce.k sm_86"));
 }

@@ -36,7 +36,11 @@ typedef struct section {
     bool is_kernel_file; /* a .k file (a program of its own), else a shared header */
 } section;
 
-typedef struct func_slot { char name[48]; CUfunction f; } func_slot;
+typedef struct func_slot {
+    char name[48];
+    CUfunction f;
+    bool checked; /* argument sizes compared with the kernel's parameters */
+} func_slot;
 
 static pthread_once_t g_sections_once = PTHREAD_ONCE_INIT;
 static section g_sections[MAX_SECTIONS];
@@ -220,14 +224,16 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
-/* The function for kernel on d, compiling and loading its program the first time. */
-static CUfunction get_function(em_cuda_device *d, const char *kernel) {
+/* The function's slot for kernel on d, compiling and loading its program the first time;
+ * NULL with an error recorded. */
+static func_slot *get_function(em_cuda_device *d, const char *kernel) {
     if (strlen(kernel) >= sizeof ((func_slot *)0)->name) {
         em_error(EM_ERR_INTERNAL, "cuda: kernel name '%s' is too long", kernel);
         return NULL;
     }
     pthread_mutex_lock(&g_klock);
     CUfunction f = NULL;
+    func_slot *found = NULL;
     func_slot *slots = d->funcs;
     if (!slots && !(slots = d->funcs = calloc(FUNC_SLOTS, sizeof *slots))) {
         em_error(EM_ERR_OUT_OF_MEMORY, "cuda: no memory for the kernel table");
@@ -236,7 +242,7 @@ static CUfunction get_function(em_cuda_device *d, const char *kernel) {
     size_t i = name_hash(kernel) % FUNC_SLOTS;
     for (size_t probes = 0; probes < FUNC_SLOTS; probes++, i = (i + 1) % FUNC_SLOTS) {
         if (!slots[i].name[0]) break;
-        if (!strcmp(slots[i].name, kernel)) { f = slots[i].f; goto out; }
+        if (!strcmp(slots[i].name, kernel)) { found = &slots[i]; goto out; }
     }
     if (slots[i].name[0]) { em_error(EM_ERR_INTERNAL, "cuda: kernel table full"); goto out; }
     int prog = em__cuda_program_of(kernel);
@@ -256,13 +262,50 @@ static CUfunction get_function(em_cuda_device *d, const char *kernel) {
     }
     snprintf(slots[i].name, sizeof slots[i].name, "%s", kernel);
     slots[i].f = f;
+    slots[i].checked = false;
+    found = &slots[i];
 out:
     pthread_mutex_unlock(&g_klock);
-    return f;
+    return found;
+}
+
+/* Compare the sizes the op layer passes with the kernel's parameters, once per kernel. */
+static em_status check_params(func_slot *slot, const char *kernel, const size_t *sizes, int n) {
+    const em_cu_api *cu = em__cuda_api();
+    if (!sizes || !cu->cuFuncGetParamInfo || __atomic_load_n(&slot->checked, __ATOMIC_ACQUIRE))
+        return EM_OK;
+    char want[256] = "", got[256] = "";
+    bool ok = true;
+    int count = 0;
+    for (;; count++) {
+        size_t offset = 0, size = 0;
+        CUresult r = cu->cuFuncGetParamInfo(slot->f, (size_t)count, &offset, &size);
+        if (r != CUDA_SUCCESS && count == 0 && r != CUDA_ERROR_INVALID_VALUE) {
+            /* the driver cannot tell (not "no such parameter"): nothing to compare with */
+            __atomic_store_n(&slot->checked, true, __ATOMIC_RELEASE);
+            return EM_OK;
+        }
+        if (r != CUDA_SUCCESS) break;
+        if (count >= n || sizes[count] != size) ok = false;
+        size_t len = strlen(want);
+        snprintf(want + len, sizeof want - len, "%s%zu", count ? "," : "", size);
+    }
+    if (count != n) ok = false;
+    if (!ok) {
+        for (int i = 0; i < n; i++) {
+            size_t len = strlen(got);
+            snprintf(got + len, sizeof got - len, "%s%zu", i ? "," : "", sizes[i]);
+        }
+        return em_error(EM_ERR_INTERNAL, "cuda: kernel %s takes %d arguments of sizes %s, but was "
+                        "given %d of sizes %s (a bug in Ember: the op layer and the kernel disagree)",
+                        kernel, count, want, n, got);
+    }
+    __atomic_store_n(&slot->checked, true, __ATOMIC_RELEASE);
+    return EM_OK;
 }
 
 em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
-                          void **params, const char *op) {
+                          void **params, const size_t *sizes, int nparams, const char *op) {
     em_cuda_device *d = em__cuda_activate(dev, op);
     if (!d) return em_last_status();
     /* The driver's limits; library kernels loop over any excess themselves only in x. */
@@ -272,9 +315,9 @@ em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], con
                         "cuda:%d: %s: launch of %s with grid %zux%zux%zu and block %zux%zux%zu "
                         "exceeds the device's limits", dev, op, kernel, grid[0], grid[1], grid[2],
                         block[0], block[1], block[2]);
-    CUfunction f = get_function(d, kernel);
-    if (!f) return em_last_status();
-    CUresult r = em__cuda_api()->cuLaunchKernel(f, (unsigned)grid[0], (unsigned)grid[1],
+    func_slot *slot = get_function(d, kernel);
+    if (!slot || check_params(slot, kernel, sizes, nparams) != EM_OK) return em_last_status();
+    CUresult r = em__cuda_api()->cuLaunchKernel(slot->f, (unsigned)grid[0], (unsigned)grid[1],
                                                 (unsigned)grid[2], (unsigned)block[0],
                                                 (unsigned)block[1], (unsigned)block[2], 0,
                                                 d->stream, params, NULL);

@@ -17,8 +17,11 @@ int em__cuda_program_of(const char *kernel);
  * listed architecture below cc (arch 0 when there is none). */
 void em__cuda_pick_target(int cc, const int *archs, int narchs, int *arch, bool *cubin);
 /* Launch library kernel `kernel` on cuda:dev with grid[i] blocks of block[i] threads and
- * cuLaunchKernel-style params (pointers to each argument's value). */
+ * cuLaunchKernel-style params (pointers to each argument's value). sizes[i] is the byte
+ * size of argument i (NULL: unchecked): the first launch of each kernel compares them with
+ * the compiled kernel's parameters (cuFuncGetParamInfo, where the driver has it), since
+ * CUDA, unlike OpenCL, would otherwise read a wrongly sized argument silently. */
 em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
-                          void **params, const char *op);
+                          void **params, const size_t *sizes, int nparams, const char *op);
 
 #endif

@@ -18,22 +18,24 @@ static em_status cuda_launch(int dev, const char *kernel, const size_t grid[3], 
         return em_error(EM_ERR_INTERNAL, "cuda: %s has %d arguments, at most %d", kernel, nargs, MAX_KARGS);
     CUdeviceptr bufs[MAX_KARGS];
     void *params[MAX_KARGS];
+    size_t sizes[MAX_KARGS];
     for (int i = 0; i < nargs; i++) {
         const em_karg *a = &args[i];
         switch (a->kind) {
         case EM_KARG_BUF:
             bufs[i] = (CUdeviceptr)(uintptr_t)a->v.buf;
             params[i] = &bufs[i];
+            sizes[i] = sizeof(CUdeviceptr);
             break;
-        case EM_KARG_I32: params[i] = (void *)&a->v.i32; break;
-        case EM_KARG_I64: params[i] = (void *)&a->v.i64; break;
-        case EM_KARG_F32: params[i] = (void *)&a->v.f32; break;
-        case EM_KARG_F64: params[i] = (void *)&a->v.f64; break;
-        case EM_KARG_BYTES: params[i] = (void *)a->v.bytes.p; break;
+        case EM_KARG_I32: params[i] = (void *)&a->v.i32; sizes[i] = 4; break;
+        case EM_KARG_I64: params[i] = (void *)&a->v.i64; sizes[i] = 8; break;
+        case EM_KARG_F32: params[i] = (void *)&a->v.f32; sizes[i] = 4; break;
+        case EM_KARG_F64: params[i] = (void *)&a->v.f64; sizes[i] = 8; break;
+        case EM_KARG_BYTES: params[i] = (void *)a->v.bytes.p; sizes[i] = a->v.bytes.size; break;
         default: return em_error(EM_ERR_INTERNAL, "cuda: %s: bad argument kind %d", kernel, (int)a->kind);
         }
     }
-    return em__cuda_launch(dev, kernel, grid, block, params, op);
+    return em__cuda_launch(dev, kernel, grid, block, params, sizes, nargs, op);
 }
 
 static void cuda_info(int dev, em_gpu_info *out) {
