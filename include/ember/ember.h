@@ -11,5 +11,6 @@
 #include <ember/device.h>
 #include <ember/tensor.h>
 #include <ember/ops.h>
+#include <ember/kernel.h>
 
 #endif

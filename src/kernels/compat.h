@@ -12,9 +12,7 @@
  *    (exp, log, sqrt, ...) on float or double;
  *  - f16/bf16 live in memory as u16 bits and are computed in float (PoCL has no
  *    cl_khr_fp16): use LOAD_F16/STORE_F16 and the bf16 helpers in dtypes.h.
- * EMK_HAS_F64 is defined when the device has double precision. CUDA programs are compiled
- * with NVRTC's -default-device, so that plain `static inline` helpers shared with the host
- * (src/core/philox.h) are device functions too. */
+ * EMK_HAS_F64 is defined when the device has double precision. */
 #ifndef EMK_COMPAT_H
 #define EMK_COMPAT_H
 
@@ -165,6 +163,25 @@ INLINE u16 emk__f2h(float f) {
 #else
 #define EMK_U64C(x) ((u64)x##ull)
 #endif
+/* src/core/philox.h's functions become device functions */
+#define EM_PHILOX_FN INLINE
+
+/* a multiply or add that is never fused into an FMA (results bit-equal to the host's):
+ * OpenCL's clang fuses only within one expression, CUDA fuses across statements */
+#ifdef EMK_CUDA
+#define emk_mulf(a, b) __fmul_rn((a), (b))
+#define emk_addf(a, b) __fadd_rn((a), (b))
+#define emk_muld(a, b) __dmul_rn((a), (b))
+#define emk_addd(a, b) __dadd_rn((a), (b))
+#else
+INLINE float emk_mulf(float a, float b) { return a * b; }
+INLINE float emk_addf(float a, float b) { return a + b; }
+#ifdef EMK_HAS_F64
+INLINE double emk_muld(double a, double b) { return a * b; }
+INLINE double emk_addd(double a, double b) { return a + b; }
+#endif
+#endif
+
 #define EMK_I64_MAX ((i64)EMK_U64C(0x7fffffffffffffff))
 #define EMK_I64_MIN (-EMK_I64_MAX - 1)
 #define EMK_F32_INF AS_F32(0x7f800000u)

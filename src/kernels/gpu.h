@@ -22,7 +22,8 @@ typedef enum em_karg_kind {
     EM_KARG_I64,   /* also u64 */
     EM_KARG_F32,
     EM_KARG_F64,
-    EM_KARG_BYTES  /* a struct by value: v.bytes.p, v.bytes.size */
+    EM_KARG_BYTES, /* a struct by value: v.bytes.p, v.bytes.size */
+    EM_KARG_PTR    /* a pointer to byte v.ptr.offset of buffer v.ptr.handle (users' kernels) */
 } em_karg_kind;
 
 typedef struct em_karg {
@@ -34,6 +35,7 @@ typedef struct em_karg {
         float f32;
         double f64;
         struct { const void *p; size_t size; } bytes;
+        struct { void *handle; size_t offset; } ptr;
     } v;
 } em_karg;
 

@@ -98,6 +98,9 @@ static bool setup_device(ocl_device *d, cl_platform_id p, cl_device_id id, cl_co
     pr->compute_capability = 0;
     pr->is_gpu = type_rank(id) == 0;
     d->has_f64 = fp64 != 0 || has_extension(id, "cl_khr_fp64");
+    char pname[128] = "";
+    clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+    d->is_pocl = strstr(pname, "Portable Computing Language") != NULL;
     d->max_block = wg;
     d->max_alloc = (size_t)max_alloc;
     d->build_status = EM_OK;

@@ -22,6 +22,7 @@ typedef struct ocl_device {
     cl_command_queue queue;    /* in-order: ops run in the order they were queued */
     em_device_props props;
     bool has_f64;
+    bool is_pocl;              /* PoCL: see the cache policy in opencl_program.c */
     size_t max_block;
     size_t max_alloc;
     /* guards the lazy build and each set-args + enqueue pair (cl_kernel is not thread-safe) */
@@ -45,9 +46,10 @@ const char *em__ocl_err_name(cl_int err);
 void em__ocl_note_op(ocl_device *d, const char *op);
 
 /* Programs (opencl_program.c). */
-/* Build `source` for d, from the on-disk cache when possible; on failure records
- * EM_ERR_BACKEND with the build log naming `what` and returns NULL. */
-cl_program em__ocl_build(ocl_device *d, const char *source, const char *what);
+/* Build `source` for d, from the on-disk cache when possible (and write the binary there
+ * when `write`); on failure records EM_ERR_BACKEND with the build log naming `what` and
+ * returns NULL. */
+cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write);
 /* The launcher for the shared GPU op layer. */
 extern const em_gpu em__ocl_gpu;
 /* Set kernel arguments from typed values (caller holds d->lock). */
