@@ -141,6 +141,10 @@ static CUresult f_unload(CUmodule m) {
 }
 static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name) {
     if (nfuncs == 512) return CUDA_ERROR_NOT_FOUND;
+    const char *image = module_images[(int)(uintptr_t)m - 1];
+    char pat[80];
+    snprintf(pat, sizeof pat, ".entry %s(", name);
+    if (!strncmp(image, "//", 2) && !strstr(image, pat)) return CUDA_ERROR_NOT_FOUND; /* PTX */
     funcs[nfuncs].module = (int)(uintptr_t)m - 1;
     snprintf(funcs[nfuncs].name, sizeof funcs[0].name, "%s", name);
     *f = (CUfunction)&funcs[nfuncs++];

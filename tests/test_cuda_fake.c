@@ -312,6 +312,24 @@ static void test_disk_cache_skips_compile(void) {
     CHECK(starts(F.last_image, "fake reduce.k sm_86"));
 }
 
+static void test_missing_nvrtc_lists_devices_but_ops_fail(void) {
+    em__cuda_backend_reset();
+    memset(&F, 0, sizeof F);
+    F.ctx_current = -1;
+    g_fake_cu = fake_cu();
+    em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvrtc_reason = "libnvrtc not found (looked in X)",
+                              .cublas_reason = "fake", .nvml_reason = "fake"};
+    em__cuda_loader_use_fakes(&libs);
+    CHECK(em_cuda_backend.init() == EM_OK && em_cuda_backend.device_count() == NDEV);
+    em_device_props p;
+    CHECK_OK(em_cuda_backend.device_props(0, &p));
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    CHECK(em__cuda_launch(0, "unary_f32", grid, block, params, NULL, 1, "em_exp") == EM_ERR_UNAVAILABLE);
+    CHECK_ERROR(EM_ERR_UNAVAILABLE, "cuda: kernels cannot be compiled: libnvrtc not found (looked in X)");
+    CHECK(F.launches == 0);
+}
+
 static void test_compile_target(void) {
     int archs[] = {75, 80, 86, 89, 90};
     int arch = -1;
@@ -450,6 +468,7 @@ int main(void) {
     RUN(test_copies_round_trip);
     RUN(test_sync_error_names_last_op);
     RUN(test_disk_cache_skips_compile);
+    RUN(test_missing_nvrtc_lists_devices_but_ops_fail);
     RUN(test_compile_target);
     RUN(test_programs);
     RUN(test_cache_key_and_store);

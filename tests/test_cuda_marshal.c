@@ -13,6 +13,7 @@
 #include "cuda_fake_driver.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "kernels/layout.h"
+#include <ember/kernel.h>
 
 static em_cu_api g_cu;
 static em_nvrtc_api g_nvrtc; /* the real one */
@@ -281,6 +282,47 @@ static void test_matmul_transpose_trick(void) {
     drop(a); drop(b); drop(o);
 }
 
+/* Users' kernels (ember/kernel.h) through the public API on the fake cuda:0. */
+static void test_custom_kernels(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    static const char *src =
+        "KERNEL vecadd(GLOBAL const float *a, GLOBAL const float *b, GLOBAL float *c, int n) {\n"
+        "    i64 i = GLOBAL_ID(0);\n"
+        "    if (i < n) c[i] = a[i] + b[i];\n"
+        "}\n";
+    em_kernel *k = em_kernel_compile(src, "vecadd", EM_DEVICE(EM_CUDA, 0));
+    CHECK(k != NULL);
+    if (!k) { fprintf(stderr, "  %s\n", em_last_error()); em_clear_error(); return; }
+    em_tensor *a = T(EM_F32, 1000), *b = T(EM_F32, 1000), *c = T(EM_F32, 1000);
+    int before = F.launches;
+    CHECK_OK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(256),
+                              EM_KARGS(em_arg_tensor(a), em_arg_tensor(b), em_arg_tensor(c), em_arg_i32(1000))));
+    CHECK(F.launches == before + 1 && F.last_grid[0] == 4 && F.last_block[0] == 256);
+    CHECK(!strcmp(fake_func_name(F.last_func), "vecadd"));
+    /* an int64 where the kernel takes an int: CUDA would misread it; Ember refuses */
+    CHECK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(256),
+                           EM_KARGS(em_arg_tensor(a), em_arg_tensor(b), em_arg_tensor(c), em_arg_i64(1000))) ==
+          EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "argument 3 is 8 bytes but the kernel's parameter 3 is 4 bytes");
+    CHECK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(256), EM_KARGS(em_arg_tensor(a), em_arg_tensor(b))) ==
+          EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "the kernel has 4 parameters, the launch passed 2 arguments");
+    CHECK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(2048),
+                           EM_KARGS(em_arg_tensor(a), em_arg_tensor(b), em_arg_tensor(c), em_arg_i32(1))) ==
+          EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "at most 1024 threads per block");
+    CHECK(F.launches == before + 1);
+    em_kernel_free(k);
+
+    CHECK(em_kernel_compile(src, "vecmul", EM_DEVICE(EM_CUDA, 0)) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "the source has no kernel named 'vecmul'");
+    CHECK(em_kernel_compile("KERNEL broken(GLOBAL float *x) { x[0] = nope; }\n", "broken",
+                            EM_DEVICE(EM_CUDA, 0)) == NULL);
+    CHECK_ERROR(EM_ERR_BACKEND, "nope");
+    drop(a); drop(b); drop(c);
+}
+
 int main(void) {
     int major = 0, minor = 0;
     const char *reason = NULL;
@@ -291,11 +333,13 @@ int main(void) {
     } else {
         fprintf(stderr, "test_cuda_marshal needs NVRTC to compile the real kernels: %s\n", reason);
     }
+    install(); /* before anything asks core's registry about CUDA: it remembers the answer */
     RUN(test_wrong_argument_sizes_are_caught);
     RUN(test_elementwise_ops);
     RUN(test_reduce_softmax_index_rng);
     RUN(test_integer_matmul_uses_the_kernel);
     RUN(test_matmul_transpose_trick);
+    RUN(test_custom_kernels);
     em__cuda_backend_reset();
     for (int i = 0; i < MAX_FAKE_MODULES; i++) free(module_images[i]);
     if (!g_have_nvrtc) {

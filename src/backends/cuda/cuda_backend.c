@@ -15,6 +15,7 @@
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
 #include "cuda_ops.h"
+#include "../../kernels/custom.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -391,6 +392,15 @@ const em_backend em_cuda_backend = {
     .copy_d2d = cuda_copy_d2d,
     .synchronize = cuda_synchronize,
     EM_CUDA_OPS_ENTRIES
+};
+
+/* Here, next to em_cuda_backend, so that it is linked whenever the backend is:
+ * src/kernels/custom.c finds it through a weak reference. */
+const em_kernel_backend em__cuda_kernel_backend = {
+    .type = EM_CUDA,
+    .compile = em__cuda_uk_compile,
+    .launch = em__cuda_uk_launch,
+    .release = em__cuda_uk_release,
 };
 
 #else /* built without the CUDA headers */

@@ -191,18 +191,15 @@ static em_status device_target(const em_cuda_device *d, int *arch, bool *cubin) 
 
 /* ---- modules and functions ---- */
 
-static em_status load_module(em_cuda_device *d, int prog, CUmodule *out) {
-    const char *name = NULL;
-    char *text = em__cuda_program_text(prog, &name);
-    if (!text) return em_error(EM_ERR_OUT_OF_MEMORY, "cuda: no memory for kernel program text");
+em_status em__cuda_load_module(em_cuda_device *d, const char *name, const char *text,
+                               CUmodule *out) {
     int arch = 0;
     bool cubin = false;
     em_status s = device_target(d, &arch, &cubin);
-    if (s != EM_OK) { free(text); return s; }
+    if (s != EM_OK) return s;
     em_cuda_source src = {name, text};
     size_t size = 0;
     char *image = em__cuda_compile_cached(&src, NULL, 0, arch, cubin, NULL, 0, &size, NULL);
-    free(text);
     if (!image) return em_last_status();
     char log[4096] = "";
     CUjit_option opt[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -216,6 +213,15 @@ static em_status load_module(em_cuda_device *d, int prog, CUmodule *out) {
         return em__cu_fail(r, what);
     }
     return EM_OK;
+}
+
+static em_status load_module(em_cuda_device *d, int prog, CUmodule *out) {
+    const char *name = NULL;
+    char *text = em__cuda_program_text(prog, &name);
+    if (!text) return em_error(EM_ERR_OUT_OF_MEMORY, "cuda: no memory for kernel program text");
+    em_status s = em__cuda_load_module(d, name, text, out);
+    free(text);
+    return s;
 }
 
 static uint64_t name_hash(const char *s) {

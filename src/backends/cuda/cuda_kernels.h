@@ -16,6 +16,14 @@ int em__cuda_program_of(const char *kernel);
  * architectures NVRTC supports: a CUBIN for cc itself when listed, else PTX for the newest
  * listed architecture below cc (arch 0 when there is none). */
 void em__cuda_pick_target(int cc, const int *archs, int narchs, int *arch, bool *cubin);
+/* Compile program text (cached on disk) for device d's target and load it; the device's
+ * context must be current. */
+struct em_cuda_device;
+#ifdef EMBER_HAVE_CUDA_HEADERS
+#include <cuda.h>
+em_status em__cuda_load_module(struct em_cuda_device *d, const char *name, const char *text,
+                               CUmodule *out);
+#endif
 /* Launch library kernel `kernel` on cuda:dev with grid[i] blocks of block[i] threads and
  * cuLaunchKernel-style params (pointers to each argument's value). sizes[i] is the byte
  * size of argument i (NULL: unchecked): the first launch of each kernel compares them with

@@ -32,6 +32,11 @@ static em_status cuda_launch(int dev, const char *kernel, const size_t grid[3], 
         case EM_KARG_F32: params[i] = (void *)&a->v.f32; sizes[i] = 4; break;
         case EM_KARG_F64: params[i] = (void *)&a->v.f64; sizes[i] = 8; break;
         case EM_KARG_BYTES: params[i] = (void *)a->v.bytes.p; sizes[i] = a->v.bytes.size; break;
+        case EM_KARG_PTR:
+            bufs[i] = (CUdeviceptr)(uintptr_t)a->v.ptr.handle + a->v.ptr.offset;
+            params[i] = &bufs[i];
+            sizes[i] = sizeof(CUdeviceptr);
+            break;
         default: return em_error(EM_ERR_INTERNAL, "cuda: %s: bad argument kind %d", kernel, (int)a->kind);
         }
     }

@@ -30,6 +30,12 @@ em_status em__cuda_op_scatter_add(em_tensor *o, int dim, const em_tensor *x, con
 em_status em__cuda_op_rng(em_tensor *o, em_rng_kind k, uint64_t seed, uint64_t offset, double p0,
                           double p1);
 
+/* Users' kernels (cuda_custom.c), for em__cuda_kernel_backend (src/kernels/custom.h). */
+void *em__cuda_uk_compile(int dev, const char *source, const char *name);
+em_status em__cuda_uk_launch(void *handle, const size_t grid[3], const size_t block[3], int nargs,
+                             const em_karg *args, const char *name);
+void em__cuda_uk_release(void *handle);
+
 #define EM_CUDA_OPS_ENTRIES                                                                \
     .supports_op = em__gpu_supports_op, .fill = em__cuda_op_fill,                          \
     .fill_affine = em__cuda_op_affine, .copy = em__cuda_op_copy, .unary = em__cuda_op_unary, \
