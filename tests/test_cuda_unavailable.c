@@ -64,9 +64,9 @@ static void test_cpu_keeps_working(void) {
     em_tensor *b = em_arange(0, 4, 1, EM_OPTS(0));
     em_tensor *bv = b ? em_view(b, EM_SHAPE(2, 2)) : NULL;
     em_tensor *c = em_add(a, bv);
-    em_tensor *s = em_sum(c, EM_ALL_DIMS, false);
-    CHECK_NEAR(em_item(s), 1.5 * 4 + 0 + 1 + 2 + 3, 1e-6);
-    em_release(s);
+    float got[4] = {0};
+    CHECK_OK(em_copy_to_host(c, got, sizeof got));
+    for (int i = 0; i < 4; i++) CHECK_NEAR(got[i], 1.5 + i, 1e-6);
     em_release(c);
     em_release(bv);
     em_release(b);
