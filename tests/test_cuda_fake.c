@@ -8,6 +8,7 @@
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "backends/cuda/cuda_internal.h"
@@ -430,6 +431,57 @@ static void test_smi_query(void) {
     CHECK(reason && strstr(reason, "libnvidia-ml.so.1 not found"));
 }
 
+/* The versioned names the headers select (cuMemAlloc -> cuMemAlloc_v2) must be real exports.
+ * With no driver here, the toolkit's link stub lists the driver's exports: it is opened
+ * only to look names up, never called. NVRTC and cuBLAS are the real libraries. */
+static void test_symbols_exist(void) {
+    const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+    void *h = dlopen(stub, RTLD_LAZY | RTLD_LOCAL);
+    if (h) {
+        int n = 0;
+        const char *const *names = em__cuda_driver_symbols(&n);
+        CHECK(n > 30);
+        for (int i = 0; i < n; i++) {
+            if (!dlsym(h, names[i])) printf("     libcuda lacks %s\n", names[i]);
+            CHECK(dlsym(h, names[i]) != NULL);
+        }
+        bool v2 = false, old = false; /* the header's macro, not the old 32-bit ABI */
+        for (int i = 0; i < n; i++) {
+            v2 |= !strcmp(names[i], "cuMemAlloc_v2");
+            old |= !strcmp(names[i], "cuMemAlloc");
+        }
+        CHECK(v2 && !old);
+        dlclose(h);
+    } else {
+        printf("     (no %s: driver symbol names not checked)\n", stub);
+    }
+    em__cuda_backend_reset(); /* real loading from here */
+    const char *reason = NULL;
+    if (em__cuda_nvrtc(NULL, NULL, &reason)) {
+        int n = 0;
+        em__cuda_nvrtc_symbols(&n);
+        CHECK(n >= 9);
+    } else {
+        printf("     NVRTC: %s\n", reason);
+        CHECK(strstr(reason, "libnvrtc not found (looked in "));
+    }
+    const em_cublas_api *cb = em__cuda_cublas(&reason);
+    if (cb) {
+        CHECK(cb->cublasGemmStridedBatchedEx != NULL && cb->cublasGetStatusString != NULL);
+    } else {
+        printf("     cuBLAS: %s\n", reason);
+        CHECK(strstr(reason, "not found (looked in "));
+    }
+    int nccl_version = 0;
+    void *nccl = em__cuda_nccl(&nccl_version, &reason);
+    if (nccl) {
+        CHECK(nccl_version >= 20000 && dlsym(nccl, "ncclCommInitRank") != NULL);
+        printf("     NCCL %d\n", nccl_version);
+    } else {
+        CHECK(strstr(reason, "libnccl.so.2 not found"));
+    }
+}
+
 static void test_search_order_and_stubs(void) {
     char empty[] = "/tmp/ember-cuda-empty-XXXXXX";
     CHECK(mkdtemp(empty) != NULL);
@@ -474,6 +526,7 @@ int main(void) {
     RUN(test_cache_key_and_store);
     RUN(test_smi_query);
     RUN(test_search_order_and_stubs);
+    RUN(test_symbols_exist);
     em__cuda_backend_reset();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache_dir);

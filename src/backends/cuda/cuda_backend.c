@@ -150,12 +150,12 @@ em_status em__cuda_sync_device(em_cuda_device *d, const char *why) {
     CUresult r = g_cu->cuStreamSynchronize(d->stream);
     if (r == CUDA_SUCCESS) return EM_OK;
     pthread_mutex_lock(&g_lock);
-    const char *op = d->last_op;
-    char kernel[sizeof d->last_kernel];
+    char op[sizeof d->last_op], kernel[sizeof d->last_kernel];
+    snprintf(op, sizeof op, "%s", d->last_op);
     snprintf(kernel, sizeof kernel, "%s", d->last_kernel);
     pthread_mutex_unlock(&g_lock);
     char what[512];
-    if (op)
+    if (op[0])
         snprintf(what, sizeof what,
                  "cuda:%d: %s: queued work failed; the last op queued on this device was '%s'%s%s%s",
                  index_of(d), why, op, kernel[0] ? " (kernel " : "", kernel, kernel[0] ? ")" : "");
@@ -166,7 +166,7 @@ em_status em__cuda_sync_device(em_cuda_device *d, const char *why) {
 
 em_status em__cuda_after_launch(em_cuda_device *d, const char *op, const char *kernel) {
     pthread_mutex_lock(&g_lock);
-    d->last_op = op;
+    snprintf(d->last_op, sizeof d->last_op, "%s", op);
     snprintf(d->last_kernel, sizeof d->last_kernel, "%s", kernel ? kernel : "");
     pthread_mutex_unlock(&g_lock);
     return g.launch_blocking ? em__cuda_sync_device(d, op) : EM_OK;
@@ -244,8 +244,8 @@ static void cuda_raw_free(int index, void *handle) {
     }
 }
 
-/* Pinned memory belongs to a context: use the first active device's, else cuda:0's
- * (as PyTorch does), and allocate it portable so every device can use it. */
+/* Pinned memory belongs to a context: use the first active device's, else the current
+ * CUDA device's (as PyTorch does), and allocate it portable so every device can use it. */
 static em_cuda_device *pinned_owner(void) {
     if (cuda_init() != EM_OK) {
         em_error(EM_ERR_UNAVAILABLE, "pinned memory needs CUDA, which is not available: %s", g.reason);
@@ -253,7 +253,8 @@ static em_cuda_device *pinned_owner(void) {
     }
     for (int i = 0; i < g.count; i++)
         if (__atomic_load_n(&g.devs[i].active, __ATOMIC_ACQUIRE)) return em__cuda_activate(i, "pin");
-    return em__cuda_activate(0, "pin");
+    int current = em_device_current(EM_CUDA).index;
+    return em__cuda_activate(current >= 0 && current < g.count ? current : 0, "pin");
 }
 
 static em_status cuda_host_alloc_pinned(size_t bytes, void **ptr) {

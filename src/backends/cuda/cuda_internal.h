@@ -67,7 +67,8 @@ typedef struct em_cuda_device {
     void *cublas;                  /* cublasHandle_t, created on first matmul */
     em_cuda_module modules[EM_CUDA_MAX_MODULES]; /* one per kernel program, loaded on use */
     void *funcs;                   /* kernel name -> CUfunction (cuda_kernels.c) */
-    const char *last_op;           /* the op queued last, named when sync fails */
+    char last_op[64];              /* the op queued last, named when sync fails (a copy: a
+                                      user kernel's name may be freed before the sync) */
     char last_kernel[96];
 } em_cuda_device;
 

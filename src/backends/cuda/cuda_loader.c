@@ -242,6 +242,24 @@ static void load_cublas(void) {
     g_cublas.ok = true;
 }
 
+#define EM__NAME(fn, req) EM__STR(fn),
+static const char *const g_cu_names[] = {EM_CU_FUNCS(EM__NAME)};
+static const char *const g_nvrtc_names[] = {EM_NVRTC_FUNCS(EM__NAME)};
+static const char *const g_cublas_names[] = {EM_CUBLAS_FUNCS(EM__NAME)};
+#undef EM__NAME
+const char *const *em__cuda_driver_symbols(int *n) {
+    *n = (int)(sizeof g_cu_names / sizeof g_cu_names[0]);
+    return g_cu_names;
+}
+const char *const *em__cuda_nvrtc_symbols(int *n) {
+    *n = (int)(sizeof g_nvrtc_names / sizeof g_nvrtc_names[0]);
+    return g_nvrtc_names;
+}
+const char *const *em__cuda_cublas_symbols(int *n) {
+    *n = (int)(sizeof g_cublas_names / sizeof g_cublas_names[0]);
+    return g_cublas_names;
+}
+
 /* Fakes replace loading: a NULL table is "not found" with the given reason. */
 static void use_fake(lib_state *st, const void *table, const char *reason, void *dst, size_t size) {
     st->tried = true;

@@ -110,6 +110,11 @@ const em_nvrtc_api *em__cuda_nvrtc(int *major, int *minor, const char **reason);
 /* cuBLAS (with its cuBLASLt preloaded from the same place), or NULL with *reason. */
 const em_cublas_api *em__cuda_cublas(const char **reason);
 
+/* The symbols each table resolves (for tests that check them against real libraries). */
+const char *const *em__cuda_driver_symbols(int *n);
+const char *const *em__cuda_nvrtc_symbols(int *n);
+const char *const *em__cuda_cublas_symbols(int *n);
+
 /* Tests: use these tables instead of loading anything (NULL entries mean "not found",
  * with reason as given). Call before the first use; em__cuda_loader_reset() forgets them. */
 typedef struct em_cuda_fake_libs {
