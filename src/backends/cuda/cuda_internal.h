@@ -94,7 +94,7 @@ static inline CUdeviceptr em__cuda_ptr(const em_tensor *t) {
 
 /* ---- NVRTC (cuda_nvrtc.c); usable without a GPU ---- */
 typedef struct em_cuda_source {
-    const char *name;       /* "elementwise.cl" */
+    const char *name;       /* "elementwise.k": names the program in messages */
     const char *text;
 } em_cuda_source;
 
@@ -111,7 +111,7 @@ char *em__cuda_compile_cached(const em_cuda_source *main, const em_cuda_source *
                               int nheaders, int arch, bool cubin, const char *const *extra_opts,
                               int nextra, size_t *out_size, bool *from_cache);
 
-/* Unload d's modules and forget its functions and cuBLAS handle (context current). */
+/* Unload d's modules and forget its functions (its context current). */
 void em__cuda_release_device_resources(em_cuda_device *d);
 
 /* Tests: forget every device and loaded table so a fake driver can be installed. */
