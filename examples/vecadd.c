@@ -23,6 +23,7 @@ int main(void) {
     em_device_props props;
     if (em_device_get_props(dev, &props) == EM_OK) printf("device: opencl:0 (%s)\n", props.name);
 
+    em_scope scope = em_scope_begin(); /* frees every tensor below at em_scope_end */
     const int n = 1000;
     em_manual_seed(0);
     em_tensor *a = em_rand(EM_SHAPE(n), EM_OPTS(.device = dev));
@@ -39,8 +40,7 @@ int main(void) {
     em_tensor *diff = em_max(em_abs(em_sub(c, ref)), EM_ALL_DIMS, false);
     double worst = em_item(diff);
     em_kernel_free(k);
-    em_tensor *all[] = {a, b, c, ref, diff};
-    for (int i = 0; i < 5; i++) em_release(all[i]);
+    em_scope_end(scope);
     if (em_failed()) {
         fprintf(stderr, "vecadd: %s\n", em_last_error());
         return 1;
