@@ -202,11 +202,13 @@ int main(void) {
 }
 
 #else
+static void test_nvrtc_needs_cuda_headers(void) {
+    fprintf(stderr, "  Ember was built without the CUDA headers (/usr/local/cuda/include/cuda.h), "
+                    "so NVRTC cannot be used: install the CUDA toolkit and rebuild\n");
+    CHECK(!"built with the CUDA headers");
+}
 int main(void) {
-    fprintf(stderr, "test_cuda_kernels_compile: Ember was built without the CUDA headers "
-                    "(/usr/local/cuda/include/cuda.h), so NVRTC cannot be used: install the CUDA "
-                    "toolkit and rebuild\n");
-    printf("0 passed, 1 failed\n");
-    return 1;
+    RUN(test_nvrtc_needs_cuda_headers);
+    return test_summary();
 }
 #endif
