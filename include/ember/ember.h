@@ -12,5 +12,7 @@
 #include <ember/tensor.h>
 #include <ember/ops.h>
 #include <ember/kernel.h>
+#include <ember/memory.h>
+#include <ember/estimate.h>
 
 #endif
