@@ -156,7 +156,7 @@ em_status em__cpu_copy(em_tensor *out, const em_tensor *in) {
 }
 
 /* ---- fill ---- */
-typedef struct fill_ctx { em_dtype dt; unsigned char value[8]; } fill_ctx;
+typedef struct fill_ctx { em_dtype dt; _Alignas(8) unsigned char value[8]; } fill_ctx;
 
 static void fill_loop(void *arg, char **data, const int64_t *st, int64_t n, int64_t index) {
     const fill_ctx *c = arg;

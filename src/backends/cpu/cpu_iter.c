@@ -99,8 +99,7 @@ void em__cpu_iter_run(const cpu_iter *it, cpu_loop_fn loop, void *ctx, int64_t g
     if (it->numel <= 0) return;
     iter_job job = {it, loop, ctx};
     if (grain > 0 && it->numel >= grain)
-        em__cpu_parallel_for(it->numel, grain / 2 > EM_CPU_MIN_GRAIN ? grain / 2 : EM_CPU_MIN_GRAIN,
-                             iter_range, &job);
+        em__cpu_parallel_for(it->numel, grain / 2 > 1 ? grain / 2 : 1, iter_range, &job);
     else
         iter_range(&job, 0, it->numel);
 }
