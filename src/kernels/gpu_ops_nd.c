@@ -54,9 +54,11 @@ em_status em__gpu_reduce(const em_gpu *g, em_op op, em_tensor *out, const em_ten
     int dev = EM__DEV(out);
     em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
-    /* one block per output for long reductions or few outputs; one thread otherwise */
-    bool wg = rsh.numel >= 256 ||
-              (osh.numel < (int64_t)info.compute_units * EMK_BLOCK && rsh.numel >= 16);
+    /* one block per output for long reductions or few outputs; one thread otherwise. CPU
+     * devices: a thread per output whenever there are outputs enough for every core */
+    bool wg = info.is_cpu ? osh.numel < 2 * (int64_t)info.compute_units
+                          : rsh.numel >= 256 ||
+                                (osh.numel < (int64_t)info.compute_units * EMK_BLOCK && rsh.numel >= 16);
     char name[40];
     snprintf(name, sizeof name, "%sreduce_%s_%s", arg ? "arg" : "", wg ? "wg" : "wi",
              em__kernel_dtype_suffix(in->dtype));
@@ -221,7 +223,10 @@ em_status em__gpu_softmax(const em_gpu *g, em_tensor *out, const em_tensor *in, 
     if (rsh.numel == 0 || L == 0) return EM_OK;
     int64_t sol = in->ndim ? out->strides[dim] : 0, sil = in->ndim ? in->strides[dim] : 0;
     int dev = EM__DEV(out);
-    bool wi = L <= 64 && rsh.numel >= 64;
+    em_gpu_info info = {0};
+    g->info(dev, &info);
+    bool wi = info.is_cpu ? rsh.numel >= 2 * (int64_t)info.compute_units
+                          : L <= 64 && rsh.numel >= 64;
     char name[32];
     snprintf(name, sizeof name, "softmax_%s%s", wi ? "wi_" : "", em__kernel_dtype_suffix(in->dtype));
     em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KBUF(in->storage->block.handle),

@@ -158,7 +158,13 @@ cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bo
 static em_status ensure_program(ocl_device *d, int index) {
     if (d->program) return EM_OK;
     if (d->build_status != EM_OK) return em_error(d->build_status, "%s", d->build_error);
-    char *text = em__kernel_program(EM_DIALECT_OPENCL, d->has_f64, NULL);
+    char *lib = em__kernel_program(EM_DIALECT_OPENCL, d->has_f64, NULL);
+    /* CPU devices: contiguous chunks per thread instead of GPU-style striding (layout.h) */
+    const char *cpu = d->is_cpu ? "#define EMK_CPU 1\n" : "";
+    size_t n = lib ? strlen(cpu) + strlen(lib) + 1 : 0;
+    char *text = lib ? malloc(n) : NULL;
+    if (text) snprintf(text, n, "%s%s", cpu, lib);
+    free(lib);
     if (!text) return em_error(EM_ERR_OUT_OF_MEMORY, "no host memory for the kernel source");
     char what[64];
     snprintf(what, sizeof what, "Ember's kernels for opencl:%d", index);
