@@ -3,7 +3,8 @@
  *   2. launch latency: many tiny kernels queued, one finish (backend level and through the
  *      public API), and one op + finish;
  *   3. matmul GFLOP/s: Ember's tiled kernel vs CLBlast (when present) on the same OpenCL
- *      device, vs OpenBLAS sgemm on the same CPU.
+ *      device, vs OpenBLAS sgemm on the same CPU;
+ *   4. a few memory-bound ops (4M floats) on the OpenCL device vs Ember's CPU backend.
  * Usage: bench_opencl [device index]   (e.g. POCL_DEVICES=pthread ./build/bench_opencl 0) */
 #include <cblas.h>
 #include <ember/ember.h>
@@ -138,6 +139,42 @@ static void bench_matmul(em_device d) {
     }
 }
 
+/* milliseconds per call of an op on device d (10 calls after a warm-up) */
+static double time_op(em_device d, int which) {
+    em_scope s = em_scope_begin();
+    int64_t n = 1 << 22;
+    em_manual_seed(3);
+    em_tensor *a = em_rand(EM_SHAPE(n), EM_OPTS(.device = d)), *b = em_rand(EM_SHAPE(n), EM_OPTS(.device = d));
+    em_tensor *m = em_view(a, EM_SHAPE(4096, 1024));
+    double t = 0;
+    for (int rep = 0; rep < 11; rep++) {
+        em_device_synchronize(d);
+        double t0 = now();
+        em_scope q = em_scope_begin();
+        switch (which) {
+        case 0: em_add(a, b); break;
+        case 1: em_exp(a); break;
+        case 2: em_sum(m, EM_DIMS(1), false); break;
+        case 3: em_softmax(m, 1); break;
+        default: em_contiguous(em_transpose(m, 0, 1)); break;
+        }
+        em_scope_end(q);
+        em_device_synchronize(d);
+        if (rep) t += now() - t0;
+    }
+    die_if_failed("ops");
+    em_scope_end(s);
+    return t / 10 * 1e3;
+}
+
+static void bench_ops(em_device d) {
+    static const char *names[] = {"add 4M f32", "exp 4M f32", "sum rows of 4096x1024",
+                                  "softmax rows of 4096x1024", "transpose 4096x1024 (copy)"};
+    printf("op (ms per call)                 opencl     cpu backend\n");
+    for (int i = 0; i < 5; i++)
+        printf("  %-28s %8.2f   %8.2f\n", names[i], time_op(d, i), time_op(EM_DEVICE_CPU, i));
+}
+
 int main(int argc, char **argv) {
     /* CLBlast is compared whenever it is installed, whatever the default */
     if (!getenv("EMBER_OPENCL_GEMM")) setenv("EMBER_OPENCL_GEMM", "clblast", 1);
@@ -154,5 +191,6 @@ int main(int argc, char **argv) {
     bench_copies(dev);
     bench_latency(d);
     bench_matmul(d);
+    bench_ops(d);
     return 0;
 }
