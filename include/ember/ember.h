@@ -16,6 +16,7 @@
 #include <ember/optim.h>
 #include <ember/io.h>
 #include <ember/data.h>
+#include <ember/kernel.h>
 #include <ember/memory.h>
 #include <ember/estimate.h>
 

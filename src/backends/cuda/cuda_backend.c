@@ -1,8 +1,415 @@
-/* Placeholder until the cuda backend lands: reports itself unavailable. */
-#include "../backend.h"
+/* The CUDA backend: devices, lazy contexts, memory, copies, synchronization, and the
+ * table core dispatches to. Ops live in cuda_ops.c and cuda_matmul.c.
+ *
+ * A context is created only for a device that is used (its primary context, retained on
+ * first use), never implicitly on cuda:0; each used device has one non-blocking stream on
+ * which every op and copy of that device is queued. */
+#include "cuda_internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../../core/errors.h"
+
+#ifdef EMBER_HAVE_CUDA_HEADERS
+
+#include "cuda_ops.h"
+#include "../../kernels/custom.h"
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    bool tried, ok;
+    char reason[2048];
+    int count;
+    int driver_version;            /* 12040 for CUDA 12.4 */
+    bool launch_blocking;          /* EMBER_CUDA_LAUNCH_BLOCKING=1 */
+    em_cuda_device devs[EM_CUDA_MAX_DEVICES];
+} g;
+/* The driver table, readable without the lock once set (error names use it). */
+static const em_cu_api *_Atomic g_cu;
+
+const em_cu_api *em__cuda_api(void) { return g_cu; }
+
+static void init_locked(void) {
+    const char *reason = NULL;
+    const em_cu_api *cu = em__cuda_driver(&reason);
+    if (!cu) { snprintf(g.reason, sizeof g.reason, "%s", reason); return; }
+    g_cu = cu; /* from here error names come from the driver */
+    CUresult r = cu->cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        em__cuda_init_reason((int)r, em__cu_name(r), em__cu_desc(r), g.reason, sizeof g.reason);
+        return;
+    }
+    int count = 0;
+    if (cu->cuDriverGetVersion(&g.driver_version) != CUDA_SUCCESS) g.driver_version = 0;
+    r = cu->cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count <= 0) {
+        snprintf(g.reason, sizeof g.reason, "no device: cuDeviceGetCount returned %s, %d devices",
+                 em__cu_name(r), count);
+        return;
+    }
+    if (count > EM_CUDA_MAX_DEVICES) count = EM_CUDA_MAX_DEVICES;
+    for (int i = 0; i < count; i++) {
+        em_cuda_device *d = &g.devs[i];
+        memset(d, 0, sizeof *d);
+        if ((r = cu->cuDeviceGet(&d->dev, i)) != CUDA_SUCCESS ||
+            (r = cu->cuDeviceGetName(d->name, (int)sizeof d->name, d->dev)) != CUDA_SUCCESS ||
+            (r = cu->cuDeviceTotalMem(&d->total_mem, d->dev)) != CUDA_SUCCESS ||
+            (r = cu->cuDeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev)) != CUDA_SUCCESS ||
+            (r = cu->cuDeviceGetAttribute(&d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev)) != CUDA_SUCCESS ||
+            (r = cu->cuDeviceGetAttribute(&d->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev)) != CUDA_SUCCESS) {
+            snprintf(g.reason, sizeof g.reason, "driver failed: querying cuda:%d gave %s (%s)", i,
+                     em__cu_name(r), em__cu_desc(r));
+            return;
+        }
+        if (cu->cuDeviceGetPCIBusId(d->pci_bus_id, (int)sizeof d->pci_bus_id, d->dev) != CUDA_SUCCESS)
+            d->pci_bus_id[0] = '\0';
+    }
+    const char *lb = getenv("EMBER_CUDA_LAUNCH_BLOCKING");
+    g.launch_blocking = lb && *lb && strcmp(lb, "0") != 0;
+    g.count = count;
+    g.ok = true;
+}
+
+static em_status cuda_init(void) {
+    pthread_mutex_lock(&g_lock);
+    if (!g.tried) {
+        g.tried = true;
+        init_locked();
+    }
+    bool ok = g.ok;
+    pthread_mutex_unlock(&g_lock);
+    return ok ? EM_OK : EM_ERR_UNAVAILABLE;
+}
+
+static const char *cuda_reason(void) { return cuda_init() == EM_OK ? NULL : g.reason; }
+static int cuda_count(void) { return cuda_init() == EM_OK ? g.count : 0; }
+int em__cuda_count(void) { return cuda_count(); }
+
+em_cuda_device *em__cuda_device(int index) {
+    if (cuda_init() != EM_OK) {
+        em_error(EM_ERR_UNAVAILABLE, "cuda is not available: %s", g.reason);
+        return NULL;
+    }
+    if (index < 0 || index >= g.count) {
+        em_error(EM_ERR_DEVICE, "cuda:%d does not exist (this machine has %d CUDA device%s)", index,
+                 g.count, g.count == 1 ? "" : "s");
+        return NULL;
+    }
+    return &g.devs[index];
+}
+
+/* First use of a device: retain its primary context, make the stream and the event. */
+static em_status activate_locked(em_cuda_device *d, int index) {
+    const em_cu_api *cu = g_cu;
+    char what[96];
+    CUresult r = cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+    if (r != CUDA_SUCCESS) {
+        snprintf(what, sizeof what, "cuda:%d: creating its context", index);
+        return em__cu_fail(r, what);
+    }
+    if ((r = cu->cuCtxSetCurrent(d->ctx)) != CUDA_SUCCESS ||
+        (r = cu->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) {
+        cu->cuDevicePrimaryCtxRelease(d->dev);
+        snprintf(what, sizeof what, "cuda:%d: creating its stream", index);
+        return em__cu_fail(r, what);
+    }
+    if ((r = cu->cuEventCreate(&d->done, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS) {
+        cu->cuStreamDestroy(d->stream);
+        cu->cuDevicePrimaryCtxRelease(d->dev);
+        snprintf(what, sizeof what, "cuda:%d: creating an event", index);
+        return em__cu_fail(r, what);
+    }
+    __atomic_store_n(&d->active, true, __ATOMIC_RELEASE);
+    return EM_OK;
+}
+
+em_cuda_device *em__cuda_activate(int index, const char *op) {
+    em_cuda_device *d = em__cuda_device(index);
+    if (!d) return NULL;
+    if (!__atomic_load_n(&d->active, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&g_lock);
+        em_status s = d->active ? EM_OK : activate_locked(d, index);
+        pthread_mutex_unlock(&g_lock);
+        if (s != EM_OK) return NULL;
+    }
+    CUresult r = g_cu->cuCtxSetCurrent(d->ctx); /* per thread, and cheap */
+    if (r != CUDA_SUCCESS) {
+        char what[96];
+        snprintf(what, sizeof what, "cuda:%d: %s: making its context current", index, op);
+        em__cu_fail(r, what);
+        return NULL;
+    }
+    return d;
+}
+
+static int index_of(const em_cuda_device *d) { return (int)(d - g.devs); }
+
+em_status em__cuda_sync_device(em_cuda_device *d, const char *why) {
+    CUresult r = g_cu->cuStreamSynchronize(d->stream);
+    if (r == CUDA_SUCCESS) return EM_OK;
+    pthread_mutex_lock(&g_lock);
+    char op[sizeof d->last_op], kernel[sizeof d->last_kernel];
+    snprintf(op, sizeof op, "%s", d->last_op);
+    snprintf(kernel, sizeof kernel, "%s", d->last_kernel);
+    pthread_mutex_unlock(&g_lock);
+    char what[512];
+    if (op[0])
+        snprintf(what, sizeof what,
+                 "cuda:%d: %s: queued work failed; the last op queued on this device was '%s'%s%s%s",
+                 index_of(d), why, op, kernel[0] ? " (kernel " : "", kernel, kernel[0] ? ")" : "");
+    else
+        snprintf(what, sizeof what, "cuda:%d: %s: queued work failed", index_of(d), why);
+    return em__cu_fail(r, what);
+}
+
+em_status em__cuda_after_launch(em_cuda_device *d, const char *op, const char *kernel) {
+    pthread_mutex_lock(&g_lock);
+    snprintf(d->last_op, sizeof d->last_op, "%s", op);
+    snprintf(d->last_kernel, sizeof d->last_kernel, "%s", kernel ? kernel : "");
+    pthread_mutex_unlock(&g_lock);
+    return g.launch_blocking ? em__cuda_sync_device(d, op) : EM_OK;
+}
+
+/* ---- properties ---- */
+
+/* NVML's view of the device with this PCI bus id (free memory before any context). */
+static em_nvml_device nvml_for(const em_cuda_device *d, const em_nvml_api **api_out) {
+    const em_nvml_api *nv = em__cuda_nvml(NULL);
+    em_nvml_device h = NULL;
+    if (!nv || !d->pci_bus_id[0] || nv->nvmlDeviceGetHandleByPciBusId_v2(d->pci_bus_id, &h) != EM_NVML_SUCCESS)
+        return NULL;
+    *api_out = nv;
+    return h;
+}
+
+static em_status cuda_props(int index, em_device_props *out) {
+    em_cuda_device *d = em__cuda_device(index);
+    if (!d) return em_last_status();
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", d->name);
+    snprintf(out->vendor, sizeof out->vendor, "NVIDIA");
+    out->total_memory = (int64_t)d->total_mem;
+    out->free_memory = -1;
+    out->compute_units = d->sm_count;
+    out->compute_capability = d->cc_major * 10 + d->cc_minor;
+    out->is_gpu = true;
+    const em_nvml_api *nv = NULL;
+    em_nvml_device h = nvml_for(d, &nv);
+    char drv[80] = "";
+    if (nv) nv->nvmlSystemGetDriverVersion(drv, sizeof drv);
+    snprintf(out->driver, sizeof out->driver, "CUDA %d.%d%s%s", g.driver_version / 1000,
+             (g.driver_version % 1000) / 10, drv[0] ? ", driver " : "", drv);
+    if (__atomic_load_n(&d->active, __ATOMIC_ACQUIRE)) {
+        /* cuMemGetInfo needs a context: only ask once this device has one */
+        size_t free_b = 0, total_b = 0;
+        if (g_cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS &&
+            g_cu->cuMemGetInfo(&free_b, &total_b) == CUDA_SUCCESS)
+            out->free_memory = (int64_t)free_b;
+    } else if (h) {
+        em_nvml_memory m;
+        if (nv->nvmlDeviceGetMemoryInfo(h, &m) == EM_NVML_SUCCESS) out->free_memory = (int64_t)m.free;
+    }
+    return EM_OK;
+}
+
+/* ---- memory ---- */
+
+static em_status cuda_raw_alloc(int index, size_t bytes, void **handle) {
+    em_cuda_device *d = em__cuda_activate(index, "alloc");
+    if (!d) return em_last_status();
+    CUdeviceptr p = 0;
+    /* A zero-byte request still gets a distinct, freeable handle. */
+    CUresult r = g_cu->cuMemAlloc(&p, bytes ? bytes : 1);
+    if (r != CUDA_SUCCESS) {
+        char what[128];
+        snprintf(what, sizeof what, "cuda:%d: cuMemAlloc of %zu bytes", index, bytes);
+        return em__cu_fail(r, what);
+    }
+    *handle = (void *)(uintptr_t)p;
+    return EM_OK;
+}
+
+static void cuda_raw_free(int index, void *handle) {
+    if (!handle) return;
+    em_cuda_device *d = em__cuda_activate(index, "free");
+    if (!d) return;
+    /* cuMemFree waits for the device's queued work, so a block in use is never pulled. */
+    CUresult r = g_cu->cuMemFree((CUdeviceptr)(uintptr_t)handle);
+    if (r != CUDA_SUCCESS) {
+        char what[96];
+        snprintf(what, sizeof what, "cuda:%d: cuMemFree", index);
+        em__cu_fail(r, what);
+    }
+}
+
+/* Pinned memory belongs to a context: use the first active device's, else the current
+ * CUDA device's (as PyTorch does), and allocate it portable so every device can use it. */
+static em_cuda_device *pinned_owner(void) {
+    if (cuda_init() != EM_OK) {
+        em_error(EM_ERR_UNAVAILABLE, "pinned memory needs CUDA, which is not available: %s", g.reason);
+        return NULL;
+    }
+    for (int i = 0; i < g.count; i++)
+        if (__atomic_load_n(&g.devs[i].active, __ATOMIC_ACQUIRE)) return em__cuda_activate(i, "pin");
+    int current = em_device_current(EM_CUDA).index;
+    return em__cuda_activate(current >= 0 && current < g.count ? current : 0, "pin");
+}
+
+static em_status cuda_host_alloc_pinned(size_t bytes, void **ptr) {
+    if (!pinned_owner()) return em_last_status();
+    CUresult r = g_cu->cuMemHostAlloc(ptr, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE);
+    if (r != CUDA_SUCCESS) {
+        char what[128];
+        snprintf(what, sizeof what, "cuda: cuMemHostAlloc of %zu pinned bytes", bytes);
+        return em__cu_fail(r, what);
+    }
+    return EM_OK;
+}
+
+static void cuda_host_free_pinned(void *ptr) {
+    if (!ptr || !pinned_owner()) return;
+    CUresult r = g_cu->cuMemFreeHost(ptr);
+    if (r != CUDA_SUCCESS) em__cu_fail(r, "cuda: cuMemFreeHost");
+}
+
+/* ---- copies: all on the device's stream, so they are ordered after its queued ops ---- */
+
+static CUdeviceptr at(const void *handle, size_t offset) {
+    return (CUdeviceptr)(uintptr_t)handle + offset;
+}
+
+static em_status copy_fail(CUresult r, int index, const char *what) {
+    char buf[96];
+    snprintf(buf, sizeof buf, "cuda:%d: %s", index, what);
+    return em__cu_fail(r, buf);
+}
+
+static em_status cuda_copy_h2d(int index, void *dst_handle, size_t dst_offset, const void *src,
+                               size_t bytes, bool non_blocking) {
+    if (bytes == 0) return EM_OK;
+    em_cuda_device *d = em__cuda_activate(index, "copy to device");
+    if (!d) return em_last_status();
+    /* From pageable memory the driver stages the data before returning, so the caller
+     * may reuse src at once either way; from pinned memory the copy is truly async. */
+    CUresult r = g_cu->cuMemcpyHtoDAsync(at(dst_handle, dst_offset), src, bytes, d->stream);
+    if (r != CUDA_SUCCESS) return copy_fail(r, index, "copy from host");
+    em__cuda_after_launch(d, "copy to device", NULL);
+    return non_blocking ? EM_OK : em__cuda_sync_device(d, "copy to device");
+}
+
+static em_status cuda_copy_d2h(int index, void *dst, const void *src_handle, size_t src_offset,
+                               size_t bytes) {
+    if (bytes == 0) return EM_OK;
+    em_cuda_device *d = em__cuda_activate(index, "copy to host");
+    if (!d) return em_last_status();
+    CUresult r = g_cu->cuMemcpyDtoHAsync(dst, at(src_handle, src_offset), bytes, d->stream);
+    if (r != CUDA_SUCCESS) return copy_fail(r, index, "copy to host");
+    /* waits for the ops that produced the data; their errors surface here */
+    return em__cuda_sync_device(d, "copy to host");
+}
+
+/* Let dst's context read src's memory directly when the hardware allows (tried once). */
+static void try_peer(em_cuda_device *dst, em_cuda_device *src, int src_index) {
+    uint64_t bit = 1ull << src_index;
+    if (__atomic_fetch_or(&dst->peer_tried, bit, __ATOMIC_ACQ_REL) & bit) return;
+    int can = 0;
+    if (g_cu->cuDeviceCanAccessPeer(&can, dst->dev, src->dev) == CUDA_SUCCESS && can)
+        g_cu->cuCtxEnablePeerAccess(src->ctx, 0); /* failure only means a staged copy */
+}
+
+static em_status cuda_copy_d2d(int dst_index, void *dst_handle, size_t dst_offset, int src_index,
+                               const void *src_handle, size_t src_offset, size_t bytes) {
+    if (bytes == 0) return EM_OK;
+    if (dst_index == src_index) {
+        em_cuda_device *d = em__cuda_activate(dst_index, "copy");
+        if (!d) return em_last_status();
+        CUresult r = g_cu->cuMemcpyDtoDAsync(at(dst_handle, dst_offset), at(src_handle, src_offset),
+                                             bytes, d->stream);
+        if (r != CUDA_SUCCESS) return copy_fail(r, dst_index, "device copy");
+        return em__cuda_after_launch(d, "copy", NULL);
+    }
+    em_cuda_device *s = em__cuda_activate(src_index, "copy across devices");
+    em_cuda_device *d = s ? em__cuda_activate(dst_index, "copy across devices") : NULL;
+    if (!d) return em_last_status();
+    try_peer(d, s, src_index);
+    /* dst's stream waits for the work that produces src; afterwards src's stream waits
+     * for the copy, so src's memory is not rewritten or reused while it is read. */
+    CUresult r;
+    if ((r = g_cu->cuEventRecord(s->done, s->stream)) != CUDA_SUCCESS ||
+        (r = g_cu->cuStreamWaitEvent(d->stream, s->done, 0)) != CUDA_SUCCESS ||
+        (r = g_cu->cuMemcpyPeerAsync(at(dst_handle, dst_offset), d->ctx, at(src_handle, src_offset),
+                                     s->ctx, bytes, d->stream)) != CUDA_SUCCESS ||
+        (r = g_cu->cuEventRecord(d->done, d->stream)) != CUDA_SUCCESS ||
+        (r = g_cu->cuStreamWaitEvent(s->stream, d->done, 0)) != CUDA_SUCCESS)
+        return copy_fail(r, dst_index, "copy across devices");
+    em__cuda_after_launch(s, "copy across devices", NULL);
+    return em__cuda_after_launch(d, "copy across devices", NULL);
+}
+
+static em_status cuda_synchronize(int index) {
+    em_cuda_device *d = em__cuda_device(index);
+    if (!d) return em_last_status();
+    /* A device never used has no context and nothing queued: creating one to wait on
+     * nothing would cost memory on a GPU the program does not use. */
+    if (!__atomic_load_n(&d->active, __ATOMIC_ACQUIRE)) return EM_OK;
+    if (!em__cuda_activate(index, "synchronize")) return em_last_status();
+    return em__cuda_sync_device(d, "synchronize");
+}
+
+void em__cuda_backend_reset(void) {
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g.count; i++) {
+        em_cuda_device *d = &g.devs[i];
+        if (!d->active) continue;
+        if (g_cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS) {
+            em__cuda_gemm_release(d);
+            em__cuda_release_device_resources(d);
+            g_cu->cuEventDestroy(d->done);
+            g_cu->cuStreamDestroy(d->stream);
+        }
+        g_cu->cuDevicePrimaryCtxRelease(d->dev);
+    }
+    memset(&g, 0, sizeof g);
+    g_cu = NULL;
+    pthread_mutex_unlock(&g_lock);
+    em__cuda_loader_reset();
+}
+
+const em_backend em_cuda_backend = {
+    .name = "cuda",
+    .type = EM_CUDA,
+    .init = cuda_init,
+    .unavailable_reason = cuda_reason,
+    .device_count = cuda_count,
+    .device_props = cuda_props,
+    .raw_alloc = cuda_raw_alloc,
+    .raw_free = cuda_raw_free,
+    .host_alloc_pinned = cuda_host_alloc_pinned,
+    .host_free_pinned = cuda_host_free_pinned,
+    .copy_h2d = cuda_copy_h2d,
+    .copy_d2h = cuda_copy_d2h,
+    .copy_d2d = cuda_copy_d2d,
+    .synchronize = cuda_synchronize,
+    EM_CUDA_OPS_ENTRIES
+};
+
+/* Here, next to em_cuda_backend, so that it is linked whenever the backend is:
+ * src/kernels/custom.c finds it through a weak reference. */
+const em_kernel_backend em__cuda_kernel_backend = {
+    .type = EM_CUDA,
+    .compile = em__cuda_uk_compile,
+    .launch = em__cuda_uk_launch,
+    .release = em__cuda_uk_release,
+};
+
+#else /* built without the CUDA headers */
 
 static em_status cuda_init(void) { return EM_ERR_UNAVAILABLE; }
-static const char *cuda_reason(void) { return "the cuda backend is not built yet"; }
+static const char *cuda_reason(void) {
+    return "unavailable: built without CUDA headers (install the CUDA toolkit and rebuild)";
+}
 static int cuda_count(void) { return 0; }
 
 const em_backend em_cuda_backend = {
@@ -12,3 +419,5 @@ const em_backend em_cuda_backend = {
     .unavailable_reason = cuda_reason,
     .device_count = cuda_count,
 };
+
+#endif

@@ -1,0 +1,245 @@
+/* GPU op layer, elementwise part: fill, affine fill, copy/cast, unary, binary, where, rng.
+ * Written once for every GPU backend (see gpu.h); kernels are in elementwise.k and rng.k. */
+#include "gpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "../core/errors.h"
+#include "gpu_internal.h"
+
+bool em__gpu_supports_op(em_op op, em_dtype dt) {
+    bool fl = em_dtype_is_floating(dt), is_bool = dt == EM_BOOL;
+    if (dt < 0 || dt >= EM_DTYPE_COUNT) return false;
+    switch (op) {
+    case EM_OP_NEG: case EM_OP_ABS: case EM_OP_SIGN: case EM_OP_SQUARE: case EM_OP_RELU:
+    case EM_OP_ADD_SCALAR: case EM_OP_MUL_SCALAR: case EM_OP_RSUB_SCALAR:
+    case EM_OP_POW_SCALAR: case EM_OP_CLAMP:
+        return !is_bool;
+    case EM_OP_EXP: case EM_OP_LOG: case EM_OP_SQRT: case EM_OP_RSQRT: case EM_OP_TANH:
+    case EM_OP_SIGMOID: case EM_OP_GELU: case EM_OP_RECIPROCAL: case EM_OP_DIV_SCALAR:
+    case EM_OP_DIV: case EM_OP_MEAN:
+        return fl;
+    case EM_OP_SUB: case EM_OP_POW:
+        return !is_bool;
+    case EM_OP_ADD: case EM_OP_MUL: case EM_OP_MAXIMUM: case EM_OP_MINIMUM:
+    case EM_OP_EQ: case EM_OP_NE: case EM_OP_LT: case EM_OP_LE: case EM_OP_GT: case EM_OP_GE:
+    case EM_OP_LOGICAL_AND: case EM_OP_SUM: case EM_OP_MAX: case EM_OP_MIN:
+    case EM_OP_ARGMAX: case EM_OP_ARGMIN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* ---- shared helpers (gpu_internal.h) ---- */
+
+em_status em__gpu_launch_1d(const em_gpu *g, int dev, const char *kernel, int64_t n, int nargs,
+                            const em_karg *args, const char *op) {
+    em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
+    g->info(dev, &info);
+    int64_t blocks = (n + EMK_BLOCK - 1) / EMK_BLOCK, cap = (int64_t)info.compute_units * 8;
+    if (cap < 8) cap = 8;
+    if (blocks > cap) blocks = cap;
+    if (blocks < 1) blocks = 1;
+    size_t grid[3] = {(size_t)blocks, 1, 1}, block[3] = {EMK_BLOCK, 1, 1};
+    return g->launch(dev, kernel, grid, block, nargs, args, op);
+}
+
+em_karg em__gpu_acc_arg(const em_gpu *g, int dev, double v) {
+    em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
+    g->info(dev, &info);
+    return info.has_f64 ? EM_KF64(v) : EM_KF32(v);
+}
+
+int64_t em__gpu_to_i64(double v) {
+    if (isnan(v)) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
+/* ---- fill ---- */
+
+static uint64_t value_bits(em_dtype dt, double v) {
+    uint64_t bits = 0;
+    switch (dt) {
+    case EM_F32: { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); bits = u; break; }
+    case EM_F64: memcpy(&bits, &v, 8); break;
+    case EM_F16: bits = em_f32_to_f16((float)v); break;
+    case EM_BF16: bits = em_f32_to_bf16((float)v); break;
+    case EM_I64: bits = (uint64_t)em__gpu_to_i64(v); break;
+    case EM_I32: bits = (uint32_t)(int32_t)em__gpu_to_i64(v); break;
+    case EM_U8: bits = (uint8_t)em__gpu_to_i64(v); break;
+    case EM_BOOL: bits = v != 0; break;
+    default: break;
+    }
+    return bits;
+}
+
+em_status em__gpu_fill(const em_gpu *g, em_tensor *out, double value) {
+    int64_t off;
+    if (em__gpu_elem_offset(out, &off)) return em_last_status();
+    emk_shape sh;
+    emk_strides so;
+    const int64_t *sp[1] = {out->strides};
+    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, &sh, &so);
+    if (sh.numel == 0) return EM_OK;
+    char name[32];
+    snprintf(name, sizeof name, "fill_%zu", em_dtype_size(out->dtype));
+    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KSTRUCT(sh), EM_KSTRUCT(so),
+                      EM_KI64(value_bits(out->dtype, value))};
+    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 4, args, "fill");
+}
+
+em_status em__gpu_fill_affine(const em_gpu *g, em_tensor *out, double start, double step) {
+    int64_t off;
+    if (em__gpu_elem_offset(out, &off)) return em_last_status();
+    emk_shape sh;
+    emk_strides so;
+    const int64_t *sp[1] = {out->strides};
+    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, &sh, &so);
+    if (sh.numel == 0) return EM_OK;
+    /* integers with integral start and step: exact 64-bit arithmetic in the kernel */
+    bool use_int = !em_dtype_is_floating(out->dtype) && start == trunc(start) &&
+                   step == trunc(step) && fabs(start) < 0x1p62 && fabs(step) < 0x1p62;
+    char name[32];
+    snprintf(name, sizeof name, "affine_%s", em__kernel_dtype_suffix(out->dtype));
+    int dev = EM__DEV(out);
+    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KSTRUCT(sh), EM_KSTRUCT(so),
+                      em__gpu_acc_arg(g, dev, start), em__gpu_acc_arg(g, dev, step),
+                      EM_KI64(use_int ? (int64_t)start : 0), EM_KI64(use_int ? (int64_t)step : 0),
+                      EM_KI32(use_int)};
+    return em__gpu_launch_1d(g, dev, name, sh.numel, 8, args, "fill_affine");
+}
+
+/* ---- copy / cast ---- */
+
+em_status em__gpu_copy(const em_gpu *g, em_tensor *out, const em_tensor *in) {
+    if (EM__DEV(out) != EM__DEV(in))
+        return em_error(EM_ERR_INTERNAL, "copy: %s and %s are different devices (core stages these)",
+                        EM__DEVSTR(out), EM__DEVSTR(in));
+    int64_t offs[2];
+    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(in, &offs[1]))
+        return em_last_status();
+    emk_shape sh;
+    emk_strides st[2];
+    const int64_t *sp[2] = {out->strides, in->strides};
+    em__gpu_collapse(out->ndim, out->shape, 2, sp, offs, &sh, st);
+    if (sh.numel == 0) return EM_OK;
+    char name[32];
+    if (out->dtype == in->dtype)
+        snprintf(name, sizeof name, "copy_%zu", em_dtype_size(out->dtype));
+    else
+        snprintf(name, sizeof name, "copy_%s_%s", em__kernel_dtype_suffix(in->dtype),
+                 em__kernel_dtype_suffix(out->dtype));
+    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KBUF(in->storage->block.handle),
+                      EM_KSTRUCT(sh), EM_KSTRUCT(st[0]), EM_KSTRUCT(st[1])};
+    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 5, args, "copy");
+}
+
+/* ---- unary ---- */
+
+em_status em__gpu_unary(const em_gpu *g, em_op op, em_tensor *out, const em_tensor *in,
+                        const double *params) {
+    if (op < EM_OP_NEG || op > EM_OP_CLAMP || !em__gpu_supports_op(op, in->dtype))
+        return em_error(EM_ERR_NOT_SUPPORTED, "unary op %d is not supported for %s on %s", (int)op,
+                        em_dtype_name(in->dtype), EM__DEVSTR(out));
+    int64_t offs[2];
+    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(in, &offs[1]))
+        return em_last_status();
+    emk_shape sh;
+    emk_strides st[2];
+    const int64_t *sp[2] = {out->strides, in->strides};
+    em__gpu_collapse(out->ndim, out->shape, 2, sp, offs, &sh, st);
+    if (sh.numel == 0) return EM_OK;
+    double p0 = params ? params[0] : 0, p1 = op == EM_OP_CLAMP && params ? params[1] : 0;
+    em_karg a0, a1;
+    if (in->dtype == EM_F64) {
+        a0 = EM_KF64(p0);
+        a1 = EM_KF64(p1);
+    } else if (em_dtype_is_floating(in->dtype)) {
+        a0 = EM_KF32(p0);
+        a1 = EM_KF32(p1);
+    } else {
+        /* an infinite clamp bound on integers saturates to the i64 range */
+        a0 = EM_KI64(em__gpu_to_i64(p0));
+        a1 = EM_KI64(em__gpu_to_i64(p1));
+    }
+    char name[32];
+    snprintf(name, sizeof name, "unary_%s", em__kernel_dtype_suffix(in->dtype));
+    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KBUF(in->storage->block.handle),
+                      EM_KSTRUCT(sh), EM_KSTRUCT(st[0]), EM_KSTRUCT(st[1]),
+                      EM_KI32(op - EM_OP_NEG), a0, a1};
+    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 8, args, "unary");
+}
+
+/* ---- binary, where ---- */
+
+em_status em__gpu_binary(const em_gpu *g, em_op op, em_tensor *out, const em_tensor *a,
+                         const em_tensor *b) {
+    if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__gpu_supports_op(op, a->dtype))
+        return em_error(EM_ERR_NOT_SUPPORTED, "binary op %d is not supported for %s on %s",
+                        (int)op, em_dtype_name(a->dtype), EM__DEVSTR(out));
+    bool cmp = op >= EM_OP_EQ;
+    if (cmp && out->dtype != EM_BOOL)
+        return em_error(EM_ERR_INTERNAL, "comparison must write bool, got %s",
+                        em_dtype_name(out->dtype));
+    int64_t offs[3];
+    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(a, &offs[1]) ||
+        em__gpu_elem_offset(b, &offs[2]))
+        return em_last_status();
+    emk_shape sh;
+    emk_strides st[3];
+    const int64_t *sp[3] = {out->strides, a->strides, b->strides};
+    em__gpu_collapse(out->ndim, out->shape, 3, sp, offs, &sh, st);
+    if (sh.numel == 0) return EM_OK;
+    char name[32];
+    snprintf(name, sizeof name, "%s_%s", cmp ? "compare" : "binary",
+             em__kernel_dtype_suffix(a->dtype));
+    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KBUF(a->storage->block.handle),
+                      EM_KBUF(b->storage->block.handle), EM_KSTRUCT(sh), EM_KSTRUCT(st[0]),
+                      EM_KSTRUCT(st[1]), EM_KSTRUCT(st[2]), EM_KI32(op - EM_OP_ADD)};
+    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 8, args, "binary");
+}
+
+em_status em__gpu_where(const em_gpu *g, em_tensor *out, const em_tensor *cond,
+                        const em_tensor *a, const em_tensor *b) {
+    int64_t offs[4];
+    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(cond, &offs[1]) ||
+        em__gpu_elem_offset(a, &offs[2]) || em__gpu_elem_offset(b, &offs[3]))
+        return em_last_status();
+    emk_shape sh;
+    emk_strides st[4];
+    const int64_t *sp[4] = {out->strides, cond->strides, a->strides, b->strides};
+    em__gpu_collapse(out->ndim, out->shape, 4, sp, offs, &sh, st);
+    if (sh.numel == 0) return EM_OK;
+    char name[32];
+    snprintf(name, sizeof name, "where_%zu", em_dtype_size(out->dtype));
+    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KBUF(cond->storage->block.handle),
+                      EM_KBUF(a->storage->block.handle), EM_KBUF(b->storage->block.handle),
+                      EM_KSTRUCT(sh), EM_KSTRUCT(st[0]), EM_KSTRUCT(st[1]), EM_KSTRUCT(st[2]),
+                      EM_KSTRUCT(st[3])};
+    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 9, args, "where");
+}
+
+/* ---- rng ---- */
+
+em_status em__gpu_rng(const em_gpu *g, em_tensor *out, em_rng_kind kind, uint64_t seed,
+                      uint64_t offset, double p0, double p1) {
+    int64_t off;
+    if (em__gpu_elem_offset(out, &off)) return em_last_status();
+    emk_shape sh;
+    emk_strides so;
+    const int64_t *sp[1] = {out->strides};
+    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, &sh, &so);
+    if (sh.numel == 0) return EM_OK;
+    char name[32];
+    snprintf(name, sizeof name, "rng_%s", em__kernel_dtype_suffix(out->dtype));
+    int dev = EM__DEV(out);
+    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KSTRUCT(sh), EM_KSTRUCT(so),
+                      EM_KI64(seed), EM_KI64(offset), EM_KI32(kind),
+                      em__gpu_acc_arg(g, dev, p0), em__gpu_acc_arg(g, dev, p1),
+                      EM_KI64(em__gpu_to_i64(p0)), EM_KI64(em__gpu_to_i64(p1))};
+    return em__gpu_launch_1d(g, dev, name, sh.numel, 10, args, "rng");
+}

@@ -1,0 +1,230 @@
+/* A fake CUDA driver for tests that run without a GPU: "device memory" is host memory,
+ * so copies can be checked byte for byte; launches are recorded, not run; modules keep
+ * their image so that parameter sizes come from the real compiled PTX. Included by
+ * tests/test_cuda_*.c (each gets its own copy: every function is static). */
+#ifndef EMBER_TESTS_CUDA_FAKE_DRIVER_H
+#define EMBER_TESTS_CUDA_FAKE_DRIVER_H
+
+#include <stdlib.h>
+#include <string.h>
+#include "backends/cuda/cuda_internal.h"
+
+/* ---- the fake driver ---- */
+#define NDEV 2
+static struct {
+    CUresult init_result, sync_result, alloc_result;
+    int retains[NDEV], releases[NDEV];
+    int ctx_current;                 /* device whose context is current, -1 none */
+    int live_allocs;
+    int launches;
+    CUfunction last_func;
+    unsigned last_grid[3], last_block[3];
+    CUstream last_stream;
+    void **last_params;
+    int modules_loaded;
+    char last_image[128];
+    int peer_copies, waits, records;
+    size_t free_mem;
+    int cc_major, cc_minor;          /* 8.6 unless a test says otherwise */
+} F;
+static char ctx_tag[NDEV], stream_tag[NDEV], event_tag[NDEV];
+
+static int dev_of_ctx(CUcontext c) { return (int)((char *)c - ctx_tag); }
+
+static CUresult f_init(unsigned int flags) { (void)flags; return F.init_result; }
+static CUresult f_version(int *v) { *v = 12040; return CUDA_SUCCESS; }
+static CUresult f_count(int *n) { *n = NDEV; return CUDA_SUCCESS; }
+static CUresult f_get(CUdevice *d, int i) { *d = i; return CUDA_SUCCESS; }
+static CUresult f_name(char *name, int len, CUdevice d) {
+    snprintf(name, (size_t)len, "Fake GPU %d", d);
+    return CUDA_SUCCESS;
+}
+static CUresult f_attr(int *v, CUdevice_attribute a, CUdevice d) {
+    (void)d;
+    *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? (F.cc_major ? F.cc_major : 8)
+       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? (F.cc_major ? F.cc_minor : 6)
+       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 84 : 0;
+    return CUDA_SUCCESS;
+}
+static CUresult f_total(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return CUDA_SUCCESS; }
+static CUresult f_bus(char *s, int len, CUdevice d) {
+    snprintf(s, (size_t)len, "0000:0%d:00.0", d);
+    return CUDA_SUCCESS;
+}
+static CUresult f_can_peer(int *can, CUdevice a, CUdevice b) { *can = a != b; return CUDA_SUCCESS; }
+static CUresult f_retain(CUcontext *c, CUdevice d) {
+    F.retains[d]++;
+    *c = (CUcontext)&ctx_tag[d];
+    return CUDA_SUCCESS;
+}
+static CUresult f_release(CUdevice d) { F.releases[d]++; return CUDA_SUCCESS; }
+static CUresult f_set_current(CUcontext c) { F.ctx_current = c ? dev_of_ctx(c) : -1; return CUDA_SUCCESS; }
+static CUresult f_enable_peer(CUcontext c, unsigned int flags) { (void)c; (void)flags; return CUDA_SUCCESS; }
+static CUresult f_mem_info(size_t *free_b, size_t *total) {
+    *free_b = F.free_mem;
+    *total = (size_t)16 << 30;
+    return CUDA_SUCCESS;
+}
+static CUresult f_alloc(CUdeviceptr *p, size_t n) {
+    if (F.alloc_result != CUDA_SUCCESS) return F.alloc_result;
+    void *m = malloc(n);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    F.live_allocs++;
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); F.live_allocs--; return CUDA_SUCCESS; }
+static CUresult f_host_alloc(void **p, size_t n, unsigned int flags) {
+    (void)flags;
+    *p = malloc(n);
+    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult f_host_free(void *p) { free(p); return CUDA_SUCCESS; }
+static CUresult f_h2d(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+    (void)st; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS;
+}
+static CUresult f_d2h(void *d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st; memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+}
+static CUresult f_d2d(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+}
+static CUresult f_peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) {
+    (void)dc; (void)sc; (void)st;
+    F.peer_copies++;
+    memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
+    return CUDA_SUCCESS;
+}
+static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
+    (void)st; memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS;
+}
+static CUresult f_stream_create(CUstream *s, unsigned int flags) {
+    (void)flags;
+    *s = (CUstream)&stream_tag[F.ctx_current];
+    return CUDA_SUCCESS;
+}
+static CUresult f_stream_destroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static CUresult f_stream_sync(CUstream s) { (void)s; return F.sync_result; }
+static CUresult f_wait(CUstream s, CUevent e, unsigned int f) { (void)s; (void)e; (void)f; F.waits++; return CUDA_SUCCESS; }
+static CUresult f_event_create(CUevent *e, unsigned int flags) {
+    (void)flags;
+    *e = (CUevent)&event_tag[F.ctx_current];
+    return CUDA_SUCCESS;
+}
+static CUresult f_record(CUevent e, CUstream s) { (void)e; (void)s; F.records++; return CUDA_SUCCESS; }
+static CUresult f_event_sync(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static CUresult f_event_destroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+/* Modules keep their image (PTX when the target is PTX), so that cuFuncGetParamInfo can
+ * answer from the real compiled signature. */
+#define MAX_FAKE_MODULES 16
+static char *module_images[MAX_FAKE_MODULES];
+static int nmodules;
+typedef struct fake_func { int module; char name[48]; } fake_func;
+static fake_func funcs[512];
+static int nfuncs;
+
+static CUresult f_load(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v) {
+    (void)n; (void)o; (void)v;
+    snprintf(F.last_image, sizeof F.last_image, "%s", (const char *)image);
+    if (nmodules == MAX_FAKE_MODULES) return CUDA_ERROR_OUT_OF_MEMORY;
+    module_images[nmodules] = strdup((const char *)image);
+    F.modules_loaded++;
+    *m = (CUmodule)(uintptr_t)(nmodules++ + 1);
+    return CUDA_SUCCESS;
+}
+static CUresult f_unload(CUmodule m) {
+    int i = (int)(uintptr_t)m - 1;
+    free(module_images[i]);
+    module_images[i] = NULL;
+    F.modules_loaded--;
+    return CUDA_SUCCESS;
+}
+static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name) {
+    if (nfuncs == 512) return CUDA_ERROR_NOT_FOUND;
+    const char *image = module_images[(int)(uintptr_t)m - 1];
+    char pat[80];
+    snprintf(pat, sizeof pat, ".entry %s(", name);
+    if (!strncmp(image, "//", 2) && !strstr(image, pat)) return CUDA_ERROR_NOT_FOUND; /* PTX */
+    funcs[nfuncs].module = (int)(uintptr_t)m - 1;
+    snprintf(funcs[nfuncs].name, sizeof funcs[0].name, "%s", name);
+    *f = (CUfunction)&funcs[nfuncs++];
+    return CUDA_SUCCESS;
+}
+static const char *fake_func_name(CUfunction f) { return ((fake_func *)f)->name; }
+
+/* Parameter i of the kernel, read from the .entry of its PTX: ".param .u64 x_param_0",
+ * ".param .align 8 .b8 x_param_2[80]". */
+static CUresult f_param_info(CUfunction f, size_t index, size_t *offset, size_t *size) {
+    fake_func *ff = (fake_func *)f;
+    const char *ptx = module_images[ff->module];
+    char pat[80];
+    snprintf(pat, sizeof pat, ".entry %s(", ff->name);
+    const char *p = ptx ? strstr(ptx, pat) : NULL;
+    if (!p || strncmp(ptx, "//", 2) != 0) return CUDA_ERROR_NOT_SUPPORTED; /* not PTX */
+    const char *end = strchr(p, ')');
+    size_t off = 0;
+    p = strchr(p, '(') + 1;
+    for (size_t i = 0; (p = strstr(p, ".param")) && p < end; i++, p += 6) {
+        /* ".param [.ptr .global] [.align N] .TYPE name[[N]]": the type token is the last
+         * one before the name, its digits the size in bits; an array gives bytes */
+        const char *line_end = strchr(p, '\n');
+        size_t sz = 0, align = 0;
+        const char *q = p + 6, *type = NULL;
+        while (q < line_end) {
+            while (*q == ' ' || *q == '\t') q++;
+            if (*q != '.') break;
+            if (!strncmp(q, ".align ", 7)) {
+                align = (size_t)atoi(q + 7);
+                q += 7;
+                while (*q >= '0' && *q <= '9') q++;
+                continue;
+            }
+            type = q;
+            while (*q && *q != ' ' && *q != '\t') q++;
+        }
+        if (!type) return CUDA_ERROR_INVALID_IMAGE;
+        const char *br = memchr(q, '[', (size_t)(line_end - q));
+        size_t bits = (size_t)atoi(type + 2); /* ".u64" -> 64 */
+        sz = br ? (size_t)atoi(br + 1) * (bits / 8) : bits / 8;
+        if (!align) align = bits / 8;
+        off = (off + align - 1) / align * align;
+        if (i == index) { *offset = off; *size = sz; return CUDA_SUCCESS; }
+        off += sz;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                         unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
+    (void)shmem; (void)extra;
+    F.launches++;
+    F.last_func = f;
+    F.last_grid[0] = gx; F.last_grid[1] = gy; F.last_grid[2] = gz;
+    F.last_block[0] = bx; F.last_block[1] = by; F.last_block[2] = bz;
+    F.last_stream = s;
+    F.last_params = params;
+    return CUDA_SUCCESS;
+}
+
+static em_cu_api fake_cu(void) {
+    em_cu_api a;
+    memset(&a, 0, sizeof a); /* cuGetErrorName/String stay NULL: Ember's own names are used */
+    a.cuInit = f_init; a.cuDriverGetVersion = f_version; a.cuDeviceGetCount = f_count;
+    a.cuDeviceGet = f_get; a.cuDeviceGetName = f_name; a.cuDeviceGetAttribute = f_attr;
+    a.cuDeviceTotalMem = f_total; a.cuDeviceGetPCIBusId = f_bus; a.cuDeviceCanAccessPeer = f_can_peer;
+    a.cuDevicePrimaryCtxRetain = f_retain; a.cuDevicePrimaryCtxRelease = f_release;
+    a.cuCtxSetCurrent = f_set_current; a.cuCtxEnablePeerAccess = f_enable_peer;
+    a.cuMemGetInfo = f_mem_info; a.cuMemAlloc = f_alloc; a.cuMemFree = f_free;
+    a.cuMemHostAlloc = f_host_alloc; a.cuMemFreeHost = f_host_free;
+    a.cuMemcpyHtoDAsync = f_h2d; a.cuMemcpyDtoHAsync = f_d2h; a.cuMemcpyDtoDAsync = f_d2d;
+    a.cuMemcpyPeerAsync = f_peer; a.cuMemsetD8Async = f_memset;
+    a.cuStreamCreate = f_stream_create; a.cuStreamDestroy = f_stream_destroy;
+    a.cuStreamSynchronize = f_stream_sync; a.cuStreamWaitEvent = f_wait;
+    a.cuEventCreate = f_event_create; a.cuEventRecord = f_record; a.cuEventSynchronize = f_event_sync;
+    a.cuEventDestroy = f_event_destroy; a.cuModuleLoadDataEx = f_load; a.cuModuleUnload = f_unload;
+    a.cuModuleGetFunction = f_get_function; a.cuLaunchKernel = f_launch;
+    a.cuFuncGetParamInfo = f_param_info;
+    return a;
+}
+
+#endif

@@ -1,0 +1,364 @@
+/* Argument marshalling of every CUDA op, checked without a GPU: the ops run through the
+ * CUDA backend over a fake driver, with the REAL NVRTC compiling the real kernels to PTX;
+ * the fake driver answers cuFuncGetParamInfo from that PTX, so the backend's first-launch
+ * check compares what the op layer passes with what each compiled kernel takes. (OpenCL
+ * checks argument sizes itself; CUDA would read a wrongly sized argument silently.)
+ * Matmul goes through a fake cuBLAS that really multiplies, column-major, on host memory:
+ * that proves the row-major transpose trick, transposed and broadcast operands included.
+ * Compiled PTX is shared with test_cuda_kernels_compile through the kernel disk cache. */
+#include "test.h"
+
+#ifdef EMBER_HAVE_CUDA_HEADERS
+
+#include "cuda_fake_driver.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "kernels/layout.h"
+#include <ember/kernel.h>
+
+static em_cu_api g_cu;
+static em_nvrtc_api g_nvrtc; /* the real one */
+static em_cublas_api g_cublas;
+static bool g_have_nvrtc;
+
+/* ---- a fake cuBLAS that computes (f32 only), column-major like the real one ---- */
+static int gemm_calls;
+static cublasStatus_t b_create(cublasHandle_t *h) { *h = (cublasHandle_t)&g_cublas; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t b_destroy(cublasHandle_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t b_stream(cublasHandle_t h, cudaStream_t s) { (void)h; (void)s; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                             int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                             long long sa, const void *B, cudaDataType bt, int ldb, long long sb,
+                             const void *beta, void *C, cudaDataType ct, int ldc, long long sc,
+                             int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    (void)h; (void)algo;
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* cuBLAS's own argument rules */
+    if (lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    gemm_calls++;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    for (int bi = 0; bi < batch; bi++) {
+        const float *a = (const float *)A + bi * sa, *b = (const float *)B + bi * sb;
+        float *c = (float *)C + bi * sc;
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                float acc = 0;
+                for (int l = 0; l < k; l++)
+                    acc += (ta == CUBLAS_OP_N ? a[i + l * lda] : a[l + i * lda]) *
+                           (tb == CUBLAS_OP_N ? b[l + j * ldb] : b[j + l * ldb]);
+                c[i + j * ldc] = al * acc + (be != 0 ? be * c[i + j * ldc] : 0);
+            }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static void install(void) {
+    em__cuda_backend_reset();
+    memset(&F, 0, sizeof F);
+    F.ctx_current = -1;
+    F.free_mem = (size_t)8 << 30;
+    F.cc_major = 9; /* compute capability 9.9: unknown to NVRTC, so PTX for compute_90 */
+    F.cc_minor = 9;
+    g_cu = fake_cu();
+    memset(&g_cublas, 0, sizeof g_cublas);
+    g_cublas.cublasCreate = b_create;
+    g_cublas.cublasDestroy = b_destroy;
+    g_cublas.cublasSetStream = b_stream;
+    g_cublas.cublasGemmStridedBatchedEx = b_gemm;
+    em_cuda_fake_libs libs = {.cu = &g_cu, .nvrtc = &g_nvrtc, .cublas = &g_cublas,
+                              .nvml_reason = "none (fake)"};
+    em__cuda_loader_use_fakes(&libs);
+}
+
+/* ---- tensors on "cuda:0" whose memory is host memory ---- */
+static em_tensor *tensor(em_dtype dt, int ndim, const int64_t *shape, const int64_t *strides,
+                         size_t elems) {
+    em_storage *s = calloc(1, sizeof *s);
+    em_tensor *t = calloc(1, sizeof *t);
+    size_t bytes = (elems ? elems : 1) * em_dtype_size(dt);
+    atomic_init(&s->refcount, 1);
+    s->device = EM_DEVICE(EM_CUDA, 0);
+    s->backend = &em_cuda_backend;
+    s->block.handle = calloc(1, bytes);
+    s->block.size = s->nbytes = bytes;
+    atomic_init(&t->refcount, 1);
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->storage = s;
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        t->shape[d] = shape[d];
+        t->strides[d] = strides ? strides[d] : st;
+        st *= shape[d];
+    }
+    return t;
+}
+#define T(dt, ...) tensor((dt), EM__NARGS(__VA_ARGS__), (int64_t[]){__VA_ARGS__}, NULL, contiguous_elems(EM__NARGS(__VA_ARGS__), (int64_t[]){__VA_ARGS__}))
+static size_t contiguous_elems(int n, const int64_t *s) {
+    size_t e = 1;
+    for (int i = 0; i < n; i++) e *= (size_t)s[i];
+    return e;
+}
+static void drop(em_tensor *t) {
+    if (!t) return;
+    free(t->storage->block.handle);
+    free(t->storage);
+    free(t);
+}
+static float *f32(em_tensor *t) { return (float *)t->storage->block.handle; }
+
+/* An op that must marshal cleanly: status OK and at least one launch (or cuBLAS call). */
+#define OP(expr)                                                                         \
+    do {                                                                                 \
+        int before = F.launches + gemm_calls;                                            \
+        em_status s_ = (expr);                                                           \
+        if (s_ != EM_OK) fprintf(stderr, "  %s: %s\n", #expr, em_last_error());         \
+        CHECK(s_ == EM_OK);                                                              \
+        CHECK(F.launches + gemm_calls > before);                                         \
+        em_clear_error();                                                                \
+    } while (0)
+
+static const em_backend *B = &em_cuda_backend;
+
+static void test_elementwise_ops(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_tensor *a = T(EM_F32, 3, 4), *b = T(EM_F32, 3, 4), *o = T(EM_F32, 3, 4);
+    em_tensor *h = T(EM_F16, 3, 4), *bf = T(EM_BF16, 3, 4), *d = T(EM_F64, 3, 4);
+    em_tensor *i64 = T(EM_I64, 3, 4), *i32 = T(EM_I32, 3, 4), *u8 = T(EM_U8, 3, 4);
+    em_tensor *m = T(EM_BOOL, 3, 4), *m2 = T(EM_BOOL, 3, 4);
+    double p[2] = {-1, 2};
+    OP(B->fill(a, 1.5));
+    OP(B->fill(bf, -2));
+    OP(B->fill(i64, 7));
+    OP(B->fill_affine(a, 0, 0.5));
+    OP(B->fill_affine(i32, 3, 2));
+    OP(B->fill_affine(d, 0, 0.25));
+    OP(B->copy(o, a));
+    OP(B->copy(h, a));
+    OP(B->copy(i64, d));
+    OP(B->copy(m, u8));
+    OP(B->unary(EM_OP_NEG, o, a, p));
+    OP(B->unary(EM_OP_EXP, d, d, p));
+    OP(B->unary(EM_OP_GELU, h, h, p));
+    OP(B->unary(EM_OP_CLAMP, bf, bf, p));
+    OP(B->unary(EM_OP_POW_SCALAR, i32, i32, p));
+    OP(B->unary(EM_OP_RELU, u8, u8, p));
+    OP(B->binary(EM_OP_ADD, o, a, b));
+    OP(B->binary(EM_OP_MAXIMUM, d, d, d));
+    OP(B->binary(EM_OP_MUL, i64, i64, i64));
+    OP(B->binary(EM_OP_LT, m, i32, i32));
+    OP(B->binary(EM_OP_EQ, m, h, h));
+    OP(B->binary(EM_OP_LOGICAL_AND, m, m2, m));
+    OP(B->where(o, m, a, b));
+    OP(B->where(h, m, h, h));
+    /* a transposed view: the layout does not collapse to one dim */
+    em_tensor *at = tensor(EM_F32, 2, (int64_t[]){4, 3}, (int64_t[]){1, 4}, 12);
+    em_tensor *o43 = T(EM_F32, 4, 3);
+    OP(B->copy(o43, at));
+    OP(B->binary(EM_OP_SUB, o43, at, o43));
+    em_tensor *all[] = {a, b, o, h, bf, d, i64, i32, u8, m, m2, at, o43};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+}
+
+static void test_reduce_softmax_index_rng(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_tensor *x = T(EM_F32, 4, 300), *rowsum = T(EM_F32, 4, 1), *colmax = T(EM_F32, 1, 300);
+    em_tensor *arg = T(EM_I64, 4, 1), *h = T(EM_F16, 4, 300), *hs = T(EM_F16, 1, 1);
+    em_tensor *big = T(EM_BF16, 2, 8192), *bigmean = T(EM_BF16, 2, 1), *bm = T(EM_BOOL, 4, 300);
+    em_tensor *bmax = T(EM_BOOL, 4, 1);
+    bool last[2] = {false, true}, first[2] = {true, false}, both[2] = {true, true};
+    OP(B->reduce(EM_OP_SUM, rowsum, x, last));
+    OP(B->reduce(EM_OP_MAX, colmax, x, first));
+    OP(B->reduce(EM_OP_ARGMAX, arg, x, last));
+    OP(B->reduce(EM_OP_MEAN, hs, h, both));
+    OP(B->reduce(EM_OP_MEAN, bigmean, big, last));
+    OP(B->reduce(EM_OP_MAX, bmax, bm, last));
+    OP(B->softmax(x, x, 1, false));
+    OP(B->softmax(h, h, 0, true));
+
+    em_tensor *idx = T(EM_I64, 3), *sel = T(EM_F32, 4, 3), *src = T(EM_F32, 4, 3);
+    em_tensor *gidx = T(EM_I64, 4, 2), *gout = T(EM_F32, 4, 2), *gi64 = T(EM_I64, 4, 2);
+    em_tensor *xi = T(EM_I64, 4, 300);
+    OP(B->index_select(sel, x, 1, idx));
+    OP(B->index_add(x, 1, idx, src));
+    OP(B->gather(gout, x, 1, gidx));
+    OP(B->gather(gi64, xi, 1, gidx));
+    OP(B->scatter_add(x, 1, gidx, gout));
+    OP(B->rng(x, EM_RNG_NORMAL, 42, 0, 0, 1));
+    OP(B->rng(h, EM_RNG_UNIFORM, 42, 1200, -1, 1));
+    OP(B->rng(xi, EM_RNG_RANDINT, 7, 0, 0, 10));
+    OP(B->rng(bm, EM_RNG_BERNOULLI, 7, 0, 0.5, 0));
+    em_tensor *all[] = {x, rowsum, colmax, arg, h, hs, big, bigmean, bm, bmax, idx, sel, src,
+                        gidx, gout, gi64, xi};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+}
+
+static void test_integer_matmul_uses_the_kernel(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_tensor *a = T(EM_I64, 2, 3, 4), *b = T(EM_I64, 2, 4, 5), *o = T(EM_I64, 2, 3, 5);
+    int before = gemm_calls;
+    OP(B->matmul(o, a, b));
+    CHECK(gemm_calls == before); /* cuBLAS has no int64 GEMM */
+    drop(a); drop(b); drop(o);
+}
+
+static void test_wrong_argument_sizes_are_caught(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    size_t grid[3] = {1, 1, 1}, block[3] = {256, 1, 1};
+    char storage[8][128] = {{0}};
+    void *params[8];
+    for (int i = 0; i < 8; i++) params[i] = storage[i];
+    /* unary_f32's p0, p1 are float: passing doubles must be refused before launching */
+    size_t sizes[8] = {8, 8, sizeof(emk_shape), sizeof(emk_strides), sizeof(emk_strides), 4, 8, 8};
+    int before = F.launches;
+    CHECK(em__cuda_launch(0, "unary_f32", grid, block, params, sizes, 8, "test") == EM_ERR_INTERNAL);
+    CHECK_ERROR(EM_ERR_INTERNAL, "kernel unary_f32 takes 8 arguments of sizes 8,8,80,72,72,4,4,4");
+    CHECK(F.launches == before);
+    sizes[6] = sizes[7] = 4;
+    CHECK_OK(em__cuda_launch(0, "unary_f32", grid, block, params, sizes, 8, "test"));
+}
+
+/* ---- matmul through the fake cuBLAS, against a plain row-major reference ---- */
+
+static void reference(const em_tensor *a, const em_tensor *b, float *out) {
+    int nd = a->ndim;
+    int64_t batch = nd == 3 ? a->shape[0] : 1, M = a->shape[nd - 2], K = a->shape[nd - 1],
+            N = b->shape[nd - 1];
+    const float *A = f32((em_tensor *)a), *Bm = f32((em_tensor *)b);
+    for (int64_t q = 0; q < batch; q++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                float acc = 0;
+                for (int64_t l = 0; l < K; l++)
+                    acc += A[a->offset + (nd == 3 ? q * a->strides[0] : 0) + i * a->strides[nd - 2] +
+                             l * a->strides[nd - 1]] *
+                           Bm[b->offset + (nd == 3 ? q * b->strides[0] : 0) + l * b->strides[nd - 2] +
+                              j * b->strides[nd - 1]];
+                out[(q * M + i) * N + j] = acc;
+            }
+}
+
+static void check_matmul(em_tensor *a, em_tensor *b, em_tensor *o, size_t na, size_t nb) {
+    for (size_t i = 0; i < na; i++) f32(a)[i] = (float)((i * 7) % 11) - 5;
+    for (size_t i = 0; i < nb; i++) f32(b)[i] = (float)((i * 5) % 13) - 6;
+    size_t no = (size_t)o->storage->nbytes / 4;
+    float *want = calloc(no, sizeof *want);
+    reference(a, b, want);
+    int before = gemm_calls;
+    OP(B->matmul(o, a, b));
+    CHECK(gemm_calls == before + 1);
+    for (size_t i = 0; i < no; i++) CHECK_NEAR(f32(o)[i], want[i], 1e-4);
+    free(want);
+}
+
+static void test_matmul_transpose_trick(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    /* plain row-major, batched */
+    em_tensor *a = T(EM_F32, 2, 3, 4), *b = T(EM_F32, 2, 4, 5), *o = T(EM_F32, 2, 3, 5);
+    check_matmul(a, b, o, 24, 40);
+    drop(a); drop(b); drop(o);
+    /* b broadcast over the batch (stride 0) and transposed (a [5, 4] buffer read as [4, 5]) */
+    a = T(EM_F32, 2, 3, 4);
+    b = tensor(EM_F32, 3, (int64_t[]){2, 4, 5}, (int64_t[]){0, 1, 4}, 20);
+    o = T(EM_F32, 2, 3, 5);
+    check_matmul(a, b, o, 24, 20);
+    drop(a); drop(b); drop(o);
+    /* a transposed, one row (M = 1), odd sizes */
+    a = tensor(EM_F32, 2, (int64_t[]){1, 7}, (int64_t[]){1, 1}, 7);
+    b = T(EM_F32, 7, 3);
+    o = T(EM_F32, 1, 3);
+    check_matmul(a, b, o, 7, 21);
+    drop(a); drop(b); drop(o);
+    a = tensor(EM_F32, 2, (int64_t[]){6, 5}, (int64_t[]){1, 6}, 30);
+    b = T(EM_F32, 5, 2);
+    o = T(EM_F32, 6, 2);
+    check_matmul(a, b, o, 30, 10);
+    drop(a); drop(b); drop(o);
+}
+
+/* Users' kernels (ember/kernel.h) through the public API on the fake cuda:0. */
+static void test_custom_kernels(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    static const char *src =
+        "KERNEL vecadd(GLOBAL const float *a, GLOBAL const float *b, GLOBAL float *c, int n) {\n"
+        "    i64 i = GLOBAL_ID(0);\n"
+        "    if (i < n) c[i] = a[i] + b[i];\n"
+        "}\n";
+    em_kernel *k = em_kernel_compile(src, "vecadd", EM_DEVICE(EM_CUDA, 0));
+    CHECK(k != NULL);
+    if (!k) { fprintf(stderr, "  %s\n", em_last_error()); em_clear_error(); return; }
+    em_tensor *a = T(EM_F32, 1000), *b = T(EM_F32, 1000), *c = T(EM_F32, 1000);
+    int before = F.launches;
+    CHECK_OK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(256),
+                              EM_KARGS(em_arg_tensor(a), em_arg_tensor(b), em_arg_tensor(c), em_arg_i32(1000))));
+    CHECK(F.launches == before + 1 && F.last_grid[0] == 4 && F.last_block[0] == 256);
+    CHECK(!strcmp(fake_func_name(F.last_func), "vecadd"));
+    /* an int64 where the kernel takes an int: CUDA would misread it; Ember refuses */
+    CHECK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(256),
+                           EM_KARGS(em_arg_tensor(a), em_arg_tensor(b), em_arg_tensor(c), em_arg_i64(1000))) ==
+          EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "argument 3 is 8 bytes but the kernel's parameter 3 is 4 bytes");
+    CHECK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(256), EM_KARGS(em_arg_tensor(a), em_arg_tensor(b))) ==
+          EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "the kernel has 4 parameters, the launch passed 2 arguments");
+    CHECK(em_kernel_launch(k, EM_DIM3(4), EM_DIM3(2048),
+                           EM_KARGS(em_arg_tensor(a), em_arg_tensor(b), em_arg_tensor(c), em_arg_i32(1))) ==
+          EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "at most 1024 threads per block");
+    CHECK(F.launches == before + 1);
+    em_kernel_free(k);
+
+    CHECK(em_kernel_compile(src, "vecmul", EM_DEVICE(EM_CUDA, 0)) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "the source has no kernel named 'vecmul'");
+    CHECK(em_kernel_compile("KERNEL broken(GLOBAL float *x) { x[0] = nope; }\n", "broken",
+                            EM_DEVICE(EM_CUDA, 0)) == NULL);
+    CHECK_ERROR(EM_ERR_BACKEND, "nope");
+    drop(a); drop(b); drop(c);
+}
+
+int main(void) {
+    int major = 0, minor = 0;
+    const char *reason = NULL;
+    const em_nvrtc_api *nv = em__cuda_nvrtc(&major, &minor, &reason);
+    if (nv) {
+        g_nvrtc = *nv; /* the library stays loaded across the resets below */
+        g_have_nvrtc = true;
+    } else {
+        fprintf(stderr, "test_cuda_marshal needs NVRTC to compile the real kernels: %s\n", reason);
+    }
+    install(); /* before anything asks core's registry about CUDA: it remembers the answer */
+    RUN(test_wrong_argument_sizes_are_caught);
+    RUN(test_elementwise_ops);
+    RUN(test_reduce_softmax_index_rng);
+    RUN(test_integer_matmul_uses_the_kernel);
+    RUN(test_matmul_transpose_trick);
+    RUN(test_custom_kernels);
+    em__cuda_backend_reset();
+    for (int i = 0; i < MAX_FAKE_MODULES; i++) free(module_images[i]);
+    if (!g_have_nvrtc) {
+        printf("0 passed, 1 failed (no NVRTC)\n");
+        return 1;
+    }
+    return test_summary();
+}
+
+#else
+/* Built without the CUDA headers: the backend is the fixed "unavailable" table. */
+#include "backends/backend.h"
+static void test_unavailable_without_headers(void) {
+    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    CHECK(em_cuda_backend.matmul == NULL && em_cuda_backend.unary == NULL);
+}
+int main(void) {
+    printf("built without CUDA headers: there are no CUDA ops to marshal\n");
+    RUN(test_unavailable_without_headers);
+    return test_summary();
+}
+#endif
