@@ -163,4 +163,5 @@ const em_backend em_cpu_backend = {
     .unary = em__cpu_unary,
     .binary = em__cpu_binary,
     .where = em__cpu_where,
+    .rng = em__cpu_rng,
 };
