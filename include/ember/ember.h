@@ -11,5 +11,7 @@
 #include <ember/device.h>
 #include <ember/tensor.h>
 #include <ember/ops.h>
+#include <ember/memory.h>
+#include <ember/estimate.h>
 
 #endif

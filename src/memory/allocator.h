@@ -3,6 +3,7 @@
 #define EM_MEMORY_ALLOCATOR_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "../core/tensor_impl.h"
 #include "../backends/backend.h"
 
@@ -12,8 +13,29 @@
 em_status em__mem_alloc(const em_backend *be, em_device d, size_t bytes, em_block *out);
 /* Return a block to the cache (or to the device when caching is off). */
 void em__mem_free(const em_backend *be, em_device d, em_block *b);
-/* Pinned host memory (CPU tensors with pin_memory = true). */
+
+/* Streams (queues) are numbered 0..63 per device; 0 is the default one, the only one today.
+ * A block remembers the queues that used it; reusing it for another queue first waits for
+ * the device (be->synchronize). em__mem_alloc is em__mem_alloc_stream(..., 0, ...). */
+em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, int stream,
+                               em_block *out);
+/* torch's record_stream: queue `stream` also uses this live block. */
+void em__mem_record_stream(em_block *b, int stream);
+
+/* Pinned host memory (CPU tensors with pin_memory = true), with its own cache. */
 em_status em__mem_alloc_pinned(size_t bytes, em_block *out);
 void em__mem_free_pinned(em_block *b);
+/* Take pinned memory from be->host_alloc_pinned (e.g. the CUDA backend once it is up)
+ * instead of plain aligned host memory. Blocks already handed out keep their provider. */
+void em__mem_pinned_set_provider(const em_backend *be);
+/* A non-blocking copy on device `index` of be reads or writes this pinned block: before
+ * the block is reused, the allocator waits for that device. */
+void em__mem_pinned_record_use(em_block *b, const em_backend *be, int index);
+
+/* Fault injection for tests: raw allocation number `nth` from now (1 = the next one), and
+ * the `count - 1` after it, fail as if the device were full. nth <= 0 turns it off. */
+void em__mem_debug_fail_raw(int64_t nth, int64_t count);
+/* The same for one allocation: em__mem_debug_fail_raw(n, 1). */
+void em__mem_debug_fail_after(int64_t n);
 
 #endif

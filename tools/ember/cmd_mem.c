@@ -1,9 +1,272 @@
-/* ember mem: not written yet (placeholder so the tool links). */
+/* ember mem: how much memory a model needs for inference, full fine-tuning and LoRA, and
+ * which devices it fits on. The arithmetic lives in src/memory/estimate.c. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <ember/ember.h>
+#include <ember/estimate.h>
 #include "commands.h"
 
-int cmd_mem(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "ember mem: not implemented yet\n");
+static const char usage_text[] =
+    "usage: ember mem PARAMS [options]\n"
+    "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.\n\n"
+    "  PARAMS                 parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)\n"
+    "  --dtype f16|bf16|f32   the weights' dtype (default f16)\n"
+    "  --mode all|inference|full|lora   which estimates to print (default all)\n"
+    "  --optim sgd|sgd-momentum|adam|adamw   optimizer for fine-tuning (default adam)\n"
+    "  --master-weights       full fine-tuning keeps float32 master weights and optimizer\n"
+    "                         states (mixed precision); default: everything in --dtype\n"
+    "  --lora-rank R          LoRA rank (default 8)\n"
+    "  --lora-targets M       adapted hidden x hidden matrices per layer (default 2: q, v)\n"
+    "  --hidden H --layers L  the model's shape (default: inferred as a transformer)\n"
+    "  --batch B --seq S      also count activations for this batch\n"
+    "  --act-bytes SIZE       activation bytes per sample instead of the formula (e.g. 300MB)\n"
+    "  --json                 machine-readable output\n";
+
+typedef struct ref_device { const char *name; double bytes; } ref_device;
+static const ref_device reference[] = {
+    {"RTX 4090 24 GB", 24e9}, {"A100 40 GB", 40e9}, {"A100 80 GB", 80e9}, {"H100 80 GB", 80e9},
+};
+
+#define MAX_DEVICES 32
+typedef struct fit_device { char name[300]; double bytes; } fit_device;
+
+/* The reference GPUs, then every Ember device that reports its memory. */
+static int list_devices(fit_device *out) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof reference / sizeof reference[0]; i++) {
+        snprintf(out[n].name, sizeof out[n].name, "%s", reference[i].name);
+        out[n++].bytes = reference[i].bytes;
+    }
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+        int count = em_device_count((em_device_type)t);
+        for (int i = 0; i < count && n < MAX_DEVICES; i++) {
+            em_device_props p;
+            em_device d = EM_DEVICE((em_device_type)t, i);
+            if (em_device_get_props(d, &p) != EM_OK || p.total_memory <= 0) continue;
+            snprintf(out[n].name, sizeof out[n].name, "%s (%s, %.1f GB)", em_device_str(d).s, p.name,
+                     (double)p.total_memory / 1e9);
+            out[n++].bytes = (double)p.total_memory;
+        }
+    }
+    em_clear_error();   /* a backend that cannot start is simply not listed */
+    return n;
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+static int bad(const char *fmt, const char *arg) {
+    fprintf(stderr, "ember mem: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(ember mem --help for the options)\n");
     return 2;
+}
+
+static bool parse_int(const char *s, int64_t *out) {
+    char *end;
+    if (!s || !*s) return false;
+    long long v = strtoll(s, &end, 10);
+    if (*end || v <= 0) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_dtype(const char *s, em_dtype *out) {
+    static const struct { const char *name; em_dtype dt; } names[] = {
+        {"f16", EM_F16}, {"fp16", EM_F16}, {"float16", EM_F16}, {"half", EM_F16},
+        {"bf16", EM_BF16}, {"bfloat16", EM_BF16},
+        {"f32", EM_F32}, {"fp32", EM_F32}, {"float32", EM_F32}, {"float", EM_F32},
+    };
+    for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+        if (!strcasecmp(s, names[i].name)) {
+            *out = names[i].dt;
+            return true;
+        }
+    return false;
+}
+
+static const char *mode_title(em_estimate_mode m) {
+    return m == EM_ESTIMATE_INFERENCE ? "Inference" : m == EM_ESTIMATE_FULL ? "Full fine-tuning" : "LoRA fine-tuning";
+}
+
+static void print_fits(double total, const fit_device *dev, int ndev) {
+    printf("  fits:");
+    const char *sep = " yes on ";
+    for (int i = 0; i < ndev; i++)
+        if (total <= dev[i].bytes) {
+            printf("%s%s", sep, dev[i].name);
+            sep = ", ";
+        }
+    if (sep[0] == ' ') printf(" on none of these");
+    sep = "; no on ";
+    for (int i = 0; i < ndev; i++)
+        if (total > dev[i].bytes) {
+            printf("%s%s (%.0f needed, sharded)", sep, dev[i].name, ceil(total / dev[i].bytes));
+            sep = ", ";
+        }
+    printf("\n");
+}
+
+static void print_text(const em_estimate_opts *o, const em_estimate *e, const em_estimate *alt,
+                       const fit_device *dev, int ndev) {
+    printf("\n%s", mode_title(o->mode));
+    if (o->mode != EM_ESTIMATE_INFERENCE) printf(" (%s)", em_estimate_optimizer_name(o->optimizer));
+    if (o->mode == EM_ESTIMATE_LORA)
+        printf(", rank %d, %.0f trainable parameters", o->lora_rank ? o->lora_rank : 8, e->trainable_params);
+    printf("\n");
+    for (int l = 0; l < EM_ESTIMATE_LINES; l++)
+        printf("  %-17s %9.2f GB (%8.2f GiB)  %s\n", em_estimate_line_name((em_estimate_line)l),
+               e->bytes[l] / 1e9, e->bytes[l] / 1073741824.0, e->why[l]);
+    if (o->mode == EM_ESTIMATE_FULL && alt) {
+        if (!o->master_weights && o->dtype != EM_F32)
+            printf("  the seed's count: weights %.2f GB + optimizer states %.2f GB (gradients + the optimizer's "
+                   "states) = %.2f GB\n", e->bytes[EM_ESTIMATE_WEIGHTS] / 1e9,
+                   (e->bytes[EM_ESTIMATE_GRADIENTS] + e->bytes[EM_ESTIMATE_OPTIMIZER_STATES]) / 1e9,
+                   (e->bytes[EM_ESTIMATE_TOTAL] - e->bytes[EM_ESTIMATE_ACTIVATIONS]) / 1e9);
+        if (!o->master_weights)
+            printf("  with float32 master weights and states (mixed precision, as PyTorch users meet it): "
+                   "%.2f GB (%.2f GiB)\n", alt->bytes[EM_ESTIMATE_TOTAL] / 1e9, alt->bytes[EM_ESTIMATE_TOTAL] / 1073741824.0);
+        else
+            printf("  without master weights (everything in the weights' dtype): %.2f GB (%.2f GiB)\n",
+                   alt->bytes[EM_ESTIMATE_TOTAL] / 1e9, alt->bytes[EM_ESTIMATE_TOTAL] / 1073741824.0);
+    }
+    print_fits(e->bytes[EM_ESTIMATE_TOTAL], dev, ndev);
+}
+
+static void print_json(const em_estimate_opts *o, const em_estimate *e, const em_estimate *alt,
+                       const fit_device *dev, int ndev, bool first) {
+    printf("%s\n    {\"mode\": \"%s\", \"optimizer\": \"%s\", \"uses_master_weights\": %s, \"trainable_params\": %.0f",
+           first ? "" : ",", em_estimate_mode_name(o->mode), em_estimate_optimizer_name(o->optimizer),
+           o->master_weights ? "true" : "false", e->trainable_params);
+    for (int l = 0; l < EM_ESTIMATE_LINES; l++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s", em_estimate_line_name((em_estimate_line)l));
+        for (char *c = key; *c; c++) if (*c == ' ') *c = '_';
+        printf(", \"%s_bytes\": %.0f, \"%s_why\": ", key, e->bytes[l], key);
+        json_string(e->why[l]);
+    }
+    if (alt) printf(", \"%s_total_bytes\": %.0f", o->master_weights ? "without_master_weights" : "with_master_weights",
+                    alt->bytes[EM_ESTIMATE_TOTAL]);
+    printf(", \"devices\": [");
+    for (int i = 0; i < ndev; i++) {
+        printf("%s{\"name\": ", i ? ", " : "");
+        json_string(dev[i].name);
+        printf(", \"bytes\": %.0f, \"fits\": %s, \"needed\": %.0f}", dev[i].bytes,
+               e->bytes[EM_ESTIMATE_TOTAL] <= dev[i].bytes ? "true" : "false",
+               ceil(e->bytes[EM_ESTIMATE_TOTAL] / dev[i].bytes));
+    }
+    printf("]}");
+}
+
+int cmd_mem(int argc, char **argv) {
+    em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
+    const char *params = NULL, *mode = "all";
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+            takes = false;
+        } else if (!strcmp(a, "--master-weights")) {
+            o.master_weights = true;
+            takes = false;
+        } else if (a[0] == '-' && a[1] == '-' && !v) {
+            return bad("option %s needs a value", a);
+        } else if (!strcmp(a, "--params")) {
+            params = v;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!parse_dtype(v, &o.dtype)) return bad("unknown dtype '%s': expected f16, bf16 or f32", v);
+        } else if (!strcmp(a, "--mode")) {
+            mode = v;
+        } else if (!strcmp(a, "--optim")) {
+            if (em_estimate_parse_optimizer(v, &o.optimizer) != EM_OK) return bad("%s", em_last_error());
+        } else if (!strcmp(a, "--lora-rank") || !strcmp(a, "--lora-targets") || !strcmp(a, "--hidden") ||
+                   !strcmp(a, "--layers") || !strcmp(a, "--batch") || !strcmp(a, "--seq")) {
+            int64_t n;
+            if (!parse_int(v, &n) || n > 1000000000) return bad("expected a positive whole number, got '%s'", v);
+            if (!strcmp(a, "--lora-rank")) o.lora_rank = (int)n;
+            else if (!strcmp(a, "--lora-targets")) o.lora_targets = (int)n;
+            else if (!strcmp(a, "--hidden")) o.hidden = n;
+            else if (!strcmp(a, "--layers")) o.layers = n;
+            else if (!strcmp(a, "--batch")) o.batch = n;
+            else o.seq = n;
+        } else if (!strcmp(a, "--act-bytes")) {
+            int64_t b;
+            if (em_memory_parse_size(v, &b) != EM_OK || b <= 0) return bad("%s", em_last_error()[0] ? em_last_error() : "--act-bytes must be positive");
+            o.activation_bytes_per_sample = (double)b;
+        } else if (a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
+            return bad("unknown option '%s'", a);
+        } else if (!params) {
+            params = a;
+            takes = false;
+        } else {
+            return bad("unexpected argument '%s'", a);
+        }
+        if (takes) i++;
+    }
+    if (!params) return bad("%s", "give a parameter count, e.g. ember mem 7B");
+    if (em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());
+    if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
+    if ((o.batch > 0) != (o.seq > 0) && o.activation_bytes_per_sample <= 0)
+        return bad("%s", "activations need both --batch and --seq (or --batch and --act-bytes)");
+    em_estimate_mode modes[3];
+    int nmodes = 0;
+    if (!strcmp(mode, "all")) {
+        modes[0] = EM_ESTIMATE_INFERENCE, modes[1] = EM_ESTIMATE_FULL, modes[2] = EM_ESTIMATE_LORA;
+        nmodes = 3;
+    } else if (!strcmp(mode, "inference")) {
+        modes[nmodes++] = EM_ESTIMATE_INFERENCE;
+    } else if (!strcmp(mode, "full")) {
+        modes[nmodes++] = EM_ESTIMATE_FULL;
+    } else if (!strcmp(mode, "lora")) {
+        modes[nmodes++] = EM_ESTIMATE_LORA;
+    } else {
+        return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    }
+    fit_device dev[MAX_DEVICES];
+    int ndev = list_devices(dev);
+    em_estimate e, alt;
+    if (em_estimate_memory(&(em_estimate_opts){.params = o.params, .dtype = o.dtype}, &e) != EM_OK)
+        return bad("%s", em_last_error());
+    const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";
+    if (json) {
+        printf("{\n  \"params\": %.0f, \"dtype\": \"%s\", \"hidden\": %lld, \"layers\": %lld, "
+               "\"shape_inferred\": %s,\n  \"estimates\": [", o.params, dt, (long long)(o.hidden ? o.hidden : e.hidden),
+               (long long)(o.layers ? o.layers : e.layers), o.hidden && o.layers ? "false" : "true");
+    } else {
+        printf("ember mem: %s parameters (%.0f), %s weights", params, o.params, dt);
+        if (!o.hidden || !o.layers)
+            printf("; assumed transformer shape: hidden %lld, %lld layers (set --hidden/--layers for your model)",
+                   (long long)(o.hidden ? o.hidden : e.hidden), (long long)(o.layers ? o.layers : e.layers));
+        printf("\nGB = 1e9 bytes, GiB = 2^30 bytes\n");
+    }
+    for (int m = 0; m < nmodes; m++) {
+        em_estimate_opts mo = o;
+        mo.mode = modes[m];
+        if (em_estimate_memory(&mo, &e) != EM_OK) return bad("%s", em_last_error());
+        bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
+        if (has_alt) {
+            em_estimate_opts ao = mo;
+            ao.master_weights = !mo.master_weights;
+            if (em_estimate_memory(&ao, &alt) != EM_OK) return bad("%s", em_last_error());
+        }
+        if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0);
+        else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
+    }
+    if (json) printf("\n  ]\n}\n");
+    return 0;
 }

@@ -1,0 +1,97 @@
+/* Device memory: the per-device caching allocator's statistics and controls, as
+ * torch.cuda.memory_allocated() / memory_reserved() / memory_stats() / empty_cache().
+ *
+ * "Allocated" is memory held by live tensors (block sizes, rounded up to 512 B);
+ * "reserved" is what the allocator took from the device (segments), allocated or cached.
+ * Every function takes a device ("cuda" without an index means the current one); a device
+ * that never allocated reports zeros.
+ *
+ * Environment: EMBER_NO_CACHE=1 turns caching off (every allocation goes to the device).
+ * EMBER_MEMORY_CAP="cpu=512MiB,opencl:0=0.5,cuda=8GB" limits what the allocator reserves
+ * per device: bytes with a unit (B, KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB, or
+ * K, M, G, T alone = powers of 1024) or a fraction (0 < f <= 1) of the device's total
+ * memory. Both are read when a device first allocates. */
+#ifndef EMBER_MEMORY_H
+#define EMBER_MEMORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ember/error.h>
+#include <ember/device.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes held by live allocations on d, and its peak since the last reset. */
+int64_t em_memory_allocated(em_device d);
+int64_t em_memory_max_allocated(em_device d);
+/* Bytes the allocator holds from the device (allocated + cached), and its peak. */
+int64_t em_memory_reserved(em_device d);
+int64_t em_memory_max_reserved(em_device d);
+/* Set every peak to the current value (torch.cuda.reset_peak_memory_stats). */
+void em_memory_reset_peak_stats(em_device d);
+/* Zero the running totals, retry and out-of-memory counts (reset_accumulated_memory_stats). */
+void em_memory_reset_accumulated_stats(em_device d);
+/* Give every fully free cached segment back to the device (also on the CPU). Memory that
+ * shares a segment with a live block stays reserved. */
+em_status em_memory_empty_cache(em_device d);
+
+/* One statistic, as PyTorch keeps them: current value, peak since reset, and the running
+ * totals of increases ("allocated") and decreases ("freed"). */
+typedef struct em_memory_stat { int64_t current, peak, allocated, freed; } em_memory_stat;
+
+/* Index into the arrays of em_memory_stats: both pools, blocks <= 1 MiB, larger blocks. */
+enum { EM_MEMORY_ALL = 0, EM_MEMORY_SMALL_POOL = 1, EM_MEMORY_LARGE_POOL = 2, EM_MEMORY_POOLS = 3 };
+
+typedef struct em_memory_stats {
+    em_memory_stat allocated_bytes[EM_MEMORY_POOLS];      /* live blocks (rounded sizes) */
+    em_memory_stat active_bytes[EM_MEMORY_POOLS];         /* live blocks, plus freed ones still in use by a queue */
+    em_memory_stat requested_bytes[EM_MEMORY_POOLS];      /* live blocks as requested (unrounded) */
+    em_memory_stat reserved_bytes[EM_MEMORY_POOLS];       /* segments taken from the device */
+    em_memory_stat inactive_split_bytes[EM_MEMORY_POOLS]; /* free blocks inside partly used segments
+                                                            ("non-releasable": empty_cache cannot return them) */
+    em_memory_stat allocation[EM_MEMORY_POOLS];           /* counts of live blocks */
+    em_memory_stat active[EM_MEMORY_POOLS];
+    em_memory_stat segment[EM_MEMORY_POOLS];
+    em_memory_stat inactive_split[EM_MEMORY_POOLS];
+    int64_t num_raw_allocs;      /* calls that took memory from the device */
+    int64_t num_raw_frees;       /* segments given back */
+    int64_t num_alloc_retries;   /* times the cache was freed to retry a failed allocation */
+    int64_t num_ooms;            /* allocations that failed for good */
+    int64_t num_stream_waits;    /* reuses of a block that had to wait for another queue */
+    int64_t largest_free_block;  /* biggest cached block, in bytes */
+    int64_t cached_segments;     /* fully free segments held (what empty_cache would return) */
+    int64_t cap;                 /* the reservation cap in bytes, or -1 for none */
+    bool caching;                /* false under EMBER_NO_CACHE=1 */
+} em_memory_stats;
+
+/* All statistics of device d. */
+em_status em_memory_get_stats(em_device d, em_memory_stats *out);
+/* A table like torch.cuda.memory_summary() written into buf (truncated to size, always
+ * terminated). Returns the length of the full table, as snprintf does (0 on error). */
+size_t em_memory_summary(em_device d, char *buf, size_t size);
+
+/* Limit what the allocator reserves on d (bytes < 0 removes the cap). An allocation that
+ * would pass the cap frees the cache, retries, then fails with EM_ERR_OUT_OF_MEMORY. */
+em_status em_memory_set_cap(em_device d, int64_t bytes);
+/* The cap as a fraction 0 < f <= 1 of the device's total memory (set_per_process_memory_fraction). */
+em_status em_memory_set_cap_fraction(em_device d, double fraction);
+/* The cap of d in bytes, or -1 for none. */
+int64_t em_memory_get_cap(em_device d);
+
+/* Pinned (page-locked) host memory has its own cache: the same statistics (pool EM_MEMORY_ALL). */
+em_status em_memory_get_pinned_stats(em_memory_stats *out);
+/* Give every cached, unused pinned block back to the system. */
+void em_memory_empty_pinned_cache(void);
+
+/* Parse a byte count with an optional unit ("512MiB", "1.5GB", "4096"); EM_ERR_ARGUMENT if bad. */
+em_status em_memory_parse_size(const char *s, int64_t *out);
+/* Format bytes as PyTorch's OOM message does: "512 bytes", "1.50 KiB", "2.00 GiB". */
+void em_memory_format_size(int64_t bytes, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,493 @@
+/* The caching allocator: PyTorch's CUDACachingAllocator policy over any backend's raw_alloc.
+ *
+ * Sizes are rounded up to 512 B. Requests <= 1 MiB come from the small pool (2 MiB
+ * segments), larger ones from the large pool (20 MiB segments below 10 MiB, else the
+ * request rounded up to 2 MiB). A request takes the smallest free block that fits (best
+ * fit, ties to the oldest segment and lowest offset), splitting off the rest when the rest
+ * is worth keeping; a freed block merges with free neighbours. Blocks are (segment,
+ * offset) pairs, so the same code serves host pointers, CUdeviceptr and cl_mem.
+ * One state per device, each with its own mutex. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+#include "../core/errors.h"
+
+static _Atomic(mem_state *) states[EM_DEVICE_TYPE_COUNT][MEM_MAX_DEVICES];
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---------------------------------------------------------------- device states */
+
+mem_state *mem__state_peek(em_device d) {
+    if ((unsigned)d.type >= EM_DEVICE_TYPE_COUNT || d.index < 0 || d.index >= MEM_MAX_DEVICES)
+        return NULL;
+    return atomic_load_explicit(&states[d.type][d.index], memory_order_acquire);
+}
+
+static bool env_no_cache(void) {
+    const char *e = getenv("EMBER_NO_CACHE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+mem_state *mem__state(em_device d) {
+    if ((unsigned)d.type >= EM_DEVICE_TYPE_COUNT || d.index < 0 || d.index >= MEM_MAX_DEVICES) {
+        em_error(EM_ERR_DEVICE, "memory: no allocator for device type %d index %d (expected a "
+                 "known type and an index 0..%d)", (int)d.type, d.index, MEM_MAX_DEVICES - 1);
+        return NULL;
+    }
+    mem_state *st = mem__state_peek(d);
+    if (st) return st;
+    pthread_mutex_lock(&registry_lock);
+    st = atomic_load_explicit(&states[d.type][d.index], memory_order_relaxed);
+    if (!st && (st = calloc(1, sizeof *st)) != NULL) {
+        pthread_mutex_init(&st->lock, NULL);
+        st->dev = d;
+        st->caching = !env_no_cache();
+        st->cap = -1;
+        st->rng = 0x9e3779b9u ^ (uint32_t)(d.type * 131 + d.index);
+        mem__cap_from_env(st);
+        st->stats.cap = st->cap;
+        st->stats.caching = st->caching;
+        atomic_store_explicit(&states[d.type][d.index], st, memory_order_release);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (!st) em_error(EM_ERR_OUT_OF_MEMORY, "memory: out of host memory for the allocator's state");
+    return st;
+}
+
+void mem__stat_add(em_memory_stat *s, int pool, int64_t delta) {
+    for (int i = 0; i < (pool ? 2 : 1); i++) {
+        em_memory_stat *x = &s[i ? pool : EM_MEMORY_ALL];
+        x->current += delta;
+        if (delta > 0) {
+            x->allocated += delta;
+            if (x->current > x->peak) x->peak = x->current;
+        } else {
+            x->freed -= delta;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- block records */
+
+static mem_block *block_new(mem_state *st) {
+    mem_block *b = st->spare;
+    if (b) st->spare = b->link;
+    else if (!(b = malloc(sizeof *b))) return NULL;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+static void block_recycle(mem_state *st, mem_block *b) {
+    b->link = st->spare;
+    st->spare = b;
+}
+
+/* ---------------------------------------------------------------- free trees (treaps) */
+
+static bool block_less(const mem_block *a, const mem_block *b) {
+    if (a->size != b->size) return a->size < b->size;
+    if (a->seg->id != b->seg->id) return a->seg->id < b->seg->id;
+    return a->offset < b->offset;
+}
+
+static mem_block *treap_join(mem_block *a, mem_block *b) {  /* every key of a < every key of b */
+    if (!a) return b;
+    if (!b) return a;
+    if (a->prio > b->prio) {
+        a->right = treap_join(a->right, b);
+        return a;
+    }
+    b->left = treap_join(a, b->left);
+    return b;
+}
+
+static void treap_split(mem_block *t, const mem_block *key, mem_block **lo, mem_block **hi) {
+    if (!t) {
+        *lo = *hi = NULL;
+    } else if (block_less(t, key)) {
+        treap_split(t->right, key, &t->right, hi);
+        *lo = t;
+    } else {
+        treap_split(t->left, key, lo, &t->left);
+        *hi = t;
+    }
+}
+
+static void tree_insert(mem_state *st, int pool, mem_block *x) {
+    st->rng ^= st->rng << 13;
+    st->rng ^= st->rng >> 17;
+    st->rng ^= st->rng << 5;
+    x->prio = st->rng;
+    mem_block **p = &st->free_tree[pool];
+    while (*p && (*p)->prio > x->prio) p = block_less(x, *p) ? &(*p)->left : &(*p)->right;
+    treap_split(*p, x, &x->left, &x->right);
+    *p = x;
+}
+
+static void tree_remove(mem_state *st, int pool, mem_block *x) {
+    mem_block **p = &st->free_tree[pool];
+    while (*p != x) p = block_less(x, *p) ? &(*p)->left : &(*p)->right;
+    *p = treap_join(x->left, x->right);
+    x->left = x->right = NULL;
+}
+
+/* The smallest free block of at least size bytes (ties: oldest segment, lowest offset). */
+static mem_block *tree_best_fit(mem_block *t, size_t size) {
+    mem_block *best = NULL;
+    while (t) {
+        if (t->size >= size) {
+            best = t;
+            t = t->left;
+        } else {
+            t = t->right;
+        }
+    }
+    return best;
+}
+
+static void collect_whole(mem_block *t, mem_block **list, int64_t *count) {
+    for (; t; t = t->right) {
+        collect_whole(t->left, list, count);
+        if (!t->prev && !t->next) {
+            if (list) {
+                t->link = *list;
+                *list = t;
+            }
+            (*count)++;
+        }
+    }
+}
+
+void mem__refresh_derived(mem_state *st) {
+    int64_t largest = 0, whole = 0;
+    for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++) {
+        mem_block *t = st->free_tree[pool];
+        while (t && t->right) t = t->right;
+        if (t && (int64_t)t->size > largest) largest = (int64_t)t->size;
+        collect_whole(st->free_tree[pool], NULL, &whole);
+    }
+    st->stats.largest_free_block = largest;
+    st->stats.cached_segments = whole;
+    st->stats.cap = st->cap;
+    st->stats.caching = st->caching;
+}
+
+/* ---------------------------------------------------------------- segments */
+
+/* Free blocks inside a segment that also holds live blocks: "non-releasable" memory. */
+typedef struct split_part { int64_t bytes, count; } split_part;
+
+static split_part seg_split(const mem_segment *s) {
+    return s->nblocks > 1 ? (split_part){(int64_t)s->free_bytes, s->nfree} : (split_part){0, 0};
+}
+
+static void split_update(mem_state *st, const mem_segment *s, split_part before) {
+    split_part after = seg_split(s);
+    mem__stat_add(st->stats.inactive_split_bytes, s->pool, after.bytes - before.bytes);
+    mem__stat_add(st->stats.inactive_split, s->pool, after.count - before.count);
+}
+
+static void release_segment(mem_state *st, mem_block *b) {
+    mem_segment *seg = b->seg;
+    st->be->raw_free(st->dev.index, seg->handle);
+    st->stats.num_raw_frees++;
+    mem__stat_add(st->stats.segment, seg->pool, -1);
+    mem__stat_add(st->stats.reserved_bytes, seg->pool, -(int64_t)seg->size);
+    block_recycle(st, b);
+    free(seg);
+}
+
+size_t mem__release_cached(mem_state *st) {
+    mem_block *list = NULL;
+    int64_t n = 0;
+    size_t bytes = 0;
+    bool queued = false;
+    for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++)
+        collect_whole(st->free_tree[pool], &list, &n);
+    for (mem_block *b = list; b; b = b->link) queued |= b->streams != 0;
+    if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
+        em_error_state saved;
+        em_error_save(&saved);
+        st->be->synchronize(st->dev.index);
+        em_error_restore(&saved);
+    }
+    while (list) {
+        mem_block *b = list;
+        list = b->link;
+        tree_remove(st, b->seg->pool, b);
+        bytes += b->seg->size;
+        release_segment(st, b);
+    }
+    return bytes;
+}
+
+static size_t round_size(size_t bytes) {
+    return bytes < MEM_MIN_BLOCK ? MEM_MIN_BLOCK : (bytes + MEM_MIN_BLOCK - 1) / MEM_MIN_BLOCK * MEM_MIN_BLOCK;
+}
+
+static size_t segment_size(const mem_state *st, size_t size, int pool) {
+    if (!st->caching) return size;
+    if (pool == EM_MEMORY_SMALL_POOL) return MEM_SMALL_BUFFER;
+    if (size < MEM_MIN_LARGE_ALLOC) return MEM_LARGE_BUFFER;
+    return (size + MEM_ROUND_LARGE - 1) / MEM_ROUND_LARGE * MEM_ROUND_LARGE;
+}
+
+/* One raw allocation of a whole segment, returned as one free block (not in a tree). */
+static em_status raw_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
+    if (st->cap >= 0 && st->stats.reserved_bytes[EM_MEMORY_ALL].current + (int64_t)size > st->cap) {
+        *capped = true;
+        return EM_ERR_OUT_OF_MEMORY;
+    }
+    void *h = NULL;
+    em_status s = mem__debug_should_fail() ? EM_ERR_OUT_OF_MEMORY : st->be->raw_alloc(st->dev.index, size, &h);
+    if (s != EM_OK) return s;
+    mem_segment *seg = malloc(sizeof *seg);
+    mem_block *b = block_new(st);
+    if (!seg || !b) {
+        st->be->raw_free(st->dev.index, h);
+        free(seg);
+        if (b) block_recycle(st, b);
+        return EM_ERR_OUT_OF_MEMORY;
+    }
+    *seg = (mem_segment){.handle = h, .size = size, .id = st->next_segment_id++, .pool = pool,
+                         .nblocks = 1, .nfree = 1, .free_bytes = size, .st = st};
+    b->seg = seg;
+    b->size = size;
+    st->stats.num_raw_allocs++;
+    mem__stat_add(st->stats.segment, pool, 1);
+    mem__stat_add(st->stats.reserved_bytes, pool, (int64_t)size);
+    *out = b;
+    return EM_OK;
+}
+
+/* A new segment for a block of `size`: the pool's segment size, else (under pressure) just
+ * the request; then the same after freeing the cache (one retry, as PyTorch). A failure
+ * that the retry recovers leaves no error pending. */
+static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
+    size_t sizes[2] = {segment_size(st, size, pool), size};
+    int n = sizes[0] > size ? 2 : 1;
+    em_error_state saved;
+    em_error_save(&saved);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt == 1) {
+            mem__release_cached(st);
+            st->stats.num_alloc_retries++;
+        }
+        for (int k = 0; k < n; k++) {
+            em_status s = raw_segment(st, sizes[k], pool, out, capped);
+            if (s == EM_OK || s != EM_ERR_OUT_OF_MEMORY) {
+                if (s == EM_OK) em_error_restore(&saved);
+                else if (!em_failed()) em_error(s, "%s raw allocation of %zu bytes failed", st->be->name, sizes[k]);
+                return s;
+            }
+            em_error_restore(&saved);  /* forget the backend's message: we may still recover */
+        }
+    }
+    return EM_ERR_OUT_OF_MEMORY;
+}
+
+const char *mem__type_title(em_device_type t) {
+    switch (t) {
+    case EM_CPU: return "CPU";
+    case EM_CUDA: return "CUDA";
+    case EM_MPS: return "MPS";
+    case EM_OPENCL: return "OpenCL";
+    default: return "Device";
+    }
+}
+
+void mem__device_name(em_device d, char *buf, size_t size) {
+    static const char *names[] = {"cpu", "cuda", "mps", "opencl"};
+    const char *n = (unsigned)d.type < 4 ? names[d.type] : "device";
+    snprintf(buf, size, "%s:%d", n, d.index);
+}
+
+static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool capped) {
+    char req[32], total[32], freeb[32], alloc[32], unalloc[32], largest[32], cap[160], dev[32];
+    em_device_props p;
+    em_error_state saved;
+    em_error_save(&saved);
+    bool props = st->be->device_props && st->be->device_props(st->dev.index, &p) == EM_OK;
+    em_error_restore(&saved);
+    mem__refresh_derived(st);
+    int64_t reserved = st->stats.reserved_bytes[EM_MEMORY_ALL].current;
+    int64_t allocated = st->stats.allocated_bytes[EM_MEMORY_ALL].current;
+    int64_t free_cached = reserved - allocated, big = st->stats.largest_free_block;
+    em_memory_format_size((int64_t)bytes, req, sizeof req);
+    em_memory_format_size(allocated, alloc, sizeof alloc);
+    em_memory_format_size(free_cached, unalloc, sizeof unalloc);
+    em_memory_format_size(big, largest, sizeof largest);
+    mem__device_name(st->dev, dev, sizeof dev);
+    if (props && p.total_memory > 0) em_memory_format_size(p.total_memory, total, sizeof total);
+    else snprintf(total, sizeof total, "unknown");
+    if (props && p.free_memory >= 0) em_memory_format_size(p.free_memory, freeb, sizeof freeb);
+    else snprintf(freeb, sizeof freeb, "unknown");
+    if (st->cap >= 0) {
+        char c[32];
+        em_memory_format_size(st->cap, c, sizeof c);
+        snprintf(cap, sizeof cap, "%s (%s)%s", c, st->cap_source ? st->cap_source : "set",
+                 capped ? "; this request would take reserved memory past it" : "");
+    } else {
+        snprintf(cap, sizeof cap, "none");
+    }
+    int frag = free_cached > 0 ? (int)(100.0 * (1.0 - (double)big / (double)free_cached) + 0.5) : 0;
+    const char *why = (free_cached >= (int64_t)size && big < (int64_t)size)
+                          ? ": enough is free in total, but not in one piece" : "";
+    return em_error(EM_ERR_OUT_OF_MEMORY,
+                    "%s out of memory. Tried to allocate %s. Device %s has %s total, %s free. "
+                    "Ember holds %s allocated and %s reserved but unallocated, of which the largest "
+                    "free block is %s (fragmentation %d%%%s). Cap: %s. Free tensors you no longer "
+                    "need, lower the batch size, or raise the cap.",
+                    mem__type_title(st->dev.type), req, dev, total, freeb, alloc, unalloc, largest,
+                    frag, why, cap);
+}
+
+/* ---------------------------------------------------------------- alloc / free */
+
+em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, int stream,
+                               em_block *out) {
+    *out = (em_block){0};
+    if (!be) return em_error(EM_ERR_INTERNAL, "memory: allocation without a backend");
+    if (stream < 0 || stream > 63)
+        return em_error(EM_ERR_ARGUMENT, "memory: stream %d out of range (expected 0..63)", stream);
+    if (bytes > (SIZE_MAX >> 2)) {
+        char dev[32];
+        mem__device_name(d, dev, sizeof dev);
+        return em_error(EM_ERR_OUT_OF_MEMORY, "%s out of memory. Tried to allocate %zu bytes on %s, "
+                        "more than any device can hold.", mem__type_title(d.type), bytes, dev);
+    }
+    mem_state *st = mem__state(d);
+    if (!st) return em_last_status();
+    pthread_mutex_lock(&st->lock);
+    if (!st->be) {
+        st->be = be;
+        mem__cap_resolve(st);
+    }
+    if (st->cap_error[0]) {
+        pthread_mutex_unlock(&st->lock);
+        return em_error(EM_ERR_ARGUMENT, "%s", st->cap_error);
+    }
+    size_t size = round_size(bytes);
+    int pool = size <= MEM_SMALL_SIZE ? EM_MEMORY_SMALL_POOL : EM_MEMORY_LARGE_POOL;
+    uint64_t bit = (uint64_t)1 << stream;
+    mem_block *b = tree_best_fit(st->free_tree[pool], size);
+    if (b) {
+        tree_remove(st, pool, b);
+        if (b->streams & ~bit) {   /* another queue may still use it: wait for the device */
+            em_status s = be->synchronize ? be->synchronize(d.index) : EM_OK;
+            st->stats.num_stream_waits++;
+            if (s != EM_OK) {
+                tree_insert(st, pool, b);
+                pthread_mutex_unlock(&st->lock);
+                return s;
+            }
+        }
+    } else {
+        bool capped = false;
+        em_status s = new_segment(st, size, pool, &b, &capped);
+        if (s != EM_OK) {
+            if (s == EM_ERR_OUT_OF_MEMORY) {
+                st->stats.num_ooms++;
+                record_oom(st, bytes, size, capped);
+            }
+            pthread_mutex_unlock(&st->lock);
+            return s;
+        }
+    }
+    mem_segment *seg = b->seg;
+    split_part before = seg_split(seg);
+    size_t rest = b->size - size;
+    bool split = st->caching && (pool == EM_MEMORY_SMALL_POOL ? rest >= MEM_MIN_BLOCK : rest > MEM_SMALL_SIZE);
+    mem_block *r = split ? block_new(st) : NULL;   /* no record: keep the block whole */
+    if (r) {
+        r->seg = seg;
+        r->offset = b->offset + size;
+        r->size = rest;
+        r->prev = b;
+        r->next = b->next;
+        r->streams = b->streams;
+        if (b->next) b->next->prev = r;
+        b->next = r;
+        b->size = size;
+        seg->nblocks++;
+        seg->nfree++;
+        tree_insert(st, pool, r);
+    }
+    b->allocated = true;
+    b->requested = bytes;
+    b->streams = bit;
+    seg->nfree--;
+    seg->free_bytes -= b->size;
+    mem__stat_add(st->stats.allocation, pool, 1);
+    mem__stat_add(st->stats.active, pool, 1);
+    mem__stat_add(st->stats.allocated_bytes, pool, (int64_t)b->size);
+    mem__stat_add(st->stats.active_bytes, pool, (int64_t)b->size);
+    mem__stat_add(st->stats.requested_bytes, pool, (int64_t)bytes);
+    split_update(st, seg, before);
+    *out = (em_block){.handle = seg->handle, .offset = b->offset, .size = b->size, .alloc_ctx = b};
+    pthread_mutex_unlock(&st->lock);
+    return EM_OK;
+}
+
+em_status em__mem_alloc(const em_backend *be, em_device d, size_t bytes, em_block *out) {
+    return em__mem_alloc_stream(be, d, bytes, 0, out);
+}
+
+void em__mem_record_stream(em_block *blk, int stream) {
+    if (!blk || !blk->alloc_ctx || stream < 0 || stream > 63) return;
+    mem_block *b = blk->alloc_ctx;
+    mem_state *st = b->seg->st;
+    pthread_mutex_lock(&st->lock);
+    b->streams |= (uint64_t)1 << stream;
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Merge free neighbour n into b (b precedes n; neither is in a tree); n's record is recycled. */
+static void absorb_next(mem_state *st, mem_block *b, mem_block *n) {
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    b->streams |= n->streams;
+    b->seg->nblocks--;
+    b->seg->nfree--;
+    block_recycle(st, n);
+}
+
+void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
+    (void)be;
+    (void)d;
+    if (!blk || !blk->alloc_ctx) return;
+    mem_block *b = blk->alloc_ctx;
+    mem_segment *seg = b->seg;
+    mem_state *st = seg->st;
+    int pool = seg->pool;
+    pthread_mutex_lock(&st->lock);
+    split_part before = seg_split(seg);
+    mem__stat_add(st->stats.allocation, pool, -1);
+    mem__stat_add(st->stats.active, pool, -1);
+    mem__stat_add(st->stats.allocated_bytes, pool, -(int64_t)b->size);
+    mem__stat_add(st->stats.active_bytes, pool, -(int64_t)b->size);
+    mem__stat_add(st->stats.requested_bytes, pool, -(int64_t)b->requested);
+    b->allocated = false;
+    b->requested = 0;
+    seg->nfree++;
+    seg->free_bytes += b->size;
+    if (b->prev && !b->prev->allocated) {
+        mem_block *p = b->prev;
+        tree_remove(st, pool, p);   /* its key (size) changes */
+        absorb_next(st, p, b);
+        b = p;
+    }
+    if (b->next && !b->next->allocated) {
+        mem_block *n = b->next;
+        tree_remove(st, pool, n);
+        absorb_next(st, b, n);
+    }
+    split_update(st, seg, before);
+    if (!st->caching && seg->nblocks == 1) release_segment(st, b);
+    else tree_insert(st, pool, b);
+    pthread_mutex_unlock(&st->lock);
+    *blk = (em_block){0};
+}

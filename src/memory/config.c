@@ -1,0 +1,163 @@
+/* Allocator configuration: byte sizes with units, EMBER_MEMORY_CAP, and fault injection. */
+#include <ctype.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "internal.h"
+#include "../core/errors.h"
+
+/* ---------------------------------------------------------------- sizes */
+
+/* Parse a number with an optional unit into bytes; *has_unit says whether a unit was given.
+ * Returns false on anything malformed. */
+static bool parse_size(const char *s, double *out, bool *has_unit) {
+    static const struct { const char *name; double mult; } units[] = {
+        {"b", 1},         {"kb", 1e3},           {"mb", 1e6},           {"gb", 1e9},
+        {"tb", 1e12},     {"kib", 1024.0},       {"mib", 1048576.0},    {"gib", 1073741824.0},
+        {"tib", 1099511627776.0}, {"k", 1024.0}, {"m", 1048576.0},      {"g", 1073741824.0},
+        {"t", 1099511627776.0},
+    };
+    while (isspace((unsigned char)*s)) s++;
+    if (!*s || *s == '-' || *s == '+') return false;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0) return false;
+    while (isspace((unsigned char)*end)) end++;
+    size_t n = strlen(end);
+    while (n && isspace((unsigned char)end[n - 1])) n--;
+    *has_unit = n > 0;
+    if (n) {
+        double mult = 0;
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (strlen(units[i].name) == n && !strncasecmp(end, units[i].name, n)) mult = units[i].mult;
+        if (mult == 0) return false;
+        v *= mult;
+    }
+    if (v > 9.2e18) return false;
+    *out = v;
+    return true;
+}
+
+em_status em_memory_parse_size(const char *s, int64_t *out) {
+    double v;
+    bool unit;
+    if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_memory_parse_size: NULL argument");
+    if (!parse_size(s, &v, &unit))
+        return em_error(EM_ERR_ARGUMENT, "cannot read the size '%s': expected a non-negative number with an "
+                        "optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 512MiB", s);
+    *out = (int64_t)llround(v);
+    return EM_OK;
+}
+
+void em_memory_format_size(int64_t bytes, char *buf, size_t size) {
+    const char *sign = bytes < 0 ? "-" : "";
+    double v = fabs((double)bytes);
+    if (v < 1024) snprintf(buf, size, "%s%.0f bytes", sign, v);
+    else if (v < 1048576.0) snprintf(buf, size, "%s%.2f KiB", sign, v / 1024);
+    else if (v < 1073741824.0) snprintf(buf, size, "%s%.2f MiB", sign, v / 1048576.0);
+    else snprintf(buf, size, "%s%.2f GiB", sign, v / 1073741824.0);
+}
+
+/* ---------------------------------------------------------------- EMBER_MEMORY_CAP */
+
+/* Does key ("cpu", "opencl", "opencl:1") name device d? Returns 2 for an exact index, 1 for
+ * the whole type, 0 for another device, -1 for a malformed key. */
+static int key_matches(const char *key, size_t n, em_device d) {
+    static const char *names[] = {"cpu", "cuda", "mps", "opencl"};
+    for (int t = 0; t < 4; t++) {
+        size_t len = strlen(names[t]);
+        if (n < len || strncasecmp(key, names[t], len)) continue;
+        if (n == len) return t == (int)d.type ? 1 : 0;
+        if (key[len] != ':' || n == len + 1) continue;
+        int idx = 0;
+        for (size_t i = len + 1; i < n; i++) {
+            if (!isdigit((unsigned char)key[i]) || idx > 100000) return -1;
+            idx = idx * 10 + (key[i] - '0');
+        }
+        return t == (int)d.type && idx == d.index ? 2 : 0;
+    }
+    return -1;
+}
+
+void mem__cap_from_env(mem_state *st) {
+    const char *env = getenv("EMBER_MEMORY_CAP");
+    if (!env || !*env) return;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", env);
+    int best = 0;
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*item)) item++;
+        if (!*item) continue;
+        char *eq = strchr(item, '=');
+        const char *value = eq ? eq + 1 : item;
+        int m = 1;   /* a bare value applies to every device */
+        if (eq) {
+            size_t n = (size_t)(eq - item);
+            while (n && isspace((unsigned char)item[n - 1])) n--;
+            m = key_matches(item, n, st->dev);
+        }
+        double v;
+        bool unit;
+        if (m < 0 || !parse_size(value, &v, &unit)) {
+            snprintf(st->cap_error, sizeof st->cap_error,
+                     "EMBER_MEMORY_CAP: cannot read '%s': expected entries like cpu=512MiB, "
+                     "opencl:0=0.5 (a fraction of total memory) or cuda=8GB, separated by commas", item);
+            return;
+        }
+        if (m < best) continue;
+        best = m;
+        st->cap_source = "EMBER_MEMORY_CAP";
+        if (!unit && v > 0 && v <= 1.0) {
+            st->cap_fraction = v;
+            st->cap = -1;
+        } else {
+            st->cap_fraction = 0;
+            st->cap = (int64_t)llround(v);
+        }
+    }
+}
+
+void mem__cap_resolve(mem_state *st) {
+    if (st->cap_fraction <= 0 || !st->be) return;
+    em_device_props p;
+    em_error_state saved;
+    em_error_save(&saved);
+    bool ok = st->be->device_props && st->be->device_props(st->dev.index, &p) == EM_OK && p.total_memory > 0;
+    em_error_restore(&saved);
+    if (!ok) {
+        char dev[32];
+        mem__device_name(st->dev, dev, sizeof dev);
+        snprintf(st->cap_error, sizeof st->cap_error,
+                 "%s: the memory cap of %s is a fraction (%g) of total memory, but %s does not report "
+                 "its total memory; give the cap in bytes instead (e.g. 512MiB)",
+                 st->cap_source ? st->cap_source : "memory cap", dev, st->cap_fraction, dev);
+        return;
+    }
+    st->cap = (int64_t)(st->cap_fraction * (double)p.total_memory);
+    st->cap_fraction = 0;
+    st->stats.cap = st->cap;
+}
+
+/* ---------------------------------------------------------------- fault injection */
+
+static atomic_llong debug_skip;   /* raw allocations still allowed before the failures */
+static atomic_llong debug_fails;  /* failures left to inject */
+
+void em__mem_debug_fail_raw(int64_t nth, int64_t count) {
+    atomic_store(&debug_fails, 0);
+    atomic_store(&debug_skip, nth > 0 ? nth - 1 : 0);
+    atomic_store(&debug_fails, nth > 0 && count > 0 ? count : 0);
+}
+
+void em__mem_debug_fail_after(int64_t n) {
+    em__mem_debug_fail_raw(n, 1);
+}
+
+bool mem__debug_should_fail(void) {
+    if (atomic_load_explicit(&debug_fails, memory_order_relaxed) <= 0) return false;
+    if (atomic_fetch_sub(&debug_skip, 1) > 0) return false;
+    return atomic_fetch_sub(&debug_fails, 1) > 0;
+}

@@ -1,0 +1,86 @@
+/* Private to src/memory/: the caching allocator's records, shared by its files. */
+#ifndef EM_MEMORY_INTERNAL_H
+#define EM_MEMORY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <ember/memory.h>
+#include "allocator.h"
+
+/* PyTorch's CUDACachingAllocator constants. */
+#define MEM_MIN_BLOCK ((size_t)512)                 /* every size is rounded up to this */
+#define MEM_SMALL_SIZE ((size_t)1 << 20)            /* <= 1 MiB: small pool */
+#define MEM_SMALL_BUFFER ((size_t)2 << 20)          /* small pool segments */
+#define MEM_LARGE_BUFFER ((size_t)20 << 20)         /* segments for 1..10 MiB requests */
+#define MEM_MIN_LARGE_ALLOC ((size_t)10 << 20)      /* from here segments are the request... */
+#define MEM_ROUND_LARGE ((size_t)2 << 20)           /* ...rounded up to 2 MiB */
+#define MEM_MAX_DEVICES 64                          /* indices per device type */
+
+struct mem_state;
+
+/* A piece of memory taken from the device in one raw_alloc. */
+typedef struct mem_segment {
+    void *handle;
+    size_t size;
+    uint64_t id;               /* creation order: ties in best fit go to older segments */
+    int pool;                  /* EM_MEMORY_SMALL_POOL or EM_MEMORY_LARGE_POOL */
+    int nblocks, nfree;        /* blocks in the segment, and how many are free */
+    size_t free_bytes;
+    struct mem_state *st;
+} mem_segment;
+
+/* A block: (segment, offset, size). Free blocks live in their pool's tree, ordered by
+ * (size, segment id, offset); prev/next are the address-order neighbours in the segment. */
+typedef struct mem_block {
+    mem_segment *seg;
+    size_t offset, size;
+    size_t requested;          /* bytes asked for (allocated blocks) */
+    struct mem_block *prev, *next;
+    struct mem_block *left, *right; /* treap children (free blocks) */
+    struct mem_block *link;    /* scratch list (empty_cache) and the spare-record list */
+    uint32_t prio;
+    bool allocated;
+    uint64_t streams;          /* bit s: queue s may still use this memory */
+} mem_block;
+
+typedef struct mem_state {
+    pthread_mutex_t lock;
+    em_device dev;
+    const em_backend *be;      /* set by the first allocation */
+    bool caching;
+    int64_t cap;               /* bytes, -1: none (resolved from cap_fraction once be is known) */
+    double cap_fraction;       /* > 0: cap not yet resolved against the device's total */
+    const char *cap_source;    /* "EMBER_MEMORY_CAP" or "em_memory_set_cap" */
+    char cap_error[256];       /* a bad EMBER_MEMORY_CAP entry for this device ("" if none) */
+    mem_block *free_tree[EM_MEMORY_POOLS]; /* [SMALL], [LARGE]; [ALL] unused */
+    mem_block *spare;          /* recycled block records */
+    uint32_t rng;
+    uint64_t next_segment_id;
+    em_memory_stats stats;
+} mem_state;
+
+/* The state of a device, created on first use (NULL only for an impossible device, with an
+ * error recorded). Never freed: states live as long as the process. */
+mem_state *mem__state(em_device d);
+/* The state if it exists, else NULL (no error). */
+mem_state *mem__state_peek(em_device d);
+
+/* Add delta to one statistic for `pool` and for EM_MEMORY_ALL. */
+void mem__stat_add(em_memory_stat *s, int pool, int64_t delta);
+/* Largest free block and fully free segments, from the trees (lock held). */
+void mem__refresh_derived(mem_state *st);
+/* Free every fully free segment of st (lock held); returns bytes released. */
+size_t mem__release_cached(mem_state *st);
+/* Display name for messages: "CPU", "CUDA", "OpenCL", "MPS". */
+const char *mem__type_title(em_device_type t);
+/* "opencl:0" */
+void mem__device_name(em_device d, char *buf, size_t size);
+/* Parse this device's entry of EMBER_MEMORY_CAP into st (cap, cap_fraction, cap_error). */
+void mem__cap_from_env(mem_state *st);
+/* Resolve a fractional cap once the backend is known (lock held). */
+void mem__cap_resolve(mem_state *st);
+/* Fault injection: true when this raw allocation should fail. */
+bool mem__debug_should_fail(void);
+
+#endif
