@@ -6,10 +6,7 @@
  * the seed's Python prints; this program prints the same facts for this machine, so on a
  * machine without a GPU it shows "False", "0" and "cpu" where the seed shows a GPU. */
 #include <ember/ember.h>
-#if __has_include(<ember/memory.h>)
 #include <ember/memory.h>
-#define SEED_HAVE_MEMORY 1
-#endif
 #include "seed_common.h"
 
 /* ---- 1. Is there a GPU? ---- */
@@ -83,13 +80,9 @@ static void move_tensors(em_device device) {
 static void memory_report(em_device d) {
     em_device_props p;
     SEED_CHECK(em_device_get_props(d, &p) == EM_OK);
-#ifdef SEED_HAVE_MEMORY
     /* torch.cuda.memory_allocated(0) / memory_reserved(0) */
     printf("  allocated: %.1f MB\n", em_memory_allocated(d) / (1024.0 * 1024.0));
     printf("  reserved:  %.1f MB\n", em_memory_reserved(d) / (1024.0 * 1024.0));
-#else
-    printf("  allocated / reserved: (TODO(memory): em_memory_allocated / em_memory_reserved, include/ember/memory.h)\n");
-#endif
     /* torch.cuda.get_device_properties(0).total_memory */
     printf("  total:     %.1f GB\n", p.total_memory / (1024.0 * 1024.0 * 1024.0));
 }
@@ -107,13 +100,9 @@ static void memory_management(em_device device) {
     em_scope_end(s); /* del large_tensor: the scope releases it (no gc.collect() needed) */
     printf("after releasing it (the allocator keeps the memory cached):\n");
     memory_report(device);
-#ifdef SEED_HAVE_MEMORY
     SEED_CHECK(em_memory_empty_cache(device) == EM_OK); /* torch.cuda.empty_cache() */
     printf("after em_memory_empty_cache:\n");
     memory_report(device);
-#else
-    printf("  (TODO(memory): em_memory_empty_cache)\n");
-#endif
 }
 
 /* ---- 5. A model on the device, and DataParallel ---- */

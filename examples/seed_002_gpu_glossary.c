@@ -7,10 +7,7 @@
  * device this machine has (an OpenCL device, or the CPU). */
 #include <time.h>
 #include <ember/ember.h>
-#if __has_include(<ember/memory.h>)
 #include <ember/memory.h>
-#define SEED_HAVE_MEMORY 1
-#endif
 #include "seed_common.h"
 
 static double now_s(void) {
@@ -37,12 +34,8 @@ static void print_gpu_memory(em_device d) {
     const double gb = 1024.0 * 1024.0 * 1024.0;
     em_device_props p;
     SEED_CHECK(em_device_get_props(d, &p) == EM_OK);
-#ifdef SEED_HAVE_MEMORY
     printf("Allocated: %.2f GB\n", em_memory_allocated(d) / gb);
     printf("Reserved: %.2f GB\n", em_memory_reserved(d) / gb);
-#else
-    printf("Allocated / Reserved: (TODO(memory): em_memory_allocated / em_memory_reserved)\n");
-#endif
     printf("Total: %.2f GB\n", p.total_memory / gb);
 }
 
@@ -72,14 +65,9 @@ static void model_and_mixed_precision(em_device device) {
 }
 
 static void empty_cache(em_device device) {
-#ifdef SEED_HAVE_MEMORY
     SEED_CHECK(em_memory_empty_cache(device) == EM_OK); /* torch.cuda.empty_cache() */
     printf("\nafter empty_cache:\n");
     print_gpu_memory(device);
-#else
-    (void)device;
-    printf("\nempty_cache: TODO(memory): em_memory_empty_cache\n");
-#endif
 }
 
 /* def benchmark_gpu(size=10000, iterations=100) -- smaller here so the example stays quick */
