@@ -312,6 +312,11 @@ static em_tensor *run_op(const gcase *c, em_tensor **in, bool *known) {
 
 typedef enum { R_PASS, R_FAIL, R_UNSUPPORTED } result;
 
+/* Details are printed for the first failures on a device only (a backend that fails
+ * everything would otherwise bury the summary). */
+static bool g_verbose = true;
+#define NOTE(...) (g_verbose ? (void)fprintf(stderr, __VA_ARGS__) : (void)0)
+
 static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
     size_t n = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < ndim && n < size; i++)
@@ -323,7 +328,7 @@ static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
 static bool compare(const gcase *c, const char *where, em_tensor *out, em_device dev) {
     const gtensor *e = &c->expected;
     if (em_dtype_of(out) != e->dtype) {
-        fprintf(stderr, "  %s %s: dtype %s, expected %s\n", where, c->name, em_dtype_name(em_dtype_of(out)),
+        NOTE("  %s %s: dtype %s, expected %s\n", where, c->name, em_dtype_name(em_dtype_of(out)),
                 em_dtype_name(e->dtype));
         return false;
     }
@@ -334,16 +339,16 @@ static bool compare(const gcase *c, const char *where, em_tensor *out, em_device
         char a[128], b[128];
         shape_str(a, sizeof a, s.ndim, s.d);
         shape_str(b, sizeof b, e->ndim, e->shape);
-        fprintf(stderr, "  %s %s: shape %s, expected %s\n", where, c->name, a, b);
+        NOTE("  %s %s: shape %s, expected %s\n", where, c->name, a, b);
         return false;
     }
     if (!em_device_equal(em_device_of(out), dev)) {
-        fprintf(stderr, "  %s %s: result on %s\n", where, c->name, em_device_str(em_device_of(out)).s);
+        NOTE("  %s %s: result on %s\n", where, c->name, em_device_str(em_device_of(out)).s);
         return false;
     }
     uint8_t *got = malloc(e->nbytes ? e->nbytes : 1);
     if (!got || em_copy_to_host(out, got, e->nbytes) != EM_OK) {
-        fprintf(stderr, "  %s %s: copy to host failed: %s\n", where, c->name, em_last_error());
+        NOTE("  %s %s: copy to host failed: %s\n", where, c->name, em_last_error());
         free(got);
         return false;
     }
@@ -360,10 +365,10 @@ static bool compare(const gcase *c, const char *where, em_tensor *out, em_device
         else if (isinf(x) || isinf(g)) ok = g == x;
         else ok = fabs(g - x) <= atol + rtol * fabs(x);
         if (!ok && ++bad <= 5)
-            fprintf(stderr, "  %s %s: element %lld is %.9g, expected %.9g (rtol %g, atol %g)\n", where, c->name,
+            NOTE("  %s %s: element %lld is %.9g, expected %.9g (rtol %g, atol %g)\n", where, c->name,
                     (long long)i, g, x, rtol, atol);
     }
-    if (bad > 5) fprintf(stderr, "  %s %s: %d of %lld elements differ\n", where, c->name, bad, (long long)e->numel);
+    if (bad > 5) NOTE("  %s %s: %d of %lld elements differ\n", where, c->name, bad, (long long)e->numel);
     free(got);
     return bad == 0;
 }
@@ -379,23 +384,23 @@ static result replay(const gcase *c, em_device dev) {
     result r;
     if (em_failed() && !out && dev.type != EM_CPU && em_last_status() == EM_ERR_NOT_SUPPORTED &&
         !(c->expect_error && c->error == EM_ERR_NOT_SUPPORTED)) {
-        fprintf(stderr, "  %s %s: not supported: %s\n", where, c->name, em_last_error());
+        NOTE("  %s %s: not supported: %s\n", where, c->name, em_last_error());
         r = R_UNSUPPORTED;
     } else if (!known && !em_failed()) {
-        fprintf(stderr, "  %s %s: unknown op '%s'\n", where, c->name, c->op);
+        NOTE("  %s %s: unknown op '%s'\n", where, c->name, c->op);
         r = R_FAIL;
     } else if (c->expect_error) {
         r = !out && em_last_status() == c->error ? R_PASS : R_FAIL;
         if (r == R_FAIL)
-            fprintf(stderr, "  %s %s: expected error '%s', got %s%s%s\n", where, c->name, em_status_name(c->error),
+            NOTE("  %s %s: expected error '%s', got %s%s%s\n", where, c->name, em_status_name(c->error),
                     out ? "a result" : em_status_name(em_last_status()), out ? "" : ": ", out ? "" : em_last_error());
     } else if (!out) {
-        fprintf(stderr, "  %s %s: failed: %s\n", where, c->name, em_last_error());
+        NOTE("  %s %s: failed: %s\n", where, c->name, em_last_error());
         r = R_FAIL;
     } else {
         r = compare(c, where, out, dev) ? R_PASS : R_FAIL;
         if (em_failed()) {
-            fprintf(stderr, "  %s %s: error left pending: %s\n", where, c->name, em_last_error());
+            NOTE("  %s %s: error left pending: %s\n", where, c->name, em_last_error());
             r = R_FAIL;
         }
     }
@@ -492,12 +497,14 @@ static void replay_device(em_device dev) {
         const gcase *c = &g_file.cases[i];
         if (!strcmp(c->op, "promote_types")) continue;
         if (filter && *filter && !strstr(c->name, filter)) continue;
+        g_verbose = fail < 20;
         switch (replay(c, dev)) {
         case R_PASS: pass++; test__passed++; break;
         case R_FAIL: fail++; test__failed++; fprintf(stderr, "FAIL golden %s [%s]\n", c->name, em_device_str(dev).s); break;
         case R_UNSUPPORTED: unsupported++; break;
         }
     }
+    if (fail > 20) fprintf(stderr, "  [%s] details shown for the first 20 failures only\n", em_device_str(dev).s);
     printf("%-9s golden cases: %d passed, %d failed, %d not supported by this backend\n", em_device_str(dev).s,
            pass, fail, unsupported);
 }
