@@ -18,19 +18,19 @@ static em_tensor *binary(const char *op, em_op kop, int gop, binary_kind kind, e
                                "Use the `^` or `logical_xor()` operator instead.", op);
         return NULL;
     }
-    const em_backend *be = a->storage->backend;
-    em_device dev = a->storage->device;
-    if (em__check_support(op, be, kop, compute, dev)) return NULL;
-    if (!be->binary) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     int ndim;
     int64_t shape[EM_MAX_DIMS];
     if (em__same_shape(a, b)) {
         ndim = a->ndim;
         memcpy(shape, a->shape, sizeof(int64_t) * (size_t)ndim);
     } else if (em__broadcast(op, 2, in, &ndim, shape)) {
+        return NULL;
+    }
+    const em_backend *be = a->storage->backend;
+    em_device dev = a->storage->device;
+    if (em__check_support(op, be, kop, compute, dev)) return NULL;
+    if (!be->binary) {
+        em__missing_kernel(op, be, dev);
         return NULL;
     }
     em_tensor *out = em__tensor_new_on(be, dev, ndim, shape, kind == COMPARE ? EM_BOOL : compute);
@@ -208,15 +208,15 @@ em_tensor *em_where(em_tensor *cond, em_tensor *a, em_tensor *b) {
         return NULL;
     }
     em_dtype dt = em__result_type(2, in + 1);
+    int ndim;
+    int64_t shape[EM_MAX_DIMS];
+    if (em__broadcast("em_where", 3, in, &ndim, shape)) return NULL;
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
     if (!be->where) {
         em__missing_kernel("em_where", be, dev);
         return NULL;
     }
-    int ndim;
-    int64_t shape[EM_MAX_DIMS];
-    if (em__broadcast("em_where", 3, in, &ndim, shape)) return NULL;
     em_tensor *out = em__tensor_new_on(be, dev, ndim, shape, dt);
     if (!out) return NULL;
     em_tensor vc, va, vb, *tc = NULL, *ta = NULL, *tb = NULL;

@@ -62,12 +62,6 @@ em_tensor *em_index_select(em_tensor *a, int dim, em_tensor *index) {
         return NULL;
     }
     if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
-    const em_backend *be = a->storage->backend;
-    em_device dev = a->storage->device;
-    if (!be->index_select) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     /* A 0-d input is seen as [1]; a 0-d index as [1]. */
     int64_t one = 1, st1 = 1;
     em_tensor a_view, i_view;
@@ -77,6 +71,12 @@ em_tensor *em_index_select(em_tensor *a, int dim, em_tensor *index) {
         src = &a_view;
     }
     if (check_range(op, index, dim, src->shape[dim])) return NULL;
+    const em_backend *be = a->storage->backend;
+    em_device dev = a->storage->device;
+    if (!be->index_select) {
+        em__missing_kernel(op, be, dev);
+        return NULL;
+    }
     int64_t n = em__numel_raw(index->ndim, index->shape);
     int64_t shape[EM_MAX_DIMS];
     memcpy(shape, src->shape, sizeof shape);

@@ -1,0 +1,243 @@
+/* Device strings, the registry, availability, auto-selection, current devices, threads. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "test_core_util.h"
+#include "backends/backend.h"
+
+static void test_parse(void) {
+    struct { const char *s; em_device_type t; int index; } ok[] = {
+        {"cpu", EM_CPU, 0},     {"cpu:0", EM_CPU, 0},      {"cuda", EM_CUDA, -1}, {"cuda:1", EM_CUDA, 1},
+        {"cuda:10", EM_CUDA, 10}, {"opencl", EM_OPENCL, -1}, {"opencl:0", EM_OPENCL, 0}, {"mps", EM_MPS, -1},
+        {"mps:0", EM_MPS, 0},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        em_device d = {EM_MPS, 99};
+        CHECK_OK(em_device_parse(ok[i].s, &d));
+        CHECK(d.type == ok[i].t && d.index == ok[i].index);
+    }
+    const char *bad[] = {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:01", "cuda:1x", " cpu", "cpu:1", "cuda:1:2",
+                         "opencl:+1", "cuda:99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        em_device d = EM_DEVICE(EM_CUDA, 7);
+        CHECK(em_device_parse(bad[i], &d) == EM_ERR_ARGUMENT);
+        CHECK(d.type == EM_CUDA && d.index == 7);
+        CHECK(em_last_status() == EM_ERR_ARGUMENT);
+        CHECK(strstr(em_last_error(), bad[i]) != NULL);
+        em_clear_error();
+    }
+    em_device d;
+    CHECK(em_device_parse("tpu:0", &d) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "invalid device string 'tpu:0': expected one of cpu, cuda, cuda:N, mps, mps:0, "
+                                 "opencl, opencl:N");
+}
+
+static void test_print(void) {
+    CHECK(strcmp(em_device_str(EM_DEVICE_CPU).s, "cpu") == 0);
+    CHECK(strcmp(em_device_str(EM_DEVICE(EM_CUDA, 1)).s, "cuda:1") == 0);
+    CHECK(strcmp(em_device_str(EM_DEVICE(EM_CUDA, -1)).s, "cuda") == 0);
+    CHECK(strcmp(em_device_str(EM_DEVICE(EM_OPENCL, 0)).s, "opencl:0") == 0);
+    CHECK(strcmp(em_device_str(EM_DEVICE(EM_MPS, 0)).s, "mps:0") == 0);
+    CHECK(strcmp(em_device_type_name(EM_OPENCL), "opencl") == 0);
+    CHECK(strcmp(em_device_type_name(EM_MPS), "mps") == 0);
+    /* Round trip. */
+    const char *s[] = {"cpu", "cuda:3", "opencl:1", "mps"};
+    for (int i = 0; i < 4; i++) {
+        em_device d;
+        CHECK_OK(em_device_parse(s[i], &d));
+        CHECK(strcmp(em_device_str(d).s, s[i]) == 0);
+    }
+}
+
+static void test_equal_resolve(void) {
+    CHECK(em_device_equal(EM_DEVICE_CPU, EM_DEVICE(EM_CPU, 0)));
+    CHECK(em_device_equal(EM_DEVICE(EM_CPU, -1), EM_DEVICE_CPU));
+    CHECK(em_device_equal(EM_DEVICE(EM_CUDA, -1), EM_DEVICE(EM_CUDA, 0))); /* current cuda device is 0 */
+    CHECK(!em_device_equal(EM_DEVICE(EM_CUDA, 1), EM_DEVICE(EM_CUDA, 0)));
+    CHECK(!em_device_equal(EM_DEVICE(EM_CUDA, 0), EM_DEVICE(EM_OPENCL, 0)));
+    CHECK(em_device_resolve(EM_DEVICE(EM_OPENCL, -1)).index == 0);
+    CHECK(em_device_resolve(EM_DEVICE(EM_CPU, -1)).index == 0);
+    em_device zero = {0};
+    CHECK(zero.type == EM_CPU && em_device_equal(zero, EM_DEVICE_CPU));
+}
+
+static void test_availability(void) {
+    CHECK(em_device_available(EM_CPU));
+    CHECK(em_device_count(EM_CPU) == 1);
+    CHECK(em_device_unavailable_reason(EM_CPU) == NULL);
+    CHECK(!em_device_available(EM_MPS));
+    CHECK(em_device_count(EM_MPS) == 0);
+    CHECK(strcmp(em_device_unavailable_reason(EM_MPS), "MPS needs Apple Silicon and macOS; this build runs on Linux") == 0);
+    /* No GPU on this machine: CUDA says why. */
+    if (!em_device_available(EM_CUDA)) {
+        const char *r = em_device_unavailable_reason(EM_CUDA);
+        CHECK(r && *r);
+        CHECK(em_device_count(EM_CUDA) == 0);
+    }
+    CHECK(em__backend_for(EM_CPU) == &em_cpu_backend);
+    CHECK(em__backend_for(EM_CUDA) == &em_cuda_backend);
+    CHECK(em__backend_for(EM_MPS) == NULL);
+    CHECK(em__backend_for((em_device_type)42) == NULL);
+    CHECK(!em_failed());
+}
+
+static void test_backend_checked(void) {
+    CHECK(em__backend_checked(EM_DEVICE_CPU, "op") == &em_cpu_backend);
+    CHECK(em__backend_checked(EM_DEVICE(EM_CPU, 1), "op") == NULL);
+    CHECK_ERROR(EM_ERR_DEVICE, "op: device cpu:1 does not exist");
+    CHECK(em__backend_checked(EM_DEVICE(EM_MPS, 0), "em_zeros") == NULL);
+    CHECK_ERROR(EM_ERR_UNAVAILABLE, "em_zeros: mps is not available: MPS needs Apple Silicon and macOS");
+    if (!em_device_available(EM_CUDA)) {
+        CHECK(em__backend_checked(EM_DEVICE(EM_CUDA, 0), "em_ones") == NULL);
+        CHECK_ERROR(EM_ERR_UNAVAILABLE, "em_ones: cuda is not available: ");
+        CHECK(em_zeros(EM_SHAPE(2), EM_OPTS(.device = EM_DEVICE(EM_CUDA, 0))) == NULL);
+        CHECK_ERROR(EM_ERR_UNAVAILABLE, "cuda is not available");
+    }
+    int n = em_device_count(EM_OPENCL);
+    if (n > 0) {
+        CHECK(em__backend_checked(EM_DEVICE(EM_OPENCL, n), "op") == NULL);
+        CHECK_ERROR(EM_ERR_DEVICE, "does not exist");
+    }
+}
+
+static void test_props(void) {
+    em_device_props p;
+    CHECK_OK(em_device_get_props(EM_DEVICE_CPU, &p));
+    CHECK(!p.is_gpu);
+    CHECK(p.compute_units >= 1);
+    CHECK(p.name[0] != '\0');
+    CHECK(em_device_get_props(EM_DEVICE(EM_MPS, 0), &p) == EM_ERR_UNAVAILABLE);
+    em_clear_error();
+    CHECK(em_device_get_props(EM_DEVICE_CPU, NULL) == EM_ERR_ARGUMENT);
+    em_clear_error();
+}
+
+static void test_auto(void) {
+    unsetenv("EMBER_DEVICE");
+    em_device d = em_device_auto();
+    const char *why = em_device_auto_reason();
+    CHECK(why && *why);
+    CHECK(strstr(why, em_device_str(d).s) == why); /* the reason starts with the choice */
+    if (!em_device_available(EM_CUDA)) {
+        CHECK(d.type != EM_CUDA && d.type != EM_MPS);
+        if (d.type == EM_CPU) CHECK(strstr(why, "MPS needs Apple Silicon") != NULL);
+    }
+    if (d.type == EM_OPENCL) {
+        em_device_props p;
+        CHECK_OK(em_device_get_props(d, &p));
+        CHECK(p.is_gpu);
+    }
+    CHECK(!em_failed());
+}
+
+static void test_auto_env(void) {
+    setenv("EMBER_DEVICE", "cpu", 1);
+    CHECK(em_device_auto().type == EM_CPU);
+    CHECK(strstr(em_device_auto_reason(), "chosen by EMBER_DEVICE=cpu") != NULL);
+    setenv("EMBER_DEVICE", "mps", 1);
+    em_device d = em_device_auto();
+    CHECK(d.type != EM_MPS);
+    CHECK(strstr(em_device_auto_reason(), "EMBER_DEVICE=mps ignored") != NULL);
+    CHECK(strstr(em_device_auto_reason(), "MPS needs Apple Silicon") != NULL);
+    setenv("EMBER_DEVICE", "cuda:7", 1);
+    d = em_device_auto();
+    CHECK(!(d.type == EM_CUDA && d.index == 7));
+    CHECK(strstr(em_device_auto_reason(), "EMBER_DEVICE=cuda:7 ignored") != NULL);
+    setenv("EMBER_DEVICE", "banana", 1);
+    em_device_auto();
+    CHECK(strstr(em_device_auto_reason(), "invalid device string 'banana'") != NULL);
+    CHECK(!em_failed()); /* the fallback leaves no error behind */
+    /* A pending error is preserved through auto-selection. */
+    em_error(EM_ERR_IO, "pending");
+    em_device_auto();
+    CHECK_ERROR(EM_ERR_IO, "pending");
+    unsetenv("EMBER_DEVICE");
+}
+
+static void test_current_and_guard(void) {
+    CHECK(em_device_current(EM_CPU).index == 0);
+    CHECK_OK(em_device_set_current(EM_DEVICE_CPU));
+    CHECK(em_device_set_current(EM_DEVICE(EM_MPS, 0)) == EM_ERR_UNAVAILABLE);
+    em_clear_error();
+    em_device_guard g = em_device_guard_begin(EM_DEVICE_CPU);
+    CHECK(g.active);
+    em_device_guard_end(g);
+    g = em_device_guard_begin(EM_DEVICE(EM_MPS, 0)); /* fails: the guard is inactive and restores nothing */
+    CHECK(!g.active);
+    em_clear_error();
+    em_device_guard_end(g);
+    CHECK(em_device_current(EM_MPS).index == 0);
+}
+
+static void *read_current_opencl(void *arg) {
+    (void)arg;
+    return (void *)(intptr_t)em_device_current(EM_OPENCL).index;
+}
+
+/* Needs two devices of one type (PoCL with POCL_DEVICES="pthread pthread"). */
+static void test_current_is_per_thread(void) {
+    CHECK_OK(em_device_set_current(EM_DEVICE(EM_OPENCL, 1)));
+    CHECK(em_device_current(EM_OPENCL).index == 1);
+    CHECK(em_device_equal(EM_DEVICE(EM_OPENCL, -1), EM_DEVICE(EM_OPENCL, 1)));
+    pthread_t th;
+    void *idx = (void *)(intptr_t)-5;
+    pthread_create(&th, NULL, read_current_opencl, NULL);
+    pthread_join(th, &idx);
+    CHECK((intptr_t)idx == 0);
+    em_device_guard g = em_device_guard_begin(EM_DEVICE(EM_OPENCL, 0));
+    CHECK(em_device_current(EM_OPENCL).index == 0);
+    em_device_guard_end(g);
+    CHECK(em_device_current(EM_OPENCL).index == 1);
+    CHECK_OK(em_device_set_current(EM_DEVICE(EM_OPENCL, 0)));
+}
+
+static void test_synchronize(void) {
+    CHECK_OK(em_device_synchronize(EM_DEVICE_CPU));
+    CHECK(em_device_synchronize(EM_DEVICE(EM_MPS, 0)) == EM_ERR_UNAVAILABLE);
+    em_clear_error();
+}
+
+static void test_threads(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(em_get_num_threads() == (cpus > 0 ? cpus : 1));
+    em_set_num_threads(3);
+    CHECK(em_get_num_threads() == 3);
+    em_set_num_threads(0);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "must be positive");
+    CHECK(em_get_num_threads() == 3);
+    em_set_num_threads((int)(cpus > 0 ? cpus : 1));
+}
+
+static void *count_devices(void *arg) {
+    (void)arg;
+    int n = em_device_count(EM_CPU) + em_device_count(EM_CUDA) * 0 + (em_device_available(EM_MPS) ? 100 : 0);
+    return (void *)(intptr_t)n;
+}
+
+static void test_concurrent_first_use(void) {
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, count_devices, NULL);
+    for (int i = 0; i < 8; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        CHECK((intptr_t)r == 1);
+    }
+}
+
+int main(void) {
+    RUN(test_concurrent_first_use); /* first: the backends' lazy init races here */
+    RUN(test_parse);
+    RUN(test_print);
+    RUN(test_equal_resolve);
+    RUN(test_availability);
+    RUN(test_backend_checked);
+    RUN(test_props);
+    RUN(test_auto);
+    RUN(test_auto_env);
+    RUN(test_current_and_guard);
+    if (em_device_count(EM_OPENCL) >= 2) RUN(test_current_is_per_thread);
+    else printf("(test_current_is_per_thread not run: needs two OpenCL devices)\n");
+    RUN(test_synchronize);
+    RUN(test_threads);
+    return test_summary();
+}
