@@ -163,5 +163,7 @@ const em_backend em_cpu_backend = {
     .unary = em__cpu_unary,
     .binary = em__cpu_binary,
     .where = em__cpu_where,
+    .reduce = em__cpu_reduce,
+    .matmul = em__cpu_matmul,
     .rng = em__cpu_rng,
 };

@@ -1,0 +1,284 @@
+/* Batched matmul. f32/f64 go to OpenBLAS (sgemm/dgemm) on the operands' own memory when
+ * each matrix is row- or column-major (strides say which), else through a contiguous copy;
+ * a weight broadcast over the batch folds the batch into M (one big GEMM); large GEMMs are
+ * split across Ember's sleeping thread pool while OpenBLAS itself runs single-threaded (its
+ * own idle threads spin). f16/bf16 compute in f32; integers use int64 wrapping sums. */
+#include <cblas.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include "cpu_internal.h"
+
+#define GEMM_GRAIN_MACS 2000000 /* multiply-adds per thread chunk */
+
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+static void blas_single_thread(void) { openblas_set_num_threads(1); }
+
+/* A contiguous temporary over malloc'd memory (never registered anywhere). */
+typedef struct tmp_tensor { em_storage s; em_tensor t; } tmp_tensor;
+
+static em_status tmp_make(tmp_tensor *x, em_dtype dt, int nd, const int64_t *shape) {
+    memset(x, 0, sizeof *x);
+    x->t.dtype = dt;
+    x->t.ndim = nd;
+    int64_t n = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        x->t.shape[d] = shape[d];
+        x->t.strides[d] = n;
+        n *= shape[d];
+    }
+    size_t bytes = (size_t)(n > 0 ? n : 1) * em_dtype_size(dt);
+    x->s.block.handle = malloc(bytes);
+    if (!x->s.block.handle)
+        return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: failed to allocate %zu bytes of scratch", bytes);
+    x->s.device = EM_DEVICE_CPU;
+    x->s.nbytes = bytes;
+    x->t.storage = &x->s;
+    return EM_OK;
+}
+static void tmp_free(tmp_tensor *x) { free(x->s.block.handle); }
+
+/* How a matrix (rows x cols, element strides sr, sc) sits in memory for BLAS:
+ * 0 row-major, 1 column-major (a transposed row-major), -1 neither; *ld its leading dim. */
+static int mat_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, int64_t *ld) {
+    if ((cols == 1 || sc == 1) && (rows == 1 || sr >= (cols > 1 ? cols : 1))) {
+        *ld = rows == 1 ? (cols > 1 ? cols : 1) : sr;
+        return *ld <= INT_MAX ? 0 : -1;
+    }
+    if ((rows == 1 || sr == 1) && (cols == 1 || sc >= (rows > 1 ? rows : 1))) {
+        *ld = cols == 1 ? (rows > 1 ? rows : 1) : sc;
+        return *ld <= INT_MAX ? 1 : -1;
+    }
+    return -1;
+}
+
+/* One GEMM problem: Z (P x Q, row-major, ldz) = X (P x K) * Y (K x Q). */
+typedef struct gemm {
+    bool dbl;
+    int64_t P, Q, K;
+    const char *x, *y;
+    char *z;
+    bool xt, yt;          /* stored column-major */
+    int64_t ldx, ldy, ldz;
+    bool split_rows;      /* parallel chunks over P (else over Q) */
+} gemm;
+
+static void gemm_run(const gemm *g, int64_t p0, int64_t p1, int64_t q0, int64_t q1) {
+    size_t es = g->dbl ? 8 : 4;
+    const char *x = g->x + (size_t)(p0 * (g->xt ? 1 : g->ldx)) * es;
+    const char *y = g->y + (size_t)(q0 * (g->yt ? g->ldy : 1)) * es;
+    char *z = g->z + (size_t)(p0 * g->ldz + q0) * es;
+    CBLAS_TRANSPOSE tx = g->xt ? CblasTrans : CblasNoTrans, ty = g->yt ? CblasTrans : CblasNoTrans;
+    if (g->dbl)
+        cblas_dgemm(CblasRowMajor, tx, ty, (int)(p1 - p0), (int)(q1 - q0), (int)g->K, 1.0, (const double *)x,
+                    (int)g->ldx, (const double *)y, (int)g->ldy, 0.0, (double *)z, (int)g->ldz);
+    else
+        cblas_sgemm(CblasRowMajor, tx, ty, (int)(p1 - p0), (int)(q1 - q0), (int)g->K, 1.0f, (const float *)x,
+                    (int)g->ldx, (const float *)y, (int)g->ldy, 0.0f, (float *)z, (int)g->ldz);
+}
+
+static void gemm_chunk(void *arg, int64_t begin, int64_t end) {
+    const gemm *g = arg;
+    if (g->split_rows) gemm_run(g, begin, end, 0, g->Q);
+    else gemm_run(g, 0, g->P, begin, end);
+}
+
+static void gemm_parallel(gemm *g) {
+    int64_t macs = g->P * g->Q * g->K;
+    g->split_rows = g->P >= g->Q;
+    int64_t len = g->split_rows ? g->P : g->Q, per = macs / (len > 0 ? len : 1);
+    int64_t grain = GEMM_GRAIN_MACS / (per > 0 ? per : 1) + 1;
+    if (grain < 16) grain = 16; /* keep BLAS blocks efficient */
+    em__cpu_parallel_for(len, grain, gemm_chunk, g);
+}
+
+/* ---- batches ---- */
+typedef struct bmm {
+    int nb;                                   /* batch dims */
+    int64_t bshape[EM_MAX_DIMS], nbatch;
+    const em_tensor *a, *b;
+    em_tensor *out;
+    int64_t M, N, K;
+} bmm;
+
+static int64_t batch_offset(const bmm *m, const em_tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = m->nb - 1; d >= 0; d--) {
+        off += (i % m->bshape[d]) * t->strides[d];
+        i /= m->bshape[d];
+    }
+    return off;
+}
+
+/* Do t's batch dims continue its row dim contiguously (rows of all batches evenly spaced)? */
+static bool batch_folds_into_rows(const bmm *m, const em_tensor *t, int64_t rows, int64_t ld) {
+    int64_t expect = rows * ld;
+    for (int d = m->nb - 1; d >= 0; d--) {
+        if (m->bshape[d] == 1) continue;
+        if (t->strides[d] != expect) return false;
+        expect *= m->bshape[d];
+    }
+    return true;
+}
+
+static bool batch_broadcast(const bmm *m, const em_tensor *t) {
+    for (int d = 0; d < m->nb; d++)
+        if (m->bshape[d] != 1 && t->strides[d] != 0) return false;
+    return true;
+}
+
+typedef struct batch_job { const bmm *m; int la, lb, lo; int64_t lda, ldb, ldo; bool dbl; } batch_job;
+
+static gemm batch_gemm(const batch_job *j, int64_t i) {
+    const bmm *m = j->m;
+    size_t es = j->dbl ? 8 : 4;
+    const char *pa = (const char *)m->a->storage->block.handle + m->a->storage->block.offset + batch_offset(m, m->a, i) * es;
+    const char *pb = (const char *)m->b->storage->block.handle + m->b->storage->block.offset + batch_offset(m, m->b, i) * es;
+    char *po = (char *)m->out->storage->block.handle + m->out->storage->block.offset + batch_offset(m, m->out, i) * es;
+    gemm g = {j->dbl, m->M, m->N, m->K, pa, pb, po, j->la == 1, j->lb == 1, j->lda, j->ldb, j->ldo, true};
+    if (j->lo == 1) { /* column-major out: Out^T = B^T A^T */
+        g = (gemm){j->dbl, m->N, m->M, m->K, pb, pa, po, j->lb != 1, j->la != 1, j->ldb, j->lda, j->ldo, true};
+    }
+    return g;
+}
+
+static void batch_chunk(void *arg, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+        gemm g = batch_gemm(arg, i);
+        gemm_run(&g, 0, g.P, 0, g.Q);
+    }
+}
+
+/* f32 / f64 with a, b, out each row- or column-major per matrix. */
+static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int64_t ldb, int lo, int64_t ldo) {
+    batch_job j = {m, la, lb, lo, lda, ldb, ldo, dbl};
+    if (m->nbatch == 1) {
+        gemm g = batch_gemm(&j, 0);
+        gemm_parallel(&g);
+        return;
+    }
+    /* weight shared by every batch, inputs and outputs stacked: one GEMM of nbatch*M rows */
+    if (la == 0 && lo == 0 && batch_broadcast(m, m->b) && batch_folds_into_rows(m, m->a, m->M, lda) &&
+        batch_folds_into_rows(m, m->out, m->M, ldo) && m->nbatch * m->M <= INT_MAX) {
+        gemm g = batch_gemm(&j, 0);
+        g.P = m->nbatch * m->M;
+        gemm_parallel(&g);
+        return;
+    }
+    int64_t per = m->M * m->N * m->K;
+    if (per >= 4 * GEMM_GRAIN_MACS) { /* big matrices: parallel inside each */
+        for (int64_t i = 0; i < m->nbatch; i++) {
+            gemm g = batch_gemm(&j, i);
+            gemm_parallel(&g);
+        }
+    } else {
+        em__cpu_parallel_for(m->nbatch, GEMM_GRAIN_MACS / (per + 1) + 1, batch_chunk, &j);
+    }
+}
+
+/* ---- integers: int64 wrapping sums, i-k-j order over converted rows ---- */
+typedef struct int_job { const bmm *m; atomic_bool oom; } int_job;
+
+static void int_chunk(void *arg, int64_t begin, int64_t end) {
+    int_job *job = arg;
+    const bmm *m = job->m;
+    int64_t M = m->M, N = m->N, K = m->K, nd = m->out->ndim;
+    uint64_t *bm = malloc(sizeof(uint64_t) * (size_t)(K * N + K + N + 1));
+    if (!bm) {
+        atomic_store(&job->oom, true);
+        return;
+    }
+    uint64_t *arow = bm + K * N, *acc = arow + K;
+    const em_tensor *a = m->a, *b = m->b;
+    em_tensor *out = m->out;
+    size_t ea = em_dtype_size(a->dtype), eo = em_dtype_size(out->dtype);
+    for (int64_t i = begin; i < end; i++) {
+        const char *pa = (const char *)a->storage->block.handle + a->storage->block.offset + batch_offset(m, a, i) * (int64_t)ea;
+        const char *pb = (const char *)b->storage->block.handle + b->storage->block.offset + batch_offset(m, b, i) * (int64_t)ea;
+        char *po = (char *)out->storage->block.handle + out->storage->block.offset + batch_offset(m, out, i) * (int64_t)eo;
+        for (int64_t k = 0; k < K; k++)
+            em__cpu_cast_block((char *)(bm + k * N), 8, EM_I64, pb + k * b->strides[nd - 2] * (int64_t)ea,
+                               b->strides[nd - 1] * (int64_t)ea, b->dtype, N);
+        for (int64_t r = 0; r < M; r++) {
+            em__cpu_cast_block((char *)arow, 8, EM_I64, pa + r * a->strides[nd - 2] * (int64_t)ea,
+                               a->strides[nd - 1] * (int64_t)ea, a->dtype, K);
+            for (int64_t c = 0; c < N; c++) acc[c] = 0;
+            for (int64_t k = 0; k < K; k++) {
+                uint64_t av = arow[k];
+                const uint64_t *brow = bm + k * N;
+                for (int64_t c = 0; c < N; c++) acc[c] += av * brow[c];
+            }
+            em__cpu_cast_block(po + r * out->strides[nd - 2] * (int64_t)eo, out->strides[nd - 1] * (int64_t)eo,
+                               out->dtype, (const char *)acc, 8, EM_I64, N);
+        }
+    }
+    free(bm);
+}
+
+/* Contiguous f32 copies of a, b (any dtype) and a f32 out, then cast back. */
+static em_status via_f32(const bmm *m, em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    tmp_tensor ta, tb, to;
+    int nd = out->ndim;
+    int64_t sa[EM_MAX_DIMS], sb[EM_MAX_DIMS];
+    for (int d = 0; d < nd; d++) { sa[d] = d < nd - 2 ? m->bshape[d] : a->shape[d]; sb[d] = d < nd - 2 ? m->bshape[d] : b->shape[d]; }
+    em_status st = tmp_make(&ta, EM_F32, nd, sa);
+    if (st) return st;
+    if ((st = tmp_make(&tb, EM_F32, nd, sb))) { tmp_free(&ta); return st; }
+    if ((st = tmp_make(&to, EM_F32, nd, out->shape))) { tmp_free(&ta); tmp_free(&tb); return st; }
+    em__cpu_copy(&ta.t, a);
+    em__cpu_copy(&tb.t, b);
+    st = em__cpu_matmul(&to.t, &ta.t, &tb.t);
+    if (st == EM_OK) em__cpu_copy(out, &to.t);
+    tmp_free(&ta);
+    tmp_free(&tb);
+    tmp_free(&to);
+    return st;
+}
+
+em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    int nd = out->ndim;
+    if (nd < 2 || a->ndim != nd || b->ndim != nd || a->dtype != b->dtype || a->dtype != out->dtype)
+        return em_error(EM_ERR_INTERNAL, "cpu: matmul expects three tensors of one dtype and rank >= 2");
+    bmm m = {.nb = nd - 2, .nbatch = 1, .a = a, .b = b, .out = out,
+             .M = out->shape[nd - 2], .N = out->shape[nd - 1], .K = a->shape[nd - 1]};
+    for (int d = 0; d < nd - 2; d++) { m.bshape[d] = out->shape[d]; m.nbatch *= out->shape[d]; }
+    if (m.nbatch == 0 || m.M == 0 || m.N == 0) return EM_OK;
+    if (m.K == 0) return em__cpu_fill(out, 0);
+    em_dtype dt = out->dtype;
+    if (dt == EM_F16 || dt == EM_BF16) return via_f32(&m, out, a, b);
+    if (dt != EM_F32 && dt != EM_F64) {
+        if (m.K * m.N + m.K + m.N + 1 > (int64_t)(SIZE_MAX / 8 / 2))
+            return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: integer matrices too large");
+        int_job j = {&m, false};
+        em__cpu_parallel_for(m.nbatch, GEMM_GRAIN_MACS / (m.M * m.N * m.K + 1) + 1, int_chunk, &j);
+        if (atomic_load(&j.oom)) return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: no memory for integer scratch");
+        return EM_OK;
+    }
+    pthread_once(&g_blas_once, blas_single_thread);
+    if (m.M > INT_MAX || m.N > INT_MAX || m.K > INT_MAX)
+        return em_error(EM_ERR_NOT_SUPPORTED, "cpu: matmul dims above %d are not supported by BLAS", INT_MAX);
+    int64_t lda = 0, ldb = 0, ldo = 0;
+    int la = mat_layout(m.M, m.K, a->strides[nd - 2], a->strides[nd - 1], &lda);
+    int lb = mat_layout(m.K, m.N, b->strides[nd - 2], b->strides[nd - 1], &ldb);
+    int lo = mat_layout(m.M, m.N, out->strides[nd - 2], out->strides[nd - 1], &ldo);
+    if (la >= 0 && lb >= 0 && lo >= 0) {
+        blas_matmul(&m, dt == EM_F64, la, lda, lb, ldb, lo, ldo);
+        return EM_OK;
+    }
+    /* some operand has an odd layout: contiguous copies of just those, then again */
+    tmp_tensor ta, tb, to;
+    const em_tensor *ua = a, *ub = b;
+    em_tensor *uo = out;
+    em_status st = EM_OK;
+    bool ca = la < 0, cb = lb < 0, co = lo < 0;
+    if (ca && (st = tmp_make(&ta, dt, nd, a->shape)) == EM_OK) { em__cpu_copy(&ta.t, a); ua = &ta.t; }
+    if (st == EM_OK && cb && (st = tmp_make(&tb, dt, nd, b->shape)) == EM_OK) { em__cpu_copy(&tb.t, b); ub = &tb.t; }
+    if (st == EM_OK && co && (st = tmp_make(&to, dt, nd, out->shape)) == EM_OK) uo = &to.t;
+    if (st == EM_OK) st = em__cpu_matmul(uo, ua, ub);
+    if (st == EM_OK && co) em__cpu_copy(out, uo);
+    if (ca && ua != a) tmp_free(&ta);
+    if (cb && ub != b) tmp_free(&tb);
+    if (co && uo != out) tmp_free(&to);
+    return st;
+}
