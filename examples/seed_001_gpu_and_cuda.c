@@ -87,6 +87,7 @@ static void the_program(em_device device) {
     /* print(x is x_gpu)   # False: .cuda() made a new tensor. On the CPU alone, .to('cpu')
      * returns x itself (True), exactly as PyTorch's x.to('cpu') does. */
     printf("x is x_gpu: %s\n", py_bool(x == x_gpu));
+    if (x == x_gpu) printf("(only the CPU here: x.to(cpu) is x itself, so writing x_gpu[0] changed x too)\n");
 
     /* model_gpu = model.cuda(): a module moves in place, so the two names are one model
      * (model.weight is model_gpu.weight: True). TODO(nn): em_module_to keeps handles valid. */
