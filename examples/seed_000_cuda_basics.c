@@ -155,6 +155,12 @@ static void model_on_device(em_device device) {
             printf("  %s: %lld samples\n", em_device_str(di).s, (long long)len);
         }
         output = em_cat(parts, n, 0);
+        /* the split changes nothing: the same batch on one device gives the same numbers */
+        em_tensor *one = mlp_forward(&model, em_to(batch, device));
+        em_tensor *diff = em_max(em_abs(em_sub(output, one)), EM_ALL_DIMS, false);
+        SEED_CHECK(diff);
+        printf("largest difference from one device: %g\n", em_item(diff));
+        SEED_CHECK(em_item(diff) < 1e-4);
     } else {
         printf("one %s device: no DataParallel split\n", em_device_type_name(device.type));
         output = mlp_forward(&model, em_to(batch, device));

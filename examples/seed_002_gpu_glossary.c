@@ -60,7 +60,7 @@ static void model_and_mixed_precision(em_device device) {
 
     /* if torch.cuda.device_count() > 1: model = torch.nn.DataParallel(model) */
     int n = device.type == EM_CPU ? 1 : em_device_count(device.type);
-    if (n > 1) printf("Using %d GPUs\n", n);
+    if (n > 1) printf("Using %d %s devices\n", n, em_device_type_name(device.type)); /* Using 2 GPUs */
     /* DistributedDataParallel (torchrun, NCCL): TODO(dist), from the dist helper. */
 }
 
