@@ -1,4 +1,5 @@
 /* Tensor objects: creation, properties, reference counts, scopes, host access. */
+#include <pthread.h>
 #include "test_core_util.h"
 
 static void test_zeros_ones_full(void) {
@@ -248,6 +249,36 @@ static void test_host_access(void) {
     em_release(t);
 }
 
+/* Each thread has its own scopes and error state; a shared input is only read. */
+static em_tensor *g_shared;
+
+static void *thread_work(void *arg) {
+    intptr_t id = (intptr_t)arg;
+    bool ok = true;
+    for (int i = 0; i < 100 && ok; i++) {
+        em_scope s = em_scope_begin();
+        em_tensor *x = em_add_scalar(em_mul_scalar(g_shared, (double)id), 1);
+        ok = x && tval(x, 3) == 3.0 * (double)id + 1 && !em_failed();
+        em_scope_end(s);
+    }
+    if (id == 2) em_error(EM_ERR_IO, "only in thread 2");
+    return (void *)(intptr_t)ok;
+}
+
+static void test_threads(void) {
+    g_shared = em_arange(0, 8, 1, (em_opts){0});
+    pthread_t th[4];
+    for (intptr_t i = 0; i < 4; i++) pthread_create(&th[i], NULL, thread_work, (void *)i);
+    for (int i = 0; i < 4; i++) {
+        void *ok = NULL;
+        pthread_join(th[i], &ok);
+        CHECK(ok == (void *)1);
+    }
+    CHECK(!em_failed());
+    CHECK(atomic_load(&g_shared->refcount) == 1);
+    em_release(g_shared);
+}
+
 int main(void) {
     RUN(test_zeros_ones_full);
     RUN(test_bad_creation);
@@ -261,5 +292,6 @@ int main(void) {
     RUN(test_scope_loop);
     RUN(test_properties);
     RUN(test_host_access);
+    RUN(test_threads);
     return test_summary();
 }

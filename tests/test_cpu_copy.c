@@ -1,6 +1,5 @@
 /* CPU backend: fill, fill_affine and copy/cast over every dtype pair and layout. */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 typedef struct tshape { int ndim; int64_t d[4]; } tshape;
 static const tshape shapes[] = {

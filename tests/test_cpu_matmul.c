@@ -1,7 +1,6 @@
 /* CPU backend: batched matmul for every dtype, layout (row-major, transposed, strided,
  * broadcast batch) and odd size, against a naive reference. */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 typedef struct mm_case { int64_t M, K, N; } mm_case;
 static const mm_case cases[] = {
@@ -39,23 +38,12 @@ static int64_t elem(const em_tensor *t, int nb, int64_t batch, const int64_t *bs
     return off + r * t->strides[nb] + c * t->strides[nb + 1];
 }
 
-static double get_at(ttensor *x, int64_t eoff) {
-    /* element at offset eoff (from t->offset): find via a temporary 1-element view */
-    em_tensor saved = x->t;
-    x->t.ndim = 0;
-    x->t.offset = saved.offset + eoff;
-    double v = tt_get(x, 0);
-    x->t = saved;
-    return v;
+/* Element at eoff elements from the tensor's own offset. */
+static const unsigned char *at(ttensor *x, int64_t eoff) {
+    return (const unsigned char *)x->st.block.handle + (x->t.offset + eoff) * (int64_t)tt_esize(x->t.dtype);
 }
-static int64_t get_at_i(ttensor *x, int64_t eoff) {
-    em_tensor saved = x->t;
-    x->t.ndim = 0;
-    x->t.offset = saved.offset + eoff;
-    int64_t v = tt_get_i64(x, 0);
-    x->t = saved;
-    return v;
-}
+static double get_at(ttensor *x, int64_t eoff) { return tt_get_raw(x, at(x, eoff)); }
+static int64_t get_at_i(ttensor *x, int64_t eoff) { return tt_get_i64_raw(x, at(x, eoff)); }
 
 static void check_mm(em_dtype dt, const mm_case *c, int nb, const int64_t *bshape, int la, int lb, int lo, int *bad) {
     ttensor *a = make_mat(dt, nb, bshape, c->M, c->K, la), *b = make_mat(dt, nb, bshape, c->K, c->N, lb);

@@ -1,7 +1,6 @@
 /* CPU backend: sum/mean/max/min over every subset of dims, argmax/argmin over each dim,
  * every dtype and input layout, against a naive reference; NaN rules; thread determinism. */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 
 typedef struct tshape { int ndim; int64_t d[4]; } tshape;
 static const tshape shapes[] = {

@@ -1,7 +1,6 @@
 /* Philox 4x32-10 known answers (Random123's kat_vectors) and the CPU backend's rng kernel
  * against the contract written in src/core/philox.h. */
 #include "test_cpu_util.h"
-#include "test_cpu_shims.h"
 #include "core/philox.h"
 
 static void test_philox_kat(void) {

@@ -28,6 +28,7 @@ typedef struct ttensor {
     em_tensor t;
     size_t bytes;          /* the whole buffer, guards included */
     unsigned char *mask;   /* 1 for bytes that belong to the view */
+    int64_t *offs;         /* byte offset of each logical element (row-major) */
 } ttensor;
 
 static inline size_t tt_esize(em_dtype dt) {
@@ -77,12 +78,16 @@ static inline ttensor *tt_make_strided(em_dtype dt, int ndim, const int64_t *sha
     x->t.offset = offset;
     x->t.storage = &x->st;
     x->mask = calloc(x->bytes, 1);
-    for (int64_t i = 0; i < n; i++) memset(x->mask + tt_offset(&x->t, i), 1, es);
+    x->offs = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++) {
+        x->offs[i] = tt_offset(&x->t, i);
+        memset(x->mask + x->offs[i], 1, es);
+    }
     return x;
 }
 
 static inline ttensor *tt_make(em_dtype dt, int ndim, const int64_t *shape, tlayout layout) {
-    int64_t strides[EM_MAX_DIMS], s = 1, offset = 0;
+    int64_t strides[EM_MAX_DIMS] = {0}, s = 1, offset = 0;
     switch (layout) {
     case L_CONTIG:
     case L_BCAST0:
@@ -104,11 +109,12 @@ static inline void tt_free(ttensor *x) {
     if (!x) return;
     free(x->st.block.handle);
     free(x->mask);
+    free(x->offs);
     free(x);
 }
 
 static inline unsigned char *tt_ptr(ttensor *x, int64_t i) {
-    return (unsigned char *)x->st.block.handle + tt_offset(&x->t, i);
+    return (unsigned char *)x->st.block.handle + x->offs[i];
 }
 
 /* Bytes outside the view still hold the guard pattern? */
@@ -121,8 +127,7 @@ static inline bool tt_guard_ok(const ttensor *x) {
 
 /* Independent element access (the test's own conversions, except f16/bf16 bit formats,
  * which use the library's em_f16_to_f32 family). */
-static inline double tt_get(ttensor *x, int64_t i) {
-    const unsigned char *p = tt_ptr(x, i);
+static inline double tt_get_raw(const ttensor *x, const unsigned char *p) {
     switch (x->t.dtype) {
     case EM_F32: { float v; memcpy(&v, p, 4); return v; }
     case EM_F64: { double v; memcpy(&v, p, 8); return v; }
@@ -134,16 +139,17 @@ static inline double tt_get(ttensor *x, int64_t i) {
     default: return *p != 0;
     }
 }
-static inline int64_t tt_get_i64(ttensor *x, int64_t i) {
-    const unsigned char *p = tt_ptr(x, i);
+static inline int64_t tt_get_i64_raw(const ttensor *x, const unsigned char *p) {
     switch (x->t.dtype) {
     case EM_I64: { int64_t v; memcpy(&v, p, 8); return v; }
     case EM_I32: { int32_t v; memcpy(&v, p, 4); return v; }
     case EM_U8: return *p;
     case EM_BOOL: return *p != 0;
-    default: return (int64_t)tt_get(x, i);
+    default: return (int64_t)tt_get_raw(x, p);
     }
 }
+static inline double tt_get(ttensor *x, int64_t i) { return tt_get_raw(x, tt_ptr(x, i)); }
+static inline int64_t tt_get_i64(ttensor *x, int64_t i) { return tt_get_i64_raw(x, tt_ptr(x, i)); }
 /* Store v (already representable in the dtype) into element i. */
 static inline void tt_set(ttensor *x, int64_t i, double v) {
     unsigned char *p = tt_ptr(x, i);

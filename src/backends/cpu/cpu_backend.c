@@ -165,5 +165,10 @@ const em_backend em_cpu_backend = {
     .where = em__cpu_where,
     .reduce = em__cpu_reduce,
     .matmul = em__cpu_matmul,
+    .softmax = em__cpu_softmax,
+    .index_select = em__cpu_index_select,
+    .index_add = em__cpu_index_add,
+    .gather = em__cpu_gather,
+    .scatter_add = em__cpu_scatter_add,
     .rng = em__cpu_rng,
 };

@@ -101,12 +101,12 @@ void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_
 
 void em__cpu_load_block(void *buf, const char *p, int64_t stride, int64_t n, em_dtype dt) {
     em_dtype ct = em__cpu_compute_type(dt);
-    g_cast[dt][ct]((char *)buf, (int64_t)em_dtype_size(ct), p, stride, n);
+    g_cast[dt][ct]((char *)buf, (int64_t)em__cpu_esize(ct), p, stride, n);
 }
 
 void em__cpu_store_block(char *p, int64_t stride, int64_t n, em_dtype dt, const void *buf) {
     em_dtype ct = em__cpu_compute_type(dt);
-    g_cast[ct][dt](p, stride, (const char *)buf, (int64_t)em_dtype_size(ct), n);
+    g_cast[ct][dt](p, stride, (const char *)buf, (int64_t)em__cpu_esize(ct), n);
 }
 
 double em__cpu_load_f64(const void *p, em_dtype dt) {
@@ -127,7 +127,7 @@ typedef struct copy_ctx { em_dtype dst, src; } copy_ctx;
 
 static void copy_loop(void *arg, char **data, const int64_t *st, int64_t n, int64_t index) {
     const copy_ctx *c = arg;
-    size_t es = em_dtype_size(c->dst);
+    size_t es = em__cpu_esize(c->dst);
     if (c->dst == c->src && st[0] == (int64_t)es && st[1] == (int64_t)es) {
         memmove(data[0], data[1], (size_t)n * es); /* in-place copy onto itself is allowed */
         return;
@@ -156,12 +156,12 @@ em_status em__cpu_copy(em_tensor *out, const em_tensor *in) {
 }
 
 /* ---- fill ---- */
-typedef struct fill_ctx { em_dtype dt; unsigned char value[8]; } fill_ctx;
+typedef struct fill_ctx { em_dtype dt; _Alignas(8) unsigned char value[8]; } fill_ctx;
 
 static void fill_loop(void *arg, char **data, const int64_t *st, int64_t n, int64_t index) {
     const fill_ctx *c = arg;
     char *o = data[0];
-    switch (em_dtype_size(c->dt)) {
+    switch (em__cpu_esize(c->dt)) {
     case 1: {
         uint8_t v;
         memcpy(&v, c->value, 1);

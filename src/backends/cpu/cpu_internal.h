@@ -10,6 +10,7 @@
 #include "../backend.h"
 #include "../../core/errors.h"
 #include "cpu_threads.h"
+#include <stdatomic.h>
 
 /* ---- the strided iterator ----
  * Operands share out's shape (ts[0] is out). Size-1 dims are dropped, dims are ordered by
@@ -30,11 +31,18 @@ typedef struct cpu_iter {
 typedef void (*cpu_loop_fn)(void *ctx, char **data, const int64_t *strides, int64_t n, int64_t index);
 
 void em__cpu_iter_init(cpu_iter *it, int nops, const em_tensor *const *ts, bool keep_order);
-/* Run loop over every element; split across threads when numel >= grain (0: never). */
+/* Run loop over every element; split across threads (chunks of at least grain / 2) when
+ * numel >= grain (0: never). */
 void em__cpu_iter_run(const cpu_iter *it, cpu_loop_fn loop, void *ctx, int64_t grain);
 
 /* Elementwise work splits across threads from this many elements. */
 #define EM_CPU_PARALLEL_ELEMS 262144
+
+/* Bytes per element without a call (hot paths). */
+static inline size_t em__cpu_esize(em_dtype dt) {
+    static const unsigned char size[EM_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
+    return (unsigned)dt < EM_DTYPE_COUNT ? size[dt] : 0;
+}
 
 static inline int64_t em__cpu_numel(const em_tensor *t) {
     int64_t n = 1;

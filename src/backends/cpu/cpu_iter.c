@@ -31,22 +31,22 @@ void em__cpu_iter_init(cpu_iter *it, int nops, const em_tensor *const *ts, bool 
         if (m > 0) {
             bool merge = true;
             for (int k = 0; k < nops && merge; k++)
-                merge = it->strides[k][m - 1] == out->shape[d] * ts[k]->strides[d] * (int64_t)em_dtype_size(ts[k]->dtype);
+                merge = it->strides[k][m - 1] == out->shape[d] * ts[k]->strides[d] * (int64_t)em__cpu_esize(ts[k]->dtype);
             if (merge) {
                 it->shape[m - 1] *= out->shape[d];
                 for (int k = 0; k < nops; k++)
-                    it->strides[k][m - 1] = ts[k]->strides[d] * (int64_t)em_dtype_size(ts[k]->dtype);
+                    it->strides[k][m - 1] = ts[k]->strides[d] * (int64_t)em__cpu_esize(ts[k]->dtype);
                 continue;
             }
         }
         it->shape[m] = out->shape[d];
         for (int k = 0; k < nops; k++)
-            it->strides[k][m] = ts[k]->strides[d] * (int64_t)em_dtype_size(ts[k]->dtype);
+            it->strides[k][m] = ts[k]->strides[d] * (int64_t)em__cpu_esize(ts[k]->dtype);
         m++;
     }
     if (m == 0) { /* a single element */
         it->shape[0] = 1;
-        for (int k = 0; k < nops; k++) it->strides[k][0] = (int64_t)em_dtype_size(ts[k]->dtype);
+        for (int k = 0; k < nops; k++) it->strides[k][0] = (int64_t)em__cpu_esize(ts[k]->dtype);
         m = 1;
     }
     it->ndim = m;
@@ -99,8 +99,7 @@ void em__cpu_iter_run(const cpu_iter *it, cpu_loop_fn loop, void *ctx, int64_t g
     if (it->numel <= 0) return;
     iter_job job = {it, loop, ctx};
     if (grain > 0 && it->numel >= grain)
-        em__cpu_parallel_for(it->numel, grain / 2 > EM_CPU_MIN_GRAIN ? grain / 2 : EM_CPU_MIN_GRAIN,
-                             iter_range, &job);
+        em__cpu_parallel_for(it->numel, grain / 2 > 1 ? grain / 2 : 1, iter_range, &job);
     else
         iter_range(&job, 0, it->numel);
 }

@@ -1,0 +1,86 @@
+/* CPU backend: device enumeration and properties, raw and pinned memory, copies. */
+#include <stdlib.h>
+#include <unistd.h>
+#include "test_cpu_util.h"
+
+/* Under ASan a huge malloc must return NULL (the default is to abort the process). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+static void test_device_props(void) {
+    CHECK(em_cpu_backend.init() == EM_OK);
+    CHECK(em_cpu_backend.device_count() == 1);
+    CHECK(em_cpu_backend.type == EM_CPU && strcmp(em_cpu_backend.name, "cpu") == 0);
+    em_device_props p;
+    CHECK_OK(em_cpu_backend.device_props(0, &p));
+    CHECK(strlen(p.name) > 0);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) { /* the name is the first "model name" line's value */
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "model name", 10) == 0) {
+                line[strcspn(line, "\n")] = '\0';
+                CHECK(strstr(line, p.name) != NULL);
+                break;
+            }
+        fclose(f);
+    }
+    CHECK(p.total_memory > (int64_t)1 << 24);
+    CHECK(p.free_memory > 0 && p.free_memory <= p.total_memory);
+    CHECK(p.compute_units == (int)sysconf(_SC_NPROCESSORS_ONLN));
+    CHECK(!p.is_gpu);
+    CHECK(em_cpu_backend.device_props(1, &p) == EM_ERR_DEVICE);
+    CHECK_ERROR(EM_ERR_DEVICE, "cpu");
+}
+
+static void test_raw_memory_and_copies(void) {
+    const size_t sizes[] = {0, 1, 63, 64, 1000, 1 << 20};
+    for (int i = 0; i < 6; i++) {
+        void *h = NULL;
+        CHECK_OK(em_cpu_backend.raw_alloc(0, sizes[i], &h));
+        CHECK(h != NULL && ((uintptr_t)h & 63) == 0);
+        if (sizes[i]) memset(h, 7, sizes[i]);
+        em_cpu_backend.raw_free(0, h);
+    }
+    void *h = NULL;
+    CHECK(em_cpu_backend.raw_alloc(0, (size_t)1 << 62, &h) == EM_ERR_OUT_OF_MEMORY);
+    CHECK_ERROR(EM_ERR_OUT_OF_MEMORY, "4611686018427387904 bytes");
+    CHECK(h == NULL);
+
+    unsigned char src[100], back[100];
+    for (int i = 0; i < 100; i++) src[i] = (unsigned char)i;
+    void *d1, *d2;
+    CHECK_OK(em_cpu_backend.raw_alloc(0, 256, &d1));
+    CHECK_OK(em_cpu_backend.raw_alloc(0, 256, &d2));
+    memset(d1, 0xEE, 256);
+    CHECK_OK(em_cpu_backend.copy_h2d(0, d1, 10, src, 100, false));
+    CHECK(((unsigned char *)d1)[9] == 0xEE && ((unsigned char *)d1)[110] == 0xEE);
+    CHECK_OK(em_cpu_backend.copy_d2d(0, d2, 3, 0, d1, 10, 100));
+    CHECK_OK(em_cpu_backend.copy_d2h(0, back, d2, 3, 100));
+    CHECK(memcmp(src, back, 100) == 0);
+    CHECK_OK(em_cpu_backend.copy_d2d(0, d1, 12, 0, d1, 10, 50)); /* overlapping: memmove semantics */
+    CHECK(((unsigned char *)d1)[12] == 0 && ((unsigned char *)d1)[61] == 49);
+    CHECK_OK(em_cpu_backend.synchronize(0));
+    em_cpu_backend.raw_free(0, d1);
+    em_cpu_backend.raw_free(0, d2);
+}
+
+static void test_pinned_memory(void) {
+    void *p = NULL, *q = NULL;
+    CHECK_OK(em_cpu_backend.host_alloc_pinned(100000, &p));
+    CHECK_OK(em_cpu_backend.host_alloc_pinned(1, &q));
+    CHECK(p && q && ((uintptr_t)p & 63) == 0 && ((uintptr_t)q & 63) == 0);
+    memset(p, 1, 100000);
+    *(char *)q = 2;
+    em_cpu_backend.host_free_pinned(p);
+    CHECK(*(char *)q == 2);
+    em_cpu_backend.host_free_pinned(q);
+    em_cpu_backend.host_free_pinned(NULL);
+}
+
+int main(void) {
+    RUN(test_device_props);
+    RUN(test_raw_memory_and_copies);
+    RUN(test_pinned_memory);
+    return test_summary();
+}
