@@ -232,7 +232,7 @@ static void table(void) {
     printf("|==========================================+=======================+========================|\n");
     for (int i = 0; i < n; i++) {
         const row *r = &rows[i];
-        char mem[48], util[8] = "N/A", temp[8] = "N/A", power[16] = "N/A";
+        char mem[48], util[16] = "N/A", temp[16] = "N/A", power[16] = "N/A";
         mem_cell(r, mem, sizeof mem);
         if (r->util_gpu >= 0) snprintf(util, sizeof util, "%d%%", r->util_gpu);
         if (r->temperature >= 0) snprintf(temp, sizeof temp, "%dC", r->temperature);
