@@ -240,8 +240,9 @@ em_status em__gpu_softmax(const em_gpu *g, em_tensor *out, const em_tensor *in, 
 
 /* ---- indexing ---- */
 
-em_status em__gpu_index_select(const em_gpu *g, em_tensor *out, const em_tensor *in, int dim,
-                               const em_tensor *index) {
+/* index_select and gather take the same arguments; only the kernel differs. */
+static em_status gpu_index_kernel(const em_gpu *g, const char *kernel, em_tensor *out,
+                                  const em_tensor *in, int dim, const em_tensor *index) {
     int64_t oo, io, xo;
     if (em__gpu_elem_offset(out, &oo) || em__gpu_elem_offset(in, &io) ||
         em__gpu_elem_offset(index, &xo))
@@ -253,31 +254,21 @@ em_status em__gpu_index_select(const em_gpu *g, em_tensor *out, const em_tensor 
     em__gpu_layout(index, xo, &xsh, &sx);
     if (sh.numel == 0) return EM_OK;
     char name[32];
-    snprintf(name, sizeof name, "index_select_%zu", em_dtype_size(out->dtype));
+    snprintf(name, sizeof name, "%s_%zu", kernel, em_dtype_size(out->dtype));
     em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KBUF(in->storage->block.handle),
                       EM_KBUF(index->storage->block.handle), EM_KSTRUCT(sh), EM_KSTRUCT(so),
                       EM_KSTRUCT(si), EM_KSTRUCT(sx), EM_KI32(dim)};
-    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 8, args, "index_select");
+    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 8, args, kernel);
+}
+
+em_status em__gpu_index_select(const em_gpu *g, em_tensor *out, const em_tensor *in, int dim,
+                               const em_tensor *index) {
+    return gpu_index_kernel(g, "index_select", out, in, dim, index);
 }
 
 em_status em__gpu_gather(const em_gpu *g, em_tensor *out, const em_tensor *in, int dim,
                          const em_tensor *index) {
-    int64_t oo, io, xo;
-    if (em__gpu_elem_offset(out, &oo) || em__gpu_elem_offset(in, &io) ||
-        em__gpu_elem_offset(index, &xo))
-        return em_last_status();
-    emk_shape sh, ish, xsh;
-    emk_strides so, si, sx;
-    em__gpu_layout(out, oo, &sh, &so);
-    em__gpu_layout(in, io, &ish, &si);
-    em__gpu_layout(index, xo, &xsh, &sx);
-    if (sh.numel == 0) return EM_OK;
-    char name[32];
-    snprintf(name, sizeof name, "gather_%zu", em_dtype_size(out->dtype));
-    em_karg args[] = {EM_KBUF(out->storage->block.handle), EM_KBUF(in->storage->block.handle),
-                      EM_KBUF(index->storage->block.handle), EM_KSTRUCT(sh), EM_KSTRUCT(so),
-                      EM_KSTRUCT(si), EM_KSTRUCT(sx), EM_KI32(dim)};
-    return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 8, args, "gather");
+    return gpu_index_kernel(g, "gather", out, in, dim, index);
 }
 
 /* index_add and scatter_add: one thread per position of `space` with `dim` squeezed to 1,
