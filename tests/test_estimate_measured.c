@@ -19,8 +19,9 @@
 #include <ember/estimate.h>
 
 #define REL(a, b) (fabs((a) - (b)) / (b))
-/* The estimate must be within this fraction of the measured peak (worst seen: see below). */
-#define TOLERANCE 0.10
+/* The estimate must be within this fraction of the measured peak (the allocator is deterministic;
+ * worst seen +4.4%: the deep MLP at batch 8192, where backward frees some gradients early). */
+#define TOLERANCE 0.06
 
 static em_module *mlp(int deep) {
     return deep ? em_sequential(em_linear(784, 512), em_relu_module(), em_linear(512, 256), em_relu_module(),

@@ -83,12 +83,15 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out);
  *   the input (in_features of the first Linear; held by the caller through the step), then
  *   what autograd keeps for backward: each Linear's output (an elementwise activation after it
  *   keeps its own output instead and the Linear's is freed: ReLU, Sigmoid, Tanh), GELU one
- *   more (it saves its input), Dropout two more (output and mask), and cross-entropy's
- *   log-softmax of the last layer's output.
- * Not counted: integer targets, the gradients of activations and forward temporaries that
- * backward and the next layer free (2 x the widest layer per sample at most), allocator
- * rounding (512 B per block). For inference: the input plus the widest layer's output twice
- * (matmul result and bias sum). LoRA counts rank x (in + out) adapter parameters per Linear.
+ *   more (it saves its input), Dropout two more (output and mask), cross-entropy's
+ *   log-softmax of the last layer's output, and, while backward passes the widest Linear, the
+ *   gradients of its output and of its activation (2 x the widest output; the input needs none).
+ * Not counted: integer targets, the loss's small temporaries, the forward's transient second
+ * copy of a layer's output (matmul result before the bias is added; freed by the next layer),
+ * allocator rounding (512 B per block). Measured against the CPU and OpenCL allocators on
+ * ReLU MLPs (tests/test_estimate_measured.c) the total is within 5% of the peak of two Adam
+ * steps from batch 1 to 8192. For inference: the input plus the widest output twice (matmul
+ * result and bias sum). LoRA counts rank x (in + out) adapter parameters per Linear.
  * A module kind it does not know (a custom forward) counts as one output of the current
  * width, and the explanation says so. EM_ERR_ARGUMENT for a model without parameters. */
 typedef struct em_module em_module;

@@ -239,7 +239,7 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
 /* What the layers of a model keep per sample, in elements (see the header). */
 typedef struct model_walk {
     double params, largest, lora_in_out;   /* lora_in_out: sum of in + out over Linears */
-    int64_t input, width, widest, saved;
+    int64_t input, width, widest, widest_out, saved;
     int linears;
     em_dtype dt;
     bool dt_set, dt_mixed;
@@ -260,6 +260,7 @@ static void walk_linear(model_walk *w, int64_t in, int64_t out) {
     w->width = out;
     w->saved += out;
     w->lora_in_out += (double)(in + out);
+    if (out > w->widest_out) w->widest_out = out;
     if (out > w->widest) w->widest = out;
     if (in > w->widest) w->widest = in;
 }
@@ -301,7 +302,8 @@ static em_status estimate_walk(const char *fn, model_walk *w, const em_estimate_
     bool training = o->mode != EM_ESTIMATE_INFERENCE;
     mo.largest_param = o->mode == EM_ESTIMATE_LORA ? rank * (double)w->widest : w->largest;
     double e = w->dt == EM_F32 ? 4 : 2;
-    int64_t kept = training ? w->saved + w->width : 2 * w->widest;   /* + cross-entropy's log-softmax */
+    /* training: + cross-entropy's log-softmax + two gradients of the widest output in backward */
+    int64_t kept = training ? w->saved + w->width + 2 * w->widest_out : 2 * w->widest_out;
     bool counted = o->batch > 0 && o->activation_bytes_per_sample <= 0 && w->linears > 0;
     if (counted) {
         mo.input_bytes_per_sample = (double)w->input * e;
@@ -317,12 +319,13 @@ static em_status estimate_walk(const char *fn, model_walk *w, const em_estimate_
         else if (assumed_acts && w->linears > 1)
             snprintf(tail, sizeof tail, "; assumes ReLU-like activations between the Linears");
         if (training)
-            snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + kept for backward %lld: "
-                     "layer outputs %lld, log-softmax %lld) x %.0f B%s", (long long)o->batch, (long long)w->input,
-                     (long long)kept, (long long)w->saved, (long long)w->width, e, tail);
+            snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + layer outputs %lld + "
+                     "log-softmax %lld + 2 x %lld gradients in backward) x %.0f B%s", (long long)o->batch,
+                     (long long)w->input, (long long)w->saved, (long long)w->width, (long long)w->widest_out, e, tail);
         else
-            snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + 2 x the widest layer "
-                     "%lld) x %.0f B", (long long)o->batch, (long long)w->input, (long long)w->widest, e);
+            snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + 2 x the widest output "
+                     "%lld: matmul and bias sum) x %.0f B", (long long)o->batch, (long long)w->input,
+                     (long long)w->widest_out, e);
     } else if (o->batch <= 0) {
         snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "not counted: give a batch size");
     }
