@@ -65,7 +65,8 @@ typedef enum em_estimate_line {
 typedef struct em_estimate {
     double bytes[EM_ESTIMATE_LINES];
     char why[EM_ESTIMATE_LINES][256];    /* one line each: how the number was counted */
-    double trainable_params;
+    double params, trainable_params;     /* params: the count used (given, or the model's) */
+    em_dtype dtype;                      /* the weights' dtype used */
     int64_t hidden, layers;              /* the shape used (given or inferred) */
     bool shape_inferred;
 } em_estimate;

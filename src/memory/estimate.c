@@ -127,7 +127,8 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
         !(o->largest_param >= 0) || !(o->lora_params >= 0))
         return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: rank, targets, hidden, layers, batch, seq, "
                         "activation and input bytes, largest parameter and LoRA parameters must not be negative");
-    double P = o->params;
+    double P = out->params = o->params;
+    out->dtype = o->dtype;
     int k = optimizer_states(o->optimizer);
     bool master = o->master_weights && w < 4;   /* float32 weights are their own master copy */
     double sw = master ? 4 : w;                 /* bytes per optimizer state */
