@@ -86,6 +86,87 @@ static void compare_on(em_device dev) {
     }
 }
 
+/* ---- the checkpoint form and `ember mem --model` ---- */
+
+static char ember_path[PATH_MAX];
+
+static int run_ember(const char *args, char *out, size_t size) {
+    char cmd[2 * PATH_MAX + 256];
+    snprintf(cmd, sizeof cmd, "'%s' mem %s 2>&1", ember_path, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_checkpoint_and_command(void) {
+    /* 11 children: "10.weight" must come after "8.weight", not after "0.weight" */
+    em_module *m = em_sequential(em_linear(784, 300), em_relu_module(), em_linear(300, 200), em_relu_module(),
+                                 em_linear(200, 100), em_relu_module(), em_linear(100, 50), em_relu_module(),
+                                 em_linear(50, 20), em_relu_module(), em_linear(20, 10));
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "/tmp/ember_test_estimate_%d.safetensors", (int)getpid());
+    CHECK_OK(em_module_save(m, path));
+    em_estimate_opts o = {.mode = EM_ESTIMATE_FULL, .optimizer = EM_ESTIMATE_ADAM, .batch = 64};
+    em_estimate a, b;
+    CHECK_OK(em_estimate_module(m, &o, &a));
+    CHECK_OK(em_estimate_checkpoint(path, &o, &b));
+    for (int l = 0; l < EM_ESTIMATE_LINES; l++) CHECK(a.bytes[l] == b.bytes[l]);
+    CHECK(a.params == (double)em_module_num_parameters(m) && b.params == a.params);
+    CHECK(a.layers == 6 && b.layers == 6 && a.hidden == 784 && a.dtype == EM_F32);
+    /* by hand: weights, grads, 2 states, input 784 x 64 x 4, and the larger of the saved
+     * activations (outputs 680 + log-softmax 10 + 2 x 300) x 64 x 4 and Adam's 6 x 784*300 x 4 */
+    double P = a.params, ws = 6.0 * 784 * 300 * 4, act = (680 + 10 + 600) * 64 * 4.0;
+    CHECK_NEAR(a.bytes[EM_ESTIMATE_WORKSPACE], ws, 0.5);
+    CHECK_NEAR(a.bytes[EM_ESTIMATE_ACTIVATIONS], 784 * 64 * 4.0 + act, 0.5);
+    CHECK_NEAR(a.bytes[EM_ESTIMATE_TOTAL], 16 * P + 784 * 64 * 4.0 + fmax(act, ws), 0.5);
+    CHECK(strstr(b.why[EM_ESTIMATE_ACTIVATIONS], "assumes ReLU-like") != NULL);
+
+    char self[PATH_MAX - 16];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    if (n > 0) {
+        self[n] = '\0';
+        *strrchr(self, '/') = '\0';
+        snprintf(ember_path, sizeof ember_path, "%s/ember", self);
+        CHECK(access(ember_path, X_OK) == 0);
+        static char out[65536];
+        char args[PATH_MAX + 64], want[64];
+        snprintf(args, sizeof args, "--model '%s' --batch 64 --mode full --json", path);
+        CHECK(run_ember(args, out, sizeof out) == 0);
+        snprintf(want, sizeof want, "\"total_bytes\": %.0f,", a.bytes[EM_ESTIMATE_TOTAL]);
+        CHECK(strstr(out, want) != NULL);
+        snprintf(want, sizeof want, "\"params\": %.0f,", a.params);
+        CHECK(strstr(out, want) != NULL);
+        snprintf(args, sizeof args, "--model '%s' --batch 64", path);
+        CHECK(run_ember(args, out, sizeof out) == 0);
+        CHECK(strstr(out, "6 Linear layers") && strstr(out, "Inference") && strstr(out, "LoRA fine-tuning"));
+        CHECK(strstr(out, "workspace") && strstr(out, "6 temporaries") && strstr(out, " MB ("));
+        snprintf(args, sizeof args, "7B --model '%s'", path);
+        CHECK(run_ember(args, out, sizeof out) == 2 && strstr(out, "not both"));
+        snprintf(args, sizeof args, "--model '%s' --hidden 64", path);
+        CHECK(run_ember(args, out, sizeof out) == 2 && strstr(out, "come from the checkpoint"));
+        CHECK(run_ember("--model /nonexistent/x.safetensors", out, sizeof out) == 2);
+        CHECK(strstr(out, "/nonexistent/x.safetensors") != NULL);
+        CHECK(run_ember("--model", out, sizeof out) == 2);
+    }
+    CHECK(em_estimate_checkpoint("/nonexistent/x.safetensors", &o, &b) != EM_OK);
+    em_clear_error();
+    CHECK(em_estimate_module(NULL, &o, &b) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "NULL");
+    CHECK_OK(em_module_to_dtype(m, EM_F16));
+    CHECK_OK(em_estimate_module(m, &o, &a));
+    CHECK(a.dtype == EM_F16 && a.bytes[EM_ESTIMATE_WEIGHTS] == 2 * P);
+    em_module *empty = em_sequential(em_relu_module());
+    CHECK(em_estimate_module(empty, &o, &a) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "no parameters");
+    em_module_free(empty);
+    remove(path);
+    em_module_free(m);
+}
+
 static void test_cpu(void) { compare_on(EM_DEVICE_CPU); }
 
 /* PoCL here; skipped where no OpenCL device is found. */
@@ -99,5 +180,6 @@ int main(void) {
     printf("estimate vs measured peak, Adam, float32:\n");
     RUN(test_cpu);
     RUN(test_opencl);
+    RUN(test_checkpoint_and_command);
     return test_summary();
 }
