@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <ember/ember.h>
 
 /* Python's True / False. */
@@ -75,6 +76,16 @@ static inline bool module_on(em_module *m, em_device d) {
     for (int i = 0; i < n; i++)
         if (!em_device_equal(em_device_of(ps[i].tensor), d)) return false;
     return true;
+}
+
+/* model.weight: the parameter called name (borrowed: valid as long as the module). */
+static inline em_tensor *module_param(em_module *m, const char *name) {
+    em_named_tensor ps[64];
+    int n = em_module_parameters(m, ps, 64);
+    for (int i = 0; i < n && i < 64; i++)
+        if (strcmp(ps[i].name, name) == 0) return ps[i].tensor;
+    fprintf(stderr, "no parameter called %s\n", name);
+    exit(1);
 }
 
 /* The loss as a number on the host (loss.item(): the one copy back per step). */
