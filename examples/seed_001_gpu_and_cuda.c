@@ -162,7 +162,6 @@ static void optimizer_and_move(em_device device) {
             SEED_CHECK(m && em_device_equal(em_device_of(m), device));
             printf("moved to %s at step %d; exp_avg is on %s\n", em_device_str(device).s, step,
                    em_device_str(em_device_of(m)).s);
-            em_release(m);
         }
         em_scope s = em_scope_begin();
         em_tensor *loss = em_mse_loss(em_forward(model, x), target); /* loss = F.mse_loss(model(x), y) */
