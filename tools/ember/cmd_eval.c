@@ -22,7 +22,8 @@ static void usage(FILE *f) {
 
 int cmd_eval(int argc, char **argv) {
     const char *path = "ember-mlp.safetensors", *dir = NULL;
-    em_device dev = em_device_auto();
+    em_device dev = EM_DEVICE_CPU;
+    bool device_set = false;
     int64_t batch = 1000, threads = 0, limit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -40,13 +41,14 @@ int cmd_eval(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, v, &dev);
+        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, v, &dev), device_set = true;
         else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, &batch);
         else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, &threads);
         else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, &limit);
         else dir = v;
         if (!ok) return 2;
     }
+    if (!device_set) dev = em_device_auto();   /* starts every backend: only when asked */
     if (threads) em_set_num_threads((int)threads);
     int rc = 1;
     em_dataset *test = mlp_dataset(dir, false, limit);
@@ -72,5 +74,8 @@ int cmd_eval(int argc, char **argv) {
     }
     em_module_free(model);
     em_dataset_free(test);
+    em_memory_empty_cache(dev);
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    em_memory_empty_pinned_cache();
     return rc;
 }

@@ -68,7 +68,8 @@ static void on_sigint(int sig) {
 }
 
 static int parse(int argc, char **argv, train_opts *o) {
-    *o = (train_opts){.device = em_device_auto(), .epochs = 5, .batch_size = 64, .optimizer = "adam",
+    bool device_set = false;
+    *o = (train_opts){.epochs = 5, .batch_size = 64, .optimizer = "adam",
                       .momentum = 0.9, .checkpoint = "ember-mlp.safetensors"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -96,7 +97,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         const char *v = argv[++i];
         bool ok = true;
-        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, v, &o->device);
+        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, v, &o->device), device_set = true;
         else if (!strcmp(a, "--epochs")) ok = mlp_parse_int(tool, a, v, 0, &o->epochs);
         else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, &o->batch_size);
         else if (!strcmp(a, "--seed")) ok = mlp_parse_int(tool, a, v, 0, &o->seed);
@@ -118,6 +119,9 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         if (!ok) return 2;
     }
+    /* auto-selection starts every backend: only when no device was named (a CPU run under
+     * valgrind then never loads OpenCL or CUDA) */
+    if (!device_set) o->device = em_device_auto();
     if (o->resume && !o->checkpoint) {
         fprintf(stderr, "%s: --resume needs a --checkpoint file (not 'none')\n", tool);
         return 2;
@@ -309,6 +313,9 @@ done:
     em_module_free(model);
     em_dataset_free(train);
     em_dataset_free(test);
+    em_memory_empty_cache(o->device);   /* hand the cached blocks back: nothing outlives the run */
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    em_memory_empty_pinned_cache();
     return rc;
 }
 
