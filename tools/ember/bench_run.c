@@ -79,35 +79,45 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median seconds per call: two warm-up calls, then batches of k calls (k >= min_batch and
- * large enough that a batch dwarfs the clock and the sync) until min_time has passed and at
- * least 3 batches ran. A call slower than min_time is timed once more, after warm-up. */
+/* Median seconds per call. A warm-up call, then calibration: batches of k calls with k
+ * growing until two batches in a row take min_time / 20 (so the clock and the sync are noise; these
+ * batches warm up too). Then batches of that k until min_time has passed and at least 3 ran.
+ * A single call slower than min_time is timed once, after the warm-up. */
 static bench_time measure(call *c, double min_time, int64_t min_batch) {
     bench_time r = {0};
     if (batch(c, 1) < 0) {
         failed(&r, "the warm-up call failed");
         return r;
     }
-    double t1 = batch(c, 1);
-    if (t1 < 0) {
-        failed(&r, "the warm-up call failed");
-        return r;
-    }
-    if (t1 >= min_time && min_batch <= 1) {
-        r.ok = true;
-        r.median_s = t1;
-        r.samples = 1;
-        r.calls = 1;
-        return r;
-    }
     double target = min_time / 20;
-    int64_t k = t1 > 0 ? (int64_t)(target / t1) : 1000;
-    if (k < min_batch) k = min_batch;
-    if (k > 1000000) k = 1000000;
+    int64_t k = min_batch > 1 ? min_batch : 1;
+    double t;
+    int hits = 0;
+    for (;;) {
+        t = batch(c, k);
+        if (t < 0) {
+            failed(&r, "a call failed");
+            return r;
+        }
+        /* twice in a row, so that one slow batch (a preempted thread) does not fix k at 1 */
+        if (t >= min_time || k >= 1000000 || (t >= target && ++hits == 2)) break;
+        if (t >= target) continue;
+        hits = 0;
+        double grow = t > 0 ? 1.2 * target / t : 100;
+        int64_t next = (int64_t)((double)k * (grow < 2 ? 2 : grow > 100 ? 100 : grow));
+        k = next > 1000000 ? 1000000 : next;
+    }
+    if (t >= min_time) {
+        r.ok = true;
+        r.median_s = t / (double)k;
+        r.samples = 1;
+        r.calls = k;
+        return r;
+    }
     double samples[MAX_SAMPLES], spent = 0;
     int n = 0;
     while (n < MAX_SAMPLES && (n < 3 || spent < min_time)) {
-        double t = batch(c, k);
+        t = batch(c, k);
         if (t < 0) {
             failed(&r, "a timed call failed");
             return r;

@@ -4,6 +4,7 @@
  * work is faster on the CPU, measured). Measuring is in bench_run.c, output in bench_report.c. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "bench.h"
 #include "commands.h"
 
@@ -157,7 +158,8 @@ int bench_main(int argc, char **argv, FILE *out, FILE *err) {
         free(r);
         return rc == 1 ? 0 : rc;
     }
-    bench_run(r, NULL);
+    /* a full run takes a minute: say what is being measured, when someone is watching */
+    bench_run(r, err == stderr && isatty(STDERR_FILENO) ? err : NULL);
     rc = r->o.json ? bench_write_json(out, r) : bench_write_text(out, r);
     free(r);
     if (fflush(out) != 0 || rc != 0) {
