@@ -153,15 +153,16 @@ static bench_mem memory_of(em_device d) {
     return (bench_mem){em_memory_allocated(d), em_memory_max_allocated(d), em_memory_reserved(d)};
 }
 
+/* One status line, rewritten in place (progress goes to a terminal only). */
 static void progress_line(FILE *p, const char *fmt, ...) {
     if (!p) return;
+    char msg[96];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(p, "ember bench: ");
-    vfprintf(p, fmt, ap);
-    fprintf(p, "\n");
-    fflush(p);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(p, "\rember bench: measuring %-40s", msg);
+    fflush(p);
 }
 
 static void run_matmul(bench_results *r, FILE *p) {
@@ -224,6 +225,7 @@ static void run_copy(bench_results *r, FILE *p) {
     r->copy_mem = memory_of(d);
     em_memory_stats ps;
     r->pinned_reserved = em_memory_get_pinned_stats(&ps) == EM_OK ? ps.reserved_bytes[EM_MEMORY_ALL].current : -1;
+    if (p) fprintf(p, "\r%80s\r", "");
     em_clear_error();
 }
 
@@ -308,5 +310,6 @@ void bench_run(bench_results *r, FILE *p) {
             run_xo(r, &r->xo_add, false, p);
         }
     }
+    if (p) fprintf(p, "\r%80s\r", "");
     em_clear_error();
 }
