@@ -225,7 +225,6 @@ static void run_copy(bench_results *r, FILE *p) {
     r->copy_mem = memory_of(d);
     em_memory_stats ps;
     r->pinned_reserved = em_memory_get_pinned_stats(&ps) == EM_OK ? ps.reserved_bytes[EM_MEMORY_ALL].current : -1;
-    if (p) fprintf(p, "\r%80s\r", "");
     em_clear_error();
 }
 
