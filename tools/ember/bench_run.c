@@ -49,7 +49,7 @@ static em_status with_copies(call *c, em_tensor *(*op)(em_tensor *, em_tensor *)
 static em_status op_matmul_copies(call *c) { return with_copies(c, em_matmul); }
 static em_status op_add_copies(call *c) { return with_copies(c, em_add); }
 
-static em_status sync(em_device d) {
+static em_status sync_all(em_device d) {
     em_status st = em_device_synchronize(d);
     if (st == EM_OK && d.type != EM_CPU) st = em_device_synchronize(EM_DEVICE_CPU);
     return st;
@@ -70,7 +70,7 @@ static double batch(call *c, int64_t k) {
         em_scope_end(s);
         if (st != EM_OK) return -1;
     }
-    if (sync(c->dev) != EM_OK) return -1;
+    if (sync_all(c->dev) != EM_OK) return -1;
     return now() - t0;
 }
 
@@ -137,7 +137,7 @@ static bench_time measure(call *c, double min_time, int64_t min_batch) {
 static bool inputs(call *c, em_shape sa, em_shape sb, em_dtype dt, em_device d, bool pin, bench_time *err) {
     c->a = em_rand(sa, EM_OPTS(.dtype = dt, .device = d, .pin_memory = pin));
     c->b = c->a ? em_rand(sb, EM_OPTS(.dtype = dt, .device = d, .pin_memory = pin)) : NULL;
-    if (c->b && sync(d) == EM_OK) return true;
+    if (c->b && sync_all(d) == EM_OK) return true;
     failed(err, "could not create the inputs");
     return false;
 }
