@@ -125,6 +125,7 @@ static void text_launch(FILE *f, const bench_results *r) {
 
 static void text_faster(FILE *f, const bench_xo *x, int64_t from, const char *unit) {
     if (from) fprintf(f, "from %s = %lld", unit, (long long)from);
+    else if (x->n == 0) fprintf(f, "not measured");
     else fprintf(f, "never within %s = %lld..%lld", unit, (long long)x->sizes[0], (long long)x->sizes[x->n - 1]);
 }
 
