@@ -1,10 +1,11 @@
 /* `ember bench`: runs the subcommand (its sources are included: the tool is an executable)
  * on the CPU and on OpenCL device 0, parses the JSON with Ember's own parser and checks that
  * every number is there and positive; bad arguments fail with exit code 2 and a message.
- * No timing is asserted beyond "positive". */
+ * One test runs the built `ember` binary too. No timing is asserted beyond "positive". */
 #include <stdlib.h>
 #include "test.h"
 #include "data/json.h"
+#include "tool_run.h"
 #include "../tools/ember/bench_run.c"
 #include "../tools/ember/bench_report.c"
 #include "../tools/ember/cmd_bench.c"
@@ -279,6 +280,20 @@ static void test_json_of_made_up_results(void) {
     free(r);
 }
 
+/* The real command: main.c dispatches to bench, exit codes reach the shell. */
+static void test_the_command(void) {
+    static char out[1 << 16];
+    CHECK(tool_path() != NULL); /* build the `ember_cli` target */
+    if (!tool_path()) return;
+    CHECK(tool_run("bench --device tpu:3", out, sizeof out) == 2);
+    CHECK(strstr(out, "ember bench: unknown device 'tpu:3'") != NULL);
+    CHECK(tool_run("bench --quick --device cpu --only launch --json", out, sizeof out) == 0);
+    em__json j = {0};
+    CHECK(parse(out, &j));
+    check_launch(&j);
+    em__json_free(&j);
+}
+
 int main(void) {
     RUN(test_bad_arguments);
     RUN(test_faster_from);
@@ -286,5 +301,6 @@ int main(void) {
     RUN(test_text);
     RUN(test_cpu_json);
     RUN(test_opencl_json);
+    RUN(test_the_command);
     return test_summary();
 }
