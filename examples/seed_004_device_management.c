@@ -183,11 +183,9 @@ static double portable_loop(em_device device) {
     em_tensor *y_all = em_to(em_matmul(x_all, em_randn(EM_SHAPE(10, 5), EM_OPTS(0))), device);
     em_dataset *dataset = em_dataset_new(x_all, em_arange(0, N, 1, EM_OPTS(.dtype = EM_I64)));
     /* DataLoader(dataset, batch_size=32, shuffle=True); batches go to the device inside
-     * the loader (what batch_x.to(device) in the loop does). pin_memory stays off: together
-     * with .device and the prefetch thread, batches on opencl:0 sometimes hold other rows
-     * than their labels say (a loader bug, reported; the check at the end caught it). */
+     * the loader (what batch_x.to(device) in the loop does), from pinned host memory. */
     em_loader *dataloader = em_loader_new(dataset, (em_loader_opts){
-        .batch_size = 32, .shuffle = true, .seed = 4, .device = device});
+        .batch_size = 32, .shuffle = true, .seed = 4, .pin_memory = true, .device = device});
     em_module *model = em_linear(10, 5); /* model = nn.Linear(10, 5).to(device) */
     SEED_CHECK(dataset && dataloader && model && em_module_to(model, device) == EM_OK);
     SEED_CHECK(module_on(model, device));

@@ -255,8 +255,9 @@ static em_status to_device(em_loader *l, slot *sl) {
     em_tensor *dx, *dy = NULL;
     EM__UNSCOPED(dx, em_to_device_dtype(sl->x, l->o.device, EM_F32, l->o.pin_memory));
     if (dx && sl->y) EM__UNSCOPED(dy, em_to_device_dtype(sl->y, l->o.device, EM_I64, l->o.pin_memory));
-    /* with non_blocking copies, the pinned source stays alive until the copy has read it:
-     * the allocator holds pinned blocks until the device is done with them */
+    /* pinned batches are copied non-blocking and dropped at once: the copy may still be
+     * queued when the producer asks for a block of this size for a later batch, so the
+     * pinned cache (told by em_to_device_dtype) waits for the device before handing it out */
     em_release(sl->x);
     em_release(sl->y);
     sl->x = dx;

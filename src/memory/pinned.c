@@ -39,14 +39,19 @@ static int bin_of(size_t size) {
     return k;
 }
 
-/* Wait for the device that last used b in a queued copy (lock held). */
-static void wait_use(pin_block *b) {
-    if (!b->use_be) return;
+/* Wait for the device that last used b in a queued copy. */
+static void wait_device(pin_block *b) {
     em_error_state saved;
     em_error_save(&saved);
     if (b->use_be->synchronize) b->use_be->synchronize(b->use_index);
     em_error_restore(&saved);
     b->use_be = NULL;
+}
+
+/* The same with the lock held (freeing the cache, a block moving to another device). */
+static void wait_use(pin_block *b) {
+    if (!b->use_be) return;
+    wait_device(b);
     pin.stats.num_stream_waits++;
 }
 
@@ -106,7 +111,6 @@ em_status em__mem_alloc_pinned(size_t bytes, em_block *out) {
     pin_block *b = pin.bins[k];
     if (b) {
         pin.bins[k] = b->next;
-        wait_use(b);
     } else if (!(b = raw_take(size))) {
         release_cached();
         pin.stats.num_alloc_retries++;
@@ -128,7 +132,15 @@ em_status em__mem_alloc_pinned(size_t bytes, em_block *out) {
     mem__stat_add(pin.stats.allocated_bytes, EM_MEMORY_ALL, (int64_t)size);
     mem__stat_add(pin.stats.active_bytes, EM_MEMORY_ALL, (int64_t)size);
     mem__stat_add(pin.stats.requested_bytes, EM_MEMORY_ALL, (int64_t)bytes);
+    bool queued = b->use_be != NULL;
+    if (queued) pin.stats.num_stream_waits++;
     pthread_mutex_unlock(&pin.lock);
+    /* A non-blocking copy queued from this block (the loader's previous batch, say) may not
+     * have run yet, and the caller is about to write into it: without this wait the copy
+     * reads the new bytes (a device batch holding rows of the next one). The block is ours
+     * alone now, so the wait runs outside the lock and other threads' frees (the loader's
+     * consumer dropping its batch) do not stall behind the device. */
+    if (queued) wait_device(b);
     *out = (em_block){.handle = b->ptr, .offset = 0, .size = size, .alloc_ctx = b};
     return EM_OK;
 }
