@@ -21,9 +21,13 @@ em_tensor *ag_reduce_to(em_tensor *g, int ndim, const int64_t *shape) {
         return NULL;
     }
     em_dims dims = {0};
+    bool only_lead = true;   /* then the sum drops those dims itself: no reshaped view after */
     for (int d = 0; d < em_ndim(g); d++)
-        if (d < lead || (shape[d - lead] == 1 && em_size(g, d) != 1)) dims.d[dims.n++] = d;
-    if (dims.n) g = em_sum(g, dims, true);
+        if (d < lead || (shape[d - lead] == 1 && em_size(g, d) != 1)) {
+            dims.d[dims.n++] = d;
+            only_lead &= d < lead;
+        }
+    if (dims.n) g = em_sum(g, dims, !only_lead);
     bool same = em_ndim(g) == ndim;
     for (int d = 0; same && d < ndim; d++) same = em_size(g, d) == shape[d];
     if (!same) {

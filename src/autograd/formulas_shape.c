@@ -69,6 +69,19 @@ static void backward_reduce(ag_node *n, em_tensor *g, em_tensor **out) {
 /* torch.matmul: 1-d operands become [1, K] / [K, 1]; batch dims broadcast. Each gradient is
  * reduced to the 2-d form of its operand and then given the operand's own shape (right-aligned
  * reduction against a 1-d [K] would sum the wrong dim). */
+/* t given the shape of like, without a new view when it has it already */
+static em_tensor *shaped_like(em_tensor *t, em_tensor *like) {
+    em_shape a = em_shape_of(t), b = em_shape_of(like);
+    bool same = t && a.ndim == b.ndim;
+    for (int d = 0; same && d < a.ndim; d++) same = a.d[d] == b.d[d];
+    return same ? t : em_reshape(t, b);
+}
+
+/* b is the transpose of a contiguous matrix (Linear's weight.t()) */
+static bool is_transposed_matrix(em_tensor *b) {
+    return b && em_ndim(b) == 2 && !em_is_contiguous(b) && em_is_contiguous(em_transpose(b, 0, 1));
+}
+
 static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
     em_tensor *a = ag_saved_t(n, 0), *b = ag_saved_t(n, 1);
     int an = em_ndim(a), bn = em_ndim(b);
@@ -80,12 +93,16 @@ static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
     if (ag_input_needs(&n->in[0])) {
         em_tensor *ga = em_matmul(g2, em_transpose(b2, -1, -2));
         em_shape s2 = em_shape_of(a2);
-        out[0] = a2 ? em_reshape(ag_reduce_to(ga, s2.ndim, s2.d), em_shape_of(a)) : NULL;
+        out[0] = a2 ? shaped_like(ag_reduce_to(ga, s2.ndim, s2.d), a) : NULL;
     }
     if (ag_input_needs(&n->in[1])) {
-        em_tensor *gb = em_matmul(em_transpose(a2, -1, -2), g2);
+        /* x @ w.t(): w's gradient is g.t() @ x computed in w's own layout, so that it comes
+         * out of the transpose's backward contiguous (as PyTorch's linear does) */
+        em_tensor *gb = an == 2 && is_transposed_matrix(b)
+                            ? em_transpose(em_matmul(em_transpose(g2, 0, 1), a2), 0, 1)
+                            : em_matmul(em_transpose(a2, -1, -2), g2);
         em_shape s2 = em_shape_of(b2);
-        out[1] = b2 ? em_reshape(ag_reduce_to(gb, s2.ndim, s2.d), em_shape_of(b)) : NULL;
+        out[1] = b2 ? shaped_like(ag_reduce_to(gb, s2.ndim, s2.d), b) : NULL;
     }
 }
 
