@@ -1,0 +1,12 @@
+/* Internal switches of the optimizers, for tests and benchmarks. */
+#ifndef EM_OPTIM_INTERNAL_H
+#define EM_OPTIM_INTERNAL_H
+
+#include <stdbool.h>
+#include <ember/optim.h>
+
+/* fused = false makes every em_step take the op-by-op path (the reference the backends'
+ * fused kernels are checked against); true (the default) uses them where they apply. */
+void em__optim_set_fused(em_optimizer *opt, bool fused);
+
+#endif
