@@ -36,6 +36,7 @@ struct em_optimizer {
     double base_lr;
     int64_t schedule_t;
     bool unfused;                /* always take the op-by-op path (tests, benchmarks) */
+    int64_t fused_updates;       /* parameter updates done by a fused kernel */
 };
 
 em_sgd_opts em_sgd_defaults(double lr) { return (em_sgd_opts){.lr = lr}; }
@@ -175,6 +176,8 @@ void em__optim_set_fused(em_optimizer *opt, bool fused) {
     if (opt) opt->unfused = !fused;
 }
 
+int64_t em__optim_fused_updates(const em_optimizer *opt) { return opt ? opt->fused_updates : 0; }
+
 /* The fused backend step applies when every operand is contiguous, on p's device, with p's
  * floating dtype and shape (g is then distinct from p: a gradient is never its parameter). */
 static const em_backend *fused_backend(const em_optimizer *o, const em_tensor *p, const em_tensor *g,
@@ -221,6 +224,7 @@ static em_status sgd_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *do
     if (st == EM_OK) {
         written(q->p);
         written(mom ? q->state[ST_MOMENTUM] : NULL);
+        o->fused_updates++;
     }
     return st;
 }
@@ -245,6 +249,7 @@ static em_status adam_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *d
     }
     for (int k = 0; k < nst; k++) written(q->state[k]);
     written(q->p);
+    o->fused_updates++;
     return EM_OK;
 }
 
