@@ -106,16 +106,11 @@ static void memory_management(em_device device) {
 }
 
 /* ---- 5. A model on the device, and DataParallel ---- */
-typedef struct mlp { seed_linear l1, l2; } mlp;
-
 /* nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)) */
-static mlp mlp_new(em_device d) { return (mlp){seed_linear_new(784, 256, d), seed_linear_new(256, 10, d)}; }
-static em_tensor *mlp_forward(const mlp *m, em_tensor *x) {
-    return seed_linear_forward(&m->l2, em_relu(seed_linear_forward(&m->l1, x)));
-}
-static void mlp_to(mlp *m, em_device d) {
-    seed_linear_to(&m->l1, d);
-    seed_linear_to(&m->l2, d);
+static em_module *mlp_new(void) {
+    em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    SEED_CHECK(m);
+    return m;
 }
 
 static void print_shape(const char *label, const em_tensor *t) {
@@ -124,49 +119,75 @@ static void print_shape(const char *label, const em_tensor *t) {
     printf("]\n");
 }
 
+/* model = nn.DataParallel(model); output = model(x)
+ * DataParallel is not in Ember. What it does, written out: replicate the model on every
+ * device (a new model there with the same weights), scatter the batch in chunks, run each
+ * replica on its chunk and gather the outputs on the first device. */
+static em_tensor *data_parallel(em_module *model, const em_device *devs, int n, em_tensor *batch) {
+    em_named_tensor src[4], dst[4];
+    SEED_CHECK(em_module_parameters(model, src, 4) == 4);
+    int64_t rows = em_size(batch, 0), chunk = (rows + n - 1) / n;
+    em_tensor *parts[16];
+    for (int i = 0; i < n; i++) {
+        em_module *replica = mlp_new();
+        SEED_CHECK(em_module_to(replica, devs[i]) == EM_OK);
+        SEED_CHECK(em_module_parameters(replica, dst, 4) == 4);
+        em_grad_mode g = em_no_grad_begin(); /* with torch.no_grad(): p_replica.copy_(p) */
+        for (int k = 0; k < 4; k++) SEED_CHECK(em_copy_(dst[k].tensor, src[k].tensor) == EM_OK);
+        em_no_grad_end(g);
+        int64_t start = i * chunk, len = start + chunk > rows ? rows - start : chunk;
+        em_tensor *xi = em_to(em_narrow(batch, 0, start, len), devs[i]); /* scatter */
+        parts[i] = em_to(em_forward(replica, xi), devs[0]);              /* gather on the first */
+        SEED_CHECK(parts[i]);
+        printf("  %s: %lld samples\n", em_device_str(devs[i]).s, (long long)len);
+        em_module_free(replica);
+    }
+    return em_cat(parts, n, 0);
+}
+
 static void model_on_device(em_device device) {
     printf("\n== A model on %s\n", em_device_str(device).s);
-    mlp model = mlp_new(EM_DEVICE_CPU);
-    mlp_to(&model, device); /* model = model.to(device) */
-    em_tensor *x = em_to(em_randn(EM_SHAPE(32, 784), EM_OPTS(0)), device);
-    em_tensor *output = mlp_forward(&model, x);
-    SEED_CHECK(output);
-    print_shape("output.shape: ", output);    /* torch.Size([32, 10]) */
+    em_module *model = mlp_new();
+    SEED_CHECK(module_on(model, EM_DEVICE_CPU));
+    /* model = model.to(device): every parameter moves; the model is the same object */
+    SEED_CHECK(em_module_to(model, device) == EM_OK);
+    SEED_CHECK(module_on(model, device));
+    em_tensor *x = em_to(em_randn(EM_SHAPE(32, 784), EM_OPTS(0)), device); /* x = torch.randn(32, 784).to(device) */
+    em_tensor *output = em_forward(model, x);                               /* output = model(x) */
+    SEED_CHECK(output && em_size(output, 0) == 32 && em_size(output, 1) == 10);
+    print_shape("output.shape: ", output);      /* torch.Size([32, 10]) */
     print_device_of("output.device: ", output); /* cuda:0 */
+    SEED_CHECK(em_device_equal(em_device_of(output), device));
 
-    /* if torch.cuda.device_count() > 1: model = nn.DataParallel(model)
-     * DataParallel splits the batch over the devices, runs a replica on each and gathers
-     * the results on the first. Written out with tensor ops (TODO(nn): a module wrapper). */
+    /* if torch.cuda.device_count() > 1: print(f"GPU {n}개 사용"); model = nn.DataParallel(model) */
+    em_device devs[16];
     int n = device.type == EM_CPU ? 1 : em_device_count(device.type);
-    em_tensor *batch = em_randn(EM_SHAPE(64, 784), EM_OPTS(0));
+    if (n > 16) n = 16;
+    for (int i = 0; i < n; i++) devs[i] = EM_DEVICE(device.type, i);
     if (n > 1) {
         printf("Using %d %s devices\n", n, em_device_type_name(device.type)); /* "GPU 2개 사용" */
-        em_tensor *parts[16];
-        if (n > 16) n = 16;
-        int64_t chunk = (64 + n - 1) / n;
-        for (int i = 0; i < n; i++) {
-            em_device di = EM_DEVICE(device.type, i);
-            mlp replica = model;
-            mlp_to(&replica, di);
-            int64_t start = i * chunk, len = start + chunk > 64 ? 64 - start : chunk;
-            em_tensor *xi = em_to(em_narrow(batch, 0, start, len), di);
-            parts[i] = em_to(mlp_forward(&replica, xi), EM_DEVICE(device.type, 0)); /* gather on device 0 */
-            SEED_CHECK(parts[i]);
-            printf("  %s: %lld samples\n", em_device_str(di).s, (long long)len);
-        }
-        output = em_cat(parts, n, 0);
+    } else if (device.type != EM_CPU) {
+        /* one device of its kind: show the split over it and the CPU instead */
+        devs[n++] = EM_DEVICE_CPU;
+        printf("one %s device: DataParallel's split shown over %s and cpu\n", em_device_type_name(device.type),
+               em_device_str(device).s);
+    }
+    em_tensor *batch = em_randn(EM_SHAPE(64, 784), EM_OPTS(0)); /* x = torch.randn(64, 784).to(device) */
+    if (n > 1) {
+        output = data_parallel(model, devs, n, batch);
         /* the split changes nothing: the same batch on one device gives the same numbers */
-        em_tensor *one = mlp_forward(&model, em_to(batch, device));
+        em_tensor *one = em_forward(model, em_to(batch, device));
         em_tensor *diff = em_max(em_abs(em_sub(output, one)), EM_ALL_DIMS, false);
         SEED_CHECK(diff);
         printf("largest difference from one device: %g\n", em_item(diff));
         SEED_CHECK(em_item(diff) < 1e-4);
     } else {
-        printf("one %s device: no DataParallel split\n", em_device_type_name(device.type));
-        output = mlp_forward(&model, em_to(batch, device));
+        printf("only the CPU: no DataParallel split\n");
+        output = em_forward(model, em_to(batch, device));
     }
-    SEED_CHECK(output);
+    SEED_CHECK(output && em_size(output, 0) == 64);
     print_shape("output.shape: ", output); /* torch.Size([64, 10]) */
+    em_module_free(model);
 }
 
 int main(void) {

@@ -22,12 +22,16 @@ static em_device cuda_or_substitute(void) {
 static void simple_example(em_device device) {
     printf("\n== Simple example\n");
     em_tensor *x = em_randn(EM_SHAPE(3, 3), EM_OPTS(0));
-    x = em_to(x, device);                          /* x = x.to(device) */
-    seed_linear model = seed_linear_new(3, 1, EM_DEVICE_CPU); /* model = torch.nn.Linear(3, 1) */
-    seed_linear_to(&model, device);                /* model = model.to(device) */
-    em_tensor *output = seed_linear_forward(&model, x);
+    x = em_to(x, device);                 /* x = x.to(device) */
+    em_module *model = em_linear(3, 1);   /* model = torch.nn.Linear(3, 1) */
+    SEED_CHECK(model && em_module_to(model, device) == EM_OK); /* model = model.to(device) */
+    SEED_CHECK(module_on(model, device));
+    em_tensor *output = em_forward(model, x); /* output = model(x) */
     SEED_CHECK(output);
-    print_tensor("output.to('cpu'): ", em_to(output, EM_DEVICE_CPU)); /* tensor([[...], [...], [...]]) */
+    em_tensor *host = em_to(output, EM_DEVICE_CPU);
+    SEED_CHECK(host && em_device_of(host).type == EM_CPU && em_numel(host) == 3);
+    print_tensor("output.to('cpu'): ", host); /* tensor([[...], [...], [...]]) */
+    em_module_free(model);
 }
 
 /* ---- Sending tensors with .cuda() / .cpu() / .to("cuda:0") ---- */
@@ -68,14 +72,15 @@ static void the_program(em_device device) {
     printf("cuda device count: %d\n", em_device_count(EM_CUDA));
 
     /* model = torch.nn.Linear(10,10); x = 1..10; y = 10..1, all on the CPU */
-    seed_linear model = seed_linear_new(10, 10, EM_DEVICE_CPU);
+    em_module *model = em_linear(10, 10);
     em_tensor *x = em_arange(1, 11, 1, EM_OPTS(0));
     em_tensor *y = em_arange(10, 0, -1, EM_OPTS(0));
-    SEED_CHECK(x && y);
-    print_device_of("model.weight.device: ", model.weight); /* cpu */
-    print_device_of("model.bias.device: ", model.bias);     /* cpu */
-    print_device_of("x.device: ", x);                       /* cpu */
-    print_device_of("y.device: ", y);                       /* cpu */
+    SEED_CHECK(model && x && y);
+    em_tensor *weight = module_param(model, "weight"), *bias = module_param(model, "bias");
+    print_device_of("model.weight.device: ", weight); /* cpu */
+    print_device_of("model.bias.device: ", bias);     /* cpu */
+    print_device_of("x.device: ", x);                 /* cpu */
+    print_device_of("y.device: ", y);                 /* cpu */
 
     /* x_gpu = x.cuda(); x_gpu[0] = 100. */
     em_tensor *x_gpu = em_to(x, device);
@@ -89,31 +94,89 @@ static void the_program(em_device device) {
     printf("x is x_gpu: %s\n", py_bool(x == x_gpu));
     if (x == x_gpu) printf("(only the CPU here: x.to(cpu) is x itself, so writing x_gpu[0] changed x too)\n");
 
-    /* model_gpu = model.cuda(): a module moves in place, so the two names are one model
-     * (model.weight is model_gpu.weight: True). TODO(nn): em_module_to keeps handles valid. */
-    seed_linear *model_gpu = &model;
-    seed_linear_to(model_gpu, device);
-    print_device_of("model_gpu.weight.device: ", model_gpu->weight); /* cuda:0 */
-    print_device_of("model_gpu.bias.device: ", model_gpu->bias);     /* cuda:0 */
-    printf("model.weight is model_gpu.weight: %s\n", py_bool(model.weight == model_gpu->weight)); /* True */
+    /* model_gpu = model.cuda(): a module moves in place, so the two names are one model and
+     * the weight handle taken before the move is the moved weight (model.weight is
+     * model_gpu.weight: True). */
+    em_module *model_gpu = model;
+    SEED_CHECK(em_module_to(model_gpu, device) == EM_OK);
+    print_device_of("model_gpu.weight.device: ", module_param(model_gpu, "weight")); /* cuda:0 */
+    print_device_of("model_gpu.bias.device: ", module_param(model_gpu, "bias"));     /* cuda:0 */
+    printf("model.weight is model_gpu.weight: %s\n", py_bool(weight == module_param(model_gpu, "weight"))); /* True */
+    SEED_CHECK(weight == module_param(model_gpu, "weight") && bias == module_param(model_gpu, "bias"));
+    SEED_CHECK(em_device_equal(em_device_of(weight), device) && em_device_equal(em_device_of(bias), device));
 
     /* model = torch.nn.Linear(10,10); model(x_gpu)   # RuntimeError */
-    seed_linear cpu_model = seed_linear_new(10, 10, EM_DEVICE_CPU);
-    em_tensor *r = seed_linear_forward(&cpu_model, x_gpu);
-    if (!r) print_expected_error("cpu model(x_gpu)"); /* Expected all tensors to be on the same device */
-    else printf("cpu model(x_gpu): no error (x_gpu is on the CPU: there is no second device here)\n");
+    em_module *cpu_model = em_linear(10, 10);
+    SEED_CHECK(cpu_model);
+    em_tensor *r = em_forward(cpu_model, x_gpu);
+    if (em_device_of(x_gpu).type != EM_CPU) {
+        if (r || !em_failed()) { /* it must fail, not compute */
+            fprintf(stderr, "a cpu model applied to a %s tensor did not fail\n", em_device_str(device).s);
+            exit(1);
+        }
+        print_expected_error("cpu model(x_gpu)"); /* Expected all tensors to be on the same device */
+    } else {
+        SEED_CHECK(r);
+        printf("cpu model(x_gpu): no error (x_gpu is on the CPU: there is no second device here)\n");
+    }
+    em_module_free(cpu_model);
 
     /* model = torch.nn.Linear(10,10).cuda(); result_gpu = model(x_gpu) */
-    seed_linear gpu_model = seed_linear_new(10, 10, EM_DEVICE_CPU);
-    seed_linear_to(&gpu_model, device);
-    em_tensor *result_gpu = seed_linear_forward(&gpu_model, x_gpu);
+    em_module *gpu_model = em_linear(10, 10);
+    SEED_CHECK(gpu_model && em_module_to(gpu_model, device) == EM_OK);
+    em_tensor *result_gpu = em_forward(gpu_model, x_gpu);
     SEED_CHECK(result_gpu);
     print_tensor("result_gpu: ", result_gpu);            /* tensor([...], device='cuda:0') */
     print_device_of("result_gpu.device: ", result_gpu); /* cuda:0 */
     em_tensor *result = em_cpu(result_gpu);               /* result = result_gpu.cpu() */
-    SEED_CHECK(result);
+    SEED_CHECK(result && em_device_of(result).type == EM_CPU);
     print_tensor("result: ", result);            /* tensor([...]) */
     print_device_of("result.device: ", result); /* cpu */
+    em_module_free(gpu_model);
+    em_module_free(model);
+}
+
+/* ---- "Move the parameters to the device before creating the Optimizer" ----
+ * In PyTorch an optimizer made before model.cuda() may hold state on the old device.
+ * Ember's em_module_to also moves the state of the module's optimizers, so both orders
+ * work; this trains a Linear(10, 10) with Adam, moving it halfway through. */
+static void optimizer_and_move(em_device device) {
+    printf("\n== Adam, with the model moved after the optimizer was made\n");
+    em_module *model = em_linear(10, 10);
+    SEED_CHECK(model);
+    em_optimizer *opt = em_adam(model, 0.05); /* optimizer = torch.optim.Adam(model.parameters(), lr=0.05) */
+    SEED_CHECK(opt);
+    em_tensor *x = em_randn(EM_SHAPE(32, 10), EM_OPTS(0));
+    em_tensor *target = em_randn(EM_SHAPE(32, 10), EM_OPTS(0));
+    SEED_CHECK(x && target);
+    double first = 0, last = 0;
+    for (int step = 0; step < 40; step++) {
+        if (step == 20) {
+            /* model.to(device) after the optimizer exists: its moments move too */
+            SEED_CHECK(em_module_to(model, device) == EM_OK);
+            SEED_CHECK(module_on(model, device));
+            x = em_to(x, device);
+            target = em_to(target, device);
+            SEED_CHECK(x && target);
+            em_tensor *m = em_optim_state(opt, module_param(model, "weight"), "exp_avg");
+            SEED_CHECK(m && em_device_equal(em_device_of(m), device));
+            printf("moved to %s at step %d; exp_avg is on %s\n", em_device_str(device).s, step,
+                   em_device_str(em_device_of(m)).s);
+        }
+        em_scope s = em_scope_begin();
+        em_tensor *loss = em_mse_loss(em_forward(model, x), target); /* loss = F.mse_loss(model(x), y) */
+        SEED_CHECK(em_zero_grad(opt) == EM_OK);                      /* optimizer.zero_grad() */
+        SEED_CHECK(em_backward(loss) == EM_OK);                      /* loss.backward() */
+        SEED_CHECK(em_step(opt) == EM_OK);                           /* optimizer.step() */
+        last = loss_value(loss);                                     /* loss.item() */
+        if (step == 0) first = last;
+        if (step % 10 == 0 || step == 39) printf("step %2d: loss %.4f\n", step, last);
+        em_scope_end(s);
+    }
+    printf("loss %.4f -> %.4f\n", first, last);
+    SEED_CHECK(last < 0.8 * first); /* it learned, on both sides of the move */
+    em_optim_free(opt);
+    em_module_free(model);
 }
 
 int main(void) {
@@ -123,6 +186,7 @@ int main(void) {
     simple_example(device);
     send_tensors(device);
     the_program(device);
+    optimizer_and_move(device);
     em_scope_end(scope);
     SEED_CHECK(!em_failed());
     return 0;

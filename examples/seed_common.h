@@ -1,12 +1,14 @@
 /* Small helpers shared by the seed programs (examples/seed_*.c): Python-style printing,
  * a check that stops the program on an unexpected error (the examples run as tests),
- * and the choice of a second device to show moves on a machine without a GPU. */
+ * the choice of a second device to show moves on a machine without a GPU, and checks on
+ * modules (where their parameters are) and losses (finite numbers on the host). */
 #ifndef EMBER_EXAMPLES_SEED_COMMON_H
 #define EMBER_EXAMPLES_SEED_COMMON_H
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <ember/ember.h>
 
 /* Python's True / False. */
@@ -65,32 +67,33 @@ static inline em_device second_device(void) {
     return EM_DEVICE_CPU;
 }
 
-/* Until the nn API lands (em_linear, em_sequential, em_module_to from the train helper),
- * a linear layer written with tensor ops: y = x @ W^T + b, with PyTorch's initialisation
- * U(-1/sqrt(in), 1/sqrt(in)). Call these inside a scope: the scope frees every tensor.
- * TODO(nn): replace with em_linear / em_forward / em_module_to. */
-typedef struct seed_linear { em_tensor *weight, *bias; } seed_linear;
-
-static inline seed_linear seed_linear_new(int64_t in, int64_t out, em_device dev) {
-    double k = 1.0 / sqrt((double)in);
-    seed_linear l;
-    l.weight = em_sub_scalar(em_mul_scalar(em_rand(EM_SHAPE(out, in), EM_OPTS(.device = dev)), 2 * k), k);
-    l.bias = em_sub_scalar(em_mul_scalar(em_rand(EM_SHAPE(out), EM_OPTS(.device = dev)), 2 * k), k);
-    SEED_CHECK(l.weight && l.bias);
-    return l;
+/* True when every parameter of m is on d (PyTorch: all(p.device == d for p in m.parameters())).
+ * The examples check this after em_module_to, so a move that leaves a parameter behind fails. */
+static inline bool module_on(em_module *m, em_device d) {
+    em_named_tensor ps[64];
+    int n = em_module_parameters(m, ps, 64);
+    if (n <= 0 || n > 64) return false;
+    for (int i = 0; i < n; i++)
+        if (!em_device_equal(em_device_of(ps[i].tensor), d)) return false;
+    return true;
 }
 
-/* model(x); NULL (and Ember's error) when x is on another device than the weights. */
-static inline em_tensor *seed_linear_forward(const seed_linear *l, em_tensor *x) {
-    return em_add(em_matmul(x, em_transpose(l->weight, 0, 1)), l->bias);
+/* model.weight: the parameter called name (borrowed: valid as long as the module). */
+static inline em_tensor *module_param(em_module *m, const char *name) {
+    em_named_tensor ps[64];
+    int n = em_module_parameters(m, ps, 64);
+    for (int i = 0; i < n && i < 64; i++)
+        if (strcmp(ps[i].name, name) == 0) return ps[i].tensor;
+    fprintf(stderr, "no parameter called %s\n", name);
+    exit(1);
 }
 
-/* model.to(device): the layer's tensors move (new tensors on the device; the old ones
- * stay with the scope). */
-static inline void seed_linear_to(seed_linear *l, em_device dev) {
-    l->weight = em_to(l->weight, dev);
-    l->bias = em_to(l->bias, dev);
-    SEED_CHECK(l->weight && l->bias);
+/* The loss as a number on the host (loss.item(): the one copy back per step). */
+static inline double loss_value(const em_tensor *loss) {
+    SEED_CHECK(loss);
+    double v = em_item(loss);
+    SEED_CHECK(isfinite(v));
+    return v;
 }
 
 #endif

@@ -217,6 +217,36 @@ static void test_graph_outlives_scope(void) {
     em_release(x);
 }
 
+/* A leaf's first gradient may take the formula's fresh result instead of a copy; it must
+ * never alias a tensor someone else still holds: the caller's gradient, another leaf's. */
+static void test_gradients_never_alias(void) {
+    em_scope s = em_scope_begin();
+    em_tensor *a = em_ones(EM_SHAPE(3), EM_OPTS(.requires_grad = true));
+    em_tensor *b = em_ones(EM_SHAPE(3), EM_OPTS(.requires_grad = true));
+    em_tensor *g = em_full(EM_SHAPE(3), 2.0, EM_OPTS(0));
+    CHECK(em_backward_with(em_add(a, b), g, false) == EM_OK);   /* add passes g through */
+    CHECK(em_fill_(g, 5.0) == EM_OK);
+    CHECK(em_item(em_sum(em_grad(a), EM_ALL_DIMS, false)) == 6.0);
+    CHECK(em_item(em_sum(em_grad(b), EM_ALL_DIMS, false)) == 6.0);
+    CHECK(em_fill_(em_grad(a), 0.0) == EM_OK);
+    CHECK(em_item(em_sum(em_grad(b), EM_ALL_DIMS, false)) == 6.0);
+    /* a fresh result (mul's) becomes the gradient; accumulating again adds in place */
+    em_tensor *c = em_full(EM_SHAPE(3), 3.0, EM_OPTS(.requires_grad = true));
+    em_tensor *y = em_sum(em_mul(c, c), EM_ALL_DIMS, false);
+    CHECK(em_backward_with(y, NULL, true) == EM_OK);
+    em_tensor *first = em_grad(c);
+    CHECK(em_item(em_sum(first, EM_ALL_DIMS, false)) == 18.0);
+    CHECK(em_backward(y) == EM_OK);
+    CHECK(em_item(em_sum(em_grad(c), EM_ALL_DIMS, false)) == 36.0);
+    /* the root itself a leaf: its gradient is a copy of the caller's */
+    em_tensor *d = em_zeros(EM_SHAPE(3), EM_OPTS(.requires_grad = true));
+    CHECK(em_backward_with(d, g, false) == EM_OK);
+    CHECK(em_fill_(g, 1.0) == EM_OK);
+    CHECK(em_item(em_sum(em_grad(d), EM_ALL_DIMS, false)) == 15.0);
+    em_scope_end(s);
+    CHECK(!em_failed());
+}
+
 int main(void) {
     RUN(test_accumulation);
     RUN(test_retain_graph);
@@ -226,5 +256,6 @@ int main(void) {
     RUN(test_explicit_grad);
     RUN(test_deep_chain);
     RUN(test_graph_outlives_scope);
+    RUN(test_gradients_never_alias);
     return test_summary();
 }

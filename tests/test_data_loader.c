@@ -205,6 +205,47 @@ static void test_device_and_pinned(void) {
     em_dataset_free(ds);
 }
 
+/* Pinned batches copied to the device without blocking: the prefetch thread must not reuse a
+ * pinned block while the device may still read it. Each batch's rows must be the rows its
+ * labels name, while the device is kept busy between batches (a regression: rows from the
+ * next batch used to leak in). */
+static void test_pinned_copies_not_overwritten(void) {
+    if (!em_device_available(EM_OPENCL)) {
+        printf("  (skipped: no OpenCL device: %s)\n", em_device_unavailable_reason(EM_OPENCL));
+        return;
+    }
+    em_device dev = EM_DEVICE(EM_OPENCL, 0);
+    enum { ROWS = 512, D = 784 };
+    em_scope sc = em_scope_begin();
+    em_tensor *x = em_randn(EM_SHAPE(ROWS, D), EM_OPTS(0));
+    em_tensor *x_dev = em_to(x, dev), *w = em_randn(EM_SHAPE(D, D), EM_OPTS(.device = dev));
+    em_dataset *ds = em_dataset_new(x, em_arange(0, ROWS, 1, EM_OPTS(.dtype = EM_I64)));
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 64, .shuffle = true, .seed = 9,
+                                                      .pin_memory = true, .device = dev});
+    CHECK(l != NULL);
+    int batches = 0;
+    /* differences accumulate on the device: reading one per batch would wait for the copy */
+    em_tensor *diff = em_zeros(EM_SHAPE0, EM_OPTS(.device = dev));
+    for (int e = 0; e < 4 && l; e++) {
+        for (em_batch b; em_loader_next(l, &b);) {
+            em_scope s = em_scope_begin();
+            em_tensor *busy = em_matmul(em_matmul(b.x, w), w);   /* queue work behind the copy */
+            em_tensor *want = em_index_select(x_dev, 0, b.y);
+            CHECK(em_add_(diff, em_max(em_abs(em_sub(b.x, want)), EM_ALL_DIMS, false), 1.0) == EM_OK);
+            CHECK(busy != NULL);
+            batches++;
+            em_scope_end(s);
+        }
+    }
+    CHECK(!em_failed());
+    CHECK(batches == 4 * 8);
+    CHECK(em_item(diff) == 0);
+    em_loader_free(l);
+    em_dataset_free(ds);
+    em_scope_end(sc);
+    em_clear_error();
+}
+
 static void test_datasets_from_files(void) {
     /* IDX: pixels scaled */
     em_scope s = em_scope_begin();
@@ -289,6 +330,7 @@ int main(void) {
     RUN(test_reset_and_free_mid_epoch);
     RUN(test_batch_ownership);
     RUN(test_device_and_pinned);
+    RUN(test_pinned_copies_not_overwritten);
     RUN(test_datasets_from_files);
     return test_summary();
 }

@@ -87,6 +87,9 @@ bool em_loader_next(em_loader *l, em_batch *b);
 /* Abandon the rest of this epoch and start the next (a no-op before the first batch of
  * an epoch, so "reset, then loop" and "loop until false" count epochs alike). */
 em_status em_loader_reset(em_loader *l);
+/* Continue from batch `batch` of epoch `epoch` (the order is that epoch's, as if the
+ * earlier batches had been taken): how a resumed training run picks up where it stopped. */
+em_status em_loader_seek(em_loader *l, int64_t epoch, int64_t batch);
 /* Batches per epoch. */
 int64_t em_loader_len(const em_loader *l);
 /* The current epoch, from 0. */

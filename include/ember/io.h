@@ -47,6 +47,9 @@ em_tensor *em_load_csv(const char *path, em_csv_opts opts, em_tensor **labels);
  * padded with spaces to a multiple of 8 bytes, and data follows in the same order. */
 em_status em_safetensors_save(const char *path, const char *const *names,
                               em_tensor *const *tensors, int n);
+/* The same with a "__metadata__" map: nmeta (key, value) string pairs. */
+em_status em_safetensors_save_meta(const char *path, const char *const *names, em_tensor *const *tensors,
+                                   int n, const char *const *keys, const char *const *values, int nmeta);
 
 typedef struct em_safetensors em_safetensors;
 /* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure. */

@@ -90,6 +90,25 @@ em_status em_optim_set_schedule(em_optimizer *opt, em_lr_schedule s);
 /* scheduler.step(): t += 1 and the lr becomes em_lr_at(s, base, t). */
 em_status em_optim_schedule_step(em_optimizer *opt);
 
+typedef struct em_safetensors em_safetensors;   /* include/ember/io.h */
+
+/* ---- training checkpoints ----
+ * One safetensors file with the module's state dict under its own keys (so Python's
+ * safetensors and em_module_load read the model from it), the optimizer's state under
+ * "optimizer.<param name>.<state>" (PyTorch's state names: exp_avg, exp_avg_sq,
+ * momentum_buffer), and in "__metadata__" the optimizer's kind, step counts and learning rate
+ * plus nmeta (key, value) pairs of the caller's (epoch, batch, seed...). Written atomically:
+ * a temporary file, then a rename, so a crash while saving leaves the old file intact.
+ * opt may be NULL (model only). */
+em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer *opt,
+                             const char *const *keys, const char *const *values, int nmeta);
+/* Restores the module and, when opt is not NULL, the optimizer (state moved to each
+ * parameter's device and dtype) from a file written by em_checkpoint_save. Everything is
+ * checked before anything changes: a missing key, a shape or optimizer-kind mismatch is an
+ * error that leaves the module and optimizer as they were. If meta is not NULL it receives
+ * the file, for em_safetensors_metadata; release it with em_safetensors_free. */
+em_status em_checkpoint_load(const char *path, em_module *m, em_optimizer *opt, em_safetensors **meta);
+
 #ifdef __cplusplus
 }
 #endif

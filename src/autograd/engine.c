@@ -94,10 +94,19 @@ static bool same_shape(const em_tensor *a, int ndim, const int64_t *shape) {
 
 /* leaf.grad += g. A .grad nobody else holds is updated in place; otherwise (a reference
  * the user took with em_grad) it is replaced, so the user's tensor does not change. */
-static em_status accumulate_leaf(em_tensor *leaf, em_tensor *g) {
+/* leaf.grad += g. `fresh`: g was made by this node's formula (not passed through from the
+ * node's own incoming gradient), so the engine and the formula's scope may be its only
+ * holders: then the first gradient takes g itself instead of a copy, as PyTorch's
+ * AccumulateGrad steals a gradient nobody else references. */
+static em_status accumulate_leaf(em_tensor *leaf, em_tensor *g, bool fresh) {
     if (!same_shape(g, leaf->ndim, leaf->shape) || g->dtype != leaf->dtype)
         return em_error(EM_ERR_INTERNAL, "backward: gradient of the wrong shape or dtype for a leaf");
     em_tensor *old = leaf->grad;
+    if (!old && fresh && atomic_load(&g->refcount) == 2 && atomic_load(&g->storage->refcount) == 1 &&
+        g->offset == 0 && !g->grad_fn && em_is_contiguous(g)) {
+        leaf->grad = em_retain(g);   /* the scope and the engine drop theirs right after */
+        return EM_OK;
+    }
     if (!old) {
         em_tensor *c = em_clone(g);
         if (!c) return em_last_status();
@@ -144,6 +153,7 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
         memset(outs, 0, (size_t)x->n * sizeof *outs);
         em_scope s = em_scope_begin();
         if (x->grad) st = ag_node_backward(x, x->grad, outs);
+        const em_tensor *incoming = x->grad;   /* only compared with, never used after release */
         em_release(x->grad);
         x->grad = NULL;
         if (!retain_graph) {
@@ -157,7 +167,7 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
             ag_input *in = &x->in[i];
             if (st == EM_OK && outs[i]) {
                 if (in->leaf)
-                    st = accumulate_leaf(in->leaf, outs[i]);
+                    st = accumulate_leaf(in->leaf, outs[i], outs[i] != incoming);
                 else if (in->node)
                     st = accumulate_node(in->node, outs[i]);
             }
@@ -173,7 +183,7 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
 }
 
 static em_status backward_impl(em_tensor *t, em_tensor *grad, bool retain_graph) {
-    if (!t->grad_fn) return accumulate_leaf(t, grad);
+    if (!t->grad_fn) return accumulate_leaf(t, grad, false);
     ag_node *root = (ag_node *)t->grad_fn;
     node_vec all = {0};
     em_status st = collect(root, &all);

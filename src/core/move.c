@@ -3,6 +3,7 @@
  * source, otherwise on whichever side moves fewer bytes. */
 #include "core_internal.h"
 #include "errors.h"
+#include "../memory/allocator.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -61,6 +62,9 @@ static em_tensor *host_to_device(em_tensor *t, const em_backend *be, em_device d
                                              em__host_ptr(src), bytes, async)
                               : em_error(EM_ERR_NOT_SUPPORTED, "em_to: the %s backend cannot copy from the host",
                                          be->name);
+        /* the queued copy still reads t's pinned block: the pinned cache must not hand it
+         * out again (to the loader's next batch, say) until the device has finished */
+        if (st == EM_OK && async) em__mem_pinned_record_use(&t->storage->block, be, d.index);
     }
     em_release(src);
     if (st != EM_OK) {

@@ -158,7 +158,7 @@ static void release_held(em_loader *l) {
     l->held_x = l->held_y = NULL;
 }
 
-static void start_epoch(em_loader *l, int64_t epoch) {
+static void start_epoch_at(em_loader *l, int64_t epoch, int64_t first) {
     if (l->threaded) {
         pthread_mutex_lock(&l->mu);
         l->gen++;
@@ -172,14 +172,16 @@ static void start_epoch(em_loader *l, int64_t epoch) {
     }
     l->epoch = epoch;
     make_order(l);
-    l->next_index = 0;
+    l->next_index = first;
     l->done = false;
     if (l->threaded) {
-        l->prod_index = 0;
+        l->prod_index = first;
         pthread_cond_broadcast(&l->cv);
         pthread_mutex_unlock(&l->mu);
     }
 }
+
+static void start_epoch(em_loader *l, int64_t epoch) { start_epoch_at(l, epoch, 0); }
 
 em_loader *em_loader_new(const em_dataset *ds, em_loader_opts o) {
     if (!ds) {
@@ -313,6 +315,16 @@ em_status em_loader_reset(em_loader *l) {
     if (!l) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_loader_reset: argument 'l' is NULL");
     release_held(l);
     if (l->done || l->next_index > 0) start_epoch(l, l->epoch + 1);
+    return EM_OK;
+}
+
+em_status em_loader_seek(em_loader *l, int64_t epoch, int64_t batch) {
+    if (!l) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_loader_seek: argument 'l' is NULL");
+    if (epoch < 0 || batch < 0 || batch > l->nbatches)
+        return em_error(EM_ERR_ARGUMENT, "em_loader_seek: expected epoch >= 0 and 0 <= batch <= %lld, got epoch %lld, batch %lld",
+                        (long long)l->nbatches, (long long)epoch, (long long)batch);
+    release_held(l);
+    start_epoch_at(l, epoch, batch);
     return EM_OK;
 }
 

@@ -81,6 +81,9 @@ const char *em__st_dtype_name(em_dtype dt);
  * preceded by its 8-byte little-endian length. Malloc'ed; *len gets the total size. */
 char *em__st_header(int n, const char *const *names, const em_dtype *dtypes,
                     const em_shape *shapes, size_t *len);
+/* The same with a "__metadata__" map of nmeta string pairs. */
+char *em__st_header_meta(int n, const char *const *names, const em_dtype *dtypes, const em_shape *shapes,
+                         int nmeta, const char *const *keys, const char *const *values, size_t *len);
 
 /* ---- files (src/data/file.c) ---- */
 /* A whole file in memory (mmap for regular files, read() otherwise). */

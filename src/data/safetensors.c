@@ -243,9 +243,25 @@ static void sb_json_string(sbuf *b, const char *s) {
 
 char *em__st_header(int n, const char *const *names, const em_dtype *dtypes,
                     const em_shape *shapes, size_t *len) {
+    return em__st_header_meta(n, names, dtypes, shapes, 0, NULL, NULL, len);
+}
+
+char *em__st_header_meta(int n, const char *const *names, const em_dtype *dtypes, const em_shape *shapes,
+                         int nmeta, const char *const *keys, const char *const *values, size_t *len) {
     sbuf b = {0};
     sb_put(&b, "12345678", 8);  /* room for the length */
     sb_str(&b, "{");
+    if (nmeta > 0) {            /* "__metadata__": a flat string-to-string map, first as in the reference */
+        sb_str(&b, "\"__metadata__\":{");
+        for (int i = 0; i < nmeta; i++) {
+            if (i) sb_str(&b, ",");
+            sb_json_string(&b, keys[i]);
+            sb_str(&b, ":");
+            sb_json_string(&b, values[i]);
+        }
+        sb_str(&b, "}");
+        if (n) sb_str(&b, ",");
+    }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         size_t nbytes = 0;

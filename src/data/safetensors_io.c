@@ -22,7 +22,16 @@ static int cmp_named(const void *a, const void *b) {
 
 em_status em_safetensors_save(const char *path, const char *const *names,
                               em_tensor *const *tensors, int n) {
+    return em_safetensors_save_meta(path, names, tensors, n, NULL, NULL, 0);
+}
+
+em_status em_safetensors_save_meta(const char *path, const char *const *names, em_tensor *const *tensors,
+                                   int n, const char *const *keys, const char *const *values, int nmeta) {
     const char *op = "em_safetensors_save";
+    if (nmeta < 0 || (nmeta > 0 && (!keys || !values)))
+        return em_error(EM_ERR_ARGUMENT, "%s: expected nmeta >= 0 keys and values, got nmeta = %d", op, nmeta);
+    for (int i = 0; i < nmeta; i++)
+        if (!keys[i] || !values[i]) return em_error(EM_ERR_ARGUMENT, "%s: metadata entry %d is NULL", op, i);
     if (!path) return em_error(EM_ERR_ARGUMENT, "%s: argument 'path' is NULL", op);
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return em_error(EM_ERR_ARGUMENT, "%s: expected n >= 0 names and tensors, got n = %d%s", op, n,
@@ -57,7 +66,7 @@ em_status em_safetensors_save(const char *path, const char *const *names,
         shapes[i] = em_shape_of(order[i].t);
     }
     size_t hl;
-    hdr = em__st_header(n, sorted, dts, shapes, &hl);
+    hdr = em__st_header_meta(n, sorted, dts, shapes, nmeta, keys, values, &hl);
     if (!hdr) {
         s = em_last_status();
         goto done;

@@ -21,4 +21,10 @@ em_status em__optim_sync_state(em_optimizer *opt);
 /* The module opt was created on is being freed. */
 void em__optim_forget_module(em_optimizer *opt);
 
+/* The "format" metadata value of a training checkpoint (optim/checkpoint.c). */
+#define EM__CHECKPOINT_FORMAT "ember.checkpoint.v1"
+/* em_module_load from a file already read (path only names it in messages). */
+struct em_safetensors;
+em_status em__module_load_file(em_module *m, const struct em_safetensors *file, const char *path);
+
 #endif

@@ -77,9 +77,21 @@ em_status em_module_load(em_module *m, const char *path) {
         return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_module_load: NULL argument");
     em_safetensors *file = em_safetensors_load(path, EM_DEVICE_CPU);
     if (!file) return em_last_status();
+    em_status st = em__module_load_file(m, file, path);
+    em_safetensors_free(file);
+    return st;
+}
+
+/* A training checkpoint (optim/checkpoint.c) also holds the optimizer's state under
+ * "optimizer."; loading the model from it ignores those keys. */
+static bool ignored_key(const em_safetensors *file, const char *name) {
+    const char *format = em_safetensors_metadata(file, "format");
+    return format && !strcmp(format, EM__CHECKPOINT_FORMAT) && !strncmp(name, "optimizer.", 10);
+}
+
+em_status em__module_load_file(em_module *m, const em_safetensors *file, const char *path) {
     entries e = {0};
     if (!collect(m, &e)) {
-        em_safetensors_free(file);
         entries_free(&e);
         return em_last_status();
     }
@@ -114,7 +126,7 @@ em_status em_module_load(em_module *m, const char *path) {
     }
     for (int k = 0; k < count && st == EM_OK; k++) {
         const char *name = em_safetensors_name(file, k);
-        bool known = false;
+        bool known = ignored_key(file, name);
         for (int i = 0; i < e.n && !known; i++) known = !strcmp(name, e.names[i]);
         if (!known) append(unexpected, sizeof unexpected, "%s\"%s\"", *unexpected ? ", " : "", name);
     }
@@ -128,6 +140,5 @@ em_status em_module_load(em_module *m, const char *path) {
     free(src);
     em_scope_end(s);
     entries_free(&e);
-    em_safetensors_free(file);
     return st;
 }

@@ -407,3 +407,23 @@ em_status em_optim_schedule_step(em_optimizer *opt) {
     opt->lr = em_lr_at(opt->schedule, opt->base_lr, opt->schedule_t);
     return EM_OK;
 }
+
+/* ---- what checkpoints see (src/optim/checkpoint.c) ---- */
+
+static const char *const sgd_state_names[] = {"momentum_buffer"};
+static const char *const adam_state_names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+
+const char *em__optim_kind_name(const em_optimizer *o) {
+    return o->kind == OPT_SGD ? "sgd" : o->kind == OPT_ADAM ? "adam" : "adamw";
+}
+
+int em__optim_state_names(const em_optimizer *o, const char *const **names) {
+    *names = o->kind == OPT_SGD ? sgd_state_names : adam_state_names;
+    return o->kind == OPT_SGD ? 1 : o->adam.amsgrad ? 3 : 2;
+}
+
+int em__optim_nparams(const em_optimizer *o) { return o->n; }
+em_tensor *em__optim_param(const em_optimizer *o, int i) { return o->ps[i].p; }
+em_tensor **em__optim_state_slot(em_optimizer *o, int i, int k) { return &o->ps[i].state[k]; }
+int64_t *em__optim_param_step(em_optimizer *o, int i) { return &o->ps[i].step; }
+int64_t *em__optim_step_count(em_optimizer *o) { return &o->steps; }

@@ -1,9 +1,172 @@
-/* ember bench: not written yet (placeholder so the tool links). */
-#include <stdio.h>
+/* ember bench: the seed's GPU benchmark done properly on any device. Matmul throughput by
+ * dtype and size, host <-> device bandwidth from pageable and pinned memory, kernel launch
+ * latency, and the size from which the device beats the CPU (the seed's claim that small
+ * work is faster on the CPU, measured). Measuring is in bench_run.c, output in bench_report.c. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "bench.h"
 #include "commands.h"
 
-int cmd_bench(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "ember bench: not implemented yet\n");
+static const char usage_text[] =
+    "usage: ember bench [options]\n"
+    "Measure a device: matmul throughput, host <-> device copies, launch latency, and the\n"
+    "size from which it beats the CPU. Each number is a median over repeats after warm-up,\n"
+    "with the device synchronized before every clock read.\n\n"
+    "  --device D          auto (default: CUDA, then MPS, then an OpenCL GPU, then the CPU;\n"
+    "                      EMBER_DEVICE overrides), cpu, cuda:N, opencl:N\n"
+    "  --dtype LIST        matmul dtypes, from f32,f16,bf16,f64 (default f32,f16,bf16)\n"
+    "  --sizes LIST        matmul sizes n, e.g. 64,256,1024 (default: by device, up to 8192 on a GPU)\n"
+    "  --only LIST         sections, from matmul,copy,launch,crossover (default all)\n"
+    "  --quick             shorter: 0.05 s per number, fewer sizes (default 0.2 s)\n"
+    "  --min-time S        seconds of repeats per number (0.001 to 60)\n"
+    "  --json              one JSON object instead of text\n"
+    "  --help              this text\n";
+
+static int bad(FILE *err, const char *what, const char *arg, const char *expected) {
+    fprintf(err, "ember bench: %s '%s'%s%s\n(ember bench --help for the options)\n", what, arg,
+            expected ? ": " : "", expected ? expected : "");
     return 2;
 }
+
+/* Split a comma list into at most max items of at most 31 characters; false if malformed. */
+static bool split(const char *s, char items[][32], int max, int *n) {
+    *n = 0;
+    if (!*s) return false;
+    for (const char *p = s;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0 || len > 31 || *n == max) return false;
+        memcpy(items[*n], p, len);
+        items[(*n)++][len] = '\0';
+        if (!e) return true;
+        p = e + 1;
+    }
+}
+
+static bool parse_device(const char *s, bench_opts *o, FILE *err) {
+    if (!strcmp(s, "auto")) {
+        o->device = em_device_auto();
+        o->device_auto = true;
+        return true;
+    }
+    em_device d;
+    if (em_device_parse(s, &d) != EM_OK) {
+        bad(err, "unknown device", s, em_last_error());
+        em_clear_error();
+        return false;
+    }
+    if (!em_device_available(d.type)) {
+        const char *why = em_device_unavailable_reason(d.type);
+        bad(err, "device not available", s, why ? why : "no such device");
+        em_clear_error();
+        return false;
+    }
+    d = em_device_resolve(d);
+    int count = em_device_count(d.type);
+    if (d.index < 0 || d.index >= count) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "there %s %d %s device%s", count == 1 ? "is" : "are", count,
+                 em_device_type_name(d.type), count == 1 ? "" : "s");
+        bad(err, "no such device", s, msg);
+        em_clear_error();
+        return false;
+    }
+    o->device = d;
+    o->device_auto = false;
+    return true;
+}
+
+int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
+    *o = (bench_opts){.dtypes = {EM_F32, EM_F16, EM_BF16}, .ndtypes = 3, .sections = BENCH_ALL};
+    const char *device = "auto";
+    double min_time = 0;
+    char items[BENCH_MAX_SIZES][32];
+    int n;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, out);
+            return 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        } else if (!strcmp(a, "--quick")) {
+            o->quick = true;
+            continue;
+        } else if (strcmp(a, "--device") && strcmp(a, "--dtype") && strcmp(a, "--sizes") && strcmp(a, "--only") &&
+                   strcmp(a, "--min-time")) {
+            return bad(err, a[0] == '-' ? "unknown option" : "unexpected argument", a, NULL);
+        } else if (!v) {
+            return bad(err, "option needs a value:", a, NULL);
+        }
+        i++;
+        if (!strcmp(a, "--device")) {
+            device = v;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!split(v, items, BENCH_MAX_DTYPES, &n))
+                return bad(err, "bad dtype list", v, "expected up to 4 of f32,f16,bf16,f64 separated by commas");
+            o->ndtypes = n;
+            for (int k = 0; k < n; k++)
+                if (em_dtype_parse(items[k], &o->dtypes[k]) != EM_OK || !em_dtype_is_floating(o->dtypes[k])) {
+                    em_clear_error();
+                    return bad(err, "unknown dtype", items[k], "expected f32, f16, bf16 or f64");
+                }
+        } else if (!strcmp(a, "--sizes")) {
+            if (!split(v, items, BENCH_MAX_SIZES, &n))
+                return bad(err, "bad size list", v, "expected up to 32 whole numbers separated by commas, e.g. 64,256,1024");
+            o->nsizes = n;
+            for (int k = 0; k < n; k++) {
+                char *end;
+                long long s = strtoll(items[k], &end, 10);
+                if (*end || items[k][0] == '-' || items[k][0] == '+' || s < 1 || s > 32768)
+                    return bad(err, "bad size", items[k], "expected a whole number from 1 to 32768");
+                o->sizes[k] = s;
+            }
+        } else if (!strcmp(a, "--only")) {
+            if (!split(v, items, BENCH_MAX_SIZES, &n))
+                return bad(err, "bad section list", v, "expected some of matmul,copy,launch,crossover separated by commas");
+            o->sections = 0;
+            for (int k = 0; k < n; k++) {
+                static const char *names[] = {"matmul", "copy", "launch", "crossover"};
+                int bit = -1;
+                for (int s = 0; s < 4; s++)
+                    if (!strcmp(items[k], names[s])) bit = s;
+                if (bit < 0) return bad(err, "unknown section", items[k], "expected matmul, copy, launch or crossover");
+                o->sections |= 1u << bit;
+            }
+        } else {
+            char *end;
+            min_time = strtod(v, &end);
+            if (*end || end == v || !(min_time >= 0.001 && min_time <= 60))
+                return bad(err, "bad --min-time", v, "expected seconds from 0.001 to 60");
+        }
+    }
+    if (!parse_device(device, o, err)) return 2;
+    o->min_time = min_time > 0 ? min_time : o->quick ? 0.05 : 0.2;
+    return 0;
+}
+
+int bench_main(int argc, char **argv, FILE *out, FILE *err) {
+    bench_results *r = calloc(1, sizeof *r);
+    if (!r) {
+        fprintf(err, "ember bench: out of memory\n");
+        return 1;
+    }
+    int rc = bench_parse(argc, argv, &r->o, out, err);
+    if (rc) {
+        free(r);
+        return rc == 1 ? 0 : rc;
+    }
+    /* a full run takes a minute: say what is being measured, when someone is watching */
+    bench_run(r, err == stderr && isatty(STDERR_FILENO) ? err : NULL);
+    rc = r->o.json ? bench_write_json(out, r) : bench_write_text(out, r);
+    free(r);
+    if (fflush(out) != 0 || rc != 0) {
+        fprintf(err, "ember bench: could not write the report\n");
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) { return bench_main(argc, argv, stdout, stderr); }

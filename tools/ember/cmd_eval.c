@@ -1,9 +1,81 @@
-/* ember eval: not written yet (placeholder so the tool links). */
+/* ember eval: load a checkpoint of the seed's MLP (written by `ember train`, or any
+ * safetensors file with its state dict) and report test accuracy, loss and throughput. */
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include "commands.h"
+#include "mlp.h"
+
+static const char *const tool = "ember eval";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ember eval [CHECKPOINT] [options]\n"
+            "Test accuracy, loss and throughput of the seed's MLP (784-256-10) on Fashion-MNIST.\n\n"
+            "  CHECKPOINT           safetensors file from `ember train` (default ember-mlp.safetensors)\n"
+            "  --device D           auto (default), cpu, cuda:N, opencl:N\n"
+            "  --batch-size N       samples per forward pass (default 1000)\n"
+            "  --threads N          CPU threads (default: every core)\n"
+            "  --data DIR           directory of the IDX files (default: the Debian package's)\n"
+            "  --test-samples N     the first N test samples only\n");
+}
 
 int cmd_eval(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "ember eval: not implemented yet\n");
-    return 2;
+    const char *path = "ember-mlp.safetensors", *dir = NULL;
+    em_device dev = EM_DEVICE_CPU;
+    bool device_set = false;
+    int64_t batch = 1000, threads = 0, limit = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool ok = true;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] != '-') {
+            path = a;
+            continue;
+        } else if (i + 1 >= argc || (strcmp(a, "--device") && strcmp(a, "--batch-size") && strcmp(a, "--threads") &&
+                                     strcmp(a, "--data") && strcmp(a, "--test-samples"))) {
+            fprintf(stderr, "%s: %s '%s'\n", tool, i + 1 >= argc ? "missing value or unknown option" : "unknown option", a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, v, &dev), device_set = true;
+        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, &batch);
+        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, &threads);
+        else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, &limit);
+        else dir = v;
+        if (!ok) return 2;
+    }
+    if (!device_set) dev = em_device_auto();   /* starts every backend: only when asked */
+    if (threads) em_set_num_threads((int)threads);
+    int rc = 1;
+    em_dataset *test = mlp_dataset(dir, false, limit);
+    em_module *model = test ? mlp_new() : NULL;
+    if (!model) {
+        fprintf(stderr, "%s: %s\n", tool, em_last_error());
+    } else if (em_module_load(model, path) != EM_OK || em_module_to(model, dev) != EM_OK) {
+        fprintf(stderr, "%s: cannot load %s: %s\n", tool, path, em_last_error());
+    } else {
+        mlp_eval ev;
+        em_memory_reset_peak_stats(dev);
+        if (mlp_evaluate(model, test, dev, batch, &ev) != EM_OK) {
+            fprintf(stderr, "%s: evaluation failed: %s\n", tool, em_last_error());
+        } else {
+            char mem[160];
+            mlp_memory_line(dev, mem, sizeof mem);
+            printf("%s on %s: test accuracy %.2f%% (%" PRId64 " samples), loss %.4f, %.0f samples/s (%.3f s), "
+                   "memory %s\n",
+                   path, em_device_str(dev).s, 100.0 * ev.accuracy, ev.samples, ev.loss,
+                   ev.seconds > 0 ? (double)ev.samples / ev.seconds : 0, ev.seconds, mem);
+            rc = 0;
+        }
+    }
+    em_module_free(model);
+    em_dataset_free(test);
+    em_memory_empty_cache(dev);
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    em_memory_empty_pinned_cache();
+    return rc;
 }

@@ -11,8 +11,12 @@
 
 static const char usage_text[] =
     "usage: ember mem PARAMS [options]\n"
+    "       ember mem --model FILE.safetensors [options]\n"
     "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.\n\n"
     "  PARAMS                 parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)\n"
+    "  --model FILE           an Ember checkpoint (em_module_save): parameters, dtype and the\n"
+    "                         Linear layers' widths come from its tensors; with --batch the\n"
+    "                         activations and the optimizer's workspace are counted too\n"
     "  --dtype f16|bf16|f32   the weights' dtype (default f16)\n"
     "  --mode all|inference|full|lora   which estimates to print (default all)\n"
     "  --optim sgd|sgd-momentum|adam|adamw   optimizer for fine-tuning (default adam)\n"
@@ -120,9 +124,12 @@ static void print_text(const em_estimate_opts *o, const em_estimate *e, const em
     if (o->mode == EM_ESTIMATE_LORA)
         printf(", rank %d, %.0f trainable parameters", o->lora_rank ? o->lora_rank : 8, e->trainable_params);
     printf("\n");
+    /* small models (an Ember checkpoint) in MB, so that the numbers are not all 0.00 */
+    bool mb = e->bytes[EM_ESTIMATE_TOTAL] < 1e8;
+    double u = mb ? 1e6 : 1e9, ui = mb ? 1048576.0 : 1073741824.0;
     for (int l = 0; l < EM_ESTIMATE_LINES; l++)
-        printf("  %-17s %9.2f GB (%8.2f GiB)  %s\n", em_estimate_line_name((em_estimate_line)l),
-               e->bytes[l] / 1e9, e->bytes[l] / 1073741824.0, e->why[l]);
+        printf("  %-17s %9.2f %s (%8.2f %s)  %s\n", em_estimate_line_name((em_estimate_line)l),
+               e->bytes[l] / u, mb ? "MB" : "GB", e->bytes[l] / ui, mb ? "MiB" : "GiB", e->why[l]);
     if (o->mode == EM_ESTIMATE_FULL && alt) {
         if (!o->master_weights && o->dtype != EM_F32)
             printf("  the seed's count: weights %.2f GB + optimizer states %.2f GB (gradients + the optimizer's "
@@ -164,9 +171,74 @@ static void print_json(const em_estimate_opts *o, const em_estimate *e, const em
     printf("]}");
 }
 
+static bool parse_mode(const char *mode, em_estimate_mode *modes, int *nmodes) {
+    *nmodes = 0;
+    if (!strcmp(mode, "all")) {
+        modes[0] = EM_ESTIMATE_INFERENCE, modes[1] = EM_ESTIMATE_FULL, modes[2] = EM_ESTIMATE_LORA;
+        *nmodes = 3;
+    } else if (!strcmp(mode, "inference")) {
+        modes[(*nmodes)++] = EM_ESTIMATE_INFERENCE;
+    } else if (!strcmp(mode, "full")) {
+        modes[(*nmodes)++] = EM_ESTIMATE_FULL;
+    } else if (!strcmp(mode, "lora")) {
+        modes[(*nmodes)++] = EM_ESTIMATE_LORA;
+    }
+    return *nmodes > 0;
+}
+
+/* ember mem --model FILE: the same report, counted from a checkpoint's tensors. */
+static int mem_model(const char *path, const char *params, bool shape_given, const char *mode, bool json,
+                     em_estimate_opts o) {
+    if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
+    if (shape_given)
+        return bad("%s", "--dtype, --hidden, --layers and --seq come from the checkpoint with --model");
+    if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
+    em_estimate_mode modes[3];
+    int nmodes;
+    if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    em_estimate e, alt;
+    em_estimate_opts mo = o;
+    mo.mode = EM_ESTIMATE_INFERENCE;
+    if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+    double params_n = e.params;
+    o.dtype = e.dtype;
+    const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";
+    fit_device dev[MAX_DEVICES];
+    int ndev = list_devices(dev);
+    if (json) {
+        printf("{\n  \"model\": ");
+        json_string(path);
+        printf(", \"params\": %.0f, \"dtype\": \"%s\", \"linear_layers\": %lld, \"widest\": %lld, "
+               "\"batch\": %lld,\n  \"estimates\": [", params_n, dt, (long long)e.layers, (long long)e.hidden,
+               (long long)o.batch);
+    } else {
+        printf("ember mem: %s: %.0f parameters, %s weights, %lld Linear layers (widest %lld)\n", path, params_n, dt,
+               (long long)e.layers, (long long)e.hidden);
+        if (o.batch <= 0)
+            printf("give --batch B to count activations and the optimizer's workspace for that batch\n");
+        printf("GB = 1e9 bytes, GiB = 2^30 bytes; MB = 1e6 bytes, MiB = 2^20 bytes for totals under 100 MB\n");
+    }
+    for (int m = 0; m < nmodes; m++) {
+        mo = o;
+        mo.mode = modes[m];
+        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+        bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
+        if (has_alt) {
+            em_estimate_opts ao = mo;
+            ao.master_weights = !mo.master_weights;
+            if (em_estimate_checkpoint(path, &ao, &alt) != EM_OK) return bad("%s", em_last_error());
+        }
+        if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0);
+        else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
+    }
+    if (json) printf("\n  ]\n}\n");
+    return 0;
+}
+
 int cmd_mem(int argc, char **argv) {
     em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
-    const char *params = NULL, *mode = "all";
+    const char *params = NULL, *mode = "all", *model = NULL;
+    bool shape_given = false;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -184,8 +256,11 @@ int cmd_mem(int argc, char **argv) {
             return bad("option %s needs a value", a);
         } else if (!strcmp(a, "--params")) {
             params = v;
+        } else if (!strcmp(a, "--model")) {
+            model = v;
         } else if (!strcmp(a, "--dtype")) {
             if (!parse_dtype(v, &o.dtype)) return bad("unknown dtype '%s': expected f16, bf16 or f32", v);
+            shape_given = true;
         } else if (!strcmp(a, "--mode")) {
             mode = v;
         } else if (!strcmp(a, "--optim")) {
@@ -196,10 +271,10 @@ int cmd_mem(int argc, char **argv) {
             if (!parse_int(v, &n) || n > 1000000000) return bad("expected a positive whole number, got '%s'", v);
             if (!strcmp(a, "--lora-rank")) o.lora_rank = (int)n;
             else if (!strcmp(a, "--lora-targets")) o.lora_targets = (int)n;
-            else if (!strcmp(a, "--hidden")) o.hidden = n;
-            else if (!strcmp(a, "--layers")) o.layers = n;
+            else if (!strcmp(a, "--hidden")) o.hidden = n, shape_given = true;
+            else if (!strcmp(a, "--layers")) o.layers = n, shape_given = true;
             else if (!strcmp(a, "--batch")) o.batch = n;
-            else o.seq = n;
+            else o.seq = n, shape_given = true;
         } else if (!strcmp(a, "--act-bytes")) {
             int64_t b;
             if (em_memory_parse_size(v, &b) != EM_OK || b <= 0) return bad("%s", em_last_error()[0] ? em_last_error() : "--act-bytes must be positive");
@@ -214,25 +289,15 @@ int cmd_mem(int argc, char **argv) {
         }
         if (takes) i++;
     }
+    if (model) return mem_model(model, params, shape_given, mode, json, o);
     if (!params) return bad("%s", "give a parameter count, e.g. ember mem 7B");
     if (em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());
     if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
     if ((o.batch > 0) != (o.seq > 0) && o.activation_bytes_per_sample <= 0)
         return bad("%s", "activations need both --batch and --seq (or --batch and --act-bytes)");
     em_estimate_mode modes[3];
-    int nmodes = 0;
-    if (!strcmp(mode, "all")) {
-        modes[0] = EM_ESTIMATE_INFERENCE, modes[1] = EM_ESTIMATE_FULL, modes[2] = EM_ESTIMATE_LORA;
-        nmodes = 3;
-    } else if (!strcmp(mode, "inference")) {
-        modes[nmodes++] = EM_ESTIMATE_INFERENCE;
-    } else if (!strcmp(mode, "full")) {
-        modes[nmodes++] = EM_ESTIMATE_FULL;
-    } else if (!strcmp(mode, "lora")) {
-        modes[nmodes++] = EM_ESTIMATE_LORA;
-    } else {
-        return bad("unknown mode '%s': expected all, inference, full or lora", mode);
-    }
+    int nmodes;
+    if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
     fit_device dev[MAX_DEVICES];
     int ndev = list_devices(dev);
     em_estimate e, alt;

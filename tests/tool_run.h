@@ -1,0 +1,44 @@
+/* Running the `ember` command from a test: it is built next to the test executables. */
+#ifndef EMBER_TEST_TOOL_RUN_H
+#define EMBER_TEST_TOOL_RUN_H
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The path of build/ember, found from this test's own path; NULL if it is missing. */
+static const char *tool_path(void) {
+    static char path[PATH_MAX];
+    if (path[0]) return path;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash) return NULL;
+    *slash = '\0';
+    snprintf(path, sizeof path, "%.*s/ember", (int)(sizeof path - 8), self);
+    return access(path, X_OK) == 0 ? path : NULL;
+}
+
+/* Runs `ember ARGS` with stderr joined to stdout; out receives the output (truncated to
+ * size - 1). Returns the exit status, or -1 when it could not run or was killed. */
+static int tool_run(const char *args, char *out, size_t size) {
+    const char *ember = tool_path();
+    if (!ember) return -1;
+    char cmd[PATH_MAX + 4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", ember, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0, got;
+    char sink[4096];
+    while ((got = fread(n + 1 < size ? out + n : sink, 1, n + 1 < size ? size - 1 - n : sizeof sink, p)) > 0)
+        if (n + 1 < size) n += got;
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#endif

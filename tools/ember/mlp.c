@@ -1,0 +1,130 @@
+/* The seed's MLP, its data and its evaluation, shared by `ember train` and `ember eval`. */
+#define _POSIX_C_SOURCE 200809L
+#include "mlp.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+em_module *mlp_new(void) {
+    return em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+}
+
+em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit) {
+    em_dataset *full = em_dataset_fashion_mnist(dir, train);
+    if (!full) return NULL;
+    int64_t n = em_dataset_len(full);
+    if (limit <= 0 || limit > n) limit = n;
+    /* [N, 28, 28] images as [N, 784] rows: x.view(-1, 784), the seed's flattening */
+    em_scope s = em_scope_begin();
+    em_dataset *part = em_dataset_new(em_reshape(em_narrow(em_dataset_x(full), 0, 0, limit), EM_SHAPE(limit, 784)),
+                                      em_narrow(em_dataset_y(full), 0, 0, limit));
+    em_scope_end(s);
+    em_dataset_free(full);
+    return part;
+}
+
+em_status mlp_evaluate(em_module *m, const em_dataset *ds, em_device device, int64_t batch_size, mlp_eval *out) {
+    *out = (mlp_eval){0};
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = batch_size, .device = device,
+                                                      .pin_memory = device.type != EM_CPU});
+    if (!l) return em_last_status();
+    bool was_training = em_module_is_training(m);
+    em_module_eval(m);
+    em_grad_mode g = em_no_grad_begin();
+    double t0 = mlp_now();
+    em_scope s = em_scope_begin();
+    /* correct answers and summed loss accumulate on the device: one read at the end */
+    em_tensor *correct = em_zeros(EM_SHAPE0, EM_OPTS(.device = device, .dtype = EM_I64));
+    em_tensor *loss_sum = em_zeros(EM_SHAPE0, EM_OPTS(.device = device, .dtype = EM_F64));
+    em_batch b;
+    em_status st = correct && loss_sum ? EM_OK : em_last_status();
+    while (st == EM_OK && em_loader_next(l, &b)) {
+        em_scope step = em_scope_begin();
+        em_tensor *logits = em_forward(m, b.x);
+        em_tensor *hits = em_sum(em_eq(em_argmax(logits, 1, false), b.y), EM_ALL_DIMS, false);
+        em_tensor *loss = em_mul_scalar(em_cross_entropy(logits, b.y, 0.0), (double)b.size);
+        st = em_add_(correct, hits, 1.0);
+        if (st == EM_OK) st = em_add_(loss_sum, loss, 1.0);
+        out->samples += b.size;
+        em_scope_end(step);
+    }
+    if (st == EM_OK && em_failed()) st = em_last_status();   /* the loader stopped on an error */
+    if (st == EM_OK && out->samples > 0) {
+        out->accuracy = em_item(correct) / (double)out->samples;
+        out->loss = em_item(loss_sum) / (double)out->samples;
+        st = em_failed() ? em_last_status() : EM_OK;
+    }
+    out->seconds = mlp_now() - t0;
+    em_scope_end(s);
+    em_no_grad_end(g);
+    if (was_training) em_module_train(m);
+    em_loader_free(l);
+    return st;
+}
+
+bool mlp_parse_device(const char *tool, const char *s, em_device *out) {
+    if (!strcmp(s, "auto")) {
+        *out = em_device_auto();
+        return true;
+    }
+    if (em_device_parse(s, out) != EM_OK) {
+        fprintf(stderr, "%s: --device: %s\n", tool, em_last_error());
+        em_clear_error();
+        return false;
+    }
+    if (out->type != EM_CPU && !em_device_available(out->type)) {
+        const char *why = em_device_unavailable_reason(out->type);
+        fprintf(stderr, "%s: device %s is not available%s%s\n", tool, s, why ? ": " : "", why ? why : "");
+        return false;
+    }
+    if (out->index < 0) out->index = 0;
+    if (out->type != EM_CPU && out->index >= em_device_count(out->type)) {
+        fprintf(stderr, "%s: device %s does not exist: %d %s device%s found\n", tool, s,
+                em_device_count(out->type), em_device_type_name(out->type), em_device_count(out->type) == 1 ? "" : "s");
+        em_clear_error();
+        return false;
+    }
+    return true;
+}
+
+bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < min) {
+        fprintf(stderr, "%s: %s expects an integer >= %lld, got '%s'\n", tool, opt, (long long)min, s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double *out) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !(v >= min) || !isfinite(v)) {
+        fprintf(stderr, "%s: %s expects a number >= %g, got '%s'\n", tool, opt, min, s ? s : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+double mlp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void mlp_memory_line(em_device d, char *buf, size_t size) {
+    char a[32], p[32], r[32];
+    em_memory_format_size(em_memory_allocated(d), a, sizeof a);
+    em_memory_format_size(em_memory_max_allocated(d), p, sizeof p);
+    em_memory_format_size(em_memory_reserved(d), r, sizeof r);
+    snprintf(buf, size, "allocated %s, peak %s, reserved %s", a, p, r);
+}

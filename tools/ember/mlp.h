@@ -1,0 +1,37 @@
+/* What `ember train` and `ember eval` share: the seed's model, the data, evaluation, and
+ * the small helpers for options and output. */
+#ifndef EMBER_TOOL_MLP_H
+#define EMBER_TOOL_MLP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <ember/ember.h>
+
+/* The seed's model: Linear(784, 256), ReLU, Linear(256, 10). */
+em_module *mlp_new(void);
+
+/* Fashion-MNIST's train or test split from dir (NULL: the Debian package or EMBER_DATA_DIR),
+ * the first limit samples only when limit > 0. Pixels in [0, 1], as torchvision's ToTensor. */
+em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit);
+
+typedef struct mlp_eval {
+    double accuracy;        /* fraction correct */
+    double loss;            /* mean cross-entropy */
+    int64_t samples;
+    double seconds;         /* the whole pass, data movement included */
+} mlp_eval;
+/* Accuracy and loss of m over ds on device, batches of batch_size, without gradients. */
+em_status mlp_evaluate(em_module *m, const em_dataset *ds, em_device device, int64_t batch_size, mlp_eval *out);
+
+/* "auto" (em_device_auto) or a device string; prints the error and returns false if the
+ * device is unknown or unavailable. */
+bool mlp_parse_device(const char *tool, const char *s, em_device *out);
+/* A whole-string integer / number, printing "tool: --opt expects ..." on failure. */
+bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t *out);
+bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double *out);
+
+double mlp_now(void);   /* monotonic seconds */
+/* "allocated 1.2 MiB, peak 3.4 MiB, reserved 4.0 MiB" for device d. */
+void mlp_memory_line(em_device d, char *buf, size_t size);
+
+#endif
