@@ -196,6 +196,26 @@ static void test_reduce_softmax_index_rng(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
 }
 
+/* The fused optimizer steps (optim.k): float scalars for f32/f16/bf16, double for f64. */
+static void test_fused_optimizer_steps(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_tensor *p = T(EM_F32, 300), *g = T(EM_F32, 300), *m = T(EM_F32, 300), *v = T(EM_F32, 300);
+    em_tensor *vm = T(EM_F32, 300), *d = T(EM_F64, 300), *dg = T(EM_F64, 300), *h = T(EM_BF16, 300);
+    em_tensor *hg = T(EM_BF16, 300);
+    em_optim_args adam = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
+                          .bias_correction1 = 0.1, .bias_correction2 = 0.001, .decoupled = true,
+                          .amsgrad = true};
+    em_optim_args sgd = {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4, .nesterov = true};
+    OP(B->fused_adam(&adam, p, g, m, v, vm));
+    OP(B->fused_adam(&adam, d, dg, d, d, NULL));
+    OP(B->fused_sgd(&sgd, p, g, m));
+    OP(B->fused_sgd(&sgd, d, dg, d));
+    OP(B->fused_sgd(&sgd, h, hg, h));
+    em_tensor *all[] = {p, g, m, v, vm, d, dg, h, hg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+}
+
 static void test_integer_matmul_uses_the_kernel(void) {
     if (!g_have_nvrtc) return;
     install();
@@ -337,6 +357,7 @@ int main(void) {
     RUN(test_wrong_argument_sizes_are_caught);
     RUN(test_elementwise_ops);
     RUN(test_reduce_softmax_index_rng);
+    RUN(test_fused_optimizer_steps);
     RUN(test_integer_matmul_uses_the_kernel);
     RUN(test_matmul_transpose_trick);
     RUN(test_custom_kernels);

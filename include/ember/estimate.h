@@ -11,13 +11,13 @@
  * LoRA freezes the base weights and trains rank-r adapters (float32) on `lora_targets`
  * hidden x hidden matrices per layer. Activations need a batch and a sequence length.
  *
- * Optimizer workspace (counted when the largest trainable tensor is known, as for an Ember
- * model): Ember's optimizers update one parameter at a time inside a scope, so the
- * temporaries of that update live together until it ends. Measured on the CPU and OpenCL
- * allocators: Adam/AdamW hold 6 tensors of the parameter's size (g*g, sqrt, two scalings,
- * m/denom and one scaled operand), SGD with or without momentum 1. Activations other than
- * the input are freed by backward before the step makes these temporaries, so the total
- * counts the larger of the two (both still when the workspace is unknown). */
+ * Workspace (counted when the largest trainable tensor is known, as for an Ember model): one
+ * tensor of the largest parameter's size. Ember's optimizers update each parameter with one
+ * fused kernel and no temporaries; measured on the CPU and OpenCL allocators, the peak past
+ * the weights, gradients and states is backward's largest gradient, briefly there twice.
+ * (The op-by-op fallback for non-contiguous parameters holds up to 6 such temporaries for
+ * Adam.) Activations other than the input are freed by then, so the total counts the
+ * larger of the two (both still when the workspace is unknown). */
 #ifndef EMBER_ESTIMATE_H
 #define EMBER_ESTIMATE_H
 

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <ember/device.h>
 #include "../core/tensor_impl.h"
 
@@ -45,6 +46,49 @@ typedef enum em_rng_kind {
     EM_RNG_RANDINT,   /* integers in [p0, p1) */
     EM_RNG_BERNOULLI  /* 1 with probability p0, else 0 */
 } em_rng_kind;
+
+/* Scalars of one fused optimizer step (PyTorch 1.13's single-tensor formulas). The
+ * derived constants below are computed on the host, once, the way optimizer.c's op-by-op
+ * path computes its scalar arguments, so that every backend rounds exactly like it. */
+typedef struct em_optim_args {
+    double lr, weight_decay;
+    /* Adam / AdamW */
+    double beta1, beta2, eps;
+    double bias_correction1, bias_correction2; /* 1 - beta^step */
+    bool decoupled;   /* AdamW: p *= 1 - lr * wd first; Adam: g += wd * p */
+    bool amsgrad;     /* uses state max_exp_avg_sq */
+    /* SGD */
+    double momentum, dampening;
+    bool nesterov;
+    bool first_step;  /* the momentum buffer is new: buf = d (PyTorch's clone) */
+} em_optim_args;
+
+/* The scalar operands of the fused kernels, each later rounded to the compute type like
+ * the op-by-op path's scalar arguments. */
+enum {
+    EM_OPT_WD,        /* weight decay added to the gradient (Adam, SGD) */
+    EM_OPT_DECAY,     /* AdamW: 1 - lr * wd (1: none) */
+    EM_OPT_B1, EM_OPT_OMB1, EM_OPT_B2, EM_OPT_OMB2, /* beta, 1 - beta */
+    EM_OPT_SQRT_BC2,  /* sqrt(bias_correction2) */
+    EM_OPT_EPS,
+    EM_OPT_STEP,      /* Adam: -(lr / bias_correction1); SGD: -lr */
+    EM_OPT_MOMENTUM,
+    EM_OPT_OMD,       /* SGD: 1 - dampening */
+    EM_OPT_NCONST
+};
+static inline void em__optim_consts(const em_optim_args *a, bool adam, double c[EM_OPT_NCONST]) {
+    c[EM_OPT_WD] = adam && a->decoupled ? 0 : a->weight_decay;
+    c[EM_OPT_DECAY] = adam && a->decoupled && a->weight_decay != 0 ? 1.0 - a->lr * a->weight_decay : 1;
+    c[EM_OPT_B1] = a->beta1;
+    c[EM_OPT_OMB1] = 1.0 - a->beta1;
+    c[EM_OPT_B2] = a->beta2;
+    c[EM_OPT_OMB2] = 1.0 - a->beta2;
+    c[EM_OPT_SQRT_BC2] = adam ? sqrt(a->bias_correction2) : 1;
+    c[EM_OPT_EPS] = a->eps;
+    c[EM_OPT_STEP] = adam ? -(a->lr / a->bias_correction1) : -a->lr;
+    c[EM_OPT_MOMENTUM] = a->momentum;
+    c[EM_OPT_OMD] = 1.0 - a->dampening;
+}
 
 typedef struct em_backend {
     const char *name;          /* "cpu", "opencl", "cuda" */
@@ -112,6 +156,16 @@ typedef struct em_backend {
      * and key seed, so every backend produces the same numbers. See src/core/philox.h. */
     em_status (*rng)(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,
                      double p0, double p1);
+
+    /* ---- fused optimizer steps (optional: NULL, and optim falls back to the ops) ----
+     * One pass over the elements; every tensor is contiguous, on this device, with p's
+     * dtype (floating) and shape; g is only read. Tensors that a configuration does not
+     * use are NULL (buf without momentum, vmax without amsgrad). Adam/AdamW: m = exp_avg,
+     * v = exp_avg_sq, vmax = max_exp_avg_sq. */
+    em_status (*fused_sgd)(const em_optim_args *a, em_tensor *p, const em_tensor *g,
+                           em_tensor *buf);
+    em_status (*fused_adam)(const em_optim_args *a, em_tensor *p, const em_tensor *g,
+                            em_tensor *m, em_tensor *v, em_tensor *vmax);
 } em_backend;
 
 /* The registry (src/core/device.c): the backend for a type, or NULL if not built in. */

@@ -108,6 +108,12 @@ em_status em__gpu_scatter_add(const em_gpu *g, em_tensor *out, int dim, const em
 em_status em__gpu_rng(const em_gpu *g, em_tensor *out, em_rng_kind kind, uint64_t seed,
                       uint64_t offset, double p0, double p1);
 
+/* Fused optimizer steps (gpu_optim.c, kernels in optim.k). */
+em_status em__gpu_fused_sgd(const em_gpu *g, const em_optim_args *a, em_tensor *p,
+                            const em_tensor *grad, em_tensor *buf);
+em_status em__gpu_fused_adam(const em_gpu *g, const em_optim_args *a, em_tensor *p,
+                             const em_tensor *grad, em_tensor *m, em_tensor *v, em_tensor *vmax);
+
 /* ---- layout helpers (gpu_layout.c), also used by backends' own fast paths ---- */
 /* Element offset of t's first element from its block's buffer handle; EM_ERR_INTERNAL
  * (recorded) if the block offset is not a multiple of the element size. */

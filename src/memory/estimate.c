@@ -209,8 +209,9 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
     }
     B[EM_ESTIMATE_ACTIVATIONS] = input + saved;
 
-    /* The optimizer's temporaries for one parameter (see the header). */
-    int tmp = optimizer_states(o->optimizer) == 2 ? 6 : 1;
+    /* One parameter-sized temporary (see the header): the optimizers' fused steps make none,
+     * backward's largest gradient is briefly there twice. */
+    int tmp = 1;
     double ws_bytes = o->mode == EM_ESTIMATE_FULL ? sw : 4;   /* LoRA adapters are float32 */
     if (o->mode == EM_ESTIMATE_INFERENCE) {
         snprintf(why[5], 256, "none: no optimizer");
@@ -218,8 +219,9 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
         char lp[32];
         fmt_count(lp, sizeof lp, o->largest_param);
         B[EM_ESTIMATE_WORKSPACE] = tmp * o->largest_param * ws_bytes;
-        snprintf(why[5], 256, "%s's update of the largest tensor: %d temporaries x %s x %.0f B", 
-                 em_estimate_optimizer_name(o->optimizer), tmp, lp, ws_bytes);
+        snprintf(why[5], 256, "the largest tensor's gradient made in backward (%s's fused step needs no "
+                 "temporaries): %d temporary x %s x %.0f B", em_estimate_optimizer_name(o->optimizer), tmp, lp,
+                 ws_bytes);
     } else {
         snprintf(why[5], 256, "not counted: the largest tensor is unknown (%d x its size for %s)", tmp,
                  em_estimate_optimizer_name(o->optimizer));

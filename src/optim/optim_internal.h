@@ -1,7 +1,9 @@
-/* The optimizer's insides that checkpoints read and restore (not public). */
+/* The optimizer's insides that checkpoints read and restore, and switches for tests and
+ * benchmarks (not public). */
 #ifndef EM_OPTIM_INTERNAL_H
 #define EM_OPTIM_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <ember/optim.h>
 
@@ -16,5 +18,11 @@ em_tensor *em__optim_param(const em_optimizer *o, int i);
 em_tensor **em__optim_state_slot(em_optimizer *o, int i, int k);
 int64_t *em__optim_param_step(em_optimizer *o, int i);
 int64_t *em__optim_step_count(em_optimizer *o);
+
+/* fused = false makes every em_step take the op-by-op path (the reference the backends'
+ * fused kernels are checked against); true (the default) uses them where they apply. */
+void em__optim_set_fused(em_optimizer *opt, bool fused);
+/* How many parameter updates a fused kernel has done (proves which path ran). */
+int64_t em__optim_fused_updates(const em_optimizer *opt);
 
 #endif

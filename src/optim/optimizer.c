@@ -1,5 +1,7 @@
-/* SGD, Adam and AdamW with PyTorch 1.13's single-tensor update formulas, written with the
- * public in-place ops so that they run on every device. */
+/* SGD, Adam and AdamW with PyTorch 1.13's single-tensor update formulas. Each step runs
+ * the backend's fused kernel (one pass per parameter) when the parameter, its gradient and
+ * its state are contiguous on one device; otherwise, and as the reference the fused
+ * kernels are tested against, the same formulas written with the public in-place ops. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +9,8 @@
 #include <ember/ops.h>
 #include "../core/errors.h"
 #include "../nn/nn_internal.h"
+#include "../backends/backend.h"
+#include "optim_internal.h"
 
 typedef enum opt_kind { OPT_SGD, OPT_ADAM, OPT_ADAMW } opt_kind;
 
@@ -31,6 +35,8 @@ struct em_optimizer {
     em_lr_schedule schedule;
     double base_lr;
     int64_t schedule_t;
+    bool unfused;                /* always take the op-by-op path (tests, benchmarks) */
+    int64_t fused_updates;       /* parameter updates done by a fused kernel */
 };
 
 em_sgd_opts em_sgd_defaults(double lr) { return (em_sgd_opts){.lr = lr}; }
@@ -166,7 +172,91 @@ static em_tensor *new_state(em_tensor *p) {
     return z ? em_retain(z) : NULL;
 }
 
+void em__optim_set_fused(em_optimizer *opt, bool fused) {
+    if (opt) opt->unfused = !fused;
+}
+
+int64_t em__optim_fused_updates(const em_optimizer *opt) { return opt ? opt->fused_updates : 0; }
+
+/* The fused backend step applies when every operand is contiguous, on p's device, with p's
+ * floating dtype and shape (g is then distinct from p: a gradient is never its parameter). */
+static const em_backend *fused_backend(const em_optimizer *o, const em_tensor *p, const em_tensor *g,
+                                       em_tensor *const *st, int nst) {
+    if (o->unfused || !em_dtype_is_floating(p->dtype) || !em_is_contiguous(p)) return NULL;
+    const em_tensor *ts[1 + ST_COUNT] = {g};
+    for (int k = 0; k < nst; k++) ts[1 + k] = st[k];
+    for (int k = 0; k < 1 + nst; k++) {
+        const em_tensor *t = ts[k];
+        if (!t || t->dtype != p->dtype || t->storage->backend != p->storage->backend ||
+            t->storage->device.index != p->storage->device.index || t->ndim != p->ndim ||
+            memcmp(t->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim) || !em_is_contiguous(t))
+            return NULL;
+    }
+    return p->storage->backend;
+}
+
+/* What an in-place op does after writing t: autograd's version counter moves on. */
+static void written(em_tensor *t) {
+    if (t) atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed);
+}
+
+static em_status sgd_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *done) {
+    const em_sgd_opts *s = &o->sgd;
+    bool mom = s->momentum != 0, first = mom && !q->state[ST_MOMENTUM];
+    /* a new momentum buffer's layout is p's, so check before allocating it */
+    if (!fused_backend(o, q->p, g, mom && !first ? &q->state[ST_MOMENTUM] : NULL, mom && !first))
+        return EM_OK;
+    const em_backend *be = q->p->storage->backend;
+    if (!be->fused_sgd) return EM_OK;
+    if (first) {
+        em_tensor *b = em_empty_like(q->p);
+        if (!b) return em_last_status();
+        q->state[ST_MOMENTUM] = em_retain(b);
+    }
+    em_optim_args a = {.lr = o->lr, .weight_decay = s->weight_decay, .momentum = s->momentum,
+                       .dampening = s->dampening, .nesterov = s->nesterov, .first_step = first};
+    *done = true;
+    em_status st = be->fused_sgd(&a, q->p, g, mom ? q->state[ST_MOMENTUM] : NULL);
+    if (st != EM_OK && first) { /* leave no half-made buffer behind */
+        em_release(q->state[ST_MOMENTUM]);
+        q->state[ST_MOMENTUM] = NULL;
+    }
+    if (st == EM_OK) {
+        written(q->p);
+        written(mom ? q->state[ST_MOMENTUM] : NULL);
+        o->fused_updates++;
+    }
+    return st;
+}
+
+static em_status adam_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *done) {
+    const em_adam_opts *a = &o->adam;
+    int nst = a->amsgrad ? 3 : 2;
+    const em_backend *be = fused_backend(o, q->p, g, q->state, nst);
+    if (!be || !be->fused_adam) return EM_OK;
+    q->step++;
+    em_optim_args args = {.lr = o->lr, .weight_decay = a->weight_decay, .beta1 = a->beta1,
+                          .beta2 = a->beta2, .eps = a->eps,
+                          .bias_correction1 = 1.0 - pow(a->beta1, (double)q->step),
+                          .bias_correction2 = 1.0 - pow(a->beta2, (double)q->step),
+                          .decoupled = o->kind == OPT_ADAMW, .amsgrad = a->amsgrad};
+    *done = true;
+    em_status st = be->fused_adam(&args, q->p, g, q->state[ST_EXP_AVG], q->state[ST_EXP_AVG_SQ],
+                                  a->amsgrad ? q->state[ST_MAX_EXP_AVG_SQ] : NULL);
+    if (st != EM_OK) {
+        q->step--;
+        return st;
+    }
+    for (int k = 0; k < nst; k++) written(q->state[k]);
+    written(q->p);
+    o->fused_updates++;
+    return EM_OK;
+}
+
 static em_status sgd_update(em_optimizer *o, opt_param *q, em_tensor *g) {
+    bool done = false;
+    em_status fst = sgd_fused(o, q, g, &done);
+    if (done || fst != EM_OK) return fst;
     const em_sgd_opts *s = &o->sgd;
     em_tensor *d = g;
     if (s->weight_decay != 0) d = em_add(d, em_mul_scalar(q->p, s->weight_decay));
@@ -191,6 +281,9 @@ static em_status adam_update(em_optimizer *o, opt_param *q, em_tensor *g) {
     const em_adam_opts *a = &o->adam;
     for (int k = 0; k < (a->amsgrad ? 3 : 2); k++)
         if (!q->state[k] && !(q->state[k] = new_state(q->p))) return em_last_status();
+    bool done = false;
+    em_status fst = adam_fused(o, q, g, &done);
+    if (done || fst != EM_OK) return fst;
     em_tensor *m = q->state[ST_EXP_AVG], *v = q->state[ST_EXP_AVG_SQ];
     q->step++;
     em_status st = EM_OK;

@@ -174,4 +174,6 @@ const em_backend em_cpu_backend = {
     .gather = em__cpu_gather,
     .scatter_add = em__cpu_scatter_add,
     .rng = em__cpu_rng,
+    .fused_sgd = em__cpu_fused_sgd,
+    .fused_adam = em__cpu_fused_adam,
 };

@@ -128,6 +128,9 @@ em_status em__cpu_index_add(em_tensor *out, int dim, const em_tensor *index, con
 em_status em__cpu_gather(em_tensor *out, const em_tensor *in, int dim, const em_tensor *index);
 em_status em__cpu_scatter_add(em_tensor *out, int dim, const em_tensor *index, const em_tensor *src);
 em_status em__cpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset, double p0, double p1);
+em_status em__cpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *buf);
+em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
+                             em_tensor *v, em_tensor *vmax);
 bool em__cpu_supports_op(em_op op, em_dtype dt);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);

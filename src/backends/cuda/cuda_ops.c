@@ -93,6 +93,13 @@ em_status em__cuda_op_rng(em_tensor *o, em_rng_kind k, uint64_t seed, uint64_t o
                           double p1) {
     return em__gpu_rng(G, o, k, seed, offset, p0, p1);
 }
+em_status em__cuda_op_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *b) {
+    return em__gpu_fused_sgd(G, a, p, g, b);
+}
+em_status em__cuda_op_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
+                                 em_tensor *v, em_tensor *vmax) {
+    return em__gpu_fused_adam(G, a, p, g, m, v, vmax);
+}
 #undef G
 
 #endif

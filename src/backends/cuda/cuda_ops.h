@@ -29,6 +29,9 @@ em_status em__cuda_op_gather(em_tensor *o, const em_tensor *i, int dim, const em
 em_status em__cuda_op_scatter_add(em_tensor *o, int dim, const em_tensor *x, const em_tensor *s);
 em_status em__cuda_op_rng(em_tensor *o, em_rng_kind k, uint64_t seed, uint64_t offset, double p0,
                           double p1);
+em_status em__cuda_op_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *b);
+em_status em__cuda_op_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
+                                 em_tensor *v, em_tensor *vmax);
 
 /* Users' kernels (cuda_custom.c), for em__cuda_kernel_backend (src/kernels/custom.h). */
 void *em__cuda_uk_compile(int dev, const char *source, const char *name);
@@ -42,6 +45,7 @@ void em__cuda_uk_release(void *handle);
     .binary = em__cuda_op_binary, .where = em__cuda_op_where, .reduce = em__cuda_op_reduce, \
     .matmul = em__cuda_op_matmul, .softmax = em__cuda_op_softmax,                          \
     .index_select = em__cuda_op_index_select, .index_add = em__cuda_op_index_add,          \
-    .gather = em__cuda_op_gather, .scatter_add = em__cuda_op_scatter_add, .rng = em__cuda_op_rng,
+    .gather = em__cuda_op_gather, .scatter_add = em__cuda_op_scatter_add, .rng = em__cuda_op_rng,   \
+    .fused_sgd = em__cuda_op_fused_sgd, .fused_adam = em__cuda_op_fused_adam,
 
 #endif

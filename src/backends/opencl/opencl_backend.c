@@ -373,6 +373,13 @@ static em_status ocl_rng(em_tensor *o, em_rng_kind k, uint64_t seed, uint64_t of
                          double p1) {
     return em__gpu_rng(G, o, k, seed, off, p0, p1);
 }
+static em_status ocl_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *b) {
+    return em__gpu_fused_sgd(G, a, p, g, b);
+}
+static em_status ocl_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
+                                em_tensor *v, em_tensor *vmax) {
+    return em__gpu_fused_adam(G, a, p, g, m, v, vmax);
+}
 #undef G
 
 const em_backend em_opencl_backend = {
@@ -403,4 +410,6 @@ const em_backend em_opencl_backend = {
     .gather = ocl_gather,
     .scatter_add = ocl_scatter_add,
     .rng = ocl_rng,
+    .fused_sgd = ocl_fused_sgd,
+    .fused_adam = ocl_fused_adam,
 };

@@ -1,0 +1,89 @@
+/* GPU op layer, fused optimizer steps (optim.k): one launch per parameter for SGD and
+ * Adam/AdamW, written once for every GPU backend (see gpu.h). */
+#include "gpu.h"
+
+#include <stdio.h>
+#include "../core/errors.h"
+#include "gpu_internal.h"
+
+/* the flags of optim.k */
+enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32 };
+
+/* Element offsets of the used operands (unused ones stay 0), and the kernel name. */
+static em_status prepare(const em_gpu *g, const char *family, em_tensor *const *ts, int n,
+                         int64_t *offs, char *name, size_t cap, bool *f64) {
+    em_dtype dt = ts[0]->dtype;
+    em_gpu_info info = {0};
+    g->info(EM__DEV(ts[0]), &info);
+    if (!em_dtype_is_floating(dt) || (dt == EM_F64 && !info.has_f64))
+        return em_error(EM_ERR_NOT_SUPPORTED, "fused %s step: %s parameters are not supported on %s",
+                        family, em_dtype_name(dt), EM__DEVSTR(ts[0]));
+    for (int k = 0; k < n; k++) {
+        offs[k] = 0;
+        if (ts[k] && em__gpu_elem_offset(ts[k], &offs[k])) return em_last_status();
+    }
+    snprintf(name, cap, "%s_%s", family, em__kernel_dtype_suffix(dt));
+    *f64 = dt == EM_F64;
+    return EM_OK;
+}
+
+static int64_t numel_of(const em_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/* a buffer argument: the tensor's block, or (unused operand) p's */
+static em_karg buf_arg(const em_tensor *t, const em_tensor *p) {
+    return EM_KBUF((t ? t : p)->storage->block.handle);
+}
+
+static em_karg scalar_arg(bool f64, double v) { return f64 ? EM_KF64(v) : EM_KF32(v); }
+
+em_status em__gpu_fused_sgd(const em_gpu *g, const em_optim_args *a, em_tensor *p,
+                            const em_tensor *grad, em_tensor *buf) {
+    if (a->momentum == 0) buf = NULL;
+    em_tensor *ts[3] = {p, (em_tensor *)grad, buf};
+    int64_t offs[3];
+    char name[32];
+    bool f64;
+    if (prepare(g, "sgd", ts, 3, offs, name, sizeof name, &f64)) return em_last_status();
+    int64_t n = numel_of(p);
+    if (n == 0) return EM_OK;
+    double c[EM_OPT_NCONST];
+    em__optim_consts(a, false, c);
+    int f = (a->weight_decay != 0 ? F_WD : 0) | (a->momentum != 0 ? F_MOMENTUM : 0) |
+            (a->nesterov ? F_NESTEROV : 0) | (a->first_step ? F_FIRST : 0);
+    em_karg args[] = {buf_arg(p, p), buf_arg(grad, p), buf_arg(buf, p), EM_KI64(n),
+                      EM_KI64(offs[0]), EM_KI64(offs[1]), EM_KI64(offs[2]),
+                      scalar_arg(f64, c[EM_OPT_WD]), scalar_arg(f64, c[EM_OPT_MOMENTUM]),
+                      scalar_arg(f64, c[EM_OPT_OMD]), scalar_arg(f64, c[EM_OPT_STEP]), EM_KI32(f)};
+    return em__gpu_launch_1d(g, EM__DEV(p), name, n, (int)(sizeof args / sizeof args[0]), args,
+                             "fused sgd step");
+}
+
+em_status em__gpu_fused_adam(const em_gpu *g, const em_optim_args *a, em_tensor *p,
+                             const em_tensor *grad, em_tensor *m, em_tensor *v, em_tensor *vmax) {
+    if (!a->amsgrad) vmax = NULL;
+    em_tensor *ts[5] = {p, (em_tensor *)grad, m, v, vmax};
+    int64_t offs[5];
+    char name[32];
+    bool f64;
+    if (prepare(g, "adam", ts, 5, offs, name, sizeof name, &f64)) return em_last_status();
+    int64_t n = numel_of(p);
+    if (n == 0) return EM_OK;
+    double c[EM_OPT_NCONST];
+    em__optim_consts(a, true, c);
+    int f = (a->amsgrad ? F_AMSGRAD : 0);
+    if (a->weight_decay != 0) f |= a->decoupled ? F_DECAY : F_WD;
+    em_karg args[] = {buf_arg(p, p), buf_arg(grad, p), buf_arg(m, p), buf_arg(v, p), buf_arg(vmax, p),
+                      EM_KI64(n), EM_KI64(offs[0]), EM_KI64(offs[1]), EM_KI64(offs[2]),
+                      EM_KI64(offs[3]), EM_KI64(offs[4]),
+                      scalar_arg(f64, c[EM_OPT_WD]), scalar_arg(f64, c[EM_OPT_DECAY]),
+                      scalar_arg(f64, c[EM_OPT_B1]), scalar_arg(f64, c[EM_OPT_OMB1]),
+                      scalar_arg(f64, c[EM_OPT_B2]), scalar_arg(f64, c[EM_OPT_OMB2]),
+                      scalar_arg(f64, c[EM_OPT_SQRT_BC2]), scalar_arg(f64, c[EM_OPT_EPS]),
+                      scalar_arg(f64, c[EM_OPT_STEP]), EM_KI32(f)};
+    return em__gpu_launch_1d(g, EM__DEV(p), name, n, (int)(sizeof args / sizeof args[0]), args,
+                             "fused adam step");
+}
