@@ -6,10 +6,10 @@
  *  - Step 1 creates Adam's states one parameter at a time, so while the largest (first)
  *    parameter is updated the other parameters' states do not exist yet; the estimate counts
  *    them all (the steady state from step 2 on). The test measures the peak over two steps.
- *  - Activations other than the input are freed by backward; the workspace (one
- *    parameter-sized temporary: Adam's fused step needs none, backward's largest gradient is
- *    briefly there twice) reuses that memory. The estimate counts the larger of the two, the
- *    input always.
+ *  - No workspace: Adam's fused step makes no temporaries and gradients become .grad without
+ *    a copy. On OpenCL (PoCL's CPU devices) the matmul kernel copies x @ w.t()'s transposed
+ *    weight to contiguous rows: the measured peak may exceed the estimate by up to the largest
+ *    weight; the test checks estimate <= peak <= estimate + that copy there.
  *  - Not counted: integer targets (8 B per sample), the loss's small temporaries, gradients of
  *    activations (they matter only when they outgrow the workspace), 512 B block rounding. */
 #include <limits.h>
@@ -83,7 +83,12 @@ static void compare_on(em_device dev) {
                    em_device_str(dev).s, deep ? "784-512-256-128-10" : "784-256-10        ", (long long)batches[b],
                    est, (long long)p.two, (long long)p.first, 100.0 * (est - (double)p.two) / (double)p.two);
             CHECK(before >= 0 && p.two >= p.first && p.first > 0);
-            CHECK(REL(est, (double)p.two) < TOLERANCE);
+            if (dev.type == EM_OPENCL) {
+                double copy = (double)(deep ? 784 * 512 : 784 * 256) * 4;   /* the transposed weight */
+                CHECK(est <= (double)p.two * (1 + TOLERANCE) && (double)p.two <= (est + copy) * (1 + TOLERANCE));
+            } else {
+                CHECK(REL(est, (double)p.two) < TOLERANCE);
+            }
             em_module_free(m);
         }
     }
@@ -119,12 +124,12 @@ static void test_checkpoint_and_command(void) {
     for (int l = 0; l < EM_ESTIMATE_LINES; l++) CHECK(a.bytes[l] == b.bytes[l]);
     CHECK(a.params == (double)em_module_num_parameters(m) && b.params == a.params);
     CHECK(a.layers == 6 && b.layers == 6 && a.hidden == 784 && a.dtype == EM_F32);
-    /* by hand: weights, grads, 2 states, input 784 x 64 x 4, and the larger of the saved
-     * activations (outputs 680 + log-softmax 10 + 2 x 300) x 64 x 4 and one 784*300 x 4 */
-    double P = a.params, ws = 1.0 * 784 * 300 * 4, act = (680 + 10 + 600) * 64 * 4.0;
-    CHECK_NEAR(a.bytes[EM_ESTIMATE_WORKSPACE], ws, 0.5);
+    /* by hand: weights, grads, 2 states, input 784 x 64 x 4, and the saved activations
+     * (outputs 680 + log-softmax 10 + 2 x 300) x 64 x 4; no workspace (fused Adam) */
+    double P = a.params, act = (680 + 10 + 600) * 64 * 4.0;
+    CHECK(a.bytes[EM_ESTIMATE_WORKSPACE] == 0);
     CHECK_NEAR(a.bytes[EM_ESTIMATE_ACTIVATIONS], 784 * 64 * 4.0 + act, 0.5);
-    CHECK_NEAR(a.bytes[EM_ESTIMATE_TOTAL], 16 * P + 784 * 64 * 4.0 + fmax(act, ws), 0.5);
+    CHECK_NEAR(a.bytes[EM_ESTIMATE_TOTAL], 16 * P + 784 * 64 * 4.0 + act, 0.5);
     CHECK(strstr(b.why[EM_ESTIMATE_ACTIVATIONS], "assumes ReLU-like") != NULL);
 
     char self[PATH_MAX - 16];
@@ -146,7 +151,7 @@ static void test_checkpoint_and_command(void) {
         snprintf(args, sizeof args, "--model '%s' --batch 64", path);
         CHECK(run_ember(args, out, sizeof out) == 0);
         CHECK(strstr(out, "6 Linear layers") && strstr(out, "Inference") && strstr(out, "LoRA fine-tuning"));
-        CHECK(strstr(out, "workspace") && strstr(out, "1 temporary") && strstr(out, " MB ("));
+        CHECK(strstr(out, "workspace") && strstr(out, "fused step makes no temporaries") && strstr(out, " MB ("));
         snprintf(args, sizeof args, "7B --model '%s'", path);
         CHECK(run_ember(args, out, sizeof out) == 2 && strstr(out, "not both"));
         snprintf(args, sizeof args, "--model '%s' --hidden 64", path);

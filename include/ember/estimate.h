@@ -11,13 +11,12 @@
  * LoRA freezes the base weights and trains rank-r adapters (float32) on `lora_targets`
  * hidden x hidden matrices per layer. Activations need a batch and a sequence length.
  *
- * Workspace (counted when the largest trainable tensor is known, as for an Ember model): one
- * tensor of the largest parameter's size. Ember's optimizers update each parameter with one
- * fused kernel and no temporaries; measured on the CPU and OpenCL allocators, the peak past
- * the weights, gradients and states is backward's largest gradient, briefly there twice.
- * (The op-by-op fallback for non-contiguous parameters holds up to 6 such temporaries for
- * Adam.) Activations other than the input are freed by then, so the total counts the
- * larger of the two (both still when the workspace is unknown). */
+ * Workspace (shown when the largest trainable tensor is known, as for an Ember model): none.
+ * Ember's optimizers update each parameter with one fused kernel and no temporaries, and a
+ * gradient computed by backward becomes .grad without a copy; measured on the CPU allocator,
+ * the peak is weights + gradients + states + activations. (The op-by-op fallback for
+ * non-contiguous parameters holds up to 6 parameter-sized temporaries for Adam; PoCL's
+ * matmul copies Linear's transposed weight, one weight-sized temporary.) */
 #ifndef EMBER_ESTIMATE_H
 #define EMBER_ESTIMATE_H
 

@@ -209,12 +209,15 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
     }
     B[EM_ESTIMATE_ACTIVATIONS] = input + saved;
 
-    /* One parameter-sized temporary (see the header): the optimizers' fused steps make none,
-     * backward's largest gradient is briefly there twice. */
-    int tmp = 1;
+    /* No parameter-sized temporary (see the header): the fused steps make none, and backward's
+     * gradients become .grad without a copy. */
+    int tmp = 0;
     double ws_bytes = o->mode == EM_ESTIMATE_FULL ? sw : 4;   /* LoRA adapters are float32 */
     if (o->mode == EM_ESTIMATE_INFERENCE) {
         snprintf(why[5], 256, "none: no optimizer");
+    } else if (o->largest_param > 0 && tmp == 0) {
+        snprintf(why[5], 256, "none: %s's fused step makes no temporaries and gradients become .grad without "
+                 "a copy", em_estimate_optimizer_name(o->optimizer));
     } else if (o->largest_param > 0) {
         char lp[32];
         fmt_count(lp, sizeof lp, o->largest_param);
