@@ -124,6 +124,18 @@ static void test_checkpoint_and_command(void) {
     for (int l = 0; l < EM_ESTIMATE_LINES; l++) CHECK(a.bytes[l] == b.bytes[l]);
     CHECK(a.params == (double)em_module_num_parameters(m) && b.params == a.params);
     CHECK(a.layers == 6 && b.layers == 6 && a.hidden == 784 && a.dtype == EM_F32);
+    {   /* a training checkpoint's optimizer state is not part of the model */
+        em_optimizer *adam = em_adam(m, 1e-3);
+        em_scope s = em_scope_begin();
+        CHECK_OK(em_backward(em_sum(em_forward(m, em_randn(EM_SHAPE(2, 784), EM_OPTS(0))), EM_ALL_DIMS, false)));
+        CHECK_OK(em_step(adam));
+        em_scope_end(s);
+        CHECK_OK(em_checkpoint_save(path, m, adam, NULL, NULL, 0));
+        em_estimate c;
+        CHECK_OK(em_estimate_checkpoint(path, &o, &c));
+        CHECK(c.params == a.params && c.bytes[EM_ESTIMATE_TOTAL] == a.bytes[EM_ESTIMATE_TOTAL]);
+        em_optim_free(adam);
+    }
     /* by hand: weights, grads, 2 states, input 784 x 64 x 4, and the saved activations
      * (outputs 680 + log-softmax 10 + 2 x 300) x 64 x 4; no workspace (fused Adam) */
     double P = a.params, act = (680 + 10 + 600) * 64 * 4.0;

@@ -11,6 +11,7 @@
 #include <ember/tensor.h>
 #include "../core/errors.h"
 #include "../nn/module_impl.h"
+#include "../nn/nn_internal.h"
 
 em_status em_estimate_parse_params(const char *s, double *out) {
     if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_parse_params: NULL argument");
@@ -383,7 +384,15 @@ em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em
         em_safetensors_free(st);
         return em_error(EM_ERR_OUT_OF_MEMORY, "em_estimate_checkpoint");
     }
-    for (int i = 0; i < n; i++) names[i] = em_safetensors_name(st, i);
+    /* a training checkpoint (em_checkpoint_save) also holds the optimizer's state: not the model */
+    const char *format = em_safetensors_metadata(st, "format");
+    bool checkpoint = format && !strcmp(format, EM__CHECKPOINT_FORMAT);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = em_safetensors_name(st, i);
+        if (!checkpoint || strncmp(name, "optimizer.", 10)) names[kept++] = name;
+    }
+    n = kept;
     qsort(names, (size_t)n, sizeof *names, by_name);
     model_walk w = {0};
     em_scope s = em_scope_begin();
