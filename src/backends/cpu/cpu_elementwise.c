@@ -331,19 +331,47 @@ em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_
 }
 
 /* ---- where: out = cond ? a : b, moving bytes of out's element size ---- */
+/* Strided select of T-sized elements; the contiguous forms (the second operand a scalar, as
+ * in relu's backward where(x > 0, g, 0), or a tensor) get loops the compiler vectorizes. */
+#define WHERE_TYPED(T)                                                                           \
+    do {                                                                                         \
+        if (st[0] == sizeof(T) && st[1] == 1 && st[2] == sizeof(T) && (st[3] == 0 || st[3] == sizeof(T))) { \
+            T *o_ = (T *)o;                                                                      \
+            const T *a_ = (const T *)a, *b_ = (const T *)b;                                      \
+            if (st[3] == 0) {                                                                    \
+                T bv = *b_;                                                                      \
+                for (int64_t k = 0; k < n; k++) {  /* masks, not branches: conditions are random */ \
+                    T m_ = (T)0 - (T)(c[k] != 0);                                                \
+                    o_[k] = (T)((a_[k] & m_) | (bv & (T)~m_));                                   \
+                }                                                                                \
+            } else {                                                                             \
+                for (int64_t k = 0; k < n; k++) {                                                \
+                    T m_ = (T)0 - (T)(c[k] != 0);                                                \
+                    o_[k] = (T)((a_[k] & m_) | (b_[k] & (T)~m_));                                \
+                }                                                                                \
+            }                                                                                    \
+            return;                                                                              \
+        }                                                                                        \
+        for (int64_t k = 0; k < n; k++, o += st[0], c += st[1], a += st[2], b += st[3])         \
+            *(T *)o = *c ? *(const T *)a : *(const T *)b;                                        \
+        return;                                                                                  \
+    } while (0)
+
 static void where_loop(void *arg, char **d, const int64_t *st, int64_t n, int64_t index) {
     size_t es = *(const size_t *)arg;
     char *o = d[0];
     const char *c = d[1], *a = d[2], *b = d[3];
-    if (es == 4 && st[0] == 4 && st[1] == 1 && st[2] == 4 && st[3] == 4) {
-        uint32_t *o4 = (uint32_t *)o;
-        const uint32_t *a4 = (const uint32_t *)a, *b4 = (const uint32_t *)b;
-        for (int64_t k = 0; k < n; k++) o4[k] = c[k] ? a4[k] : b4[k];
-        return;
+    switch (es) {
+    case 1: WHERE_TYPED(uint8_t);
+    case 2: WHERE_TYPED(uint16_t);
+    case 4: WHERE_TYPED(uint32_t);
+    case 8: WHERE_TYPED(uint64_t);
+    default:
+        for (int64_t k = 0; k < n; k++, o += st[0], c += st[1], a += st[2], b += st[3])
+            memmove(o, *c ? a : b, es);
     }
-    for (int64_t k = 0; k < n; k++, o += st[0], c += st[1], a += st[2], b += st[3])
-        memmove(o, *c ? a : b, es);
 }
+#undef WHERE_TYPED
 
 em_status em__cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b) {
     if (cond->dtype != EM_BOOL || a->dtype != out->dtype || b->dtype != out->dtype)

@@ -92,6 +92,11 @@ static void gemm_parallel(gemm *g) {
     int64_t len = g->split_rows ? g->P : g->Q, per = macs / (len > 0 ? len : 1);
     int64_t grain = GEMM_GRAIN_MACS / (per > 0 ? per : 1) + 1;
     if (grain < 16) grain = 16; /* keep BLAS blocks efficient */
+    /* one chunk per thread: every chunk repacks the other operand, so more chunks than
+     * threads cost packing without balancing anything (GEMM chunks take equal time) */
+    int threads = em__cpu_num_threads();
+    int64_t even = threads > 1 ? (len + threads - 1) / threads : len;
+    if (grain < even) grain = even;
     em__cpu_parallel_for(len, grain, gemm_chunk, g);
 }
 

@@ -12,6 +12,15 @@
  * elementwise ops. */
 #define OPTIM_GRAIN (EM_CPU_PARALLEL_ELEMS / 4)
 #define OPTIM_BLOCK 512
+/* The library is built for x86-64-v2 (SSE4.2) to run anywhere; these loops are bound by
+ * sqrt and division, whose AVX2 forms do twice the elements per instruction, so GCC also
+ * compiles an AVX2 clone and the loader picks it on CPUs that have it (same IEEE results:
+ * no FMA contraction, see the kernel bodies). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define EM_CPU_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define EM_CPU_MULTIVERSION
+#endif
 
 enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32 };
 
@@ -109,13 +118,13 @@ static int flags_of(const em_optim_args *a, bool adam) {
             p[i] = pi + s;                                                                 \
         })                                                                                 \
     }                                                                                      \
-    static void adam_##SFX(T *p, const T *g, T *m, T *v, T *vm, int64_t n, const T *c, int f) { \
+    EM_CPU_MULTIVERSION static void adam_##SFX(T *p, const T *g, T *m, T *v, T *vm, int64_t n, const T *c, int f) { \
         switch (f) {                                                                       \
         ADAM_CASES(SFX)                                                                    \
         default: adam_body_##SFX(p, g, m, v, vm, n, c, f); break;                          \
         }                                                                                  \
     }                                                                                      \
-    static void sgd_##SFX(T *p, const T *g, T *buf, int64_t n, const T *c, int f) {        \
+    EM_CPU_MULTIVERSION static void sgd_##SFX(T *p, const T *g, T *buf, int64_t n, const T *c, int f) { \
         switch (f) {                                                                       \
         SGD_CASES(SFX)                                                                     \
         default: sgd_body_##SFX(p, g, buf, n, c, f); break;                                \
