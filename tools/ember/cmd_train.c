@@ -235,6 +235,7 @@ static int run(train_opts *o) {
         em_dataset_free(train);
         return 1;
     }
+    em_memory_empty_cache(EM_DEVICE_CPU);   /* the files' unused parts: not what training holds */
     em_manual_seed((uint64_t)o->seed);
     em_module *model = mlp_new();
     if (model && em_module_to(model, o->device) != EM_OK) em_clear_error(), em_module_free(model), model = NULL;

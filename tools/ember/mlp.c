@@ -20,8 +20,9 @@ em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit) {
     if (limit <= 0 || limit > n) limit = n;
     /* [N, 28, 28] images as [N, 784] rows: x.view(-1, 784), the seed's flattening */
     em_scope s = em_scope_begin();
-    em_dataset *part = em_dataset_new(em_reshape(em_narrow(em_dataset_x(full), 0, 0, limit), EM_SHAPE(limit, 784)),
-                                      em_narrow(em_dataset_y(full), 0, 0, limit));
+    em_tensor *x = em_narrow(em_dataset_x(full), 0, 0, limit), *y = em_narrow(em_dataset_y(full), 0, 0, limit);
+    if (limit < n) x = em_clone(x), y = em_clone(y);   /* a copy: the rest of the file is freed */
+    em_dataset *part = em_dataset_new(em_reshape(x, EM_SHAPE(limit, 784)), y);
     em_scope_end(s);
     em_dataset_free(full);
     return part;
