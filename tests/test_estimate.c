@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
+#include "tool_run.h"
 #include <ember/estimate.h>
 #include <ember/memory.h>
 
@@ -137,28 +138,15 @@ static void test_lora_and_activations(void) {
 
 /* ---- the `ember mem` command, run from the build folder next to this test ---- */
 
-static char ember_path[PATH_MAX];
-
+/* `ember mem ARGS` (tests/tool_run.h runs the built binary) */
 static int run_ember(const char *args, char *out, size_t size) {
-    char cmd[PATH_MAX + 256];
-    snprintf(cmd, sizeof cmd, "'%s' mem %s 2>&1", ember_path, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, size - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "mem %s", args);
+    return tool_run(cmd, out, size);
 }
 
 static void test_command(void) {
-    char self[PATH_MAX - 16];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    CHECK(n > 0);
-    if (n <= 0) return;
-    self[n] = '\0';
-    *strrchr(self, '/') = '\0';
-    snprintf(ember_path, sizeof ember_path, "%s/ember", self);
-    CHECK(access(ember_path, X_OK) == 0);
+    CHECK(tool_path() != NULL);
     static char out[65536];
     CHECK(run_ember("7B", out, sizeof out) == 0);
     CHECK(strstr(out, "Inference") && strstr(out, "Full fine-tuning (adam)") && strstr(out, "LoRA fine-tuning"));

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
+#include "tool_run.h"
 #include <ember/estimate.h>
 
 #define REL(a, b) (fabs((a) - (b)) / (b))
@@ -96,17 +97,11 @@ static void compare_on(em_device dev) {
 
 /* ---- the checkpoint form and `ember mem --model` ---- */
 
-static char ember_path[PATH_MAX];
-
+/* `ember mem ARGS` (tests/tool_run.h runs the built binary) */
 static int run_ember(const char *args, char *out, size_t size) {
-    char cmd[2 * PATH_MAX + 256];
-    snprintf(cmd, sizeof cmd, "'%s' mem %s 2>&1", ember_path, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, size - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "mem %s", args);
+    return tool_run(cmd, out, size);
 }
 
 static void test_checkpoint_and_command(void) {
@@ -144,14 +139,8 @@ static void test_checkpoint_and_command(void) {
     CHECK_NEAR(a.bytes[EM_ESTIMATE_TOTAL], 16 * P + 784 * 64 * 4.0 + act, 0.5);
     CHECK(strstr(b.why[EM_ESTIMATE_ACTIVATIONS], "assumes ReLU-like") != NULL);
 
-    char self[PATH_MAX - 16];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    CHECK(n > 0);
-    if (n > 0) {
-        self[n] = '\0';
-        *strrchr(self, '/') = '\0';
-        snprintf(ember_path, sizeof ember_path, "%s/ember", self);
-        CHECK(access(ember_path, X_OK) == 0);
+    CHECK(tool_path() != NULL);
+    {
         static char out[65536];
         char args[PATH_MAX + 64], want[64];
         snprintf(args, sizeof args, "--model '%s' --batch 64 --mode full --json", path);
