@@ -106,7 +106,8 @@ static long double ref_radius(uint32_t w0) {
 static long double ref_cos(uint32_t w1) {
     uint32_t k = w1 >> 8, q = k >> 22;
     long double t = (long double)(k & 0x3fffffu) / 4194304.0L, h = 1.5707963267948966192313216916397514L;
-    long double c = t > 0.5L ? sinl((1 - t) * h) : cosl(t * h), s = t > 0.5L ? cosl((1 - t) * h) : sinl(t * h);
+    long double c = t > 0.5L ? sinl((1 - t) * h) : cosl(t * h);
+    long double s = t > 0.5L ? cosl((1 - t) * h) : sinl(t * h);
     return q == 0 ? c : q == 1 ? -s : q == 2 ? -c : s;
 }
 /* |got - want| in units of the last place of want (mant: 23 for float, 52 for double) */
@@ -140,8 +141,8 @@ static void test_normal_transform_accuracy(void) {
         v32 = fmax(v32, ulp_error(em__normal_f32(out[0], out[1]), want, 23));
         v64 = fmax(v64, ulp_error(em__normal_f64(out[0], out[1]), want, 52));
     }
-    printf("  normal transform, max error in ulp: sqrt(-2 ln u1) f32 %.2f f64 %.2f, cos(2 pi u2) f32 %.2f f64 "
-           "%.2f, product f32 %.2f f64 %.2f%s\n", rad32, rad64, cos32, cos64, v32, v64,
+    printf("  normal transform, max error in ulp: sqrt(-2 ln u1) f32 %.2f f64 %.2f, cos(2 pi u2) f32 "
+           "%.2f f64 %.2f, product f32 %.2f f64 %.2f%s\n", rad32, rad64, cos32, cos64, v32, v64,
            f64_ref ? "" : " (f64 not checked: long double is double here)");
     /* over every input: radius 0.98 / 0.97, cos 0.89 / 0.77 (f32 / f64); 1e7 products 2.43 / 2.39 */
     CHECK(rad32 <= 1.0 && cos32 <= 1.0 && v32 <= 2.5);

@@ -81,14 +81,15 @@ EM_PHILOX_FN float em__philox_unit(uint32_t w) { return (float)(w >> 8) * 5.9604
 /* ---------------------------------------------------------------- normal samples
  * Box-Muller with no libm: OpenCL lets float division and sqrt be inexact and every device's
  * log and cos differ in the last bits, but add, subtract and multiply round the same on all
- * IEEE hardware. So: ln u1 from the exponent of u1 (integer ops on its 24-bit numerator) plus
- * a polynomial for log1p of the mantissa; sqrt by the inverse-sqrt bit-trick seed, Newton
- * steps and one correction whose residual is exact (Dekker's product); cos(2 pi u2) by reducing u2's
- * numerator to an octant exactly and polynomials for sin/cos(pi/2 t) on t in [0, 1/2].
- * Polynomials: mpmath.chebyfit (tests/normal_coeffs.py). Error against the exact value
- * (tests/test_core_rng.c): radius and cos under 1 ulp each, the product under 2.5 ulp. Every multiply and add goes through
- * EM__MULF/EM__ADDF so that no compiler fuses them into FMAs (which round differently):
- * on the host they are functions (clang contracts only within one expression) and the
+ * IEEE hardware. So: ln u1 from the exponent of u1 (exact: (w >> 8) + 1 converts to float
+ * exactly) plus a polynomial for log1p of the mantissa; sqrt by the inverse-sqrt bit-trick
+ * seed, Newton steps and one correction whose residual is exact (Dekker's product);
+ * cos(2 pi u2) by reducing u2's numerator to an octant exactly and polynomials for
+ * sin/cos(pi/2 t) on t in [0, 1/2]. Polynomials: mpmath.chebyfit (tests/normal_coeffs.py).
+ * Error against the exact value (tests/test_core_rng.c): radius and cos under 1 ulp each,
+ * the product under 2.5 ulp. Every multiply and add goes through EM__MULF/EM__ADDF so that
+ * no compiler fuses them into FMAs (which round differently): on the host they are
+ * functions (clang contracts only within one expression) and the
  * library is built -std=c11 (GCC: -ffp-contract=off); kernels use compat.h's emk_mulf. */
 #if defined(EMK_OPENCL) || defined(EMK_CUDA)
 #define EM__MULF emk_mulf
