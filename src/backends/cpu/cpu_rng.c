@@ -1,5 +1,6 @@
 /* Random tensors from Philox 4x32-10 following src/core/philox.h's contract exactly: element i
- * (row-major) of out uses counter offset + i, whatever out's strides or the thread count. */
+ * (row-major) of out uses counter offset + i, whatever out's strides or the thread count.
+ * Every kind, normal included, equals the OpenCL and CUDA kernels' bits (src/kernels/rng.k). */
 #include "cpu_internal.h"
 #include "../../core/philox.h"
 
@@ -35,21 +36,19 @@ static em_dtype rng_block(const rng_ctx *c, int64_t first, int64_t m, void *buf)
             }
             return EM_F32;
         }
-    case EM_RNG_NORMAL:
+    case EM_RNG_NORMAL: /* philox.h's transform, never fused: the same bits as every device */
         if (dbl) {
-            double *o = buf;
+            double *o = buf, mean = c->p0, sd = c->p1;
             for (int64_t k = 0; k < m; k++) {
                 em__philox_element(c->seed, c->offset + (uint64_t)(first + k), w);
-                double u1 = em__philox_unit_open0(w[0]), u2 = em__philox_unit(w[1]);
-                o[k] = sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2) * c->p1 + c->p0;
+                o[k] = em__addd(em__muld(em__normal_f64(w[0], w[1]), sd), mean);
             }
             return EM_F64;
         } else {
             float *o = buf, mean = (float)c->p0, sd = (float)c->p1;
             for (int64_t k = 0; k < m; k++) {
                 em__philox_element(c->seed, c->offset + (uint64_t)(first + k), w);
-                float u1 = em__philox_unit_open0(w[0]), u2 = em__philox_unit(w[1]);
-                o[k] = sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2) * sd + mean;
+                o[k] = em__addf(em__mulf(em__normal_f32(w[0], w[1]), sd), mean);
             }
             return EM_F32;
         }
