@@ -141,6 +141,16 @@ static void test_errors_change_nothing(void) {
     CHECK(em_checkpoint_load(path, b, NULL, NULL) == EM_OK);
     CHECK(em_checkpoint_save(path, a, adam, (const char *[]){"format"}, (const char *[]){"x"}, 1) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "reserved");
+    CHECK(em_checkpoint_save(NULL, a, adam, NULL, NULL, 0) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "must not be NULL");
+    CHECK(em_checkpoint_save(path, a, adam, NULL, NULL, 1) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "NULL array");
+    CHECK(em_checkpoint_load(path, NULL, NULL, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "must not be NULL");
+    CHECK(em_safetensors_save_meta(path, NULL, NULL, 0, (const char *[]){NULL}, (const char *[]){"v"}, 1) ==
+          EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "metadata entry 0 is NULL");
+    CHECK(em_checkpoint_load(path, b, NULL, NULL) == EM_OK);   /* the failed saves left the file intact */
     CHECK(em_checkpoint_load("/nonexistent/ckpt.safetensors", b, NULL, NULL) != EM_OK);
     CHECK(strstr(em_last_error(), "/nonexistent/ckpt.safetensors") != NULL);
     em_clear_error();

@@ -189,6 +189,31 @@ static void test_batch_ownership(void) {
     em_dataset_free(ds);
 }
 
+/* seek: continue at a batch of an epoch, as if the earlier batches had been taken */
+static void test_seek(void) {
+    em_dataset *ds = make_dataset();
+    em_loader *a = em_loader_new(ds, (em_loader_opts){.batch_size = 10, .shuffle = true, .seed = 5});
+    em_loader *b = em_loader_new(ds, (em_loader_opts){.batch_size = 10, .shuffle = true, .seed = 5});
+    em_batch ba, bb;
+    while (em_loader_next(a, &ba)) {}                           /* all of epoch 0 */
+    for (int i = 0; i < 3; i++) CHECK(em_loader_next(a, &ba));  /* epoch 1, batches 0..2 */
+    CHECK(em_loader_seek(b, 1, 2) == EM_OK);
+    CHECK(em_loader_next(b, &bb) && bb.index == 2 && ba.index == 2);
+    CHECK(em_loader_epoch(a) == 1 && em_loader_epoch(b) == 1 && bb.size == ba.size);
+    CHECK(em_item(em_sum(em_ne(ba.y, bb.y), EM_ALL_DIMS, false)) == 0);
+    CHECK(em_loader_seek(b, 0, em_loader_len(b)) == EM_OK);    /* the end: the next call starts epoch 1 */
+    CHECK(!em_loader_next(b, &bb) && !em_failed());
+    CHECK(em_loader_seek(b, 0, em_loader_len(b) + 1) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_loader_seek: expected epoch >= 0");
+    CHECK(em_loader_seek(b, -1, 0) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "got epoch -1");
+    CHECK(em_loader_seek(NULL, 0, 0) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "argument 'l' is NULL");
+    em_loader_free(a);
+    em_loader_free(b);
+    em_dataset_free(ds);
+}
+
 static void test_device_and_pinned(void) {
     em_dataset *ds = make_dataset();
     em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 32, .pin_memory = true, .device = EM_DEVICE_CPU});
@@ -374,6 +399,7 @@ int main(void) {
     RUN(test_reset_and_free_mid_epoch);
     RUN(test_batch_ownership);
     RUN(test_device_and_pinned);
+    RUN(test_seek);
     RUN(test_pinned_copies_not_overwritten);
     RUN(test_datasets_from_files);
     return test_summary();
