@@ -191,6 +191,7 @@ static void test_batch_ownership(void) {
 
 /* seek: continue at a batch of an epoch, as if the earlier batches had been taken */
 static void test_seek(void) {
+    em_scope s = em_scope_begin();
     em_dataset *ds = make_dataset();
     em_loader *a = em_loader_new(ds, (em_loader_opts){.batch_size = 10, .shuffle = true, .seed = 5});
     em_loader *b = em_loader_new(ds, (em_loader_opts){.batch_size = 10, .shuffle = true, .seed = 5});
@@ -212,6 +213,7 @@ static void test_seek(void) {
     em_loader_free(a);
     em_loader_free(b);
     em_dataset_free(ds);
+    em_scope_end(s);
 }
 
 static void test_device_and_pinned(void) {
