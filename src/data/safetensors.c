@@ -8,7 +8,7 @@
 
 #include "json.h"
 #include "parsers.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 
 static const struct { const char *name; em_dtype dt; } ST_TYPES[] = {
     {"F32", EM_F32}, {"F64", EM_F64}, {"F16", EM_F16}, {"BF16", EM_BF16},

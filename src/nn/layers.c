@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "module_impl.h"
 
 /* ---- Linear ---- */

@@ -5,8 +5,14 @@
 #include <string.h>
 #include <ember/autograd.h>
 #include <ember/nn.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "module_impl.h"
+
+em_tensor *em__scope_return(em_scope s, em_tensor *t) {
+    if (t) em_retain(t);
+    em_scope_end(s);
+    return em__scoped(t);
+}
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
