@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <math.h>
 #include <ember/device.h>
+#include <ember/telemetry.h>
 #include "../core/tensor_impl.h"
 #include "../core/optim_args.h"
 
@@ -87,6 +88,9 @@ typedef struct em_backend {
     const char *(*unavailable_reason)(void);
     int (*device_count)(void);
     em_status (*device_props)(int index, em_device_props *out);
+    /* Optional: every GPU the driver reports (em_device_telemetry_list's contract: fields it
+     * cannot tell at -1, out[i].device.index -1 for a GPU Ember does not see). NULL: none. */
+    int (*telemetry)(em_device_telemetry *out, int max, em_driver_info *info, const char **reason);
 
     /* ---- raw memory (the caching allocator sits on top) ---- */
     em_status (*raw_alloc)(int index, size_t bytes, void **handle);

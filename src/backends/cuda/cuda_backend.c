@@ -15,6 +15,7 @@
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
 #include "cuda_ops.h"
+#include "cuda_smi.h"
 #include "../../kernels/custom.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -384,6 +385,7 @@ const em_backend em_cuda_backend = {
     .unavailable_reason = cuda_reason,
     .device_count = cuda_count,
     .device_props = cuda_props,
+    .telemetry = em__cuda_telemetry,
     .raw_alloc = cuda_raw_alloc,
     .raw_free = cuda_raw_free,
     .host_alloc_pinned = cuda_host_alloc_pinned,
@@ -418,6 +420,7 @@ const em_backend em_cuda_backend = {
     .init = cuda_init,
     .unavailable_reason = cuda_reason,
     .device_count = cuda_count,
+    .telemetry = em__cuda_telemetry,
 };
 
 #endif
