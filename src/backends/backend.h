@@ -49,7 +49,6 @@ typedef enum em_rng_kind {
     EM_RNG_BERNOULLI  /* 1 with probability p0, else 0 */
 } em_rng_kind;
 
-
 /* The scalar operands of the fused kernels, each later rounded to the compute type like
  * the op-by-op path's scalar arguments. */
 enum {

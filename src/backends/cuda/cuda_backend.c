@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../core/errors.h"
+#include "cuda_smi.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
 #include "cuda_ops.h"
-#include "cuda_smi.h"
 #include "../../kernels/custom.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
