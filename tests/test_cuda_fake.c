@@ -431,33 +431,6 @@ static void test_smi_query(void) {
     CHECK(reason && strstr(reason, "libnvidia-ml.so.1 not found"));
 }
 
-/* The public telemetry calls answer from the CUDA backend's slot, NVML's view field by field. */
-static void test_telemetry_public(void) {
-    install(true);
-    em_device_telemetry t[4];
-    em_driver_info info;
-    const char *reason = NULL;
-    CHECK(em_device_telemetry_list(EM_CUDA, t, 4, &info, &reason) == NDEV);
-    CHECK(!strcmp(info.driver_version, "550.54.15") && info.runtime_version == 12040);
-    CHECK(t[0].driver_index == 0 && !strcmp(t[0].name, "Fake GPU 1"));
-    CHECK(t[0].device.type == EM_CUDA && t[0].device.index == 1 && t[1].device.index == 0);
-    CHECK(t[0].memory_total == (int64_t)16 << 30 && t[0].memory_free == (int64_t)2 << 30);
-    CHECK(t[0].utilization_gpu == 42 && t[0].utilization_memory == 7 && t[0].temperature == 33);
-    CHECK(t[0].power_w == 68.25 && t[0].power_limit_w == -1 && t[0].compute_capability == 86);
-    CHECK(em_device_telemetry_list(EM_CUDA, t, 1, NULL, NULL) == NDEV); /* count beyond max */
-    CHECK(em_device_telemetry_list(EM_CPU, t, 4, &info, &reason) == -1 && reason && !info.driver_version[0]);
-    em_device_telemetry cpu;
-    CHECK_OK(em_device_telemetry_get(EM_DEVICE_CPU, &cpu));
-    CHECK(cpu.device.type == EM_CPU && cpu.name[0] && cpu.temperature == -1 && cpu.memory_used == -1);
-    CHECK(em_device_telemetry_get(EM_DEVICE_CPU, NULL) == EM_ERR_ARGUMENT);
-    em_clear_error();
-
-    install(false);
-    reason = NULL;
-    CHECK(em_device_telemetry_list(EM_CUDA, t, 4, &info, &reason) == -1);
-    CHECK(reason && strstr(reason, "libnvidia-ml.so.1 not found") && info.runtime_version == 0);
-}
-
 /* The versioned names the headers select (cuMemAlloc -> cuMemAlloc_v2) must be real exports.
  * With no driver here, the toolkit's link stub lists the driver's exports: it is opened
  * only to look names up, never called. NVRTC and cuBLAS are the real libraries. */
@@ -552,7 +525,6 @@ int main(void) {
     RUN(test_programs);
     RUN(test_cache_key_and_store);
     RUN(test_smi_query);
-    RUN(test_telemetry_public);
     RUN(test_search_order_and_stubs);
     RUN(test_symbols_exist);
     em__cuda_backend_reset();
