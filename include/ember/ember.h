@@ -9,6 +9,7 @@
 #include <ember/error.h>
 #include <ember/dtype.h>
 #include <ember/device.h>
+#include <ember/telemetry.h>
 #include <ember/tensor.h>
 #include <ember/ops.h>
 #include <ember/autograd.h>

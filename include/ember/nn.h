@@ -87,6 +87,20 @@ int64_t em_module_num_parameters(em_module *m);
 /* Child i of m (borrowed), or NULL. */
 em_module *em_module_child(em_module *m, int i);
 
+/* What a module is, for code that inspects a model (memory estimates, exporters) without
+ * comparing names: the built-in layers by kind, anything made with em_module_new as
+ * EM_MODULE_CUSTOM (also when its ops name says "Linear"). */
+typedef enum em_module_kind {
+    EM_MODULE_CUSTOM, EM_MODULE_SEQUENTIAL, EM_MODULE_LINEAR, EM_MODULE_RELU, EM_MODULE_GELU,
+    EM_MODULE_SIGMOID, EM_MODULE_TANH, EM_MODULE_DROPOUT, EM_MODULE_FLATTEN
+} em_module_kind;
+/* m's kind; EM_MODULE_CUSTOM (and EM_ERR_ARGUMENT recorded) for NULL. */
+em_module_kind em_module_kind_of(const em_module *m);
+/* The name PyTorch prints for m ("Linear", a custom module's ops name); NULL for NULL. */
+const char *em_module_name(const em_module *m);
+/* A Linear's in_features and out_features; EM_ERR_ARGUMENT if m is not a Linear. */
+em_status em_module_linear_shape(const em_module *m, int64_t *in_features, int64_t *out_features);
+
 /* Move every parameter, buffer and gradient in place (the em_tensor handles stay valid)
  * and the state of every optimizer created on this module (or on a module containing it). */
 em_status em_module_to(em_module *m, em_device d);

@@ -19,7 +19,9 @@
 #include <stdint.h>
 #include <math.h>
 #include <ember/device.h>
+#include <ember/telemetry.h>
 #include "../core/tensor_impl.h"
+#include "../core/optim_args.h"
 
 typedef enum em_op {
     /* unary: out = f(in); params as noted */
@@ -46,22 +48,6 @@ typedef enum em_rng_kind {
     EM_RNG_RANDINT,   /* integers in [p0, p1) */
     EM_RNG_BERNOULLI  /* 1 with probability p0, else 0 */
 } em_rng_kind;
-
-/* Scalars of one fused optimizer step (PyTorch 1.13's single-tensor formulas). The
- * derived constants below are computed on the host, once, the way optimizer.c's op-by-op
- * path computes its scalar arguments, so that every backend rounds exactly like it. */
-typedef struct em_optim_args {
-    double lr, weight_decay;
-    /* Adam / AdamW */
-    double beta1, beta2, eps;
-    double bias_correction1, bias_correction2; /* 1 - beta^step */
-    bool decoupled;   /* AdamW: p *= 1 - lr * wd first; Adam: g += wd * p */
-    bool amsgrad;     /* uses state max_exp_avg_sq */
-    /* SGD */
-    double momentum, dampening;
-    bool nesterov;
-    bool first_step;  /* the momentum buffer is new: buf = d (PyTorch's clone) */
-} em_optim_args;
 
 /* The scalar operands of the fused kernels, each later rounded to the compute type like
  * the op-by-op path's scalar arguments. */
@@ -101,6 +87,9 @@ typedef struct em_backend {
     const char *(*unavailable_reason)(void);
     int (*device_count)(void);
     em_status (*device_props)(int index, em_device_props *out);
+    /* Optional: every GPU the driver reports (em_device_telemetry_list's contract: fields it
+     * cannot tell at -1, out[i].device.index -1 for a GPU Ember does not see). NULL: none. */
+    int (*telemetry)(em_device_telemetry *out, int max, em_driver_info *info, const char **reason);
 
     /* ---- raw memory (the caching allocator sits on top) ---- */
     em_status (*raw_alloc)(int index, size_t bytes, void **handle);

@@ -3,6 +3,7 @@
  * source, otherwise on whichever side moves fewer bytes. */
 #include "core_internal.h"
 #include "errors.h"
+#include "internal_api.h"
 #include "../memory/allocator.h"
 #include <math.h>
 #include <stdlib.h>
@@ -237,4 +238,35 @@ double em_item(const em_tensor *t) {
     double buf[1];
     if (em__to_host(t, t->dtype, buf) != EM_OK) return NAN;
     return em__load_f64(buf, t->dtype);
+}
+
+/* ---- moving a tensor in place (for nn's parameters and optim's state) ---- */
+
+em_status em__tensor_move_(em_tensor *t, em_device d, em_dtype dt) {
+    if (!t) return em_error(EM_ERR_ARGUMENT, "move: tensor is NULL");
+    if (t->grad) {
+        em_status st = em__tensor_move_(t->grad, d, dt);
+        if (st != EM_OK) return st;
+    }
+    em_tensor *n = em__to_raw(t, d, dt, false);   /* no autograd: nothing records the move */
+    if (!n) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INTERNAL;
+    if (n != t) {
+        /* n is a fresh contiguous copy: t takes its storage and layout, n takes t's old
+         * storage and frees it with itself. */
+        em_storage *old = t->storage;
+        t->storage = n->storage;
+        n->storage = old;
+        em_dtype old_dt = t->dtype;
+        t->dtype = n->dtype;
+        n->dtype = old_dt;
+        int64_t strides[EM_MAX_DIMS];
+        memcpy(strides, t->strides, sizeof strides);
+        memcpy(t->strides, n->strides, sizeof strides);
+        memcpy(n->strides, strides, sizeof strides);
+        int64_t off = t->offset;
+        t->offset = n->offset;
+        n->offset = off;
+    }
+    em_release(n);
+    return EM_OK;
 }

@@ -16,7 +16,7 @@ static em_status check_writable(const char *op, em_tensor *t) {
     return EM_OK;
 }
 
-static void bump_version(em_tensor *t) { atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed); }
+void em__bump_version(em_tensor *t) { atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed); }
 
 static bool same_view(const em_tensor *a, const em_tensor *b) {
     if (a->storage != b->storage || a->offset != b->offset || a->dtype != b->dtype || !em__same_shape(a, b)) return false;
@@ -60,7 +60,7 @@ em_status em_copy_(em_tensor *dst, em_tensor *src) {
     if (st == EM_OK && em__numel_raw(dst->ndim, dst->shape) > 0 && p != dst) st = be->copy(dst, p);
     em_release(tmp);
     em_release(s);
-    if (st == EM_OK) bump_version(dst);
+    if (st == EM_OK) em__bump_version(dst);
     return st;
 }
 
@@ -70,7 +70,7 @@ em_status em_fill_(em_tensor *t, double value) {
     const em_backend *be = t->storage->backend;
     if (!be->fill) return em__missing_kernel("em_fill_", be, t->storage->device);
     em_status st = em__numel_raw(t->ndim, t->shape) > 0 ? be->fill(t, value) : EM_OK;
-    if (st == EM_OK) bump_version(t);
+    if (st == EM_OK) em__bump_version(t);
     return st;
 }
 
@@ -131,7 +131,7 @@ em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
     em_release(src);
     em_release(tcast);
     em_release(res);
-    if (st == EM_OK) bump_version(t);
+    if (st == EM_OK) em__bump_version(t);
     return st;
 }
 
@@ -147,6 +147,6 @@ em_status em_mul_scalar_(em_tensor *t, double s) {
     if (!be->unary) return em__missing_kernel(op, be, dev);
     double params[2] = {s, 0};
     em_status st = em__numel_raw(t->ndim, t->shape) > 0 ? be->unary(EM_OP_MUL_SCALAR, t, t, params) : EM_OK;
-    if (st == EM_OK) bump_version(t);
+    if (st == EM_OK) em__bump_version(t);
     return st;
 }

@@ -35,6 +35,9 @@ em_status em__check_support(const char *op, const em_backend *be, em_op kop, em_
 /* Same for a missing entry point (a backend still being written). */
 em_status em__missing_kernel(const char *op, const em_backend *be, em_device d);
 
+/* After an in-place write to t: autograd's version counter moves on (ops_inplace.c). */
+void em__bump_version(em_tensor *t);
+
 /* NULL argument check for entry points that return a status. */
 #define EM_CHECK_ARG_STATUS(t, op, name)                                                       \
     do {                                                                                       \

@@ -4,6 +4,7 @@
  * the first and last 3 entries of each dim. */
 #include "core_internal.h"
 #include "errors.h"
+#include "../util/strbuf.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,30 +13,6 @@
 #define LINEWIDTH 80
 #define THRESHOLD 1000
 #define EDGEITEMS 3
-
-typedef struct strbuf { char *s; size_t len, cap; bool oom; } strbuf;
-
-static void sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-static void sb_str(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_spaces(strbuf *b, int n) {
-    for (int i = 0; i < n; i++) sb_put(b, " ", 1);
-}
 
 /* The elements, read to the host, and the formatter's choices. */
 typedef struct printer {
@@ -117,87 +94,87 @@ static void setup_formatter(printer *p) {
     visit(p, 0, 0, width_finite); /* int mode's "." is already in raw_format's text */
 }
 
-static void put_value(const printer *p, strbuf *b, int64_t i) {
+static void put_value(const printer *p, em_strbuf *b, int64_t i) {
     char buf[64];
     int n = raw_format(p, i, buf, sizeof buf);
-    sb_spaces(b, p->width - n);
-    sb_str(b, buf);
+    em__sb_spaces(b, p->width - n);
+    em__sb_str(b, buf);
 }
 
-static void put_vector(const printer *p, strbuf *b, int64_t base, int indent) {
+static void put_vector(const printer *p, em_strbuf *b, int64_t base, int indent) {
     int64_t n = p->t->shape[p->t->ndim - 1], stride = p->cstride[p->t->ndim - 1];
     int64_t per_line = (LINEWIDTH - indent) / (p->width + 2);
     if (per_line < 1) per_line = 1;
     bool cut = p->summarize && n > 2 * EDGEITEMS;
     int64_t shown = cut ? 2 * EDGEITEMS + 1 : n; /* the " ..." counts as an element */
-    sb_str(b, "[");
+    em__sb_str(b, "[");
     for (int64_t e = 0; e < shown; e++) {
         if (e > 0) {
             if (e % per_line == 0) {
-                sb_str(b, ",\n");
-                sb_spaces(b, indent + 1);
+                em__sb_str(b, ",\n");
+                em__sb_spaces(b, indent + 1);
             } else {
-                sb_str(b, ", ");
+                em__sb_str(b, ", ");
             }
         }
         if (cut && e == EDGEITEMS) {
-            sb_str(b, " ...");
+            em__sb_str(b, " ...");
             continue;
         }
         int64_t k = cut && e > EDGEITEMS ? n - (shown - e) : e;
         put_value(p, b, base + k * stride);
     }
-    sb_str(b, "]");
+    em__sb_str(b, "]");
 }
 
-static void put_tensor(const printer *p, strbuf *b, int dim, int64_t base, int indent) {
+static void put_tensor(const printer *p, em_strbuf *b, int dim, int64_t base, int indent) {
     int nd = p->t->ndim;
     if (dim == nd - 1) {
         put_vector(p, b, base, indent);
         return;
     }
     int64_t n = p->t->shape[dim];
-    sb_str(b, "[");
+    em__sb_str(b, "[");
     bool cut = p->summarize && n > 2 * EDGEITEMS;
     for (int64_t k = 0; k < n; k++) {
         if (k > 0) {
-            sb_str(b, ",");
-            for (int i = 0; i < nd - dim - 1; i++) sb_str(b, "\n");
-            sb_spaces(b, indent + 1);
+            em__sb_str(b, ",");
+            for (int i = 0; i < nd - dim - 1; i++) em__sb_str(b, "\n");
+            em__sb_spaces(b, indent + 1);
         }
         if (cut && k == EDGEITEMS) {
-            sb_str(b, "...,");
-            for (int i = 0; i < nd - dim - 1; i++) sb_str(b, "\n");
-            sb_spaces(b, indent + 1);
+            em__sb_str(b, "...,");
+            for (int i = 0; i < nd - dim - 1; i++) em__sb_str(b, "\n");
+            em__sb_spaces(b, indent + 1);
             k = n - EDGEITEMS;
         }
         put_tensor(p, b, dim + 1, base + k * p->cstride[dim], indent + 1);
     }
-    sb_str(b, "]");
+    em__sb_str(b, "]");
 }
 
 /* PyTorch's _add_suffixes: wrap a suffix to a new line when it would pass 80 columns. */
-static void add_suffix(strbuf *b, const char *suffix, int indent, size_t *last_line_len) {
+static void add_suffix(em_strbuf *b, const char *suffix, int indent, size_t *last_line_len) {
     size_t n = strlen(suffix);
     if (*last_line_len + n + 2 > LINEWIDTH) {
-        sb_str(b, ",\n");
-        sb_spaces(b, indent);
+        em__sb_str(b, ",\n");
+        em__sb_spaces(b, indent);
         *last_line_len = (size_t)indent + n;
     } else {
-        sb_str(b, ", ");
+        em__sb_str(b, ", ");
         *last_line_len += n + 2;
     }
-    sb_str(b, suffix);
+    em__sb_str(b, suffix);
 }
 
-static em_status format_tensor(const em_tensor *t, strbuf *b) {
+static em_status format_tensor(const em_tensor *t, em_strbuf *b) {
     const int indent = 7; /* strlen("tensor(") */
     int64_t numel = em__numel_raw(t->ndim, t->shape);
     printer p = {.t = t, .esize = em_dtype_size(t->dtype), .floating = em_dtype_is_floating(t->dtype)};
     void *host = NULL;
-    sb_str(b, "tensor(");
+    em__sb_str(b, "tensor(");
     if (numel == 0) {
-        sb_str(b, "[]");
+        em__sb_str(b, "[]");
     } else {
         host = malloc((size_t)numel * p.esize);
         if (!host) return em_error(EM_ERR_OUT_OF_MEMORY, "em_format: out of host memory");
@@ -235,7 +212,7 @@ static em_status format_tensor(const em_tensor *t, strbuf *b) {
         add_suffix(b, suffix, indent, &last);
     }
     if (t->requires_grad && !t->grad_fn) add_suffix(b, "requires_grad=True", indent, &last);
-    sb_str(b, ")");
+    em__sb_str(b, ")");
     return b->oom ? em_error(EM_ERR_OUT_OF_MEMORY, "em_format: out of host memory") : EM_OK;
 }
 
@@ -245,23 +222,23 @@ int em_format(const em_tensor *t, char *buf, size_t size) {
         if (buf && size) buf[0] = '\0';
         return -1;
     }
-    strbuf b = {0};
+    em_strbuf b = em__sb_growing();
     if (format_tensor(t, &b) != EM_OK) {
-        free(b.s);
+        em__sb_free(&b);
         if (buf && size) buf[0] = '\0';
         return -1;
     }
     int n = (int)b.len;
     if (buf && size) snprintf(buf, size, "%s", b.s);
-    free(b.s);
+    em__sb_free(&b);
     return n;
 }
 
 em_status em_print(const em_tensor *t) {
     if (!t) return em_error(EM_ERR_ARGUMENT, "em_print: argument 't' is NULL");
-    strbuf b = {0};
+    em_strbuf b = em__sb_growing();
     em_status st = format_tensor(t, &b);
     if (st == EM_OK) printf("%s\n", b.s);
-    free(b.s);
+    em__sb_free(&b);
     return st;
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "parsers.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 
 typedef struct csv_state {
     const char *name;

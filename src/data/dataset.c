@@ -7,8 +7,7 @@
 
 #include "data_internal.h"
 #include "dataset.h"
-#include "../core/errors.h"
-#include "../core/tensor_impl.h"
+#include "../core/internal_api.h"
 
 /* Takes over x (float32, CPU, contiguous) and y (int64 [N], or NULL). */
 static em_dataset *wrap(em_tensor *x, em_tensor *y) {

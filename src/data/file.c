@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "parsers.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 
 void em__array_free(em__array *a) {
     if (!a) return;

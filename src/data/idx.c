@@ -5,7 +5,7 @@
 #include <zlib.h>
 
 #include "parsers.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 
 static uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];

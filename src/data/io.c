@@ -5,8 +5,7 @@
 #include <string.h>
 
 #include "data_internal.h"
-#include "../core/errors.h"
-#include "../core/tensor_impl.h"
+#include "../core/internal_api.h"
 
 static em_tensor *array_to_tensor_scoped(const em__array *a, em_device device) {
     em_shape shape = {.ndim = a->ndim};

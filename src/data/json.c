@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "json.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 
 typedef struct jp {
     const char *name;

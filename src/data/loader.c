@@ -11,7 +11,7 @@
 
 #include "data_internal.h"
 #include "dataset.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 
 typedef struct slot {
     em_tensor *x, *y;       /* unscoped references */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "parsers.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 
 static const struct { const char *descr; em_dtype dt; } NPY_TYPES[] = {
     {"<f4", EM_F32}, {"<f8", EM_F64}, {"<f2", EM_F16}, {"<i8", EM_I64},

@@ -8,7 +8,8 @@
 
 #include "json.h"
 #include "parsers.h"
-#include "../core/errors.h"
+#include "../core/internal_api.h"
+#include "../util/strbuf.h"
 
 static const struct { const char *name; em_dtype dt; } ST_TYPES[] = {
     {"F32", EM_F32}, {"F64", EM_F64}, {"F16", EM_F16}, {"BF16", EM_BF16},
@@ -201,44 +202,23 @@ em_status em__safetensors_parse(const char *name, const void *buf, size_t len, e
 
 /* ---- writing ---- */
 
-typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_json_string(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void sb_json_string(em_strbuf *b, const char *s) {
+    em__sb_put(b, "\"", 1);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
         if (c == '"' || c == '\\') {
             esc[0] = '\\';
             esc[1] = (char)c;
-            sb_put(b, esc, 2);
+            em__sb_put(b, esc, 2);
         } else if (c < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            sb_put(b, esc, 6);
+            em__sb_put(b, esc, 6);
         } else {
-            sb_put(b, (const char *)&c, 1);
+            em__sb_put(b, (const char *)&c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    em__sb_put(b, "\"", 1);
 }
 
 char *em__st_header(int n, const char *const *names, const em_dtype *dtypes,
@@ -248,54 +228,54 @@ char *em__st_header(int n, const char *const *names, const em_dtype *dtypes,
 
 char *em__st_header_meta(int n, const char *const *names, const em_dtype *dtypes, const em_shape *shapes,
                          int nmeta, const char *const *keys, const char *const *values, size_t *len) {
-    sbuf b = {0};
-    sb_put(&b, "12345678", 8);  /* room for the length */
-    sb_str(&b, "{");
+    em_strbuf b = em__sb_growing();
+    em__sb_put(&b, "12345678", 8);  /* room for the length */
+    em__sb_str(&b, "{");
     if (nmeta > 0) {            /* "__metadata__": a flat string-to-string map, first as in the reference */
-        sb_str(&b, "\"__metadata__\":{");
+        em__sb_str(&b, "\"__metadata__\":{");
         for (int i = 0; i < nmeta; i++) {
-            if (i) sb_str(&b, ",");
+            if (i) em__sb_str(&b, ",");
             sb_json_string(&b, keys[i]);
-            sb_str(&b, ":");
+            em__sb_str(&b, ":");
             sb_json_string(&b, values[i]);
         }
-        sb_str(&b, "}");
-        if (n) sb_str(&b, ",");
+        em__sb_str(&b, "}");
+        if (n) em__sb_str(&b, ",");
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         size_t nbytes = 0;
         const char *dn = em__st_dtype_name(dtypes[i]);
         if (!dn || !em__shape_bytes(shapes[i].ndim, shapes[i].d, em_dtype_size(dtypes[i]), NULL, &nbytes)) {
-            free(b.p);
+            free(b.s);
             em_error(EM_ERR_INTERNAL, "safetensors header: bad dtype or shape for '%s'", names[i]);
             return NULL;
         }
         char num[64];
-        if (i) sb_str(&b, ",");
+        if (i) em__sb_str(&b, ",");
         sb_json_string(&b, names[i]);
-        sb_str(&b, ":{\"dtype\":\"");
-        sb_str(&b, dn);
-        sb_str(&b, "\",\"shape\":[");
+        em__sb_str(&b, ":{\"dtype\":\"");
+        em__sb_str(&b, dn);
+        em__sb_str(&b, "\",\"shape\":[");
         for (int d = 0; d < shapes[i].ndim; d++) {
             snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)shapes[i].d[d]);
-            sb_str(&b, num);
+            em__sb_str(&b, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                  (unsigned long long)(off + nbytes));
-        sb_str(&b, num);
+        em__sb_str(&b, num);
         off += nbytes;
     }
-    sb_str(&b, "}");
+    em__sb_str(&b, "}");
     /* pad with spaces so the data section starts 8-byte aligned, as the reference does */
-    while (!b.oom && b.n % 8) sb_put(&b, " ", 1);
+    while (!b.oom && b.len % 8) em__sb_put(&b, " ", 1);
     if (b.oom) {
-        free(b.p);
+        free(b.s);
         em_error(EM_ERR_OUT_OF_MEMORY, "safetensors header: out of memory");
         return NULL;
     }
-    uint64_t hl = b.n - 8;
-    for (int k = 0; k < 8; k++) b.p[k] = (char)(hl >> (8 * k) & 0xff);
-    *len = b.n;
-    return b.p;
+    uint64_t hl = b.len - 8;
+    for (int k = 0; k < 8; k++) b.s[k] = (char)(hl >> (8 * k) & 0xff);
+    *len = b.len;
+    return b.s;
 }

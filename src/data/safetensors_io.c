@@ -4,8 +4,7 @@
 #include <string.h>
 
 #include "data_internal.h"
-#include "../core/errors.h"
-#include "../core/tensor_impl.h"
+#include "../core/internal_api.h"
 
 struct em_safetensors {
     int count;

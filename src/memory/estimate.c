@@ -6,12 +6,7 @@
 #include <string.h>
 #include <strings.h>
 #include <ember/estimate.h>
-#include <ember/io.h>
-#include <ember/nn.h>
-#include <ember/tensor.h>
 #include "../core/errors.h"
-#include "../nn/module_impl.h"
-#include "../nn/nn_internal.h"
 
 em_status em_estimate_parse_params(const char *s, double *out) {
     if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_parse_params: NULL argument");
@@ -111,12 +106,12 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
     memset(out, 0, sizeof *out);
     if (!(o->params >= 1) || !isfinite(o->params))
         return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: params must be at least 1, got %g", o->params);
-    double w;
-    const char *dt;
+    double weight_bytes;
+    const char *dtype_name;
     switch (o->dtype) {
-    case EM_F32: w = 4; dt = "float32"; break;
-    case EM_F16: w = 2; dt = "float16"; break;
-    case EM_BF16: w = 2; dt = "bfloat16"; break;
+    case EM_F32: weight_bytes = 4; dtype_name = "float32"; break;
+    case EM_F16: weight_bytes = 2; dtype_name = "float16"; break;
+    case EM_BF16: weight_bytes = 2; dtype_name = "bfloat16"; break;
     default:
         return em_error(EM_ERR_DTYPE, "em_estimate_memory: weights must be float32, float16 or bfloat16");
     }
@@ -128,56 +123,61 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
         !(o->largest_param >= 0) || !(o->lora_params >= 0))
         return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: rank, targets, hidden, layers, batch, seq, "
                         "activation and input bytes, largest parameter and LoRA parameters must not be negative");
-    double P = out->params = o->params;
+    double params = out->params = o->params;
     out->dtype = o->dtype;
-    int k = optimizer_states(o->optimizer);
-    bool master = o->master_weights && w < 4;   /* float32 weights are their own master copy */
-    double sw = master ? 4 : w;                 /* bytes per optimizer state */
+    int nstates = optimizer_states(o->optimizer);
+    bool master = o->master_weights && weight_bytes < 4;   /* float32 weights are their own master copy */
+    double state_bytes = master ? 4 : weight_bytes;        /* bytes per optimizer state */
     out->hidden = o->hidden;
     out->layers = o->layers;
     out->shape_inferred = o->hidden <= 0 || o->layers <= 0;
-    infer_shape(P, &out->hidden, &out->layers);
-    double h = (double)out->hidden, L = (double)out->layers;
-    char p[32], t[32];
-    fmt_count(p, sizeof p, P);
-    double *B = out->bytes;
+    infer_shape(params, &out->hidden, &out->layers);
+    double hidden = (double)out->hidden, layers = (double)out->layers;
+    char params_text[32], trainable_text[32];
+    fmt_count(params_text, sizeof params_text, params);
+    double *bytes = out->bytes;
     char (*why)[256] = out->why;
 
     if (o->mode == EM_ESTIMATE_INFERENCE) {
         out->trainable_params = 0;
-        B[EM_ESTIMATE_WEIGHTS] = P * w;
-        snprintf(why[0], 256, "%s parameters x %.0f B (%s)", p, w, dt);
+        bytes[EM_ESTIMATE_WEIGHTS] = params * weight_bytes;
+        snprintf(why[0], 256, "%s parameters x %.0f B (%s)", params_text, weight_bytes, dtype_name);
         snprintf(why[1], 256, "none: inference computes no gradients");
         snprintf(why[2], 256, "none: no optimizer");
         snprintf(why[3], 256, "none");
     } else if (o->mode == EM_ESTIMATE_FULL) {
-        double T = out->trainable_params = P;
-        B[EM_ESTIMATE_WEIGHTS] = P * w;
-        B[EM_ESTIMATE_GRADIENTS] = T * w;
-        B[EM_ESTIMATE_OPTIMIZER_STATES] = T * k * sw;
-        B[EM_ESTIMATE_MASTER_WEIGHTS] = master ? T * 4 : 0;
-        snprintf(why[0], 256, "%s parameters x %.0f B (%s)", p, w, dt);
-        snprintf(why[1], 256, "one %s gradient per parameter: %s x %.0f B", dt, p, w);
+        double trainable = out->trainable_params = params;
+        bytes[EM_ESTIMATE_WEIGHTS] = params * weight_bytes;
+        bytes[EM_ESTIMATE_GRADIENTS] = trainable * weight_bytes;
+        bytes[EM_ESTIMATE_OPTIMIZER_STATES] = trainable * nstates * state_bytes;
+        bytes[EM_ESTIMATE_MASTER_WEIGHTS] = master ? trainable * 4 : 0;
+        snprintf(why[0], 256, "%s parameters x %.0f B (%s)", params_text, weight_bytes, dtype_name);
+        snprintf(why[1], 256, "one %s gradient per parameter: %s x %.0f B", dtype_name, params_text,
+                 weight_bytes);
         snprintf(why[2], 256, "%s per parameter in %s: %d x %s x %.0f B", state_names(o->optimizer),
-                 master ? "float32" : dt, k, p, sw);
-        if (master) snprintf(why[3], 256, "float32 copy of the weights that the optimizer updates: %s x 4 B", p);
-        else snprintf(why[3], 256, "none: weights, gradients and states all stay in %s", dt);
+                 master ? "float32" : dtype_name, nstates, params_text, state_bytes);
+        if (master)
+            snprintf(why[3], 256, "float32 copy of the weights that the optimizer updates: %s x 4 B", params_text);
+        else snprintf(why[3], 256, "none: weights, gradients and states all stay in %s", dtype_name);
     } else {
-        int r = o->lora_rank ? o->lora_rank : 8, m = o->lora_targets ? o->lora_targets : 2;
-        double T = out->trainable_params = o->lora_params > 0 ? o->lora_params
-                                                              : L * m * r * 2.0 * h;  /* A: r x h, B: h x r */
-        fmt_count(t, sizeof t, T);
-        B[EM_ESTIMATE_WEIGHTS] = P * w + T * 4;
-        B[EM_ESTIMATE_GRADIENTS] = T * 4;
-        B[EM_ESTIMATE_OPTIMIZER_STATES] = T * k * 4;
+        int rank = o->lora_rank ? o->lora_rank : 8, targets = o->lora_targets ? o->lora_targets : 2;
+        /* A: rank x hidden, B: hidden x rank */
+        double trainable = out->trainable_params = o->lora_params > 0 ? o->lora_params
+                                                                      : layers * targets * rank * 2.0 * hidden;
+        fmt_count(trainable_text, sizeof trainable_text, trainable);
+        bytes[EM_ESTIMATE_WEIGHTS] = params * weight_bytes + trainable * 4;
+        bytes[EM_ESTIMATE_GRADIENTS] = trainable * 4;
+        bytes[EM_ESTIMATE_OPTIMIZER_STATES] = trainable * nstates * 4;
         if (o->lora_params > 0)
             snprintf(why[0], 256, "frozen base %s x %.0f B (%s) + adapters %s x 4 B (rank %d x (in + out) per "
-                     "Linear)", p, w, dt, t, r);
+                     "Linear)", params_text, weight_bytes, dtype_name, trainable_text, rank);
         else
             snprintf(why[0], 256, "frozen base %s x %.0f B (%s) + adapters %s x 4 B (%lld layers x %d matrices "
-                     "x rank %d x 2 x %lld)", p, w, dt, t, (long long)out->layers, m, r, (long long)out->hidden);
-        snprintf(why[1], 256, "float32 gradients for the %s adapter parameters only", t);
-        snprintf(why[2], 256, "%s per adapter parameter in float32: %d x %s x 4 B", state_names(o->optimizer), k, t);
+                     "x rank %d x 2 x %lld)", params_text, weight_bytes, dtype_name, trainable_text,
+                     (long long)out->layers, targets, rank, (long long)out->hidden);
+        snprintf(why[1], 256, "float32 gradients for the %s adapter parameters only", trainable_text);
+        snprintf(why[2], 256, "%s per adapter parameter in float32: %d x %s x 4 B", state_names(o->optimizer),
+                 nstates, trainable_text);
         snprintf(why[3], 256, "none: the adapters are float32 already");
     }
 
@@ -191,223 +191,52 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
         snprintf(why[4], 256, "%sgiven: %lld samples x %.0f B per sample", in_why, (long long)o->batch,
                  o->activation_bytes_per_sample);
     } else if (o->batch > 0 && o->seq > 0) {
-        double b = (double)o->batch, s = (double)o->seq, heads = h >= 128 ? floor(h / 128) : 1;
+        double batch = (double)o->batch, seq = (double)o->seq, heads = hidden >= 128 ? floor(hidden / 128) : 1;
         if (o->mode == EM_ESTIMATE_INFERENCE) {   /* the KV cache dominates */
-            saved = 2 * L * b * s * h * w;
+            saved = 2 * layers * batch * seq * hidden * weight_bytes;
             snprintf(why[4], 256, "%sKV cache: 2 x %lld layers x batch %lld x seq %lld x hidden %lld x %.0f B",
                      in_why, (long long)out->layers, (long long)o->batch, (long long)o->seq,
-                     (long long)out->hidden, w);
+                     (long long)out->hidden, weight_bytes);
         } else {   /* saved for backward, no recomputation (Korthikanti et al. 2022), 16-bit */
-            saved = L * s * b * h * (34 + 5 * heads * s / h) * (w / 2);
+            saved = layers * seq * batch * hidden * (34 + 5 * heads * seq / hidden) * (weight_bytes / 2);
             snprintf(why[4], 256, "%ssaved for backward: %lld layers x seq x batch x hidden x (34 + 5 x heads x "
-                     "seq / hidden) B%s, %lld heads", in_why, (long long)out->layers, w > 2 ? " x 2 (float32)" : "",
-                     (long long)heads);
+                     "seq / hidden) B%s, %lld heads", in_why, (long long)out->layers,
+                     weight_bytes > 2 ? " x 2 (float32)" : "", (long long)heads);
         }
     } else if (input > 0) {
         snprintf(why[4], 256, "input only: %lld x %.0f B", (long long)o->batch, o->input_bytes_per_sample);
     } else {
         snprintf(why[4], 256, "not counted: give a batch and sequence length (or bytes per sample)");
     }
-    B[EM_ESTIMATE_ACTIVATIONS] = input + saved;
+    bytes[EM_ESTIMATE_ACTIVATIONS] = input + saved;
 
     /* No parameter-sized temporary (see the header): the fused steps make none, and backward's
      * gradients become .grad without a copy. */
-    int tmp = 0;
-    double ws_bytes = o->mode == EM_ESTIMATE_FULL ? sw : 4;   /* LoRA adapters are float32 */
+    int temporaries = 0;
+    double workspace_elem_bytes = o->mode == EM_ESTIMATE_FULL ? state_bytes : 4;   /* LoRA adapters are float32 */
     if (o->mode == EM_ESTIMATE_INFERENCE) {
         snprintf(why[5], 256, "none: no optimizer");
-    } else if (o->largest_param > 0 && tmp == 0) {
+    } else if (o->largest_param > 0 && temporaries == 0) {
         snprintf(why[5], 256, "none: %s's fused step makes no temporaries and gradients become .grad without "
                  "a copy", em_estimate_optimizer_name(o->optimizer));
     } else if (o->largest_param > 0) {
-        char lp[32];
-        fmt_count(lp, sizeof lp, o->largest_param);
-        B[EM_ESTIMATE_WORKSPACE] = tmp * o->largest_param * ws_bytes;
+        char largest_text[32];
+        fmt_count(largest_text, sizeof largest_text, o->largest_param);
+        bytes[EM_ESTIMATE_WORKSPACE] = temporaries * o->largest_param * workspace_elem_bytes;
         snprintf(why[5], 256, "the largest tensor's gradient made in backward (%s's fused step needs no "
-                 "temporaries): %d temporary x %s x %.0f B", em_estimate_optimizer_name(o->optimizer), tmp, lp,
-                 ws_bytes);
+                 "temporaries): %d temporary x %s x %.0f B", em_estimate_optimizer_name(o->optimizer), temporaries,
+                 largest_text, workspace_elem_bytes);
     } else {
-        snprintf(why[5], 256, "not counted: the largest tensor is unknown (%d x its size for %s)", tmp,
+        snprintf(why[5], 256, "not counted: the largest tensor is unknown (%d x its size for %s)", temporaries,
                  em_estimate_optimizer_name(o->optimizer));
     }
-    double ws = B[EM_ESTIMATE_WORKSPACE];
-    for (int i = 0; i < EM_ESTIMATE_ACTIVATIONS; i++) B[EM_ESTIMATE_TOTAL] += B[i];
-    B[EM_ESTIMATE_TOTAL] += input + (ws > 0 ? fmax(saved, ws) : saved);
-    if (ws > 0)
+    double workspace = bytes[EM_ESTIMATE_WORKSPACE];
+    for (int i = 0; i < EM_ESTIMATE_ACTIVATIONS; i++) bytes[EM_ESTIMATE_TOTAL] += bytes[i];
+    bytes[EM_ESTIMATE_TOTAL] += input + (workspace > 0 ? fmax(saved, workspace) : saved);
+    if (workspace > 0)
         snprintf(why[6], 256, "weights to master weights + input + the larger of the other activations (freed "
                  "by backward) and the workspace (made by the step)");
     else
         snprintf(why[6], 256, "sum of the above; a framework adds its context and workspace (~0.5-1 GB on a GPU)");
     return EM_OK;
-}
-
-/* ---- estimates for an Ember model ---- */
-
-/* What the layers of a model keep per sample, in elements (see the header). */
-typedef struct model_walk {
-    double params, largest, lora_in_out;   /* lora_in_out: sum of in + out over Linears */
-    int64_t input, width, widest, widest_out, saved;
-    int linears;
-    em_dtype dt;
-    bool dt_set, dt_mixed;
-    char unknown[64];                      /* the first module kind not known, or "" */
-} model_walk;
-
-static void walk_dtype(model_walk *w, em_tensor *t) {
-    em_dtype d = em_dtype_of(t);
-    if (!w->dt_set) w->dt = d, w->dt_set = true;
-    else if (d != w->dt) w->dt_mixed = true;
-    double n = (double)em_numel(t);
-    w->params += n;
-    if (n > w->largest) w->largest = n;
-}
-
-static void walk_linear(model_walk *w, int64_t in, int64_t out) {
-    if (!w->linears++) w->input = in;
-    w->width = out;
-    w->saved += out;
-    w->lora_in_out += (double)(in + out);
-    if (out > w->widest_out) w->widest_out = out;
-    if (out > w->widest) w->widest = out;
-    if (in > w->widest) w->widest = in;
-}
-
-static void walk_module(model_walk *w, em_module *m) {
-    if (m->nkids > 0) {
-        for (int i = 0; i < m->nkids; i++) walk_module(w, m->kids[i].m);
-        return;
-    }
-    const char *k = m->ops && m->ops->name ? m->ops->name : "?";
-    if (!strcmp(k, "Linear") && m->nparams > 0 && em_ndim(m->params[0].t) == 2) {
-        walk_linear(w, em_size(m->params[0].t, 1), em_size(m->params[0].t, 0));
-    } else if (!strcmp(k, "ReLU") || !strcmp(k, "Sigmoid") || !strcmp(k, "Tanh") || !strcmp(k, "Flatten")) {
-        /* keeps its output, the Linear's is freed; Flatten is a view */
-    } else if (!strcmp(k, "GELU")) {
-        w->saved += w->width;
-    } else if (!strcmp(k, "Dropout")) {
-        w->saved += 2 * w->width;
-    } else {
-        w->saved += w->width;
-        if (!w->unknown[0]) snprintf(w->unknown, sizeof w->unknown, "%s", k);
-    }
-}
-
-static em_status estimate_walk(const char *fn, model_walk *w, const em_estimate_opts *o, em_estimate *out,
-                               bool assumed_acts) {
-    if (w->params < 1) return em_error(EM_ERR_ARGUMENT, "%s: the model has no parameters", fn);
-    if (w->dt_mixed || !(w->dt == EM_F32 || w->dt == EM_F16 || w->dt == EM_BF16))
-        return em_error(EM_ERR_DTYPE, "%s: expected every parameter in one of float32, float16 or bfloat16, "
-                        "found %s", fn, w->dt_mixed ? "mixed dtypes" : em_dtype_name(w->dt));
-    em_estimate_opts mo = *o;
-    mo.params = w->params;
-    mo.dtype = w->dt;
-    mo.hidden = w->widest > 0 ? w->widest : 1;
-    mo.layers = w->linears > 0 ? w->linears : 1;
-    mo.seq = 0;
-    int rank = o->lora_rank ? o->lora_rank : 8;
-    mo.lora_params = w->linears > 0 ? rank * w->lora_in_out : 0;
-    bool training = o->mode != EM_ESTIMATE_INFERENCE;
-    mo.largest_param = o->mode == EM_ESTIMATE_LORA ? rank * (double)w->widest : w->largest;
-    double e = w->dt == EM_F32 ? 4 : 2;
-    /* training: + cross-entropy's log-softmax + two gradients of the widest output in backward */
-    int64_t kept = training ? w->saved + w->width + 2 * w->widest_out : 2 * w->widest_out;
-    bool counted = o->batch > 0 && o->activation_bytes_per_sample <= 0 && w->linears > 0;
-    if (counted) {
-        mo.input_bytes_per_sample = (double)w->input * e;
-        mo.activation_bytes_per_sample = (double)kept * e;
-    }
-    em_status st = em_estimate_memory(&mo, out);
-    if (st != EM_OK) return st;
-    out->shape_inferred = false;
-    if (counted) {
-        char tail[128] = "";
-        if (w->unknown[0])
-            snprintf(tail, sizeof tail, "; a %s layer counted as one output", w->unknown);
-        else if (assumed_acts && w->linears > 1)
-            snprintf(tail, sizeof tail, "; assumes ReLU-like activations between the Linears");
-        if (training)
-            snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + layer outputs %lld + "
-                     "log-softmax %lld + 2 x %lld gradients in backward) x %.0f B%s", (long long)o->batch,
-                     (long long)w->input, (long long)w->saved, (long long)w->width, (long long)w->widest_out, e, tail);
-        else
-            snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + 2 x the widest output "
-                     "%lld: matmul and bias sum) x %.0f B", (long long)o->batch, (long long)w->input,
-                     (long long)w->widest_out, e);
-    } else if (o->batch <= 0) {
-        snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "not counted: give a batch size");
-    }
-    return EM_OK;
-}
-
-em_status em_estimate_module(em_module *m, const em_estimate_opts *o, em_estimate *out) {
-    if (!m || !o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_module: NULL argument");
-    model_walk w = {0};
-    em_named_tensor stack[64], *ps = stack;
-    int n = em_module_parameters(m, stack, 64);
-    if (n > 64) {
-        if (!(ps = malloc(sizeof *ps * (size_t)n))) return em_error(EM_ERR_OUT_OF_MEMORY, "em_estimate_module");
-        em_module_parameters(m, ps, n);
-    }
-    for (int i = 0; i < n; i++) walk_dtype(&w, ps[i].tensor);
-    if (ps != stack) free(ps);
-    walk_module(&w, m);
-    return estimate_walk("em_estimate_module", &w, o, out, false);
-}
-
-/* "10.weight" after "2.weight": digit runs compare by value. */
-static int natural_cmp(const char *a, const char *b) {
-    while (*a && *b) {
-        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
-            char *ea, *eb;
-            unsigned long long x = strtoull(a, &ea, 10), y = strtoull(b, &eb, 10);
-            if (x != y) return x < y ? -1 : 1;
-            a = ea, b = eb;
-        } else {
-            if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
-            a++, b++;
-        }
-    }
-    return (unsigned char)*a - (unsigned char)*b;
-}
-
-static int by_name(const void *x, const void *y) {
-    return natural_cmp(*(const char *const *)x, *(const char *const *)y);
-}
-
-em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em_estimate *out) {
-    if (!path || !o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_checkpoint: NULL argument");
-    em_safetensors *st = em_safetensors_load(path, EM_DEVICE_CPU);
-    if (!st) return em_last_status();
-    int n = em_safetensors_count(st);
-    const char **names = malloc(sizeof *names * (size_t)(n > 0 ? n : 1));
-    if (!names) {
-        em_safetensors_free(st);
-        return em_error(EM_ERR_OUT_OF_MEMORY, "em_estimate_checkpoint");
-    }
-    /* a training checkpoint (em_checkpoint_save) also holds the optimizer's state: not the model */
-    const char *format = em_safetensors_metadata(st, "format");
-    bool checkpoint = format && !strcmp(format, EM__CHECKPOINT_FORMAT);
-    int kept = 0;
-    for (int i = 0; i < n; i++) {
-        const char *name = em_safetensors_name(st, i);
-        if (!checkpoint || strncmp(name, "optimizer.", 10)) names[kept++] = name;
-    }
-    n = kept;
-    qsort(names, (size_t)n, sizeof *names, by_name);
-    model_walk w = {0};
-    em_scope s = em_scope_begin();
-    for (int i = 0; i < n; i++) {
-        em_tensor *t = em_safetensors_get(st, names[i]);
-        if (!t) continue;
-        if (em_dtype_is_floating(em_dtype_of(t))) walk_dtype(&w, t);
-        size_t len = strlen(names[i]);
-        bool weight = len >= 6 && !strcmp(names[i] + len - 6, "weight") && (len == 6 || names[i][len - 7] == '.');
-        if (weight && em_ndim(t) == 2) walk_linear(&w, em_size(t, 1), em_size(t, 0));
-    }
-    em_scope_end(s);
-    free(names);
-    em_safetensors_free(st);
-    char fn[300];
-    snprintf(fn, sizeof fn, "em_estimate_checkpoint('%.256s')", path);
-    return estimate_walk(fn, &w, o, out, true);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "internal.h"
 #include "../core/errors.h"
+#include "../util/strbuf.h"
 
 static em_device resolve(em_device d) {
     return d.index < 0 ? em_device_resolve(d) : d;
@@ -133,18 +134,6 @@ int64_t em_memory_get_cap(em_device d) {
 
 /* ---------------------------------------------------------------- summary */
 
-typedef struct sbuf { char *p; size_t size, len; } sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = b->len < b->size ? b->size - b->len : 0;
-    int n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0) b->len += (size_t)n;
-}
-
 /* torch.cuda.memory_summary's formats: the unit is chosen by the first column's value. */
 static void fmt_size(char *out, int64_t sz, int64_t pref) {
     static const char *prefixes[] = {"B ", "KB", "MB", "GB", "TB", "PB"};
@@ -170,11 +159,11 @@ static void fmt_count(char *out, int64_t c, int64_t pref) {
     snprintf(out, 16, "%7lld %s ", (long long)c, prefixes[i]);
 }
 
-static void line(sbuf *b, char c) {
+static void line(em_strbuf *b, char c) {
     char l[76];
     memset(l, c, 75);
     l[75] = '\0';
-    put(b, "|%s|\n", l);
+    em__sb_printf(b, "|%s|\n", l);
 }
 
 size_t em_memory_summary(em_device d, char *buf, size_t size) {
@@ -184,17 +173,17 @@ size_t em_memory_summary(em_device d, char *buf, size_t size) {
         return 0;
     }
     d = resolve(d);
-    sbuf b = {buf, buf ? size : 0, 0};
+    em_strbuf b = em__sb_fixed(buf, size);
     char dev[32], title[80], cell[4][16], cap[32], largest[32];
     mem__device_name(d, dev, sizeof dev);
     line(&b, '=');
     snprintf(title, sizeof title, "Ember memory summary, device %s", dev);
-    put(&b, "|%*s%*s|\n", (int)(75 + strlen(title)) / 2, title, (int)(75 - (75 + strlen(title)) / 2), "");
+    em__sb_printf(&b, "|%*s%*s|\n", (int)(75 + strlen(title)) / 2, title, (int)(75 - (75 + strlen(title)) / 2), "");
     line(&b, '-');
-    put(&b, "|            OOMs: %-12lld       |       raw alloc retries: %-10lld |\n",
+    em__sb_printf(&b, "|            OOMs: %-12lld       |       raw alloc retries: %-10lld |\n",
         (long long)s.num_ooms, (long long)s.num_alloc_retries);
     line(&b, '=');
-    put(&b, "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n");
+    em__sb_printf(&b, "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |\n");
     static const struct { size_t off; const char *name; bool bytes; } rows[] = {
         {offsetof(em_memory_stats, allocated_bytes), "Allocated memory", true},
         {offsetof(em_memory_stats, active_bytes), "Active memory", true},
@@ -221,7 +210,7 @@ size_t em_memory_summary(em_device d, char *buf, size_t size) {
                 if (rows[r].bytes) fmt_size(cell[c], v[c], pref[c]);
                 else fmt_count(cell[c], v[c], pref[c]);
             }
-            put(&b, "| %-21s | %s | %s | %s | %s |\n", sub[k].name ? sub[k].name : rows[r].name,
+            em__sb_printf(&b, "| %-21s | %s | %s | %s | %s |\n", sub[k].name ? sub[k].name : rows[r].name,
                 cell[0], cell[1], cell[2], cell[3]);
         }
     }
@@ -232,11 +221,11 @@ size_t em_memory_summary(em_device d, char *buf, size_t size) {
     char row[128];
     snprintf(row, sizeof row, " Largest free block: %s   Cached segments: %lld   Cap: %s", largest,
              (long long)s.cached_segments, cap);
-    put(&b, "|%-75.75s|\n", row);
+    em__sb_printf(&b, "|%-75.75s|\n", row);
     snprintf(row, sizeof row, " Raw allocs: %lld   Raw frees: %lld   Stream waits: %lld   Caching: %s",
              (long long)s.num_raw_allocs, (long long)s.num_raw_frees, (long long)s.num_stream_waits,
              s.caching ? "on" : "off (EMBER_NO_CACHE)");
-    put(&b, "|%-75.75s|\n", row);
+    em__sb_printf(&b, "|%-75.75s|\n", row);
     line(&b, '=');
     if (buf && size && b.len >= size) buf[size - 1] = '\0';
     return b.len;

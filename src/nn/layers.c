@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "module_impl.h"
 
 /* ---- Linear ---- */
@@ -161,4 +161,32 @@ em_module *em_sequential_n(int n, em_module *const *modules) {
     if (!ok && !em_failed())
         em_error(EM_ERR_ARGUMENT, "em_sequential: a module is NULL (its constructor failed)");
     return seq;
+}
+
+/* ---- what a module is ---- */
+
+em_module_kind em_module_kind_of(const em_module *m) {
+    static const struct { const em_module_ops *ops; em_module_kind kind; } kinds[] = {
+        {&sequential_ops, EM_MODULE_SEQUENTIAL}, {&linear_ops, EM_MODULE_LINEAR}, {&relu_ops, EM_MODULE_RELU},
+        {&gelu_ops, EM_MODULE_GELU}, {&sigmoid_ops, EM_MODULE_SIGMOID}, {&tanh_ops, EM_MODULE_TANH},
+        {&dropout_ops, EM_MODULE_DROPOUT}, {&flatten_ops, EM_MODULE_FLATTEN}};
+    if (!m) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_module_kind_of: module is NULL");
+        return EM_MODULE_CUSTOM;
+    }
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (m->ops == kinds[i].ops) return kinds[i].kind;
+    return EM_MODULE_CUSTOM;
+}
+
+const char *em_module_name(const em_module *m) { return m ? m->ops->name : NULL; }
+
+em_status em_module_linear_shape(const em_module *m, int64_t *in_features, int64_t *out_features) {
+    if (!m || m->ops != &linear_ops)
+        return em_error(EM_ERR_ARGUMENT, "em_module_linear_shape: expected a Linear module, got %s",
+                        m ? m->ops->name : "NULL");
+    const linear_ctx *c = m->ctx;
+    if (in_features) *in_features = c->in;
+    if (out_features) *out_features = c->out;
+    return EM_OK;
 }

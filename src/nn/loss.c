@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "nn_internal.h"
 
 static void shape_str(char *buf, size_t size, em_shape s) {

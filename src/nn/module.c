@@ -5,8 +5,15 @@
 #include <string.h>
 #include <ember/autograd.h>
 #include <ember/nn.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "module_impl.h"
+#include "../util/strbuf.h"
+
+em_tensor *em__scope_return(em_scope s, em_tensor *t) {
+    if (t) em_retain(t);
+    em_scope_end(s);
+    return em__scoped(t);
+}
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
@@ -328,38 +335,26 @@ void em__module_detach_optimizer(em_module *m, em_optimizer *opt) {
 
 /* ---- repr ---- */
 
-typedef struct strbuf { char *buf; size_t size, len; } strbuf;
-
-static void sb_put(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_put(strbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = b->len < b->size ? b->size - b->len : 0;
-    int n = vsnprintf(room ? b->buf + b->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0) b->len += (size_t)n;
-}
-
-static void format_rec(strbuf *b, const em_module *m, int indent) {
+static void format_rec(em_strbuf *b, const em_module *m, int indent) {
     char desc[256] = "";
     if (m->ops->describe) m->ops->describe(m, desc, sizeof desc);
-    sb_put(b, "%s(%s", m->ops->name, desc);
+    em__sb_printf(b, "%s(%s", m->ops->name, desc);
     if (m->nkids) {
-        sb_put(b, "\n");
+        em__sb_printf(b, "\n");
         for (int i = 0; i < m->nkids; i++) {
-            sb_put(b, "%*s(%s): ", indent + 2, "", m->kids[i].name);
+            em__sb_printf(b, "%*s(%s): ", indent + 2, "", m->kids[i].name);
             format_rec(b, m->kids[i].m, indent + 2);
-            sb_put(b, "\n");
+            em__sb_printf(b, "\n");
         }
-        sb_put(b, "%*s", indent, "");
+        em__sb_printf(b, "%*s", indent, "");
     }
-    sb_put(b, ")");
+    em__sb_printf(b, ")");
 }
 
 int em_module_format(const em_module *m, char *buf, size_t size) {
     if (buf && size) buf[0] = '\0';
     if (!m) return 0;
-    strbuf b = {buf, buf ? size : 0, 0};
+    em_strbuf b = em__sb_fixed(buf, size);
     format_rec(&b, m, 0);
     return (int)b.len;
 }

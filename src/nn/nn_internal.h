@@ -4,14 +4,11 @@
 
 #include <ember/nn.h>
 #include <ember/optim.h>
+#include "../core/internal_api.h"
 
 /* Return t (a reference owned by the current code) from a function that opened scope s:
  * ends s and hands t to the caller's scope, like any op result. */
 em_tensor *em__scope_return(em_scope s, em_tensor *t);
-
-/* Move t to device d and dtype dt in place: t's handle stays valid and points at new
- * storage (its .grad moves too). Views of t made before keep the old storage. */
-em_status em__tensor_move_(em_tensor *t, em_device d, em_dtype dt);
 
 /* Optimizers created on a module register with it so that em_module_to moves their state. */
 em_status em__module_attach_optimizer(em_module *m, em_optimizer *opt);

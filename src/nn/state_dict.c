@@ -6,7 +6,7 @@
 #include <ember/autograd.h>
 #include <ember/io.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "module_impl.h"
 
 /* Parameters then buffers, with their dotted names (names copied: listing twice reuses the

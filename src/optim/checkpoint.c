@@ -7,7 +7,7 @@
 #include <ember/autograd.h>
 #include <ember/io.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "../nn/nn_internal.h"
 #include "optim_internal.h"
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "../nn/nn_internal.h"
 
 double em_clip_grad_norm(em_module *m, double max_norm) {

@@ -7,14 +7,15 @@
 #include <string.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "../nn/nn_internal.h"
-#include "../backends/backend.h"
 #include "optim_internal.h"
 
 typedef enum opt_kind { OPT_SGD, OPT_ADAM, OPT_ADAMW } opt_kind;
 
-enum { ST_MOMENTUM = 0, ST_EXP_AVG = 0, ST_EXP_AVG_SQ = 1, ST_MAX_EXP_AVG_SQ = 2, ST_COUNT = 3 };
+/* Where each per-parameter state lives in opt_param.state: one slot per state name, so
+ * that no two optimizers' states share a slot (checkpoints map names to slots below). */
+enum { ST_EXP_AVG, ST_EXP_AVG_SQ, ST_MAX_EXP_AVG_SQ, ST_MOMENTUM, ST_COUNT };
 
 typedef struct opt_param {
     em_tensor *p;                /* retained */
@@ -178,36 +179,11 @@ void em__optim_set_fused(em_optimizer *opt, bool fused) {
 
 int64_t em__optim_fused_updates(const em_optimizer *opt) { return opt ? opt->fused_updates : 0; }
 
-/* The fused backend step applies when every operand is contiguous, on p's device, with p's
- * floating dtype and shape (g is then distinct from p: a gradient is never its parameter). */
-static const em_backend *fused_backend(const em_optimizer *o, const em_tensor *p, const em_tensor *g,
-                                       em_tensor *const *st, int nst) {
-    if (o->unfused || !em_dtype_is_floating(p->dtype) || !em_is_contiguous(p)) return NULL;
-    const em_tensor *ts[1 + ST_COUNT] = {g};
-    for (int k = 0; k < nst; k++) ts[1 + k] = st[k];
-    for (int k = 0; k < 1 + nst; k++) {
-        const em_tensor *t = ts[k];
-        if (!t || t->dtype != p->dtype || t->storage->backend != p->storage->backend ||
-            t->storage->device.index != p->storage->device.index || t->ndim != p->ndim ||
-            memcmp(t->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim) || !em_is_contiguous(t))
-            return NULL;
-    }
-    return p->storage->backend;
-}
-
-/* What an in-place op does after writing t: autograd's version counter moves on. */
-static void written(em_tensor *t) {
-    if (t) atomic_fetch_add_explicit(&t->storage->version, 1, memory_order_relaxed);
-}
-
 static em_status sgd_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *done) {
     const em_sgd_opts *s = &o->sgd;
     bool mom = s->momentum != 0, first = mom && !q->state[ST_MOMENTUM];
     /* a new momentum buffer's layout is p's, so check before allocating it */
-    if (!fused_backend(o, q->p, g, mom && !first ? &q->state[ST_MOMENTUM] : NULL, mom && !first))
-        return EM_OK;
-    const em_backend *be = q->p->storage->backend;
-    if (!be->fused_sgd) return EM_OK;
+    if (o->unfused || !em__fused_sgd_applies(q->p, g, mom ? q->state[ST_MOMENTUM] : NULL)) return EM_OK;
     if (first) {
         em_tensor *b = em_empty_like(q->p);
         if (!b) return em_last_status();
@@ -216,24 +192,20 @@ static em_status sgd_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *do
     em_optim_args a = {.lr = o->lr, .weight_decay = s->weight_decay, .momentum = s->momentum,
                        .dampening = s->dampening, .nesterov = s->nesterov, .first_step = first};
     *done = true;
-    em_status st = be->fused_sgd(&a, q->p, g, mom ? q->state[ST_MOMENTUM] : NULL);
+    em_status st = em__fused_sgd_step(&a, q->p, g, mom ? q->state[ST_MOMENTUM] : NULL);
     if (st != EM_OK && first) { /* leave no half-made buffer behind */
         em_release(q->state[ST_MOMENTUM]);
         q->state[ST_MOMENTUM] = NULL;
     }
-    if (st == EM_OK) {
-        written(q->p);
-        written(mom ? q->state[ST_MOMENTUM] : NULL);
-        o->fused_updates++;
-    }
+    if (st == EM_OK) o->fused_updates++;
     return st;
 }
 
 static em_status adam_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *done) {
     const em_adam_opts *a = &o->adam;
-    int nst = a->amsgrad ? 3 : 2;
-    const em_backend *be = fused_backend(o, q->p, g, q->state, nst);
-    if (!be || !be->fused_adam) return EM_OK;
+    em_tensor *m = q->state[ST_EXP_AVG], *v = q->state[ST_EXP_AVG_SQ];
+    em_tensor *vmax = a->amsgrad ? q->state[ST_MAX_EXP_AVG_SQ] : NULL;
+    if (o->unfused || !em__fused_adam_applies(q->p, g, m, v, vmax)) return EM_OK;
     q->step++;
     em_optim_args args = {.lr = o->lr, .weight_decay = a->weight_decay, .beta1 = a->beta1,
                           .beta2 = a->beta2, .eps = a->eps,
@@ -241,14 +213,11 @@ static em_status adam_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *d
                           .bias_correction2 = 1.0 - pow(a->beta2, (double)q->step),
                           .decoupled = o->kind == OPT_ADAMW, .amsgrad = a->amsgrad};
     *done = true;
-    em_status st = be->fused_adam(&args, q->p, g, q->state[ST_EXP_AVG], q->state[ST_EXP_AVG_SQ],
-                                  a->amsgrad ? q->state[ST_MAX_EXP_AVG_SQ] : NULL);
+    em_status st = em__fused_adam_step(&args, q->p, g, m, v, vmax);
     if (st != EM_OK) {
         q->step--;
         return st;
     }
-    for (int k = 0; k < nst; k++) written(q->state[k]);
-    written(q->p);
     o->fused_updates++;
     return EM_OK;
 }
@@ -279,8 +248,9 @@ static em_status sgd_update(em_optimizer *o, opt_param *q, em_tensor *g) {
 
 static em_status adam_update(em_optimizer *o, opt_param *q, em_tensor *g) {
     const em_adam_opts *a = &o->adam;
+    static const int slots[] = {ST_EXP_AVG, ST_EXP_AVG_SQ, ST_MAX_EXP_AVG_SQ};
     for (int k = 0; k < (a->amsgrad ? 3 : 2); k++)
-        if (!q->state[k] && !(q->state[k] = new_state(q->p))) return em_last_status();
+        if (!q->state[slots[k]] && !(q->state[slots[k]] = new_state(q->p))) return em_last_status();
     bool done = false;
     em_status fst = adam_fused(o, q, g, &done);
     if (done || fst != EM_OK) return fst;
@@ -411,7 +381,9 @@ em_status em_optim_schedule_step(em_optimizer *opt) {
 /* ---- what checkpoints see (src/optim/checkpoint.c) ---- */
 
 static const char *const sgd_state_names[] = {"momentum_buffer"};
+static const int sgd_state_slots[] = {ST_MOMENTUM};
 static const char *const adam_state_names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+static const int adam_state_slots[] = {ST_EXP_AVG, ST_EXP_AVG_SQ, ST_MAX_EXP_AVG_SQ};
 
 const char *em__optim_kind_name(const em_optimizer *o) {
     return o->kind == OPT_SGD ? "sgd" : o->kind == OPT_ADAM ? "adam" : "adamw";
@@ -424,6 +396,8 @@ int em__optim_state_names(const em_optimizer *o, const char *const **names) {
 
 int em__optim_nparams(const em_optimizer *o) { return o->n; }
 em_tensor *em__optim_param(const em_optimizer *o, int i) { return o->ps[i].p; }
-em_tensor **em__optim_state_slot(em_optimizer *o, int i, int k) { return &o->ps[i].state[k]; }
+em_tensor **em__optim_state_slot(em_optimizer *o, int i, int k) {
+    return &o->ps[i].state[o->kind == OPT_SGD ? sgd_state_slots[k] : adam_state_slots[k]];
+}
 int64_t *em__optim_param_step(em_optimizer *o, int i) { return &o->ps[i].step; }
 int64_t *em__optim_step_count(em_optimizer *o) { return &o->steps; }

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <time.h>
 #include <ember/ember.h>
-#include "backends/cuda/cuda_smi.h"
 #include "commands.h"
 
 #define MAX_ROWS 64
@@ -38,22 +37,22 @@ static void unknown(row *r) {
     r->power_w = r->power_limit_w = -1;
 }
 
-static int nvidia_rows(row *rows, int max, em_cuda_smi_system *sys, const char **reason) {
-    em_cuda_smi_gpu gpus[MAX_ROWS];
-    int n = em__cuda_smi_query(gpus, MAX_ROWS, sys, reason);
+static int nvidia_rows(row *rows, int max, em_driver_info *sys, const char **reason) {
+    em_device_telemetry gpus[MAX_ROWS];
+    int n = em_device_telemetry_list(EM_CUDA, gpus, MAX_ROWS, sys, reason);
     if (n > MAX_ROWS) n = MAX_ROWS;
     int k = 0;
     for (int i = 0; i < n && k < max; i++, k++) {
         row *r = &rows[k];
         memset(r, 0, sizeof *r);
-        const em_cuda_smi_gpu *g = &gpus[i];
-        if (g->cuda_index >= 0) snprintf(r->device, sizeof r->device, "cuda:%d", g->cuda_index);
+        const em_device_telemetry *g = &gpus[i];
+        if (g->device.index >= 0) snprintf(r->device, sizeof r->device, "cuda:%d", g->device.index);
         else snprintf(r->device, sizeof r->device, "(not visible)");
-        snprintf(r->index, sizeof r->index, "%d", g->index);
+        snprintf(r->index, sizeof r->index, "%d", g->driver_index);
         snprintf(r->name, sizeof r->name, "%s", g->name);
         snprintf(r->driver, sizeof r->driver, "%s", sys->driver_version);
-        r->mem_total = g->mem_total; r->mem_used = g->mem_used; r->mem_free = g->mem_free;
-        r->util_gpu = g->util_gpu; r->util_mem = g->util_mem; r->temperature = g->temperature;
+        r->mem_total = g->memory_total; r->mem_used = g->memory_used; r->mem_free = g->memory_free;
+        r->util_gpu = g->utilization_gpu; r->util_mem = g->utilization_memory; r->temperature = g->temperature;
         r->power_w = g->power_w; r->power_limit_w = g->power_limit_w;
         r->cc = g->compute_capability;
         r->nvidia = true;
@@ -174,7 +173,7 @@ static int query(const char *list, const char *format) {
     if (nwant == 0) { fprintf(stderr, "ember smi: --query-gpu lists no fields\n"); return 2; }
 
     row rows[MAX_ROWS];
-    em_cuda_smi_system sys;
+    em_driver_info sys;
     const char *reason = NULL;
     int n = nvidia_rows(rows, MAX_ROWS, &sys, &reason);
     if (n <= 0) { /* no NVIDIA GPU: answer for the devices Ember has */
@@ -208,7 +207,7 @@ static void mem_cell(const row *r, char *out, size_t size) {
 
 static void table(void) {
     row rows[MAX_ROWS];
-    em_cuda_smi_system sys;
+    em_driver_info sys;
     const char *nvml_reason = NULL;
     int n = nvidia_rows(rows, MAX_ROWS, &sys, &nvml_reason);
     if (n < 0) n = 0;
@@ -220,7 +219,7 @@ static void table(void) {
     strftime(when, sizeof when, "%a %b %e %H:%M:%S %Y", localtime(&now));
     static const char *rule = "+------------------------------------------+-----------------------+------------------------+";
     char cuda[16] = "N/A";
-    if (sys.cuda_version) snprintf(cuda, sizeof cuda, "%d.%d", sys.cuda_version / 1000, (sys.cuda_version % 1000) / 10);
+    if (sys.runtime_version) snprintf(cuda, sizeof cuda, "%d.%d", sys.runtime_version / 1000, (sys.runtime_version % 1000) / 10);
     printf("%s\n%s\n", when, rule);
     char head[192];
     snprintf(head, sizeof head, "EMBER-SMI %d.%d.%d       Driver Version: %-16s CUDA Version: %s",
@@ -250,7 +249,7 @@ static void table(void) {
 
 static void list_devices(void) {
     row rows[MAX_ROWS];
-    em_cuda_smi_system sys;
+    em_driver_info sys;
     const char *reason = NULL;
     int n = nvidia_rows(rows, MAX_ROWS, &sys, &reason);
     if (n < 0) n = 0;

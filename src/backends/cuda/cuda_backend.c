@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../core/errors.h"
+#include "cuda_smi.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
@@ -384,6 +385,7 @@ const em_backend em_cuda_backend = {
     .unavailable_reason = cuda_reason,
     .device_count = cuda_count,
     .device_props = cuda_props,
+    .telemetry = em__cuda_telemetry,
     .raw_alloc = cuda_raw_alloc,
     .raw_free = cuda_raw_free,
     .host_alloc_pinned = cuda_host_alloc_pinned,
@@ -418,6 +420,7 @@ const em_backend em_cuda_backend = {
     .init = cuda_init,
     .unavailable_reason = cuda_reason,
     .device_count = cuda_count,
+    .telemetry = em__cuda_telemetry,
 };
 
 #endif

@@ -4,6 +4,7 @@
 #define EM_BACKENDS_CUDA_SMI_H
 
 #include <stdint.h>
+#include <ember/telemetry.h>
 
 typedef struct em_cuda_smi_gpu {
     int index;                 /* NVML's index, as nvidia-smi numbers GPUs */
@@ -24,5 +25,9 @@ typedef struct em_cuda_smi_system {
 /* Fill up to max GPUs; returns how many NVML reports (may exceed max), or -1 with *reason
  * ("libnvidia-ml.so.1 not found (looked in ...)") when NVML cannot be used. */
 int em__cuda_smi_query(em_cuda_smi_gpu *out, int max, em_cuda_smi_system *sys, const char **reason);
+
+/* The backend's telemetry slot: em__cuda_smi_query's answer as em_device_telemetry
+ * (cuda_telemetry.c). */
+int em__cuda_telemetry(em_device_telemetry *out, int max, em_driver_info *info, const char **reason);
 
 #endif

@@ -1,0 +1,41 @@
+/* The core's interface for the layers above it (src/nn, src/optim, src/data): the few
+ * entries they need that are not for users. Those layers include this header and public
+ * ones, never another header of src/core, src/backends or src/memory
+ * (scripts/check_layers.sh fails the build otherwise). Everything here takes and returns
+ * opaque em_tensor handles: the layers above never see a tensor's or a storage's inside. */
+#ifndef EM_CORE_INTERNAL_API_H
+#define EM_CORE_INTERNAL_API_H
+
+#include <stdbool.h>
+#include <ember/tensor.h>
+#include "errors.h"
+#include "optim_args.h"
+
+/* Register a reference the caller owns with the innermost scope (if any) and return it: how
+ * a function hands out a result like any op does (src/core/tensor.c). */
+em_tensor *em__scoped(em_tensor *t);
+
+/* Move t to device d and dtype dt in place: t's handle stays valid and points at new
+ * storage (its .grad moves too). Views of t made before keep the old storage. Used to move
+ * parameters and optimizer state without stranding the handles users and optimizers hold
+ * (src/core/move.c). */
+em_status em__tensor_move_(em_tensor *t, em_device d, em_dtype dt);
+
+/* ---- fused optimizer steps (src/core/ops_optim.c) ----
+ * The fused step applies when p is floating and contiguous and every other operand is
+ * present, contiguous, with p's dtype and shape, on p's device, and p's backend has the
+ * kernel. The _applies queries record nothing: without them the optimizer takes its
+ * op-by-op path. The steps check the same (EM_ERR_ARGUMENT when called where they do not
+ * apply), run the kernel (g is only read) and bump the version counters of what they
+ * wrote, as an in-place op does. */
+/* buf: the momentum buffer (NULL without momentum, or before it is made: the query then
+ * checks p and g only); with a->first_step the step writes it without reading it. */
+bool em__fused_sgd_applies(const em_tensor *p, const em_tensor *g, const em_tensor *buf);
+em_status em__fused_sgd_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *buf);
+/* vmax only with a->amsgrad. */
+bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_tensor *m, const em_tensor *v,
+                            const em_tensor *vmax);
+em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
+                              em_tensor *v, em_tensor *vmax);
+
+#endif

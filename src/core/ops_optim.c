@@ -1,0 +1,57 @@
+/* Fused optimizer steps: the checks and dispatch that every op gets (devices, dtypes,
+ * shapes, then the backend's kernel and the version counters), for src/optim. */
+#include "internal_api.h"
+#include "ops_internal.h"
+
+/* Contiguous, with p's dtype and shape, on p's device (so never p itself: the caller's
+ * gradient and states are distinct tensors). */
+static bool matches(const em_tensor *p, const em_tensor *t) {
+    return t && t->dtype == p->dtype && t->storage->backend == p->storage->backend && em__same_device(t, p) &&
+           em__same_shape(t, p) && em__is_contiguous_raw(t->ndim, t->shape, t->strides);
+}
+
+static bool operands_fit(const em_tensor *p, int n, const em_tensor *const *ts) {
+    if (!p || !em_dtype_is_floating(p->dtype) || !em__is_contiguous_raw(p->ndim, p->shape, p->strides)) return false;
+    for (int i = 0; i < n; i++)
+        if (!matches(p, ts[i])) return false;
+    return true;
+}
+
+bool em__fused_sgd_applies(const em_tensor *p, const em_tensor *g, const em_tensor *buf) {
+    const em_tensor *ts[] = {g, buf};
+    return operands_fit(p, buf ? 2 : 1, ts) && p->storage->backend->fused_sgd;
+}
+
+bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_tensor *m, const em_tensor *v,
+                            const em_tensor *vmax) {
+    const em_tensor *ts[] = {g, m, v, vmax};
+    return operands_fit(p, vmax ? 4 : 3, ts) && p->storage->backend->fused_adam;
+}
+
+static em_status not_fused(const char *op) {
+    return em_error(EM_ERR_ARGUMENT, "%s: the fused step needs p floating and contiguous, and the gradient and "
+                    "every state contiguous with p's dtype, shape and device, on a backend with the kernel", op);
+}
+
+em_status em__fused_sgd_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *buf) {
+    if (!a || (a->momentum != 0 && !buf)) return em_error(EM_ERR_ARGUMENT, "fused SGD step: NULL argument");
+    if (!em__fused_sgd_applies(p, g, buf)) return not_fused("fused SGD step");
+    em_status st = p->storage->backend->fused_sgd(a, p, g, buf);
+    if (st != EM_OK) return st;
+    em__bump_version(p);
+    if (buf) em__bump_version(buf);
+    return EM_OK;
+}
+
+em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
+                              em_tensor *v, em_tensor *vmax) {
+    if (!a || (a->amsgrad && !vmax)) return em_error(EM_ERR_ARGUMENT, "fused Adam step: NULL argument");
+    if (!em__fused_adam_applies(p, g, m, v, a->amsgrad ? vmax : NULL)) return not_fused("fused Adam step");
+    em_status st = p->storage->backend->fused_adam(a, p, g, m, v, a->amsgrad ? vmax : NULL);
+    if (st != EM_OK) return st;
+    em__bump_version(m);
+    em__bump_version(v);
+    if (a->amsgrad) em__bump_version(vmax);
+    em__bump_version(p);
+    return EM_OK;
+}
