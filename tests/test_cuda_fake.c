@@ -129,7 +129,7 @@ static char g_cache_dir[] = "/tmp/ember-cuda-fake-XXXXXX";
 static void install(bool with_nvml) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
-    F.ctx_current = -1;
+    t_ctx = -1;
     F.free_mem = (size_t)12 << 30;
     g_fake_cu = fake_cu();
     g_fake_nvrtc = fake_nvrtc();
@@ -316,7 +316,7 @@ static void test_disk_cache_skips_compile(void) {
 static void test_missing_nvrtc_lists_devices_but_ops_fail(void) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
-    F.ctx_current = -1;
+    t_ctx = -1;
     g_fake_cu = fake_cu();
     em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvrtc_reason = "libnvrtc not found (looked in X)",
                               .cublas_reason = "fake", .nvml_reason = "fake"};

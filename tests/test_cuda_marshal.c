@@ -56,7 +56,7 @@ static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
 static void install(void) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
-    F.ctx_current = -1;
+    t_ctx = -1;
     F.free_mem = (size_t)8 << 30;
     F.cc_major = 9; /* compute capability 9.9: unknown to NVRTC, so PTX for compute_90 */
     F.cc_minor = 9;

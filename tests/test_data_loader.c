@@ -312,7 +312,10 @@ static void test_pinned_copies_not_overwritten(void) {
         int bad = pinned_bad_batches(dev, runs[i].prefetch, runs[i].epochs, runs[i].sync_each, &waits);
         if (bad) printf("  %s: %d bad batches\n", runs[i].what, bad);
         CHECK(bad == 0);
-        CHECK(waits > 0);  /* the cache did reuse blocks that queued copies had read */
+        /* without syncs the cache did reuse blocks that queued copies had still to read;
+         * with one per batch most copies have finished when their block is taken again,
+         * which the copy's event tells the cache: it waits only for those that have not */
+        if (!runs[i].sync_each) CHECK(waits > 0);
     }
     em_clear_error();
 }

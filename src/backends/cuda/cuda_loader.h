@@ -74,7 +74,8 @@ void *em__cuda_nccl(int *version, const char **reason);
     X(cuDeviceGetCount, 1) X(cuDeviceGet, 1) X(cuDeviceGetName, 1)                   \
     X(cuDeviceGetAttribute, 1) X(cuDeviceTotalMem, 1) X(cuDeviceGetPCIBusId, 1)      \
     X(cuDeviceCanAccessPeer, 1) X(cuDevicePrimaryCtxRetain, 1)                       \
-    X(cuDevicePrimaryCtxRelease, 1) X(cuCtxSetCurrent, 1) X(cuCtxEnablePeerAccess, 1) \
+    X(cuDevicePrimaryCtxRelease, 1) X(cuCtxSetCurrent, 1) X(cuCtxGetCurrent, 1)     \
+    X(cuCtxEnablePeerAccess, 1) X(cuEventQuery, 1)                                    \
     X(cuMemGetInfo, 1) X(cuMemAlloc, 1) X(cuMemFree, 1) X(cuMemHostAlloc, 1)         \
     X(cuMemFreeHost, 1) X(cuMemcpyHtoDAsync, 1) X(cuMemcpyDtoHAsync, 1)              \
     X(cuMemcpyDtoDAsync, 1) X(cuMemcpyPeerAsync, 1) X(cuMemsetD8Async, 1)            \
@@ -94,7 +95,7 @@ void *em__cuda_nccl(int *version, const char **reason);
 #define EM_CUBLAS_FUNCS(X)                                                           \
     X(cublasCreate, 1) X(cublasDestroy, 1) X(cublasSetStream, 1)                     \
     X(cublasSetMathMode, 1) X(cublasGetVersion, 1) X(cublasGemmStridedBatchedEx, 1)  \
-    X(cublasGetStatusString, 0)
+    X(cublasGetStatusString, 0) X(cublasSetWorkspace, 0)
 
 #define EM__CUDA_MEMBER(fn, req) __typeof__(fn) *fn;
 typedef struct em_cu_api { EM_CU_FUNCS(EM__CUDA_MEMBER) } em_cu_api;
