@@ -38,6 +38,10 @@ static struct {
     const void *last_h2d_src;
     CUdeviceptr last_h2d_dst;
     int ctx_restores_seen;           /* cuCtxSetCurrent(NULL) calls: a thread given back "none" */
+    /* launch arguments copied at launch (the caller's arrays are gone afterwards): the
+     * 8-byte values of the parameters whose bit is set in capture_u64 */
+    unsigned capture_u64;
+    uint64_t last_u64[32];
 } F;
 static char ctx_tag[NDEV], stream_tag[NDEV];
 /* the context current on this thread: the device whose primary context it is, -1 none */
@@ -232,10 +236,13 @@ static CUresult f_load(CUmodule *m, const void *image, unsigned int n, CUjit_opt
     /* a CUBIN (ELF) is kept as its magic: only PTX text is read back */
     if (!memcmp(image, "\177ELF", 4)) image = "\177ELF cubin";
     snprintf(F.last_image, sizeof F.last_image, "%s", (const char *)image);
-    if (nmodules == MAX_FAKE_MODULES) return CUDA_ERROR_OUT_OF_MEMORY;
-    module_images[nmodules] = strdup((const char *)image);
+    int slot = 0; /* the first free one: unloaded modules give theirs back */
+    while (slot < nmodules && module_images[slot]) slot++;
+    if (slot == MAX_FAKE_MODULES) return CUDA_ERROR_OUT_OF_MEMORY;
+    module_images[slot] = strdup((const char *)image);
     F.modules_loaded++;
-    *m = (CUmodule)(uintptr_t)(nmodules++ + 1);
+    if (slot == nmodules) nmodules++;
+    *m = (CUmodule)(uintptr_t)(slot + 1);
     return CUDA_SUCCESS;
 }
 static CUresult f_unload(CUmodule m) {
@@ -310,6 +317,8 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
     F.last_block[0] = bx; F.last_block[1] = by; F.last_block[2] = bz;
     F.last_stream = s;
     F.last_params = params;
+    for (int i = 0; i < 32; i++)
+        if (F.capture_u64 & (1u << i)) memcpy(&F.last_u64[i], params[i], 8);
     return CUDA_SUCCESS;
 }
 
