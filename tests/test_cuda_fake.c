@@ -24,6 +24,7 @@ static bool starts(const char *s, const char *prefix) {
 /* ---- fake NVRTC: "compiles" to a short text naming the program and target ---- */
 typedef struct fake_prog { char name[64]; char arch[64]; } fake_prog;
 static int nvrtc_compiles;
+static char last_fmad[32]; /* the --fmad= option of the last compile, "" if none */
 static nvrtcResult n_version(int *ma, int *mi) { *ma = 13; *mi = 0; return NVRTC_SUCCESS; }
 static const char *n_err(nvrtcResult r) { return r == NVRTC_SUCCESS ? "NVRTC_SUCCESS" : "NVRTC_ERROR"; }
 static nvrtcResult n_create(nvrtcProgram *p, const char *src, const char *name, int nh,
@@ -38,6 +39,9 @@ static nvrtcResult n_destroy(nvrtcProgram *p) { free(*p); *p = NULL; return NVRT
 static nvrtcResult n_compile(nvrtcProgram p, int n, const char *const *opts) {
     fake_prog *fp = (fake_prog *)p;
     nvrtc_compiles++;
+    last_fmad[0] = '\0';
+    for (int i = 0; i < n; i++)
+        if (starts(opts[i], "--fmad=")) snprintf(last_fmad, sizeof last_fmad, "%s", opts[i]);
     for (int i = 0; i < n; i++)
         if (starts(opts[i], "--gpu-architecture=")) snprintf(fp->arch, sizeof fp->arch, "%s", opts[i] + 19);
     return NVRTC_SUCCESS;
@@ -297,6 +301,22 @@ static void test_sync_error_names_last_op(void) {
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "exceeds the device's limits");
 }
 
+/* f64 arange/linspace must round like the CPU: no multiply-add contraction, except in
+ * matmul (the CPU's BLAS contracts too). */
+static void test_no_fma_contraction_but_in_matmul(void) {
+    install(true);
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/fmad", g_cache_dir);
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    CHECK_OK(em__cuda_launch(0, "affine_f64", grid, block, params, NULL, 1, "arange"));
+    CHECK(!strcmp(last_fmad, "--fmad=false"));
+    CHECK_OK(em__cuda_launch(0, "matmul_f32", grid, block, params, NULL, 1, "matmul"));
+    CHECK(!strcmp(last_fmad, "--fmad=true"));
+    CHECK(nvrtc_compiles >= 2);
+}
+
 static void test_disk_cache_skips_compile(void) {
     install(true);
     char dir[64];
@@ -520,6 +540,7 @@ int main(void) {
     RUN(test_copies_round_trip);
     RUN(test_sync_error_names_last_op);
     RUN(test_disk_cache_skips_compile);
+    RUN(test_no_fma_contraction_but_in_matmul);
     RUN(test_missing_nvrtc_lists_devices_but_ops_fail);
     RUN(test_compile_target);
     RUN(test_programs);

@@ -115,7 +115,8 @@ typedef struct em_cuda_source {
 
 /* Compile `main` with the given headers (included by name) and extra options, for
  * compute_<arch> as PTX or, with cubin, for sm_<arch> as a CUBIN (arch 80 is 8.0).
- * Always defines EMK_CUDA and EMK_HAS_F64 and passes -default-device. Returns malloc'ed
+ * Always defines EMK_CUDA and EMK_HAS_F64 and passes -default-device, and --fmad=false
+ * unless extra_opts has a --fmad= of its own. Returns malloc'ed
  * code (NUL appended) and its size, or NULL with an error naming the program and
  * quoting NVRTC's log. */
 char *em__cuda_compile(const em_cuda_source *main, const em_cuda_source *headers, int nheaders,

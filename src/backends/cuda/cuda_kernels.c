@@ -203,7 +203,12 @@ em_status em__cuda_load_module(em_cuda_device *d, const char *name, const char *
     if (s != EM_OK) return s;
     em_cuda_source src = {name, text};
     size_t size = 0;
-    char *image = em__cuda_compile_cached(&src, NULL, 0, arch, cubin, NULL, 0, &size, NULL);
+    /* Matmul may contract multiply-adds, as the CPU's BLAS does; everything else rounds
+     * each operation like the CPU (cuda_nvrtc.c). */
+    static const char *const contract[] = {"--fmad=true"};
+    bool fmad = !strcmp(name, "matmul.k");
+    char *image = em__cuda_compile_cached(&src, NULL, 0, arch, cubin, fmad ? contract : NULL, fmad ? 1 : 0,
+                                          &size, NULL);
     if (!image) return em_last_status();
     char log[4096] = "";
     CUjit_option opt[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
