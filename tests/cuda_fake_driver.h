@@ -31,6 +31,7 @@ static struct {
     int peer_copies, waits, records;
     size_t free_mem;
     int cc_major, cc_minor;          /* 8.6 unless a test says otherwise */
+    int driver_version;              /* cuDriverGetVersion: 12040 unless a test says otherwise */
     int stream_syncs, event_syncs, event_queries, live_events;
     bool events_incomplete;          /* cuEventQuery answers NOT_READY */
     int host_allocs, live_host_allocs;
@@ -62,7 +63,7 @@ static bool ctx_ok(CUstream s) {
 }
 
 static CUresult f_init(unsigned int flags) { (void)flags; return F.init_result; }
-static CUresult f_version(int *v) { *v = 12040; return CUDA_SUCCESS; }
+static CUresult f_version(int *v) { *v = F.driver_version ? F.driver_version : 12040; return CUDA_SUCCESS; }
 static CUresult f_count(int *n) { *n = NDEV; return CUDA_SUCCESS; }
 static CUresult f_get(CUdevice *d, int i) { *d = i; return CUDA_SUCCESS; }
 static CUresult f_name(char *name, int len, CUdevice d) {

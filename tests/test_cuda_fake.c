@@ -303,6 +303,64 @@ static void test_sync_error_names_last_op(void) {
 
 /* f64 arange/linspace must round like the CPU: no multiply-add contraction, except in
  * matmul (the CPU's BLAS contracts too). */
+/* ---- which NVRTC and cuBLAS: the newest the driver can run (loader hooks say which
+ * sonames "exist"; their functions report versions by soname) ---- */
+static const char *g_present[8];
+static void *h_open(const char *candidate) {
+    for (int i = 0; g_present[i]; i++)
+        if (!strcmp(candidate, g_present[i])) return (void *)g_present[i];
+    return NULL;
+}
+static nvrtcResult n_version12(int *ma, int *mi) { *ma = 12; *mi = 8; return NVRTC_SUCCESS; }
+static cublasStatus_t cb_prop12(libraryPropertyType t, int *v) { *v = t == MAJOR_VERSION ? 12 : 9; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t cb_prop13(libraryPropertyType t, int *v) { *v = t == MAJOR_VERSION ? 13 : 1; return CUBLAS_STATUS_SUCCESS; }
+static void *h_sym(void *h, const char *sym) {
+    const char *lib = h;
+    bool v12 = strstr(lib, ".so.12") != NULL;
+    if (!strcmp(sym, "nvrtcVersion")) return v12 ? (void *)n_version12 : (void *)n_version;
+    if (!strcmp(sym, "cublasGetProperty")) return v12 ? (void *)cb_prop12 : (void *)cb_prop13;
+    return (void *)n_err; /* present, never called here */
+}
+static void install_for_loading(int driver_version, const char *const *present) {
+    em__cuda_backend_reset();
+    memset(&F, 0, sizeof F);
+    F.driver_version = driver_version;
+    int n = 0;
+    for (; present[n]; n++) g_present[n] = present[n];
+    g_present[n] = NULL;
+    g_fake_cu = fake_cu();
+    em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvml_reason = "none (fake)"}; /* NVRTC, cuBLAS: loaded */
+    em__cuda_loader_use_fakes(&libs);
+    em__cuda_loader_set_hooks(h_open, h_sym);
+}
+
+static void test_library_versions_follow_the_driver(void) {
+    static const char *const both[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libcublasLt.so.13", "libcublas.so.13",
+                                       "libcublasLt.so.12", "libcublas.so.12", NULL};
+    char line[512];
+    install_for_loading(12040, both); /* a CUDA 12.4 driver: the 13s would not run on it */
+    int major = 0, minor = 0;
+    CHECK(em__cuda_nvrtc(&major, &minor, NULL) != NULL && major == 12 && minor == 8);
+    CHECK(em__cuda_cublas(NULL) != NULL);
+    em__cuda_libraries_line(line, sizeof line);
+    CHECK(!strcmp(line, "nvrtc 12.8, cublas 12.9 (driver supports 12.4)"));
+
+    install_for_loading(13000, both);
+    CHECK(em__cuda_nvrtc(&major, &minor, NULL) != NULL && major == 13 && minor == 0);
+    em__cuda_libraries_line(line, sizeof line);
+    CHECK(!strcmp(line, "nvrtc 13.0, cublas 13.1 (driver supports 13.0)"));
+
+    static const char *const only13[] = {"libnvrtc.so.13", "libcublasLt.so.13", "libcublas.so.13", NULL};
+    install_for_loading(12040, only13);
+    const char *reason = NULL;
+    CHECK(em__cuda_nvrtc(NULL, NULL, &reason) == NULL);
+    CHECK(reason && strstr(reason, "libnvrtc.so.13 needs a newer driver: this one supports CUDA 12.4"));
+    CHECK(em__cuda_cublas(&reason) == NULL);
+    CHECK(reason && strstr(reason, "libcublas.so.13 needs a newer driver"));
+    em__cuda_loader_set_hooks(NULL, NULL);
+    install(true);
+}
+
 static void test_no_fma_contraction_but_in_matmul(void) {
     install(true);
     char dir[64];
@@ -541,6 +599,7 @@ int main(void) {
     RUN(test_sync_error_names_last_op);
     RUN(test_disk_cache_skips_compile);
     RUN(test_no_fma_contraction_but_in_matmul);
+    RUN(test_library_versions_follow_the_driver);
     RUN(test_missing_nvrtc_lists_devices_but_ops_fail);
     RUN(test_compile_target);
     RUN(test_programs);

@@ -95,7 +95,7 @@ void *em__cuda_nccl(int *version, const char **reason);
 #define EM_CUBLAS_FUNCS(X)                                                           \
     X(cublasCreate, 1) X(cublasDestroy, 1) X(cublasSetStream, 1)                     \
     X(cublasSetMathMode, 1) X(cublasGetVersion, 1) X(cublasGemmStridedBatchedEx, 1)  \
-    X(cublasGetStatusString, 0) X(cublasSetWorkspace, 0)
+    X(cublasGetStatusString, 0) X(cublasSetWorkspace, 0) X(cublasGetProperty, 0)
 
 #define EM__CUDA_MEMBER(fn, req) __typeof__(fn) *fn;
 typedef struct em_cu_api { EM_CU_FUNCS(EM__CUDA_MEMBER) } em_cu_api;
@@ -106,6 +106,9 @@ typedef struct em_cublas_api { EM_CUBLAS_FUNCS(EM__CUDA_MEMBER) } em_cublas_api;
  * "no driver: libcuda.so.1 not found (looked in ...)" or "... lacks cuX". cuInit is the
  * backend's job, not the loader's. */
 const em_cu_api *em__cuda_driver(const char **reason);
+/* NVRTC and cuBLAS are chosen newest first among the versions the driver can run
+ * (cuDriverGetVersion: a CUDA 13 library needs a CUDA 13 driver); without a driver,
+ * newest first. */
 /* NVRTC, loaded once, or NULL with *reason ("libnvrtc not found (looked in ...)"). */
 const em_nvrtc_api *em__cuda_nvrtc(int *major, int *minor, const char **reason);
 /* cuBLAS (with its cuBLASLt preloaded from the same place), or NULL with *reason. */
@@ -116,8 +119,17 @@ const char *const *em__cuda_driver_symbols(int *n);
 const char *const *em__cuda_nvrtc_symbols(int *n);
 const char *const *em__cuda_cublas_symbols(int *n);
 
-/* Tests: use these tables instead of loading anything (NULL entries mean "not found",
- * with reason as given). Call before the first use; em__cuda_loader_reset() forgets them. */
+/* "nvrtc 12.8, cublas 12.9 (driver supports 12.9)" for `ember devices` (loads both). */
+void em__cuda_libraries_line(char *buf, size_t size);
+
+/* Tests: dlopen and dlsym replaced by these (NULL, NULL: the real ones), so that a test
+ * can say which sonames exist. */
+void em__cuda_loader_set_hooks(void *(*open)(const char *candidate), void *(*sym)(void *h, const char *sym));
+
+/* Tests: use these tables instead of loading anything (a NULL entry means "not found",
+ * with reason as given; with no reason either, that library is loaded for real when
+ * asked, through the hooks if set). Call before the first use; em__cuda_loader_reset()
+ * forgets them. */
 typedef struct em_cuda_fake_libs {
     const em_cu_api *cu;         const char *cu_reason;
     const em_nvrtc_api *nvrtc;   const char *nvrtc_reason;
