@@ -106,6 +106,21 @@ static em_nvml_return m_temp(em_nvml_device d, int sensor, unsigned int *t) {
     *t = sensor == EM_NVML_TEMPERATURE_GPU ? 33 : 0;
     return EM_NVML_SUCCESS;
 }
+/* v2: used leaves out 1 GiB the driver reserves; the struct's version must be v2's */
+static em_nvml_return m_mem_v2(em_nvml_device d, em_nvml_memory_v2 *m) {
+    if (m->version != ((unsigned)sizeof(em_nvml_memory_v2) | 2u << 24)) return 2; /* INVALID_ARGUMENT */
+    m->total = (unsigned long long)16 << 30;
+    m->free = (unsigned long long)(uintptr_t)d << 30;
+    m->reserved = (unsigned long long)1 << 30;
+    m->used = m->total - m->free - m->reserved;
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_return m_temp_v(em_nvml_device d, em_nvml_temperature *t) {
+    (void)d;
+    if (t->version != ((unsigned)sizeof(em_nvml_temperature) | 1u << 24) || t->sensor_type != 0) return 2;
+    t->temperature = 41;
+    return EM_NVML_SUCCESS;
+}
 static em_nvml_return m_power(em_nvml_device d, unsigned int *mw) { (void)d; *mw = 68250; return EM_NVML_SUCCESS; }
 static em_nvml_return m_not_supported(em_nvml_device d, unsigned int *mw) { (void)d; (void)mw; return 3; }
 static em_nvml_return m_cc(em_nvml_device d, int *ma, int *mi) { (void)d; *ma = 8; *mi = 6; return EM_NVML_SUCCESS; }
@@ -503,6 +518,20 @@ static void test_smi_query(void) {
     CHECK(g[0].temperature == 33 && g[0].compute_capability == 86);
     CHECK(g[0].power_w == 68.25 && g[0].power_limit_w == -1); /* unsupported stays unknown */
     CHECK(F.retains[0] == 0 && F.retains[1] == 0); /* smi never creates a context */
+
+    /* a newer NVML: memory v2 (what nvidia-smi shows as used) and the versioned temperature,
+     * even without the deprecated call */
+    g_fake_nvml.nvmlDeviceGetMemoryInfo_v2 = m_mem_v2;
+    g_fake_nvml.nvmlDeviceGetTemperatureV = m_temp_v;
+    g_fake_nvml.nvmlDeviceGetTemperature = NULL;
+    em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvrtc = &g_fake_nvrtc, .cublas_reason = "fake", .nvml = &g_fake_nvml};
+    em__cuda_loader_use_fakes(&libs); /* the loader keeps a copy of the table */
+    CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == NDEV);
+    CHECK(g[0].mem_used == g[0].mem_total - g[0].mem_free - ((int64_t)1 << 30));
+    CHECK(g[0].mem_free == (int64_t)2 << 30 && g[0].temperature == 41);
+    g_fake_nvml.nvmlDeviceGetTemperatureV = NULL; /* neither: unknown, not a failure */
+    em__cuda_loader_use_fakes(&libs);
+    CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == NDEV && g[0].temperature == -1);
 
     install(false);
     CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == -1);

@@ -141,8 +141,9 @@ static void not_found(lib_state *st, const char *prefix, const char *lib, const 
     X(nvmlInit_v2, 1) X(nvmlShutdown, 1) X(nvmlErrorString, 1) X(nvmlSystemGetDriverVersion, 1) \
     X(nvmlSystemGetCudaDriverVersion_v2, 0) X(nvmlDeviceGetCount_v2, 1)                 \
     X(nvmlDeviceGetHandleByIndex_v2, 1) X(nvmlDeviceGetHandleByPciBusId_v2, 1)          \
-    X(nvmlDeviceGetName, 1) X(nvmlDeviceGetMemoryInfo, 1) X(nvmlDeviceGetUtilizationRates, 1) \
-    X(nvmlDeviceGetTemperature, 1) X(nvmlDeviceGetPowerUsage, 1)                        \
+    X(nvmlDeviceGetName, 1) X(nvmlDeviceGetMemoryInfo, 1) X(nvmlDeviceGetMemoryInfo_v2, 0) \
+    X(nvmlDeviceGetUtilizationRates, 1) X(nvmlDeviceGetTemperature, 0)                  \
+    X(nvmlDeviceGetTemperatureV, 0) X(nvmlDeviceGetPowerUsage, 1)                       \
     X(nvmlDeviceGetEnforcedPowerLimit, 1) X(nvmlDeviceGetCudaComputeCapability, 1)       \
     X(nvmlDeviceGetMultiGpuBoard, 0)
 

@@ -33,6 +33,20 @@ typedef int em_nvml_return;                 /* nvmlReturn_t; 0 is NVML_SUCCESS *
 typedef struct em_nvml_device_st *em_nvml_device;
 typedef struct em_nvml_memory { unsigned long long total, free, used; } em_nvml_memory;
 typedef struct em_nvml_utilization { unsigned int gpu, memory; } em_nvml_utilization;
+/* nvmlMemory_v2_t: `used` excludes the memory the driver reserves, as nvidia-smi shows it
+ * (v1's used counts it); version = sizeof | 2 << 24 (NVML_STRUCT_VERSION). */
+typedef struct em_nvml_memory_v2 {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} em_nvml_memory_v2;
+#define EM_NVML_MEMORY_V2 ((unsigned int)(sizeof(em_nvml_memory_v2) | (2u << 24)))
+/* nvmlTemperature_v1_t, for nvmlDeviceGetTemperatureV (nvmlDeviceGetTemperature is deprecated). */
+typedef struct em_nvml_temperature {
+    unsigned int version;
+    int sensor_type;
+    int temperature;
+} em_nvml_temperature;
+#define EM_NVML_TEMPERATURE_V1 ((unsigned int)(sizeof(em_nvml_temperature) | (1u << 24)))
 #define EM_NVML_SUCCESS 0
 #define EM_NVML_TEMPERATURE_GPU 0
 
@@ -47,8 +61,10 @@ typedef struct em_nvml_api {
     em_nvml_return (*nvmlDeviceGetHandleByPciBusId_v2)(const char *bus_id, em_nvml_device *dev);
     em_nvml_return (*nvmlDeviceGetName)(em_nvml_device dev, char *name, unsigned int length);
     em_nvml_return (*nvmlDeviceGetMemoryInfo)(em_nvml_device dev, em_nvml_memory *mem);
+    em_nvml_return (*nvmlDeviceGetMemoryInfo_v2)(em_nvml_device dev, em_nvml_memory_v2 *mem); /* optional */
     em_nvml_return (*nvmlDeviceGetUtilizationRates)(em_nvml_device dev, em_nvml_utilization *u);
-    em_nvml_return (*nvmlDeviceGetTemperature)(em_nvml_device dev, int sensor, unsigned int *temp);
+    em_nvml_return (*nvmlDeviceGetTemperature)(em_nvml_device dev, int sensor, unsigned int *temp); /* optional */
+    em_nvml_return (*nvmlDeviceGetTemperatureV)(em_nvml_device dev, em_nvml_temperature *temp); /* optional */
     em_nvml_return (*nvmlDeviceGetPowerUsage)(em_nvml_device dev, unsigned int *milliwatts);
     em_nvml_return (*nvmlDeviceGetEnforcedPowerLimit)(em_nvml_device dev, unsigned int *milliwatts);
     em_nvml_return (*nvmlDeviceGetCudaComputeCapability)(em_nvml_device dev, int *major, int *minor);
