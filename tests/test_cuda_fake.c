@@ -9,6 +9,8 @@
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "backends/cuda/cuda_internal.h"
@@ -36,8 +38,19 @@ static nvrtcResult n_create(nvrtcProgram *p, const char *src, const char *name, 
     return NVRTC_SUCCESS;
 }
 static nvrtcResult n_destroy(nvrtcProgram *p) { free(*p); *p = NULL; return NVRTC_SUCCESS; }
+/* A compile can be held (as a long NVRTC run): compile_hold makes it wait for release. */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static bool compile_hold, compile_held;
 static nvrtcResult n_compile(nvrtcProgram p, int n, const char *const *opts) {
     fake_prog *fp = (fake_prog *)p;
+    pthread_mutex_lock(&hold_lock);
+    if (compile_hold) {
+        compile_held = true;
+        pthread_cond_broadcast(&hold_cond);
+        while (compile_hold) pthread_cond_wait(&hold_cond, &hold_lock);
+    }
+    pthread_mutex_unlock(&hold_lock);
     nvrtc_compiles++;
     last_fmad[0] = '\0';
     for (int i = 0; i < n; i++)
@@ -390,6 +403,48 @@ static void test_no_fma_contraction_but_in_matmul(void) {
     CHECK(nvrtc_compiles >= 2);
 }
 
+/* A compile (seconds of NVRTC) holds no lock that launches of loaded kernels need. */
+static void *launch_softmax(void *arg) {
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    return em__cuda_launch(0, "softmax_f32", grid, block, params, NULL, 1, "softmax") == EM_OK ? arg : NULL;
+}
+static void *launch_unary(void *arg) {
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    return em__cuda_launch(0, "unary_f32", grid, block, params, NULL, 1, "exp") == EM_OK ? arg : NULL;
+}
+static void test_compile_does_not_block_launches(void) {
+    install(true);
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/hold", g_cache_dir);
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    CHECK(launch_unary(dir) == dir); /* elementwise.k loaded */
+    pthread_mutex_lock(&hold_lock);
+    compile_hold = true;
+    compile_held = false;
+    pthread_mutex_unlock(&hold_lock);
+    pthread_t compiler, launcher;
+    void *r1 = NULL, *r2 = NULL;
+    CHECK(pthread_create(&compiler, NULL, launch_softmax, dir) == 0); /* compiles softmax.k, held */
+    pthread_mutex_lock(&hold_lock);
+    while (!compile_held) pthread_cond_wait(&hold_cond, &hold_lock);
+    pthread_mutex_unlock(&hold_lock);
+    CHECK(pthread_create(&launcher, NULL, launch_unary, dir) == 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    int joined = pthread_timedjoin_np(launcher, &r2, &until);
+    CHECK(joined == 0); /* the launch finished while the compile was still held */
+    pthread_mutex_lock(&hold_lock);
+    compile_hold = false;
+    pthread_cond_broadcast(&hold_cond);
+    pthread_mutex_unlock(&hold_lock);
+    pthread_join(compiler, &r1);
+    if (joined != 0) pthread_join(launcher, &r2);
+    CHECK(r1 == dir && r2 == dir);
+}
+
 static void test_disk_cache_skips_compile(void) {
     install(true);
     char dir[64];
@@ -627,6 +682,7 @@ int main(void) {
     RUN(test_copies_round_trip);
     RUN(test_sync_error_names_last_op);
     RUN(test_disk_cache_skips_compile);
+    RUN(test_compile_does_not_block_launches);
     RUN(test_no_fma_contraction_but_in_matmul);
     RUN(test_library_versions_follow_the_driver);
     RUN(test_missing_nvrtc_lists_devices_but_ops_fail);
