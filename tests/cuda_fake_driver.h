@@ -1,10 +1,15 @@
 /* A fake CUDA driver for tests that run without a GPU: "device memory" is host memory,
  * so copies can be checked byte for byte; launches are recorded, not run; modules keep
  * their image so that parameter sizes come from the real compiled PTX. Included by
- * tests/test_cuda_*.c (each gets its own copy: every function is static). */
+ * tests/test_cuda_*.c (each gets its own copy: every function is static).
+ * As the real driver, it keeps the current context per thread, and calls that need one
+ * fail with CUDA_ERROR_INVALID_CONTEXT without it (or, for a stream, with another
+ * device's): a thread Ember forgets to switch fails a test. Events are real objects that
+ * complete when F.events_complete says so. */
 #ifndef EMBER_TESTS_CUDA_FAKE_DRIVER_H
 #define EMBER_TESTS_CUDA_FAKE_DRIVER_H
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cuda/cuda_internal.h"
@@ -14,7 +19,7 @@
 static struct {
     CUresult init_result, sync_result, alloc_result;
     int retains[NDEV], releases[NDEV];
-    int ctx_current;                 /* device whose context is current, -1 none */
+    int wrong_ctx;                   /* calls refused: no or another context current */
     int live_allocs;
     int launches;
     CUfunction last_func;
@@ -26,13 +31,39 @@ static struct {
     int peer_copies, waits, records;
     size_t free_mem;
     int cc_major, cc_minor;          /* 8.6 unless a test says otherwise */
+    int driver_version;              /* cuDriverGetVersion: 12040 unless a test says otherwise */
+    int stream_syncs, event_syncs, event_queries, live_events;
+    bool events_incomplete;          /* cuEventQuery answers NOT_READY */
+    int host_allocs, live_host_allocs;
+    int h2d_async;                   /* cuMemcpyHtoDAsync calls */
+    const void *last_h2d_src;
+    CUdeviceptr last_h2d_dst;
+    int ctx_restores_seen;           /* cuCtxSetCurrent(NULL) calls: a thread given back "none" */
+    /* launch arguments copied at launch (the caller's arrays are gone afterwards): the
+     * 8-byte values of the parameters whose bit is set in capture_u64 */
+    unsigned capture_u64;
+    uint64_t last_u64[32];
 } F;
-static char ctx_tag[NDEV], stream_tag[NDEV], event_tag[NDEV];
+static char ctx_tag[NDEV], stream_tag[NDEV];
+/* the context current on this thread: the device whose primary context it is, -1 none */
+static _Thread_local int t_ctx = -1;
+static pthread_mutex_t f_lock = PTHREAD_MUTEX_INITIALIZER; /* counters touched by threads */
 
 static int dev_of_ctx(CUcontext c) { return (int)((char *)c - ctx_tag); }
+static int dev_of_stream(CUstream s) { return (int)((char *)s - stream_tag); }
+/* A call that needs a current context (and, given a stream, that stream's context). */
+static bool ctx_ok(CUstream s) {
+    bool ok = t_ctx >= 0 && (!s || dev_of_stream(s) == t_ctx);
+    if (!ok) {
+        pthread_mutex_lock(&f_lock);
+        F.wrong_ctx++;
+        pthread_mutex_unlock(&f_lock);
+    }
+    return ok;
+}
 
 static CUresult f_init(unsigned int flags) { (void)flags; return F.init_result; }
-static CUresult f_version(int *v) { *v = 12040; return CUDA_SUCCESS; }
+static CUresult f_version(int *v) { *v = F.driver_version ? F.driver_version : 12040; return CUDA_SUCCESS; }
 static CUresult f_count(int *n) { *n = NDEV; return CUDA_SUCCESS; }
 static CUresult f_get(CUdevice *d, int i) { *d = i; return CUDA_SUCCESS; }
 static CUresult f_name(char *name, int len, CUdevice d) {
@@ -58,7 +89,19 @@ static CUresult f_retain(CUcontext *c, CUdevice d) {
     return CUDA_SUCCESS;
 }
 static CUresult f_release(CUdevice d) { F.releases[d]++; return CUDA_SUCCESS; }
-static CUresult f_set_current(CUcontext c) { F.ctx_current = c ? dev_of_ctx(c) : -1; return CUDA_SUCCESS; }
+static CUresult f_set_current(CUcontext c) {
+    t_ctx = c ? dev_of_ctx(c) : -1;
+    if (!c) {
+        pthread_mutex_lock(&f_lock);
+        F.ctx_restores_seen++;
+        pthread_mutex_unlock(&f_lock);
+    }
+    return CUDA_SUCCESS;
+}
+static CUresult f_get_current(CUcontext *c) {
+    *c = t_ctx >= 0 ? (CUcontext)&ctx_tag[t_ctx] : NULL;
+    return CUDA_SUCCESS;
+}
 static CUresult f_enable_peer(CUcontext c, unsigned int flags) { (void)c; (void)flags; return CUDA_SUCCESS; }
 static CUresult f_mem_info(size_t *free_b, size_t *total) {
     *free_b = F.free_mem;
@@ -66,6 +109,7 @@ static CUresult f_mem_info(size_t *free_b, size_t *total) {
     return CUDA_SUCCESS;
 }
 static CUresult f_alloc(CUdeviceptr *p, size_t n) {
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
     if (F.alloc_result != CUDA_SUCCESS) return F.alloc_result;
     void *m = malloc(n);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -76,18 +120,42 @@ static CUresult f_alloc(CUdeviceptr *p, size_t n) {
 static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); F.live_allocs--; return CUDA_SUCCESS; }
 static CUresult f_host_alloc(void **p, size_t n, unsigned int flags) {
     (void)flags;
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
     *p = malloc(n);
-    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (!*p) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&f_lock);
+    F.host_allocs++;
+    F.live_host_allocs++;
+    pthread_mutex_unlock(&f_lock);
+    return CUDA_SUCCESS;
 }
-static CUresult f_host_free(void *p) { free(p); return CUDA_SUCCESS; }
+static CUresult f_host_free(void *p) {
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    free(p);
+    pthread_mutex_lock(&f_lock);
+    F.live_host_allocs--;
+    pthread_mutex_unlock(&f_lock);
+    return CUDA_SUCCESS;
+}
 static CUresult f_h2d(CUdeviceptr d, const void *s, size_t n, CUstream st) {
-    (void)st; memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS;
+    if (!ctx_ok(st)) return CUDA_ERROR_INVALID_CONTEXT;
+    memcpy((void *)(uintptr_t)d, s, n);
+    pthread_mutex_lock(&f_lock);
+    F.h2d_async++;
+    F.last_h2d_src = s;
+    F.last_h2d_dst = d;
+    pthread_mutex_unlock(&f_lock);
+    return CUDA_SUCCESS;
 }
 static CUresult f_d2h(void *d, CUdeviceptr s, size_t n, CUstream st) {
-    (void)st; memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+    if (!ctx_ok(st)) return CUDA_ERROR_INVALID_CONTEXT;
+    memcpy(d, (void *)(uintptr_t)s, n);
+    return CUDA_SUCCESS;
 }
 static CUresult f_d2d(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
-    (void)st; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS;
+    if (!ctx_ok(st)) return CUDA_ERROR_INVALID_CONTEXT;
+    memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
+    return CUDA_SUCCESS;
 }
 static CUresult f_peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) {
     (void)dc; (void)sc; (void)st;
@@ -100,20 +168,60 @@ static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) 
 }
 static CUresult f_stream_create(CUstream *s, unsigned int flags) {
     (void)flags;
-    *s = (CUstream)&stream_tag[F.ctx_current];
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    *s = (CUstream)&stream_tag[t_ctx];
     return CUDA_SUCCESS;
 }
 static CUresult f_stream_destroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
-static CUresult f_stream_sync(CUstream s) { (void)s; return F.sync_result; }
+static CUresult f_stream_sync(CUstream s) {
+    (void)s;
+    pthread_mutex_lock(&f_lock);
+    F.stream_syncs++;
+    pthread_mutex_unlock(&f_lock);
+    return F.sync_result;
+}
 static CUresult f_wait(CUstream s, CUevent e, unsigned int f) { (void)s; (void)e; (void)f; F.waits++; return CUDA_SUCCESS; }
+typedef struct fake_event { int device; unsigned flags; } fake_event;
 static CUresult f_event_create(CUevent *e, unsigned int flags) {
-    (void)flags;
-    *e = (CUevent)&event_tag[F.ctx_current];
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    fake_event *fe = malloc(sizeof *fe);
+    if (!fe) return CUDA_ERROR_OUT_OF_MEMORY;
+    fe->device = t_ctx;
+    fe->flags = flags;
+    pthread_mutex_lock(&f_lock);
+    F.live_events++;
+    pthread_mutex_unlock(&f_lock);
+    *e = (CUevent)fe;
     return CUDA_SUCCESS;
 }
-static CUresult f_record(CUevent e, CUstream s) { (void)e; (void)s; F.records++; return CUDA_SUCCESS; }
-static CUresult f_event_sync(CUevent e) { (void)e; return CUDA_SUCCESS; }
-static CUresult f_event_destroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static CUresult f_record(CUevent e, CUstream s) {
+    if (((fake_event *)e)->device != dev_of_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&f_lock);
+    F.records++;
+    pthread_mutex_unlock(&f_lock);
+    return CUDA_SUCCESS;
+}
+static CUresult f_event_query(CUevent e) {
+    (void)e;
+    pthread_mutex_lock(&f_lock);
+    F.event_queries++;
+    pthread_mutex_unlock(&f_lock);
+    return F.events_incomplete ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+static CUresult f_event_sync(CUevent e) {
+    (void)e;
+    pthread_mutex_lock(&f_lock);
+    F.event_syncs++;
+    pthread_mutex_unlock(&f_lock);
+    return F.sync_result;
+}
+static CUresult f_event_destroy(CUevent e) {
+    free(e);
+    pthread_mutex_lock(&f_lock);
+    F.live_events--;
+    pthread_mutex_unlock(&f_lock);
+    return CUDA_SUCCESS;
+}
 /* Modules keep their image (PTX when the target is PTX), so that cuFuncGetParamInfo can
  * answer from the real compiled signature. */
 #define MAX_FAKE_MODULES 16
@@ -125,11 +233,17 @@ static int nfuncs;
 
 static CUresult f_load(CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v) {
     (void)n; (void)o; (void)v;
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    /* a CUBIN (ELF) is kept as its magic: only PTX text is read back */
+    if (!memcmp(image, "\177ELF", 4)) image = "\177ELF cubin";
     snprintf(F.last_image, sizeof F.last_image, "%s", (const char *)image);
-    if (nmodules == MAX_FAKE_MODULES) return CUDA_ERROR_OUT_OF_MEMORY;
-    module_images[nmodules] = strdup((const char *)image);
+    int slot = 0; /* the first free one: unloaded modules give theirs back */
+    while (slot < nmodules && module_images[slot]) slot++;
+    if (slot == MAX_FAKE_MODULES) return CUDA_ERROR_OUT_OF_MEMORY;
+    module_images[slot] = strdup((const char *)image);
     F.modules_loaded++;
-    *m = (CUmodule)(uintptr_t)(nmodules++ + 1);
+    if (slot == nmodules) nmodules++;
+    *m = (CUmodule)(uintptr_t)(slot + 1);
     return CUDA_SUCCESS;
 }
 static CUresult f_unload(CUmodule m) {
@@ -197,12 +311,15 @@ static CUresult f_param_info(CUfunction f, size_t index, size_t *offset, size_t 
 static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                          unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
     (void)shmem; (void)extra;
+    if (!ctx_ok(s)) return CUDA_ERROR_INVALID_CONTEXT;
     F.launches++;
     F.last_func = f;
     F.last_grid[0] = gx; F.last_grid[1] = gy; F.last_grid[2] = gz;
     F.last_block[0] = bx; F.last_block[1] = by; F.last_block[2] = bz;
     F.last_stream = s;
     F.last_params = params;
+    for (int i = 0; i < 32; i++)
+        if (F.capture_u64 & (1u << i)) memcpy(&F.last_u64[i], params[i], 8);
     return CUDA_SUCCESS;
 }
 
@@ -213,7 +330,8 @@ static em_cu_api fake_cu(void) {
     a.cuDeviceGet = f_get; a.cuDeviceGetName = f_name; a.cuDeviceGetAttribute = f_attr;
     a.cuDeviceTotalMem = f_total; a.cuDeviceGetPCIBusId = f_bus; a.cuDeviceCanAccessPeer = f_can_peer;
     a.cuDevicePrimaryCtxRetain = f_retain; a.cuDevicePrimaryCtxRelease = f_release;
-    a.cuCtxSetCurrent = f_set_current; a.cuCtxEnablePeerAccess = f_enable_peer;
+    a.cuCtxSetCurrent = f_set_current; a.cuCtxGetCurrent = f_get_current;
+    a.cuCtxEnablePeerAccess = f_enable_peer; a.cuEventQuery = f_event_query;
     a.cuMemGetInfo = f_mem_info; a.cuMemAlloc = f_alloc; a.cuMemFree = f_free;
     a.cuMemHostAlloc = f_host_alloc; a.cuMemFreeHost = f_host_free;
     a.cuMemcpyHtoDAsync = f_h2d; a.cuMemcpyDtoHAsync = f_d2h; a.cuMemcpyDtoDAsync = f_d2d;

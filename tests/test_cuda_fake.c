@@ -9,6 +9,8 @@
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "backends/cuda/cuda_internal.h"
@@ -24,6 +26,7 @@ static bool starts(const char *s, const char *prefix) {
 /* ---- fake NVRTC: "compiles" to a short text naming the program and target ---- */
 typedef struct fake_prog { char name[64]; char arch[64]; } fake_prog;
 static int nvrtc_compiles;
+static char last_fmad[32]; /* the --fmad= option of the last compile, "" if none */
 static nvrtcResult n_version(int *ma, int *mi) { *ma = 13; *mi = 0; return NVRTC_SUCCESS; }
 static const char *n_err(nvrtcResult r) { return r == NVRTC_SUCCESS ? "NVRTC_SUCCESS" : "NVRTC_ERROR"; }
 static nvrtcResult n_create(nvrtcProgram *p, const char *src, const char *name, int nh,
@@ -35,9 +38,23 @@ static nvrtcResult n_create(nvrtcProgram *p, const char *src, const char *name, 
     return NVRTC_SUCCESS;
 }
 static nvrtcResult n_destroy(nvrtcProgram *p) { free(*p); *p = NULL; return NVRTC_SUCCESS; }
+/* A compile can be held (as a long NVRTC run): compile_hold makes it wait for release. */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static bool compile_hold, compile_held;
 static nvrtcResult n_compile(nvrtcProgram p, int n, const char *const *opts) {
     fake_prog *fp = (fake_prog *)p;
+    pthread_mutex_lock(&hold_lock);
+    if (compile_hold) {
+        compile_held = true;
+        pthread_cond_broadcast(&hold_cond);
+        while (compile_hold) pthread_cond_wait(&hold_cond, &hold_lock);
+    }
+    pthread_mutex_unlock(&hold_lock);
     nvrtc_compiles++;
+    last_fmad[0] = '\0';
+    for (int i = 0; i < n; i++)
+        if (starts(opts[i], "--fmad=")) snprintf(last_fmad, sizeof last_fmad, "%s", opts[i]);
     for (int i = 0; i < n; i++)
         if (starts(opts[i], "--gpu-architecture=")) snprintf(fp->arch, sizeof fp->arch, "%s", opts[i] + 19);
     return NVRTC_SUCCESS;
@@ -102,6 +119,21 @@ static em_nvml_return m_temp(em_nvml_device d, int sensor, unsigned int *t) {
     *t = sensor == EM_NVML_TEMPERATURE_GPU ? 33 : 0;
     return EM_NVML_SUCCESS;
 }
+/* v2: used leaves out 1 GiB the driver reserves; the struct's version must be v2's */
+static em_nvml_return m_mem_v2(em_nvml_device d, em_nvml_memory_v2 *m) {
+    if (m->version != ((unsigned)sizeof(em_nvml_memory_v2) | 2u << 24)) return 2; /* INVALID_ARGUMENT */
+    m->total = (unsigned long long)16 << 30;
+    m->free = (unsigned long long)(uintptr_t)d << 30;
+    m->reserved = (unsigned long long)1 << 30;
+    m->used = m->total - m->free - m->reserved;
+    return EM_NVML_SUCCESS;
+}
+static em_nvml_return m_temp_v(em_nvml_device d, em_nvml_temperature *t) {
+    (void)d;
+    if (t->version != ((unsigned)sizeof(em_nvml_temperature) | 1u << 24) || t->sensor_type != 0) return 2;
+    t->temperature = 41;
+    return EM_NVML_SUCCESS;
+}
 static em_nvml_return m_power(em_nvml_device d, unsigned int *mw) { (void)d; *mw = 68250; return EM_NVML_SUCCESS; }
 static em_nvml_return m_not_supported(em_nvml_device d, unsigned int *mw) { (void)d; (void)mw; return 3; }
 static em_nvml_return m_cc(em_nvml_device d, int *ma, int *mi) { (void)d; *ma = 8; *mi = 6; return EM_NVML_SUCCESS; }
@@ -129,7 +161,7 @@ static char g_cache_dir[] = "/tmp/ember-cuda-fake-XXXXXX";
 static void install(bool with_nvml) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
-    F.ctx_current = -1;
+    t_ctx = -1;
     F.free_mem = (size_t)12 << 30;
     g_fake_cu = fake_cu();
     g_fake_nvrtc = fake_nvrtc();
@@ -297,6 +329,122 @@ static void test_sync_error_names_last_op(void) {
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "exceeds the device's limits");
 }
 
+/* f64 arange/linspace must round like the CPU: no multiply-add contraction, except in
+ * matmul (the CPU's BLAS contracts too). */
+/* ---- which NVRTC and cuBLAS: the newest the driver can run (loader hooks say which
+ * sonames "exist"; their functions report versions by soname) ---- */
+static const char *g_present[8];
+static void *h_open(const char *candidate) {
+    for (int i = 0; g_present[i]; i++)
+        if (!strcmp(candidate, g_present[i])) return (void *)g_present[i];
+    return NULL;
+}
+static nvrtcResult n_version12(int *ma, int *mi) { *ma = 12; *mi = 8; return NVRTC_SUCCESS; }
+static cublasStatus_t cb_prop12(libraryPropertyType t, int *v) { *v = t == MAJOR_VERSION ? 12 : 9; return CUBLAS_STATUS_SUCCESS; }
+static cublasStatus_t cb_prop13(libraryPropertyType t, int *v) { *v = t == MAJOR_VERSION ? 13 : 1; return CUBLAS_STATUS_SUCCESS; }
+static void *h_sym(void *h, const char *sym) {
+    const char *lib = h;
+    bool v12 = strstr(lib, ".so.12") != NULL;
+    if (!strcmp(sym, "nvrtcVersion")) return v12 ? (void *)n_version12 : (void *)n_version;
+    if (!strcmp(sym, "cublasGetProperty")) return v12 ? (void *)cb_prop12 : (void *)cb_prop13;
+    return (void *)n_err; /* present, never called here */
+}
+static void install_for_loading(int driver_version, const char *const *present) {
+    em__cuda_backend_reset();
+    memset(&F, 0, sizeof F);
+    F.driver_version = driver_version;
+    int n = 0;
+    for (; present[n]; n++) g_present[n] = present[n];
+    g_present[n] = NULL;
+    g_fake_cu = fake_cu();
+    em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvml_reason = "none (fake)"}; /* NVRTC, cuBLAS: loaded */
+    em__cuda_loader_use_fakes(&libs);
+    em__cuda_loader_set_hooks(h_open, h_sym);
+}
+
+static void test_library_versions_follow_the_driver(void) {
+    static const char *const both[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libcublasLt.so.13", "libcublas.so.13",
+                                       "libcublasLt.so.12", "libcublas.so.12", NULL};
+    char line[512];
+    install_for_loading(12040, both); /* a CUDA 12.4 driver: the 13s would not run on it */
+    int major = 0, minor = 0;
+    CHECK(em__cuda_nvrtc(&major, &minor, NULL) != NULL && major == 12 && minor == 8);
+    CHECK(em__cuda_cublas(NULL) != NULL);
+    em__cuda_libraries_line(line, sizeof line);
+    CHECK(!strcmp(line, "nvrtc 12.8, cublas 12.9 (driver supports 12.4)"));
+
+    install_for_loading(13000, both);
+    CHECK(em__cuda_nvrtc(&major, &minor, NULL) != NULL && major == 13 && minor == 0);
+    em__cuda_libraries_line(line, sizeof line);
+    CHECK(!strcmp(line, "nvrtc 13.0, cublas 13.1 (driver supports 13.0)"));
+
+    static const char *const only13[] = {"libnvrtc.so.13", "libcublasLt.so.13", "libcublas.so.13", NULL};
+    install_for_loading(12040, only13);
+    const char *reason = NULL;
+    CHECK(em__cuda_nvrtc(NULL, NULL, &reason) == NULL);
+    CHECK(reason && strstr(reason, "libnvrtc.so.13 needs a newer driver: this one supports CUDA 12.4"));
+    CHECK(em__cuda_cublas(&reason) == NULL);
+    CHECK(reason && strstr(reason, "libcublas.so.13 needs a newer driver"));
+    em__cuda_loader_set_hooks(NULL, NULL);
+    install(true);
+}
+
+static void test_no_fma_contraction_but_in_matmul(void) {
+    install(true);
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/fmad", g_cache_dir);
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    CHECK_OK(em__cuda_launch(0, "affine_f64", grid, block, params, NULL, 1, "arange"));
+    CHECK(!strcmp(last_fmad, "--fmad=false"));
+    CHECK_OK(em__cuda_launch(0, "matmul_f32", grid, block, params, NULL, 1, "matmul"));
+    CHECK(!strcmp(last_fmad, "--fmad=true"));
+    CHECK(nvrtc_compiles >= 2);
+}
+
+/* A compile (seconds of NVRTC) holds no lock that launches of loaded kernels need. */
+static void *launch_softmax(void *arg) {
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    return em__cuda_launch(0, "softmax_f32", grid, block, params, NULL, 1, "softmax") == EM_OK ? arg : NULL;
+}
+static void *launch_unary(void *arg) {
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    void *params[1] = {NULL};
+    return em__cuda_launch(0, "unary_f32", grid, block, params, NULL, 1, "exp") == EM_OK ? arg : NULL;
+}
+static void test_compile_does_not_block_launches(void) {
+    install(true);
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/hold", g_cache_dir);
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    CHECK(launch_unary(dir) == dir); /* elementwise.k loaded */
+    pthread_mutex_lock(&hold_lock);
+    compile_hold = true;
+    compile_held = false;
+    pthread_mutex_unlock(&hold_lock);
+    pthread_t compiler, launcher;
+    void *r1 = NULL, *r2 = NULL;
+    CHECK(pthread_create(&compiler, NULL, launch_softmax, dir) == 0); /* compiles softmax.k, held */
+    pthread_mutex_lock(&hold_lock);
+    while (!compile_held) pthread_cond_wait(&hold_cond, &hold_lock);
+    pthread_mutex_unlock(&hold_lock);
+    CHECK(pthread_create(&launcher, NULL, launch_unary, dir) == 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    int joined = pthread_timedjoin_np(launcher, &r2, &until);
+    CHECK(joined == 0); /* the launch finished while the compile was still held */
+    pthread_mutex_lock(&hold_lock);
+    compile_hold = false;
+    pthread_cond_broadcast(&hold_cond);
+    pthread_mutex_unlock(&hold_lock);
+    pthread_join(compiler, &r1);
+    if (joined != 0) pthread_join(launcher, &r2);
+    CHECK(r1 == dir && r2 == dir);
+}
+
 static void test_disk_cache_skips_compile(void) {
     install(true);
     char dir[64];
@@ -316,7 +464,7 @@ static void test_disk_cache_skips_compile(void) {
 static void test_missing_nvrtc_lists_devices_but_ops_fail(void) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
-    F.ctx_current = -1;
+    t_ctx = -1;
     g_fake_cu = fake_cu();
     em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvrtc_reason = "libnvrtc not found (looked in X)",
                               .cublas_reason = "fake", .nvml_reason = "fake"};
@@ -426,6 +574,20 @@ static void test_smi_query(void) {
     CHECK(g[0].power_w == 68.25 && g[0].power_limit_w == -1); /* unsupported stays unknown */
     CHECK(F.retains[0] == 0 && F.retains[1] == 0); /* smi never creates a context */
 
+    /* a newer NVML: memory v2 (what nvidia-smi shows as used) and the versioned temperature,
+     * even without the deprecated call */
+    g_fake_nvml.nvmlDeviceGetMemoryInfo_v2 = m_mem_v2;
+    g_fake_nvml.nvmlDeviceGetTemperatureV = m_temp_v;
+    g_fake_nvml.nvmlDeviceGetTemperature = NULL;
+    em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvrtc = &g_fake_nvrtc, .cublas_reason = "fake", .nvml = &g_fake_nvml};
+    em__cuda_loader_use_fakes(&libs); /* the loader keeps a copy of the table */
+    CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == NDEV);
+    CHECK(g[0].mem_used == g[0].mem_total - g[0].mem_free - ((int64_t)1 << 30));
+    CHECK(g[0].mem_free == (int64_t)2 << 30 && g[0].temperature == 41);
+    g_fake_nvml.nvmlDeviceGetTemperatureV = NULL; /* neither: unknown, not a failure */
+    em__cuda_loader_use_fakes(&libs);
+    CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == NDEV && g[0].temperature == -1);
+
     install(false);
     CHECK(em__cuda_smi_query(g, 4, &sys, &reason) == -1);
     CHECK(reason && strstr(reason, "libnvidia-ml.so.1 not found"));
@@ -520,6 +682,9 @@ int main(void) {
     RUN(test_copies_round_trip);
     RUN(test_sync_error_names_last_op);
     RUN(test_disk_cache_skips_compile);
+    RUN(test_compile_does_not_block_launches);
+    RUN(test_no_fma_contraction_but_in_matmul);
+    RUN(test_library_versions_follow_the_driver);
     RUN(test_missing_nvrtc_lists_devices_but_ops_fail);
     RUN(test_compile_target);
     RUN(test_programs);

@@ -13,6 +13,9 @@
 #include "cuda_fake_driver.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "kernels/layout.h"
+#include "memory/allocator.h"
+#include "backends/cuda/cuda_ops.h"
+#include <ember/memory.h>
 #include <ember/kernel.h>
 
 static em_cu_api g_cu;
@@ -22,6 +25,17 @@ static bool g_have_nvrtc;
 
 /* ---- a fake cuBLAS that computes (f32 only), column-major like the real one ---- */
 static int gemm_calls;
+/* statuses the fake cuBLAS answers before it computes again, first one first */
+static cublasStatus_t gemm_fail[4];
+static int gemm_nfail, gemm_attempts;
+static void *ws_ptr;
+static size_t ws_size;
+static cublasStatus_t b_workspace(cublasHandle_t h, void *p, size_t n) {
+    (void)h;
+    ws_ptr = p;
+    ws_size = n;
+    return CUBLAS_STATUS_SUCCESS;
+}
 static cublasStatus_t b_create(cublasHandle_t *h) { *h = (cublasHandle_t)&g_cublas; return CUBLAS_STATUS_SUCCESS; }
 static cublasStatus_t b_destroy(cublasHandle_t h) { (void)h; return CUBLAS_STATUS_SUCCESS; }
 static cublasStatus_t b_stream(cublasHandle_t h, cudaStream_t s) { (void)h; (void)s; return CUBLAS_STATUS_SUCCESS; }
@@ -31,6 +45,13 @@ static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
                              const void *beta, void *C, cudaDataType ct, int ldc, long long sc,
                              int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)h; (void)algo;
+    gemm_attempts++;
+    if (gemm_nfail > 0) {
+        cublasStatus_t st = gemm_fail[0];
+        memmove(gemm_fail, gemm_fail + 1, sizeof gemm_fail - sizeof gemm_fail[0]);
+        gemm_nfail--;
+        return st;
+    }
     if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     /* cuBLAS's own argument rules */
@@ -56,7 +77,7 @@ static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
 static void install(void) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
-    F.ctx_current = -1;
+    t_ctx = -1;
     F.free_mem = (size_t)8 << 30;
     F.cc_major = 9; /* compute capability 9.9: unknown to NVRTC, so PTX for compute_90 */
     F.cc_minor = 9;
@@ -66,6 +87,10 @@ static void install(void) {
     g_cublas.cublasDestroy = b_destroy;
     g_cublas.cublasSetStream = b_stream;
     g_cublas.cublasGemmStridedBatchedEx = b_gemm;
+    g_cublas.cublasSetWorkspace = b_workspace;
+    gemm_nfail = 0;
+    ws_ptr = NULL;
+    ws_size = 0;
     em_cuda_fake_libs libs = {.cu = &g_cu, .nvrtc = &g_nvrtc, .cublas = &g_cublas,
                               .nvml_reason = "none (fake)"};
     em__cuda_loader_use_fakes(&libs);
@@ -302,6 +327,121 @@ static void test_matmul_transpose_trick(void) {
     drop(a); drop(b); drop(o);
 }
 
+/* cuBLAS refusing a GEMM is not a failed matmul: NOT_SUPPORTED or ARCH_MISMATCH run Ember's
+ * kernel; ALLOC_FAILED first empties Ember's cache and retries, then runs the kernel; any
+ * other failure is reported. cuBLAS's workspace comes from the caching allocator. */
+static void test_cublas_failures_fall_back_or_retry(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_tensor *a = T(EM_F32, 3, 4), *b = T(EM_F32, 4, 5), *o = T(EM_F32, 3, 5);
+    check_matmul(a, b, o, 12, 20);
+    CHECK(ws_size == (size_t)32 << 20 && ws_ptr != NULL); /* Hopper's size */
+    CHECK(em_memory_allocated(EM_DEVICE(EM_CUDA, 0)) >= (int64_t)32 << 20); /* counted as Ember's */
+
+    static const cublasStatus_t refusals[] = {CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_ARCH_MISMATCH};
+    for (int i = 0; i < 2; i++) {
+        gemm_fail[0] = refusals[i];
+        gemm_nfail = 1;
+        int calls = gemm_calls, launches = F.launches;
+        CHECK_OK(B->matmul(o, a, b));
+        CHECK(gemm_calls == calls && F.launches == launches + 1);
+        CHECK(!strcmp(fake_func_name(F.last_func), "matmul_f32")); /* Ember's kernel instead */
+        CHECK(!em_failed());
+    }
+
+    /* out of memory: a cached, unused segment is given back to the driver, and the retry works */
+    em_block cached;
+    CHECK_OK(em__mem_alloc(B, EM_DEVICE(EM_CUDA, 0), (size_t)64 << 20, &cached));
+    em__mem_free(B, EM_DEVICE(EM_CUDA, 0), &cached);
+    int live = F.live_allocs, attempts = gemm_attempts;
+    gemm_fail[0] = CUBLAS_STATUS_ALLOC_FAILED;
+    gemm_nfail = 1;
+    check_matmul(a, b, o, 12, 20); /* right, from the second attempt */
+    CHECK(gemm_attempts == attempts + 2);
+    CHECK(F.live_allocs == live - 1); /* the cache was emptied in between */
+    /* still out of memory after that: Ember's kernel */
+    gemm_fail[0] = gemm_fail[1] = CUBLAS_STATUS_ALLOC_FAILED;
+    gemm_nfail = 2;
+    int launches = F.launches;
+    CHECK_OK(B->matmul(o, a, b));
+    CHECK(F.launches == launches + 1 && !strcmp(fake_func_name(F.last_func), "matmul_f32"));
+    /* a real failure is an error that says what failed */
+    gemm_fail[0] = CUBLAS_STATUS_EXECUTION_FAILED;
+    gemm_nfail = 1;
+    CHECK(B->matmul(o, a, b) == EM_ERR_BACKEND);
+    CHECK_ERROR(EM_ERR_BACKEND, "cuda:0: matmul: cublasGemmStridedBatchedEx (float32, 3x4x5, batch 1) failed");
+    drop(a); drop(b); drop(o);
+}
+
+/* A buffer argument at a byte offset (a tensor whose storage offset is not zero) reaches
+ * the kernel as base + offset, through the op launcher and through users' kernels. */
+static void test_pointer_offsets_reach_the_kernel(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_tensor *in = T(EM_F32, 4, 8), *out = T(EM_F32, 4, 8);
+    emk_shape sh = {0};
+    emk_strides st = {0};
+    em_karg args[] = {{.kind = EM_KARG_PTR, .v.ptr = {out->storage->block.handle, 24}},
+                      EM_KBUF(in->storage->block.handle), EM_KSTRUCT(sh), EM_KSTRUCT(st), EM_KSTRUCT(st),
+                      EM_KI32(0), EM_KF32(0), EM_KF32(0)};
+    size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    F.capture_u64 = 3;
+    CHECK_OK(em__cuda_gpu.launch(0, "unary_f32", grid, block, 8, args, "test"));
+    CHECK(F.last_u64[0] == (uint64_t)(uintptr_t)out->storage->block.handle + 24);
+    CHECK(F.last_u64[1] == (uint64_t)(uintptr_t)in->storage->block.handle);
+
+    /* a user's kernel given a narrowed view: rows 1.. of a [4, 8] tensor start 32 bytes in */
+    static const char *src = "KERNEL scale(GLOBAL float *x, int n) { i64 i = GLOBAL_ID(0); if (i < n) x[i] *= 2; }\n";
+    em_kernel *k = em_kernel_compile(src, "scale", EM_DEVICE(EM_CUDA, 0));
+    CHECK(k != NULL);
+    em_tensor *rows = em_narrow(in, 0, 1, 3);
+    CHECK(rows != NULL && rows->offset == 8);
+    if (k && rows) {
+        F.capture_u64 = 1;
+        CHECK_OK(em_kernel_launch(k, EM_DIM3(1), EM_DIM3(32), EM_KARGS(em_arg_tensor(rows), em_arg_i32(24))));
+        CHECK(F.last_u64[0] == (uint64_t)(uintptr_t)in->storage->block.handle + 32);
+    }
+    F.capture_u64 = 0;
+    em_release(rows);
+    em_kernel_free(k);
+    em_clear_error();
+    drop(in); drop(out);
+}
+
+/* Compute capability 9.0 is one NVRTC knows: the program is a CUBIN for sm_90 (no JIT at
+ * load), which the driver gets as an ELF image. */
+static void test_cubin_for_a_known_architecture(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    F.cc_major = 9;
+    F.cc_minor = 0;
+    em_tensor *x = T(EM_F32, 4, 300);
+    OP(B->softmax(x, x, 1, false));
+    CHECK(!strncmp(F.last_image, "\177ELF", 4));
+    drop(x);
+}
+
+/* EMBER_CUDA_LAUNCH_BLOCKING=1: every launch is waited for, and a failure names its op. */
+static void test_launch_blocking(void) {
+    if (!g_have_nvrtc) return;
+    setenv("EMBER_CUDA_LAUNCH_BLOCKING", "1", 1);
+    install();
+    em_tensor *x = T(EM_F32, 4, 300), *y = T(EM_F32, 4, 300);
+    int syncs = F.stream_syncs;
+    OP(B->unary(EM_OP_EXP, y, x, NULL));
+    CHECK(F.stream_syncs == syncs + 1);
+    F.sync_result = CUDA_ERROR_ILLEGAL_ADDRESS;
+    CHECK(B->softmax(y, x, 1, false) == EM_ERR_BACKEND);
+    CHECK_ERROR(EM_ERR_BACKEND, "cuda:0: softmax: queued work failed; the last op queued on this device was 'softmax'");
+    F.sync_result = CUDA_SUCCESS;
+    unsetenv("EMBER_CUDA_LAUNCH_BLOCKING");
+    install();
+    syncs = F.stream_syncs;
+    OP(B->unary(EM_OP_EXP, y, x, NULL));
+    CHECK(F.stream_syncs == syncs); /* without it, launches are not waited for */
+    drop(x); drop(y);
+}
+
 /* Users' kernels (ember/kernel.h) through the public API on the fake cuda:0. */
 static void test_custom_kernels(void) {
     if (!g_have_nvrtc) return;
@@ -361,6 +501,10 @@ int main(void) {
     RUN(test_integer_matmul_uses_the_kernel);
     RUN(test_matmul_transpose_trick);
     RUN(test_custom_kernels);
+    RUN(test_cublas_failures_fall_back_or_retry);
+    RUN(test_pointer_offsets_reach_the_kernel);
+    RUN(test_cubin_for_a_known_architecture);
+    RUN(test_launch_blocking);
     em__cuda_backend_reset();
     for (int i = 0; i < MAX_FAKE_MODULES; i++) free(module_images[i]);
     if (!g_have_nvrtc) {

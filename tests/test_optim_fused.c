@@ -229,6 +229,31 @@ static void test_opencl_fallback(void) {
     if (opencl_here()) compare(&g_configs[9], EM_F32, EM_DEVICE(EM_OPENCL, 0), true);
 }
 
+/* The same on CUDA when this machine has it (the GPU check script runs these there). */
+static bool cuda_here(void) {
+    if (em_device_available(EM_CUDA)) return true;
+    printf("     skipped: no CUDA device here: %s\n", em_device_unavailable_reason(EM_CUDA));
+    return false;
+}
+
+static void test_cuda_f32(void) {
+    if (cuda_here()) run_all(EM_DEVICE(EM_CUDA, 0), EM_F32);
+}
+
+static void test_cuda_f64(void) {
+    if (cuda_here()) run_all(EM_DEVICE(EM_CUDA, 0), EM_F64); /* every CUDA device has f64 */
+}
+
+static void test_cuda_half(void) {
+    if (!cuda_here()) return;
+    run_all(EM_DEVICE(EM_CUDA, 0), EM_F16);
+    run_all(EM_DEVICE(EM_CUDA, 0), EM_BF16);
+}
+
+static void test_cuda_fallback(void) {
+    if (cuda_here()) compare(&g_configs[9], EM_F32, EM_DEVICE(EM_CUDA, 0), true);
+}
+
 int main(void) {
     em_manual_seed(1234);
     init_configs();
@@ -240,5 +265,9 @@ int main(void) {
     RUN(test_opencl_f64);
     RUN(test_opencl_half);
     RUN(test_opencl_fallback);
+    RUN(test_cuda_f32);
+    RUN(test_cuda_f64);
+    RUN(test_cuda_half);
+    RUN(test_cuda_fallback);
     return test_summary();
 }

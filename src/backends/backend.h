@@ -108,6 +108,16 @@ typedef struct em_backend {
                           const void *src_handle, size_t src_offset, size_t bytes);
     em_status (*synchronize)(int index);
 
+    /* ---- events (optional: NULL, and a waiter synchronizes the whole device) ----
+     * event_record: a new event on device index's queue, after the work queued so far;
+     * event_query: *done = whether that work has finished (an error in it is returned);
+     * event_synchronize: wait for that work only; event_destroy: free the event (done
+     * or not). An event may be waited on or destroyed from any thread. */
+    em_status (*event_record)(int index, void **event);
+    em_status (*event_query)(void *event, bool *done);
+    em_status (*event_synchronize)(void *event);
+    void (*event_destroy)(void *event);
+
     /* ---- ops ---- */
     /* Can this backend run op on dtype? Core gives a clear "not supported" error otherwise. */
     bool (*supports_op)(em_op op, em_dtype dt);

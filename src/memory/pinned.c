@@ -2,7 +2,10 @@
  * another backend provides it), as PyTorch's CachingHostAllocator: sizes round up
  * to a power of two (at least 512 B), blocks are never split, and a freed block is reused
  * for the next request of its size. A block that a non-blocking copy used is reused only
- * after that device has finished (em__mem_pinned_record_use). */
+ * after that copy has finished (em__mem_pinned_record_use): an event recorded after the copy
+ * when the backend has events, so reuse waits for that copy and not for the work queued
+ * after it (the training step the loader's prefetch should overlap); otherwise the whole
+ * device. A free block whose copy is done is preferred to one still in flight. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@ typedef struct pin_block {
     const em_backend *provider;
     const em_backend *use_be;     /* the device a queued copy may still use it on */
     int use_index;
+    void *use_event;              /* use_be's event after that copy, or NULL: wait for the device */
     struct pin_block *next;       /* free list of its size */
 } pin_block;
 
@@ -39,13 +43,33 @@ static int bin_of(size_t size) {
     return k;
 }
 
-/* Wait for the device that last used b in a queued copy. */
+/* Wait for the queued copy that last used b: its event, else its whole device. A failure
+ * in that work is the device's to report (its next sync says which op), not this caller's. */
 static void wait_device(pin_block *b) {
     em_error_state saved;
     em_error_save(&saved);
-    if (b->use_be->synchronize) b->use_be->synchronize(b->use_index);
+    if (b->use_event) {
+        b->use_be->event_synchronize(b->use_event);
+        b->use_be->event_destroy(b->use_event);
+        b->use_event = NULL;
+    } else if (b->use_be->synchronize) {
+        b->use_be->synchronize(b->use_index);
+    }
     em_error_restore(&saved);
     b->use_be = NULL;
+}
+
+/* Has b's queued copy finished? Only an event can tell without waiting. */
+static bool use_done(pin_block *b) {
+    if (!b->use_be) return true;
+    if (!b->use_event) return false;
+    em_error_state saved;
+    em_error_save(&saved);
+    bool done = false;
+    /* an error in the queued work also ends the wait: the device reports it */
+    if (b->use_be->event_query(b->use_event, &done) != EM_OK) done = true;
+    em_error_restore(&saved);
+    return done;
 }
 
 /* The same with the lock held (freeing the cache, a block moving to another device). */
@@ -108,9 +132,13 @@ em_status em__mem_alloc_pinned(size_t bytes, em_block *out) {
     int k = bin_of(size);
     size = (size_t)1 << k;
     pthread_mutex_lock(&pin.lock);
-    pin_block *b = pin.bins[k];
+    /* a block whose copy has finished first; else the last freed one, waited for below */
+    pin_block **at = &pin.bins[k];
+    for (pin_block **p = at; *p; p = &(*p)->next)
+        if (use_done(*p)) { at = p; break; }
+    pin_block *b = *at;
     if (b) {
-        pin.bins[k] = b->next;
+        *at = b->next;
     } else if (!(b = raw_take(size))) {
         release_cached();
         pin.stats.num_alloc_retries++;
@@ -133,7 +161,7 @@ em_status em__mem_alloc_pinned(size_t bytes, em_block *out) {
     mem__stat_add(pin.stats.active_bytes, EM_MEMORY_ALL, (int64_t)size);
     mem__stat_add(pin.stats.requested_bytes, EM_MEMORY_ALL, (int64_t)bytes);
     bool queued = b->use_be != NULL;
-    if (queued) pin.stats.num_stream_waits++;
+    if (queued && !use_done(b)) pin.stats.num_stream_waits++;
     pthread_mutex_unlock(&pin.lock);
     /* A non-blocking copy queued from this block (the loader's previous batch, say) may not
      * have run yet, and the caller is about to write into it: without this wait the copy
@@ -166,8 +194,18 @@ void em__mem_pinned_record_use(em_block *blk, const em_backend *be, int index) {
     pin_block *b = blk->alloc_ctx;
     pthread_mutex_lock(&pin.lock);
     if (b->use_be && (b->use_be != be || b->use_index != index)) wait_use(b);  /* one pending device at a time */
+    /* The new copy is queued after the one the old event marks, on the same queue: the
+     * new event covers both. */
+    if (b->use_event) b->use_be->event_destroy(b->use_event);
+    b->use_event = NULL;
     b->use_be = be;
     b->use_index = index;
+    if (be->event_record && be->event_query && be->event_synchronize && be->event_destroy) {
+        em_error_state saved;
+        em_error_save(&saved);
+        if (be->event_record(index, &b->use_event) != EM_OK) b->use_event = NULL; /* then: the device */
+        em_error_restore(&saved);
+    }
     pthread_mutex_unlock(&pin.lock);
 }
 

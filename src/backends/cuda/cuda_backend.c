@@ -17,6 +17,8 @@
 
 #include "cuda_ops.h"
 #include "../../kernels/custom.h"
+#include "../../memory/allocator.h"
+#include <ember/memory.h>
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -54,6 +56,7 @@ static void init_locked(void) {
     for (int i = 0; i < count; i++) {
         em_cuda_device *d = &g.devs[i];
         memset(d, 0, sizeof *d);
+        d->index = i;
         if ((r = cu->cuDeviceGet(&d->dev, i)) != CUDA_SUCCESS ||
             (r = cu->cuDeviceGetName(d->name, (int)sizeof d->name, d->dev)) != CUDA_SUCCESS ||
             (r = cu->cuDeviceTotalMem(&d->total_mem, d->dev)) != CUDA_SUCCESS ||
@@ -131,9 +134,14 @@ em_cuda_device *em__cuda_activate(int index, const char *op) {
     if (!d) return NULL;
     if (!__atomic_load_n(&d->active, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&g_lock);
-        em_status s = d->active ? EM_OK : activate_locked(d, index);
+        bool fresh = !d->active;
+        em_status s = fresh ? activate_locked(d, index) : EM_OK;
         pthread_mutex_unlock(&g_lock);
         if (s != EM_OK) return NULL;
+        /* CUDA is in use: pinned tensors from now on are page-locked by the driver
+         * (cuMemHostAlloc), so their non-blocking copies are truly asynchronous instead
+         * of staged. Outside g_lock: the pinned cache calls into this backend under its own. */
+        if (fresh) em__mem_pinned_set_provider(&em_cuda_backend);
     }
     CUresult r = g_cu->cuCtxSetCurrent(d->ctx); /* per thread, and cheap */
     if (r != CUDA_SUCCESS) {
@@ -145,11 +153,26 @@ em_cuda_device *em__cuda_activate(int index, const char *op) {
     return d;
 }
 
+CUcontext em__cuda_ctx_save(void) {
+    const em_cu_api *cu = g_cu;
+    if (!cu) {
+        cuda_init(); /* the driver is loaded by the call this guards anyway */
+        if (!(cu = g_cu)) return NULL;
+    }
+    CUcontext c = NULL;
+    return cu->cuCtxGetCurrent(&c) == CUDA_SUCCESS ? c : NULL;
+}
+
+void em__cuda_ctx_restore(CUcontext prev) {
+    const em_cu_api *cu = g_cu;
+    CUcontext cur = NULL;
+    if (cu && cu->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != prev) cu->cuCtxSetCurrent(prev);
+}
+
 static int index_of(const em_cuda_device *d) { return (int)(d - g.devs); }
 
-em_status em__cuda_sync_device(em_cuda_device *d, const char *why) {
-    CUresult r = g_cu->cuStreamSynchronize(d->stream);
-    if (r == CUDA_SUCCESS) return EM_OK;
+/* Record the failure r of d's queued work, naming the op queued last. */
+static em_status queued_fail(em_cuda_device *d, const char *why, CUresult r) {
     pthread_mutex_lock(&g_lock);
     char op[sizeof d->last_op], kernel[sizeof d->last_kernel];
     snprintf(op, sizeof op, "%s", d->last_op);
@@ -163,6 +186,11 @@ em_status em__cuda_sync_device(em_cuda_device *d, const char *why) {
     else
         snprintf(what, sizeof what, "cuda:%d: %s: queued work failed", index_of(d), why);
     return em__cu_fail(r, what);
+}
+
+em_status em__cuda_sync_device(em_cuda_device *d, const char *why) {
+    CUresult r = g_cu->cuStreamSynchronize(d->stream);
+    return r == CUDA_SUCCESS ? EM_OK : queued_fail(d, why, r);
 }
 
 em_status em__cuda_after_launch(em_cuda_device *d, const char *op, const char *kernel) {
@@ -185,7 +213,7 @@ static em_nvml_device nvml_for(const em_cuda_device *d, const em_nvml_api **api_
     return h;
 }
 
-static em_status cuda_props(int index, em_device_props *out) {
+static em_status props_in(int index, em_device_props *out) {
     em_cuda_device *d = em__cuda_device(index);
     if (!d) return em_last_status();
     memset(out, 0, sizeof *out);
@@ -217,7 +245,9 @@ static em_status cuda_props(int index, em_device_props *out) {
 
 /* ---- memory ---- */
 
-static em_status cuda_raw_alloc(int index, size_t bytes, void **handle) {
+static em_status cuda_props(int index, em_device_props *out) { EM_CUDA_CTX_SCOPED(props_in(index, out)); }
+
+static em_status raw_alloc_in(int index, size_t bytes, void **handle) {
     em_cuda_device *d = em__cuda_activate(index, "alloc");
     if (!d) return em_last_status();
     CUdeviceptr p = 0;
@@ -232,17 +262,22 @@ static em_status cuda_raw_alloc(int index, size_t bytes, void **handle) {
     return EM_OK;
 }
 
+static em_status cuda_raw_alloc(int index, size_t bytes, void **handle) {
+    EM_CUDA_CTX_SCOPED(raw_alloc_in(index, bytes, handle));
+}
+
 static void cuda_raw_free(int index, void *handle) {
     if (!handle) return;
+    CUcontext prev = em__cuda_ctx_save();
     em_cuda_device *d = em__cuda_activate(index, "free");
-    if (!d) return;
     /* cuMemFree waits for the device's queued work, so a block in use is never pulled. */
-    CUresult r = g_cu->cuMemFree((CUdeviceptr)(uintptr_t)handle);
+    CUresult r = d ? g_cu->cuMemFree((CUdeviceptr)(uintptr_t)handle) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
         char what[96];
         snprintf(what, sizeof what, "cuda:%d: cuMemFree", index);
         em__cu_fail(r, what);
     }
+    em__cuda_ctx_restore(prev);
 }
 
 /* Pinned memory belongs to a context: use the first active device's, else the current
@@ -258,7 +293,7 @@ static em_cuda_device *pinned_owner(void) {
     return em__cuda_activate(current >= 0 && current < g.count ? current : 0, "pin");
 }
 
-static em_status cuda_host_alloc_pinned(size_t bytes, void **ptr) {
+static em_status host_alloc_pinned_in(size_t bytes, void **ptr) {
     if (!pinned_owner()) return em_last_status();
     CUresult r = g_cu->cuMemHostAlloc(ptr, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE);
     if (r != CUDA_SUCCESS) {
@@ -269,10 +304,18 @@ static em_status cuda_host_alloc_pinned(size_t bytes, void **ptr) {
     return EM_OK;
 }
 
+static em_status cuda_host_alloc_pinned(size_t bytes, void **ptr) {
+    EM_CUDA_CTX_SCOPED(host_alloc_pinned_in(bytes, ptr));
+}
+
 static void cuda_host_free_pinned(void *ptr) {
-    if (!ptr || !pinned_owner()) return;
-    CUresult r = g_cu->cuMemFreeHost(ptr);
-    if (r != CUDA_SUCCESS) em__cu_fail(r, "cuda: cuMemFreeHost");
+    if (!ptr) return;
+    CUcontext prev = em__cuda_ctx_save();
+    if (pinned_owner()) {
+        CUresult r = g_cu->cuMemFreeHost(ptr);
+        if (r != CUDA_SUCCESS) em__cu_fail(r, "cuda: cuMemFreeHost");
+    }
+    em__cuda_ctx_restore(prev);
 }
 
 /* ---- copies: all on the device's stream, so they are ordered after its queued ops ---- */
@@ -287,8 +330,8 @@ static em_status copy_fail(CUresult r, int index, const char *what) {
     return em__cu_fail(r, buf);
 }
 
-static em_status cuda_copy_h2d(int index, void *dst_handle, size_t dst_offset, const void *src,
-                               size_t bytes, bool non_blocking) {
+static em_status copy_h2d_in(int index, void *dst_handle, size_t dst_offset, const void *src,
+                             size_t bytes, bool non_blocking) {
     if (bytes == 0) return EM_OK;
     em_cuda_device *d = em__cuda_activate(index, "copy to device");
     if (!d) return em_last_status();
@@ -300,8 +343,13 @@ static em_status cuda_copy_h2d(int index, void *dst_handle, size_t dst_offset, c
     return non_blocking ? EM_OK : em__cuda_sync_device(d, "copy to device");
 }
 
-static em_status cuda_copy_d2h(int index, void *dst, const void *src_handle, size_t src_offset,
-                               size_t bytes) {
+static em_status cuda_copy_h2d(int index, void *dst_handle, size_t dst_offset, const void *src,
+                               size_t bytes, bool non_blocking) {
+    EM_CUDA_CTX_SCOPED(copy_h2d_in(index, dst_handle, dst_offset, src, bytes, non_blocking));
+}
+
+static em_status copy_d2h_in(int index, void *dst, const void *src_handle, size_t src_offset,
+                             size_t bytes) {
     if (bytes == 0) return EM_OK;
     em_cuda_device *d = em__cuda_activate(index, "copy to host");
     if (!d) return em_last_status();
@@ -309,6 +357,11 @@ static em_status cuda_copy_d2h(int index, void *dst, const void *src_handle, siz
     if (r != CUDA_SUCCESS) return copy_fail(r, index, "copy to host");
     /* waits for the ops that produced the data; their errors surface here */
     return em__cuda_sync_device(d, "copy to host");
+}
+
+static em_status cuda_copy_d2h(int index, void *dst, const void *src_handle, size_t src_offset,
+                               size_t bytes) {
+    EM_CUDA_CTX_SCOPED(copy_d2h_in(index, dst, src_handle, src_offset, bytes));
 }
 
 /* Let dst's context read src's memory directly when the hardware allows (tried once). */
@@ -320,8 +373,8 @@ static void try_peer(em_cuda_device *dst, em_cuda_device *src, int src_index) {
         g_cu->cuCtxEnablePeerAccess(src->ctx, 0); /* failure only means a staged copy */
 }
 
-static em_status cuda_copy_d2d(int dst_index, void *dst_handle, size_t dst_offset, int src_index,
-                               const void *src_handle, size_t src_offset, size_t bytes) {
+static em_status copy_d2d_in(int dst_index, void *dst_handle, size_t dst_offset, int src_index,
+                             const void *src_handle, size_t src_offset, size_t bytes) {
     if (bytes == 0) return EM_OK;
     if (dst_index == src_index) {
         em_cuda_device *d = em__cuda_activate(dst_index, "copy");
@@ -349,7 +402,13 @@ static em_status cuda_copy_d2d(int dst_index, void *dst_handle, size_t dst_offse
     return em__cuda_after_launch(d, "copy across devices", NULL);
 }
 
-static em_status cuda_synchronize(int index) {
+static em_status cuda_copy_d2d(int dst_index, void *dst_handle, size_t dst_offset, int src_index,
+                               const void *src_handle, size_t src_offset, size_t bytes) {
+    EM_CUDA_CTX_SCOPED(copy_d2d_in(dst_index, dst_handle, dst_offset, src_index, src_handle,
+                                   src_offset, bytes));
+}
+
+static em_status synchronize_in(int index) {
     em_cuda_device *d = em__cuda_device(index);
     if (!d) return em_last_status();
     /* A device never used has no context and nothing queued: creating one to wait on
@@ -359,13 +418,81 @@ static em_status cuda_synchronize(int index) {
     return em__cuda_sync_device(d, "synchronize");
 }
 
+static em_status cuda_synchronize(int index) { EM_CUDA_CTX_SCOPED(synchronize_in(index)); }
+
+/* ---- events: one copy's completion, for the pinned cache (backend.h) ---- */
+
+typedef struct cuda_event {
+    CUevent ev;
+    int index;
+} cuda_event;
+
+static em_status event_record_in(int index, void **out) {
+    *out = NULL;
+    em_cuda_device *d = em__cuda_activate(index, "event");
+    if (!d) return em_last_status();
+    cuda_event *e = malloc(sizeof *e);
+    if (!e) return em_error(EM_ERR_OUT_OF_MEMORY, "cuda:%d: no host memory for an event", index);
+    e->index = index;
+    CUresult r = g_cu->cuEventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS && (r = g_cu->cuEventRecord(e->ev, d->stream)) != CUDA_SUCCESS)
+        g_cu->cuEventDestroy(e->ev);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return copy_fail(r, index, "recording an event");
+    }
+    *out = e;
+    return EM_OK;
+}
+static em_status cuda_event_record(int index, void **out) { EM_CUDA_CTX_SCOPED(event_record_in(index, out)); }
+
+static em_status event_query_in(cuda_event *e, bool *done) {
+    *done = false;
+    em_cuda_device *d = em__cuda_activate(e->index, "event");
+    if (!d) return em_last_status();
+    CUresult r = g_cu->cuEventQuery(e->ev);
+    if (r == CUDA_ERROR_NOT_READY) return EM_OK;
+    *done = true;
+    return r == CUDA_SUCCESS ? EM_OK : queued_fail(d, "event", r);
+}
+static em_status cuda_event_query(void *e, bool *done) { EM_CUDA_CTX_SCOPED(event_query_in(e, done)); }
+
+static em_status event_sync_in(cuda_event *e) {
+    em_cuda_device *d = em__cuda_activate(e->index, "event");
+    if (!d) return em_last_status();
+    CUresult r = g_cu->cuEventSynchronize(e->ev);
+    return r == CUDA_SUCCESS ? EM_OK : queued_fail(d, "waiting for an event", r);
+}
+static em_status cuda_event_synchronize(void *e) { EM_CUDA_CTX_SCOPED(event_sync_in(e)); }
+
+static void cuda_event_destroy(void *event) {
+    cuda_event *e = event;
+    if (!e) return;
+    CUcontext prev = em__cuda_ctx_save();
+    if (em__cuda_activate(e->index, "event")) g_cu->cuEventDestroy(e->ev);
+    em__cuda_ctx_restore(prev);
+    free(e);
+}
+
 void em__cuda_backend_reset(void) {
+    /* What the allocators hold came from this driver: give it back while it is loaded
+     * (outside g_lock: freeing calls back into the backend). */
+    em_error_state saved;
+    em_error_save(&saved);
+    for (int i = 0; i < g.count; i++) {
+        em_cuda_device *d = &g.devs[i];
+        if (!d->active) continue;
+        em__cuda_gemm_release(d);
+        em_memory_empty_cache(EM_DEVICE(EM_CUDA, i));
+    }
+    em__mem_pinned_set_provider(NULL);
+    em_memory_empty_pinned_cache();
+    em_error_restore(&saved);
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < g.count; i++) {
         em_cuda_device *d = &g.devs[i];
         if (!d->active) continue;
         if (g_cu->cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS) {
-            em__cuda_gemm_release(d);
             em__cuda_release_device_resources(d);
             g_cu->cuEventDestroy(d->done);
             g_cu->cuStreamDestroy(d->stream);
@@ -394,6 +521,10 @@ const em_backend em_cuda_backend = {
     .copy_d2h = cuda_copy_d2h,
     .copy_d2d = cuda_copy_d2d,
     .synchronize = cuda_synchronize,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .event_destroy = cuda_event_destroy,
     EM_CUDA_OPS_ENTRIES
 };
 

@@ -40,7 +40,7 @@ static int param_sizes(CUfunction f, size_t *sizes) {
     return n;
 }
 
-void *em__cuda_uk_compile(int dev, const char *source, const char *name) {
+static void *uk_compile_in(int dev, const char *source, const char *name) {
     em_cuda_device *d = em__cuda_activate(dev, "em_kernel_compile");
     if (!d) return NULL;
     char *text = em__kernel_program(EM_DIALECT_CUDA, true, source);
@@ -83,8 +83,15 @@ static size_t arg_size(const em_karg *a) {
     }
 }
 
-em_status em__cuda_uk_launch(void *handle, const size_t grid[3], const size_t block[3], int nargs,
-                             const em_karg *args, const char *name) {
+void *em__cuda_uk_compile(int dev, const char *source, const char *name) {
+    CUcontext prev = em__cuda_ctx_save();
+    void *uk = uk_compile_in(dev, source, name);
+    em__cuda_ctx_restore(prev);
+    return uk;
+}
+
+static em_status uk_launch_in(void *handle, const size_t grid[3], const size_t block[3], int nargs,
+                              const em_karg *args, const char *name) {
     cuda_user_kernel *uk = handle;
     em_cuda_device *d = em__cuda_activate(uk->dev, name);
     if (!d) return em_last_status();
@@ -139,9 +146,15 @@ em_status em__cuda_uk_launch(void *handle, const size_t grid[3], const size_t bl
     return em__cuda_after_launch(d, name, name);
 }
 
+em_status em__cuda_uk_launch(void *handle, const size_t grid[3], const size_t block[3], int nargs,
+                             const em_karg *args, const char *name) {
+    EM_CUDA_CTX_SCOPED(uk_launch_in(handle, grid, block, nargs, args, name));
+}
+
 void em__cuda_uk_release(void *handle) {
     cuda_user_kernel *uk = handle;
     if (!uk) return;
+    CUcontext prev = em__cuda_ctx_save();
     em_cuda_device *d = em__cuda_activate(uk->dev, "em_kernel_free");
     if (d) {
         /* queued launches of this kernel must finish before its code goes away; an error
@@ -149,6 +162,7 @@ void em__cuda_uk_release(void *handle) {
         em__cuda_api()->cuStreamSynchronize(d->stream);
         em__cuda_api()->cuModuleUnload(uk->module);
     }
+    em__cuda_ctx_restore(prev);
     free(uk);
 }
 

@@ -64,7 +64,9 @@ typedef struct em_cuda_device {
     CUstream stream;
     CUevent done;                  /* for ordering across devices */
     uint64_t peer_tried;           /* bit i: peer access to cuda:i was tried */
+    int index;                     /* its N in cuda:N */
     void *cublas;                  /* cublasHandle_t, created on first matmul */
+    em_block cublas_ws;            /* cuBLAS's workspace, from the caching allocator */
     em_cuda_module modules[EM_CUDA_MAX_MODULES]; /* one per kernel program, loaded on use */
     void *funcs;                   /* kernel name -> CUfunction (cuda_kernels.c) */
     char last_op[64];              /* the op queued last, named when sync fails (a copy: a
@@ -80,6 +82,19 @@ em_cuda_device *em__cuda_device(int index);
 /* The device with its context current on this thread and its stream ready (creating
  * them the first time); NULL with an error recorded on failure. */
 em_cuda_device *em__cuda_activate(int index, const char *op);
+/* The calling thread's current context, and giving it back: every backend entry point
+ * that makes a device's context current restores the caller's on return, so that a
+ * user's thread (or one also using the CUDA runtime) is never left on another context. */
+CUcontext em__cuda_ctx_save(void);
+void em__cuda_ctx_restore(CUcontext prev);
+/* return call's status with the caller's context restored */
+#define EM_CUDA_CTX_SCOPED(call)                      \
+    do {                                              \
+        CUcontext em_prev_ = em__cuda_ctx_save();     \
+        em_status em_s_ = (call);                     \
+        em__cuda_ctx_restore(em_prev_);               \
+        return em_s_;                                 \
+    } while (0)
 /* Note the op queued last on d; with EMBER_CUDA_LAUNCH_BLOCKING=1 also wait for it, so an
  * error in queued work is reported by the op that caused it. */
 em_status em__cuda_after_launch(em_cuda_device *d, const char *op, const char *kernel);
@@ -100,7 +115,8 @@ typedef struct em_cuda_source {
 
 /* Compile `main` with the given headers (included by name) and extra options, for
  * compute_<arch> as PTX or, with cubin, for sm_<arch> as a CUBIN (arch 80 is 8.0).
- * Always defines EMK_CUDA and EMK_HAS_F64 and passes -default-device. Returns malloc'ed
+ * Always defines EMK_CUDA and EMK_HAS_F64 and passes -default-device, and --fmad=false
+ * unless extra_opts has a --fmad= of its own. Returns malloc'ed
  * code (NUL appended) and its size, or NULL with an error naming the program and
  * quoting NVRTC's log. */
 char *em__cuda_compile(const em_cuda_source *main, const em_cuda_source *headers, int nheaders,

@@ -46,6 +46,10 @@ static pthread_once_t g_sections_once = PTHREAD_ONCE_INIT;
 static section g_sections[MAX_SECTIONS];
 static int g_nsections;
 static pthread_mutex_t g_klock = PTHREAD_MUTEX_INITIALIZER; /* modules and function caches */
+/* One per program: its compile and load happen once, under this lock and not g_klock, so
+ * that launches of kernels already loaded never wait seconds behind NVRTC. */
+static pthread_mutex_t g_prog_lock[EM_CUDA_MAX_MODULES] = {
+    [0 ... EM_CUDA_MAX_MODULES - 1] = PTHREAD_MUTEX_INITIALIZER};
 
 /* A file marker is a comment "---- name.ext ----" that starts a line, name.ext without
  * spaces; comments inside the files that look alike ("---- unary ----") are not markers. */
@@ -199,7 +203,12 @@ em_status em__cuda_load_module(em_cuda_device *d, const char *name, const char *
     if (s != EM_OK) return s;
     em_cuda_source src = {name, text};
     size_t size = 0;
-    char *image = em__cuda_compile_cached(&src, NULL, 0, arch, cubin, NULL, 0, &size, NULL);
+    /* Matmul may contract multiply-adds, as the CPU's BLAS does; everything else rounds
+     * each operation like the CPU (cuda_nvrtc.c). */
+    static const char *const contract[] = {"--fmad=true"};
+    bool fmad = !strcmp(name, "matmul.k");
+    char *image = em__cuda_compile_cached(&src, NULL, 0, arch, cubin, fmad ? contract : NULL, fmad ? 1 : 0,
+                                          &size, NULL);
     if (!image) return em_last_status();
     char log[4096] = "";
     CUjit_option opt[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -230,6 +239,26 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
+/* Program prog's module on d, compiled and loaded by the first thread that needs it;
+ * others needing the same program wait for it, nobody else does. */
+static em_status ensure_module(em_cuda_device *d, int prog) {
+    if (prog >= EM_CUDA_MAX_MODULES)
+        return em_error(EM_ERR_INTERNAL, "cuda: kernel program %d, at most %d", prog, EM_CUDA_MAX_MODULES);
+    pthread_mutex_lock(&g_prog_lock[prog]);
+    em_status s = EM_OK;
+    if (!d->modules[prog].module) { /* written only under this lock (and g_klock) */
+        CUmodule m = NULL;
+        s = load_module(d, prog, &m);
+        if (s == EM_OK) {
+            pthread_mutex_lock(&g_klock);
+            d->modules[prog].module = m;
+            pthread_mutex_unlock(&g_klock);
+        }
+    }
+    pthread_mutex_unlock(&g_prog_lock[prog]);
+    return s;
+}
+
 /* The function's slot for kernel on d, compiling and loading its program the first time;
  * NULL with an error recorded. */
 static func_slot *get_function(em_cuda_device *d, const char *kernel) {
@@ -256,8 +285,19 @@ static func_slot *get_function(em_cuda_device *d, const char *kernel) {
         em_error(EM_ERR_INTERNAL, "cuda: no kernel program defines '%s'", kernel);
         goto out;
     }
-    if (!d->modules[prog].module && load_module(d, prog, &d->modules[prog].module) != EM_OK)
-        goto out;
+    if (!d->modules[prog].module) {
+        pthread_mutex_unlock(&g_klock);
+        em_status s = ensure_module(d, prog);
+        pthread_mutex_lock(&g_klock);
+        if (s != EM_OK) goto out;
+        /* another thread may have added this kernel meanwhile: look again */
+        i = name_hash(kernel) % FUNC_SLOTS;
+        for (size_t probes = 0; probes < FUNC_SLOTS; probes++, i = (i + 1) % FUNC_SLOTS) {
+            if (!slots[i].name[0]) break;
+            if (!strcmp(slots[i].name, kernel)) { found = &slots[i]; goto out; }
+        }
+        if (slots[i].name[0]) { em_error(EM_ERR_INTERNAL, "cuda: kernel table full"); goto out; }
+    }
     CUresult r = em__cuda_api()->cuModuleGetFunction(&f, d->modules[prog].module, kernel);
     if (r != CUDA_SUCCESS) {
         char what[128];
@@ -310,8 +350,8 @@ static em_status check_params(func_slot *slot, const char *kernel, const size_t 
     return EM_OK;
 }
 
-em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
-                          void **params, const size_t *sizes, int nparams, const char *op) {
+static em_status launch_in(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
+                           void **params, const size_t *sizes, int nparams, const char *op) {
     em_cuda_device *d = em__cuda_activate(dev, op);
     if (!d) return em_last_status();
     /* The driver's limits; library kernels loop over any excess themselves only in x. */
@@ -333,6 +373,11 @@ em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], con
         return em__cu_fail(r, what);
     }
     return em__cuda_after_launch(d, op, kernel);
+}
+
+em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
+                          void **params, const size_t *sizes, int nparams, const char *op) {
+    EM_CUDA_CTX_SCOPED(launch_in(dev, kernel, grid, block, params, sizes, nparams, op));
 }
 
 void em__cuda_release_device_resources(em_cuda_device *d) {

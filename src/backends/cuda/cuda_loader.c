@@ -32,9 +32,26 @@ static void handle_path(void *h, const char *fallback, char *out, size_t size) {
         snprintf(out, size, "%s", fallback);
 }
 
+/* Tests: dlopen/dlsym replaced (em__cuda_loader_set_hooks). */
+static void *(*g_open_hook)(const char *candidate);
+static void *(*g_sym_hook)(void *h, const char *sym);
+
+void em__cuda_loader_set_hooks(void *(*open)(const char *), void *(*sym)(void *, const char *)) {
+    g_open_hook = open;
+    g_sym_hook = sym;
+}
+
+static void *lib_sym(void *h, const char *sym) { return g_sym_hook ? g_sym_hook(h, sym) : dlsym(h, sym); }
+
 /* Try one candidate: dlopen, refuse stubs, trace. Returns the handle or NULL. */
 static void *try_open(const char *what, const char *candidate, char *found, size_t found_size) {
     bool trace = em__cuda_trace_enabled();
+    if (g_open_hook) {
+        void *h = g_open_hook(candidate);
+        if (h) snprintf(found, found_size, "%s", candidate);
+        if (trace) fprintf(stderr, "ember: cuda: %s: tried %s (test hook): %s\n", what, candidate, h ? "loaded" : "absent");
+        return h;
+    }
     void *h = dlopen(candidate, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         if (trace) fprintf(stderr, "ember: cuda: %s: tried %s: %s\n", what, candidate, dlerror());
@@ -107,7 +124,7 @@ static int g_nccl_version;
 /* Resolve `sym` from h into *slot; a missing required symbol fails the library. */
 static bool resolve(void *h, const char *sym, void **slot, bool required, const char *lib,
                     const char *path, lib_state *st) {
-    *slot = dlsym(h, sym);
+    *slot = lib_sym(h, sym);
     if (!*slot && required) {
         snprintf(st->reason, sizeof st->reason, "%s at %s lacks %s (too old for this build of Ember)",
                  lib, path, sym);
@@ -124,8 +141,9 @@ static void not_found(lib_state *st, const char *prefix, const char *lib, const 
     X(nvmlInit_v2, 1) X(nvmlShutdown, 1) X(nvmlErrorString, 1) X(nvmlSystemGetDriverVersion, 1) \
     X(nvmlSystemGetCudaDriverVersion_v2, 0) X(nvmlDeviceGetCount_v2, 1)                 \
     X(nvmlDeviceGetHandleByIndex_v2, 1) X(nvmlDeviceGetHandleByPciBusId_v2, 1)          \
-    X(nvmlDeviceGetName, 1) X(nvmlDeviceGetMemoryInfo, 1) X(nvmlDeviceGetUtilizationRates, 1) \
-    X(nvmlDeviceGetTemperature, 1) X(nvmlDeviceGetPowerUsage, 1)                        \
+    X(nvmlDeviceGetName, 1) X(nvmlDeviceGetMemoryInfo, 1) X(nvmlDeviceGetMemoryInfo_v2, 0) \
+    X(nvmlDeviceGetUtilizationRates, 1) X(nvmlDeviceGetTemperature, 0)                  \
+    X(nvmlDeviceGetTemperatureV, 0) X(nvmlDeviceGetPowerUsage, 1)                       \
     X(nvmlDeviceGetEnforcedPowerLimit, 1) X(nvmlDeviceGetCudaComputeCapability, 1)       \
     X(nvmlDeviceGetMultiGpuBoard, 0)
 
@@ -185,6 +203,7 @@ static em_cu_api g_cu_api;
 static em_nvrtc_api g_nvrtc_api;
 static em_cublas_api g_cublas_api;
 static int g_nvrtc_major, g_nvrtc_minor;
+static int g_cublas_version[2]; /* major, minor; 0 when unknown */
 
 static void load_driver(void) {
     static const char *const names[] = {"libcuda.so.1", NULL};
@@ -201,13 +220,68 @@ static void load_driver(void) {
     g_cu.ok = true;
 }
 
+/* The driver's CUDA version (12040 for 12.4), loading the driver if needed (g_lock held);
+ * 0 without a driver: NVRTC and cuBLAS are then chosen newest first (compiling only). */
+static int g_driver_cuda;
+static int driver_cuda_version(void) {
+    if (!g_cu.tried) {
+        g_cu.tried = true;
+        load_driver();
+    }
+    int v = 0;
+    if (!g_cu.ok || g_cu_api.cuDriverGetVersion(&v) != CUDA_SUCCESS) v = 0;
+    return v;
+}
+
+/* A library's sonames, newest first, with the CUDA major each needs (0: the unversioned
+ * developer link, whose version is checked once loaded). */
+typedef struct soname { const char *name; int major; } soname;
+static const soname k_nvrtc[] = {{"libnvrtc.so.13", 13}, {"libnvrtc.so.12", 12}, {"libnvrtc.so.11.2", 11},
+                                 {"libnvrtc.so", 0}, {NULL, 0}};
+static const soname k_cublas[] = {{"libcublas.so.13", 13}, {"libcublas.so.12", 12}, {"libcublas.so.11", 11},
+                                  {"libcublas.so", 0}, {NULL, 0}};
+static const soname k_cublas_lt[] = {{"libcublasLt.so.13", 13}, {"libcublasLt.so.12", 12},
+                                     {"libcublasLt.so.11", 11}, {"libcublasLt.so", 0}, {NULL, 0}};
+
+/* The names the driver can run (major <= its major; all when it is unknown); with
+ * `too_new`, the others instead. */
+static void runnable(const soname *libs, int driver, bool too_new, const char **out) {
+    int n = 0;
+    for (const soname *l = libs; l->name; l++) {
+        bool ok = !driver || l->major <= driver / 1000;
+        if (ok != too_new) out[n++] = l->name;
+    }
+    out[n] = NULL;
+}
+
+/* A library was not found among those the driver can run: is a newer one there? Then say
+ * so (a CUDA 13 library on a CUDA 12 driver fails to load its kernels). */
+static void explain_too_new(lib_state *st, const char *what, const soname *libs, int driver) {
+    const char *names[8];
+    char found[512], looked[1024];
+    runnable(libs, driver, true, names);
+    if (!driver || !names[0]) return;
+    void *h = em__cuda_dlopen(what, names, found, sizeof found, looked, sizeof looked);
+    if (!h) return;
+    if (!g_open_hook) dlclose(h);
+    snprintf(st->reason, sizeof st->reason, "%s needs a newer driver: this one supports CUDA %d.%d "
+             "(install %s for CUDA %d, or a newer NVIDIA driver)", found, driver / 1000, (driver % 1000) / 10,
+             what, driver / 1000);
+}
+
 static void load_nvrtc(void) {
-    /* Newest first; the unversioned name is the developer symlink, tried last. */
-    static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
-                                        "libnvrtc.so", NULL};
+    /* Newest first among those the driver supports; the unversioned name is the developer
+     * symlink, tried last. */
+    int driver = g_driver_cuda = driver_cuda_version();
+    const char *names[8];
+    runnable(k_nvrtc, driver, false, names);
     char found[512], looked[1024];
     void *h = em__cuda_dlopen("nvrtc", names, found, sizeof found, looked, sizeof looked);
-    if (!h) { not_found(&g_nvrtc, "", "libnvrtc", looked); return; }
+    if (!h) {
+        not_found(&g_nvrtc, "", "libnvrtc", looked);
+        explain_too_new(&g_nvrtc, "libnvrtc", k_nvrtc, driver);
+        return;
+    }
     em_nvrtc_api api;
 #define X(fn, req) \
     if (!resolve(h, EM__STR(fn), (void **)&api.fn, req, "libnvrtc", found, &g_nvrtc)) return;
@@ -217,29 +291,67 @@ static void load_nvrtc(void) {
         snprintf(g_nvrtc.reason, sizeof g_nvrtc.reason, "nvrtcVersion failed in %s", found);
         return;
     }
+    if (driver && g_nvrtc_major > driver / 1000) { /* the unversioned link to a newer one */
+        snprintf(g_nvrtc.reason, sizeof g_nvrtc.reason, "%s is NVRTC %d.%d, newer than the driver's CUDA "
+                 "%d.%d (install NVRTC %d, or a newer NVIDIA driver)", found, g_nvrtc_major, g_nvrtc_minor,
+                 driver / 1000, (driver % 1000) / 10, driver / 1000);
+        return;
+    }
     g_nvrtc_api = api;
     g_nvrtc.ok = true;
 }
 
 static void load_cublas(void) {
-    static const char *const lt_names[] = {"libcublasLt.so.13", "libcublasLt.so.12",
-                                           "libcublasLt.so.11", "libcublasLt.so", NULL};
-    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11",
-                                        "libcublas.so", NULL};
-    char found[512], looked[1024];
-    /* cuBLAS needs cuBLASLt by soname: loading it first from our search order makes
-     * the dynamic linker reuse this copy when libcublas asks for it. */
-    void *lt = em__cuda_dlopen("cublasLt", lt_names, found, sizeof found, looked, sizeof looked);
-    if (!lt) { not_found(&g_cublas, "", "libcublasLt", looked); return; }
-    void *h = em__cuda_dlopen("cublas", names, found, sizeof found, looked, sizeof looked);
-    if (!h) { not_found(&g_cublas, "", "libcublas", looked); return; }
+    int driver = g_driver_cuda = driver_cuda_version();
+    char found[512], looked[1024], lt_looked[1024] = "";
+    void *h = NULL;
+    /* cuBLAS needs cuBLASLt of its own version by soname: loading it first from our search
+     * order makes the dynamic linker reuse this copy when libcublas asks for it. */
+    for (size_t i = 0; k_cublas[i].name && !h; i++) {
+        if (driver && k_cublas[i].major > driver / 1000) continue;
+        const char *lt_names[] = {k_cublas_lt[i].name, NULL}, *names[] = {k_cublas[i].name, NULL};
+        if (!em__cuda_dlopen("cublasLt", lt_names, found, sizeof found, lt_looked, sizeof lt_looked)) continue;
+        h = em__cuda_dlopen("cublas", names, found, sizeof found, looked, sizeof looked);
+    }
+    if (!h) {
+        not_found(&g_cublas, "", "libcublas", lt_looked[0] ? lt_looked : looked);
+        explain_too_new(&g_cublas, "libcublas", k_cublas, driver);
+        return;
+    }
     em_cublas_api api;
 #define X(fn, req) \
     if (!resolve(h, EM__STR(fn), (void **)&api.fn, req, "libcublas", found, &g_cublas)) return;
     EM_CUBLAS_FUNCS(X)
 #undef X
+    g_cublas_version[0] = g_cublas_version[1] = 0;
+    if (api.cublasGetProperty && (api.cublasGetProperty(MAJOR_VERSION, &g_cublas_version[0]) != CUBLAS_STATUS_SUCCESS ||
+                                  api.cublasGetProperty(MINOR_VERSION, &g_cublas_version[1]) != CUBLAS_STATUS_SUCCESS))
+        g_cublas_version[0] = g_cublas_version[1] = 0;
+    if (driver && g_cublas_version[0] > driver / 1000) {
+        snprintf(g_cublas.reason, sizeof g_cublas.reason, "%s is cuBLAS %d.%d, newer than the driver's CUDA "
+                 "%d.%d", found, g_cublas_version[0], g_cublas_version[1], driver / 1000, (driver % 1000) / 10);
+        return;
+    }
     g_cublas_api = api;
     g_cublas.ok = true;
+}
+
+void em__cuda_libraries_line(char *buf, size_t size) {
+    int nv_major = 0, nv_minor = 0;
+    const char *nv_reason = NULL, *cb_reason = NULL;
+    bool nv = em__cuda_nvrtc(&nv_major, &nv_minor, &nv_reason) != NULL;
+    bool cb = em__cuda_cublas(&cb_reason) != NULL;
+    pthread_mutex_lock(&g_lock);
+    int driver = g_driver_cuda, cbv0 = g_cublas_version[0], cbv1 = g_cublas_version[1];
+    pthread_mutex_unlock(&g_lock);
+    char nvs[600], cbs[600], drv[64] = "";
+    if (nv) snprintf(nvs, sizeof nvs, "nvrtc %d.%d", nv_major, nv_minor);
+    else snprintf(nvs, sizeof nvs, "nvrtc: %.500s", nv_reason);
+    if (cb && cbv0) snprintf(cbs, sizeof cbs, "cublas %d.%d", cbv0, cbv1);
+    else if (cb) snprintf(cbs, sizeof cbs, "cublas (version unknown)");
+    else snprintf(cbs, sizeof cbs, "cublas: %.500s", cb_reason);
+    if (driver) snprintf(drv, sizeof drv, " (driver supports %d.%d)", driver / 1000, (driver % 1000) / 10);
+    snprintf(buf, size, "%s, %s%s", nvs, cbs, drv);
 }
 
 #define EM__NAME(fn, req) EM__STR(fn),
@@ -262,6 +374,7 @@ const char *const *em__cuda_cublas_symbols(int *n) {
 
 /* Fakes replace loading: a NULL table is "not found" with the given reason. */
 static void use_fake(lib_state *st, const void *table, const char *reason, void *dst, size_t size) {
+    if (!table && !reason) return; /* loaded for real when asked (through the hooks, if set) */
     st->tried = true;
     st->ok = table != NULL;
     if (table) memcpy(dst, table, size);
@@ -317,6 +430,8 @@ void em__cuda_loader_reset(void) {
     memset(&g_nvrtc, 0, sizeof g_nvrtc);
     memset(&g_cublas, 0, sizeof g_cublas);
     memset(&g_nvml, 0, sizeof g_nvml);
+    g_driver_cuda = 0;
+    g_cublas_version[0] = g_cublas_version[1] = 0;
     pthread_mutex_unlock(&g_lock);
 }
 

@@ -33,6 +33,20 @@ typedef int em_nvml_return;                 /* nvmlReturn_t; 0 is NVML_SUCCESS *
 typedef struct em_nvml_device_st *em_nvml_device;
 typedef struct em_nvml_memory { unsigned long long total, free, used; } em_nvml_memory;
 typedef struct em_nvml_utilization { unsigned int gpu, memory; } em_nvml_utilization;
+/* nvmlMemory_v2_t: `used` excludes the memory the driver reserves, as nvidia-smi shows it
+ * (v1's used counts it); version = sizeof | 2 << 24 (NVML_STRUCT_VERSION). */
+typedef struct em_nvml_memory_v2 {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} em_nvml_memory_v2;
+#define EM_NVML_MEMORY_V2 ((unsigned int)(sizeof(em_nvml_memory_v2) | (2u << 24)))
+/* nvmlTemperature_v1_t, for nvmlDeviceGetTemperatureV (nvmlDeviceGetTemperature is deprecated). */
+typedef struct em_nvml_temperature {
+    unsigned int version;
+    int sensor_type;
+    int temperature;
+} em_nvml_temperature;
+#define EM_NVML_TEMPERATURE_V1 ((unsigned int)(sizeof(em_nvml_temperature) | (1u << 24)))
 #define EM_NVML_SUCCESS 0
 #define EM_NVML_TEMPERATURE_GPU 0
 
@@ -47,8 +61,10 @@ typedef struct em_nvml_api {
     em_nvml_return (*nvmlDeviceGetHandleByPciBusId_v2)(const char *bus_id, em_nvml_device *dev);
     em_nvml_return (*nvmlDeviceGetName)(em_nvml_device dev, char *name, unsigned int length);
     em_nvml_return (*nvmlDeviceGetMemoryInfo)(em_nvml_device dev, em_nvml_memory *mem);
+    em_nvml_return (*nvmlDeviceGetMemoryInfo_v2)(em_nvml_device dev, em_nvml_memory_v2 *mem); /* optional */
     em_nvml_return (*nvmlDeviceGetUtilizationRates)(em_nvml_device dev, em_nvml_utilization *u);
-    em_nvml_return (*nvmlDeviceGetTemperature)(em_nvml_device dev, int sensor, unsigned int *temp);
+    em_nvml_return (*nvmlDeviceGetTemperature)(em_nvml_device dev, int sensor, unsigned int *temp); /* optional */
+    em_nvml_return (*nvmlDeviceGetTemperatureV)(em_nvml_device dev, em_nvml_temperature *temp); /* optional */
     em_nvml_return (*nvmlDeviceGetPowerUsage)(em_nvml_device dev, unsigned int *milliwatts);
     em_nvml_return (*nvmlDeviceGetEnforcedPowerLimit)(em_nvml_device dev, unsigned int *milliwatts);
     em_nvml_return (*nvmlDeviceGetCudaComputeCapability)(em_nvml_device dev, int *major, int *minor);
@@ -74,7 +90,8 @@ void *em__cuda_nccl(int *version, const char **reason);
     X(cuDeviceGetCount, 1) X(cuDeviceGet, 1) X(cuDeviceGetName, 1)                   \
     X(cuDeviceGetAttribute, 1) X(cuDeviceTotalMem, 1) X(cuDeviceGetPCIBusId, 1)      \
     X(cuDeviceCanAccessPeer, 1) X(cuDevicePrimaryCtxRetain, 1)                       \
-    X(cuDevicePrimaryCtxRelease, 1) X(cuCtxSetCurrent, 1) X(cuCtxEnablePeerAccess, 1) \
+    X(cuDevicePrimaryCtxRelease, 1) X(cuCtxSetCurrent, 1) X(cuCtxGetCurrent, 1)     \
+    X(cuCtxEnablePeerAccess, 1) X(cuEventQuery, 1)                                    \
     X(cuMemGetInfo, 1) X(cuMemAlloc, 1) X(cuMemFree, 1) X(cuMemHostAlloc, 1)         \
     X(cuMemFreeHost, 1) X(cuMemcpyHtoDAsync, 1) X(cuMemcpyDtoHAsync, 1)              \
     X(cuMemcpyDtoDAsync, 1) X(cuMemcpyPeerAsync, 1) X(cuMemsetD8Async, 1)            \
@@ -94,7 +111,7 @@ void *em__cuda_nccl(int *version, const char **reason);
 #define EM_CUBLAS_FUNCS(X)                                                           \
     X(cublasCreate, 1) X(cublasDestroy, 1) X(cublasSetStream, 1)                     \
     X(cublasSetMathMode, 1) X(cublasGetVersion, 1) X(cublasGemmStridedBatchedEx, 1)  \
-    X(cublasGetStatusString, 0)
+    X(cublasGetStatusString, 0) X(cublasSetWorkspace, 0) X(cublasGetProperty, 0)
 
 #define EM__CUDA_MEMBER(fn, req) __typeof__(fn) *fn;
 typedef struct em_cu_api { EM_CU_FUNCS(EM__CUDA_MEMBER) } em_cu_api;
@@ -105,6 +122,9 @@ typedef struct em_cublas_api { EM_CUBLAS_FUNCS(EM__CUDA_MEMBER) } em_cublas_api;
  * "no driver: libcuda.so.1 not found (looked in ...)" or "... lacks cuX". cuInit is the
  * backend's job, not the loader's. */
 const em_cu_api *em__cuda_driver(const char **reason);
+/* NVRTC and cuBLAS are chosen newest first among the versions the driver can run
+ * (cuDriverGetVersion: a CUDA 13 library needs a CUDA 13 driver); without a driver,
+ * newest first. */
 /* NVRTC, loaded once, or NULL with *reason ("libnvrtc not found (looked in ...)"). */
 const em_nvrtc_api *em__cuda_nvrtc(int *major, int *minor, const char **reason);
 /* cuBLAS (with its cuBLASLt preloaded from the same place), or NULL with *reason. */
@@ -115,8 +135,17 @@ const char *const *em__cuda_driver_symbols(int *n);
 const char *const *em__cuda_nvrtc_symbols(int *n);
 const char *const *em__cuda_cublas_symbols(int *n);
 
-/* Tests: use these tables instead of loading anything (NULL entries mean "not found",
- * with reason as given). Call before the first use; em__cuda_loader_reset() forgets them. */
+/* "nvrtc 12.8, cublas 12.9 (driver supports 12.9)" for `ember devices` (loads both). */
+void em__cuda_libraries_line(char *buf, size_t size);
+
+/* Tests: dlopen and dlsym replaced by these (NULL, NULL: the real ones), so that a test
+ * can say which sonames exist. */
+void em__cuda_loader_set_hooks(void *(*open)(const char *candidate), void *(*sym)(void *h, const char *sym));
+
+/* Tests: use these tables instead of loading anything (a NULL entry means "not found",
+ * with reason as given; with no reason either, that library is loaded for real when
+ * asked, through the hooks if set). Call before the first use; em__cuda_loader_reset()
+ * forgets them. */
 typedef struct em_cuda_fake_libs {
     const em_cu_api *cu;         const char *cu_reason;
     const em_nvrtc_api *nvrtc;   const char *nvrtc_reason;

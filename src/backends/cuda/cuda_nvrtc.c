@@ -20,6 +20,12 @@ static int build_options(int arch, bool cubin, const char *const *extra, int nex
     opts[n++] = "-default-device";  /* helpers need no __device__: the dialects stay alike */
     opts[n++] = "-DEMK_CUDA=1";    /* compat.h spells the kernel dialect for CUDA */
     opts[n++] = "-DEMK_HAS_F64=1"; /* every CUDA device has double precision */
+    /* No contraction of a * b + c into one fused multiply-add, unless the caller asks:
+     * the CPU (built without -mfma) rounds both, and arange/linspace/elementwise results
+     * must match it to the last bit. */
+    bool fmad_given = false;
+    for (int i = 0; i < nextra; i++) fmad_given |= !strncmp(extra[i], "--fmad=", 7);
+    if (!fmad_given) opts[n++] = "--fmad=false";
     for (int i = 0; i < nextra && n < MAX_OPTS; i++) opts[n++] = extra[i];
     return n;
 }

@@ -60,8 +60,14 @@ int em__cuda_smi_query(em_cuda_smi_gpu *out, int max, em_cuda_smi_system *sys, c
         }
         if (nv->nvmlDeviceGetName(h, g->name, sizeof g->name) != EM_NVML_SUCCESS)
             snprintf(g->name, sizeof g->name, "NVIDIA GPU %u", i);
+        em_nvml_memory_v2 m2 = {.version = EM_NVML_MEMORY_V2};
         em_nvml_memory m;
-        if (nv->nvmlDeviceGetMemoryInfo(h, &m) == EM_NVML_SUCCESS) {
+        if (nv->nvmlDeviceGetMemoryInfo_v2 && nv->nvmlDeviceGetMemoryInfo_v2(h, &m2) == EM_NVML_SUCCESS) {
+            /* as nvidia-smi: used without the driver's reservation */
+            g->mem_total = (int64_t)m2.total;
+            g->mem_used = (int64_t)m2.used;
+            g->mem_free = (int64_t)m2.free;
+        } else if (nv->nvmlDeviceGetMemoryInfo(h, &m) == EM_NVML_SUCCESS) {
             g->mem_total = (int64_t)m.total;
             g->mem_used = (int64_t)m.used;
             g->mem_free = (int64_t)m.free;
@@ -72,7 +78,11 @@ int em__cuda_smi_query(em_cuda_smi_gpu *out, int max, em_cuda_smi_system *sys, c
             g->util_mem = (int)u.memory;
         }
         unsigned int v = 0;
-        if (nv->nvmlDeviceGetTemperature(h, EM_NVML_TEMPERATURE_GPU, &v) == EM_NVML_SUCCESS)
+        em_nvml_temperature tv = {.version = EM_NVML_TEMPERATURE_V1, .sensor_type = EM_NVML_TEMPERATURE_GPU};
+        if (nv->nvmlDeviceGetTemperatureV && nv->nvmlDeviceGetTemperatureV(h, &tv) == EM_NVML_SUCCESS)
+            g->temperature = tv.temperature;
+        else if (nv->nvmlDeviceGetTemperature &&
+                 nv->nvmlDeviceGetTemperature(h, EM_NVML_TEMPERATURE_GPU, &v) == EM_NVML_SUCCESS)
             g->temperature = (int)v;
         if (nv->nvmlDeviceGetPowerUsage(h, &v) == EM_NVML_SUCCESS) g->power_w = v / 1000.0;
         if (nv->nvmlDeviceGetEnforcedPowerLimit(h, &v) == EM_NVML_SUCCESS) g->power_limit_w = v / 1000.0;

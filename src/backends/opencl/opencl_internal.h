@@ -57,6 +57,11 @@ extern const em_gpu em__ocl_gpu;
 em_status em__ocl_set_args(cl_kernel k, int nargs, const em_karg *args, const char *what);
 /* Optional CLBlast GEMM (opencl_gemm.c): EM_ERR_NOT_SUPPORTED when CLBlast is missing. */
 em_status em__ocl_clblast_gemm(int dev, const em_gemm_args *g);
+/* Events (opencl_events.c): backend.h's event slots, markers on the device's queue. */
+em_status em__ocl_event_record(int index, void **event);
+em_status em__ocl_event_query(void *event, bool *done);
+em_status em__ocl_event_synchronize(void *event);
+void em__ocl_event_destroy(void *event);
 /* Is CLBlast in use for matmul (loaded and not disabled by EMBER_OPENCL_GEMM=ember)? */
 bool em__ocl_clblast_enabled(void);
 
