@@ -134,7 +134,7 @@ typedef em_status (*parse_fn)(const char *name, const void *buf, size_t len, em_
 /* Parse a file and convert it: features (scale) or labels. Unscoped reference. */
 static em_tensor *load_part(const char *path, parse_fn parse, bool is_labels, double scale) {
     em__file_map m;
-    if (em__file_map_open(path, &m) != EM_OK) return NULL;
+    if (em__file_map_open_sized(path, &m, parse == em__idx_parse ? em__idx_size : NULL) != EM_OK) return NULL;
     em__array a;
     em_tensor *t = NULL;
     if (parse(path, m.data, m.len, &a) == EM_OK) t = is_labels ? labels_of(&a, path) : features(&a, scale);
