@@ -61,10 +61,10 @@ em__num_result em__parse_f64(const char *s, double min, double max, double *out)
 
 const char *em__num_why(em__num_result r) {
     switch (r) {
-    case EM__NUM_OK: return "is valid";
-    case EM__NUM_EMPTY: return "is empty";
-    case EM__NUM_SYNTAX: return "is not a number";
-    case EM__NUM_RANGE: return "is out of range";
+    case EM__NUM_OK: return "valid";
+    case EM__NUM_EMPTY: return "empty";
+    case EM__NUM_SYNTAX: return "not a number";
+    case EM__NUM_RANGE: return "out of range";
     }
-    return "is not valid";
+    return "not valid";
 }

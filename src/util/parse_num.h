@@ -20,7 +20,7 @@ em__num_result em__parse_i64(const char *s, int64_t min, int64_t max, int64_t *o
 em__num_result em__parse_u64(const char *s, uint64_t max, uint64_t *out);
 /* A finite decimal number (no inf, nan or hex) in [min, max]. */
 em__num_result em__parse_f64(const char *s, double min, double max, double *out);
-/* "is empty", "is not a number", "is out of range": for messages. */
+/* "empty", "not a number", "out of range": for messages. */
 const char *em__num_why(em__num_result r);
 
 #endif
