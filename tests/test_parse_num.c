@@ -55,7 +55,7 @@ static void test_reals(void) {
         CHECK(r != EM__NUM_OK);
     }
     CHECK(em__parse_f64("", 0, 1, &d) == EM__NUM_EMPTY);
-    CHECK(strcmp(em__num_why(EM__NUM_RANGE), "is out of range") == 0);
+    CHECK(strcmp(em__num_why(EM__NUM_RANGE), "out of range") == 0);
 }
 
 int main(void) {
