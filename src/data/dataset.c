@@ -1,6 +1,7 @@
 /* Datasets: x [N, ...] float32 and y [N] int64 on the CPU, from tensors, IDX, .npy, CSV
  * and Fashion-MNIST. */
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -212,7 +213,13 @@ em_dataset *em_dataset_fashion_mnist(const char *dir, bool train) {
     if (!dir) dir = env && *env ? env : EM_FASHION_MNIST_DIR;
     const char *img = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
     const char *lbl = train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte";
-    char ip[1024], lp[1024], tried[4096] = "";
+    /* the longest name tried is dir + "/fashion-mnist/" + a 23-byte name + ".gz" */
+    if (strlen(dir) + 48 >= PATH_MAX) {
+        em_error(EM_ERR_ARGUMENT, "Fashion-MNIST directory '%.80s...' is %zu bytes long: paths are limited to %d "
+                 "bytes (PATH_MAX)", dir, strlen(dir), PATH_MAX);
+        return NULL;
+    }
+    char ip[PATH_MAX], lp[PATH_MAX], tried[4096] = "";
     if (!find_file(dir, img, ip, sizeof ip, tried, sizeof tried) ||
         !find_file(dir, lbl, lp, sizeof lp, tried, sizeof tried)) {
         em_error(EM_ERR_IO,
