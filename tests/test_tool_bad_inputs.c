@@ -690,13 +690,20 @@ int main(void) {
     if (mkdir(dir, 0700) != 0) return 1;
     have_opencl = em_device_available(EM_OPENCL) && em_device_count(EM_OPENCL) > 0;
     em_clear_error();
+/* RUN, then how many bad inputs the group tried */
+#define RUN_GROUP(fn)                                            \
+    do {                                                         \
+        int before = tried;                                      \
+        RUN(fn);                                                 \
+        printf("     %d bad inputs\n", tried - before);           \
+    } while (0)
     RUN(test_setup_trains_on_the_small_data);
-    RUN(test_options);
-    RUN(test_devices_and_environment);
-    RUN(test_output_paths_fail_before_training);
-    RUN(test_corrupt_checkpoints);
-    RUN(test_forged_metadata);
-    RUN(test_corrupt_data_directories);
+    RUN_GROUP(test_options);
+    RUN_GROUP(test_devices_and_environment);
+    RUN_GROUP(test_output_paths_fail_before_training);
+    RUN_GROUP(test_corrupt_checkpoints);
+    RUN_GROUP(test_forged_metadata);
+    RUN_GROUP(test_corrupt_data_directories);
     RUN(test_long_data_path_is_found);
     printf("bad inputs: %d tried, %d gave a clean error (the expected status and message, no signal, no "
            "sanitizer report)\n", tried, clean);
