@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "bench.h"
 #include "commands.h"
+#include "util/parse_num.h"
 
 static const char usage_text[] =
     "usage: ember bench [options]\n"
@@ -132,11 +133,10 @@ int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
                 return bad(err, "bad size list", v, "expected up to 32 whole numbers separated by commas, e.g. 64,256,1024");
             o->nsizes = n;
             for (int k = 0; k < n; k++) {
-                char *end;
-                long long s = strtoll(items[k], &end, 10);
-                if (*end || items[k][0] == '-' || items[k][0] == '+' || s < 1 || s > 32768)
+                uint64_t s;
+                if (em__parse_u64(items[k], 32768, &s) != EM__NUM_OK || s < 1)
                     return bad(err, "bad size", items[k], "expected a whole number from 1 to 32768");
-                o->sizes[k] = s;
+                o->sizes[k] = (int64_t)s;
             }
         } else if (!strcmp(a, "--only")) {
             if (!split(v, items, BENCH_MAX_SIZES, &n))
@@ -151,9 +151,7 @@ int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
                 o->sections |= 1u << bit;
             }
         } else {
-            char *end;
-            min_time = strtod(v, &end);
-            if (*end || end == v || !(min_time >= 0.001 && min_time <= 60))
+            if (em__parse_f64(v, 0.001, 60, &min_time) != EM__NUM_OK)
                 return bad(err, "bad --min-time", v, "expected seconds from 0.001 to 60");
         }
     }
