@@ -1,8 +1,9 @@
 /* ember train: the seed's training loop, in C. Linear(784, 256), ReLU, Linear(256, 10) on
  * Fashion-MNIST: the model and the batches on one device, cross-entropy, backward, an
  * optimizer step; after each epoch the test accuracy, the throughput, the device's memory
- * and a checkpoint. Ctrl-C (or --max-steps) saves where it stopped; --resume goes on from
- * there with the same batch order, so a resumed run ends where an uninterrupted one does. */
+ * and a checkpoint. Ctrl-C, SIGTERM, SIGHUP (or --max-steps) save where it stopped; --resume
+ * goes on from there with the same batch order, so a resumed run ends where an uninterrupted
+ * one does. */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
 #include <inttypes.h>
