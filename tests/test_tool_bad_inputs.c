@@ -218,6 +218,9 @@ static void cut_checkpoint(const char *name, size_t keep, size_t extra, int fill
 
 static void test_setup_trains_on_the_small_data(void) {
     make_data_dir("data");
+    char link[128];
+    snprintf(link, sizeof link, "%s/zero_link", dir);
+    CHECK(symlink("/dev/zero", link) == 0);
     /* the good checkpoint every corruption starts from, and proof that the data is valid */
     char args[1024];
     expand("train --device cpu --epochs 1 --batch-size 16 " SMALL " --checkpoint @/good.safetensors", args, sizeof args);
@@ -410,10 +413,14 @@ static void test_output_paths_fail_before_training(void) {
         {"train --checkpoint @/ " SMALL, NULL, 2, "names a folder: expected a file path", 0},
         {"train --checkpoint @/. " SMALL, NULL, 2, "names a folder", 0},
         {"train --checkpoint '' " SMALL, NULL, 2, "--checkpoint is empty", 0},
-        {"train --checkpoint /dev/null " SMALL, NULL, 2, "is not a regular file", 0},
+        /* a link to a device, never the device itself: a binary that failed to refuse it would
+         * rename its checkpoint over the link, where over /dev/null (as root) it would
+         * replace the machine's /dev/null */
+        {"train --checkpoint @/zero_link " SMALL, NULL, 2, "is not a regular file", 0},
         {"train --checkpoint @/data/train-images-idx3-ubyte/x " SMALL, NULL, 2, "is not a folder", 0},
         {"train --checkpoint /proc/ember-test.safetensors " SMALL, NULL, 2, "cannot create a file in the folder '/proc'", 0},
-        {"train --resume --checkpoint @/missing.safetensors " SMALL, NULL, 1, "cannot resume", 0},
+        {"train --resume --checkpoint @/missing.safetensors " SMALL, NULL, 2,
+         "--resume: cannot read the checkpoint '@/missing.safetensors': No such file or directory", 0},
     };
     RUN_CASES(fixed);
     snprintf(args, sizeof args, "train --checkpoint @/%s " SMALL, long_name);
@@ -512,7 +519,7 @@ static void test_corrupt_checkpoints(void) {
         {"eval /dev/null --device cpu --data @/data", NULL, 1, "truncated at byte 0: expected an 8-byte header length", 0},
         {"mem --model /dev/zero", NULL, 2, "/dev/zero: bad safetensors header", 0},
         {"mem --model /dev/urandom", NULL, 2, "/dev/urandom: header length", 0},
-        {"train --device cpu --resume --checkpoint /dev/zero " SMALL, NULL, 2, "is not a regular file", 0},
+        {"train --device cpu --resume --checkpoint @/zero_link " SMALL, NULL, 2, "is not a regular file", 0},
         {"eval /proc/self/status --device cpu --data @/data", NULL, 1, "/proc/self/status", 0},
     };
     RUN_CASES(cases);

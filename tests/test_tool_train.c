@@ -128,6 +128,7 @@ static void test_pocl_trains_like_cpu_and_resumes_across_devices(void) {
  * the exit. */
 static int train_then_signal(int sig, const char *ckpt, const char *log, double *seconds) {
     const char *ember = tool_path();
+    unlink(log);      /* an old log would say "started" before this child does */
     fflush(stdout);   /* or the child's freopen writes our buffered lines a second time */
     fflush(stderr);
     pid_t pid = fork();
@@ -196,7 +197,7 @@ static void test_sigterm_and_sighup_save(void) {
     for (int i = 0; i < 2; i++) {
         char ckpt[128], log[128];
         path_in(ckpt, sizeof ckpt, sigs[i].sig == SIGTERM ? "term.safetensors" : "hup.safetensors");
-        path_in(log, sizeof log, "sig.log");
+        path_in(log, sizeof log, sigs[i].sig == SIGTERM ? "term.log" : "hup.log");
         double seconds;
         int st = train_then_signal(sigs[i].sig, ckpt, log, &seconds);
         printf("  %s: exit status %d after %.3f s\n", sigs[i].name, WIFEXITED(st) ? WEXITSTATUS(st) : -1, seconds);

@@ -5,6 +5,7 @@
  * goes on from there with the same batch order, so a resumed run ends where an uninterrupted
  * one does. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -178,6 +179,10 @@ static int parse(int argc, char **argv, train_opts *o) {
     }
     /* where the checkpoint goes is checked now, not after an epoch of training */
     if (o->checkpoint && !mlp_check_output(tool, "--checkpoint", o->checkpoint)) return 2;
+    if (o->resume && access(o->checkpoint, R_OK) != 0) {
+        fprintf(stderr, "%s: --resume: cannot read the checkpoint '%s': %s\n", tool, o->checkpoint, strerror(errno));
+        return 2;
+    }
     /* auto-selection starts every backend: only when no device was named (a CPU run under
      * valgrind then never loads OpenCL or CUDA) */
     if (!device_set && !mlp_default_device(tool, &o->device)) return 2;
