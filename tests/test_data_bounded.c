@@ -205,6 +205,16 @@ static void test_long_names_and_stale_temporaries(void) {
     snprintf(path, sizeof path, "%s/%s", dir, name);
     CHECK(em_safetensors_save(path, names, &t, 1) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "over the limit of 255 bytes (NAME_MAX)");
+    /* a device (here through a link) is never replaced by a save */
+    char link[128];
+    snprintf(link, sizeof link, "%s/device_link", dir);
+    CHECK(symlink("/dev/zero", link) == 0);
+    CHECK(em_safetensors_save(link, names, &t, 1) == EM_ERR_IO);
+    CHECK_ERROR(EM_ERR_IO, "cannot replace the file: it is a device, not a regular file");
+    struct stat ls;
+    CHECK(lstat(link, &ls) == 0 && S_ISLNK(ls.st_mode));
+    CHECK(em_safetensors_save(dir, names, &t, 1) == EM_ERR_IO);
+    CHECK_ERROR(EM_ERR_IO, "cannot replace the file: it is a directory");
     /* leftovers of a killed save: a dead process's file goes, a live one's stays */
     pid_t dead = fork();
     if (dead == 0) _exit(0);

@@ -208,6 +208,13 @@ em_status em__atomic_open(em__atomic_file *f, const char *path) {
                         path, base_len, NAME_MAX);
     if (!strcmp(base, ".") || !strcmp(base, ".."))
         return em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
+    /* the rename at commit would replace whatever is there: never a device or a folder (as
+     * root, saving to /dev/null would replace the machine's /dev/null with a file) */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return em_error(EM_ERR_IO, "%s: cannot replace the file: it is %s, not a regular file", path,
+                        S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                                           : "a pipe or socket");
     size_t prefix_len = base_len < TMP_PREFIX_MAX ? base_len : TMP_PREFIX_MAX;
     f->path = strdup(path);
     f->tmp_path = malloc(dir_len + prefix_len + TMP_SUFFIX_MAX + 2);
