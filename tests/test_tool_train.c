@@ -123,12 +123,12 @@ static void test_pocl_trains_like_cpu_and_resumes_across_devices(void) {
     CHECK(d < 1e-3);
 }
 
-static void test_ctrl_c_saves_and_resumes(void) {
-    if (!have_data) return;
-    char ckpt[128], log[128];
-    path_in(ckpt, sizeof ckpt, "int.safetensors");
-    path_in(log, sizeof log, "int.log");
+/* Starts a long `ember train` writing to ckpt and log, waits until its second epoch has
+ * begun, sends sig, and waits for it. Returns the wait status; *seconds from the signal to
+ * the exit. */
+static int train_then_signal(int sig, const char *ckpt, const char *log, double *seconds) {
     const char *ember = tool_path();
+    unlink(log);      /* an old log would say "started" before this child does */
     fflush(stdout);   /* or the child's freopen writes our buffered lines a second time */
     fflush(stderr);
     pid_t pid = fork();
@@ -153,13 +153,28 @@ static void test_ctrl_c_saves_and_resumes(void) {
         if (!started) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     }
     CHECK(started);
-    kill(pid, SIGINT);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kill(pid, sig);
     int st = 0;
     waitpid(pid, &st, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     FILE *f = fopen(log, "r");
     size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
     out[n] = '\0';
     if (f) fclose(f);
+    if (!started) fprintf(stderr, "%s\n", out);
+    return st;
+}
+
+static void test_ctrl_c_saves_and_resumes(void) {
+    if (!have_data) return;
+    char ckpt[128], log[128];
+    path_in(ckpt, sizeof ckpt, "int.safetensors");
+    path_in(log, sizeof log, "int.log");
+    double seconds;
+    int st = train_then_signal(SIGINT, ckpt, log, &seconds);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130);
     CHECK(strstr(out, "interrupted at epoch") && strstr(out, "checkpoint saved to"));
     CHECK(find_number_after(out, "interrupted at epoch ", true) >= 2);
@@ -172,14 +187,60 @@ static void test_ctrl_c_saves_and_resumes(void) {
              "--threads 1 --resume --max-steps %lld --checkpoint %s", (long long)done + 3, ckpt);
     CHECK(tool_run(args, out, sizeof out) == 0);
     CHECK(strstr(out, "resumed from") && strstr(out, "stopped (--max-steps)"));
-    if (!started) fprintf(stderr, "%s\n", out);
+}
+
+/* What Slurm and Kubernetes send before SIGKILL, and a closed terminal: the same as Ctrl-C,
+ * with 128 + the signal as the exit status, well within their 30 s grace. */
+static void test_sigterm_and_sighup_save(void) {
+    if (!have_data) return;
+    static const struct { int sig; const char *name; } sigs[] = {{SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"}};
+    for (int i = 0; i < 2; i++) {
+        char ckpt[128], log[128];
+        path_in(ckpt, sizeof ckpt, sigs[i].sig == SIGTERM ? "term.safetensors" : "hup.safetensors");
+        path_in(log, sizeof log, sigs[i].sig == SIGTERM ? "term.log" : "hup.log");
+        double seconds;
+        int st = train_then_signal(sigs[i].sig, ckpt, log, &seconds);
+        printf("  %s: exit status %d after %.3f s\n", sigs[i].name, WIFEXITED(st) ? WEXITSTATUS(st) : -1, seconds);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 128 + sigs[i].sig);
+        CHECK(strstr(out, "interrupted at epoch") && strstr(out, sigs[i].name) && strstr(out, "checkpoint saved to"));
+        CHECK(seconds < 10);
+        em_safetensors *meta = em_safetensors_load(ckpt, EM_DEVICE_CPU);
+        CHECK(meta && em_safetensors_metadata(meta, "train.batch") && em_safetensors_metadata(meta, "optimizer.steps"));
+        em_safetensors_free(meta);
+        em_clear_error();
+    }
+    /* documented where a user looks */
+    CHECK(tool_run("train --help", out, sizeof out) == 0);
+    CHECK(strstr(out, "SIGTERM") && strstr(out, "SIGHUP") && strstr(out, "128 + the signal"));
+}
+
+/* --lr with --resume replaces the checkpoint's learning rate, and says so. */
+static void test_lr_with_resume_is_honoured(void) {
+    if (!have_data) return;
+    char ckpt[128], args[512];
+    path_in(ckpt, sizeof ckpt, "lr.safetensors");
+    snprintf(args, sizeof args, "train " SMALL " --device cpu --epochs 2 --max-steps 5 --checkpoint %s", ckpt);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    snprintf(args, sizeof args, "train " SMALL " --device cpu --epochs 2 --max-steps 7 --resume --lr 0.25 --checkpoint %s",
+             ckpt);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    CHECK(strstr(out, "--lr 0.25 replaces the checkpoint's learning rate 0.001") && strstr(out, "adam lr 0.25"));
+    em_safetensors *meta = em_safetensors_load(ckpt, EM_DEVICE_CPU);
+    const char *lr = meta ? em_safetensors_metadata(meta, "optimizer.lr") : NULL;
+    CHECK(lr && atof(lr) == 0.25);
+    em_safetensors_free(meta);
+    /* --seed unlike the checkpoint's would change the batch order: refused */
+    snprintf(args, sizeof args, "train --train-samples 2000 --test-samples 500 --threads 1 --seed 4 --device cpu "
+             "--epochs 2 --resume --checkpoint %s", ckpt);
+    CHECK(tool_run(args, out, sizeof out) == 2);
+    CHECK(strstr(out, "--seed 4 is unlike the checkpoint's 3") != NULL);
 }
 
 static void test_bad_arguments(void) {
     static const struct { const char *args; int rc; const char *msg; } cases[] = {
         {"train --optimizer lamb", 2, "--optimizer expects adam, adamw or sgd, got 'lamb'"},
-        {"train --epochs -1", 2, "--epochs expects an integer >= 0, got '-1'"},
-        {"train --lr abc", 2, "--lr expects a number >= 0, got 'abc'"},
+        {"train --epochs -1", 2, "--epochs expects an integer from 0 to 1000000000, got '-1'"},
+        {"train --lr abc", 2, "--lr expects a number >= 0 and <= 1e+06, got 'abc'"},
         {"train --device tpu:0", 2, "--device:"},
         {"train --device opencl:7", 2, "opencl:7"},
         {"train --bogus", 2, "unknown option '--bogus'"},
@@ -187,7 +248,7 @@ static void test_bad_arguments(void) {
         {"train --resume --checkpoint none", 2, "--resume needs a --checkpoint file"},
         {"train --data /nonexistent/dir --epochs 1", 1, "not found in /nonexistent/dir"},
         {"eval /nonexistent/x.safetensors --test-samples 10", 1, "/nonexistent/x.safetensors"},
-        {"eval --batch-size 0", 2, "--batch-size expects an integer >= 1"},
+        {"eval --batch-size 0", 2, "--batch-size expects an integer from 1 to"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (!have_data && cases[i].rc == 1 && strstr(cases[i].args, "eval")) continue;
@@ -226,6 +287,8 @@ int main(void) {
     RUN(test_resume_matches_uninterrupted);
     RUN(test_pocl_trains_like_cpu_and_resumes_across_devices);
     RUN(test_ctrl_c_saves_and_resumes);
+    RUN(test_sigterm_and_sighup_save);
+    RUN(test_lr_with_resume_is_honoured);
     RUN(test_bad_arguments);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

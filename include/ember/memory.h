@@ -10,7 +10,9 @@
  * EMBER_MEMORY_CAP="cpu=512MiB,opencl:0=0.5,cuda=8GB" limits what the allocator reserves
  * per device: bytes with a unit (B, KB, MB, GB, TB = powers of 1000; KiB, MiB, GiB, TiB, or
  * K, M, G, T alone = powers of 1024) or a fraction (0 < f <= 1) of the device's total
- * memory. EMBER_MEMORY_POLICY=pytorch follows PyTorch's caching policy exactly; the default
+ * memory. An entry applies to its device only; a bare value ("4GiB") to every device, below
+ * a device type ("opencl=2G"), below one device ("opencl:0=1G"); the same device given twice
+ * at one level is an error. EMBER_MEMORY_POLICY=pytorch follows PyTorch's caching policy exactly; the default
  * ("ember") differs in one point: before taking a new segment from the device, it gives back
  * the fully free cached segments of that pool, which best fit just found too small (this
  * halves peak reserved memory when shapes vary; see docs/BENCHMARKS.md). All three are read

@@ -1,6 +1,7 @@
 /* Datasets: x [N, ...] float32 and y [N] int64 on the CPU, from tensors, IDX, .npy, CSV
  * and Fashion-MNIST. */
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -133,7 +134,7 @@ typedef em_status (*parse_fn)(const char *name, const void *buf, size_t len, em_
 /* Parse a file and convert it: features (scale) or labels. Unscoped reference. */
 static em_tensor *load_part(const char *path, parse_fn parse, bool is_labels, double scale) {
     em__file_map m;
-    if (em__file_map_open(path, &m) != EM_OK) return NULL;
+    if (em__file_map_open_sized(path, &m, parse == em__idx_parse ? em__idx_size : NULL) != EM_OK) return NULL;
     em__array a;
     em_tensor *t = NULL;
     if (parse(path, m.data, m.len, &a) == EM_OK) t = is_labels ? labels_of(&a, path) : features(&a, scale);
@@ -211,7 +212,13 @@ em_dataset *em_dataset_fashion_mnist(const char *dir, bool train) {
     if (!dir) dir = env && *env ? env : EM_FASHION_MNIST_DIR;
     const char *img = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
     const char *lbl = train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte";
-    char ip[1024], lp[1024], tried[4096] = "";
+    /* the longest name tried is dir + "/fashion-mnist/" + a 23-byte name + ".gz" */
+    if (strlen(dir) + 48 >= PATH_MAX) {
+        em_error(EM_ERR_ARGUMENT, "Fashion-MNIST directory '%.80s...' is %zu bytes long: paths are limited to %d "
+                 "bytes (PATH_MAX)", dir, strlen(dir), PATH_MAX);
+        return NULL;
+    }
+    char ip[PATH_MAX], lp[PATH_MAX], tried[4096] = "";
     if (!find_file(dir, img, ip, sizeof ip, tried, sizeof tried) ||
         !find_file(dir, lbl, lp, sizeof lp, tried, sizeof tried)) {
         em_error(EM_ERR_IO,

@@ -1,6 +1,9 @@
 /* Whole-file input (mmap) and atomic output (temporary file, fsync, rename) for the
  * parsers and writers in src/data/. */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -39,21 +42,36 @@ bool em__shape_bytes(int ndim, const int64_t *shape, size_t elem_size, int64_t *
 
 /* ---- reading ---- */
 
-static em_status read_all_fd(int fd, const char *path, em__file_map *m) {
+static _Atomic size_t stream_limit = EM__MAX_STREAM_BYTES;
+
+size_t em__set_stream_limit(size_t bytes) {
+    return atomic_exchange(&stream_limit, bytes ? bytes : EM__MAX_STREAM_BYTES);
+}
+
+/* A stream (pipe, character device, /proc file) read into memory: until its end, until one
+ * byte past the size its header gives, or up to the stream limit, never more (reading
+ * /dev/zero to its "end" would take all memory). */
+static em_status read_stream(int fd, const char *path, em__size_fn size, em__file_map *m) {
     size_t cap = 1 << 16, len = 0;
+    uint64_t total = 0;   /* the whole file's size, once size() knows it */
+    const size_t max = atomic_load(&stream_limit);
     uint8_t *buf = malloc(cap);
     if (!buf) return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
     for (;;) {
+        size_t limit = total ? (size_t)total + 1 : max + 1;
+        if (len >= limit) break;
         if (len == cap) {
-            uint8_t *nb = (cap > ((size_t)1 << 40)) ? NULL : realloc(buf, cap * 2);
+            size_t ncap = cap * 2 < limit ? cap * 2 : limit;
+            uint8_t *nb = realloc(buf, ncap);
             if (!nb) {
                 free(buf);
-                return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
+                return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the file (%zu bytes so far)", path, len);
             }
             buf = nb;
-            cap *= 2;
+            cap = ncap;
         }
-        ssize_t r = read(fd, buf + len, cap - len);
+        size_t want = (cap < limit ? cap : limit) - len;
+        ssize_t r = read(fd, buf + len, want);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             int e = errno;
@@ -62,6 +80,25 @@ static em_status read_all_fd(int fd, const char *path, em__file_map *m) {
         }
         if (r == 0) break;
         len += (size_t)r;
+        if (size && !total) {
+            em_status s = size(path, buf, len, &total);
+            if (s != EM_OK) {
+                free(buf);
+                return s;
+            }
+            if (total > max) {
+                free(buf);
+                return em_error(EM_ERR_FORMAT, "%s: the header describes a %llu-byte file, but a file that is not a regular "
+                                "file (a pipe or device) is read only up to %zu bytes", path,
+                                (unsigned long long)total, max);
+            }
+        }
+    }
+    if (len > max) {
+        free(buf);
+        return em_error(EM_ERR_FORMAT, "%s: not a regular file and longer than %zu bytes: stopped reading "
+                        "(expected a file whose header gives its size, or a stream of at most %zu bytes)",
+                        path, max, max);
     }
     m->heap = buf;
     m->data = buf;
@@ -70,8 +107,13 @@ static em_status read_all_fd(int fd, const char *path, em__file_map *m) {
 }
 
 em_status em__file_map_open(const char *path, em__file_map *m) {
+    return em__file_map_open_sized(path, m, NULL);
+}
+
+em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn size) {
     memset(m, 0, sizeof *m);
     if (!path) return em_error(EM_ERR_ARGUMENT, "file path is NULL");
+    if (!*path) return em_error(EM_ERR_ARGUMENT, "file path is empty");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return em_error(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -93,10 +135,10 @@ em_status em__file_map_open(const char *path, em__file_map *m) {
             m->data = p;
             m->len = (size_t)st.st_size;
         } else {
-            s = read_all_fd(fd, path, m);
+            s = read_stream(fd, path, size, m);
         }
     } else {
-        s = read_all_fd(fd, path, m);
+        s = read_stream(fd, path, size, m);
     }
     close(fd);
     return s;
@@ -118,6 +160,38 @@ static char *dir_of(const char *path) {
     return strndup(path, (size_t)(slash - path));
 }
 
+/* The temporary name is ".<name>.tmp.<pid>.<tid>.<nanoseconds><attempt>"; a long name is
+ * shortened to its first TMP_PREFIX_MAX bytes so that the temporary name stays within
+ * NAME_MAX (255 bytes) whenever the name itself does. */
+#define TMP_SUFFIX_MAX 48   /* ".tmp." + 3 numbers of at most 10, 10 and 9 digits + attempt + dots */
+#define TMP_PREFIX_MAX (NAME_MAX - 1 - TMP_SUFFIX_MAX)
+
+/* Removes the temporary files an earlier save of the same file left behind when its
+ * process was killed (SIGKILL, power loss): those whose process no longer exists. A
+ * concurrent save by a live process keeps its file. */
+static void remove_stale_temps(const char *dir, const char *prefix, size_t prefix_len) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int dfd = dirfd(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (n[0] != '.' || strncmp(n + 1, prefix, prefix_len) || strncmp(n + 1 + prefix_len, ".tmp.", 5)) continue;
+        const char *p = n + 1 + prefix_len + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(p, &end, 10);
+        if (end == p || *end != '.' || errno || pid <= 0 || pid == (long)getpid()) continue;
+        p = end + 1;
+        strtol(p, &end, 10);
+        if (end == p || *end != '.') continue;
+        p = end + 1;
+        if (!*p || strspn(p, "0123456789") != strlen(p)) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive, or not ours to judge */
+        (void)unlinkat(dfd, n, 0);
+    }
+    closedir(d);
+}
+
 em_status em__atomic_open(em__atomic_file *f, const char *path) {
     f->fd = -1;
     f->path = NULL;
@@ -125,27 +199,46 @@ em_status em__atomic_open(em__atomic_file *f, const char *path) {
     if (!path || !*path) return em_error(EM_ERR_ARGUMENT, "output path is NULL or empty");
     size_t n = strlen(path);
     if (path[n - 1] == '/') return em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+    const char *base = path + dir_len;
+    size_t base_len = n - dir_len;
+    if (base_len > NAME_MAX)
+        return em_error(EM_ERR_ARGUMENT, "%s: the file name is %zu bytes long, over the limit of %d bytes (NAME_MAX)",
+                        path, base_len, NAME_MAX);
+    if (!strcmp(base, ".") || !strcmp(base, ".."))
+        return em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
+    /* the rename at commit would replace whatever is there: never a device or a folder (as
+     * root, saving to /dev/null would replace the machine's /dev/null with a file) */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return em_error(EM_ERR_IO, "%s: cannot replace the file: it is %s, not a regular file", path,
+                        S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                                           : "a pipe or socket");
+    size_t prefix_len = base_len < TMP_PREFIX_MAX ? base_len : TMP_PREFIX_MAX;
     f->path = strdup(path);
-    f->tmp_path = malloc(n + 64);
+    f->tmp_path = malloc(dir_len + prefix_len + TMP_SUFFIX_MAX + 2);
     if (!f->path || !f->tmp_path) {
         em__atomic_abort(f);
         return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
-    const char *slash = strrchr(path, '/');
-    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-    /* ".<name>.tmp.<pid>.<tid>.<nanoseconds>": unique per thread and attempt; O_EXCL
-     * guarantees we never clobber anything, and the mode honours the umask. */
+    char *dir = dir_of(path);
+    if (dir) remove_stale_temps(dir, base, prefix_len);
+    /* unique per thread and attempt; O_EXCL guarantees we never clobber anything, and the
+     * mode honours the umask */
     for (int attempt = 0; attempt < 100; attempt++) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        snprintf(f->tmp_path, n + 64, "%.*s.%s.tmp.%ld.%ld.%ld%d", (int)dir_len, path,
-                 path + dir_len, (long)getpid(), (long)gettid(), (long)ts.tv_nsec, attempt);
+        snprintf(f->tmp_path, dir_len + prefix_len + TMP_SUFFIX_MAX + 2, "%.*s.%.*s.tmp.%ld.%ld.%ld%d", (int)dir_len,
+                 path, (int)prefix_len, base, (long)getpid(), (long)gettid(), (long)ts.tv_nsec, attempt);
         f->fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (f->fd >= 0) return EM_OK;
+        if (f->fd >= 0) {
+            free(dir);
+            return EM_OK;
+        }
         if (errno != EEXIST) break;
     }
     int e = errno;
-    char *dir = dir_of(path);
     em_error(EM_ERR_IO, "%s: cannot create a temporary file in directory '%s': %s", path,
              dir ? dir : "?", strerror(e));
     free(dir);

@@ -214,3 +214,24 @@ em_status em__idx_parse(const char *name, const void *buf, size_t len, em__array
     if (st != EM_OK) em__array_free(out);
     return st;
 }
+
+em_status em__idx_size(const char *name, const uint8_t *buf, size_t len, uint64_t *total) {
+    *total = 0;
+    if (!name) name = "<memory>";
+    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) return EM_OK;  /* gzip: only inflating tells */
+    if (len < 4) return EM_OK;
+    size_t esize;
+    em_dtype dt;
+    const char *what;
+    em__array a;   /* the parser, given the header alone, reports a bad one in its own words */
+    if (buf[0] != 0 || buf[1] != 0 || !idx_type(buf[2], &esize, &dt, &what) || buf[3] > EM_MAX_DIMS)
+        return em__idx_parse(name, buf, 4, &a);
+    int ndim = buf[3];
+    size_t hdr = 4 + 4 * (size_t)ndim, file_bytes;
+    if (len < hdr) return EM_OK;
+    int64_t shape[EM_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) shape[i] = be32(buf + 4 + 4 * i);
+    if (!em__shape_bytes(ndim, shape, esize, NULL, &file_bytes)) return em__idx_parse(name, buf, hdr, &a);
+    *total = hdr + file_bytes;
+    return EM_OK;
+}

@@ -98,6 +98,22 @@ typedef struct em__file_map {
 em_status em__file_map_open(const char *path, em__file_map *m);
 void em__file_map_close(em__file_map *m);
 
+/* A file that is not a regular file (a pipe, /dev/zero, /dev/urandom) has no size to map:
+ * it is read until its header says it must have ended, or up to this many bytes. */
+#define EM__MAX_STREAM_BYTES ((size_t)1 << 30)
+/* The limit in force (EM__MAX_STREAM_BYTES unless a test lowered it); returns the old one. */
+size_t em__set_stream_limit(size_t bytes);
+
+/* A format's size from its first len bytes: EM_OK with *total set to the whole file's size
+ * (0: not known yet, keep reading), or the parser's error when these bytes already show a
+ * bad file. */
+typedef em_status (*em__size_fn)(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
+/* em__file_map_open that asks size() while reading a stream, and never reads more than
+ * one byte past the total it gives (that byte lets the parser report trailing data). */
+em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn size);
+em_status em__idx_size(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
+em_status em__safetensors_size(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
+
 /* Atomic writer: data goes to a temporary file in path's directory; commit fsyncs it,
  * renames it over path and fsyncs the directory. Any failure (including in commit)
  * removes the temporary file and leaves path untouched. */

@@ -161,6 +161,15 @@ static em_status parse_header(const char *name, const uint8_t *b, size_t len, co
         prev_end = t->end;
         prev = t->name;
     }
+    /* the data section ends where the last tensor does: the reference reader rejects
+     * bytes after it, and so do we (a file cut and re-joined, or two files concatenated) */
+    uint64_t last = 0;
+    for (int i = 0; i < out->count; i++)
+        if (out->tensors[i].end > last) last = out->tensors[i].end;
+    if (data_len > last)
+        return em_error(EM_ERR_FORMAT, "%s: unexpected data at byte %llu: the header's tensors end there, "
+                        "but the file has %llu more bytes", name, (unsigned long long)(out->data_start + last),
+                        (unsigned long long)(data_len - last));
     for (int i = 0; i < out->count; i++) {
         const em__st_tensor *t = &out->tensors[i];
         if (t->dtype != EM_BOOL) continue;
@@ -183,7 +192,7 @@ em_status em__safetensors_parse(const char *name, const void *buf, size_t len, e
     uint64_t hl = 0;
     for (int k = 7; k >= 0; k--) hl = hl << 8 | b[k];
     if (hl > EM__ST_MAX_HEADER)
-        return em_error(EM_ERR_FORMAT, "%s: header length %llu (bytes 0-7) is over the limit of %llu: not a safetensors file?",
+        return em_error(EM_ERR_FORMAT, "%s: header length %llu (bytes 0-7) is over the limit: expected at most %llu (not a safetensors file?)",
                         name, (unsigned long long)hl, (unsigned long long)EM__ST_MAX_HEADER);
     if (hl > len - 8)
         return em_error(EM_ERR_FORMAT, "%s: truncated at byte %zu: expected a %llu-byte JSON header, found %zu",
@@ -198,6 +207,39 @@ em_status em__safetensors_parse(const char *name, const void *buf, size_t len, e
     em__json_free(&root);
     if (s != EM_OK) em__st_file_free(out);
     return s;
+}
+
+em_status em__safetensors_size(const char *name, const uint8_t *b, size_t len, uint64_t *total) {
+    *total = 0;
+    if (!name) name = "<memory>";
+    if (len < 8) return EM_OK;
+    uint64_t hl = 0;
+    for (int k = 7; k >= 0; k--) hl = hl << 8 | b[k];
+    em__st_file f;
+    /* a bad length or first byte: the parser's own message */
+    if (hl > EM__ST_MAX_HEADER || hl < 2 || (len > 8 && b[8] != '{')) {
+        em_status s = em__safetensors_parse(name, b, len, &f);
+        if (s == EM_OK) em__st_file_free(&f);
+        return s;
+    }
+    if (len < 8 + hl) return EM_OK;
+    *total = 8 + hl;   /* a header we cannot read: the parser reports it, from these bytes */
+    em__json root;
+    em_error_state saved;
+    em_error_save(&saved);
+    bool parsed = em__json_parse(name, (const char *)b + 8, (size_t)hl, 8, &root) == EM_OK;
+    em_error_restore(&saved);
+    if (!parsed) return EM_OK;
+    uint64_t end = 0;
+    for (int k = 0; root.type == EM__JSON_OBJECT && k < root.count; k++) {
+        const em__json *o = em__json_get(&root.items[k], "data_offsets");
+        if (strcmp(root.keys[k], "__metadata__") && o && o->type == EM__JSON_ARRAY && o->count == 2 &&
+            o->items[1].type == EM__JSON_NUMBER && o->items[1].is_uint && o->items[1].u > end)
+            end = o->items[1].u;
+    }
+    em__json_free(&root);
+    *total = end > UINT64_MAX - 8 - hl ? UINT64_MAX : 8 + hl + end;
+    return EM_OK;
 }
 
 /* ---- writing ---- */

@@ -97,7 +97,7 @@ em_safetensors *em_safetensors_load(const char *path, em_device device) {
         return NULL;
     }
     em__file_map m;
-    if (em__file_map_open(path, &m) != EM_OK) return NULL;
+    if (em__file_map_open_sized(path, &m, em__safetensors_size) != EM_OK) return NULL;
     em_safetensors *st = calloc(1, sizeof *st);
     if (!st) {
         em__file_map_close(&m);

@@ -85,29 +85,41 @@ static int key_matches(const char *key, size_t n, em_device d) {
 static void cap_from_env(mem_state *st) {
     const char *env = getenv("EMBER_MEMORY_CAP");
     if (!env || !*env) return;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", env);
+    char *buf = strdup(env);   /* the whole value: a long list is not cut */
+    if (!buf) {
+        snprintf(st->config_error, sizeof st->config_error, "EMBER_MEMORY_CAP: out of host memory reading it");
+        return;
+    }
     int best = 0;
     for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         while (isspace((unsigned char)*item)) item++;
         if (!*item) continue;
         char *eq = strchr(item, '=');
         const char *value = eq ? eq + 1 : item;
-        int m = 1;   /* a bare value applies to every device */
+        /* precedence: a bare value (every device) 1, a device type 2, one device 3 */
+        int m = 1;
         if (eq) {
             size_t n = (size_t)(eq - item);
             while (n && isspace((unsigned char)item[n - 1])) n--;
             m = key_matches(item, n, st->dev);
+            if (m > 0) m++;
         }
         double v;
         bool unit;
         if (m < 0 || !parse_size(value, &v, &unit)) {
             snprintf(st->config_error, sizeof st->config_error,
-                     "EMBER_MEMORY_CAP: cannot read '%s': expected entries like cpu=512MiB, "
+                     "EMBER_MEMORY_CAP: cannot read '%.80s': expected entries like cpu=512MiB, "
                      "opencl:0=0.5 (a fraction of total memory) or cuda=8GB, separated by commas", item);
-            return;
+            break;
         }
-        if (m < best) continue;
+        if (m == 0) continue;   /* another device's cap */
+        if (m == best) {        /* "cpu=1G,cpu=2G": which one was meant? */
+            snprintf(st->config_error, sizeof st->config_error,
+                     "EMBER_MEMORY_CAP: two entries give the cap of the same device (the second is '%.80s'): "
+                     "give each device once", item);
+            break;
+        }
+        if (m < best) continue;  /* "opencl:0=1G" beats "opencl=2G" beats "4G", whatever the order */
         best = m;
         st->cap_source = "EMBER_MEMORY_CAP";
         if (!unit && v > 0 && v <= 1.0) {
@@ -117,6 +129,12 @@ static void cap_from_env(mem_state *st) {
             st->cap_fraction = 0;
             st->cap = (int64_t)llround(v);
         }
+    }
+    free(buf);
+    if (st->config_error[0]) {   /* a bad value gives no cap at all, not half of one */
+        st->cap = -1;
+        st->cap_fraction = 0;
+        st->cap_source = NULL;
     }
 }
 

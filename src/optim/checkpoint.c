@@ -1,5 +1,6 @@
 /* Training checkpoints: the model's state dict, the optimizer's state and the caller's
  * metadata in one safetensors file, written atomically (see include/ember/optim.h). */
+#include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "../core/internal_api.h"
 #include "../nn/nn_internal.h"
 #include "optim_internal.h"
+#include "../util/parse_num.h"
 
 #define META_MAX 64          /* ours (4 + one step per parameter) are counted separately */
 #define NAME_MAX_LEN 512
@@ -138,13 +140,10 @@ static bool same_shape(em_tensor *a, em_tensor *b) {
     return true;
 }
 
+/* A count from the file's metadata: a whole non-negative integer that fits (an
+ * overflowing one is refused, not saturated). */
 static bool parse_i64(const char *s, int64_t *out) {
-    if (!s || !*s) return false;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*end || v < 0) return false;
-    *out = v;
-    return true;
+    return em__parse_i64(s, 0, INT64_MAX, out) == EM__NUM_OK;
 }
 
 /* Reads the optimizer's part of the file into fresh tensors (on each parameter's device and
@@ -159,9 +158,8 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
         return em_error(EM_ERR_ARGUMENT, "%s: %s holds %s state, but the optimizer is %s", op, path, kind,
                         em__optim_kind_name(opt));
     const char *lr_text = em_safetensors_metadata(file, "optimizer.lr");
-    char *end = NULL;
-    *lr = lr_text ? strtod(lr_text, &end) : -1;
-    if (!parse_i64(em_safetensors_metadata(file, "optimizer.steps"), total) || !end || *end || !(*lr >= 0))
+    if (!parse_i64(em_safetensors_metadata(file, "optimizer.steps"), total) ||
+        em__parse_f64(lr_text, 0, DBL_MAX, lr) != EM__NUM_OK)
         return em_error(EM_ERR_FORMAT, "%s: %s: bad or missing 'optimizer.steps' / 'optimizer.lr' metadata", op, path);
     int np = 0;
     em_named_tensor *params = module_params(m, &np);

@@ -78,6 +78,8 @@ typedef struct bench_results {
 int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err);
 /* Fill r by measuring (r->o must be set). progress, when not NULL, gets one line per step. */
 void bench_run(bench_results *r, FILE *progress);
+/* How many measurements of the sections run failed (each says why in the report). */
+int bench_failures(const bench_results *r);
 int bench_write_text(FILE *f, const bench_results *r);
 int bench_write_json(FILE *f, const bench_results *r);
 /* The whole subcommand, writing to out and err: 0, or 2 for bad arguments. */

@@ -312,3 +312,29 @@ void bench_run(bench_results *r, FILE *p) {
     if (p) fprintf(p, "\r%80s\r", "");
     em_clear_error();
 }
+
+static int failed_in(const bench_time *t, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += !t[i].ok && t[i].error[0];
+    return k;
+}
+
+int bench_failures(const bench_results *r) {
+    int k = 0;
+    if (r->o.sections & BENCH_MATMUL)
+        for (int i = 0; i < r->o.ndtypes; i++) k += failed_in(r->matmul[i], r->o.nsizes);
+    if (r->o.sections & BENCH_COPY) {
+        k += failed_in(r->memcpy_ref, r->ncopies);
+        if (r->host_device)
+            k += failed_in(r->h2d_pageable, r->ncopies) + failed_in(r->h2d_pinned, r->ncopies) +
+                 failed_in(r->d2h_pageable, r->ncopies) + failed_in(r->d2h_pinned, r->ncopies);
+    }
+    if (r->o.sections & BENCH_LAUNCH)
+        k += failed_in(&r->launch_queued, 1) + failed_in(&r->launch_synced, 1) + failed_in(&r->launch_cpu, 1);
+    if ((r->o.sections & BENCH_CROSSOVER) && !r->xo_skipped)
+        for (int m = 0; m < 2; m++) {
+            const bench_xo *x = m ? &r->xo_add : &r->xo_matmul;
+            k += failed_in(x->cpu, x->n) + failed_in(x->dev, x->n) + failed_in(x->dev_copies, x->n);
+        }
+    return k;
+}

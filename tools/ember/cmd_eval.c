@@ -21,17 +21,22 @@ static void usage(FILE *f) {
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *path = "ember-mlp.safetensors", *dir = NULL;
+    const char *path = NULL, *dir = NULL;
     em_device dev = EM_DEVICE_CPU;
     bool device_set = false;
     int64_t batch = 1000, threads = 0, limit = 0;
+    mlp_seen seen = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if (a[0] != '-') {
+        } else if (a[0] != '-' || !a[1]) {
+            if (path) {   /* one checkpoint: a second one is a mistake, not a replacement */
+                fprintf(stderr, "%s: unexpected argument '%s': one CHECKPOINT only (already '%s')\n", tool, a, path);
+                return 2;
+            }
             path = a;
             continue;
         } else if (i + 1 >= argc || (strcmp(a, "--device") && strcmp(a, "--batch-size") && strcmp(a, "--threads") &&
@@ -40,23 +45,32 @@ int cmd_eval(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
+        if (!mlp_once(tool, &seen, a)) return 2;
         const char *v = argv[++i];
-        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, v, &dev), device_set = true;
-        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, &batch);
-        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, &threads);
-        else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, &limit);
+        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, a, v, &dev), device_set = true;
+        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 30, &batch);
+        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, 4096, &threads);
+        else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 50, &limit);
         else dir = v;
         if (!ok) return 2;
     }
-    if (!device_set) dev = em_device_auto();   /* starts every backend: only when asked */
+    if (!path) path = "ember-mlp.safetensors";
+    if (!*path) {
+        fprintf(stderr, "%s: the CHECKPOINT path is empty\n", tool);
+        return 2;
+    }
+    if (!device_set && !mlp_default_device(tool, &dev)) return 2;   /* starts every backend: only when asked */
     if (threads) em_set_num_threads((int)threads);
     int rc = 1;
-    em_dataset *test = mlp_dataset(dir, false, limit);
-    em_module *model = test ? mlp_new() : NULL;
+    /* the checkpoint first: a bad one is reported before the data is read */
+    em_module *model = mlp_new();
+    em_dataset *test = NULL;
     if (!model) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
     } else if (em_module_load(model, path) != EM_OK || em_module_to(model, dev) != EM_OK) {
         fprintf(stderr, "%s: cannot load %s: %s\n", tool, path, em_last_error());
+    } else if (!(test = mlp_dataset(dir, false, limit, "--test-samples"))) {
+        fprintf(stderr, "%s: %s\n", tool, em_last_error());
     } else {
         mlp_eval ev;
         em_memory_reset_peak_stats(dev);

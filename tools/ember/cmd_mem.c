@@ -8,6 +8,7 @@
 #include <ember/ember.h>
 #include <ember/estimate.h>
 #include "commands.h"
+#include "mlp.h"
 
 static const char usage_text[] =
     "usage: ember mem PARAMS [options]\n"
@@ -76,13 +77,25 @@ static int bad(const char *fmt, const char *arg) {
     return 2;
 }
 
-static bool parse_int(const char *s, int64_t *out) {
-    char *end;
-    if (!s || !*s) return false;
-    long long v = strtoll(s, &end, 10);
-    if (*end || v <= 0) return false;
-    *out = v;
-    return true;
+/* LoRA adapts matrices of the model: a rank wider than them, more adapted matrices than the
+ * model can hold, or adapters larger than the model describe no real fine-tuning. */
+static bool lora_fits(const em_estimate_opts *o, const em_estimate *e, bool from_file) {
+    int r = o->lora_rank ? o->lora_rank : 8, m = o->lora_targets ? o->lora_targets : 2;
+    char msg[320];
+    if (r > e->hidden)
+        snprintf(msg, sizeof msg, "--lora-rank %d is larger than the model's %s (%lld): the rank must be at most that",
+                 r, from_file ? "widest Linear layer" : "hidden size", (long long)e->hidden);
+    else if (!from_file && (double)m * (double)e->hidden * (double)e->hidden * (double)e->layers > e->params)
+        snprintf(msg, sizeof msg, "--lora-targets %d: %d matrices of %lld x %lld in each of %lld layers would hold "
+                 "more parameters than the model's %.0f", m, m, (long long)e->hidden, (long long)e->hidden,
+                 (long long)e->layers, e->params);
+    else if (e->trainable_params > e->params)
+        snprintf(msg, sizeof msg, "LoRA rank %d: the adapters (%.0f parameters) would be larger than the model "
+                 "(%.0f parameters)", r, e->trainable_params, e->params);
+    else
+        return true;
+    bad("%s", msg);
+    return false;
 }
 
 static bool parse_dtype(const char *s, em_dtype *out) {
@@ -202,6 +215,12 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
     if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return bad("%s", em_last_error());
     double params_n = e.params;
     o.dtype = e.dtype;
+    if (modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
+        mo = o;
+        mo.mode = EM_ESTIMATE_LORA;
+        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+        if (!lora_fits(&mo, &e, true)) return 2;
+    }
     const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";
     fit_device dev[MAX_DEVICES];
     int ndev = list_devices(dev);
@@ -240,9 +259,11 @@ int cmd_mem(int argc, char **argv) {
     const char *params = NULL, *mode = "all", *model = NULL;
     bool shape_given = false;
     bool json = false;
+    mlp_seen seen = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = true;
+        if (a[0] == '-' && a[1] == '-' && !mlp_once("ember mem", &seen, a)) return 2;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_text, stdout);
             return 0;
@@ -255,6 +276,7 @@ int cmd_mem(int argc, char **argv) {
         } else if (a[0] == '-' && a[1] == '-' && !v) {
             return bad("option %s needs a value", a);
         } else if (!strcmp(a, "--params")) {
+            if (params) return bad("the parameter count is given twice ('%s' and --params)", params);
             params = v;
         } else if (!strcmp(a, "--model")) {
             model = v;
@@ -268,7 +290,7 @@ int cmd_mem(int argc, char **argv) {
         } else if (!strcmp(a, "--lora-rank") || !strcmp(a, "--lora-targets") || !strcmp(a, "--hidden") ||
                    !strcmp(a, "--layers") || !strcmp(a, "--batch") || !strcmp(a, "--seq")) {
             int64_t n;
-            if (!parse_int(v, &n) || n > 1000000000) return bad("expected a positive whole number, got '%s'", v);
+            if (!mlp_parse_int("ember mem", a, v, 1, 1000000000, &n)) return 2;
             if (!strcmp(a, "--lora-rank")) o.lora_rank = (int)n;
             else if (!strcmp(a, "--lora-targets")) o.lora_targets = (int)n;
             else if (!strcmp(a, "--hidden")) o.hidden = n, shape_given = true;
@@ -277,7 +299,8 @@ int cmd_mem(int argc, char **argv) {
             else o.seq = n, shape_given = true;
         } else if (!strcmp(a, "--act-bytes")) {
             int64_t b;
-            if (em_memory_parse_size(v, &b) != EM_OK || b <= 0) return bad("%s", em_last_error()[0] ? em_last_error() : "--act-bytes must be positive");
+            if (em_memory_parse_size(v, &b) != EM_OK) return bad("--act-bytes: %s", em_last_error());
+            if (b <= 0) return bad("--act-bytes expects a size above 0 bytes, got '%s'", v);
             o.activation_bytes_per_sample = (double)b;
         } else if (a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
             return bad("unknown option '%s'", a);
@@ -285,7 +308,7 @@ int cmd_mem(int argc, char **argv) {
             params = a;
             takes = false;
         } else {
-            return bad("unexpected argument '%s'", a);
+            return bad("unexpected argument '%s': one parameter count only", a);
         }
         if (takes) i++;
     }
@@ -298,9 +321,15 @@ int cmd_mem(int argc, char **argv) {
     em_estimate_mode modes[3];
     int nmodes;
     if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    em_estimate e, alt;
+    if (modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
+        em_estimate_opts lo = o;
+        lo.mode = EM_ESTIMATE_LORA;
+        if (em_estimate_memory(&lo, &e) != EM_OK) return bad("%s", em_last_error());
+        if (!lora_fits(&lo, &e, false)) return 2;
+    }
     fit_device dev[MAX_DEVICES];
     int ndev = list_devices(dev);
-    em_estimate e, alt;
     if (em_estimate_memory(&(em_estimate_opts){.params = o.params, .dtype = o.dtype}, &e) != EM_OK)
         return bad("%s", em_last_error());
     const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";

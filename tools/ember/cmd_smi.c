@@ -139,38 +139,69 @@ static void value(const row *r, field_id f, int count, bool units, char *out, si
     snprintf(out, size, "[N/A]");
 }
 
+/* Which fields --query-gpu lists, in order (repeats allowed, as nvidia-smi allows them);
+ * false after printing why. The whole list is read, however long. */
+static bool parse_fields(const char *list, field_id **want, int *nwant) {
+    char *buf = strdup(list);
+    size_t cap = 1;
+    for (const char *c = list; *c; c++) cap += *c == ',';
+    *want = malloc(cap * sizeof **want);
+    *nwant = 0;
+    bool ok = buf && *want;
+    if (!ok) fprintf(stderr, "ember smi: out of memory reading --query-gpu\n");
+    char *save = NULL;
+    for (char *t = ok ? strtok_r(buf, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ') t++;
+        size_t n = strlen(t);
+        while (n && t[n - 1] == ' ') t[--n] = '\0';
+        int f = 0;
+        while (f < NFIELDS && strcmp(fields[f].name, t)) f++;
+        if (f == NFIELDS) {
+            fprintf(stderr, "Field \"%s\" is not a valid field to query.\n\n"
+                            "See 'ember smi --help-query-gpu' for the fields.\n", t);
+            ok = false;
+            break;
+        }
+        (*want)[(*nwant)++] = (field_id)f;
+    }
+    free(buf);
+    if (ok && *nwant == 0) {
+        fprintf(stderr, "ember smi: --query-gpu lists no fields\n");
+        ok = false;
+    }
+    return ok;
+}
+
 static int query(const char *list, const char *format) {
     if (!format) {
         fprintf(stderr, "ember smi: --query-gpu needs --format=csv[,noheader][,nounits]\n");
         return 2;
     }
     bool csv = false, header = true, units = true;
-    char fmt[128];
-    snprintf(fmt, sizeof fmt, "%s", format);
+    char *fmt = strdup(format);   /* the whole value: nothing cut */
+    if (!fmt) {
+        fprintf(stderr, "ember smi: out of memory reading --format\n");
+        return 1;
+    }
     char *save = NULL;
     for (char *t = strtok_r(fmt, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!strcmp(t, "csv")) csv = true;
         else if (!strcmp(t, "noheader")) header = false;
         else if (!strcmp(t, "nounits")) units = false;
-        else { fprintf(stderr, "ember smi: unknown --format option \"%s\" (csv, noheader, nounits)\n", t); return 2; }
-    }
-    if (!csv) { fprintf(stderr, "ember smi: --format must include csv\n"); return 2; }
-    field_id want[32];
-    int nwant = 0;
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        while (*t == ' ') t++;
-        int f = 0;
-        while (f < NFIELDS && strcmp(fields[f].name, t)) f++;
-        if (f == NFIELDS) {
-            fprintf(stderr, "Field \"%s\" is not a valid field to query.\n\n"
-                            "See 'ember smi --help-query-gpu' for the fields.\n", t);
+        else {
+            fprintf(stderr, "ember smi: unknown --format option \"%s\" (csv, noheader, nounits)\n", t);
+            free(fmt);
             return 2;
         }
-        if (nwant < 32) want[nwant++] = (field_id)f;
     }
-    if (nwant == 0) { fprintf(stderr, "ember smi: --query-gpu lists no fields\n"); return 2; }
+    free(fmt);
+    if (!csv) { fprintf(stderr, "ember smi: --format must include csv\n"); return 2; }
+    field_id *want;
+    int nwant;
+    if (!parse_fields(list, &want, &nwant)) {
+        free(want);
+        return 2;
+    }
 
     row rows[MAX_ROWS];
     em_driver_info sys;
@@ -193,6 +224,7 @@ static int query(const char *list, const char *format) {
             value(&rows[r], want[i], n, units, v, sizeof v);
             printf("%s%s%s", i ? ", " : "", v, i == nwant - 1 ? "\n" : "");
         }
+    free(want);
     return 0;
 }
 
@@ -271,10 +303,20 @@ int cmd_smi(int argc, char **argv) {
     bool list = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        bool is_q = !strncmp(a, "--query-gpu=", 12) || !strcmp(a, "--query-gpu");
+        bool is_f = !strncmp(a, "--format=", 9) || !strcmp(a, "--format");
+        if ((is_q && q) || (is_f && format)) {   /* the last one would silently win */
+            fprintf(stderr, "ember smi: %s is given twice: give each option once\n", is_q ? "--query-gpu" : "--format");
+            return 2;
+        }
+        if ((!strcmp(a, "--query-gpu") || !strcmp(a, "--format")) && i + 1 >= argc) {
+            fprintf(stderr, "ember smi: %s needs a value\n", a);
+            return 2;
+        }
         if (!strncmp(a, "--query-gpu=", 12)) q = a + 12;
-        else if (!strcmp(a, "--query-gpu") && i + 1 < argc) q = argv[++i];
+        else if (!strcmp(a, "--query-gpu")) q = argv[++i];
         else if (!strncmp(a, "--format=", 9)) format = a + 9;
-        else if (!strcmp(a, "--format") && i + 1 < argc) format = argv[++i];
+        else if (!strcmp(a, "--format")) format = argv[++i];
         else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus")) list = true;
         else if (!strcmp(a, "--help-query-gpu")) {
             for (int f = 0; f < NFIELDS; f++)

@@ -1,20 +1,29 @@
 /* ember train: the seed's training loop, in C. Linear(784, 256), ReLU, Linear(256, 10) on
  * Fashion-MNIST: the model and the batches on one device, cross-entropy, backward, an
  * optimizer step; after each epoch the test accuracy, the throughput, the device's memory
- * and a checkpoint. Ctrl-C (or --max-steps) saves where it stopped; --resume goes on from
- * there with the same batch order, so a resumed run ends where an uninterrupted one does. */
+ * and a checkpoint. Ctrl-C, SIGTERM, SIGHUP (or --max-steps) save where it stopped; --resume
+ * goes on from there with the same batch order, so a resumed run ends where an uninterrupted
+ * one does. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "commands.h"
 #include "mlp.h"
 #include "progress.h"
+#include "util/parse_num.h"
 
 static const char *const tool = "ember train";
+
+/* Seconds from a stop signal to the exit, checkpoint saved or not: under the 30 s that
+ * Slurm (KillWait) and Kubernetes (terminationGracePeriodSeconds) wait before SIGKILL. */
+#define GRACE_SECONDS 20
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -32,16 +41,25 @@ static void usage(FILE *f) {
             "  --threads N          CPU threads (default: every core)\n"
             "  --data DIR           directory of the IDX files (default: the Debian package's,\n"
             "                       or EMBER_DATA_DIR)\n"
-            "  --checkpoint PATH    safetensors checkpoint written after every epoch and on Ctrl-C\n"
-            "                       (default ember-mlp.safetensors; 'none' to write nothing)\n"
-            "  --resume             continue from --checkpoint (its seed and batch size are used)\n"
+            "  --checkpoint PATH    safetensors checkpoint written after every epoch and on Ctrl-C,\n"
+            "                       SIGTERM or SIGHUP (default ember-mlp.safetensors; 'none' to write\n"
+            "                       nothing); its folder is checked before training starts\n"
+            "  --resume             continue from --checkpoint with its seed, batch size, optimizer\n"
+            "                       state and learning rate; --lr given with --resume replaces the\n"
+            "                       checkpoint's learning rate (and says so); --seed or --batch-size\n"
+            "                       unlike the checkpoint's are an error\n"
             "  --max-steps N        stop after N optimizer steps in total, saving a checkpoint as Ctrl-C does\n"
             "  --train-samples N    train on the first N samples only (default: all 60000)\n"
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
             "  --help               this text\n\n"
+            "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
             "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
-            "every quarter epoch. Exit status: 0 done, 1 failed, 2 bad arguments, 130 interrupted\n"
-            "(checkpoint saved).\n");
+            "every quarter epoch.\n\n"
+            "Signals: SIGINT (Ctrl-C), SIGTERM (what Slurm and Kubernetes send before SIGKILL) and\n"
+            "SIGHUP stop after the current step, save the checkpoint and exit with 128 + the signal\n"
+            "(130, 143, 129). If the checkpoint is not saved within %d s of the signal, or a second\n"
+            "signal comes, the process exits at once with the same status, without it.\n\n"
+            "Exit status: 0 done, 1 failed, 2 bad arguments, 128 + N stopped by signal N.\n", GRACE_SECONDS);
 }
 
 typedef struct train_opts {
@@ -49,7 +67,7 @@ typedef struct train_opts {
     int64_t epochs, batch_size, seed, threads, max_steps, train_samples, test_samples;
     const char *optimizer, *data_dir, *checkpoint;
     double lr, momentum, weight_decay;
-    bool lr_set, wd_set, resume;
+    bool lr_set, wd_set, seed_set, batch_set, resume;
 } train_opts;
 
 /* Where a run stands: what a checkpoint records beyond the weights. */
@@ -59,16 +77,50 @@ typedef struct position {
     int64_t steps;           /* optimizer steps in total */
 } position;
 
+/* The signal that asked to stop (0: none). */
 static volatile sig_atomic_t interrupted;
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
 
-static void on_sigint(int sig) {
-    (void)sig;
-    interrupted = 1;
-    signal(SIGINT, SIG_DFL);  /* a second Ctrl-C ends the process at once */
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
+
+/* The grace period ran out (a save stuck on a dead disk): leave now, as the signal asked. */
+static void on_grace_over(int sig) {
+    (void)sig;
+    static const char msg[] = "ember train: the checkpoint was not saved in time after the signal; exiting without it\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(128 + interrupted);
+}
+
+static void on_stop_signal(int sig) {
+    if (interrupted) _exit(128 + interrupted);   /* a second signal: at once */
+    interrupted = sig;
+    signal(SIGALRM, on_grace_over);
+    alarm(GRACE_SECONDS);
+}
+
+static void catch_stop_signals(bool on) {
+    for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++) {
+        struct sigaction sa = {.sa_handler = on ? on_stop_signal : SIG_DFL};
+        sigemptyset(&sa.sa_mask);
+        for (size_t k = 0; k < sizeof stop_signals / sizeof stop_signals[0]; k++) sigaddset(&sa.sa_mask, stop_signals[k]);
+        sigaction(stop_signals[i], &sa, NULL);
+    }
+    if (!on) alarm(0);
+}
+
+/* Upper limits: far beyond any real run, low enough that no counter derived from them
+ * overflows (epoch + 1, steps, threads as an int). */
+#define MAX_EPOCHS 1000000000
+#define MAX_BATCH ((int64_t)1 << 30)
+#define MAX_THREADS 4096
+#define MAX_COUNT ((int64_t)1 << 50)
 
 static int parse(int argc, char **argv, train_opts *o) {
     bool device_set = false;
+    mlp_seen seen = {0};
     *o = (train_opts){.epochs = 5, .batch_size = 64, .optimizer = "adam",
                       .momentum = 0.9, .checkpoint = "ember-mlp.safetensors"};
     for (int i = 1; i < argc; i++) {
@@ -78,6 +130,7 @@ static int parse(int argc, char **argv, train_opts *o) {
             return 0;
         }
         if (!strcmp(a, "--resume")) {
+            if (!mlp_once(tool, &seen, a)) return 2;
             o->resume = true;
             continue;
         }
@@ -87,7 +140,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
-            fprintf(stderr, "%s: unknown option '%s'\n", tool, a);
+            fprintf(stderr, "%s: %s '%s'\n", tool, a[0] == '-' ? "unknown option" : "unexpected argument", a);
             usage(stderr);
             return 2;
         }
@@ -95,19 +148,20 @@ static int parse(int argc, char **argv, train_opts *o) {
             fprintf(stderr, "%s: %s needs a value\n", tool, a);
             return 2;
         }
+        if (!mlp_once(tool, &seen, a)) return 2;
         const char *v = argv[++i];
         bool ok = true;
-        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, v, &o->device), device_set = true;
-        else if (!strcmp(a, "--epochs")) ok = mlp_parse_int(tool, a, v, 0, &o->epochs);
-        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, &o->batch_size);
-        else if (!strcmp(a, "--seed")) ok = mlp_parse_int(tool, a, v, 0, &o->seed);
-        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, &o->threads);
-        else if (!strcmp(a, "--max-steps")) ok = mlp_parse_int(tool, a, v, 1, &o->max_steps);
-        else if (!strcmp(a, "--train-samples")) ok = mlp_parse_int(tool, a, v, 1, &o->train_samples);
-        else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, &o->test_samples);
-        else if (!strcmp(a, "--lr")) ok = mlp_parse_double(tool, a, v, 0, &o->lr), o->lr_set = true;
-        else if (!strcmp(a, "--momentum")) ok = mlp_parse_double(tool, a, v, 0, &o->momentum);
-        else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, &o->weight_decay), o->wd_set = true;
+        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, a, v, &o->device), device_set = true;
+        else if (!strcmp(a, "--epochs")) ok = mlp_parse_int(tool, a, v, 0, MAX_EPOCHS, &o->epochs);
+        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, MAX_BATCH, &o->batch_size), o->batch_set = true;
+        else if (!strcmp(a, "--seed")) ok = mlp_parse_int(tool, a, v, 0, INT64_MAX, &o->seed), o->seed_set = true;
+        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, MAX_THREADS, &o->threads);
+        else if (!strcmp(a, "--max-steps")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->max_steps);
+        else if (!strcmp(a, "--train-samples")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->train_samples);
+        else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->test_samples);
+        else if (!strcmp(a, "--lr")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->lr), o->lr_set = true;
+        else if (!strcmp(a, "--momentum")) ok = mlp_parse_double(tool, a, v, 0, 1, &o->momentum);
+        else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
         else if (!strcmp(a, "--optimizer")) {
@@ -119,13 +173,19 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         if (!ok) return 2;
     }
-    /* auto-selection starts every backend: only when no device was named (a CPU run under
-     * valgrind then never loads OpenCL or CUDA) */
-    if (!device_set) o->device = em_device_auto();
     if (o->resume && !o->checkpoint) {
         fprintf(stderr, "%s: --resume needs a --checkpoint file (not 'none')\n", tool);
         return 2;
     }
+    /* where the checkpoint goes is checked now, not after an epoch of training */
+    if (o->checkpoint && !mlp_check_output(tool, "--checkpoint", o->checkpoint)) return 2;
+    if (o->resume && access(o->checkpoint, R_OK) != 0) {
+        fprintf(stderr, "%s: --resume: cannot read the checkpoint '%s': %s\n", tool, o->checkpoint, strerror(errno));
+        return 2;
+    }
+    /* auto-selection starts every backend: only when no device was named (a CPU run under
+     * valgrind then never loads OpenCL or CUDA) */
+    if (!device_set && !mlp_default_device(tool, &o->device)) return 2;
     if (!o->lr_set) o->lr = strcmp(o->optimizer, "sgd") ? 1e-3 : 1e-2;
     return -1;  /* go on */
 }
@@ -156,32 +216,55 @@ static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, cons
     return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 5);
 }
 
-static bool meta_i64(em_safetensors *f, const char *key, int64_t *out) {
+/* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
+static bool meta_i64(em_safetensors *f, const char *path, const char *key, int64_t min, int64_t max, int64_t *out) {
     const char *s = em_safetensors_metadata(f, key);
-    char *end;
-    long long v = s ? strtoll(s, &end, 10) : -1;
-    if (!s || *end || v < 0) return false;
-    *out = v;
-    return true;
+    em__num_result r = em__parse_i64(s, min, max, out);
+    if (r == EM__NUM_OK) return true;
+    if (!s) fprintf(stderr, "%s: cannot resume: %s lacks the metadata '%s' ember train writes\n", tool, path, key);
+    else fprintf(stderr, "%s: cannot resume: %s: metadata '%s' = '%.60s' (%s): expected an integer from %lld to %lld\n",
+                 tool, path, key, s, em__num_why(r), (long long)min, (long long)max);
+    return false;
 }
 
-/* Loads model, optimizer and position; the checkpoint's seed and batch size win. */
-static bool resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos) {
+/* Loads model, optimizer and position; the checkpoint's seed and batch size win (given
+ * and unlike, an error: the batch order depends on them). */
+static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos) {
     em_safetensors *meta = NULL;
     if (em_checkpoint_load(o->checkpoint, m, opt, &meta) != EM_OK) {
         fprintf(stderr, "%s: cannot resume: %s\n", tool, em_last_error());
-        return false;
+        return 1;
     }
+    int64_t seed, batch_size;
     const char *loss = em_safetensors_metadata(meta, "train.loss_sum");
-    char *end = NULL;
-    pos->loss_sum = loss ? strtod(loss, &end) : NAN;
-    bool ok = meta_i64(meta, "train.epoch", &pos->epoch) && meta_i64(meta, "train.batch", &pos->batch) &&
-              meta_i64(meta, "train.seed", &o->seed) && meta_i64(meta, "train.batch_size", &o->batch_size) &&
-              end && !*end && isfinite(pos->loss_sum) && o->batch_size > 0;
+    em__num_result lr = em__parse_f64(loss, 0, DBL_MAX, &pos->loss_sum);
+    bool ok = meta_i64(meta, o->checkpoint, "train.epoch", 0, MAX_EPOCHS, &pos->epoch) &&
+              meta_i64(meta, o->checkpoint, "train.batch", 0, MAX_COUNT, &pos->batch) &&
+              meta_i64(meta, o->checkpoint, "train.seed", 0, INT64_MAX, &seed) &&
+              meta_i64(meta, o->checkpoint, "train.batch_size", 1, MAX_BATCH, &batch_size);
+    if (ok && lr != EM__NUM_OK) {
+        fprintf(stderr, "%s: cannot resume: %s: metadata 'train.loss_sum' = '%.60s' (%s): expected a number >= 0\n", tool,
+                o->checkpoint, loss ? loss : "", loss ? em__num_why(lr) : "missing");
+        ok = false;
+    }
     em_safetensors_free(meta);
-    if (!ok) fprintf(stderr, "%s: cannot resume: %s lacks the train.* metadata ember train writes\n", tool, o->checkpoint);
+    if (!ok) return 1;
+    if ((o->seed_set && seed != o->seed) || (o->batch_set && batch_size != o->batch_size)) {
+        fprintf(stderr, "%s: --resume: %s %lld is unlike the checkpoint's %lld; a resumed run keeps the batch "
+                "order it started with (leave the option out)\n", tool,
+                o->seed_set && seed != o->seed ? "--seed" : "--batch-size",
+                (long long)(o->seed_set && seed != o->seed ? o->seed : o->batch_size),
+                (long long)(o->seed_set && seed != o->seed ? seed : batch_size));
+        return 2;
+    }
+    o->seed = seed;
+    o->batch_size = batch_size;
+    if (o->lr_set && em_optim_lr(opt) != o->lr) {
+        printf("--lr %g replaces the checkpoint's learning rate %g\n", o->lr, em_optim_lr(opt));
+        em_optim_set_lr(opt, o->lr);
+    }
     pos->steps = em_optim_steps(opt);
-    return ok;
+    return 0;
 }
 
 static void fail(const char *what) {
@@ -228,8 +311,8 @@ static bool train_epoch(const train_opts *o, em_module *m, em_optimizer *opt, em
 static int run(train_opts *o) {
     if (o->threads) em_set_num_threads((int)o->threads);
     int rc = 1;
-    em_dataset *train = mlp_dataset(o->data_dir, true, o->train_samples);
-    em_dataset *test = train ? mlp_dataset(o->data_dir, false, o->test_samples) : NULL;
+    em_dataset *train = mlp_dataset(o->data_dir, true, o->train_samples, "--train-samples");
+    em_dataset *test = train ? mlp_dataset(o->data_dir, false, o->test_samples, "--test-samples") : NULL;
     if (!test) {
         fail("cannot load Fashion-MNIST");
         em_dataset_free(train);
@@ -246,7 +329,8 @@ static int run(train_opts *o) {
         fail("cannot build the model");
         goto done;
     }
-    if (o->resume && !resume(o, model, opt, &pos)) goto done;
+    if (o->resume && (rc = resume(o, model, opt, &pos)) != 0) goto done;
+    rc = 1;
     loader = em_loader_new(train, (em_loader_opts){.batch_size = o->batch_size, .shuffle = true,
                                                    .seed = (uint64_t)o->seed, .device = o->device,
                                                    .pin_memory = o->device.type != EM_CPU});
@@ -263,7 +347,7 @@ static int run(train_opts *o) {
         printf("resumed from %s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps done)\n", o->checkpoint,
                pos.epoch + 1, pos.batch, pos.steps);
     fflush(stdout);
-    signal(SIGINT, on_sigint);
+    catch_stop_signals(true);
     bool stop = false;
     while (pos.epoch < o->epochs) {
         em_memory_reset_peak_stats(o->device);
@@ -291,24 +375,30 @@ static int run(train_opts *o) {
             fail("cannot save the checkpoint");
             goto done;
         }
-        if (stop) break;
+        if (stop || interrupted) break;   /* a signal during the evaluation or the save */
     }
+    if (interrupted) stop = true;
     if (stop && pos.epoch < o->epochs) {
         if (save(o, model, opt, &pos) != EM_OK) {
             fail("cannot save the checkpoint");
             goto done;
         }
-        printf("%s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps)%s%s%s\n",
+        printf("%s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps%s%s)%s%s%s\n",
                interrupted ? "interrupted" : "stopped (--max-steps)", pos.epoch + 1, pos.batch, pos.steps,
+               interrupted ? ", " : "", interrupted ? signal_name(interrupted) : "",
                o->checkpoint ? ": checkpoint saved to " : "", o->checkpoint ? o->checkpoint : "",
                o->checkpoint ? "; continue with --resume" : "");
-        rc = interrupted ? 130 : 0;
+        rc = interrupted ? 128 + interrupted : 0;
+    } else if (interrupted) {   /* the signal came with the last epoch's save */
+        if (o->checkpoint) printf("interrupted (%s) after the last epoch: checkpoint saved to %s\n",
+                                  signal_name(interrupted), o->checkpoint);
+        rc = 128 + interrupted;
     } else {
         if (o->checkpoint) printf("checkpoint: %s\n", o->checkpoint);
         rc = 0;
     }
 done:
-    signal(SIGINT, SIG_DFL);
+    catch_stop_signals(false);
     em_loader_free(loader);
     em_optim_free(opt);
     em_module_free(model);

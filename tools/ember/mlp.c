@@ -3,21 +3,36 @@
 #include "mlp.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+#include "core/errors.h"
+#include "util/parse_num.h"
 
 em_module *mlp_new(void) {
     return em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
 }
 
-em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit) {
+em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit, const char *opt) {
     em_dataset *full = em_dataset_fashion_mnist(dir, train);
     if (!full) return NULL;
     int64_t n = em_dataset_len(full);
-    if (limit <= 0 || limit > n) limit = n;
+    const char *split = train ? "training" : "test";
+    if (n == 0 || limit > n) {
+        if (n == 0) em_error(EM_ERR_FORMAT, "the Fashion-MNIST %s split holds no samples: nothing to %s", split,
+                             train ? "train on" : "test on");
+        else em_error(EM_ERR_ARGUMENT, "%s %lld: the Fashion-MNIST %s split has only %lld samples", opt,
+                      (long long)limit, split, (long long)n);
+        em_dataset_free(full);
+        return NULL;
+    }
+    if (limit <= 0) limit = n;
     /* [N, 28, 28] images as [N, 784] rows: x.view(-1, 784), the seed's flattening */
     em_scope s = em_scope_begin();
     em_tensor *x = em_narrow(em_dataset_x(full), 0, 0, limit), *y = em_narrow(em_dataset_y(full), 0, 0, limit);
@@ -67,24 +82,22 @@ em_status mlp_evaluate(em_module *m, const em_dataset *ds, em_device device, int
     return st;
 }
 
-bool mlp_parse_device(const char *tool, const char *s, em_device *out) {
-    if (!strcmp(s, "auto")) {
-        *out = em_device_auto();
-        return true;
-    }
+bool mlp_parse_device(const char *tool, const char *what, const char *s, em_device *out) {
+    if (!strcmp(s, "auto")) return mlp_default_device(tool, out);
     if (em_device_parse(s, out) != EM_OK) {
-        fprintf(stderr, "%s: --device: %s\n", tool, em_last_error());
+        fprintf(stderr, "%s: %s: %s\n", tool, what, em_last_error());
         em_clear_error();
         return false;
     }
     if (out->type != EM_CPU && !em_device_available(out->type)) {
         const char *why = em_device_unavailable_reason(out->type);
-        fprintf(stderr, "%s: device %s is not available%s%s\n", tool, s, why ? ": " : "", why ? why : "");
+        fprintf(stderr, "%s: %s: device %s is not available%s%s\n", tool, what, s, why ? ": " : "", why ? why : "");
+        em_clear_error();
         return false;
     }
     if (out->index < 0) out->index = 0;
     if (out->type != EM_CPU && out->index >= em_device_count(out->type)) {
-        fprintf(stderr, "%s: device %s does not exist: %d %s device%s found\n", tool, s,
+        fprintf(stderr, "%s: %s: device %s does not exist: %d %s device%s found\n", tool, what, s,
                 em_device_count(out->type), em_device_type_name(out->type), em_device_count(out->type) == 1 ? "" : "s");
         em_clear_error();
         return false;
@@ -92,27 +105,101 @@ bool mlp_parse_device(const char *tool, const char *s, em_device *out) {
     return true;
 }
 
-bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || errno || v < min) {
-        fprintf(stderr, "%s: %s expects an integer >= %lld, got '%s'\n", tool, opt, (long long)min, s ? s : "");
+bool mlp_default_device(const char *tool, em_device *out) {
+    /* em_device_auto() passes over a bad EMBER_DEVICE (a library must not fail on it);
+     * a command that was told where to run must not run elsewhere */
+    const char *env = getenv("EMBER_DEVICE");
+    if (env && *env && strcmp(env, "auto")) return mlp_parse_device(tool, "EMBER_DEVICE", env, out);
+    *out = em_device_auto();
+    return true;
+}
+
+bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out) {
+    int64_t v;
+    em__num_result r = em__parse_i64(s, min, max, &v);
+    if (r != EM__NUM_OK) {
+        if (max == INT64_MAX)
+            fprintf(stderr, "%s: %s expects an integer >= %lld, got '%s' (%s)\n", tool, opt, (long long)min,
+                    s ? s : "", em__num_why(r));
+        else
+            fprintf(stderr, "%s: %s expects an integer from %lld to %lld, got '%s' (%s)\n", tool, opt,
+                    (long long)min, (long long)max, s ? s : "", em__num_why(r));
         return false;
     }
     *out = v;
     return true;
 }
 
-bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double *out) {
-    char *end;
-    errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || !*s || *end || errno || !(v >= min) || !isfinite(v)) {
-        fprintf(stderr, "%s: %s expects a number >= %g, got '%s'\n", tool, opt, min, s ? s : "");
+bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double max, double *out) {
+    double v;
+    em__num_result r = em__parse_f64(s, min, max, &v);
+    if (r != EM__NUM_OK) {
+        fprintf(stderr, "%s: %s expects a number >= %g and <= %g, got '%s' (%s)\n", tool, opt, min, max, s ? s : "",
+                em__num_why(r));
         return false;
     }
     *out = v;
+    return true;
+}
+
+bool mlp_once(const char *tool, mlp_seen *seen, const char *opt) {
+    for (int i = 0; i < seen->n; i++)
+        if (!strcmp(seen->names[i], opt)) {
+            fprintf(stderr, "%s: %s is given twice: give each option once\n", tool, opt);
+            return false;
+        }
+    if (seen->n < (int)(sizeof seen->names / sizeof seen->names[0])) seen->names[seen->n++] = opt;
+    return true;
+}
+
+bool mlp_check_output(const char *tool, const char *opt, const char *path) {
+    size_t n = strlen(path);
+    if (n == 0) {
+        fprintf(stderr, "%s: %s is empty: expected a file path\n", tool, opt);
+        return false;
+    }
+    if (n >= PATH_MAX) {
+        fprintf(stderr, "%s: %s is %zu bytes long: the limit is %d bytes (PATH_MAX)\n", tool, opt, n, PATH_MAX - 1);
+        return false;
+    }
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+        fprintf(stderr, "%s: %s '%s' names a folder: expected a file path\n", tool, opt, path);
+        return false;
+    }
+    if (strlen(base) > NAME_MAX) {
+        fprintf(stderr, "%s: %s: the file name is %zu bytes long: the limit is %d bytes (NAME_MAX)\n", tool, opt,
+                strlen(base), NAME_MAX);
+        return false;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "%s: %s '%s' is %s: expected a regular file (it is replaced on every save)\n", tool, opt, path,
+                S_ISDIR(st.st_mode) ? "a folder" : "not a regular file");
+        return false;
+    }
+    char dir[PATH_MAX];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    int sr = stat(dir, &st), e = errno;
+    if (sr != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "%s: %s '%s': the folder '%s' %s\n", tool, opt, path, dir,
+                sr == 0 ? "is not a folder" : e == ENOENT ? "does not exist" : strerror(e));
+        return false;
+    }
+    /* the save writes a temporary file next to the target: make sure one can be made */
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.ember-probe.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "%s: %s '%s': cannot create a file in the folder '%s': %s\n", tool, opt, path, dir,
+                strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(probe);
     return true;
 }
 

@@ -11,8 +11,9 @@
 em_module *mlp_new(void);
 
 /* Fashion-MNIST's train or test split from dir (NULL: the Debian package or EMBER_DATA_DIR),
- * the first limit samples only when limit > 0. Pixels in [0, 1], as torchvision's ToTensor. */
-em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit);
+ * the first limit samples only when limit > 0. Pixels in [0, 1], as torchvision's ToTensor.
+ * An empty split, or a limit (given as option `opt`) beyond the split's size, is an error. */
+em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit, const char *opt);
 
 typedef struct mlp_eval {
     double accuracy;        /* fraction correct */
@@ -23,12 +24,27 @@ typedef struct mlp_eval {
 /* Accuracy and loss of m over ds on device, batches of batch_size, without gradients. */
 em_status mlp_evaluate(em_module *m, const em_dataset *ds, em_device device, int64_t batch_size, mlp_eval *out);
 
-/* "auto" (em_device_auto) or a device string; prints the error and returns false if the
- * device is unknown or unavailable. */
-bool mlp_parse_device(const char *tool, const char *s, em_device *out);
-/* A whole-string integer / number, printing "tool: --opt expects ..." on failure. */
-bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t *out);
-bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double *out);
+/* "auto" or a device string, given as `what` (an option's name, or EMBER_DEVICE); prints
+ * the error and returns false if the device is unknown or unavailable. "auto" is
+ * EMBER_DEVICE when that is set (then checked the same way), else em_device_auto(). */
+bool mlp_parse_device(const char *tool, const char *what, const char *s, em_device *out);
+/* The device when none was named: EMBER_DEVICE, checked, or auto-selection. */
+bool mlp_default_device(const char *tool, em_device *out);
+/* A whole-string integer in [min, max] / finite number in [min, max], printing
+ * "tool: --opt expects ..." (naming the limits) on failure. */
+bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out);
+bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double max, double *out);
+
+/* Options seen so far, so that one given twice is an error rather than the last one
+ * silently winning. */
+typedef struct mlp_seen { const char *names[32]; int n; } mlp_seen;
+/* false (after printing "tool: opt given twice") if opt was seen before. */
+bool mlp_once(const char *tool, mlp_seen *seen, const char *opt);
+
+/* An output file given as option `opt`, checked before any work: not empty, within
+ * PATH_MAX and NAME_MAX, not a directory or a device, in an existing folder where a file
+ * can be created. Prints why not and returns false. */
+bool mlp_check_output(const char *tool, const char *opt, const char *path);
 
 double mlp_now(void);   /* monotonic seconds */
 /* "allocated 1.2 MiB, peak 3.4 MiB, reserved 4.0 MiB" for device d. */

@@ -1,10 +1,12 @@
 /* Matmul through CLBlast, loaded with dlopen so that Ember builds and runs without it.
  *
  * EMBER_OPENCL_GEMM selects: "clblast" (CLBlast for f32/f64 when it loads), "ember"
- * (always Ember's tiled kernel, src/kernels/matmul.k), or unset: the default below, chosen by
+ * (always Ember's tiled kernel, src/kernels/matmul.k; any other value makes every OpenCL
+ * matmul fail with an error that names it), or unset: the default below, chosen by
  * measurement on PoCL (docs/BENCHMARKS.md, "OpenCL (PoCL)"). CLBlast enqueues on Ember's
  * in-order queue, so it is ordered with every other op and never synchronizes. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../../core/errors.h"
@@ -35,8 +37,14 @@ static dgemm_batched_fn g_dgemm_b;
 static sgemm_fn g_sgemm;
 static dgemm_fn g_dgemm;
 
+static char g_bad_mode[64];   /* an EMBER_OPENCL_GEMM value that is neither: every matmul reports it */
+
 static void load(void) {
     const char *mode = getenv("EMBER_OPENCL_GEMM");
+    if (mode && *mode && strcmp(mode, "clblast") && strcmp(mode, "ember")) {
+        snprintf(g_bad_mode, sizeof g_bad_mode, "%s", mode);
+        return;
+    }
     bool want = mode && strcmp(mode, "clblast") == 0 ? true
                 : mode && strcmp(mode, "ember") == 0 ? false
                                                       : CLBLAST_BY_DEFAULT;
@@ -58,6 +66,9 @@ bool em__ocl_clblast_enabled(void) {
 }
 
 em_status em__ocl_clblast_gemm(int dev, const em_gemm_args *g) {
+    if (!em__ocl_clblast_enabled() && g_bad_mode[0])
+        return em_error(EM_ERR_ARGUMENT, "EMBER_OPENCL_GEMM='%s' is not understood: expected 'clblast', 'ember' "
+                        "or unset (the default)", g_bad_mode);
     if (!em__ocl_clblast_enabled() || (g->dtype != EM_F32 && g->dtype != EM_F64))
         return EM_ERR_NOT_SUPPORTED;
     ocl_device *d = em__ocl_device(dev);
