@@ -294,10 +294,7 @@ static int pinned_bad_batches(em_device dev, int prefetch, int epochs, bool sync
  * into it: unless the cache first waits for the device, the queued copy may read them
  * and the device batch mixes samples. */
 static void test_pinned_copies_not_overwritten(void) {
-    if (!em_device_available(EM_OPENCL)) {
-        printf("  (skipped: no OpenCL device: %s)\n", em_device_unavailable_reason(EM_OPENCL));
-        return;
-    }
+    if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
     em_device dev = EM_DEVICE(EM_OPENCL, 0);
     struct { int prefetch, epochs; bool sync_each; const char *what; } runs[] = {
         /* nothing waits: each copy is still queued when its block is reused (deterministic) */

@@ -519,8 +519,9 @@ int main(void) {
     static const em_device_type types[] = {EM_CPU, EM_OPENCL, EM_CUDA, EM_MPS};
     for (int t = 0; g_loaded && t < COUNT(types); t++) {
         if (!em_device_available(types[t])) {
-            printf("%-9s skipped (not available: %s)\n", em_device_type_name(types[t]),
-                   em_device_unavailable_reason(types[t]));
+            char name[48];
+            snprintf(name, sizeof name, "golden replay on %s", em_device_type_name(types[t]));
+            test_skip_case(name, "not available: %s", em_device_unavailable_reason(types[t]));
             continue;
         }
         for (int i = 0; i < em_device_count(types[t]); i++) replay_device(EM_DEVICE(types[t], i));

@@ -363,8 +363,7 @@ static int clblast_child(void) {
 
 static void test_clblast_matmul(void) {
     if (!getenv("EMBER_TEST_CLBLAST") && access("/usr/lib/x86_64-linux-gnu/libclblast.so.1", F_OK) != 0) {
-        printf("skip: CLBlast is not installed\n");
-        return;
+        SKIP("CLBlast is not installed (Debian: libclblast-dev)");
     }
     fflush(stdout);
     pid_t pid = fork();

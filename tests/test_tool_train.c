@@ -94,10 +94,7 @@ static void test_resume_matches_uninterrupted(void) {
 
 static void test_pocl_trains_like_cpu_and_resumes_across_devices(void) {
     if (!have_data) return;
-    if (!em_device_available(EM_OPENCL)) {
-        printf("  (skipped: no OpenCL device: %s)\n", em_device_unavailable_reason(EM_OPENCL));
-        return;
-    }
+    if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
     char cpu[128], cl[128], moved[128], args[512];
     path_in(cpu, sizeof cpu, "cpu.safetensors");
     path_in(cl, sizeof cl, "cl.safetensors");
