@@ -1,10 +1,8 @@
 /* The harness of tests/test.h tested: each scenario runs as a child of this program that
- * fails, skips or passes on purpose; the parent checks its exit status and summary line.
+ * fails, skips or passes on purpose (tests/test_scenario.h); the parent checks its exit
+ * status and summary line.
  * Also: ctest maps the skip status to "skipped" for every registered test. */
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include "test.h"
+#include "test_scenario.h"
 
 /* ---- the children's cases ---- */
 static void case_passes(void) { CHECK(1 + 1 == 2); }
@@ -53,70 +51,32 @@ static int scenario(const char *name) {
 }
 
 /* ---- the parent ---- */
-typedef struct child {
-    int status; /* exit status, or -1 */
-    char *out;  /* stdout and stderr; free it */
-} child;
-
-/* Runs `argv` with EMBER_HARNESS_SCENARIO=scenario (when given), stdout and stderr captured. */
-static child run_child(const char *scenario_name, char *const argv[]) {
-    size_t cap = 1 << 20, n = 0;
-    child c = {.status = -1, .out = calloc(cap, 1)};
-    int fd[2];
-    if (!c.out || pipe(fd) != 0) return c;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd[1], 1);
-        dup2(fd[1], 2);
-        close(fd[0]);
-        close(fd[1]);
-        if (scenario_name) setenv("EMBER_HARNESS_SCENARIO", scenario_name, 1);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(fd[1]);
-    ssize_t r;
-    while (n < cap - 1 && (r = read(fd[0], c.out + n, cap - 1 - n)) > 0) n += (size_t)r;
-    c.out[n] = '\0';
-    close(fd[0]);
-    int st = 0;
-    if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st)) c.status = WEXITSTATUS(st);
-    return c;
-}
-
-static void expect(const char *name, int status, const char *summary, const char *also) {
-    char *argv[] = {"/proc/self/exe", NULL};
-    child c = run_child(name, argv);
-    bool ok = c.out && c.status == status && strstr(c.out, summary) && (!also || strstr(c.out, also));
-    if (!ok)
-        fprintf(stderr, "  scenario %s: exit %d (expected %d), expected \"%s\"%s%s in:\n%s\n", name, c.status,
-                status, summary, also ? " and " : "", also ? also : "", c.out ? c.out : "");
-    CHECK(ok);
-    free(c.out);
-}
-
 static void test_check_before_run_fails(void) {
-    expect("check_before_run", 1, "1 passed, 1 failed, 0 skipped", "FAIL (outside any RUN)");
+    expect_scenario("check_before_run", 1, "1 passed, 1 failed, 0 skipped", "FAIL (outside any RUN)");
 }
 static void test_check_after_last_run_fails(void) {
-    expect("check_after_run", 1, "1 passed, 1 failed, 0 skipped", "FAIL (outside any RUN)");
+    expect_scenario("check_after_run", 1, "1 passed, 1 failed, 0 skipped", "FAIL (outside any RUN)");
 }
 static void test_all_skipped_exits_77(void) {
-    expect("all_skip", TEST_SKIP_CODE, "0 passed, 0 failed, 2 skipped",
+    expect_scenario("all_skip", TEST_SKIP_CODE, "0 passed, 0 failed, 2 skipped",
            "SKIP case_skips: nothing to run it on (0 devices)");
-    expect("all_skip", TEST_SKIP_CODE, "0 passed, 0 failed, 2 skipped", "SKIP replay on nothing: no such device");
+    expect_scenario("all_skip", TEST_SKIP_CODE, "0 passed, 0 failed, 2 skipped", "SKIP replay on nothing: no such device");
 }
 static void test_some_skipped_counts_them(void) {
-    expect("some_skip", 0, "1 passed, 0 failed, 2 skipped", "SKIP case_marks_skip_and_goes_on: part of it");
+    expect_scenario("some_skip", 0, "1 passed, 0 failed, 2 skipped", "SKIP case_marks_skip_and_goes_on: part of it");
 }
-static void test_failure_beats_skip(void) { expect("fail_beats_skip", 1, "0 passed, 1 failed, 1 skipped", "FAIL case_fails_then_skips"); }
-static void test_failed_case_fails(void) { expect("one_fails", 1, "1 passed, 1 failed, 0 skipped", "FAIL case_fails"); }
+static void test_failure_beats_skip(void) {
+    expect_scenario("fail_beats_skip", 1, "0 passed, 1 failed, 1 skipped", "FAIL case_fails_then_skips");
+}
+static void test_failed_case_fails(void) {
+    expect_scenario("one_fails", 1, "1 passed, 1 failed, 0 skipped", "FAIL case_fails");
+}
 static void test_pending_error_fails(void) {
-    expect("pending_error", 1, "0 passed, 1 failed, 0 skipped", "case_leaves_error left an error pending");
+    expect_scenario("pending_error", 1, "0 passed, 1 failed, 0 skipped", "case_leaves_error left an error pending");
 }
-static void test_passing_passes(void) { expect("passes", 0, "2 passed, 0 failed, 0 skipped", "ok   case_passes"); }
+static void test_passing_passes(void) {
+    expect_scenario("passes", 0, "2 passed, 0 failed, 0 skipped", "ok   case_passes");
+}
 
 /* Every test ctest knows maps exit status 77 to "skipped" (CMakeLists.txt). Read from the
  * generated CTestTestfile.cmake: running ctest here would rewrite the log that
