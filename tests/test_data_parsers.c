@@ -122,6 +122,10 @@ static void test_idx_errors(void) {
     const unsigned char bad_magic[] = {1, 0, 8, 1, 0, 0, 0, 0};
     CHECK(em__idx_parse("m.idx", bad_magic, sizeof bad_magic, &a) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "m.idx: not an IDX file");
+    /* the second magic byte is checked too, not only the first */
+    const unsigned char bad_magic1[] = {0, 1, 8, 1, 0, 0, 0, 0};
+    CHECK(em__idx_parse("m1.idx", bad_magic1, sizeof bad_magic1, &a) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "m1.idx: not an IDX file: bytes 0-1 are 00 01, expected 00 00");
     const unsigned char bad_type[] = {0, 0, 0x0A, 1, 0, 0, 0, 0};
     CHECK(em__idx_parse("t.idx", bad_type, sizeof bad_type, &a) != EM_OK);
     CHECK_ERROR(EM_ERR_FORMAT, "bad IDX element type 0x0a at byte 2");
