@@ -97,6 +97,48 @@ static void test_batches_and_drop_last(void) {
     em_dataset_free(ds);
 }
 
+/* Every order equally likely: over 1200 epochs of 4 samples all 24 orders appear and each
+ * sample stays in place about a quarter of the time (an off-by-one in Fisher-Yates gives
+ * only the 6 cyclic orders, with no sample ever in place). */
+static void test_shuffle_uniform(void) {
+    float x[4] = {0, 1, 2, 3};
+    int64_t y[4] = {0, 1, 2, 3};
+    em_scope s = em_scope_begin();
+    em_dataset *ds = em_dataset_new(em_from_data(x, EM_F32, EM_SHAPE(4, 1), EM_OPTS(0)),
+                                    em_from_data(y, EM_I64, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64)));
+    em_scope_end(s);
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 4, .shuffle = true, .seed = 11,
+                                                      .prefetch = EM_PREFETCH_NONE});
+    CHECK(ds && l);
+    int seen[256] = {0}, in_place = 0, epochs = 1200;
+    em_batch b;
+    for (int e = 0; l && e < epochs; e++) {
+        int batches = 0;
+        while (em_loader_next(l, &b)) {
+            int64_t o[4] = {-1, -1, -1, -1};
+            CHECK(b.size == 4 && em_copy_to_host(b.y, o, sizeof o) == EM_OK);
+            int code = 0;
+            for (int i = 0; i < 4; i++) {
+                code = code * 4 + (int)(o[i] & 3);
+                in_place += o[i] == i;
+            }
+            seen[code]++;
+            batches++;
+        }
+        CHECK(batches == 1);
+    }
+    int distinct = 0;
+    for (int c = 0; c < 256; c++) distinct += seen[c] > 0;
+    double frac = in_place / (4.0 * epochs);
+    if (distinct != 24 || frac < 0.2 || frac > 0.3)
+        fprintf(stderr, "  %d distinct orders (expected 24), samples in place %.3f of the time (expected 0.25)\n",
+                distinct, frac);
+    CHECK(distinct == 24);
+    CHECK(frac > 0.2 && frac < 0.3);
+    em_loader_free(l);
+    em_dataset_free(ds);
+}
+
 static void test_shuffle_reproducible(void) {
     em_dataset *ds = make_dataset();
     int64_t a0[N], a1[N], b0[N], b1[N], c0[N], nb;
@@ -394,6 +436,7 @@ static void test_datasets_from_files(void) {
 int main(void) {
     RUN(test_batches_and_drop_last);
     RUN(test_shuffle_reproducible);
+    RUN(test_shuffle_uniform);
     RUN(test_prefetch_identical);
     RUN(test_reset_and_free_mid_epoch);
     RUN(test_batch_ownership);
