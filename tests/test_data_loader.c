@@ -139,6 +139,49 @@ static void test_shuffle_uniform(void) {
     em_dataset_free(ds);
 }
 
+/* A user's mistakes with datasets: a status and a message naming what was expected. */
+static void test_dataset_user_errors(void) {
+    em_scope s = em_scope_begin();
+    em_tensor *x = em_ones(EM_SHAPE(2, 1), (em_opts){0});
+    CHECK(em_dataset_new(NULL, NULL) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dataset_new: argument 'x' is NULL");
+    CHECK(em_dataset_new(em_scalar(1.0, (em_opts){0}), NULL) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "features must have a sample dimension, got a 0-d tensor");
+    CHECK(em_dataset_new(x, em_zeros(EM_SHAPE(2, 1), EM_OPTS(.dtype = EM_I64))) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "labels must be 1-d [N], got 2 dimensions");
+    CHECK(em_dataset_idx("images", NULL, 1.0) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dataset_idx: argument 'labels' is NULL");
+    CHECK(em_dataset_npy(NULL, NULL, 1.0) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dataset_npy: the features path is NULL");
+    /* IDX label files: int32 labels are widened; 2-d or float labels are refused */
+    char *dir = test_tmpdir(), xp[600], yp[600];
+    CHECK(dir != NULL);
+    if (dir) {
+        snprintf(xp, sizeof xp, "%s/x.idx", dir);
+        snprintf(yp, sizeof yp, "%s/y.idx", dir);
+        const unsigned char images[] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 5, 6};
+        const unsigned char i32[] = {0, 0, 0x0C, 1, 0, 0, 0, 2, 0, 0, 0, 7, 0xFF, 0xFF, 0xFF, 0xFF};
+        const unsigned char two_d[] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 1, 2};
+        const unsigned char f32[] = {0, 0, 0x0D, 1, 0, 0, 0, 2, 0x3F, 0x80, 0, 0, 0, 0, 0, 0};
+        CHECK(test_write_file(xp, images, sizeof images) == 0 && test_write_file(yp, i32, sizeof i32) == 0);
+        em_dataset *ds = em_dataset_idx(xp, yp, 1.0);
+        CHECK(ds != NULL);
+        int64_t got[2] = {0, 0};
+        CHECK(ds && em_copy_to_host(em_dataset_y(ds), got, sizeof got) == EM_OK && got[0] == 7 && got[1] == -1);
+        em_dataset_free(ds);
+        CHECK(test_write_file(yp, two_d, sizeof two_d) == 0);
+        CHECK(em_dataset_idx(xp, yp, 1.0) == NULL);
+        CHECK_ERROR(EM_ERR_SHAPE, "y.idx: labels must be 1-d, the file holds 2 dimensions");
+        CHECK(test_write_file(yp, f32, sizeof f32) == 0);
+        CHECK(em_dataset_idx(xp, yp, 1.0) == NULL);
+        CHECK_ERROR(EM_ERR_DTYPE, "y.idx: labels must be integers, the file holds float32");
+        remove(xp);
+        remove(yp);
+        remove(dir);
+    }
+    em_scope_end(s);
+}
+
 static void test_shuffle_reproducible(void) {
     em_dataset *ds = make_dataset();
     int64_t a0[N], a1[N], b0[N], b1[N], c0[N], nb;
@@ -437,6 +480,7 @@ int main(void) {
     RUN(test_batches_and_drop_last);
     RUN(test_shuffle_reproducible);
     RUN(test_shuffle_uniform);
+    RUN(test_dataset_user_errors);
     RUN(test_prefetch_identical);
     RUN(test_reset_and_free_mid_epoch);
     RUN(test_batch_ownership);
