@@ -47,7 +47,7 @@ static double checkpoint_diff(const char *a, const char *b) {
 static void path_in(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", dir, name); }
 
 static void test_one_epoch_reaches_80_percent(void) {
-    if (!have_data) return;
+    if (!have_data) SKIP("Fashion-MNIST is not installed (a failure: see main)");
     char ckpt[128], args[512];
     path_in(ckpt, sizeof ckpt, "full.safetensors");
     snprintf(args, sizeof args, "train --device cpu --epochs 1 --checkpoint %s", ckpt);
@@ -70,7 +70,7 @@ static void test_one_epoch_reaches_80_percent(void) {
 #define SMALL "--train-samples 2000 --test-samples 500 --threads 1 --seed 3"
 
 static void test_resume_matches_uninterrupted(void) {
-    if (!have_data) return;
+    if (!have_data) SKIP("Fashion-MNIST is not installed (a failure: see main)");
     char a[128], b[128], args[512];
     path_in(a, sizeof a, "a.safetensors");
     path_in(b, sizeof b, "b.safetensors");
@@ -93,7 +93,7 @@ static void test_resume_matches_uninterrupted(void) {
 }
 
 static void test_pocl_trains_like_cpu_and_resumes_across_devices(void) {
-    if (!have_data) return;
+    if (!have_data) SKIP("Fashion-MNIST is not installed (a failure: see main)");
     if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
     char cpu[128], cl[128], moved[128], args[512];
     path_in(cpu, sizeof cpu, "cpu.safetensors");
@@ -121,7 +121,7 @@ static void test_pocl_trains_like_cpu_and_resumes_across_devices(void) {
 }
 
 static void test_ctrl_c_saves_and_resumes(void) {
-    if (!have_data) return;
+    if (!have_data) SKIP("Fashion-MNIST is not installed (a failure: see main)");
     char ckpt[128], log[128];
     path_in(ckpt, sizeof ckpt, "int.safetensors");
     path_in(log, sizeof log, "int.log");
