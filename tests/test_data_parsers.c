@@ -329,6 +329,11 @@ static void test_csv_basic(void) {
     CHECK_OK(csv("1,2\n3,4\n", (em_csv_opts){0}, &x, NULL));
     CHECK(x.shape[0] == 2 && x.shape[1] == 2);
     em__array_free(&x);
+    /* "" inside a quoted field is an escaped quote, not its end */
+    CHECK_OK(csv("\"say \"\"hi\"\"\",\"b\"\"\"\n1,2\n", (em_csv_opts){.header = true}, &x, &y));
+    CHECK(x.shape[0] == 1 && x.shape[1] == 1 && ((float *)x.data)[0] == 2 && ((int64_t *)y.data)[0] == 1);
+    em__array_free(&x);
+    em__array_free(&y);
 }
 
 static void test_csv_errors(void) {
