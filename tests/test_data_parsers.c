@@ -238,6 +238,19 @@ static void test_npy_headers(void) {
     size_t n = npy_with_dict(buf, "{\"shape\": (3L,), 'fortran_order':False,'descr':'<i4'}\n", vals, 12);
     CHECK_OK(em__npy_parse("py2.npy", buf, n, &a));
     CHECK(a.dtype == EM_I32 && a.ndim == 1 && a.shape[0] == 3);
+    em__array_free(&a);
+    /* one-byte types carry no byte order: '|u1' as NumPy writes it, and '<u1', '=u1' */
+    const char *u1[] = {"|u1", "<u1", "=u1", "|b1", "=b1"};
+    for (int k = 0; k < 5; k++) {
+        char dict[128];
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (3,), }\n", u1[k]);
+        n = npy_with_dict(buf, dict, "\x01\x00\x01", 3);
+        em_status st = em__npy_parse("u1.npy", buf, n, &a);
+        if (st != EM_OK) fprintf(stderr, "  descr %s: %s\n", u1[k], em_last_error());
+        CHECK(st == EM_OK && a.dtype == (k < 3 ? EM_U8 : EM_BOOL) && a.shape[0] == 3);
+        em__array_free(&a);
+        em_clear_error();
+    }
     n = npy_with_dict(buf, "{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }\n", vals, 12);
     CHECK(em__npy_parse("be.npy", buf, n, &a) == EM_ERR_NOT_SUPPORTED);
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "be.npy: .npy dtype '>f4' at byte 20 is not supported (big-endian)");
