@@ -8,6 +8,7 @@ PACKAGES=(
   build-essential cmake pkg-config clang        # compilers (clang for the fuzz targets)
   libopenblas-dev zlib1g-dev                     # CPU GEMM, .gz data files
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo   # OpenCL, run on the CPU by PoCL
+  libclblast-dev                                 # CLBlast GEMM (dlopen'ed): its test runs, not skips
   dataset-fashion-mnist                          # the data `ember train` uses
   valgrind                                       # leak check of a training run in CI
 )

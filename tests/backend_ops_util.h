@@ -13,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "backends/backend.h"
+#include "backends/cpu/cpu_internal.h"
 #include "core/tensor_impl.h"
+#include "required_ops.h"
 #include "test.h"
 
 /* ---- devices under test: cpu, every opencl:N, every cuda:N ---- */
@@ -389,8 +391,39 @@ static bool check_out(outbuf *ob, const double *ref, double limit) {
     return ok;
 }
 
-/* Does the backend have this entry point? A missing one is reported once per device and
- * counted as declined, never as passing. */
+/* em_op's names, as tests/required_ops.txt spells them */
+static const char *op_name(em_op op) {
+    static const char *const names[] = {
+        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sign", "square",
+        "reciprocal", "add_scalar", "mul_scalar", "div_scalar", "rsub_scalar", "pow_scalar", "clamp", "add",
+        "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+        "sum", "mean", "max", "min", "argmax", "argmin"};
+    _Static_assert(sizeof names / sizeof names[0] == EM_OP_COUNT, "one name per em_op");
+    return (int)op >= 0 && op < EM_OP_COUNT ? names[op] : "?";
+}
+
+/* Does the backend support (op, dt)? A pair the CPU reference declines too is not a case
+ * (core casts first); any other decline is a failure when tests/required_ops.txt requires
+ * the op of the backend, else reported as skipped. Never counted as passing. */
+static int g_declined_pairs;
+static bool op_supported(const target *tg, em_op op, em_dtype dt) {
+    if (tg->be->supports_op && tg->be->supports_op(op, dt)) return true;
+    if (em__cpu_supports_op(op, dt)) {
+        char ctx[96], float_only[40];
+        snprintf(ctx, sizeof ctx, "%s %s %s", tg->name, op_name(op), em_dtype_name(dt));
+        /* "op:float" in the list: required on the floating dtypes only */
+        snprintf(float_only, sizeof float_only, "%s:float", op_name(op));
+        bool required = op_required(tg->be->name, op_name(op)) ||
+                        (em_dtype_is_floating(dt) && op_required(tg->be->name, float_only));
+        op_declined_as(tg->be->name, op_name(op), required, ctx, "supports_op answers false");
+        g_declined_pairs++;
+    }
+    return false;
+}
+
+/* Does the backend have this entry point? A missing one is a failure when the op is
+ * required of the backend (tests/required_ops.txt), else reported once per device as
+ * skipped; never counted as passing. */
 static int g_declined_entries;
 static bool has_entry(const target *tg, bool present, const char *what) {
     static char seen[64][48];
@@ -399,9 +432,12 @@ static bool has_entry(const target *tg, bool present, const char *what) {
     char key[48];
     snprintf(key, sizeof key, "%s/%s", tg->name, what);
     for (int i = 0; i < nseen; i++)
-        if (strcmp(seen[i], key) == 0) return false;
+        if (strcmp(seen[i], key) == 0) {
+            if (op_required(tg->be->name, what)) test__checks_failed_in_case++;
+            return false;
+        }
     if (nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", key);
-    printf("  declined: %s has no %s entry point yet\n", tg->name, what);
+    op_declined(tg->be->name, what, tg->name, "no entry point");
     g_declined_entries++;
     return false;
 }
@@ -421,13 +457,11 @@ static bool two_device_child(void) { return getenv("EMBER_TEST_TWO_DEVICES") != 
  * GPU-style kernels (EMBER_OPENCL_CPU_KERNELS=0); the child's exit status is this case's
  * result. */
 static void test_two_opencl_devices(void) {
-    if (two_device_child()) return;
     em_device_props p;
     if (em_device_count(EM_OPENCL) < 1 || em_device_get_props(EM_DEVICE(EM_OPENCL, 0), &p) != EM_OK ||
         !strstr(p.name, "pthread")) {
         em_clear_error();
-        printf("skip two-device run: needs PoCL's pthread device\n");
-        return;
+        SKIP("the two-device run needs PoCL's pthread device");
     }
     printf("--- again with POCL_DEVICES=\"pthread pthread\" EMBER_OPENCL_CPU_KERNELS=0 ---\n");
     fflush(stdout);

@@ -1,18 +1,32 @@
 /* A tiny test harness: each tests/test_*.c is one program.
  *   static void test_add(void) { CHECK(x == 1); CHECK_NEAR(a, b, 1e-6); }
- *   int main(void) { RUN(test_add); return test_summary(); }
- * A failed check prints file:line and the expression, and the test goes on.
- * The summary is the plain line "N passed, N failed" that CI reads. */
+ *   static void test_gpu(void) { if (!have_gpu) SKIP("no GPU: %s", why); ... }
+ *   int main(void) { RUN(test_add); RUN(test_gpu); return test_summary(); }
+ * A failed check prints file:line and the expression, and the test goes on. A check that
+ * fails outside any RUN (in main, before, between or after the cases) fails the program
+ * too: it is counted as one failed case, "(outside any RUN)".
+ * SKIP("why", ...) ends the current case as skipped (a failed check before it still fails
+ * the case); test_skip_case("name", "why", ...) records a case that main decided not to run.
+ * Each skip prints "SKIP name: why"; scripts/test.sh lists them at the end.
+ * The summary is the plain line "N passed, N failed, N skipped" that CI reads. The exit
+ * status is 1 when anything failed, TEST_SKIP_CODE (77, ctest's SKIP_RETURN_CODE) when
+ * every case was skipped, else 0. */
 #ifndef EMBER_TEST_H
 #define EMBER_TEST_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <ember/ember.h>
 
+#define TEST_SKIP_CODE 77
+
+/* failed checks since the current case began (or, outside a case, since the last one ended) */
 static int test__checks_failed_in_case;
-static int test__passed, test__failed;
+static int test__passed, test__failed, test__skipped;
+static int test__in_case;         /* inside RUN */
+static char test__skip_reason[256]; /* set by SKIP in the current case */
 
 #define CHECK(cond)                                                                  \
     do {                                                                             \
@@ -55,28 +69,98 @@ static int test__passed, test__failed;
         em_clear_error();                                                            \
     } while (0)
 
+/* Checks that failed outside any case count as one failed case. */
+static inline void test__flush_outside(void) {
+    if (test__in_case || !test__checks_failed_in_case) return;
+    test__failed++;
+    fprintf(stderr, "FAIL (outside any RUN): %d failed check(s)\n", test__checks_failed_in_case);
+    test__checks_failed_in_case = 0;
+}
+
+static inline void test__vskip(const char *name, const char *fmt, va_list ap) {
+    char why[sizeof test__skip_reason];
+    vsnprintf(why, sizeof why, fmt, ap);
+    if (test__in_case) {
+        memcpy(test__skip_reason, why, sizeof why);
+        return; /* RUN reports it when the case returns */
+    }
+    test__skipped++;
+    printf("SKIP %s: %s\n", name, why[0] ? why : "(no reason given)");
+}
+
+/* Marks the current case skipped (it goes on: use SKIP to also return). Outside a case it
+ * records one skipped case named "main". */
+static inline void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void test_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    test__vskip("main", fmt, ap);
+    va_end(ap);
+}
+
+/* A case main decided not to run, e.g. test_skip_case("replay cuda", "%s", why). */
+static inline void test_skip_case(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void test_skip_case(const char *name, const char *fmt, ...) {
+    test__flush_outside();
+    int in = test__in_case;
+    test__in_case = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    test__vskip(name, fmt, ap);
+    va_end(ap);
+    test__in_case = in;
+}
+
+/* Ends the current case (a void function) as skipped, with a printf-style reason. */
+#define SKIP(...)                                                                    \
+    do {                                                                             \
+        test_skip(__VA_ARGS__);                                                      \
+        return;                                                                      \
+    } while (0)
+
+static inline void test__begin(void) {
+    test__flush_outside();
+    test__in_case = 1;
+    test__checks_failed_in_case = 0;
+    test__skip_reason[0] = '\0';
+    em_clear_error();
+}
+
+static inline void test__end(const char *name) {
+    if (em_failed()) {
+        fprintf(stderr, "  %s left an error pending: %s\n", name, em_last_error());
+        test__checks_failed_in_case++;
+        em_clear_error();
+    }
+    test__in_case = 0;
+    if (test__checks_failed_in_case) {
+        test__failed++;
+        fprintf(stderr, "FAIL %s\n", name);
+        if (test__skip_reason[0]) fprintf(stderr, "  (it then skipped: %s)\n", test__skip_reason);
+    } else if (test__skip_reason[0]) {
+        test__skipped++;
+        printf("SKIP %s: %s\n", name, test__skip_reason);
+    } else {
+        test__passed++;
+        printf("ok   %s\n", name);
+    }
+    test__checks_failed_in_case = 0;
+    test__skip_reason[0] = '\0';
+}
+
 #define RUN(fn)                                                                      \
     do {                                                                             \
-        test__checks_failed_in_case = 0;                                             \
-        em_clear_error();                                                            \
+        test__begin();                                                               \
         fn();                                                                        \
-        if (em_failed()) {                                                           \
-            fprintf(stderr, "  %s left an error pending: %s\n", #fn, em_last_error()); \
-            test__checks_failed_in_case++;                                           \
-            em_clear_error();                                                        \
-        }                                                                            \
-        if (test__checks_failed_in_case) {                                           \
-            test__failed++;                                                          \
-            fprintf(stderr, "FAIL %s\n", #fn);                                       \
-        } else {                                                                     \
-            test__passed++;                                                          \
-            printf("ok   %s\n", #fn);                                                \
-        }                                                                            \
+        test__end(#fn);                                                              \
     } while (0)
 
 static inline int test_summary(void) {
-    printf("%d passed, %d failed\n", test__passed, test__failed);
-    return test__failed ? 1 : 0;
+    test__flush_outside();
+    printf("%d passed, %d failed, %d skipped\n", test__passed, test__failed, test__skipped);
+    fflush(stdout);
+    if (test__failed) return 1;
+    return test__skipped && !test__passed ? TEST_SKIP_CODE : 0;
 }
 
 #endif

@@ -103,7 +103,7 @@ static void test_roundtrip_continues_exactly(void) {
         roundtrip(make_adam, EM_DEVICE(EM_OPENCL, 0), "adam");
         roundtrip(make_sgd, EM_DEVICE(EM_OPENCL, 0), "sgd");
     } else {
-        printf("  (OpenCL cases skipped: %s)\n", em_device_unavailable_reason(EM_OPENCL));
+        test_skip_case("test_roundtrip_continues_exactly (OpenCL part)", "no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
     }
 }
 

@@ -167,8 +167,10 @@ int main(void) {
         RUN(test_mixed_devices_error);
         RUN(test_pinned_non_blocking);
         if (g_have_two) RUN(test_device_to_device);
+        else test_skip_case("test_device_to_device", "needs two devices of one type, found one %s",
+                            em_device_type_name(g_dev.type));
     } else {
-        printf("(device tests not run: no CUDA or OpenCL device)\n");
+        test_skip_case("device tests", "no CUDA or OpenCL device");
     }
     return test_summary();
 }

@@ -273,6 +273,28 @@ static void test_devices_must_match(void) {
     END;
 }
 
+/* Same type, another index: a fake CPU-only second device (cpu:1) shows that the index is
+ * compared too, without needing two real devices of one type. */
+static void test_device_index_must_match(void) {
+    BEGIN;
+    em_tensor *a = em_ones(EM_SHAPE(2), (em_opts){0});
+    em_tensor fake = *a;
+    em_storage fake_storage = *a->storage;
+    fake_storage.device = EM_DEVICE(EM_CPU, 1);
+    fake.storage = &fake_storage;
+    const em_tensor *ts[2] = {a, &fake};
+    CHECK(em__check_same_device("em_sub", 2, ts) == EM_ERR_DEVICE);
+    /* (em_device_str prints every CPU index as "cpu": only the error kind and op are checked) */
+    CHECK_ERROR(EM_ERR_DEVICE, "em_sub: Expected all tensors to be on the same device");
+    const em_tensor *same[2] = {a, a};
+    CHECK_OK(em__check_same_device("em_sub", 2, same));
+    CHECK(em_add(&fake, a) == NULL);
+    CHECK_ERROR(EM_ERR_DEVICE, "em_add: Expected all tensors to be on the same device");
+    CHECK(em_matmul(a, &fake) == NULL);
+    CHECK_ERROR(EM_ERR_DEVICE, "em_matmul: Expected all tensors to be on the same device");
+    END;
+}
+
 static void test_null_and_chain(void) {
     BEGIN;
     em_tensor *a = em_ones(EM_SHAPE(2), (em_opts){0});
@@ -298,6 +320,7 @@ int main(void) {
     RUN(test_inplace);
     RUN(test_inplace_copy_cast_overlap);
     RUN(test_devices_must_match);
+    RUN(test_device_index_must_match);
     RUN(test_null_and_chain);
     return test_summary();
 }

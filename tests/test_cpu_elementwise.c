@@ -185,6 +185,17 @@ static void test_supports_op(void) {
     CHECK(em_cpu_backend.supports_op(EM_OP_ARGMAX, EM_U8));
     CHECK(!em_cpu_backend.supports_op(EM_OP_COUNT, EM_F32));
     for (int op = 0; op < EM_OP_COUNT; op++) CHECK(em_cpu_backend.supports_op((em_op)op, EM_F32));
+    /* bool: exactly what PyTorch does on bool without promotion (sum promotes to int64 first) */
+    const em_op on_bool[] = {EM_OP_ADD, EM_OP_MUL, EM_OP_MAXIMUM, EM_OP_MINIMUM, EM_OP_EQ, EM_OP_NE,
+                             EM_OP_LT, EM_OP_LE, EM_OP_GT, EM_OP_GE, EM_OP_LOGICAL_AND, EM_OP_MAX,
+                             EM_OP_MIN, EM_OP_ARGMAX, EM_OP_ARGMIN};
+    for (int op = 0; op < EM_OP_COUNT; op++) {
+        bool want = false;
+        for (size_t k = 0; k < sizeof on_bool / sizeof on_bool[0]; k++) want |= on_bool[k] == (em_op)op;
+        if (em_cpu_backend.supports_op((em_op)op, EM_BOOL) != want)
+            fprintf(stderr, "  supports_op(op %d, bool) should be %s\n", op, want ? "true" : "false");
+        CHECK(em_cpu_backend.supports_op((em_op)op, EM_BOOL) == want);
+    }
     int64_t shape[1] = {3};
     ttensor *x = tt_make(EM_I64, 1, shape, L_CONTIG), *y = tt_make(EM_I64, 1, shape, L_CONTIG);
     tt_fill_random(x, 1, 5);

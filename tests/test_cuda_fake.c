@@ -708,7 +708,7 @@ static void test_unavailable_without_headers(void) {
     CHECK(em_cuda_backend.device_count() == 0);
 }
 int main(void) {
-    printf("built without CUDA headers: only the 'unavailable' table can be checked\n");
+    test_skip_case("fake-driver CUDA tests", "built without the CUDA headers (cuda.h): only the unavailable table is checked");
     RUN(test_unavailable_without_headers);
     return test_summary();
 }

@@ -97,6 +97,91 @@ static void test_batches_and_drop_last(void) {
     em_dataset_free(ds);
 }
 
+/* Every order equally likely: over 1200 epochs of 4 samples all 24 orders appear and each
+ * sample stays in place about a quarter of the time (an off-by-one in Fisher-Yates gives
+ * only the 6 cyclic orders, with no sample ever in place). */
+static void test_shuffle_uniform(void) {
+    float x[4] = {0, 1, 2, 3};
+    int64_t y[4] = {0, 1, 2, 3};
+    em_scope s = em_scope_begin();
+    em_dataset *ds = em_dataset_new(em_from_data(x, EM_F32, EM_SHAPE(4, 1), EM_OPTS(0)),
+                                    em_from_data(y, EM_I64, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64)));
+    em_scope_end(s);
+    em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 4, .shuffle = true, .seed = 11,
+                                                      .prefetch = EM_PREFETCH_NONE});
+    CHECK(ds && l);
+    int seen[256] = {0}, in_place = 0, epochs = 1200;
+    em_batch b;
+    for (int e = 0; l && e < epochs; e++) {
+        int batches = 0;
+        while (em_loader_next(l, &b)) {
+            int64_t o[4] = {-1, -1, -1, -1};
+            CHECK(b.size == 4 && em_copy_to_host(b.y, o, sizeof o) == EM_OK);
+            int code = 0;
+            for (int i = 0; i < 4; i++) {
+                code = code * 4 + (int)(o[i] & 3);
+                in_place += o[i] == i;
+            }
+            seen[code]++;
+            batches++;
+        }
+        CHECK(batches == 1);
+    }
+    int distinct = 0;
+    for (int c = 0; c < 256; c++) distinct += seen[c] > 0;
+    double frac = in_place / (4.0 * epochs);
+    if (distinct != 24 || frac < 0.2 || frac > 0.3)
+        fprintf(stderr, "  %d distinct orders (expected 24), samples in place %.3f of the time (expected 0.25)\n",
+                distinct, frac);
+    CHECK(distinct == 24);
+    CHECK(frac > 0.2 && frac < 0.3);
+    em_loader_free(l);
+    em_dataset_free(ds);
+}
+
+/* A user's mistakes with datasets: a status and a message naming what was expected. */
+static void test_dataset_user_errors(void) {
+    em_scope s = em_scope_begin();
+    em_tensor *x = em_ones(EM_SHAPE(2, 1), (em_opts){0});
+    CHECK(em_dataset_new(NULL, NULL) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dataset_new: argument 'x' is NULL");
+    CHECK(em_dataset_new(em_scalar(1.0, (em_opts){0}), NULL) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "features must have a sample dimension, got a 0-d tensor");
+    CHECK(em_dataset_new(x, em_zeros(EM_SHAPE(2, 1), EM_OPTS(.dtype = EM_I64))) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "labels must be 1-d [N], got 2 dimensions");
+    CHECK(em_dataset_idx("images", NULL, 1.0) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dataset_idx: argument 'labels' is NULL");
+    CHECK(em_dataset_npy(NULL, NULL, 1.0) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dataset_npy: the features path is NULL");
+    /* IDX label files: int32 labels are widened; 2-d or float labels are refused */
+    char *dir = test_tmpdir(), xp[600], yp[600];
+    CHECK(dir != NULL);
+    if (dir) {
+        snprintf(xp, sizeof xp, "%s/x.idx", dir);
+        snprintf(yp, sizeof yp, "%s/y.idx", dir);
+        const unsigned char images[] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 5, 6};
+        const unsigned char i32[] = {0, 0, 0x0C, 1, 0, 0, 0, 2, 0, 0, 0, 7, 0xFF, 0xFF, 0xFF, 0xFF};
+        const unsigned char two_d[] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 1, 2};
+        const unsigned char f32[] = {0, 0, 0x0D, 1, 0, 0, 0, 2, 0x3F, 0x80, 0, 0, 0, 0, 0, 0};
+        CHECK(test_write_file(xp, images, sizeof images) == 0 && test_write_file(yp, i32, sizeof i32) == 0);
+        em_dataset *ds = em_dataset_idx(xp, yp, 1.0);
+        CHECK(ds != NULL);
+        int64_t got[2] = {0, 0};
+        CHECK(ds && em_copy_to_host(em_dataset_y(ds), got, sizeof got) == EM_OK && got[0] == 7 && got[1] == -1);
+        em_dataset_free(ds);
+        CHECK(test_write_file(yp, two_d, sizeof two_d) == 0);
+        CHECK(em_dataset_idx(xp, yp, 1.0) == NULL);
+        CHECK_ERROR(EM_ERR_SHAPE, "y.idx: labels must be 1-d, the file holds 2 dimensions");
+        CHECK(test_write_file(yp, f32, sizeof f32) == 0);
+        CHECK(em_dataset_idx(xp, yp, 1.0) == NULL);
+        CHECK_ERROR(EM_ERR_DTYPE, "y.idx: labels must be integers, the file holds float32");
+        remove(xp);
+        remove(yp);
+        remove(dir);
+    }
+    em_scope_end(s);
+}
+
 static void test_shuffle_reproducible(void) {
     em_dataset *ds = make_dataset();
     int64_t a0[N], a1[N], b0[N], b1[N], c0[N], nb;
@@ -297,13 +382,16 @@ static void pinned_copies_on(em_device dev);
 static void test_pinned_copies_not_overwritten(void) {
     /* on each GPU backend here: OpenCL (PoCL in CI), CUDA on a machine with a GPU */
     static const em_device_type types[] = {EM_OPENCL, EM_CUDA};
+    int ran = 0;
     for (int t = 0; t < 2; t++) {
         if (!em_device_available(types[t])) {
-            printf("  skipped on %s: %s\n", em_device_type_name(types[t]), em_device_unavailable_reason(types[t]));
+            printf("  not on %s: %s\n", em_device_type_name(types[t]), em_device_unavailable_reason(types[t]));
             continue;
         }
         pinned_copies_on(EM_DEVICE(types[t], 0));
+        ran++;
     }
+    if (!ran) SKIP("no OpenCL or CUDA device: %s", em_device_unavailable_reason(EM_OPENCL));
 }
 
 static void pinned_copies_on(em_device dev) {
@@ -409,6 +497,8 @@ static void test_datasets_from_files(void) {
 int main(void) {
     RUN(test_batches_and_drop_last);
     RUN(test_shuffle_reproducible);
+    RUN(test_shuffle_uniform);
+    RUN(test_dataset_user_errors);
     RUN(test_prefetch_identical);
     RUN(test_reset_and_free_mid_epoch);
     RUN(test_batch_ownership);

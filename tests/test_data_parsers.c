@@ -122,6 +122,10 @@ static void test_idx_errors(void) {
     const unsigned char bad_magic[] = {1, 0, 8, 1, 0, 0, 0, 0};
     CHECK(em__idx_parse("m.idx", bad_magic, sizeof bad_magic, &a) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "m.idx: not an IDX file");
+    /* the second magic byte is checked too, not only the first */
+    const unsigned char bad_magic1[] = {0, 1, 8, 1, 0, 0, 0, 0};
+    CHECK(em__idx_parse("m1.idx", bad_magic1, sizeof bad_magic1, &a) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "m1.idx: not an IDX file: bytes 0-1 are 00 01, expected 00 00");
     const unsigned char bad_type[] = {0, 0, 0x0A, 1, 0, 0, 0, 0};
     CHECK(em__idx_parse("t.idx", bad_type, sizeof bad_type, &a) != EM_OK);
     CHECK_ERROR(EM_ERR_FORMAT, "bad IDX element type 0x0a at byte 2");
@@ -234,6 +238,19 @@ static void test_npy_headers(void) {
     size_t n = npy_with_dict(buf, "{\"shape\": (3L,), 'fortran_order':False,'descr':'<i4'}\n", vals, 12);
     CHECK_OK(em__npy_parse("py2.npy", buf, n, &a));
     CHECK(a.dtype == EM_I32 && a.ndim == 1 && a.shape[0] == 3);
+    em__array_free(&a);
+    /* one-byte types carry no byte order: '|u1' as NumPy writes it, and '<u1', '=u1' */
+    const char *u1[] = {"|u1", "<u1", "=u1", "|b1", "=b1"};
+    for (int k = 0; k < 5; k++) {
+        char dict[128];
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (3,), }\n", u1[k]);
+        n = npy_with_dict(buf, dict, "\x01\x00\x01", 3);
+        em_status st = em__npy_parse("u1.npy", buf, n, &a);
+        if (st != EM_OK) fprintf(stderr, "  descr %s: %s\n", u1[k], em_last_error());
+        CHECK(st == EM_OK && a.dtype == (k < 3 ? EM_U8 : EM_BOOL) && a.shape[0] == 3);
+        em__array_free(&a);
+        em_clear_error();
+    }
     n = npy_with_dict(buf, "{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }\n", vals, 12);
     CHECK(em__npy_parse("be.npy", buf, n, &a) == EM_ERR_NOT_SUPPORTED);
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "be.npy: .npy dtype '>f4' at byte 20 is not supported (big-endian)");
@@ -325,6 +342,11 @@ static void test_csv_basic(void) {
     CHECK_OK(csv("1,2\n3,4\n", (em_csv_opts){0}, &x, NULL));
     CHECK(x.shape[0] == 2 && x.shape[1] == 2);
     em__array_free(&x);
+    /* "" inside a quoted field is an escaped quote, not its end */
+    CHECK_OK(csv("\"say \"\"hi\"\"\",\"b\"\"\"\n1,2\n", (em_csv_opts){.header = true}, &x, &y));
+    CHECK(x.shape[0] == 1 && x.shape[1] == 1 && ((float *)x.data)[0] == 2 && ((int64_t *)y.data)[0] == 1);
+    em__array_free(&x);
+    em__array_free(&y);
 }
 
 static void test_csv_errors(void) {

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include "test.h"
+#include "required_ops.h"
 
 #define G_MAX_PARAMS 16
 #define G_MAX_INPUTS 8
@@ -384,8 +385,16 @@ static result replay(const gcase *c, em_device dev) {
     result r;
     if (em_failed() && !out && dev.type != EM_CPU && em_last_status() == EM_ERR_NOT_SUPPORTED &&
         !(c->expect_error && c->error == EM_ERR_NOT_SUPPORTED)) {
-        NOTE("  %s %s: not supported: %s\n", where, c->name, em_last_error());
-        r = R_UNSUPPORTED;
+        /* a failure when tests/required_ops.txt requires the op of this backend, else a skip */
+        const char *backend = em_device_type_name(dev.type);
+        if (op_required(backend, c->op)) {
+            NOTE("  %s %s: declined %s, which %s requires of %s: %s\n", where, c->name, c->op,
+                 REQUIRED_OPS_FILE, backend, em_last_error());
+            r = R_FAIL;
+        } else {
+            op_declined(backend, c->op, c->name, em_last_error());
+            r = R_UNSUPPORTED;
+        }
     } else if (!known && !em_failed()) {
         NOTE("  %s %s: unknown op '%s'\n", where, c->name, c->op);
         r = R_FAIL;
@@ -519,13 +528,15 @@ int main(void) {
     static const em_device_type types[] = {EM_CPU, EM_OPENCL, EM_CUDA, EM_MPS};
     for (int t = 0; g_loaded && t < COUNT(types); t++) {
         if (!em_device_available(types[t])) {
-            printf("%-9s skipped (not available: %s)\n", em_device_type_name(types[t]),
-                   em_device_unavailable_reason(types[t]));
+            char name[48];
+            snprintf(name, sizeof name, "golden replay on %s", em_device_type_name(types[t]));
+            test_skip_case(name, "not available: %s", em_device_unavailable_reason(types[t]));
             continue;
         }
         for (int i = 0; i < em_device_count(types[t]); i++) replay_device(EM_DEVICE(types[t], i));
     }
     em_clear_error();
     gfile_free(&g_file);
+    declines_report();
     return test_summary();
 }

@@ -409,6 +409,41 @@ static void test_module_to_device(void) {
     em_scope_end(s);
 }
 
+/* A user's mistakes with layers and losses: a status and a message, nothing leaked. */
+static void test_user_errors(void) {
+    em_scope s = em_scope_begin();
+    CHECK(em_linear(-1, 3) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_linear: features must be >= 0, got in=-1, out=3");
+    em_module *relu = em_relu_module();
+    CHECK(em_sequential_append(relu, em_dropout(0.5)) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_sequential_append: not a Sequential module");
+    em_module_free(relu);
+    CHECK(em_sequential(em_relu_module(), NULL) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_sequential: a module is NULL (its constructor failed)");
+    /* Dropout describes itself as PyTorch prints it */
+    em_module *d = em_dropout(0.25);
+    char buf[128];
+    CHECK(em_module_format(d, buf, sizeof buf) > 0);
+    CHECK(strstr(buf, "Dropout(p=0.25, inplace=False)") != NULL);
+    em_module_free(d);
+
+    em_tensor *logits = em_ones(EM_SHAPE(2, 3), (em_opts){0});
+    em_tensor *cls = em_zeros(EM_SHAPE(2), EM_OPTS(.dtype = EM_I64));
+    CHECK(em_cross_entropy(logits, NULL, 0.0) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "cross_entropy: target is NULL");
+    CHECK(em_nll_loss(NULL, cls) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "nll_loss: input is NULL");
+    CHECK(em_cross_entropy(em_ones(EM_SHAPE(2, 3), EM_OPTS(.dtype = EM_I32)), cls, 0.0) == NULL);
+    CHECK_ERROR(EM_ERR_DTYPE, "cross_entropy: expected a floating input, got int32");
+    CHECK(em_cross_entropy(em_scalar(1.0, (em_opts){0}), cls, 0.0) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "cross_entropy: input must have a class dimension (got a 0-d tensor)");
+    CHECK(em_cross_entropy(logits, em_ones(EM_SHAPE(2, 4), (em_opts){0}), 0.0) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "cross_entropy: probability targets must have the input's shape [2, 3], got [2, 4]");
+    CHECK(em_nll_loss(logits, em_zeros(EM_SHAPE(2), (em_opts){0})) == NULL);
+    CHECK_ERROR(EM_ERR_DTYPE, "nll_loss: expected class indices (an integer target), got float32");
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_linear);
     RUN(test_activations);
@@ -419,6 +454,7 @@ int main(void) {
     RUN(test_training_loop);
     RUN(test_custom_module);
     RUN(test_save_load);
+    RUN(test_user_errors);
     const em_device_type types[] = {EM_CUDA, EM_OPENCL, EM_MPS};
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < em_device_count(types[t]); i++) {

@@ -197,7 +197,7 @@ static void test_fallback_when_not_contiguous(void) {
 
 static bool opencl_here(void) {
     if (em_device_available(EM_OPENCL)) return true;
-    printf("     skipped: no OpenCL device here\n");
+    test_skip("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
     return false;
 }
 
@@ -212,10 +212,7 @@ static void test_opencl_f64(void) {
                       em_ones(EM_SHAPE(2), EM_OPTS(.dtype = EM_F64, .device = EM_DEVICE(EM_OPENCL, 0)))) != NULL;
     em_clear_error();
     em_scope_end(s);
-    if (!f64) {
-        printf("     skipped: opencl:0 has no double precision\n");
-        return;
-    }
+    if (!f64) SKIP("opencl:0 has no double precision");
     run_all(EM_DEVICE(EM_OPENCL, 0), EM_F64);
 }
 

@@ -155,6 +155,11 @@ static void test_header_errors(void) {
     CHECK_ERROR(EM_ERR_FORMAT, "hold 8 bytes, but F32 with this shape needs 12");
     CHECK(st_parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", data, 8, &f) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "end before they begin");
+    /* each offset must be a non-negative integer, the second as well as the first */
+    CHECK(st_parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,-8]}}", data, 8, &f) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "data_offsets must be two non-negative integers");
+    CHECK(st_parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[-1,0]}}", data, 8, &f) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "data_offsets must be two non-negative integers");
     CHECK(st_parse("{\"a\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]}}", data, 2, &f) == EM_ERR_NOT_SUPPORTED);
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "dtype 'I8' is not supported");
     CHECK(st_parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"

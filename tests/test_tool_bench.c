@@ -145,9 +145,8 @@ static void check_xo(const em__json *xo, const char *name, int64_t first) {
 static void test_opencl_json(void) {
     if (em_device_count(EM_OPENCL) < 1) {
         const char *why = em_device_unavailable_reason(EM_OPENCL);
-        printf("skip test_opencl_json: no OpenCL device (%s)\n", why ? why : "none found");
         em_clear_error();
-        return;
+        SKIP("no OpenCL device (%s)", why ? why : "none found");
     }
     run_out r = run("--quick", "--device", "opencl:0", "--sizes", "32,64", "--json", NULL);
     CHECK(r.rc == 0);
