@@ -20,5 +20,6 @@
 #include <ember/kernel.h>
 #include <ember/memory.h>
 #include <ember/estimate.h>
+#include <ember/parse.h>
 
 #endif

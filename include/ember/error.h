@@ -35,6 +35,10 @@ const char *em_last_error(void);
 bool em_failed(void);
 /* Forget the pending error so that the next one is recorded. */
 void em_clear_error(void);
+/* Record an error (printf-style message) unless one is already pending on this thread, as
+ * Ember's own calls do, so that a program's or an extension's own checks read and stick like
+ * the library's; returns code, so `return em_error(EM_ERR_SHAPE, "...")` reads well. */
+em_status em_error(em_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A short constant name for a status ("out of memory"). */
 const char *em_status_name(em_status s);
 

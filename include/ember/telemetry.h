@@ -32,6 +32,11 @@ typedef struct em_driver_info {
     int runtime_version;         /* the CUDA version the driver supports, 12040 for 12.4; 0 when unknown */
 } em_driver_info;
 
+/* One line naming the run-time libraries the backend of type t chose, and why (CUDA: "nvrtc
+ * 12.8, cublas 12.9 (driver supports 12.4)"); "" when it has nothing to say. The string is
+ * this thread's until its next call. */
+const char *em_device_type_libraries(em_device_type t);
+
 /* The telemetry of one Ember device (the CPU and OpenCL devices: name only, every other field
  * -1). EM_ERR_DEVICE if the device does not exist; EM_ERR_ARGUMENT for a NULL out. */
 em_status em_device_telemetry_get(em_device d, em_device_telemetry *out);

@@ -90,6 +90,9 @@ typedef struct em_backend {
     /* Optional: every GPU the driver reports (em_device_telemetry_list's contract: fields it
      * cannot tell at -1, out[i].device.index -1 for a GPU Ember does not see). NULL: none. */
     int (*telemetry)(em_device_telemetry *out, int max, em_driver_info *info, const char **reason);
+    /* Optional: one line naming the run-time libraries this backend chose and why
+     * (em_device_type_libraries). NULL: nothing to say. */
+    void (*libraries)(char *buf, size_t size);
 
     /* ---- raw memory (the caching allocator sits on top) ---- */
     em_status (*raw_alloc)(int index, size_t bytes, void **handle);

@@ -4,11 +4,6 @@
 
 #include <ember/error.h>
 
-/* Record an error (printf-style message) unless one is already pending on this
- * thread; returns code so that `return em_error(EM_ERR_SHAPE, "...")` reads well. */
-em_status em_error(em_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* For code that tries something that may fail and then recovers (an out-of-memory
  * retry): save the pending state, try, and restore it so no stale error leaks out. */
 typedef struct em_error_state { em_status status; char message[1024]; } em_error_state;

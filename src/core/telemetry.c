@@ -30,6 +30,14 @@ int em_device_telemetry_list(em_device_type t, em_device_telemetry *out, int max
     return be->telemetry(out, max, info, reason);
 }
 
+const char *em_device_type_libraries(em_device_type t) {
+    static _Thread_local char line[1400];
+    const em_backend *be = em__backend_for(t);
+    line[0] = '\0';
+    if (be && be->libraries) be->libraries(line, sizeof line);
+    return line;
+}
+
 em_status em_device_telemetry_get(em_device d, em_device_telemetry *out) {
     if (!out) return em_error(EM_ERR_ARGUMENT, "em_device_telemetry_get: out is NULL");
     em_device_props props;

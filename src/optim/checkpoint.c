@@ -11,7 +11,7 @@
 #include "../core/internal_api.h"
 #include "../nn/nn_internal.h"
 #include "optim_internal.h"
-#include "../util/parse_num.h"
+#include <ember/parse.h>
 
 #define META_MAX 64          /* ours (4 + one step per parameter) are counted separately */
 #define NAME_MAX_LEN 512
@@ -143,7 +143,7 @@ static bool same_shape(em_tensor *a, em_tensor *b) {
 /* A count from the file's metadata: a whole non-negative integer that fits (an
  * overflowing one is refused, not saturated). */
 static bool parse_i64(const char *s, int64_t *out) {
-    return em__parse_i64(s, 0, INT64_MAX, out) == EM__NUM_OK;
+    return em_parse_i64(s, 0, INT64_MAX, out) == EM_NUM_OK;
 }
 
 /* Reads the optimizer's part of the file into fresh tensors (on each parameter's device and
@@ -159,7 +159,7 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
                         em__optim_kind_name(opt));
     const char *lr_text = em_safetensors_metadata(file, "optimizer.lr");
     if (!parse_i64(em_safetensors_metadata(file, "optimizer.steps"), total) ||
-        em__parse_f64(lr_text, 0, DBL_MAX, lr) != EM__NUM_OK)
+        em_parse_f64(lr_text, 0, DBL_MAX, lr) != EM_NUM_OK)
         return em_error(EM_ERR_FORMAT, "%s: %s: bad or missing 'optimizer.steps' / 'optimizer.lr' metadata", op, path);
     int np = 0;
     em_named_tensor *params = module_params(m, &np);

@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include "bench.h"
 #include "commands.h"
-#include "util/parse_num.h"
+#include <ember/parse.h>
 
 static const char usage_text[] =
     "usage: ember bench [options]\n"
@@ -134,7 +134,7 @@ int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
             o->nsizes = n;
             for (int k = 0; k < n; k++) {
                 uint64_t s;
-                if (em__parse_u64(items[k], 32768, &s) != EM__NUM_OK || s < 1)
+                if (em_parse_u64(items[k], 32768, &s) != EM_NUM_OK || s < 1)
                     return bad(err, "bad size", items[k], "expected a whole number from 1 to 32768");
                 o->sizes[k] = (int64_t)s;
             }
@@ -151,7 +151,7 @@ int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
                 o->sections |= 1u << bit;
             }
         } else {
-            if (em__parse_f64(v, 0.001, 60, &min_time) != EM__NUM_OK)
+            if (em_parse_f64(v, 0.001, 60, &min_time) != EM_NUM_OK)
                 return bad(err, "bad --min-time", v, "expected seconds from 0.001 to 60");
         }
     }

@@ -17,7 +17,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "progress.h"
-#include "util/parse_num.h"
+#include <ember/parse.h>
 
 static const char *const tool = "ember train";
 
@@ -219,11 +219,11 @@ static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, cons
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
 static bool meta_i64(em_safetensors *f, const char *path, const char *key, int64_t min, int64_t max, int64_t *out) {
     const char *s = em_safetensors_metadata(f, key);
-    em__num_result r = em__parse_i64(s, min, max, out);
-    if (r == EM__NUM_OK) return true;
+    em_num_result r = em_parse_i64(s, min, max, out);
+    if (r == EM_NUM_OK) return true;
     if (!s) fprintf(stderr, "%s: cannot resume: %s lacks the metadata '%s' ember train writes\n", tool, path, key);
     else fprintf(stderr, "%s: cannot resume: %s: metadata '%s' = '%.60s' (%s): expected an integer from %lld to %lld\n",
-                 tool, path, key, s, em__num_why(r), (long long)min, (long long)max);
+                 tool, path, key, s, em_num_why(r), (long long)min, (long long)max);
     return false;
 }
 
@@ -237,14 +237,14 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
     }
     int64_t seed, batch_size;
     const char *loss = em_safetensors_metadata(meta, "train.loss_sum");
-    em__num_result lr = em__parse_f64(loss, 0, DBL_MAX, &pos->loss_sum);
+    em_num_result lr = em_parse_f64(loss, 0, DBL_MAX, &pos->loss_sum);
     bool ok = meta_i64(meta, o->checkpoint, "train.epoch", 0, MAX_EPOCHS, &pos->epoch) &&
               meta_i64(meta, o->checkpoint, "train.batch", 0, MAX_COUNT, &pos->batch) &&
               meta_i64(meta, o->checkpoint, "train.seed", 0, INT64_MAX, &seed) &&
               meta_i64(meta, o->checkpoint, "train.batch_size", 1, MAX_BATCH, &batch_size);
-    if (ok && lr != EM__NUM_OK) {
+    if (ok && lr != EM_NUM_OK) {
         fprintf(stderr, "%s: cannot resume: %s: metadata 'train.loss_sum' = '%.60s' (%s): expected a number >= 0\n", tool,
-                o->checkpoint, loss ? loss : "", loss ? em__num_why(lr) : "missing");
+                o->checkpoint, loss ? loss : "", loss ? em_num_why(lr) : "missing");
         ok = false;
     }
     em_safetensors_free(meta);

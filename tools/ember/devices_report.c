@@ -4,7 +4,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backends/cuda/cuda_loader.h"
 
 static const em_device_type all_types[] = {EM_CPU, EM_CUDA, EM_MPS, EM_OPENCL};
 #define NTYPES ((int)(sizeof all_types / sizeof all_types[0]))
@@ -106,13 +105,10 @@ int devrep_write_text(FILE *f, const devrep_report *r) {
         } else {
             fprintf(f, "%-7s not available: %s\n", name, t->reason);
         }
-#ifdef EMBER_HAVE_CUDA_HEADERS
-        if (t->type == EM_CUDA && t->available) { /* which NVRTC/cuBLAS, chosen for the driver */
-            char libs[1400];
-            em__cuda_libraries_line(libs, sizeof libs);
-            fprintf(f, "  libraries: %s\n", libs);
+        if (t->available) { /* e.g. which NVRTC/cuBLAS CUDA chose for the driver */
+            const char *libs = em_device_type_libraries(t->type);
+            if (libs[0]) fprintf(f, "  libraries: %s\n", libs);
         }
-#endif
         for (int j = 0; j < t->ndevices; j++) write_device_text(f, t, &t->devices[j]);
         if (t->count > t->ndevices)
             fprintf(f, "  ... and %d more\n", t->count - t->ndevices);

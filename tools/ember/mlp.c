@@ -12,8 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "core/errors.h"
-#include "util/parse_num.h"
+#include <ember/parse.h>
 
 em_module *mlp_new(void) {
     return em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
@@ -116,14 +115,14 @@ bool mlp_default_device(const char *tool, em_device *out) {
 
 bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out) {
     int64_t v;
-    em__num_result r = em__parse_i64(s, min, max, &v);
-    if (r != EM__NUM_OK) {
+    em_num_result r = em_parse_i64(s, min, max, &v);
+    if (r != EM_NUM_OK) {
         if (max == INT64_MAX)
             fprintf(stderr, "%s: %s expects an integer >= %lld, got '%s' (%s)\n", tool, opt, (long long)min,
-                    s ? s : "", em__num_why(r));
+                    s ? s : "", em_num_why(r));
         else
             fprintf(stderr, "%s: %s expects an integer from %lld to %lld, got '%s' (%s)\n", tool, opt,
-                    (long long)min, (long long)max, s ? s : "", em__num_why(r));
+                    (long long)min, (long long)max, s ? s : "", em_num_why(r));
         return false;
     }
     *out = v;
@@ -132,10 +131,10 @@ bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min
 
 bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double max, double *out) {
     double v;
-    em__num_result r = em__parse_f64(s, min, max, &v);
-    if (r != EM__NUM_OK) {
+    em_num_result r = em_parse_f64(s, min, max, &v);
+    if (r != EM_NUM_OK) {
         fprintf(stderr, "%s: %s expects a number >= %g and <= %g, got '%s' (%s)\n", tool, opt, min, max, s ? s : "",
-                em__num_why(r));
+                em_num_why(r));
         return false;
     }
     *out = v;

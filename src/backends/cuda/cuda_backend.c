@@ -513,6 +513,7 @@ const em_backend em_cuda_backend = {
     .device_count = cuda_count,
     .device_props = cuda_props,
     .telemetry = em__cuda_telemetry,
+    .libraries = em__cuda_libraries_line,
     .raw_alloc = cuda_raw_alloc,
     .raw_free = cuda_raw_free,
     .host_alloc_pinned = cuda_host_alloc_pinned,
