@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../core/errors.h"
-#include "cuda_ops.h"
+#include "cuda_launch.h"
 
 static pthread_mutex_t g_glock = PTHREAD_MUTEX_INITIALIZER;
 

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <ember/error.h>
 
-/* The kernel programs (one per src/kernels/NAME.k file, or one for the whole library). */
+/* The kernel programs: one per src/kernels/NAME.k file (em__kernel_sources). */
 int em__cuda_program_count(void);
 /* Program i's complete CUDA text (malloc'ed; NULL if i is out of range) and its name. */
 char *em__cuda_program_text(int i, const char **name);

@@ -1,9 +1,9 @@
-/* Helpers shared by the GPU op layer's files (gpu_ops.c, gpu_ops_nd.c). */
-#ifndef EM_KERNELS_GPU_INTERNAL_H
-#define EM_KERNELS_GPU_INTERNAL_H
+/* Helpers shared by the GPU op layer's files (gpu_ops.c, gpu_ops_nd.c, gpu_optim.c). */
+#ifndef EM_BACKENDS_GPU_GPU_INTERNAL_H
+#define EM_BACKENDS_GPU_GPU_INTERNAL_H
 
 #include "gpu.h"
-#include "kernel_text.h"
+#include "../../kernels/kernel_text.h"
 
 /* the device index of a tensor, and its name for messages (valid within one expression) */
 #define EM__DEV(t) ((t)->storage->device.index)
