@@ -226,6 +226,20 @@ static void test_integer_matmul_uses_the_kernel(void) {
     drop(a); drop(b); drop(o);
 }
 
+/* More than 65535 tiles of M (CUDA's grid y limit, M > 2,097,120): the grid stays within
+ * the limit and the kernel loops over the remaining tiles. */
+static void test_tall_matmul_fits_the_grid(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    int64_t M = 2100000;
+    em_tensor *a = T(EM_I64, M, 2), *b = T(EM_I64, 2, 3), *o = T(EM_I64, M, 3);
+    OP(B->matmul(o, a, b));
+    CHECK(!strcmp(fake_func_name(F.last_func), "matmul_i64"));
+    CHECK(F.last_grid[1] == 65535 && F.last_grid[0] == 1 && F.last_grid[2] == 1);
+    CHECK((int64_t)F.last_grid[1] * EMK_MM_TILE < M); /* so the kernel must loop */
+    drop(a); drop(b); drop(o);
+}
+
 static void test_wrong_argument_sizes_are_caught(void) {
     if (!g_have_nvrtc) return;
     install();
@@ -359,6 +373,7 @@ int main(void) {
     RUN(test_reduce_softmax_index_rng);
     RUN(test_fused_optimizer_steps);
     RUN(test_integer_matmul_uses_the_kernel);
+    RUN(test_tall_matmul_fits_the_grid);
     RUN(test_matmul_transpose_trick);
     RUN(test_custom_kernels);
     em__cuda_backend_reset();

@@ -199,9 +199,12 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
                       EM_KSTRUCT(bsh), EM_KSTRUCT(bst[0]), EM_KSTRUCT(bst[1]), EM_KSTRUCT(bst[2]),
                       EM_KI64(som), EM_KI64(son), EM_KI64(sam), EM_KI64(sak), EM_KI64(sbk),
                       EM_KI64(sbn)};
+    /* y and z stay within CUDA's 65535 blocks: the kernel loops over further tiles of M
+     * and further batches */
     int64_t t = EMK_MM_TILE / EMK_MM_WPT, nb = bsh.numel < 65535 ? bsh.numel : 65535;
+    int64_t mt = (M + EMK_MM_TILE - 1) / EMK_MM_TILE;
     size_t grid[3] = {(size_t)((N + EMK_MM_TILE - 1) / EMK_MM_TILE),
-                      (size_t)((M + EMK_MM_TILE - 1) / EMK_MM_TILE), (size_t)nb};
+                      (size_t)(mt < 65535 ? mt : 65535), (size_t)nb};
     size_t block[3] = {(size_t)t, (size_t)t, 1};
     return g->launch(dev, name, grid, block, 16, args, "matmul");
 }
