@@ -53,6 +53,16 @@ static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* ---- a fake occupancy calculator: g_resident blocks of 256 threads per SM (0: the
+ * driver lacks cuOccupancyMaxActiveBlocksPerMultiprocessor) ---- */
+static int g_resident, g_occupancy_calls;
+static CUresult f_occupancy(int *n, CUfunction f, int block, size_t smem) {
+    (void)f; (void)smem;
+    g_occupancy_calls++;
+    *n = block == 256 ? g_resident : 1;
+    return CUDA_SUCCESS;
+}
+
 static void install(void) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
@@ -61,6 +71,7 @@ static void install(void) {
     F.cc_major = 9; /* compute capability 9.9: unknown to NVRTC, so PTX for compute_90 */
     F.cc_minor = 9;
     g_cu = fake_cu();
+    if (g_resident) g_cu.cuOccupancyMaxActiveBlocksPerMultiprocessor = f_occupancy;
     memset(&g_cublas, 0, sizeof g_cublas);
     g_cublas.cublasCreate = b_create;
     g_cublas.cublasDestroy = b_destroy;
@@ -226,6 +237,31 @@ static void test_integer_matmul_uses_the_kernel(void) {
     drop(a); drop(b); drop(o);
 }
 
+/* A grid-stride kernel gets as many blocks as the SMs hold at once (the occupancy its
+ * registers allow), asked once per kernel; without the driver's calculator, 8 per SM. */
+static void test_1d_grid_from_occupancy(void) {
+    if (!g_have_nvrtc) return;
+    em_tensor *a = T(EM_F32, 1 << 20), *o = T(EM_F32, 1 << 20); /* 4096 blocks of work */
+    g_resident = 0;
+    install();
+    OP(B->unary(EM_OP_NEG, o, a, NULL));
+    CHECK(F.last_grid[0] == 84 * 8); /* the fake has 84 SMs */
+    g_resident = 3;
+    install();
+    int calls = g_occupancy_calls;
+    OP(B->unary(EM_OP_NEG, o, a, NULL));
+    CHECK(F.last_grid[0] == 84 * 3 && F.last_block[0] == 256);
+    OP(B->unary(EM_OP_EXP, o, a, NULL));
+    CHECK(F.last_grid[0] == 84 * 3);
+    CHECK(g_occupancy_calls == calls + 1); /* the same kernel: asked once */
+    /* fewer elements than that: one block per 256 */
+    em_tensor *s = T(EM_F32, 1000), *so = T(EM_F32, 1000);
+    OP(B->unary(EM_OP_NEG, so, s, NULL));
+    CHECK(F.last_grid[0] == 4);
+    g_resident = 0;
+    drop(a); drop(o); drop(s); drop(so);
+}
+
 /* More than 65535 tiles of M (CUDA's grid y limit, M > 2,097,120): the grid stays within
  * the limit and the kernel loops over the remaining tiles. */
 static void test_tall_matmul_fits_the_grid(void) {
@@ -374,6 +410,7 @@ int main(void) {
     RUN(test_fused_optimizer_steps);
     RUN(test_integer_matmul_uses_the_kernel);
     RUN(test_tall_matmul_fits_the_grid);
+    RUN(test_1d_grid_from_occupancy);
     RUN(test_matmul_transpose_trick);
     RUN(test_custom_kernels);
     em__cuda_backend_reset();

@@ -28,6 +28,8 @@ typedef struct func_slot {
     char name[48];
     CUfunction f;
     bool checked; /* argument sizes compared with the kernel's parameters */
+    int resident; /* blocks of resident_block threads per SM (occupancy), 0: not asked */
+    size_t resident_block;
 } func_slot;
 
 static pthread_mutex_t g_klock = PTHREAD_MUTEX_INITIALIZER; /* modules and function caches */
@@ -178,6 +180,7 @@ static func_slot *get_function(em_cuda_device *d, const char *kernel) {
     snprintf(slots[i].name, sizeof slots[i].name, "%s", kernel);
     slots[i].f = f;
     slots[i].checked = false;
+    slots[i].resident = 0;
     found = &slots[i];
 out:
     pthread_mutex_unlock(&g_klock);
@@ -242,6 +245,32 @@ em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], con
         return em__cu_fail(r, what);
     }
     return em__cuda_after_launch(d, op, kernel);
+}
+
+int em__cuda_resident_blocks(int dev, const char *kernel, size_t block) {
+    const em_cu_api *cu = em__cuda_api();
+    if (!cu || !cu->cuOccupancyMaxActiveBlocksPerMultiprocessor) return 0;
+    /* a failure here (say, the program does not compile) is the launch's to report */
+    em_error_state saved;
+    em_error_save(&saved);
+    em_cuda_device *d = em__cuda_activate(dev, "launch");
+    func_slot *slot = d ? get_function(d, kernel) : NULL;
+    int n = 0;
+    if (slot) {
+        pthread_mutex_lock(&g_klock);
+        if (slot->resident > 0 && slot->resident_block == block) {
+            n = slot->resident;
+        } else if (cu->cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, slot->f, (int)block, 0) ==
+                       CUDA_SUCCESS && n > 0) {
+            slot->resident = n;
+            slot->resident_block = block;
+        } else {
+            n = 0;
+        }
+        pthread_mutex_unlock(&g_klock);
+    }
+    em_error_restore(&saved);
+    return n;
 }
 
 void em__cuda_release_device_resources(em_cuda_device *d) {

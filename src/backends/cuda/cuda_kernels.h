@@ -31,5 +31,9 @@ em_status em__cuda_load_module(struct em_cuda_device *d, const char *name, const
  * CUDA, unlike OpenCL, would otherwise read a wrongly sized argument silently. */
 em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
                           void **params, const size_t *sizes, int nparams, const char *op);
+/* Blocks of `block` threads of library kernel `kernel` that one SM of cuda:dev holds at once
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor, asked once per kernel); 0 when the driver
+ * cannot tell or the kernel cannot be loaded (the launch then reports why). */
+int em__cuda_resident_blocks(int dev, const char *kernel, size_t block);
 
 #endif

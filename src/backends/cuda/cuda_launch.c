@@ -55,6 +55,7 @@ const em_gpu em__cuda_gpu = {
     .name = "cuda",
     .launch = cuda_launch,
     .info = cuda_info,
+    .resident_blocks = em__cuda_resident_blocks,
     .gemm = em__cuda_gemm,
     .compile = em__cuda_uk_compile,
     .launch_compiled = em__cuda_uk_launch,

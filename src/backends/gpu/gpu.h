@@ -75,6 +75,10 @@ typedef struct em_gpu {
     em_status (*launch)(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
                         int nargs, const em_karg *args, const char *op);
     void (*info)(int dev, em_gpu_info *out);
+    /* Optional: how many blocks of `block` threads of library kernel `kernel` one compute
+     * unit holds at once, given the kernel's registers and shared memory (CUDA's occupancy
+     * calculator); 0 when unknown. Records no error. */
+    int (*resident_blocks)(int dev, const char *kernel, size_t block);
     /* Optional vendor GEMM (CLBlast, cuBLAS); EM_ERR_NOT_SUPPORTED (no error recorded) falls
      * back to Ember's kernel. */
     em_status (*gemm)(int dev, const em_gemm_args *g);

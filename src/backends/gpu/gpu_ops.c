@@ -38,8 +38,12 @@ em_status em__gpu_launch_1d(const em_gpu *g, int dev, const char *kernel, int64_
                             const em_karg *args, const char *op) {
     em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
-    int64_t blocks = (n + EMK_BLOCK - 1) / EMK_BLOCK, cap = (int64_t)info.compute_units * 8;
-    if (cap < 8) cap = 8;
+    /* the blocks that are resident at once: more would only queue behind them, since the
+     * kernels loop over the elements (the occupancy the kernel's registers allow, else 8) */
+    int per_cu = g->resident_blocks ? g->resident_blocks(dev, kernel, EMK_BLOCK) : 0;
+    if (per_cu <= 0) per_cu = 8;
+    int64_t blocks = (n + EMK_BLOCK - 1) / EMK_BLOCK, cap = (int64_t)info.compute_units * per_cu;
+    if (cap < per_cu) cap = per_cu;
     if (blocks > cap) blocks = cap;
     if (blocks < 1) blocks = 1;
     size_t grid[3] = {(size_t)blocks, 1, 1}, block[3] = {EMK_BLOCK, 1, 1};
