@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include "backends/opencl/opencl_internal.h"
-#include "kernels/gpu.h"
+#include "backends/gpu/gpu.h"
 
 static double now(void) {
     struct timespec t;
@@ -95,10 +95,10 @@ static double time_matmul(em_device d, int m, int k, int n, bool allow_hook, int
     em_tensor *c = em_empty(EM_SHAPE(m, n), EM_OPTS(.device = d));
     em_gpu g = em__ocl_gpu;
     if (!allow_hook) g.gemm = NULL;
-    em__gpu_matmul(&g, c, a, b); /* warm (compiles) */
+    em__gpu_matmul_with(&g, c, a, b); /* warm (compiles) */
     em_device_synchronize(d);
     double t0 = now();
-    for (int i = 0; i < reps; i++) em__gpu_matmul(&g, c, a, b);
+    for (int i = 0; i < reps; i++) em__gpu_matmul_with(&g, c, a, b);
     em_device_synchronize(d);
     double t = (now() - t0) / reps;
     die_if_failed("matmul");

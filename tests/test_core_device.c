@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include "test_core_util.h"
 #include "backends/backend.h"
+#include "backends/gpu/gpu.h"
 
 static void test_parse(void) {
     struct { const char *s; em_device_type t; int index; } ok[] = {
@@ -79,6 +80,37 @@ static void test_availability(void) {
     CHECK(em__backend_for(EM_MPS) == NULL);
     CHECK(em__backend_for((em_device_type)42) == NULL);
     CHECK(!em_failed());
+}
+
+/* The registry: each built backend under its own type and name; GPU backends take every op
+ * entry from the shared GPU op layer and name their launcher, which users' kernels use. */
+static void test_registry(void) {
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+        const em_backend *be = em__backend_for((em_device_type)t);
+        if (!be) continue;
+        CHECK(be->type == (em_device_type)t);
+        CHECK(!strcmp(be->name, em_device_type_name((em_device_type)t)));
+        if (!be->gpu) continue;
+        CHECK(be->supports_op == em__gpu_supports_op);
+        CHECK(be->fill == em__gpu_fill && be->copy == em__gpu_copy && be->unary == em__gpu_unary);
+        CHECK(be->matmul == em__gpu_matmul && be->rng == em__gpu_rng);
+        CHECK(be->fused_sgd == em__gpu_fused_sgd && be->fused_adam == em__gpu_fused_adam);
+        CHECK(be->gpu->launch && be->gpu->info && be->gpu->compile && be->gpu->launch_compiled &&
+              be->gpu->release);
+        CHECK(!strcmp(be->gpu->name, be->name));
+    }
+    CHECK(em_cpu_backend.gpu == NULL);
+#ifdef EMBER_HAVE_CUDA_HEADERS
+    CHECK(em_cuda_backend.gpu != NULL);
+#else
+    CHECK(em_cuda_backend.gpu == NULL && em_cuda_backend.unary == NULL);
+#endif
+#ifdef EMBER_HAVE_OPENCL
+    CHECK(em__backend_for(EM_OPENCL) == &em_opencl_backend && em_opencl_backend.gpu != NULL);
+#endif
+    /* no launcher, no users' kernels: a clear error, not a crash */
+    CHECK(em_kernel_compile("KERNEL k(GLOBAL float *x) {}\n", "k", EM_DEVICE_CPU) == NULL);
+    CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "cpu has no kernel compiler");
 }
 
 static void test_backend_checked(void) {
@@ -234,6 +266,7 @@ int main(void) {
     RUN(test_print);
     RUN(test_equal_resolve);
     RUN(test_availability);
+    RUN(test_registry);
     RUN(test_backend_checked);
     RUN(test_props);
     RUN(test_auto);

@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cuda_smi.h"
+#include "kernels/kernel_text.h"
 
 static bool starts(const char *s, const char *prefix) {
     return s && !strncmp(s, prefix, strlen(prefix));
@@ -519,6 +520,18 @@ static void test_programs(void) {
     CHECK(em__cuda_program_of("softmax_f32") >= 0);
     CHECK(em__cuda_program_of("index_select_8") >= 0);
     CHECK(em__cuda_program_of("no_such_kernel") == -1);
+    /* one program per embedded .k file, under its name, each within the module slots */
+    CHECK(n == em__kernel_source_count && n <= EM_CUDA_MAX_MODULES);
+    for (int i = 0; i < n; i++) {
+        const char *name = NULL;
+        char *text = em__cuda_program_text(i, &name);
+        CHECK(text && name == em__kernel_sources[i].name && strstr(text, em__kernel_sources[i].text));
+        free(text);
+    }
+    int rng = em__cuda_program_of("rng_f32"), optim = em__cuda_program_of("adam_bf16");
+    CHECK(rng >= 0 && !strcmp(em__kernel_sources[rng].name, "rng.k"));
+    CHECK(optim >= 0 && !strcmp(em__kernel_sources[optim].name, "optim.k"));
+    CHECK(!strcmp(em__kernel_sources[elementwise].name, "elementwise.k"));
 }
 
 static void test_cache_key_and_store(void) {

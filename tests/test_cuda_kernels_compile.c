@@ -1,17 +1,19 @@
 /* Every shared kernel program (src/kernels/NAME.k, as the CUDA backend builds it) compiles
  * with NVRTC to PTX for compute_80 and compute_90, and ptxas accepts that PTX for sm_80
- * and sm_90. Needs no GPU: NVRTC and ptxas are compilers. Without NVRTC this test FAILS,
+ * and sm_90 with no per-thread stack frame in any kernel (ptxas -v; layouts are read in
+ * place, see layout.h). Needs no GPU: NVRTC and ptxas are compilers. Without NVRTC this test FAILS,
  * saying where it looked: CI's image has the CUDA toolkit, so a missing NVRTC is a broken
  * machine, not a reason to skip.
  *
  * Results are cached in the kernel cache dir (EMBER_CACHE_DIR, else ~/.cache/ember): the
- * PTX by hash(source, arch, NVRTC version), and "ptxas accepted it" by hash(PTX, arch,
+ * PTX by hash(source, arch, NVRTC version), and "ptxas accepted it, no stack" by hash(PTX, arch,
  * ptxas version), so a rerun over unchanged kernels takes a second. EMBER_CUDA_CHECK_FRESH=1
  * ignores both caches (scripts/check_cuda_kernels.sh sets it). */
 #include "test.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -63,6 +65,7 @@ static void ptxas_version(const char *ptxas, char *out, size_t size) {
 typedef struct job {
     pid_t pid;
     char ptx_file[96];
+    char log_file[96];   /* ptxas -v: registers and stack frame per kernel */
     const char *program;
     int arch;
     em_cuda_cache_key key;
@@ -75,12 +78,12 @@ static char g_dir[1024], g_ptxas[512], g_ptxas_version[256];
 static void start_ptxas(const char *program, int arch, const char *ptx, size_t n) {
     char arch_s[16];
     snprintf(arch_s, sizeof arch_s, "%d", arch);
-    const char *parts[] = {"ptxas accepted", ptx, arch_s, g_ptxas_version};
+    const char *parts[] = {"ptxas accepted, no stack frame", ptx, arch_s, g_ptxas_version};
     em_cuda_cache_key key = em__cuda_cache_key(parts, 4);
     size_t got = 0;
     char *mark = fresh() ? NULL : em__cuda_cache_load(g_dir, key, "ok", "ptxas", &got);
     if (mark) { /* this very PTX was accepted by this very ptxas before */
-        printf("     %-14s sm_%d: ptxas ok (cached)\n", program, arch);
+        printf("     %-14s sm_%d: ptxas ok, no stack frame (cached)\n", program, arch);
         free(mark);
         return;
     }
@@ -94,12 +97,48 @@ static void start_ptxas(const char *program, int arch, const char *ptx, size_t n
     close(fd);
     char arch_opt[32];
     snprintf(arch_opt, sizeof arch_opt, "-arch=sm_%d", arch);
-    char *argv[] = {g_ptxas, arch_opt, j->ptx_file, "-o", "/dev/null", NULL};
-    CHECK(posix_spawn(&j->pid, g_ptxas, NULL, NULL, argv, environ) == 0);
+    snprintf(j->log_file, sizeof j->log_file, "/tmp/ember-ptxas-XXXXXX");
+    int log = mkstemp(j->log_file);
+    CHECK(log >= 0);
+    if (log < 0) { unlink(j->ptx_file); return; }
+    close(log);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, j->log_file, O_WRONLY | O_TRUNC, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    char *argv[] = {g_ptxas, "-v", arch_opt, j->ptx_file, "-o", "/dev/null", NULL};
+    CHECK(posix_spawn(&j->pid, g_ptxas, &fa, NULL, argv, environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
     j->program = program;
     j->arch = arch;
     j->key = key;
     njobs++;
+}
+
+/* From ptxas -v's log: how many kernels, and the largest per-thread stack frame (naming
+ * its kernel). Layouts are read in place (__grid_constant__, layout.h), so no library
+ * kernel should need one: a frame here means a struct parameter copied per thread. */
+static int stack_frames(const char *log_file, int *kernels, char *worst, size_t size) {
+    FILE *f = fopen(log_file, "r");
+    char line[512], entry[128] = "";
+    int max = 0;
+    *kernels = 0;
+    worst[0] = '\0';
+    while (f && fgets(line, sizeof line, f)) {
+        const char *e = strstr(line, "Compiling entry function '");
+        int bytes = 0;
+        if (e) {
+            snprintf(entry, sizeof entry, "%s", e + strlen("Compiling entry function '"));
+            entry[strcspn(entry, "'")] = '\0';
+            ++*kernels;
+        } else if (strstr(line, "bytes stack frame") && sscanf(line, " %d bytes stack frame", &bytes) == 1 &&
+                   bytes > max) {
+            max = bytes;
+            snprintf(worst, size, "%s", entry);
+        }
+    }
+    if (f) fclose(f);
+    return max;
 }
 
 static void finish_ptxas(void) {
@@ -107,10 +146,18 @@ static void finish_ptxas(void) {
         int status = 0;
         CHECK(waitpid(jobs[i].pid, &status, 0) == jobs[i].pid);
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        printf("     %-14s sm_%d: ptxas %s\n", jobs[i].program, jobs[i].arch, ok ? "ok" : "FAILED");
+        int kernels = 0;
+        char worst[128];
+        int stack = stack_frames(jobs[i].log_file, &kernels, worst, sizeof worst);
+        printf("     %-14s sm_%d: ptxas %s, %d kernels, largest stack frame %d bytes%s%s\n",
+               jobs[i].program, jobs[i].arch, ok ? "ok" : "FAILED", kernels, stack,
+               stack ? " in " : "", stack ? worst : "");
         CHECK(ok);
-        if (ok) em__cuda_cache_store(g_dir, jobs[i].key, "ok", "ptxas", "ok", 2);
+        CHECK(kernels > 0);
+        CHECK(stack == 0);
+        if (ok && kernels > 0 && stack == 0) em__cuda_cache_store(g_dir, jobs[i].key, "ok", "ptxas", "ok", 2);
         unlink(jobs[i].ptx_file);
+        unlink(jobs[i].log_file);
     }
     njobs = 0;
 }

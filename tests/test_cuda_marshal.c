@@ -14,7 +14,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "kernels/layout.h"
 #include "memory/allocator.h"
-#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/cuda_launch.h"
 #include <ember/memory.h>
 #include <ember/kernel.h>
 
@@ -74,6 +74,16 @@ static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* ---- a fake occupancy calculator: g_resident blocks of 256 threads per SM (0: the
+ * driver lacks cuOccupancyMaxActiveBlocksPerMultiprocessor) ---- */
+static int g_resident, g_occupancy_calls;
+static CUresult f_occupancy(int *n, CUfunction f, int block, size_t smem) {
+    (void)f; (void)smem;
+    g_occupancy_calls++;
+    *n = block == 256 ? g_resident : 1;
+    return CUDA_SUCCESS;
+}
+
 static void install(void) {
     em__cuda_backend_reset();
     memset(&F, 0, sizeof F);
@@ -82,6 +92,7 @@ static void install(void) {
     F.cc_major = 9; /* compute capability 9.9: unknown to NVRTC, so PTX for compute_90 */
     F.cc_minor = 9;
     g_cu = fake_cu();
+    if (g_resident) g_cu.cuOccupancyMaxActiveBlocksPerMultiprocessor = f_occupancy;
     memset(&g_cublas, 0, sizeof g_cublas);
     g_cublas.cublasCreate = b_create;
     g_cublas.cublasDestroy = b_destroy;
@@ -248,6 +259,45 @@ static void test_integer_matmul_uses_the_kernel(void) {
     int before = gemm_calls;
     OP(B->matmul(o, a, b));
     CHECK(gemm_calls == before); /* cuBLAS has no int64 GEMM */
+    drop(a); drop(b); drop(o);
+}
+
+/* A grid-stride kernel gets as many blocks as the SMs hold at once (the occupancy its
+ * registers allow), asked once per kernel; without the driver's calculator, 8 per SM. */
+static void test_1d_grid_from_occupancy(void) {
+    if (!g_have_nvrtc) return;
+    em_tensor *a = T(EM_F32, 1 << 20), *o = T(EM_F32, 1 << 20); /* 4096 blocks of work */
+    g_resident = 0;
+    install();
+    OP(B->unary(EM_OP_NEG, o, a, NULL));
+    CHECK(F.last_grid[0] == 84 * 8); /* the fake has 84 SMs */
+    g_resident = 3;
+    install();
+    int calls = g_occupancy_calls;
+    OP(B->unary(EM_OP_NEG, o, a, NULL));
+    CHECK(F.last_grid[0] == 84 * 3 && F.last_block[0] == 256);
+    OP(B->unary(EM_OP_EXP, o, a, NULL));
+    CHECK(F.last_grid[0] == 84 * 3);
+    CHECK(g_occupancy_calls == calls + 1); /* the same kernel: asked once */
+    /* fewer elements than that: one block per 256 */
+    em_tensor *s = T(EM_F32, 1000), *so = T(EM_F32, 1000);
+    OP(B->unary(EM_OP_NEG, so, s, NULL));
+    CHECK(F.last_grid[0] == 4);
+    g_resident = 0;
+    drop(a); drop(o); drop(s); drop(so);
+}
+
+/* More than 65535 tiles of M (CUDA's grid y limit, M > 2,097,120): the grid stays within
+ * the limit and the kernel loops over the remaining tiles. */
+static void test_tall_matmul_fits_the_grid(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    int64_t M = 2100000;
+    em_tensor *a = T(EM_I64, M, 2), *b = T(EM_I64, 2, 3), *o = T(EM_I64, M, 3);
+    OP(B->matmul(o, a, b));
+    CHECK(!strcmp(fake_func_name(F.last_func), "matmul_i64"));
+    CHECK(F.last_grid[1] == 65535 && F.last_grid[0] == 1 && F.last_grid[2] == 1);
+    CHECK((int64_t)F.last_grid[1] * EMK_MM_TILE < M); /* so the kernel must loop */
     drop(a); drop(b); drop(o);
 }
 
@@ -499,6 +549,8 @@ int main(void) {
     RUN(test_reduce_softmax_index_rng);
     RUN(test_fused_optimizer_steps);
     RUN(test_integer_matmul_uses_the_kernel);
+    RUN(test_tall_matmul_fits_the_grid);
+    RUN(test_1d_grid_from_occupancy);
     RUN(test_matmul_transpose_trick);
     RUN(test_custom_kernels);
     RUN(test_cublas_failures_fall_back_or_retry);

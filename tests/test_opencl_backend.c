@@ -332,6 +332,25 @@ static void test_threads(void) {
     CHECK_NEAR(jobs[1].result, 20.0 * 64 * 33 * 2.0, 0);
 }
 
+/* A tall-skinny integer matmul runs Ember's tiled kernel with more tiles of M than the
+ * grid's y dimension gets (65535, CUDA's limit): the kernel loops over the rest. */
+static void test_tall_integer_matmul(void) {
+    em_scope s = em_scope_begin();
+    int64_t M = 2100000; /* 65625 tiles of 32 rows */
+    em_manual_seed(3);
+    em_tensor *a = em_randint(-4, 5, EM_SHAPE(M, 2), EM_OPTS(.dtype = EM_I32));
+    em_tensor *b = em_randint(-4, 5, EM_SHAPE(2, 3), EM_OPTS(.dtype = EM_I32));
+    em_tensor *want = em_matmul(a, b);
+    em_tensor *got = em_cpu(em_matmul(em_to(a, D0), em_to(b, D0)));
+    em_tensor *diff = em_sum(em_ne(got, want), EM_ALL_DIMS, false);
+    if (em_failed()) fprintf(stderr, "  %s\n", em_last_error());
+    CHECK(!em_failed() && diff && em_item(diff) == 0);
+    /* the last rows, which only the looping blocks write */
+    CHECK(got && em_item(em_select(em_select(got, 0, M - 1), 0, 2)) ==
+                     em_item(em_select(em_select(want, 0, M - 1), 0, 2)));
+    em_scope_end(s);
+}
+
 /* ---- matmul through CLBlast (EMBER_OPENCL_GEMM=clblast; off by default, see
  * opencl_gemm.c), in a fresh process ---- */
 static int clblast_child(void) {
@@ -399,6 +418,7 @@ int main(int argc, char **argv) {
     RUN(test_kernel_compile_errors);
     RUN(test_disk_cache_recovers);
     RUN(test_threads);
+    RUN(test_tall_integer_matmul);
     RUN(test_clblast_matmul);
     /* PoCL: Ember's own program is not exported (see opencl_program.c); users' kernels are */
     em_device_props p;

@@ -1,5 +1,6 @@
 /* The one backend interface. Each backend (cpu/, opencl/, cuda/) fills one em_backend
- * table; core dispatches every op to the table of its tensors' device. Adding a backend
+ * table; core dispatches every op to the table of its tensors' device. GPU backends give a
+ * launcher and take their op entries from the shared GPU op layer (gpu/). Adding a backend
  * touches one folder and the registry in src/core/device.c.
  *
  * Contract for op entry points (core guarantees these before calling):
@@ -122,6 +123,9 @@ typedef struct em_backend {
     void (*event_destroy)(void *event);
 
     /* ---- ops ---- */
+    /* GPU backends: the launcher under the shared GPU op layer (src/backends/gpu/gpu.h),
+     * whose EM_GPU_OPS fills the op entries below; users' kernels use it too. NULL: none. */
+    const struct em_gpu *gpu;
     /* Can this backend run op on dtype? Core gives a clear "not supported" error otherwise. */
     bool (*supports_op)(em_op op, em_dtype dt);
     em_status (*fill)(em_tensor *out, double value);

@@ -9,60 +9,67 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *const type_names[EM_DEVICE_TYPE_COUNT] = {
-    [EM_CPU] = "cpu", [EM_CUDA] = "cuda", [EM_MPS] = "mps", [EM_OPENCL] = "opencl"};
-
 static const char mps_reason[] = "MPS needs Apple Silicon and macOS; this build runs on Linux";
 
-/* ---- registry: every backend's init() runs once, on first use, from any thread ---- */
+/* ---- the registry: one entry per device type, in em_device_type order. Adding a backend
+ * is its folder plus one line here. Each backend's init() runs once, on first use, from
+ * any thread. ---- */
 
-static const em_backend *table_entry(em_device_type t) {
-    switch (t) {
-    case EM_CPU: return &em_cpu_backend;
-    case EM_CUDA: return &em_cuda_backend;
+typedef struct registered {
+    em_device_type type;
+    const char *name;           /* as in device strings: "cuda" */
+    const em_backend *backend;  /* NULL: not built into this library */
+    const char *absent_reason;  /* why, when backend is NULL (NULL: a generic reason) */
+    pthread_mutex_t lock;       /* serializes the first init */
+    atomic_bool ready;          /* init ran; status holds its result */
+    em_status status;
+} registered;
+
+#define EM__REGISTER(t, n, be, why) \
+    [t] = {.type = t, .name = n, .backend = be, .absent_reason = why, .lock = PTHREAD_MUTEX_INITIALIZER}
+
+static registered g_registry[EM_DEVICE_TYPE_COUNT] = {
+    EM__REGISTER(EM_CPU, "cpu", &em_cpu_backend, NULL),
+    EM__REGISTER(EM_CUDA, "cuda", &em_cuda_backend, NULL), /* always built: dlopens CUDA */
+    EM__REGISTER(EM_MPS, "mps", NULL, mps_reason),
 #ifdef EMBER_HAVE_OPENCL
-    case EM_OPENCL: return &em_opencl_backend;
+    EM__REGISTER(EM_OPENCL, "opencl", &em_opencl_backend, NULL),
+#else
+    EM__REGISTER(EM_OPENCL, "opencl", NULL, NULL),
 #endif
-    default: return NULL;
+};
+
+/* t's entry after its backend's init ran (NULL for an invalid type). */
+static registered *entry_ready(em_device_type t) {
+    if ((unsigned)t >= EM_DEVICE_TYPE_COUNT) return NULL;
+    registered *r = &g_registry[t];
+    if (atomic_load_explicit(&r->ready, memory_order_acquire)) return r;
+    pthread_mutex_lock(&r->lock);
+    if (!atomic_load_explicit(&r->ready, memory_order_relaxed)) {
+        /* A backend's init reports unavailability by status, but keep any message it
+         * records from leaking into the caller's error state. */
+        em_error_state saved;
+        em_error_save(&saved);
+        em_clear_error();
+        r->status = !r->backend ? EM_ERR_UNAVAILABLE : r->backend->init ? r->backend->init() : EM_OK;
+        em_error_restore(&saved);
+        atomic_store_explicit(&r->ready, true, memory_order_release);
     }
+    pthread_mutex_unlock(&r->lock);
+    return r;
 }
 
-static pthread_once_t init_once[EM_DEVICE_TYPE_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                                         PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
-static em_status init_status[EM_DEVICE_TYPE_COUNT];
-
-static void init_type(em_device_type t) {
-    const em_backend *be = table_entry(t);
-    if (!be) {
-        init_status[t] = EM_ERR_UNAVAILABLE;
-        return;
-    }
-    /* A backend's init reports unavailability by status, but keep any message it records
-     * from leaking into the caller's error state. */
-    em_error_state saved;
-    em_error_save(&saved);
-    em_clear_error();
-    init_status[t] = be->init ? be->init() : EM_OK;
-    em_error_restore(&saved);
-}
-static void init_cpu(void) { init_type(EM_CPU); }
-static void init_cuda(void) { init_type(EM_CUDA); }
-static void init_mps(void) { init_type(EM_MPS); }
-static void init_opencl(void) { init_type(EM_OPENCL); }
-static void (*const init_fns[EM_DEVICE_TYPE_COUNT])(void) = {
-    [EM_CPU] = init_cpu, [EM_CUDA] = init_cuda, [EM_MPS] = init_mps, [EM_OPENCL] = init_opencl};
+static const char *type_name(em_device_type t) { return g_registry[t].name; }
 
 /* The backend of t after its init ran, or NULL when it is not built or failed to start. */
 static const em_backend *ready_backend(em_device_type t) {
-    if ((unsigned)t >= EM_DEVICE_TYPE_COUNT) return NULL;
-    pthread_once(&init_once[t], init_fns[t]);
-    return init_status[t] == EM_OK ? table_entry(t) : NULL;
+    registered *r = entry_ready(t);
+    return r && r->status == EM_OK ? r->backend : NULL;
 }
 
 const em_backend *em__backend_for(em_device_type t) {
-    if ((unsigned)t >= EM_DEVICE_TYPE_COUNT) return NULL;
-    pthread_once(&init_once[t], init_fns[t]);
-    return table_entry(t);
+    registered *r = entry_ready(t);
+    return r ? r->backend : NULL;
 }
 
 /* ---- the current device of each type, per thread (as CUDA's current device is) ---- */
@@ -87,7 +94,7 @@ const em_backend *em__backend_checked(em_device d, const char *op) {
     }
     const em_backend *be = ready_backend(d.type);
     if (!be) {
-        em_error(EM_ERR_UNAVAILABLE, "%s: %s is not available: %s", op, type_names[d.type],
+        em_error(EM_ERR_UNAVAILABLE, "%s: %s is not available: %s", op, type_name(d.type),
                  em_device_unavailable_reason(d.type));
         return NULL;
     }
@@ -95,7 +102,7 @@ const em_backend *em__backend_checked(em_device d, const char *op) {
     int count = be->device_count ? be->device_count() : 0;
     if (d.index >= count) {
         em_error(EM_ERR_DEVICE, "%s: device %s:%d does not exist (%d %s device%s available)", op,
-                 type_names[d.type], d.index, count, type_names[d.type], count == 1 ? "" : "s");
+                 type_name(d.type), d.index, count, type_name(d.type), count == 1 ? "" : "s");
         return NULL;
     }
     return be;
@@ -127,14 +134,14 @@ void em_device_guard_end(em_device_guard g) {
 /* ---- strings ---- */
 
 const char *em_device_type_name(em_device_type t) {
-    return (unsigned)t < EM_DEVICE_TYPE_COUNT ? type_names[t] : "invalid";
+    return (unsigned)t < EM_DEVICE_TYPE_COUNT ? type_name(t) : "invalid";
 }
 
 em_device_string em_device_str(em_device d) {
     em_device_string s;
     if ((unsigned)d.type >= EM_DEVICE_TYPE_COUNT) snprintf(s.s, sizeof s.s, "invalid:%d", (int)d.type);
-    else if (d.type == EM_CPU || d.index < 0) snprintf(s.s, sizeof s.s, "%s", type_names[d.type]);
-    else snprintf(s.s, sizeof s.s, "%s:%d", type_names[d.type], d.index);
+    else if (d.type == EM_CPU || d.index < 0) snprintf(s.s, sizeof s.s, "%s", type_name(d.type));
+    else snprintf(s.s, sizeof s.s, "%s:%d", type_name(d.type), d.index);
     return s;
 }
 
@@ -145,8 +152,10 @@ em_status em_device_parse(const char *s, em_device *out) {
     const char *colon = strchr(s, ':');
     size_t type_len = colon ? (size_t)(colon - s) : strlen(s);
     int type = -1;
-    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++)
-        if (strlen(type_names[t]) == type_len && strncmp(s, type_names[t], type_len) == 0) type = t;
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+        const registered *r = &g_registry[t];
+        if (strlen(r->name) == type_len && strncmp(s, r->name, type_len) == 0) type = (int)r->type;
+    }
     if (type < 0) return em_error(EM_ERR_ARGUMENT, "invalid device string '%s': %s", s, accepted);
     int index = -1;
     if (colon) {
@@ -179,10 +188,12 @@ int em_device_count(em_device_type t) {
 
 const char *em_device_unavailable_reason(em_device_type t) {
     if ((unsigned)t >= EM_DEVICE_TYPE_COUNT) return "not a device type";
-    if (t == EM_MPS) return mps_reason;
-    const em_backend *be = em__backend_for(t);
-    if (!be) return "this build of Ember has no backend for it (built without its headers)";
-    if (init_status[t] != EM_OK) {
+    const registered *r = entry_ready(t);
+    const em_backend *be = r->backend;
+    if (!be)
+        return r->absent_reason ? r->absent_reason
+                                : "this build of Ember has no backend for it (built without its headers)";
+    if (r->status != EM_OK) {
         const char *r = be->unavailable_reason ? be->unavailable_reason() : NULL;
         return r && *r ? r : "its backend failed to start";
     }

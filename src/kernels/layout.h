@@ -76,10 +76,43 @@ enum { EMK_RNG_UNIFORM, EMK_RNG_NORMAL, EMK_RNG_RANDINT, EMK_RNG_BERNOULLI };
 #define EMK_BLOCK_LOOP(i, t, n) for (i64 i = (t); i < (n); i += EMK_BLOCK)
 #endif
 
+/* Layouts as kernel parameters: EMK_SHAPE sh, EMK_STRIDES so. CUDA copies a struct
+ * parameter into per-thread local memory (the stack: 150-450 bytes per thread) once it is
+ * indexed by a variable (size[d], s[d]); __grid_constant__ (CUDA 11.7+, sm_70+) lets the
+ * kernel read it in place, and the helpers below take it by reference (EMK_CREF). OpenCL
+ * passes them by value. */
+#if defined(EMK_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 &&                 \
+    (__CUDACC_VER_MAJOR__ > 11 || (__CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 7))
+#define EMK_SHAPE const __grid_constant__ emk_shape
+#define EMK_STRIDES const __grid_constant__ emk_strides
+#else
+#define EMK_SHAPE emk_shape
+#define EMK_STRIDES emk_strides
+#endif
+#ifdef EMK_CUDA
+#define EMK_CREF(T) const T &
+#else
+#define EMK_CREF(T) T
+#endif
+
+/* Index spaces below 2^31 elements divide in 32 bits (each coordinate and every size fits):
+ * GPUs emulate 64-bit division in dozens of instructions, 32-bit in a few. The branch is
+ * the same for every thread of a launch. */
+#define EMK_IDX32(sh) ((sh).numel <= 0x7fffffff)
+
 /* element offset of linear (row-major) index i of the index space */
-INLINE i64 emk_off(i64 i, emk_shape sh, emk_strides a) {
+INLINE i64 emk_off(i64 i, EMK_CREF(emk_shape) sh, EMK_CREF(emk_strides) a) {
     if (sh.ndim <= 1) return a.offset + i * a.s[0];
     i64 o = a.offset;
+    if (EMK_IDX32(sh)) {
+        u32 r = (u32)i;
+        for (int d = (int)sh.ndim - 1; d >= 0; --d) {
+            u32 n = (u32)sh.size[d], c = r % n;
+            r /= n;
+            o += (i64)c * a.s[d];
+        }
+        return o;
+    }
     for (int d = (int)sh.ndim - 1; d >= 0; --d) {
         i64 n = sh.size[d], c = i % n;
         i /= n;
@@ -89,22 +122,43 @@ INLINE i64 emk_off(i64 i, emk_shape sh, emk_strides a) {
 }
 /* The same for two and three tensors sharing one index space (one division chain), as
  * macros that assign to the variables oa, ob (oc): a helper taking pointers to them kept
- * PoCL from vectorizing the loops around it (measured 10x slower copies). */
+ * PoCL from vectorizing the loops around it (measured 10x slower copies). T is the type of
+ * the division chain (u32 or i64). */
+#define EMK_OFF2_T(T, i, sh, a, b, oa, ob)                                                \
+    do {                                                                                  \
+        T emk_r_ = (T)(i);                                                                \
+        oa = (a).offset;                                                                  \
+        ob = (b).offset;                                                                  \
+        for (int emk_d_ = (int)(sh).ndim - 1; emk_d_ >= 0; --emk_d_) {                    \
+            T emk_n_ = (T)(sh).size[emk_d_], emk_x_ = emk_r_ % emk_n_;                    \
+            emk_r_ /= emk_n_;                                                             \
+            oa += (i64)emk_x_ * (a).s[emk_d_];                                            \
+            ob += (i64)emk_x_ * (b).s[emk_d_];                                            \
+        }                                                                                 \
+    } while (0)
 #define EMK_OFF2(i, sh, a, b, oa, ob)                                                     \
     do {                                                                                  \
         if ((sh).ndim <= 1) {                                                             \
             oa = (a).offset + (i) * (a).s[0];                                             \
             ob = (b).offset + (i) * (b).s[0];                                             \
+        } else if (EMK_IDX32(sh)) {                                                       \
+            EMK_OFF2_T(u32, i, sh, a, b, oa, ob);                                         \
         } else {                                                                          \
-            i64 emk_r_ = (i);                                                             \
-            oa = (a).offset;                                                              \
-            ob = (b).offset;                                                              \
-            for (int emk_d_ = (int)(sh).ndim - 1; emk_d_ >= 0; --emk_d_) {                \
-                i64 emk_n_ = (sh).size[emk_d_], emk_x_ = emk_r_ % emk_n_;                 \
-                emk_r_ /= emk_n_;                                                         \
-                oa += emk_x_ * (a).s[emk_d_];                                             \
-                ob += emk_x_ * (b).s[emk_d_];                                             \
-            }                                                                             \
+            EMK_OFF2_T(i64, i, sh, a, b, oa, ob);                                         \
+        }                                                                                 \
+    } while (0)
+#define EMK_OFF3_T(T, i, sh, a, b, c, oa, ob, oc)                                         \
+    do {                                                                                  \
+        T emk_r_ = (T)(i);                                                                \
+        oa = (a).offset;                                                                  \
+        ob = (b).offset;                                                                  \
+        oc = (c).offset;                                                                  \
+        for (int emk_d_ = (int)(sh).ndim - 1; emk_d_ >= 0; --emk_d_) {                    \
+            T emk_n_ = (T)(sh).size[emk_d_], emk_x_ = emk_r_ % emk_n_;                    \
+            emk_r_ /= emk_n_;                                                             \
+            oa += (i64)emk_x_ * (a).s[emk_d_];                                            \
+            ob += (i64)emk_x_ * (b).s[emk_d_];                                            \
+            oc += (i64)emk_x_ * (c).s[emk_d_];                                            \
         }                                                                                 \
     } while (0)
 #define EMK_OFF3(i, sh, a, b, c, oa, ob, oc)                                              \
@@ -113,18 +167,10 @@ INLINE i64 emk_off(i64 i, emk_shape sh, emk_strides a) {
             oa = (a).offset + (i) * (a).s[0];                                             \
             ob = (b).offset + (i) * (b).s[0];                                             \
             oc = (c).offset + (i) * (c).s[0];                                             \
+        } else if (EMK_IDX32(sh)) {                                                       \
+            EMK_OFF3_T(u32, i, sh, a, b, c, oa, ob, oc);                                  \
         } else {                                                                          \
-            i64 emk_r_ = (i);                                                             \
-            oa = (a).offset;                                                              \
-            ob = (b).offset;                                                              \
-            oc = (c).offset;                                                              \
-            for (int emk_d_ = (int)(sh).ndim - 1; emk_d_ >= 0; --emk_d_) {                \
-                i64 emk_n_ = (sh).size[emk_d_], emk_x_ = emk_r_ % emk_n_;                 \
-                emk_r_ /= emk_n_;                                                         \
-                oa += emk_x_ * (a).s[emk_d_];                                             \
-                ob += emk_x_ * (b).s[emk_d_];                                             \
-                oc += emk_x_ * (c).s[emk_d_];                                             \
-            }                                                                             \
+            EMK_OFF3_T(i64, i, sh, a, b, c, oa, ob, oc);                                  \
         }                                                                                 \
     } while (0)
 #endif

@@ -1,5 +1,6 @@
 /* The CUDA backend: devices, lazy contexts, memory, copies, synchronization, and the
- * table core dispatches to. Ops live in cuda_ops.c and cuda_matmul.c.
+ * table core dispatches to. Its ops are the shared GPU op layer (src/backends/gpu/) over the
+ * launcher in cuda_launch.c.
  *
  * A context is created only for a device that is used (its primary context, retained on
  * first use), never implicitly on cuda:0; each used device has one non-blocking stream on
@@ -15,8 +16,7 @@
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
-#include "cuda_ops.h"
-#include "../../kernels/custom.h"
+#include "cuda_launch.h"
 #include "../../memory/allocator.h"
 #include <ember/memory.h>
 
@@ -526,16 +526,7 @@ const em_backend em_cuda_backend = {
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
-    EM_CUDA_OPS_ENTRIES
-};
-
-/* Here, next to em_cuda_backend, so that it is linked whenever the backend is:
- * src/kernels/custom.c finds it through a weak reference. */
-const em_kernel_backend em__cuda_kernel_backend = {
-    .type = EM_CUDA,
-    .compile = em__cuda_uk_compile,
-    .launch = em__cuda_uk_launch,
-    .release = em__cuda_uk_release,
+    EM_GPU_OPS(&em__cuda_gpu),
 };
 
 #else /* built without the CUDA headers */

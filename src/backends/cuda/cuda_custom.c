@@ -1,9 +1,10 @@
-/* Users' kernels on CUDA (include/ember/kernel.h; the table is em__cuda_kernel_backend in
- * cuda_backend.c). The user's source, after Ember's prelude, is compiled by NVRTC like the
- * library's kernels (disk cache, CUBIN for the device's architecture), loaded as a module
- * of its own, and launched on the device's stream. Unlike OpenCL, CUDA does not check
- * argument sizes at launch: where the driver can list a kernel's parameters
- * (cuFuncGetParamInfo, 12.4+), a launch whose argument count or sizes differ is refused. */
+/* Users' kernels on CUDA (include/ember/kernel.h): the compile / launch_compiled / release
+ * entries of the CUDA launcher (cuda_launch.c). The user's source, after Ember's prelude,
+ * is compiled by NVRTC like the library's kernels (disk cache, CUBIN for the device's
+ * architecture), loaded as a module of its own, and launched on the device's stream.
+ * Unlike OpenCL, CUDA does not check argument sizes at launch: where the driver can list a
+ * kernel's parameters (cuFuncGetParamInfo, 12.4+), a launch whose argument count or sizes
+ * differ is refused. */
 #include "cuda_internal.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
@@ -12,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../core/errors.h"
-#include "../../kernels/custom.h"
+#include "cuda_launch.h"
 #include "../../kernels/kernel_text.h"
 #include "cuda_kernels.h"
 

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../../core/errors.h"
-#include "cuda_ops.h"
+#include "cuda_launch.h"
 #include "../../memory/allocator.h"
 #include <ember/memory.h>
 

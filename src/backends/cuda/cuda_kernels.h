@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <ember/error.h>
 
-/* The kernel programs (one per src/kernels/NAME.k file, or one for the whole library). */
+/* The kernel programs: one per src/kernels/NAME.k file (em__kernel_sources). */
 int em__cuda_program_count(void);
 /* Program i's complete CUDA text (malloc'ed; NULL if i is out of range) and its name. */
 char *em__cuda_program_text(int i, const char **name);
@@ -31,5 +31,9 @@ em_status em__cuda_load_module(struct em_cuda_device *d, const char *name, const
  * CUDA, unlike OpenCL, would otherwise read a wrongly sized argument silently. */
 em_status em__cuda_launch(int dev, const char *kernel, const size_t grid[3], const size_t block[3],
                           void **params, const size_t *sizes, int nparams, const char *op);
+/* Blocks of `block` threads of library kernel `kernel` that one SM of cuda:dev holds at once
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor, asked once per kernel); 0 when the driver
+ * cannot tell or the kernel cannot be loaded (the launch then reports why). */
+int em__cuda_resident_blocks(int dev, const char *kernel, size_t block);
 
 #endif

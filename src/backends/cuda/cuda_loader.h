@@ -99,7 +99,8 @@ void *em__cuda_nccl(int *version, const char **reason);
     X(cuStreamWaitEvent, 1) X(cuEventCreate, 1) X(cuEventRecord, 1)                  \
     X(cuEventSynchronize, 1) X(cuEventDestroy, 1) X(cuModuleLoadDataEx, 1)           \
     X(cuModuleUnload, 1) X(cuModuleGetFunction, 1) X(cuLaunchKernel, 1)             \
-    X(cuFuncGetParamInfo, 0) /* driver 12.4+: argument sizes are checked when present */
+    X(cuFuncGetParamInfo, 0) /* driver 12.4+: argument sizes are checked when present */ \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 0) /* sizes 1-D grids when present */
 
 #define EM_NVRTC_FUNCS(X)                                                            \
     X(nvrtcVersion, 1) X(nvrtcGetErrorString, 1) X(nvrtcCreateProgram, 1)            \

@@ -1,5 +1,6 @@
 /* The OpenCL backend: every platform and device, memory, copies, synchronization, and the
- * op table (ops run Ember's kernels from src/kernels/ through the shared GPU op layer).
+ * backend table (its ops are the shared GPU op layer of src/backends/gpu/ over the
+ * launcher in opencl_program.c).
  *
  * Devices: all devices of all platforms; GPUs come first in the index order, then
  * accelerators, then CPU devices such as PoCL (usable, never preferred by auto-selection).
@@ -333,55 +334,6 @@ static em_status ocl_sync(int index) {
                     index, d->props.name, em__ocl_err_name(e), recent[0] ? recent : "none");
 }
 
-/* ---- ops: the shared GPU op layer with the OpenCL launcher ---- */
-
-#define G (&em__ocl_gpu)
-static em_status ocl_fill(em_tensor *o, double v) { return em__gpu_fill(G, o, v); }
-static em_status ocl_affine(em_tensor *o, double a, double b) { return em__gpu_fill_affine(G, o, a, b); }
-static em_status ocl_copy(em_tensor *o, const em_tensor *i) { return em__gpu_copy(G, o, i); }
-static em_status ocl_unary(em_op op, em_tensor *o, const em_tensor *i, const double *p) {
-    return em__gpu_unary(G, op, o, i, p);
-}
-static em_status ocl_binary(em_op op, em_tensor *o, const em_tensor *a, const em_tensor *b) {
-    return em__gpu_binary(G, op, o, a, b);
-}
-static em_status ocl_where(em_tensor *o, const em_tensor *c, const em_tensor *a, const em_tensor *b) {
-    return em__gpu_where(G, o, c, a, b);
-}
-static em_status ocl_reduce(em_op op, em_tensor *o, const em_tensor *i, const bool *r) {
-    return em__gpu_reduce(G, op, o, i, r);
-}
-static em_status ocl_matmul(em_tensor *o, const em_tensor *a, const em_tensor *b) {
-    return em__gpu_matmul(G, o, a, b);
-}
-static em_status ocl_softmax(em_tensor *o, const em_tensor *i, int dim, bool log) {
-    return em__gpu_softmax(G, o, i, dim, log);
-}
-static em_status ocl_index_select(em_tensor *o, const em_tensor *i, int dim, const em_tensor *x) {
-    return em__gpu_index_select(G, o, i, dim, x);
-}
-static em_status ocl_index_add(em_tensor *o, int dim, const em_tensor *x, const em_tensor *s) {
-    return em__gpu_index_add(G, o, dim, x, s);
-}
-static em_status ocl_gather(em_tensor *o, const em_tensor *i, int dim, const em_tensor *x) {
-    return em__gpu_gather(G, o, i, dim, x);
-}
-static em_status ocl_scatter_add(em_tensor *o, int dim, const em_tensor *x, const em_tensor *s) {
-    return em__gpu_scatter_add(G, o, dim, x, s);
-}
-static em_status ocl_rng(em_tensor *o, em_rng_kind k, uint64_t seed, uint64_t off, double p0,
-                         double p1) {
-    return em__gpu_rng(G, o, k, seed, off, p0, p1);
-}
-static em_status ocl_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *b) {
-    return em__gpu_fused_sgd(G, a, p, g, b);
-}
-static em_status ocl_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
-                                em_tensor *v, em_tensor *vmax) {
-    return em__gpu_fused_adam(G, a, p, g, m, v, vmax);
-}
-#undef G
-
 const em_backend em_opencl_backend = {
     .name = "opencl",
     .type = EM_OPENCL,
@@ -399,21 +351,6 @@ const em_backend em_opencl_backend = {
     .event_query = em__ocl_event_query,
     .event_synchronize = em__ocl_event_synchronize,
     .event_destroy = em__ocl_event_destroy,
-    .supports_op = em__gpu_supports_op,
-    .fill = ocl_fill,
-    .fill_affine = ocl_affine,
-    .copy = ocl_copy,
-    .unary = ocl_unary,
-    .binary = ocl_binary,
-    .where = ocl_where,
-    .reduce = ocl_reduce,
-    .matmul = ocl_matmul,
-    .softmax = ocl_softmax,
-    .index_select = ocl_index_select,
-    .index_add = ocl_index_add,
-    .gather = ocl_gather,
-    .scatter_add = ocl_scatter_add,
-    .rng = ocl_rng,
-    .fused_sgd = ocl_fused_sgd,
-    .fused_adam = ocl_fused_adam,
+    /* the ops: the shared GPU op layer over the OpenCL launcher (opencl_program.c) */
+    EM_GPU_OPS(&em__ocl_gpu),
 };

@@ -1,13 +1,13 @@
-/* Users' kernels on OpenCL (the em_kernel_backend of src/kernels/custom.h). Each compiled
- * kernel is its own program, built through the disk cache. A tensor argument that starts
- * inside its buffer becomes a sub-buffer (the allocator's 512-byte block alignment meets
- * CL_DEVICE_MEM_BASE_ADDR_ALIGN on common devices); a view at an unaligned offset is
- * refused with advice, since OpenCL C 1.2 cannot offset a buffer argument otherwise. */
+/* Users' kernels on OpenCL: the compile / launch_compiled / release entries of the OpenCL
+ * launcher (src/backends/gpu/gpu.h). Each compiled kernel is its own program, built
+ * through the disk cache. A tensor argument that starts inside its buffer becomes a
+ * sub-buffer (the allocator's 512-byte block alignment meets CL_DEVICE_MEM_BASE_ADDR_ALIGN
+ * on common devices); a view at an unaligned offset is refused with advice, since OpenCL
+ * C 1.2 cannot offset a buffer argument otherwise. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../../core/errors.h"
-#include "../../kernels/custom.h"
 #include "../../kernels/kernel_text.h"
 #include "opencl_internal.h"
 
@@ -18,7 +18,7 @@ typedef struct ocl_user_kernel {
     pthread_mutex_t lock; /* set-args + enqueue must not interleave between threads */
 } ocl_user_kernel;
 
-static void *uk_compile(int dev, const char *source, const char *name) {
+void *em__ocl_uk_compile(int dev, const char *source, const char *name) {
     ocl_device *d = em__ocl_device(dev);
     if (!d) {
         em_error(EM_ERR_DEVICE, "em_kernel_compile: opencl:%d does not exist", dev);
@@ -60,8 +60,8 @@ static void *uk_compile(int dev, const char *source, const char *name) {
     return uk;
 }
 
-static em_status uk_launch(void *handle, const size_t grid[3], const size_t block[3], int nargs,
-                           const em_karg *args, const char *name) {
+em_status em__ocl_uk_launch(void *handle, const size_t grid[3], const size_t block[3], int nargs,
+                            const em_karg *args, const char *name) {
     ocl_user_kernel *uk = handle;
     ocl_device *d = em__ocl_device(uk->dev);
     size_t threads = block[0] * block[1] * block[2];
@@ -136,7 +136,7 @@ static em_status uk_launch(void *handle, const size_t grid[3], const size_t bloc
     return s;
 }
 
-static void uk_release(void *handle) {
+void em__ocl_uk_release(void *handle) {
     ocl_user_kernel *uk = handle;
     if (!uk) return;
     clReleaseKernel(uk->kernel);
@@ -144,10 +144,3 @@ static void uk_release(void *handle) {
     pthread_mutex_destroy(&uk->lock);
     free(uk);
 }
-
-const em_kernel_backend em__ocl_kernel_backend = {
-    .type = EM_OPENCL,
-    .compile = uk_compile,
-    .launch = uk_launch,
-    .release = uk_release,
-};

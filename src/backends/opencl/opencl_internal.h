@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include "../backend.h"
-#include "../../kernels/gpu.h"
+#include "../gpu/gpu.h"
 
 /* A program and the kernels created from it, per device (library or user program). */
 typedef struct ocl_kernel_slot {
@@ -51,8 +51,13 @@ void em__ocl_note_op(ocl_device *d, const char *op);
  * when `write`); on failure records EM_ERR_BACKEND with the build log naming `what` and
  * returns NULL. */
 cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write);
-/* The launcher for the shared GPU op layer. */
+/* The launcher for the shared GPU op layer (opencl_program.c). */
 extern const em_gpu em__ocl_gpu;
+/* Users' kernels (opencl_custom.c), the launcher's compile / launch_compiled / release. */
+void *em__ocl_uk_compile(int dev, const char *source, const char *name);
+em_status em__ocl_uk_launch(void *handle, const size_t grid[3], const size_t block[3], int nargs,
+                            const em_karg *args, const char *name);
+void em__ocl_uk_release(void *handle);
 /* Set kernel arguments from typed values (caller holds d->lock). */
 em_status em__ocl_set_args(cl_kernel k, int nargs, const em_karg *args, const char *what);
 /* Optional CLBlast GEMM (opencl_gemm.c): EM_ERR_NOT_SUPPORTED when CLBlast is missing. */

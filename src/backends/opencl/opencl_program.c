@@ -299,4 +299,7 @@ const em_gpu em__ocl_gpu = {
     .launch = ocl_launch,
     .info = ocl_info,
     .gemm = ocl_gemm,
+    .compile = em__ocl_uk_compile,
+    .launch_compiled = em__ocl_uk_launch,
+    .release = em__ocl_uk_release,
 };

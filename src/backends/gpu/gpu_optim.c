@@ -3,7 +3,7 @@
 #include "gpu.h"
 
 #include <stdio.h>
-#include "../core/errors.h"
+#include "../../core/errors.h"
 #include "gpu_internal.h"
 
 /* the flags of optim.k */
@@ -40,8 +40,9 @@ static em_karg buf_arg(const em_tensor *t, const em_tensor *p) {
 
 static em_karg scalar_arg(bool f64, double v) { return f64 ? EM_KF64(v) : EM_KF32(v); }
 
-em_status em__gpu_fused_sgd(const em_gpu *g, const em_optim_args *a, em_tensor *p,
-                            const em_tensor *grad, em_tensor *buf) {
+em_status em__gpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *grad,
+                            em_tensor *buf) {
+    const em_gpu *g = em__gpu_of(p);
     if (a->momentum == 0) buf = NULL;
     em_tensor *ts[3] = {p, (em_tensor *)grad, buf};
     int64_t offs[3];
@@ -62,8 +63,9 @@ em_status em__gpu_fused_sgd(const em_gpu *g, const em_optim_args *a, em_tensor *
                              "fused sgd step");
 }
 
-em_status em__gpu_fused_adam(const em_gpu *g, const em_optim_args *a, em_tensor *p,
-                             const em_tensor *grad, em_tensor *m, em_tensor *v, em_tensor *vmax) {
+em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *grad,
+                             em_tensor *m, em_tensor *v, em_tensor *vmax) {
+    const em_gpu *g = em__gpu_of(p);
     if (!a->amsgrad) vmax = NULL;
     em_tensor *ts[5] = {p, (em_tensor *)grad, m, v, vmax};
     int64_t offs[5];

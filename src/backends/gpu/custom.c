@@ -1,27 +1,25 @@
 /* Users' GPU kernels (include/ember/kernel.h): checks, argument conversion, and dispatch to
- * the device type's em_kernel_backend (custom.h). */
+ * the launcher (gpu.h) of the device type's backend, found through the registry. */
 #include <ember/kernel.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../core/errors.h"
-#include "custom.h"
-#include "kernel_text.h"
+#include "../../core/errors.h"
+#include "gpu.h"
+#include "../../kernels/kernel_text.h"
 
 struct em_kernel {
     em_device device;
-    const em_kernel_backend *kb;
+    const em_gpu *gpu;
     void *handle;
     char name[64];
 };
 
-static const em_kernel_backend *kernel_backend_for(em_device_type t) {
-#ifdef EMBER_HAVE_OPENCL
-    if (t == EM_OPENCL) return &em__ocl_kernel_backend;
-#endif
-    if (t == EM_CUDA && &em__cuda_kernel_backend) return &em__cuda_kernel_backend;
-    return NULL;
+/* The launcher that compiles users' kernels for type t, or NULL. */
+static const em_gpu *kernel_launcher_for(em_device_type t) {
+    const em_backend *be = em__backend_for(t);
+    return be && be->gpu && be->gpu->compile ? be->gpu : NULL;
 }
 
 em_kernel *em_kernel_compile(const char *source, const char *name, em_device device) {
@@ -37,8 +35,8 @@ em_kernel *em_kernel_compile(const char *source, const char *name, em_device dev
         return NULL;
     }
     device = em_device_resolve(device);
-    const em_kernel_backend *kb = kernel_backend_for(device.type);
-    if (!kb) {
+    const em_gpu *gpu = kernel_launcher_for(device.type);
+    if (!gpu) {
         em_error(EM_ERR_NOT_SUPPORTED,
                  "em_kernel_compile: custom kernels run on GPU-type devices (opencl:N, cuda:N); "
                  "%s has no kernel compiler", em_device_str(device).s);
@@ -51,9 +49,9 @@ em_kernel *em_kernel_compile(const char *source, const char *name, em_device dev
         return NULL;
     }
     k->device = device;
-    k->kb = kb;
+    k->gpu = gpu;
     snprintf(k->name, sizeof k->name, "%s", name);
-    k->handle = kb->compile(device.index, source, name);
+    k->handle = gpu->compile(device.index, source, name);
     if (!k->handle) {
         free(k);
         return NULL;
@@ -107,13 +105,13 @@ em_status em_kernel_launch(em_kernel *k, em_dim3 grid, em_dim3 block, int nargs,
         default: return arg_error(k, i, "unknown argument kind");
         }
     }
-    return k->kb->launch(k->handle, g, b, nargs, ka, k->name);
+    return k->gpu->launch_compiled(k->handle, g, b, nargs, ka, k->name);
 }
 
 em_device em_kernel_device(const em_kernel *k) { return k ? k->device : EM_DEVICE_CPU; }
 
 void em_kernel_free(em_kernel *k) {
     if (!k) return;
-    k->kb->release(k->handle);
+    k->gpu->release(k->handle);
     free(k);
 }

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "../core/errors.h"
+#include "../../core/errors.h"
 #include "gpu_internal.h"
 
 static int64_t block_cap(const em_gpu *g, int dev) {
@@ -15,8 +15,8 @@ static int64_t block_cap(const em_gpu *g, int dev) {
 
 /* ---- reduce ---- */
 
-em_status em__gpu_reduce(const em_gpu *g, em_op op, em_tensor *out, const em_tensor *in,
-                         const bool *reduce) {
+em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce) {
+    const em_gpu *g = em__gpu_of(out);
     if (op < EM_OP_SUM || op > EM_OP_ARGMIN || !em__gpu_supports_op(op, in->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "reduction %d is not supported for %s on %s",
                         (int)op, em_dtype_name(in->dtype), EM__DEVSTR(out));
@@ -46,8 +46,8 @@ em_status em__gpu_reduce(const em_gpu *g, em_op op, em_tensor *out, const em_ten
     em__gpu_collapse(nr, rshape, 1, rsp, &zero, &rsh, &rst);
     if (osh.numel == 0) return EM_OK;
     if (rsh.numel == 0) {
-        if (op == EM_OP_SUM) return em__gpu_fill(g, out, 0.0);
-        if (op == EM_OP_MEAN) return em__gpu_fill(g, out, NAN);
+        if (op == EM_OP_SUM) return em__gpu_fill(out, 0.0);
+        if (op == EM_OP_MEAN) return em__gpu_fill(out, NAN);
         return em_error(EM_ERR_SHAPE, "%s of an empty dimension has no identity",
                         op == EM_OP_MAX ? "max" : op == EM_OP_MIN ? "min" : "argmax/argmin");
     }
@@ -86,11 +86,11 @@ static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor
     em_status st = EM_OK;
     if (a->dtype != cdt) {
         ta = em__tensor_new(em_shape_of(a), cdt, dev);
-        st = ta ? em__gpu_copy(g, ta, a) : em_last_status();
+        st = ta ? em__gpu_copy(ta, a) : em_last_status();
     }
     if (st == EM_OK && (b->dtype != cdt || (N > 1 && b->strides[nd - 1] != 1))) {
         tb = em__tensor_new(em_shape_of(b), cdt, dev);
-        st = tb ? em__gpu_copy(g, tb, b) : em_last_status();
+        st = tb ? em__gpu_copy(tb, b) : em_last_status();
     }
     if (st == EM_OK && (out->dtype != cdt || (N > 1 && out->strides[nd - 1] != 1))) {
         to = em__tensor_new(em_shape_of(out), cdt, dev);
@@ -122,15 +122,19 @@ static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor
         size_t block[3] = {4, 4, 1};
         st = g->launch(EM__DEV(out), name, grid, block, 14, args, "matmul");
     }
-    if (st == EM_OK && to) st = em__gpu_copy(g, out, to);
+    if (st == EM_OK && to) st = em__gpu_copy(out, to);
     em_release(ta);
     em_release(tb);
     em_release(to);
     return st;
 }
 
-em_status em__gpu_matmul(const em_gpu *g, em_tensor *out, const em_tensor *a,
-                         const em_tensor *b) {
+em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    return em__gpu_matmul_with(em__gpu_of(out), out, a, b);
+}
+
+em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *a,
+                              const em_tensor *b) {
     if (out->dtype == EM_BOOL)
         return em_error(EM_ERR_NOT_SUPPORTED, "matmul is not supported for bool on %s",
                         EM__DEVSTR(out));
@@ -144,7 +148,7 @@ em_status em__gpu_matmul(const em_gpu *g, em_tensor *out, const em_tensor *a,
         return em_last_status();
     int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[nd - 1];
     if (M == 0 || N == 0) return EM_OK;
-    if (K == 0) return em__gpu_fill(g, out, 0.0);
+    if (K == 0) return em__gpu_fill(out, 0.0);
     emk_shape bsh;
     emk_strides bst[3];
     const int64_t *sp[3] = {out->strides, a->strides, b->strides};
@@ -195,17 +199,20 @@ em_status em__gpu_matmul(const em_gpu *g, em_tensor *out, const em_tensor *a,
                       EM_KSTRUCT(bsh), EM_KSTRUCT(bst[0]), EM_KSTRUCT(bst[1]), EM_KSTRUCT(bst[2]),
                       EM_KI64(som), EM_KI64(son), EM_KI64(sam), EM_KI64(sak), EM_KI64(sbk),
                       EM_KI64(sbn)};
+    /* y and z stay within CUDA's 65535 blocks: the kernel loops over further tiles of M
+     * and further batches */
     int64_t t = EMK_MM_TILE / EMK_MM_WPT, nb = bsh.numel < 65535 ? bsh.numel : 65535;
+    int64_t mt = (M + EMK_MM_TILE - 1) / EMK_MM_TILE;
     size_t grid[3] = {(size_t)((N + EMK_MM_TILE - 1) / EMK_MM_TILE),
-                      (size_t)((M + EMK_MM_TILE - 1) / EMK_MM_TILE), (size_t)nb};
+                      (size_t)(mt < 65535 ? mt : 65535), (size_t)nb};
     size_t block[3] = {(size_t)t, (size_t)t, 1};
     return g->launch(dev, name, grid, block, 16, args, "matmul");
 }
 
 /* ---- softmax ---- */
 
-em_status em__gpu_softmax(const em_gpu *g, em_tensor *out, const em_tensor *in, int dim,
-                          bool log) {
+em_status em__gpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log) {
+    const em_gpu *g = em__gpu_of(out);
     if (!em_dtype_is_floating(in->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "softmax is not supported for %s on %s",
                         em_dtype_name(in->dtype), EM__DEVSTR(out));
@@ -261,14 +268,13 @@ static em_status gpu_index_kernel(const em_gpu *g, const char *kernel, em_tensor
     return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 8, args, kernel);
 }
 
-em_status em__gpu_index_select(const em_gpu *g, em_tensor *out, const em_tensor *in, int dim,
+em_status em__gpu_index_select(em_tensor *out, const em_tensor *in, int dim,
                                const em_tensor *index) {
-    return gpu_index_kernel(g, "index_select", out, in, dim, index);
+    return gpu_index_kernel(em__gpu_of(out), "index_select", out, in, dim, index);
 }
 
-em_status em__gpu_gather(const em_gpu *g, em_tensor *out, const em_tensor *in, int dim,
-                         const em_tensor *index) {
-    return gpu_index_kernel(g, "gather", out, in, dim, index);
+em_status em__gpu_gather(em_tensor *out, const em_tensor *in, int dim, const em_tensor *index) {
+    return gpu_index_kernel(em__gpu_of(out), "gather", out, in, dim, index);
 }
 
 /* index_add and scatter_add: one thread per position of `space` with `dim` squeezed to 1,
@@ -300,13 +306,12 @@ static em_status accumulate(const em_gpu *g, const char *family, em_tensor *out,
     return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 9, args, family);
 }
 
-em_status em__gpu_index_add(const em_gpu *g, em_tensor *out, int dim, const em_tensor *index,
-                            const em_tensor *src) {
-    return accumulate(g, "index_add", out, dim, index, src, src, em_numel(index));
+em_status em__gpu_index_add(em_tensor *out, int dim, const em_tensor *index, const em_tensor *src) {
+    return accumulate(em__gpu_of(out), "index_add", out, dim, index, src, src, em_numel(index));
 }
 
-em_status em__gpu_scatter_add(const em_gpu *g, em_tensor *out, int dim, const em_tensor *index,
+em_status em__gpu_scatter_add(em_tensor *out, int dim, const em_tensor *index,
                               const em_tensor *src) {
-    return accumulate(g, "scatter_add", out, dim, index, src, index,
+    return accumulate(em__gpu_of(out), "scatter_add", out, dim, index, src, index,
                       index->ndim ? index->shape[dim] : 1);
 }

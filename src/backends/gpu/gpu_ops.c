@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "../core/errors.h"
+#include "../../core/errors.h"
 #include "gpu_internal.h"
 
 bool em__gpu_supports_op(em_op op, em_dtype dt) {
@@ -38,8 +38,12 @@ em_status em__gpu_launch_1d(const em_gpu *g, int dev, const char *kernel, int64_
                             const em_karg *args, const char *op) {
     em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
-    int64_t blocks = (n + EMK_BLOCK - 1) / EMK_BLOCK, cap = (int64_t)info.compute_units * 8;
-    if (cap < 8) cap = 8;
+    /* the blocks that are resident at once: more would only queue behind them, since the
+     * kernels loop over the elements (the occupancy the kernel's registers allow, else 8) */
+    int per_cu = g->resident_blocks ? g->resident_blocks(dev, kernel, EMK_BLOCK) : 0;
+    if (per_cu <= 0) per_cu = 8;
+    int64_t blocks = (n + EMK_BLOCK - 1) / EMK_BLOCK, cap = (int64_t)info.compute_units * per_cu;
+    if (cap < per_cu) cap = per_cu;
     if (blocks > cap) blocks = cap;
     if (blocks < 1) blocks = 1;
     size_t grid[3] = {(size_t)blocks, 1, 1}, block[3] = {EMK_BLOCK, 1, 1};
@@ -77,7 +81,8 @@ static uint64_t value_bits(em_dtype dt, double v) {
     return bits;
 }
 
-em_status em__gpu_fill(const em_gpu *g, em_tensor *out, double value) {
+em_status em__gpu_fill(em_tensor *out, double value) {
+    const em_gpu *g = em__gpu_of(out);
     int64_t off;
     if (em__gpu_elem_offset(out, &off)) return em_last_status();
     emk_shape sh;
@@ -92,7 +97,8 @@ em_status em__gpu_fill(const em_gpu *g, em_tensor *out, double value) {
     return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 4, args, "fill");
 }
 
-em_status em__gpu_fill_affine(const em_gpu *g, em_tensor *out, double start, double step) {
+em_status em__gpu_fill_affine(em_tensor *out, double start, double step) {
+    const em_gpu *g = em__gpu_of(out);
     int64_t off;
     if (em__gpu_elem_offset(out, &off)) return em_last_status();
     emk_shape sh;
@@ -115,7 +121,8 @@ em_status em__gpu_fill_affine(const em_gpu *g, em_tensor *out, double start, dou
 
 /* ---- copy / cast ---- */
 
-em_status em__gpu_copy(const em_gpu *g, em_tensor *out, const em_tensor *in) {
+em_status em__gpu_copy(em_tensor *out, const em_tensor *in) {
+    const em_gpu *g = em__gpu_of(out);
     if (EM__DEV(out) != EM__DEV(in))
         return em_error(EM_ERR_INTERNAL, "copy: %s and %s are different devices (core stages these)",
                         EM__DEVSTR(out), EM__DEVSTR(in));
@@ -140,8 +147,8 @@ em_status em__gpu_copy(const em_gpu *g, em_tensor *out, const em_tensor *in) {
 
 /* ---- unary ---- */
 
-em_status em__gpu_unary(const em_gpu *g, em_op op, em_tensor *out, const em_tensor *in,
-                        const double *params) {
+em_status em__gpu_unary(em_op op, em_tensor *out, const em_tensor *in, const double *params) {
+    const em_gpu *g = em__gpu_of(out);
     if (op < EM_OP_NEG || op > EM_OP_CLAMP || !em__gpu_supports_op(op, in->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "unary op %d is not supported for %s on %s", (int)op,
                         em_dtype_name(in->dtype), EM__DEVSTR(out));
@@ -176,8 +183,8 @@ em_status em__gpu_unary(const em_gpu *g, em_op op, em_tensor *out, const em_tens
 
 /* ---- binary, where ---- */
 
-em_status em__gpu_binary(const em_gpu *g, em_op op, em_tensor *out, const em_tensor *a,
-                         const em_tensor *b) {
+em_status em__gpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    const em_gpu *g = em__gpu_of(out);
     if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__gpu_supports_op(op, a->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "binary op %d is not supported for %s on %s",
                         (int)op, em_dtype_name(a->dtype), EM__DEVSTR(out));
@@ -203,8 +210,9 @@ em_status em__gpu_binary(const em_gpu *g, em_op op, em_tensor *out, const em_ten
     return em__gpu_launch_1d(g, EM__DEV(out), name, sh.numel, 8, args, "binary");
 }
 
-em_status em__gpu_where(const em_gpu *g, em_tensor *out, const em_tensor *cond,
-                        const em_tensor *a, const em_tensor *b) {
+em_status em__gpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a,
+                        const em_tensor *b) {
+    const em_gpu *g = em__gpu_of(out);
     int64_t offs[4];
     if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(cond, &offs[1]) ||
         em__gpu_elem_offset(a, &offs[2]) || em__gpu_elem_offset(b, &offs[3]))
@@ -225,8 +233,9 @@ em_status em__gpu_where(const em_gpu *g, em_tensor *out, const em_tensor *cond,
 
 /* ---- rng ---- */
 
-em_status em__gpu_rng(const em_gpu *g, em_tensor *out, em_rng_kind kind, uint64_t seed,
-                      uint64_t offset, double p0, double p1) {
+em_status em__gpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,
+                      double p0, double p1) {
+    const em_gpu *g = em__gpu_of(out);
     int64_t off;
     if (em__gpu_elem_offset(out, &off)) return em_last_status();
     emk_shape sh;
