@@ -112,6 +112,15 @@ static void test_gemm_edges(void) {
     CHECK(strcmp(em__cpu_gemm_isa(), now) == 0);
     const char *name = em__cpu_gemm_name();
     CHECK(name && (strstr(name, "built-in (") == name || strstr(name, "OpenBLAS") == name));
+    /* `ember devices` shows it as the CPU's "gemm:" (the CPU's driver field) */
+    em_device_props props;
+    CHECK_OK(em_device_get_props(EM_DEVICE_CPU, &props));
+    CHECK(strcmp(props.driver, name) == 0);
+#ifdef EMBER_HAVE_BLAS
+    CHECK(strstr(name, "OpenBLAS") == name);
+#else
+    CHECK(strstr(name, "built-in (") == name);
+#endif
 }
 
 /* NaN and infinity in the inputs reach exactly the outputs they should. */
