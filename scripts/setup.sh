@@ -10,6 +10,7 @@ PACKAGES=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo   # OpenCL, run on the CPU by PoCL
   dataset-fashion-mnist                          # the data `ember train` uses
   valgrind                                       # leak check of a training run in CI
+  python3                                        # scripts/gpu_check_test.sh (CI) reads its JSON
 )
 
 missing=()
