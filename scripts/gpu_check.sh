@@ -10,19 +10,21 @@
 #   run(command="scripts/gpu_check.sh $OUT --part 2", carry=[".gpu"], timeout_s=600)
 # Each part builds Ember first when its build is missing (a later call may land on a fresh
 # machine), runs its steps each under `timeout`, stops starting steps when its time budget
-# (default 510 s) is spent, and leaves exactly three files in OUT_DIR:
+# (default 530 s) is spent, and leaves exactly three files in OUT_DIR:
 #   report-partN.md, report-partN.json   pass/fail/skip per step, the figures, each figure as
 #                                        a fraction of the roofline (measured and spec)
 #   logs-partN.tar.gz                    every step's full output
 # Part 1: preflight, deps, build, devices, ctest (whole suite with cuda:0 present),
 #         blocking (golden + backend-ops suites with EMBER_CUDA_LAUNCH_BLOCKING=1),
 #         memcheck (compute-sanitizer over backend-ops and golden).
-# Part 2: preflight, deps, build, devices, racecheck, synccheck, smi (ember devices/smi
-#         against nvidia-smi field by field), bench (ember bench --device cuda:0: matmul per
-#         dtype at 4096 and 8192, copies, launch latency, crossover; f32 again with TF32),
-#         bench_cpu, copy_d2d (device-to-device bandwidth through Ember), roofline_torch (the
-#         same GPU through PyTorch), train_cuda, train_cpu, train_torch (ember train on cuda:0
-#         and the CPU, and the same MLP and batches in PyTorch on the GPU).
+# Part 2: preflight, deps, build, devices, smi (ember devices/smi against nvidia-smi field by
+#         field), bench (ember bench --device cuda:0: matmul per dtype at 4096 and 8192, copies,
+#         launch latency, crossover; f32 again with TF32), copy_d2d (device-to-device bandwidth
+#         through Ember), roofline_torch (the same GPU through PyTorch), train_cuda,
+#         train_torch, train_cpu (ember train on cuda:0, the same MLP and batches in PyTorch on
+#         the GPU, ember train on the CPU), bench_cpu, racecheck, synccheck.
+# --only STEP,...: those steps, from either part, after preflight, deps, build and devices;
+#   e.g. what a part had to skip for time: --part 2 --only racecheck,synccheck
 # --dry-run: on a machine without a GPU, every step that needs one is reported "skip" with
 #   the reason; the others run (CI runs this: scripts/gpu_check_test.sh). Without --dry-run a
 #   missing GPU fails those steps.
@@ -32,7 +34,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-OUT="" PART=all DRY=0 ONLY="" BUDGET=510
+OUT="" PART=all DRY=0 ONLY="" BUDGET=530
 BUILD=${EMBER_GPU_CHECK_BUILD:-build-gpu}
 while (($#)); do
     case "$1" in
@@ -91,6 +93,7 @@ TRIPLET=$( (gcc -print-multiarch || cc -print-multiarch) 2>/dev/null | head -n1)
 TRIPLET=${TRIPLET:-x86_64-linux-gnu}
 use_deps() {
     [ -d "$DEPS/usr" ] || return 0
+    [[ ":${CMAKE_PREFIX_PATH-}:" == *":$DEPS/usr:"* ]] && return 0 # once
     export CMAKE_PREFIX_PATH=$DEPS/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
     local l=$DEPS/usr/lib/$TRIPLET
     export LD_LIBRARY_PATH=$l:$l/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -107,7 +110,8 @@ EMBER=$BUILD/ember
 # 124/137 timeout, anything else fail. A step whose needs are missing is a skip in a dry run
 # (or when a prerequisite, not the GPU, is what is missing) and a fail otherwise.
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" >>"$STEPS"; }
-wanted() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+# preflight, deps, build and devices always run (cheap when done; what the rest stands on)
+wanted() { [ -z "$ONLY" ] || [[ ",preflight,deps,build,devices,$ONLY," == *",$1,"* ]]; }
 step() {
     local name=$1 needs=$2 limit=$3 fn=$4 why="" hard=0
     wanted "$name" || return 0
@@ -340,22 +344,26 @@ step deps "" 120 s_deps
 use_deps # the prefix the deps step unpacked
 step build "" 420 s_build
 step devices build 60 s_devices
-if [ "$PART" != 2 ]; then
+# --only names steps of either part
+P1=1 P2=1
+[ -z "$ONLY" ] && [ "$PART" = 2 ] && P1=0
+[ -z "$ONLY" ] && [ "$PART" = 1 ] && P2=0
+if ((P1)); then
     step ctest gpu,build 330 s_ctest
     step blocking gpu,build 200 s_blocking
     step memcheck gpu,sanitizer,build 200 s_memcheck
 fi
-if [ "$PART" != 1 ]; then
-    step racecheck gpu,sanitizer,build 150 s_racecheck
-    step synccheck gpu,sanitizer,build 100 s_synccheck
+if ((P2)); then # the figures first; the slow sanitizers last, where the budget cuts
     step smi gpu,build 60 s_smi
     step bench gpu,build 180 s_bench
-    step bench_cpu build 90 s_bench_cpu
     step copy_d2d gpu,build 60 s_copy_d2d
     step roofline_torch gpu,torch 120 s_roofline_torch
     step train_cuda gpu,build,data 120 s_train_cuda
-    step train_cpu build,data 120 s_train_cpu
     step train_torch gpu,torch,data 120 s_train_torch
+    step train_cpu build,data 120 s_train_cpu
+    step bench_cpu build 90 s_bench_cpu
+    step racecheck gpu,sanitizer,build 150 s_racecheck
+    step synccheck gpu,sanitizer,build 100 s_synccheck
 fi
 
 # ---- the report, and the logs in one archive ----

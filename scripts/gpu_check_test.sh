@@ -4,6 +4,7 @@
 #     report-all.md, report-all.json and logs-all.tar.gz; the JSON has a status for every
 #     step, every GPU step is a skip that says why, the others pass; the archive holds a log
 #     per step that ran.
+#     --only runs just the named steps after the four that everything stands on.
 #  2. Bad arguments exit 2 with a message.
 #  3. gpu_report.py turns made-up GPU figures into the right roofline fractions, and its
 #     smi comparison accepts agreeing tools and rejects a differing field.
@@ -47,6 +48,13 @@ tar -tzf "$T/out/logs-all.tar.gz" >"$T/list"
 for s in preflight build devices bench_cpu train_cpu; do
     grep -qx "logs-all/$s.log" "$T/list" || fail "logs-all.tar.gz has no $s.log"
 done
+
+# --only: those steps after preflight, deps, build and devices
+scripts/gpu_check.sh "$T/only" --dry-run --build-dir "$BUILD" --part 1 --only train_cpu >"$T/only.log" 2>&1 ||
+    { cat "$T/only.log"; fail "--only train_cpu exited $?"; }
+"$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))
+assert [(s["name"], s["status"]) for s in r["steps"]] == [(n, "pass") for n in ("preflight", "deps", "build", "devices", "train_cpu")], r["steps"]
+assert r["part"] == "1"' "$T/only/report-part1.json" || fail "--only ran the wrong steps"
 
 # 2. argument errors
 for args in "" "$T/x --part 3" "$T/x --budget soon" "$T/x --bogus" "$T/x $T/y"; do
