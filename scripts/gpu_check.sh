@@ -151,7 +151,12 @@ step() {
     124 | 137) status=timeout ;;
     *) status=fail ;;
     esac
-    record "$name" "$status" "$rc" $((SECONDS - t0)) "$limit" "$(tail -n1 "$FACTS/$name.note" 2>/dev/null)"
+    local why_note
+    why_note=$(tail -n1 "$FACTS/$name.note" 2>/dev/null)
+    # a failure without a note says what its log ended with
+    [ -z "$why_note" ] && [ "$status" != pass ] && why_note=$(grep -v '^[[:space:]]*$' "$LOGS/$name.log" | tail -n2 | paste -sd '/' | cut -c1-300)
+    [ "$status" = timeout ] && why_note="killed after $limit s${why_note:+; $why_note}"
+    record "$name" "$status" "$rc" $((SECONDS - t0)) "$limit" "${why_note//$'\t'/ }"
     echo "gpu_check: $name: $status ($((SECONDS - t0)) s)"
 }
 note() { echo "$*" >>"$FACTS/$STEP_NAME.note"; }
@@ -170,18 +175,18 @@ s_preflight() {
         p=$(command -v "$tool" 2>/dev/null || true)
         [ -z "$p" ] && [ -x "/usr/local/cuda/bin/$tool" ] && p=/usr/local/cuda/bin/$tool
         echo "== $tool: ${p:-not found}"
-        [ -n "$p" ] && [ "$tool" != nvidia-smi ] && [ "$tool" != "$PY" ] && "$p" --version 2>&1 | head -n4
+        [ -n "$p" ] && [ "$tool" != nvidia-smi ] && [ "$tool" != "$PY" ] && timeout 15 "$p" --version 2>&1 | head -n4
     done
-    "$PY" -c 'import sys, torch; print("== torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -n1
-    "$PY" -c 'import torch; print(torch.__version__)' >"$FACTS/torch_version" 2>/dev/null
+    timeout 60 "$PY" -c 'import sys, torch; print("== torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -n1
+    timeout 60 "$PY" -c 'import torch; print(torch.__version__)' >"$FACTS/torch_version" 2>/dev/null
     echo "== .gpu: $(ls "$GPU_DIR" 2>/dev/null | tr '\n' ' ')"
     [ -r "$GPU_DIR/MANIFEST" ] && sed 's/^/   /' "$GPU_DIR/MANIFEST"
     if command -v nvidia-smi >/dev/null 2>&1; then
-        nvidia-smi
-        nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm,clocks.max.memory,power.limit,pcie.link.gen.max,pcie.link.width.max \
+        timeout 30 nvidia-smi
+        timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm,clocks.max.memory,power.limit,pcie.link.gen.max,pcie.link.width.max \
             --format=csv >"$FACTS/nvidia_smi_gpu.csv" 2>&1
         cat "$FACTS/nvidia_smi_gpu.csv"
-        nvidia-smi -q | grep -i -m3 "CUDA Version\|Driver Version"
+        timeout 30 nvidia-smi -q | grep -i -m3 "CUDA Version\|Driver Version"
     else
         echo "== no nvidia-smi: no NVIDIA driver on this machine"
     fi
