@@ -1,15 +1,17 @@
 #!/usr/bin/python3
-"""PyTorch CPU side of the training benchmark (bench/run_train.sh): the seed's MLP
+"""PyTorch side of the training benchmarks (bench/run_train.sh on the CPU, scripts/gpu_check.sh on
+a GPU with --device cuda): the seed's MLP
 (784-256-10, ReLU), cross-entropy, Adam(lr=1e-3) on Fashion-MNIST, fed exactly the batches
 `ember train --seed S --batch-size B` trains on (Ember's loader order, reimplemented below).
 
 The loop is the fastest fair one: the whole dataset as one tensor, each batch gathered by
 plain tensor indexing (no DataLoader), zero_grad(set_to_none), the batch loss summed on the
-device as ember train does. Only the training loop is timed; the test accuracy is measured
-after every epoch, outside the timing.
+device as ember train does. Only the training loop is timed (on a GPU, synchronized at both
+ends); the test accuracy is measured after every epoch, outside the timing. On a GPU the data,
+the model and each epoch's order live on the device, as in `ember train --device cuda:0`.
 
 Prints one line per epoch and, last, a summary line:
-  result batch=B threads=T epochs=N s_per_epoch=... best_s_per_epoch=... samples_per_s=... accuracy=...
+  result device=D batch=B threads=T epochs=N s_per_epoch=... best_s_per_epoch=... samples_per_s=... accuracy=...
 """
 import argparse
 import gzip
@@ -103,26 +105,34 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=os.environ.get("EMBER_DATA_DIR", "/usr/share/datasets/fashion-mnist"))
     ap.add_argument("--check-order", metavar="BIN", help="bench_loader_order binary: verify the batch order")
+    ap.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"--device {a.device}: PyTorch {torch.__version__} sees no CUDA device")
     xtr, ytr = load(a.data, True)
     xte, yte = load(a.data, False)
+    xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
     n = len(xtr)
     if a.check_order:
         check_order(a.check_order, n, a.seed, range(min(a.epochs, 2)))
 
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    print(f"pytorch {torch.__version__}, {torch.get_num_threads()} thread(s), batch {a.batch_size}, "
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    print(f"pytorch {torch.__version__} on {a.device} ({where}), {torch.get_num_threads()} thread(s), batch {a.batch_size}, "
           f"{a.epochs} epochs, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     times, acc = [], 0.0
     for epoch in range(a.epochs):
-        order = torch.tensor(ember_order(n, a.seed, epoch), dtype=torch.int64)  # made outside the timing,
+        order = torch.tensor(ember_order(n, a.seed, epoch), dtype=torch.int64, device=dev)  # made outside the timing,
         model.train()                                                           # as Ember's is cheap
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         nb = 0
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
         t0 = time.perf_counter()
         for start in range(0, n, a.batch_size):
             idx = order[start:start + a.batch_size]
@@ -132,7 +142,7 @@ def main():
             opt.step()
             loss_sum += loss.detach()
             nb += 1
-        train_loss = loss_sum.item() / nb
+        train_loss = loss_sum.item() / nb  # waits for the device
         seconds = time.perf_counter() - t0
         times.append(seconds)
         model.eval()
@@ -143,7 +153,7 @@ def main():
         print(f"epoch {epoch + 1}/{a.epochs}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
               f"test loss {test_loss:.4f}, {n / seconds:.0f} samples/s ({seconds:.2f} s)", flush=True)
     mean = sum(times) / len(times)
-    print(f"result batch={a.batch_size} threads={a.threads} epochs={a.epochs} s_per_epoch={mean:.4f} "
+    print(f"result device={a.device} batch={a.batch_size} threads={a.threads} epochs={a.epochs} s_per_epoch={mean:.4f} "
           f"best_s_per_epoch={min(times):.4f} samples_per_s={n / mean:.0f} accuracy={acc:.2f}")
 
 

@@ -11,6 +11,7 @@ PACKAGES=(
   libclblast-dev                                 # CLBlast GEMM (dlopen'ed): its test runs, not skips
   dataset-fashion-mnist                          # the data `ember train` uses
   valgrind                                       # leak check of a training run in CI
+  python3                                        # scripts/gpu_check_test.sh (CI) reads its JSON
 )
 
 missing=()

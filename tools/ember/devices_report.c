@@ -81,7 +81,7 @@ static void write_device_text(FILE *f, const devrep_type *t, const devrep_device
             t->type == EM_CPU || p->is_gpu ? "" : "  [not a GPU]");
     if (p->vendor[0] || p->driver[0])
         fprintf(f, "  %-10s vendor: %s%s%s\n", "", p->vendor[0] ? p->vendor : "unknown",
-                p->driver[0] ? ", driver: " : "", p->driver);
+                !p->driver[0] ? "" : t->type == EM_CPU ? ", gemm: " : ", driver: ", p->driver);
     char total[32], free_[32];
     fmt_bytes(total, sizeof total, p->total_memory);
     fmt_bytes(free_, sizeof free_, p->free_memory);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "cpu_gemm.h"
 #include "cpu_internal.h"
 
 static em_status cpu_init(void) {
@@ -53,7 +54,7 @@ static em_status cpu_device_props(int index, em_device_props *out) {
                         : strcmp(vendor, "AuthenticAMD") == 0 ? "AMD" : vendor;
         snprintf(out->vendor, sizeof out->vendor, "%s", v);
     }
-    snprintf(out->driver, sizeof out->driver, "OpenBLAS");
+    snprintf(out->driver, sizeof out->driver, "%s", em__cpu_gemm_name()); /* what runs matmul */
     out->total_memory = meminfo_bytes("MemTotal");
     out->free_memory = meminfo_bytes("MemAvailable");
     long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -1,19 +1,27 @@
-/* Batched matmul. f32/f64 go to OpenBLAS (sgemm/dgemm) on the operands' own memory when
- * each matrix is row- or column-major (strides say which), else through a contiguous copy;
- * a weight broadcast over the batch folds the batch into M (one big GEMM); large GEMMs are
- * split across Ember's sleeping thread pool while OpenBLAS itself runs single-threaded (its
- * own idle threads spin). f16/bf16 compute in f32; integers use int64 wrapping sums. */
-#include <cblas.h>
+/* Batched matmul. f32/f64 go to OpenBLAS (sgemm/dgemm; in a build without it, cpu_gemm.c's
+ * GEMM) on the operands' own memory when each matrix is row- or column-major (strides say
+ * which), else through a contiguous copy; a weight broadcast over the batch folds the batch
+ * into M (one big GEMM); large GEMMs are split across Ember's sleeping thread pool while
+ * OpenBLAS itself runs single-threaded (its own idle threads spin). f16/bf16 compute in f32;
+ * integers use int64 wrapping sums. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include "cpu_gemm.h"
 #include "cpu_internal.h"
+#ifdef EMBER_HAVE_BLAS
+#include <cblas.h>
+#endif
 
 #define GEMM_GRAIN_MACS 2000000 /* multiply-adds per thread chunk */
 
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+#ifdef EMBER_HAVE_BLAS
 static void blas_single_thread(void) { openblas_set_num_threads(1); }
+#else
+static void blas_single_thread(void) { (void)em__cpu_gemm_isa(); } /* picks the instruction set once */
+#endif
 
 void em__cpu_blas_init(void) { pthread_once(&g_blas_once, blas_single_thread); }
 
@@ -71,6 +79,15 @@ static void gemm_run(const gemm *g, int64_t p0, int64_t p1, int64_t q0, int64_t 
     const char *x = g->x + (size_t)(p0 * (g->xt ? 1 : g->ldx)) * es;
     const char *y = g->y + (size_t)(q0 * (g->yt ? g->ldy : 1)) * es;
     char *z = g->z + (size_t)(p0 * g->ldz + q0) * es;
+#ifndef EMBER_HAVE_BLAS /* the built-in GEMM (cpu_gemm.c), given element strides */
+    int64_t rsx = g->xt ? 1 : g->ldx, csx = g->xt ? g->ldx : 1, rsy = g->yt ? 1 : g->ldy, csy = g->yt ? g->ldy : 1;
+    if (g->dbl)
+        em__cpu_gemm_f64(p1 - p0, q1 - q0, g->K, (const double *)x, rsx, csx, (const double *)y, rsy, csy, (double *)z,
+                         g->ldz);
+    else
+        em__cpu_gemm_f32(p1 - p0, q1 - q0, g->K, (const float *)x, rsx, csx, (const float *)y, rsy, csy, (float *)z,
+                         g->ldz);
+#else
     CBLAS_TRANSPOSE tx = g->xt ? CblasTrans : CblasNoTrans, ty = g->yt ? CblasTrans : CblasNoTrans;
     if (g->dbl)
         cblas_dgemm(CblasRowMajor, tx, ty, (int)(p1 - p0), (int)(q1 - q0), (int)g->K, 1.0, (const double *)x,
@@ -78,6 +95,7 @@ static void gemm_run(const gemm *g, int64_t p0, int64_t p1, int64_t q0, int64_t 
     else
         cblas_sgemm(CblasRowMajor, tx, ty, (int)(p1 - p0), (int)(q1 - q0), (int)g->K, 1.0f, (const float *)x,
                     (int)g->ldx, (const float *)y, (int)g->ldy, 0.0f, (float *)z, (int)g->ldz);
+#endif
 }
 
 static void gemm_chunk(void *arg, int64_t begin, int64_t end) {

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Ember without OpenBLAS (CMake -DEMBER_BLAS=OFF: the built-in GEMM of src/backends/cpu/cpu_gemm.c)
+# builds and passes the matmul tests: the direct GEMM test, the CPU matmul test, the golden
+# ops (against PyTorch), linear algebra and nn. Only those targets are built, to stay short.
+# Usage: scripts/test_noblas.sh [build-dir]   (default build-noblas)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build-noblas}
+tests=(test_cpu_gemm test_cpu_matmul test_golden_ops test_core_linalg test_nn test_optim_golden)
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DEMBER_BLAS=OFF >/dev/null
+grep -q "^EMBER_BLAS:BOOL=OFF" "$dir/CMakeCache.txt"
+cmake --build "$dir" -j"$(nproc)" --target ember_cli "${tests[@]}"
+"$dir/ember" devices | grep -q "gemm: built-in (" || { echo "test_noblas: ember devices does not report the built-in GEMM" >&2; exit 1; }
+ctest --test-dir "$dir" --output-on-failure -j2 -R "^($(IFS='|'; echo "${tests[*]}"))\$"
