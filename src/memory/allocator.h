@@ -29,7 +29,8 @@ void em__mem_free_pinned(em_block *b);
  * instead of plain aligned host memory. Blocks already handed out keep their provider. */
 void em__mem_pinned_set_provider(const em_backend *be);
 /* A non-blocking copy on device `index` of be reads or writes this pinned block: before
- * the block is reused, the allocator waits for that device. */
+ * the block is reused, the allocator waits for that copy (an event recorded after it when
+ * the backend has events, else the whole device). */
 void em__mem_pinned_record_use(em_block *b, const em_backend *be, int index);
 
 /* Fault injection for tests: raw allocation number `nth` from now (1 = the next one), and
