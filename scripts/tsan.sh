@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# ThreadSanitizer: builds build-tsan (EMBER_SANITIZE=thread) and runs the threaded tests
+# under it: the stress test (threads creating, computing on and freeing tensors on the CPU
+# and OpenCL, sharing read-only tensors, raising errors on one thread), the CPU worker pool
+# and the data loader's prefetch thread. Any report fails the script.
+# Usage: scripts/tsan.sh [stress rounds per thread (40)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-40}"
+tests=(test_threads_stress test_cpu_threads test_data_loader)
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=thread >/dev/null
+cmake --build build-tsan -j"$(nproc)" --target "${tests[@]}"
+export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
+export EMBER_STRESS_ROUNDS="$rounds" EMBER_TEST_DATA="$PWD/tests/data"
+status=0
+for t in "${tests[@]}"; do
+  echo "== $t (ThreadSanitizer)"
+  if ! build-tsan/"$t"; then echo "$t FAILED under ThreadSanitizer"; status=1; fi
+done
+exit $status
