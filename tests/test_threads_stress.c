@@ -55,6 +55,10 @@ static void *worker(void *arg) {
         double bs = sum_of(em_mul_scalar(em_add_scalar(big, (double)j->id), 2.0));
         T_CHECK(j, fabs(bs - 1024.0 * 512.0 * 2.0 * (j->id + 1)) <= 1e-6 * bs);
 
+        /* the global generator and the allocator's statistics, from every thread */
+        em_tensor *rnd = em_randn(EM_SHAPE(64), EM_OPTS(0));
+        T_CHECK(j, rnd != NULL && em_memory_allocated(EM_DEVICE_CPU) > 0);
+
         /* autograd on a graph of this thread's own, through a shared input */
         em_tensor *w = em_full(EM_SHAPE(N, 1), 0.5, EM_OPTS(.requires_grad = true));
         em_tensor *loss = em_sum(em_matmul(shared_a, w), EM_ALL_DIMS, false);
