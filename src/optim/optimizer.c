@@ -317,20 +317,21 @@ static em_status adam_update(em_optimizer *o, opt_param *q, em_tensor *g) {
  * (the fault sweep, tests/test_fault_sweep.c). The fused update allocates nothing more. */
 static em_status adam_prepare(em_optimizer *opt) {
     int nst = opt->adam.amsgrad ? 3 : 2;
-    bool *made = NULL;
+    bool *made = NULL;   /* [i * ST_COUNT + k]: state k of parameter i made here */
     for (int i = 0; i < opt->n; i++) {
         opt_param *q = &opt->ps[i];
-        if (!q->p->grad || q->state[0]) continue;
-        if (!made && !(made = calloc((size_t)opt->n, sizeof *made)))
-            return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
-        made[i] = true;
-        for (int k = 0; k < nst; k++) {
-            if ((q->state[k] = new_state(q->p))) continue;
-            for (int j = 0; j <= i; j++) {   /* undo: drop every moment made here */
-                for (int m = 0; made[j] && m < ST_COUNT; m++) {
-                    em_release(opt->ps[j].state[m]);
-                    opt->ps[j].state[m] = NULL;
-                }
+        for (int k = 0; k < nst && q->p->grad; k++) {
+            if (q->state[k]) continue;   /* a checkpoint may have brought some of them */
+            if (!made && !(made = calloc((size_t)opt->n * ST_COUNT, sizeof *made)))
+                return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
+            if ((q->state[k] = new_state(q->p))) {
+                made[i * ST_COUNT + k] = true;
+                continue;
+            }
+            for (int j = 0; j < opt->n * ST_COUNT; j++) {   /* undo: drop every state made here */
+                if (!made[j]) continue;
+                em_release(opt->ps[j / ST_COUNT].state[j % ST_COUNT]);
+                opt->ps[j / ST_COUNT].state[j % ST_COUNT] = NULL;
             }
             free(made);
             return em_last_status();
