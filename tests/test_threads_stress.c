@@ -5,6 +5,7 @@
  * and that no other thread's error ever shows up in its own error state. Built with
  * EMBER_SANITIZE=thread (scripts/tsan.sh) this is the ThreadSanitizer check; in the
  * normal suite it checks the results. EMBER_STRESS_ROUNDS sets the rounds per thread. */
+#include <string.h>
 #include "test.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,6 +18,7 @@ static em_tensor *shared_ocl;                 /* on OpenCL, when there is one */
 static double want_sum;                       /* sum(a @ b), computed before the threads */
 static int rounds = 20;
 static bool have_ocl;
+static bool race;                             /* EMBER_STRESS_RACE=1: break the contract */
 static em_device ocl;
 
 typedef struct job {
@@ -45,6 +47,13 @@ static void *worker(void *arg) {
         /* shared read-only tensors, a result of one's own */
         double got = sum_of(em_matmul(shared_a, shared_b));
         T_CHECK(j, fabs(got - want_sum) <= 1e-3 * fabs(want_sum) + 1e-3);
+
+        /* EMBER_STRESS_RACE=1 writes a shared tensor in place while the others read it,
+         * which the contract forbids: ThreadSanitizer must report it (scripts/tsan.sh
+         * checks this once, so a TSan build that sees nothing cannot pass for clean). A
+         * burst of writes: the allocator's lock and the reference counts order most single
+         * accesses, and TSan reports only accesses that nothing orders. */
+        for (int k = 0; race && j->id == 1 && k < 200; k++) em_mul_scalar_(shared_a, 1.0);
 
         /* fresh tensors: create, compute, free */
         em_tensor *x = em_full(EM_SHAPE(N, N), (double)(j->id + 1), EM_OPTS(0));
@@ -95,6 +104,7 @@ static void *worker(void *arg) {
 static void test_stress(void) {
     const char *e = getenv("EMBER_STRESS_ROUNDS");
     if (e && atoi(e) > 0) rounds = atoi(e);
+    race = getenv("EMBER_STRESS_RACE") && !strcmp(getenv("EMBER_STRESS_RACE"), "1");
     em_manual_seed(5);
     shared_a = em_randn(EM_SHAPE(N, N), EM_OPTS(0));
     shared_b = em_randn(EM_SHAPE(N, N), EM_OPTS(0));
