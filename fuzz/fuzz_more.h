@@ -149,7 +149,10 @@ static inline void fuzz_memcap_one(const uint8_t *data, size_t size) {
     em_status ps = em_memory_parse_size(s, &bytes);
     if (ps == EM_OK && bytes < 0) FUZZ_FAIL("negative size");
     em_clear_error();
-    setenv("EMBER_MEMORY_CAP", s, 1);
+    /* putenv of one static buffer: setenv would keep every value ever set (glibc does) */
+    static char env[24 + 65536];
+    snprintf(env, sizeof env, "EMBER_MEMORY_CAP=%s", s);
+    putenv(env);
     unsetenv("EMBER_MEMORY_POLICY");
     mem_state st;
     memset(&st, 0, sizeof st);
@@ -163,7 +166,7 @@ static inline void fuzz_memcap_one(const uint8_t *data, size_t size) {
     } else if (st.cap < -1) {
         FUZZ_FAIL("negative cap");
     }
-    unsetenv("EMBER_MEMORY_CAP");
+    unsetenv("EMBER_MEMORY_CAP");   /* later allocations of this process must not see it */
     free(s);
 }
 
@@ -193,6 +196,13 @@ static inline void fuzz_checkpoint_one(const uint8_t *data, size_t size) {
     em_manual_seed(3);
     em_module *m = em_sequential(em_linear(4, 3), em_relu_module(), em_linear(3, 2));
     em_optimizer *o = em_adam(m, 0.01);
+    if (!m || !o) {
+        FUZZ_FAIL("cannot build the model and optimizer");
+        em_clear_error();
+        em_optim_free(o);
+        em_module_free(m);
+        return;
+    }
     float before[64], after[64];
     int64_t nb, na;
     fuzz_ckpt_snapshot(m, before, 64, &nb);
