@@ -9,6 +9,7 @@
  * Not a ctest: scripts/soak.sh runs it (CI runs a short form).
  * Usage: soak_train [--steps 20000] [--every 1000] [--device cpu] */
 #include <dirent.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,8 @@ static double slope(const point *p, int from, int n, size_t off) {
         sx += x, sy += y, sxx += x * x, sxy += x * y;
     }
     double den = k * sxx - sx * sx;
-    return k > 1 && den != 0 ? (k * sxy - sx * sy) / den : 0.0;
+    double b = k > 1 && den != 0 ? (k * sxy - sx * sy) / den : 0.0;
+    return fabs(b) < 1e-6 ? 0.0 : b;   /* rounding of a constant series: print 0, not -0.0 */
 }
 
 static double evaluate(em_module *m, em_loader *test, em_device dev) {
