@@ -2,6 +2,8 @@
 # Builds the libFuzzer targets (fuzz/fuzz_*.c) with clang, ASan and UBSan, the library
 # instrumented for coverage, and runs each for N seconds on a working corpus seeded from
 # fuzz/corpus/<parser>/. Crashes are saved in fuzz-corpus/artifacts/ and fail the script.
+# Each target's line ends with libFuzzer's final figures: executions (#N), cov (edges covered)
+# and ft (features); docs/ROBUSTNESS.md records them. CI runs scripts/fuzz.sh 20.
 # Usage: scripts/fuzz.sh [seconds-per-target (60)] [target ...]   e.g. scripts/fuzz.sh 10 fuzz_npy
 set -euo pipefail
 cd "$(dirname "$0")/.."

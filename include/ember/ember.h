@@ -1,4 +1,21 @@
-/* Ember: PyTorch's device model in C. Include this one header. */
+/* Ember: PyTorch's device model in C. Include this one header.
+ *
+ * Threads (checked by tests/test_threads_stress.c under ThreadSanitizer, scripts/tsan.sh):
+ *   - Per thread: the error state (em_last_error...), scopes, grad mode, the current-device
+ *     guard. An error raised on one thread is never seen by another.
+ *   - Safe from any thread at once: creating, computing on and releasing distinct tensors,
+ *     on any device; em_retain/em_release (atomic counts); the device registry and the
+ *     backends (initialized once, lazily); the memory allocator and its statistics and caps;
+ *     the global random generator (em_manual_seed, em_randn... each draw takes its own range);
+ *     em_set_num_threads / em_get_num_threads.
+ *   - Shared read-only: several threads may read one tensor at once (use it as an op's input,
+ *     copy it, move it with em_to) while no thread writes it. Writing means an in-place op
+ *     (em_add_, em_copy_...), em_set_grad, a backward that accumulates into its .grad,
+ *     em_module_to / em_module_load on its module, or an optimizer step that updates it.
+ *   - One thread at a time: a module (forward with grad, backward, moving, loading), an
+ *     optimizer, a data loader (its prefetch thread is internal), a safetensors handle, an
+ *     autograd graph (two threads must not run backward through the same graph at once).
+ *     Ember does not lock these objects: the caller does if it shares them. */
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
 

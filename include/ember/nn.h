@@ -5,7 +5,8 @@
  *   em_tensor *loss = em_cross_entropy(em_forward(model, x), y, 0.0);
  *
  * A module owns its parameters, buffers and children; em_module_free frees the whole tree.
- * The activations are em_relu_module() etc. because em_relu() is already the tensor op. */
+ * The activations are em_relu_module() etc. because em_relu() is already the tensor op.
+ * A module is used from one thread at a time (the thread contract is in ember.h). */
 #ifndef EMBER_NN_H
 #define EMBER_NN_H
 

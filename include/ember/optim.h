@@ -9,7 +9,10 @@
  * The updates follow PyTorch 1.13's single-tensor formulas exactly. Each parameter is
  * updated by one fused backend kernel when it, its gradient and its state are contiguous on
  * one device (the usual case), and otherwise by the public in-place ops (about ten kernels
- * per parameter for Adam); in f32/f64 the two give the same results. */
+ * per parameter for Adam); in f32/f64 the two give the same results.
+ * em_step makes any missing state of every parameter before it updates one, so running out
+ * of memory there leaves the model and optimizer as they were (SGD's first momentum buffer
+ * and the unfused path excepted). An optimizer is used from one thread at a time (ember.h). */
 #ifndef EMBER_OPTIM_H
 #define EMBER_OPTIM_H
 

@@ -3,7 +3,11 @@
  * Ownership: every function that returns an em_tensor* returns a new reference.
  * Outside a scope the caller releases it with em_release(). Inside a scope
  * (em_scope_begin/em_scope_end) the scope owns it and releases it at the end;
- * em_keep() hands the caller a reference of its own that outlives the scope. */
+ * em_keep() hands the caller a reference of its own that outlives the scope.
+ *
+ * Threads: distinct tensors may be used from different threads at once, and one tensor may
+ * be read by several threads while none writes it (in-place ops, em_set_grad, a backward
+ * into its .grad). Scopes are per thread. The whole contract is in ember.h. */
 #ifndef EMBER_TENSOR_H
 #define EMBER_TENSOR_H
 

@@ -38,5 +38,12 @@ void em__mem_pinned_record_use(em_block *b, const em_backend *be, int index);
 void em__mem_debug_fail_raw(int64_t nth, int64_t count);
 /* The same for one allocation: em__mem_debug_fail_raw(n, 1). */
 void em__mem_debug_fail_after(int64_t n);
+/* Fault injection at the request level (tests/test_fault_sweep.c): every device and pinned
+ * allocation request is counted, and request `nth` from now (1 = the next one) fails with
+ * EM_ERR_OUT_OF_MEMORY, as it would on a full device, before the cache is looked at.
+ * nth <= 0 only counts. em__mem_debug_requests() returns the requests counted since the
+ * last em__mem_debug_fail_request call. A testing hook, not a public API. */
+void em__mem_debug_fail_request(int64_t nth);
+int64_t em__mem_debug_requests(void);
 
 #endif

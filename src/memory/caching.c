@@ -356,6 +356,12 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
         return em_error(EM_ERR_OUT_OF_MEMORY, "%s out of memory. Tried to allocate %zu bytes on %s, "
                         "more than any device can hold.", mem__type_title(d.type), bytes, dev);
     }
+    if (mem__debug_request_fails()) {
+        char dev[32];
+        mem__device_name(d, dev, sizeof dev);
+        return em_error(EM_ERR_OUT_OF_MEMORY, "%s out of memory. Tried to allocate %zu bytes on %s "
+                        "(a failure injected by a test).", mem__type_title(d.type), bytes, dev);
+    }
     mem_state *st = mem__state(d);
     if (!st) return em_last_status();
     pthread_mutex_lock(&st->lock);

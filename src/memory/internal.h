@@ -102,5 +102,7 @@ void mem__config_from_env(mem_state *st);
 void mem__cap_resolve(mem_state *st);
 /* Fault injection: true when this raw allocation should fail. */
 bool mem__debug_should_fail(void);
+/* Request-level fault injection: counts this request; true when it should fail. */
+bool mem__debug_request_fails(void);
 
 #endif

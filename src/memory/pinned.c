@@ -128,6 +128,9 @@ em_status em__mem_alloc_pinned(size_t bytes, em_block *out) {
     *out = (em_block){0};
     if (bytes > ((size_t)1 << 62))
         return em_error(EM_ERR_OUT_OF_MEMORY, "Pinned host memory: out of memory. Tried to allocate %zu bytes.", bytes);
+    if (mem__debug_request_fails())
+        return em_error(EM_ERR_OUT_OF_MEMORY, "Pinned host memory: out of memory. Tried to allocate "
+                        "%zu bytes (a failure injected by a test).", bytes);
     size_t size = bytes < MEM_MIN_BLOCK ? MEM_MIN_BLOCK : bytes;
     int k = bin_of(size);
     size = (size_t)1 << k;

@@ -282,15 +282,49 @@ static em_status adam_update(em_optimizer *o, opt_param *q, em_tensor *g) {
     return em_add_(q->p, upd, -(o->lr / bc1));
 }
 
+/* Adam's moments of every parameter that has a gradient, made before any parameter
+ * changes: running out of memory here leaves the optimizer as it was, not half-stepped
+ * (the fault sweep, tests/test_fault_sweep.c). The fused update allocates nothing more. */
+static em_status adam_prepare(em_optimizer *opt) {
+    int nst = opt->adam.amsgrad ? 3 : 2;
+    bool *made = NULL;   /* [i * ST_COUNT + k]: state k of parameter i made here */
+    for (int i = 0; i < opt->n; i++) {
+        opt_param *q = &opt->ps[i];
+        for (int k = 0; k < nst && q->p->grad; k++) {
+            if (q->state[k]) continue;   /* a checkpoint may have brought some of them */
+            if (!made && !(made = calloc((size_t)opt->n * ST_COUNT, sizeof *made)))
+                return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
+            if ((q->state[k] = new_state(q->p))) {
+                made[i * ST_COUNT + k] = true;
+                continue;
+            }
+            for (int j = 0; j < opt->n * ST_COUNT; j++) {   /* undo: drop every state made here */
+                if (!made[j]) continue;
+                em_release(opt->ps[j / ST_COUNT].state[j % ST_COUNT]);
+                opt->ps[j / ST_COUNT].state[j % ST_COUNT] = NULL;
+            }
+            free(made);
+            return em_last_status();
+        }
+    }
+    free(made);
+    return EM_OK;
+}
+
 em_status em_step(em_optimizer *opt) {
     OPT_CHECK(opt, "em_step");
     em_status st = em__optim_sync_state(opt); /* parameters may have moved behind our back */
     if (st != EM_OK) return st;
     em_grad_mode mode = em_no_grad_begin();
+    if (opt->kind != OPT_SGD) {
+        em_scope s = em_scope_begin();
+        st = adam_prepare(opt);
+        em_scope_end(s);
+    }
     for (int i = 0; i < opt->n && st == EM_OK; i++) {
         opt_param *q = &opt->ps[i];
         em_scope s = em_scope_begin();
-        em_tensor *g = em_grad(q->p);
+        em_tensor *g = q->p->grad;   /* not em_grad: registering it with the scope may fail */
         if (g) st = opt->kind == OPT_SGD ? sgd_update(opt, q, g) : adam_update(opt, q, g);
         em_scope_end(s);
     }

@@ -16,7 +16,8 @@
  * sqrt and division, whose AVX2 forms do twice the elements per instruction, so GCC also
  * compiles an AVX2 clone and the loader picks it on CPUs that have it (same IEEE results:
  * no FMA contraction, see the kernel bodies). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) \
+    && !defined(__SANITIZE_THREAD__) /* sanitized resolvers run before the sanitizer is up */
 #define EM_CPU_MULTIVERSION __attribute__((target_clones("avx2", "default")))
 #else
 #define EM_CPU_MULTIVERSION

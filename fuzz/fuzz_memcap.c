@@ -1,0 +1,8 @@
+/* libFuzzer target: the work is fuzz_memcap_one in fuzz_more.h, shared with
+ * tests/test_fuzz_corpus_more.c. */
+#include "fuzz_more.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_memcap_one(data, size);
+    return 0;
+}
