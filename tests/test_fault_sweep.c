@@ -257,10 +257,7 @@ static void test_cpu_device(void) { sweep(EM_DEVICE_CPU, DEVICE); }
 static void test_cpu_host(void) { sweep(EM_DEVICE_CPU, HOST); }
 
 static void test_opencl(void) {
-    if (!em_device_available(EM_OPENCL)) {
-        printf("SKIPPED: no OpenCL device (%s)\n", em_device_unavailable_reason(EM_OPENCL));
-        return;
-    }
+    if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
     em_device d;
     CHECK_OK(em_device_parse("opencl:0", &d));
     sweep(d, DEVICE);

@@ -118,7 +118,7 @@ static void test_stress(void) {
         CHECK(shared_ocl != NULL);
         CHECK_OK(em_device_synchronize(ocl));
     } else {
-        printf("SKIPPED (OpenCL part): %s\n", em_device_unavailable_reason(EM_OPENCL));
+        test_skip_case("stress on opencl:0", "%s", em_device_unavailable_reason(EM_OPENCL));
     }
     pthread_t th[THREADS];
     job jobs[THREADS];

@@ -15,6 +15,11 @@
  * a function hands out a result like any op does (src/core/tensor.c). */
 em_tensor *em__scoped(em_tensor *t);
 
+/* t's .grad, borrowed (no new reference, no scope entry, so it cannot fail), or NULL: for
+ * the optimizer step, which must not allocate before it has made its state
+ * (src/core/tensor.c). */
+em_tensor *em__grad_borrowed(const em_tensor *t);
+
 /* Move t to device d and dtype dt in place: t's handle stays valid and points at new
  * storage (its .grad moves too). Views of t made before keep the old storage. Used to move
  * parameters and optimizer state without stranding the handles users and optimizers hold

@@ -2,6 +2,7 @@
  * shape helpers every other core file uses. */
 #include "core_internal.h"
 #include "errors.h"
+#include "internal_api.h"
 #include "../memory/allocator.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,3 +299,5 @@ bool em_is_contiguous(const em_tensor *t) {
 bool em_shares_storage(const em_tensor *a, const em_tensor *b) {
     return a && b && a->storage == b->storage;
 }
+
+em_tensor *em__grad_borrowed(const em_tensor *t) { return t ? t->grad : NULL; }

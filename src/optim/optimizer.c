@@ -290,7 +290,7 @@ static em_status adam_prepare(em_optimizer *opt) {
     bool *made = NULL;   /* [i * ST_COUNT + k]: state k of parameter i made here */
     for (int i = 0; i < opt->n; i++) {
         opt_param *q = &opt->ps[i];
-        for (int k = 0; k < nst && q->p->grad; k++) {
+        for (int k = 0; k < nst && em__grad_borrowed(q->p); k++) {
             if (q->state[k]) continue;   /* a checkpoint may have brought some of them */
             if (!made && !(made = calloc((size_t)opt->n * ST_COUNT, sizeof *made)))
                 return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
@@ -324,7 +324,7 @@ em_status em_step(em_optimizer *opt) {
     for (int i = 0; i < opt->n && st == EM_OK; i++) {
         opt_param *q = &opt->ps[i];
         em_scope s = em_scope_begin();
-        em_tensor *g = q->p->grad;   /* not em_grad: registering it with the scope may fail */
+        em_tensor *g = em__grad_borrowed(q->p);   /* not em_grad: registering it with the scope may fail */
         if (g) st = opt->kind == OPT_SGD ? sgd_update(opt, q, g) : adam_update(opt, q, g);
         em_scope_end(s);
     }
