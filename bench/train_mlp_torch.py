@@ -12,6 +12,7 @@ the model and each epoch's order live on the device, as in `ember train --device
 
 Prints one line per epoch and, last, a summary line:
   result device=D batch=B threads=T epochs=N s_per_epoch=... best_s_per_epoch=... samples_per_s=... accuracy=...
+         epoch_s=s1,s2,... version=V
 """
 import argparse
 import gzip
@@ -154,7 +155,8 @@ def main():
               f"test loss {test_loss:.4f}, {n / seconds:.0f} samples/s ({seconds:.2f} s)", flush=True)
     mean = sum(times) / len(times)
     print(f"result device={a.device} batch={a.batch_size} threads={a.threads} epochs={a.epochs} s_per_epoch={mean:.4f} "
-          f"best_s_per_epoch={min(times):.4f} samples_per_s={n / mean:.0f} accuracy={acc:.2f}")
+          f"best_s_per_epoch={min(times):.4f} samples_per_s={n / mean:.0f} accuracy={acc:.2f} "
+          f"epoch_s={','.join(f'{t:.3f}' for t in times)} version={torch.__version__}")
 
 
 if __name__ == "__main__":

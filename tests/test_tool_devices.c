@@ -188,6 +188,9 @@ static void test_json_of_this_machine(void) {
         snprintf(key, sizeof key, "\"auto\": {\"device\": \"%s\"", em_device_str(em_device_auto()).s);
         CHECK(strstr(s, key) != NULL);
         CHECK(strstr(s, "\"reason\": \"") != NULL);
+        char feat[300]; /* the CPU's vector features (issue 12), on the cpu type only */
+        snprintf(feat, sizeof feat, "\"features\": \"%s\"", em_cpu_features());
+        CHECK(strstr(s, feat) != NULL && strstr(strstr(s, feat) + 1, "\"features\"") == NULL);
     }
     free(s);
     /* the counts agree with the API, and unavailable types say why */
@@ -220,7 +223,15 @@ static void test_text_of_this_machine(void) {
         }
         CHECK(strstr(s, "auto-selection") && strstr(s, r->auto_reason));
         CHECK(strstr(s, "EMBER_DEVICE") != NULL);
+        char feat[300];
+        snprintf(feat, sizeof feat, "\n  features: %s\n", em_cpu_features());
+        CHECK(strstr(s, feat) != NULL);
     }
+    free(s);
+    /* a report without features (made up) prints no features line */
+    r->cpu_features[0] = '\0';
+    s = render(r, false);
+    CHECK(s && !strstr(s, "features:"));
     free(s);
     free(r);
 }

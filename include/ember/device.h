@@ -86,6 +86,25 @@ em_status em_device_synchronize(em_device d);
 void em_set_num_threads(int n);
 int em_get_num_threads(void);
 
+/* Like torch.set_flush_denormal: with `on`, subnormal floats are flushed to zero (results,
+ * FTZ) and read as zero (inputs, DAZ) on the calling thread and on Ember's CPU worker
+ * threads (each applies it before its next job); `false` turns both off again. Faster
+ * arithmetic where values underflow, at the cost of IEEE gradual underflow. Returns true
+ * when the CPU supports it (x86-64); elsewhere returns false and changes nothing. Off by
+ * default: Ember never changes the floating-point environment unless asked. (Ember's fused
+ * optimizer steps store subnormal state as zero either way.) */
+bool em_set_flush_denormal(bool on);
+/* Whether em_set_flush_denormal(true) is in effect. */
+bool em_get_flush_denormal(void);
+
+/* The CPU's vector features Ember can use, as one line of names, e.g.
+ * "sse4.2 avx avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_tile amx_bf16", or "none"
+ * (not x86-64). Static storage; never NULL. */
+const char *em_cpu_features(void);
+/* The widest FMA the CPU runs, for the FP32 peak: 16 (AVX-512F), 8 (AVX2 + FMA), or 0 (no
+ * FMA: SSE multiply and add, 4 lanes). */
+int em_cpu_fma_lanes(void);
+
 #ifdef __cplusplus
 }
 #endif

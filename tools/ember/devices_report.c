@@ -48,6 +48,7 @@ void devrep_gather(devrep_report *r) {
     const char *env = getenv("EMBER_DEVICE");
     r->env_set = env && *env;
     copy_str(r->env, sizeof r->env, r->env_set ? env : "");
+    copy_str(r->cpu_features, sizeof r->cpu_features, em_cpu_features());
     em_clear_error();
 }
 
@@ -109,6 +110,8 @@ int devrep_write_text(FILE *f, const devrep_report *r) {
             const char *libs = em_device_type_libraries(t->type);
             if (libs[0]) fprintf(f, "  libraries: %s\n", libs);
         }
+        if (t->type == EM_CPU && r->cpu_features[0]) /* what the FP32 peak and the kernels rest on */
+            fprintf(f, "  features: %s\n", r->cpu_features);
         for (int j = 0; j < t->ndevices; j++) write_device_text(f, t, &t->devices[j]);
         if (t->count > t->ndevices)
             fprintf(f, "  ... and %d more\n", t->count - t->ndevices);
@@ -221,6 +224,10 @@ int devrep_write_json(FILE *f, const devrep_report *r) {
         fprintf(f, ", \"device_count\": %d, \"current\": ", t->count);
         if (t->current >= 0) json_str(f, em_device_str(EM_DEVICE(t->type, t->current)).s);
         else fputs("null", f);
+        if (t->type == EM_CPU && r->cpu_features[0]) {
+            fputs(", \"features\": ", f);
+            json_str(f, r->cpu_features);
+        }
         fputs(", \"devices\": [", f);
         for (int j = 0; j < t->ndevices; j++) {
             fputs(j ? ",\n    " : "\n    ", f);

@@ -33,6 +33,7 @@ typedef struct devrep_report {
     char auto_reason[512];
     bool env_set;         /* EMBER_DEVICE is set (and non-empty) */
     char env[128];
+    char cpu_features[256]; /* em_cpu_features(); "" prints no features line */
 } devrep_report;
 
 /* Ask Ember about every device type and the auto-selection. Leaves no error pending. */

@@ -38,6 +38,17 @@ static pool g_pool = {
     .job_mu = PTHREAD_MUTEX_INITIALIZER,
 };
 static _Thread_local bool t_in_job;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* em_set_flush_denormal sets the caller's MXCSR; a worker matches it before each job. */
+static void follow_flush_denormal(void) {
+    unsigned csr = _mm_getcsr(), want = em_get_flush_denormal() ? (csr | 0x8040u) : (csr & ~0x8040u);
+    if (want != csr) _mm_setcsr(want);
+}
+#else
+static void follow_flush_denormal(void) {}
+#endif
 static pthread_once_t g_atexit_once = PTHREAD_ONCE_INIT;
 
 /* Take and run chunks until none is left; returns how many this thread ran. */
@@ -70,6 +81,7 @@ static void *worker_main(void *arg) {
         void *ctx = g_pool.ctx;
         int64_t n = g_pool.n, chunk = g_pool.chunk, nchunks = g_pool.nchunks;
         pthread_mutex_unlock(&g_pool.mu);
+        follow_flush_denormal();
         int64_t ran = run_chunks(fn, ctx, n, chunk, nchunks);
         pthread_mutex_lock(&g_pool.mu);
         g_pool.active--;
