@@ -100,7 +100,8 @@ static void backward_pointwise(ag_node *n, em_tensor *g, em_tensor **out) {
     em_tensor *b = n->nsaved > 1 ? ag_saved_t(n, 1) : NULL;
     bool need0 = ag_input_needs(&n->in[0]);
     bool need1 = n->n > 1 && ag_input_needs(&n->in[1]);
-    (void)s0, (void)s1, (void)a, (void)b, (void)need0, (void)need1; /* not every formula reads them */
+    /* not every formula reads them all */
+    (void)s0, (void)s1, (void)a, (void)b, (void)need0, (void)need1;
     switch (n->op) {
     EM_GRAD_POINTWISE(AG_FORMULA_)
     default:

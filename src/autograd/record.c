@@ -1,5 +1,6 @@
 /* Recording the graph: grad mode, graph nodes and their lifetime, and the requires_grad /
- * .grad API. The backward pass is in engine.c; the gradient formulas in grad_ops.h and formulas_*.c. */
+ * .grad API. The backward pass is in engine.c; the gradient formulas in grad_ops.h and
+ * formulas_*.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,9 @@ static bool save(ag_node *n, em_tensor *t) {
 
 /* Which tensors the backward of op needs, in the order its formula reads them (the SAVES
  * column of grad_ops.h). */
-typedef enum ag_saves { AG_SAVE_NONE, AG_SAVE_IN0, AG_SAVE_IN1, AG_SAVE_IN01, AG_SAVE_OUT, AG_SAVE_IN0_OUT } ag_saves;
+typedef enum ag_saves {
+    AG_SAVE_NONE, AG_SAVE_IN0, AG_SAVE_IN1, AG_SAVE_IN01, AG_SAVE_OUT, AG_SAVE_IN0_OUT
+} ag_saves;
 #define AG_SAVES_P_(NAME, node, saves, ...) [EM_GRAD_##NAME] = AG_SAVE_##saves,
 #define AG_SAVES_S_(NAME, node, saves) [EM_GRAD_##NAME] = AG_SAVE_##saves,
 static const unsigned char g_saves[EM_GRAD_OP_COUNT] = {

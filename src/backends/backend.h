@@ -33,9 +33,23 @@ typedef enum em_op {
     EMK_OPS_ALL(EM_OP_ENUM_)
     EM_OP_COUNT
 } em_op;
+/* Backends bound their range checks by each list's first and last op (EM_OP_NEG..EM_OP_CLAMP,
+ * EM_OP_ADD..EM_OP_LOGICAL_AND with the comparisons from EM_OP_EQ, EM_OP_SUM..EM_OP_ARGMIN),
+ * and the unary ops from EM_OP_ADD_SCALAR on take params: a new op goes inside its list. */
+#define EM_OP_ONE_(NAME, name, dtypes) +1
+_Static_assert(EM_OP_NEG == 0 && EM_OP_CLAMP == -1 EMK_OPS_UNARY(EM_OP_ONE_),
+               "op_list.h: NEG and CLAMP must stay the first and last unary ops");
+_Static_assert(EM_OP_ADD == EM_OP_CLAMP + 1 && EM_OP_EQ == EM_OP_ADD EMK_OPS_BINARY(EM_OP_ONE_),
+               "op_list.h: ADD must stay the first binary op, EQ the first comparison");
+_Static_assert(EM_OP_LOGICAL_AND == EM_OP_EQ - 1 EMK_OPS_COMPARE(EM_OP_ONE_) &&
+               EM_OP_SUM == EM_OP_LOGICAL_AND + 1 && EM_OP_ARGMIN == EM_OP_COUNT - 1,
+               "op_list.h: LOGICAL_AND must stay the last comparison, SUM and ARGMIN the first "
+               "and last reductions");
 
 /* The dtypes a backend computes an op in (op_list.h's DTYPES column). */
-typedef enum em_op_dtypes { EM_OPDT_FLOAT, EM_OPDT_NUMERIC, EM_OPDT_ANY, EM_OPDT_TRUEDIV } em_op_dtypes;
+typedef enum em_op_dtypes {
+    EM_OPDT_FLOAT, EM_OPDT_NUMERIC, EM_OPDT_ANY, EM_OPDT_TRUEDIV
+} em_op_dtypes;
 #define EM_OP_DTYPES_(NAME, name, dtypes) case EM_OP_##NAME: return EM_OPDT_##dtypes;
 static inline em_op_dtypes em__op_dtypes(em_op op) {
     switch (op) {

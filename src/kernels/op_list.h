@@ -3,6 +3,9 @@
  * the kernels (the EMK_U_* / EMK_B_* / EMK_R_* codes in layout.h), so it uses only the
  * preprocessor. A new op is one line here; the kernel codes follow the em_op order, which
  * is what lets the GPU layer pass `op - EM_OP_NEG` (unary) and `op - EM_OP_ADD` (binary).
+ * Put a new op inside its list: backends bound their range checks by the first and last
+ * entries, and the unary ops taking params (ADD_SCALAR..CLAMP) close the unary list
+ * (backend.h asserts the bounds).
  *
  * DTYPES: the dtypes a backend computes the op in (core casts the others first, as
  * PyTorch promotes them):
