@@ -391,13 +391,10 @@ static bool check_out(outbuf *ob, const double *ref, double limit) {
     return ok;
 }
 
-/* em_op's names, as tests/required_ops.txt spells them */
+/* em_op's names, as tests/required_ops.txt spells them: the op list's (src/kernels/op_list.h) */
+#define TEST_OP_NAME_(NAME, name, dtypes) #name,
 static const char *op_name(em_op op) {
-    static const char *const names[] = {
-        "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sign", "square",
-        "reciprocal", "add_scalar", "mul_scalar", "div_scalar", "rsub_scalar", "pow_scalar", "clamp", "add",
-        "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
-        "sum", "mean", "max", "min", "argmax", "argmin"};
+    static const char *const names[] = {EMK_OPS_ALL(TEST_OP_NAME_)};
     _Static_assert(sizeof names / sizeof names[0] == EM_OP_COUNT, "one name per em_op");
     return (int)op >= 0 && op < EM_OP_COUNT ? names[op] : "?";
 }

@@ -1,6 +1,6 @@
-/* Gradient formulas of the pointwise ops, and the dispatch for every node. Formulas use only
- * the public ops API, so they run on every device. They follow PyTorch's derivatives.yaml
- * (ties of maximum/minimum split the gradient, abs'(0) = 0, clamp passes at the bounds). */
+/* Gradient formulas of the pointwise ops (listed in grad_ops.h, with the helpers they use
+ * here), and the dispatch for every node. Formulas use only the public ops API, so they run
+ * on every device. */
 #include <math.h>
 #include <string.h>
 #include <ember/ops.h>
@@ -45,16 +45,16 @@ em_tensor *ag_finish(em_tensor *g, const ag_input *in) {
 }
 
 /* where(cond, x, 0) and where(cond, 0, x) */
-static em_tensor *keep_where(em_tensor *cond, em_tensor *x) {
+static em_tensor *ag_keep_where(em_tensor *cond, em_tensor *x) {
     return em_where(cond, x, ag_scalar_like(x, 0.0));
 }
-static em_tensor *zero_where(em_tensor *cond, em_tensor *x) {
+static em_tensor *ag_zero_where(em_tensor *cond, em_tensor *x) {
     return em_where(cond, ag_scalar_like(x, 0.0), x);
 }
 
 /* d/dx of exact GELU: Phi(x) + x * phi(x). Phi comes from gelu(x) / x (no public erf);
  * near zero Phi(x) = 1/2 + x / sqrt(2 pi) to 1e-10. */
-static em_tensor *gelu_grad(em_tensor *x) {
+static em_tensor *ag_gelu_grad(em_tensor *x) {
     const double inv_sqrt_2pi = 0.3989422804014327;
     em_tensor *small = em_lt(em_abs(x), ag_scalar_like(x, 1e-3));
     em_tensor *safe_x = em_where(small, ag_scalar_like(x, 1.0), x);
@@ -64,93 +64,59 @@ static em_tensor *gelu_grad(em_tensor *x) {
     return em_add(cdf, em_mul(x, pdf));
 }
 
+/* d(a^b): exponent == 0 gives 0 even where a^(b-1) is inf; for b, a == 0 with b >= 0
+ * gives 0 instead of 0 * -inf */
+static void ag_pow_grad(em_tensor *g, em_tensor *a, em_tensor *b, bool need0, bool need1,
+                        em_tensor **out) {
+    em_tensor *zero = ag_scalar_like(g, 0.0);
+    if (need0) {
+        em_tensor *d = em_mul(em_mul(g, b), em_pow(a, em_sub_scalar(b, 1.0)));
+        out[0] = em_where(em_eq(b, zero), zero, d);
+    }
+    if (need1) {
+        em_tensor *d = em_mul(g, em_mul(em_pow(a, b), em_log(a)));
+        out[1] = em_where(em_eq(a, zero), em_where(em_ge(b, zero), zero, d), d);
+    }
+}
+
 /* gradient of max/min-like binary ops: g where this side wins, g/2 on ties */
 static em_tensor *tie_split(em_tensor *g, em_tensor *loses, em_tensor *ties) {
     em_tensor *half = em_where(ties, em_mul_scalar(g, 0.5), g);
-    return zero_where(loses, half);
+    return ag_zero_where(loses, half);
+}
+static void ag_max_min_grad(em_tensor *g, em_tensor *a, em_tensor *b, bool maxi, bool need0,
+                            bool need1, em_tensor **out) {
+    em_tensor *ties = em_eq(a, b);
+    if (need0) out[0] = tie_split(g, maxi ? em_lt(a, b) : em_gt(a, b), ties);
+    if (need1) out[1] = tie_split(g, maxi ? em_gt(a, b) : em_lt(a, b), ties);
 }
 
+/* The pointwise formulas of grad_ops.h, one case each. */
+#define AG_FORMULA_(NAME, node, saves, ...)                                               \
+    case EM_GRAD_##NAME: { __VA_ARGS__ } break;
 static void backward_pointwise(ag_node *n, em_tensor *g, em_tensor **out) {
     const double s0 = n->args.s[0], s1 = n->args.s[1];
     em_tensor *a = n->nsaved > 0 ? ag_saved_t(n, 0) : NULL;
     em_tensor *b = n->nsaved > 1 ? ag_saved_t(n, 1) : NULL;
     bool need0 = ag_input_needs(&n->in[0]);
     bool need1 = n->n > 1 && ag_input_needs(&n->in[1]);
+    /* not every formula reads them all */
+    (void)s0, (void)s1, (void)a, (void)b, (void)need0, (void)need1;
     switch (n->op) {
-    case EM_GRAD_ADD:
-        out[0] = g;
-        out[1] = g;
-        break;
-    case EM_GRAD_SUB:
-        out[0] = g;
-        if (need1) out[1] = em_neg(g);
-        break;
-    case EM_GRAD_MUL:
-        if (need0) out[0] = em_mul(g, b);
-        if (need1) out[1] = em_mul(g, a);
-        break;
-    case EM_GRAD_DIV:
-        if (need0) out[0] = em_div(g, b);
-        if (need1) out[1] = em_neg(em_div(em_mul(g, a), em_mul(b, b)));
-        break;
-    case EM_GRAD_POW: {
-        em_tensor *zero = ag_scalar_like(g, 0.0);
-        if (need0) { /* exponent == 0 gives 0 even where a^(b-1) is inf */
-            em_tensor *d = em_mul(em_mul(g, b), em_pow(a, em_sub_scalar(b, 1.0)));
-            out[0] = em_where(em_eq(b, zero), zero, d);
-        }
-        if (need1) { /* a == 0 with b >= 0: 0 instead of 0 * -inf */
-            em_tensor *d = em_mul(g, em_mul(em_pow(a, b), em_log(a)));
-            out[1] = em_where(em_eq(a, zero), em_where(em_ge(b, zero), zero, d), d);
-        }
-        break;
-    }
-    case EM_GRAD_MAXIMUM:
-    case EM_GRAD_MINIMUM: {
-        em_tensor *ties = em_eq(a, b);
-        bool maxi = n->op == EM_GRAD_MAXIMUM;
-        if (need0) out[0] = tie_split(g, maxi ? em_lt(a, b) : em_gt(a, b), ties);
-        if (need1) out[1] = tie_split(g, maxi ? em_gt(a, b) : em_lt(a, b), ties);
-        break;
-    }
-    case EM_GRAD_ADD_SCALAR: out[0] = g; break;
-    case EM_GRAD_MUL_SCALAR: out[0] = em_mul_scalar(g, s0); break;
-    case EM_GRAD_DIV_SCALAR: out[0] = em_div_scalar(g, s0); break;
-    case EM_GRAD_RSUB_SCALAR: out[0] = em_neg(g); break;
-    case EM_GRAD_POW_SCALAR:
-        if (s0 == 0.0)
-            out[0] = em_mul_scalar(g, 0.0);
-        else
-            out[0] = em_mul(em_mul_scalar(g, s0), em_pow_scalar(a, s0 - 1.0));
-        break;
-    case EM_GRAD_CLAMP:
-        out[0] = keep_where(em_ge(a, ag_scalar_like(a, s0)),
-                            keep_where(em_le(a, ag_scalar_like(a, s1)), g));
-        break;
-    case EM_GRAD_NEG: out[0] = em_neg(g); break;
-    case EM_GRAD_ABS: {
-        em_tensor *zero = ag_scalar_like(a, 0.0);
-        out[0] = em_where(em_gt(a, zero), g, keep_where(em_lt(a, zero), em_neg(g)));
-        break;
-    }
-    case EM_GRAD_EXP: out[0] = em_mul(g, a); break; /* a is the saved output */
-    case EM_GRAD_LOG: out[0] = em_div(g, a); break;
-    case EM_GRAD_SQRT: out[0] = em_div(g, em_mul_scalar(a, 2.0)); break;
-    case EM_GRAD_TANH: out[0] = em_mul(g, em_add_scalar(em_neg(em_mul(a, a)), 1.0)); break;
-    case EM_GRAD_SIGMOID: out[0] = em_mul(g, em_mul(a, em_add_scalar(em_neg(a), 1.0))); break;
-    case EM_GRAD_RELU: out[0] = keep_where(em_gt(a, ag_scalar_like(a, 0.0)), g); break;
-    case EM_GRAD_GELU: out[0] = em_mul(g, gelu_grad(a)); break;
-    case EM_GRAD_WHERE: /* inputs {cond, a, b}; a is the saved condition */
-        if (need1) out[1] = keep_where(a, g);
-        if (n->n > 2 && ag_input_needs(&n->in[2])) out[2] = zero_where(a, g);
-        break;
+    EM_GRAD_POINTWISE(AG_FORMULA_)
     default:
         break;
     }
 }
 
+#define AG_IS_POINTWISE_(NAME, node, saves, ...) case EM_GRAD_##NAME:
 static bool is_pointwise(em_grad_op op) {
-    return op <= EM_GRAD_WHERE;
+    switch (op) {
+    EM_GRAD_POINTWISE(AG_IS_POINTWISE_)
+        return true;
+    default:
+        return false;
+    }
 }
 
 em_status ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {

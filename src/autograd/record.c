@@ -1,5 +1,6 @@
 /* Recording the graph: grad mode, graph nodes and their lifetime, and the requires_grad /
- * .grad API. The backward pass is in engine.c; the gradient formulas in formulas_*.c. */
+ * .grad API. The backward pass is in engine.c; the gradient formulas in grad_ops.h and
+ * formulas_*.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,28 +97,25 @@ static bool save(ag_node *n, em_tensor *t) {
     return true;
 }
 
-/* Which tensors the backward of op needs, in the order formulas_*.c reads them. */
-static bool save_for_op(ag_node *n, em_grad_op op, em_tensor *out, int nin,
-                        em_tensor *const *in) {
-    switch (op) {
-    case EM_GRAD_MUL: case EM_GRAD_DIV: case EM_GRAD_POW: case EM_GRAD_MAXIMUM:
-    case EM_GRAD_MINIMUM: case EM_GRAD_MATMUL:
-        return save(n, in[0]) && save(n, in[1]);
-    case EM_GRAD_POW_SCALAR: case EM_GRAD_CLAMP: case EM_GRAD_ABS: case EM_GRAD_LOG:
-    case EM_GRAD_GELU:
-        return save(n, in[0]);
-    case EM_GRAD_EXP: case EM_GRAD_SQRT: case EM_GRAD_TANH: case EM_GRAD_SIGMOID:
-    case EM_GRAD_RELU: case EM_GRAD_SOFTMAX: case EM_GRAD_LOG_SOFTMAX:
-        return save(n, out);
-    case EM_GRAD_WHERE:
-        return save(n, in[0]);
-    case EM_GRAD_MAX: case EM_GRAD_MIN:
-        return save(n, in[0]) && save(n, out);
-    case EM_GRAD_INDEX_SELECT: case EM_GRAD_GATHER:
-        return save(n, in[1]);
-    default:
-        (void)nin;
-        return true;
+/* Which tensors the backward of op needs, in the order its formula reads them (the SAVES
+ * column of grad_ops.h). */
+typedef enum ag_saves {
+    AG_SAVE_NONE, AG_SAVE_IN0, AG_SAVE_IN1, AG_SAVE_IN01, AG_SAVE_OUT, AG_SAVE_IN0_OUT
+} ag_saves;
+#define AG_SAVES_P_(NAME, node, saves, ...) [EM_GRAD_##NAME] = AG_SAVE_##saves,
+#define AG_SAVES_S_(NAME, node, saves) [EM_GRAD_##NAME] = AG_SAVE_##saves,
+static const unsigned char g_saves[EM_GRAD_OP_COUNT] = {
+    EM_GRAD_POINTWISE(AG_SAVES_P_) EM_GRAD_SHAPE(AG_SAVES_S_)
+};
+
+static bool save_for_op(ag_node *n, em_grad_op op, em_tensor *out, em_tensor *const *in) {
+    switch ((ag_saves)g_saves[op]) {
+    case AG_SAVE_IN0: return save(n, in[0]);
+    case AG_SAVE_IN1: return save(n, in[1]);
+    case AG_SAVE_IN01: return save(n, in[0]) && save(n, in[1]);
+    case AG_SAVE_OUT: return save(n, out);
+    case AG_SAVE_IN0_OUT: return save(n, in[0]) && save(n, out);
+    default: return true;
     }
 }
 
@@ -159,7 +157,7 @@ em_status em__grad_record(em_grad_op op, em_tensor *out, int n, em_tensor *const
         else
             e->leaf = em_retain(t);
     }
-    if (!save_for_op(node, op, out, n, inputs)) {
+    if (!save_for_op(node, op, out, inputs)) {
         em__grad_node_release(&node->base);
         return em_error(EM_ERR_OUT_OF_MEMORY, "autograd: out of host memory saving a tensor");
     }
@@ -173,26 +171,10 @@ em_status em__grad_record(em_grad_op op, em_tensor *out, int n, em_tensor *const
 /* ---- names and descriptions ---- */
 
 const char *ag_op_name(em_grad_op op) {
+#define AG_NAME_P_(NAME, node, saves, ...) [EM_GRAD_##NAME] = #node,
+#define AG_NAME_S_(NAME, node, saves) [EM_GRAD_##NAME] = #node,
     static const char *const names[EM_GRAD_OP_COUNT] = {
-        [EM_GRAD_ADD] = "AddBackward0", [EM_GRAD_SUB] = "SubBackward0",
-        [EM_GRAD_MUL] = "MulBackward0", [EM_GRAD_DIV] = "DivBackward0",
-        [EM_GRAD_POW] = "PowBackward1", [EM_GRAD_MAXIMUM] = "MaximumBackward0",
-        [EM_GRAD_MINIMUM] = "MinimumBackward0", [EM_GRAD_ADD_SCALAR] = "AddBackward1",
-        [EM_GRAD_MUL_SCALAR] = "MulBackward1", [EM_GRAD_DIV_SCALAR] = "DivBackward1",
-        [EM_GRAD_RSUB_SCALAR] = "RsubBackward1", [EM_GRAD_POW_SCALAR] = "PowBackward0",
-        [EM_GRAD_CLAMP] = "ClampBackward1", [EM_GRAD_NEG] = "NegBackward0",
-        [EM_GRAD_ABS] = "AbsBackward0", [EM_GRAD_EXP] = "ExpBackward0",
-        [EM_GRAD_LOG] = "LogBackward0", [EM_GRAD_SQRT] = "SqrtBackward0",
-        [EM_GRAD_TANH] = "TanhBackward0", [EM_GRAD_SIGMOID] = "SigmoidBackward0",
-        [EM_GRAD_RELU] = "ReluBackward0", [EM_GRAD_GELU] = "GeluBackward0",
-        [EM_GRAD_WHERE] = "WhereBackward0", [EM_GRAD_SUM] = "SumBackward1",
-        [EM_GRAD_MEAN] = "MeanBackward1", [EM_GRAD_MAX] = "AmaxBackward0",
-        [EM_GRAD_MIN] = "AminBackward0", [EM_GRAD_MATMUL] = "MmBackward0",
-        [EM_GRAD_SOFTMAX] = "SoftmaxBackward0", [EM_GRAD_LOG_SOFTMAX] = "LogSoftmaxBackward0",
-        [EM_GRAD_INDEX_SELECT] = "IndexSelectBackward0", [EM_GRAD_GATHER] = "GatherBackward0",
-        [EM_GRAD_CAT] = "CatBackward0", [EM_GRAD_VIEW] = "ViewBackward0",
-        [EM_GRAD_PERMUTE] = "PermuteBackward0", [EM_GRAD_SLICE] = "SliceBackward0",
-        [EM_GRAD_EXPAND] = "ExpandBackward0", [EM_GRAD_COPY] = "ToCopyBackward0",
+        EM_GRAD_POINTWISE(AG_NAME_P_) EM_GRAD_SHAPE(AG_NAME_S_)
     };
     return (op >= 0 && op < EM_GRAD_OP_COUNT && names[op]) ? names[op] : "UnknownBackward";
 }

@@ -23,25 +23,40 @@
 #include <ember/telemetry.h>
 #include "../core/tensor_impl.h"
 #include "../core/optim_args.h"
+#include "../kernels/op_list.h"
 
+/* The ops of the unary, binary and reduce entries, generated from the op list
+ * (src/kernels/op_list.h, which also gives each op's params and dtypes): unary ops, then
+ * binary (comparisons last: they write EM_BOOL), then reductions. */
+#define EM_OP_ENUM_(NAME, name, dtypes) EM_OP_##NAME,
 typedef enum em_op {
-    /* unary: out = f(in); params as noted */
-    EM_OP_NEG, EM_OP_ABS, EM_OP_EXP, EM_OP_LOG, EM_OP_SQRT, EM_OP_RSQRT, EM_OP_TANH,
-    EM_OP_SIGMOID, EM_OP_RELU, EM_OP_GELU, EM_OP_SIGN, EM_OP_SQUARE, EM_OP_RECIPROCAL,
-    EM_OP_ADD_SCALAR,   /* params[0] = s: in + s */
-    EM_OP_MUL_SCALAR,   /* params[0] = s: in * s */
-    EM_OP_DIV_SCALAR,   /* params[0] = s: in / s */
-    EM_OP_RSUB_SCALAR,  /* params[0] = s: s - in */
-    EM_OP_POW_SCALAR,   /* params[0] = e: in ^ e */
-    EM_OP_CLAMP,        /* params[0] = lo, params[1] = hi */
-    /* binary: out = f(a, b); comparisons write EM_BOOL */
-    EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_POW, EM_OP_MAXIMUM, EM_OP_MINIMUM,
-    EM_OP_EQ, EM_OP_NE, EM_OP_LT, EM_OP_LE, EM_OP_GT, EM_OP_GE,
-    EM_OP_LOGICAL_AND,
-    /* reductions */
-    EM_OP_SUM, EM_OP_MEAN, EM_OP_MAX, EM_OP_MIN, EM_OP_ARGMAX, EM_OP_ARGMIN,
+    EMK_OPS_ALL(EM_OP_ENUM_)
     EM_OP_COUNT
 } em_op;
+/* Backends bound their range checks by each list's first and last op (EM_OP_NEG..EM_OP_CLAMP,
+ * EM_OP_ADD..EM_OP_LOGICAL_AND with the comparisons from EM_OP_EQ, EM_OP_SUM..EM_OP_ARGMIN),
+ * and the unary ops from EM_OP_ADD_SCALAR on take params: a new op goes inside its list. */
+#define EM_OP_ONE_(NAME, name, dtypes) +1
+_Static_assert(EM_OP_NEG == 0 && EM_OP_CLAMP == -1 EMK_OPS_UNARY(EM_OP_ONE_),
+               "op_list.h: NEG and CLAMP must stay the first and last unary ops");
+_Static_assert(EM_OP_ADD == EM_OP_CLAMP + 1 && EM_OP_EQ == EM_OP_ADD EMK_OPS_BINARY(EM_OP_ONE_),
+               "op_list.h: ADD must stay the first binary op, EQ the first comparison");
+_Static_assert(EM_OP_LOGICAL_AND == EM_OP_EQ - 1 EMK_OPS_COMPARE(EM_OP_ONE_) &&
+               EM_OP_SUM == EM_OP_LOGICAL_AND + 1 && EM_OP_ARGMIN == EM_OP_COUNT - 1,
+               "op_list.h: LOGICAL_AND must stay the last comparison, SUM and ARGMIN the first "
+               "and last reductions");
+
+/* The dtypes a backend computes an op in (op_list.h's DTYPES column). */
+typedef enum em_op_dtypes {
+    EM_OPDT_FLOAT, EM_OPDT_NUMERIC, EM_OPDT_ANY, EM_OPDT_TRUEDIV
+} em_op_dtypes;
+#define EM_OP_DTYPES_(NAME, name, dtypes) case EM_OP_##NAME: return EM_OPDT_##dtypes;
+static inline em_op_dtypes em__op_dtypes(em_op op) {
+    switch (op) {
+    EMK_OPS_ALL(EM_OP_DTYPES_)
+    default: return EM_OPDT_ANY;
+    }
+}
 
 typedef enum em_rng_kind {
     EM_RNG_UNIFORM,   /* [p0, p1) */

@@ -1,6 +1,6 @@
 # Turns the GPU kernel sources into string constants (run by CMake at build time):
 #   cmake -DPRELUDE="a.h|b.h" -DLIBRARY="c.h|d.k" -DOUT=file.c -P embed.cmake
-# PRELUDE (compat.h, dtypes.h, layout.h) starts every program, users' kernels included.
+# PRELUDE (compat.h, dtypes.h, op_list.h, layout.h) starts every program, users' kernels included.
 # LIBRARY is Ember's own kernels: its headers (philox.h) become em__kernel_shared_text,
 # which every library program includes, and each .k file becomes one named program in
 # em__kernel_sources (see kernel_text.h). #include lines are dropped: the text is

@@ -7,10 +7,13 @@
  * stride 1 and costs no division per element. Every field is 64-bit so that the struct
  * layout is the same on the host, in OpenCL C and in CUDA C.
  *
- * Kernel op codes (EMK_U_*, EMK_B_*, EMK_R_*) are also defined here: the host maps
- * em_op onto them, so kernels do not depend on the backend interface. */
+ * Kernel op codes (EMK_U_*, EMK_B_*, EMK_R_*) are also defined here, from the op list
+ * (op_list.h, which the embedding puts before this file): the host maps em_op onto them,
+ * so kernels do not depend on the backend interface. */
 #ifndef EMK_LAYOUT_H
 #define EMK_LAYOUT_H
+
+#include "op_list.h"
 
 #if !defined(EMK_OPENCL) && !defined(EMK_CUDA)
 #include <stdint.h>
@@ -38,20 +41,14 @@ typedef struct emk_strides {
     EMK_I64 s[EMK_MAX_DIMS];
 } emk_strides;
 
-/* unary op codes */
-enum {
-    EMK_U_NEG, EMK_U_ABS, EMK_U_EXP, EMK_U_LOG, EMK_U_SQRT, EMK_U_RSQRT, EMK_U_TANH,
-    EMK_U_SIGMOID, EMK_U_RELU, EMK_U_GELU, EMK_U_SIGN, EMK_U_SQUARE, EMK_U_RECIPROCAL,
-    EMK_U_ADD_SCALAR, EMK_U_MUL_SCALAR, EMK_U_DIV_SCALAR, EMK_U_RSUB_SCALAR,
-    EMK_U_POW_SCALAR, EMK_U_CLAMP
-};
-/* binary op codes (arithmetic, then comparisons that write bool) */
-enum {
-    EMK_B_ADD, EMK_B_SUB, EMK_B_MUL, EMK_B_DIV, EMK_B_POW, EMK_B_MAXIMUM, EMK_B_MINIMUM,
-    EMK_B_EQ, EMK_B_NE, EMK_B_LT, EMK_B_LE, EMK_B_GT, EMK_B_GE, EMK_B_LOGICAL_AND
-};
-/* reduction op codes */
-enum { EMK_R_SUM, EMK_R_MEAN, EMK_R_MAX, EMK_R_MIN, EMK_R_ARGMAX, EMK_R_ARGMIN };
+/* op codes, generated from op_list.h in em_op's order: unary, binary (arithmetic, then the
+ * comparisons that write bool), reductions */
+#define EMK_U_CODE_(NAME, name, dtypes) EMK_U_##NAME,
+#define EMK_B_CODE_(NAME, name, dtypes) EMK_B_##NAME,
+#define EMK_R_CODE_(NAME, name, dtypes) EMK_R_##NAME,
+enum { EMK_OPS_UNARY(EMK_U_CODE_) EMK_U_COUNT_ };
+enum { EMK_OPS_BINARY(EMK_B_CODE_) EMK_OPS_COMPARE(EMK_B_CODE_) EMK_B_COUNT_ };
+enum { EMK_OPS_REDUCE(EMK_R_CODE_) EMK_R_COUNT_ };
 /* random distributions (same order as em_rng_kind) */
 enum { EMK_RNG_UNIFORM, EMK_RNG_NORMAL, EMK_RNG_RANDINT, EMK_RNG_BERNOULLI };
 

@@ -131,17 +131,10 @@ static em_status cpu_synchronize(int index) { return EM_OK; }
 bool em__cpu_supports_op(em_op op, em_dtype dt) {
     bool fl = em_dtype_is_floating(dt), is_bool = dt == EM_BOOL;
     if ((int)op < 0 || op >= EM_OP_COUNT || (int)dt < 0 || dt >= EM_DTYPE_COUNT) return false;
-    switch (op) {
-    case EM_OP_EXP: case EM_OP_LOG: case EM_OP_SQRT: case EM_OP_RSQRT: case EM_OP_TANH:
-    case EM_OP_SIGMOID: case EM_OP_GELU: case EM_OP_RECIPROCAL: case EM_OP_DIV_SCALAR:
-    case EM_OP_MEAN:
-        return fl;
-    case EM_OP_NEG: case EM_OP_ABS: case EM_OP_SIGN: case EM_OP_SQUARE: case EM_OP_RELU:
-    case EM_OP_ADD_SCALAR: case EM_OP_MUL_SCALAR: case EM_OP_RSUB_SCALAR: case EM_OP_POW_SCALAR:
-    case EM_OP_CLAMP: case EM_OP_SUB: case EM_OP_DIV: case EM_OP_POW: case EM_OP_SUM:
-        return !is_bool;
-    default: /* add, mul, maximum, minimum, comparisons, logical_and, max/min, argmax/argmin */
-        return true;
+    switch (em__op_dtypes(op)) { /* the op list's dtypes (src/kernels/op_list.h) */
+    case EM_OPDT_FLOAT: return fl;
+    case EM_OPDT_NUMERIC: case EM_OPDT_TRUEDIV: return !is_bool; /* integer division too */
+    default: return true;
     }
 }
 

@@ -8,12 +8,9 @@
 typedef void (*un_kernel)(const void *in, void *out, int64_t n, const double *p);
 typedef void (*bin_kernel)(const void *a, const void *b, void *out, int64_t n);
 
-static const char *const g_op_names[EM_OP_COUNT] = {
-    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sign",
-    "square", "reciprocal", "add_scalar", "mul_scalar", "div_scalar", "rsub_scalar", "pow_scalar",
-    "clamp", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le",
-    "gt", "ge", "logical_and", "sum", "mean", "max", "min", "argmax", "argmin",
-};
+#define OP_NAME(NAME, name, dtypes) #name,
+static const char *const g_op_names[EM_OP_COUNT] = {EMK_OPS_ALL(OP_NAME)};
+#undef OP_NAME
 
 const char *em__cpu_op_name(em_op op) {
     return (int)op >= 0 && op < EM_OP_COUNT ? g_op_names[op] : "unknown op";

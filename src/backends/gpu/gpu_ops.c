@@ -10,25 +10,11 @@
 
 bool em__gpu_supports_op(em_op op, em_dtype dt) {
     bool fl = em_dtype_is_floating(dt), is_bool = dt == EM_BOOL;
-    if (dt < 0 || dt >= EM_DTYPE_COUNT) return false;
-    switch (op) {
-    case EM_OP_NEG: case EM_OP_ABS: case EM_OP_SIGN: case EM_OP_SQUARE: case EM_OP_RELU:
-    case EM_OP_ADD_SCALAR: case EM_OP_MUL_SCALAR: case EM_OP_RSUB_SCALAR:
-    case EM_OP_POW_SCALAR: case EM_OP_CLAMP:
-        return !is_bool;
-    case EM_OP_EXP: case EM_OP_LOG: case EM_OP_SQRT: case EM_OP_RSQRT: case EM_OP_TANH:
-    case EM_OP_SIGMOID: case EM_OP_GELU: case EM_OP_RECIPROCAL: case EM_OP_DIV_SCALAR:
-    case EM_OP_DIV: case EM_OP_MEAN:
-        return fl;
-    case EM_OP_SUB: case EM_OP_POW:
-        return !is_bool;
-    case EM_OP_ADD: case EM_OP_MUL: case EM_OP_MAXIMUM: case EM_OP_MINIMUM:
-    case EM_OP_EQ: case EM_OP_NE: case EM_OP_LT: case EM_OP_LE: case EM_OP_GT: case EM_OP_GE:
-    case EM_OP_LOGICAL_AND: case EM_OP_SUM: case EM_OP_MAX: case EM_OP_MIN:
-    case EM_OP_ARGMAX: case EM_OP_ARGMIN:
-        return true;
-    default:
-        return false;
+    if ((int)op < 0 || op >= EM_OP_COUNT || dt < 0 || dt >= EM_DTYPE_COUNT) return false;
+    switch (em__op_dtypes(op)) { /* the op list's dtypes (src/kernels/op_list.h) */
+    case EM_OPDT_FLOAT: case EM_OPDT_TRUEDIV: return fl; /* no integer division kernel */
+    case EM_OPDT_NUMERIC: return !is_bool;
+    default: return true;
     }
 }
 
