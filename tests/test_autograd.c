@@ -124,6 +124,10 @@ static em_tensor *f_max_all(em_tensor **x) { return em_max(x[0], EM_ALL_DIMS, fa
 static em_tensor *f_min_keep(em_tensor **x) { return em_min(x[0], EM_DIMS(0), true); }
 static em_tensor *f_matmul(em_tensor **x) { return em_matmul(x[0], x[1]); }
 static em_tensor *f_matmul_t(em_tensor **x) { return em_matmul(x[0], em_transpose(x[1], 0, 1)); }
+/* addmm with Linear's layout (bias, x, w.t()): the fused path (beta = alpha = 1) */
+static em_tensor *f_addmm_linear(em_tensor **x) { return em_addmm(x[0], x[1], em_transpose(x[2], 0, 1), 1, 1); }
+static em_tensor *f_addmm(em_tensor **x) { return em_addmm(x[0], x[1], x[2], 1, 1); }
+static em_tensor *f_addmm_scaled(em_tensor **x) { return em_addmm(x[0], x[1], x[2], 0.5, -2.0); }
 static em_tensor *f_softmax1(em_tensor **x) { return em_softmax(x[0], 1); }
 static em_tensor *f_softmax0(em_tensor **x) { return em_softmax(x[0], 0); }
 static em_tensor *f_log_softmax(em_tensor **x) { return em_log_softmax(x[0], -1); }
@@ -257,6 +261,21 @@ static void test_matmul(void) {
     GRADCHECK(f_mlp, EM_SHAPE(3, 4), EM_SHAPE(5, 4), EM_SHAPE(5), EM_SHAPE(5, 3));
 }
 
+static void test_addmm(void) {
+    GRADCHECK(f_addmm_linear, EM_SHAPE(5), EM_SHAPE(3, 4), EM_SHAPE(5, 4));
+    GRADCHECK(f_addmm, EM_SHAPE(3, 5), EM_SHAPE(3, 4), EM_SHAPE(4, 5));
+    GRADCHECK(f_addmm, EM_SHAPE(1, 5), EM_SHAPE(3, 4), EM_SHAPE(4, 5));
+    GRADCHECK(f_addmm, EM_SHAPE(3, 1), EM_SHAPE(3, 4), EM_SHAPE(4, 5));
+    GRADCHECK(f_addmm, EM_SHAPE0, EM_SHAPE(3, 4), EM_SHAPE(4, 5));
+    GRADCHECK(f_addmm_scaled, EM_SHAPE(5), EM_SHAPE(3, 4), EM_SHAPE(4, 5));
+    /* the fused path records PyTorch's node */
+    em_scope s = em_scope_begin();
+    em_tensor *b = em_zeros(EM_SHAPE(2), EM_OPTS(.requires_grad = true));
+    em_tensor *y = em_addmm(b, em_ones(EM_SHAPE(3, 4), (em_opts){0}), em_ones(EM_SHAPE(4, 2), (em_opts){0}), 1, 1);
+    CHECK(y && em_grad_fn_name(y) && !strcmp(em_grad_fn_name(y), "AddmmBackward0"));
+    em_scope_end(s);
+}
+
 static void test_softmax(void) {
     GRADCHECK(f_softmax1, EM_SHAPE(3, 4));
     GRADCHECK(f_softmax0, EM_SHAPE(3, 4));
@@ -365,6 +384,7 @@ int main(void) {
     RUN(test_reductions);
     RUN(test_max_ties);
     RUN(test_matmul);
+    RUN(test_addmm);
     RUN(test_softmax);
     RUN(test_indexing);
     RUN(test_join);

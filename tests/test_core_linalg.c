@@ -1,4 +1,5 @@
-/* em_matmul with torch.matmul's rules: vectors, matrices, batches with broadcasting. */
+/* em_matmul with torch.matmul's rules: vectors, matrices, batches with broadcasting; em_addmm
+ * (torch.addmm) against matmul + add. */
 #include "test_core_util.h"
 
 #define BEGIN em_scope sc__ = em_scope_begin()
@@ -81,10 +82,65 @@ static void test_empty(void) {
     END;
 }
 
+/* max |x - y| over two tensors of one shape (as f64) */
+static double max_diff(em_tensor *x, em_tensor *y) {
+    em_tensor *d = em_max(em_abs(em_sub(em_to_dtype(x, EM_F64), em_to_dtype(y, EM_F64))), EM_ALL_DIMS, false);
+    return d ? em_item(d) : INFINITY;
+}
+
+static void test_addmm(void) {
+    BEGIN;
+    em_tensor *a = TF32(EM_SHAPE(2, 3), 1, 2, 3, 4, 5, 6);
+    em_tensor *b = TF32(EM_SHAPE(3, 2), 7, 8, 9, 10, 11, 12);
+    /* bias [N], row [1, N], column [M, 1], full [M, N], 0-d */
+    CHECK_VALUES(em_addmm(TF32(EM_SHAPE(2), 1, -1), a, b, 1, 1), 0, 59, 63, 140, 153);
+    CHECK_VALUES(em_addmm(TF32(EM_SHAPE(1, 2), 1, -1), a, b, 1, 1), 0, 59, 63, 140, 153);
+    CHECK_VALUES(em_addmm(TF32(EM_SHAPE(2, 1), 1, -1), a, b, 1, 1), 0, 59, 65, 138, 153);
+    CHECK_VALUES(em_addmm(TF32(EM_SHAPE(2, 2), 1, 2, 3, 4), a, b, 1, 1), 0, 59, 66, 142, 158);
+    CHECK_VALUES(em_addmm(em_scalar(0.5, (em_opts){0}), a, b, 1, 1), 0, 58.5, 64.5, 139.5, 154.5);
+    /* beta and alpha; beta = 0 ignores a nan input */
+    CHECK_VALUES(em_addmm(TF32(EM_SHAPE(2), 2, 4), a, b, 0.5, 2), 0, 117, 130, 279, 310);
+    CHECK_VALUES(em_addmm(TF32(EM_SHAPE(2), NAN, NAN), a, b, 0, 1), 0, 58, 64, 139, 154);
+    /* Linear's layout, bigger than a BLAS block, f32 and f64: same as matmul + add */
+    for (int dbl = 0; dbl < 2; dbl++) {
+        em_opts o = {.dtype = dbl ? EM_F64 : EM_F32};
+        em_tensor *x = em_randn(EM_SHAPE(70, 33), o), *w = em_randn(EM_SHAPE(41, 33), o), *bias = em_randn(EM_SHAPE(41), o);
+        em_tensor *y = em_addmm(bias, x, em_transpose(w, 0, 1), 1, 1);
+        CHECK_SHAPE(y, 70, 41);
+        CHECK(em_dtype_of(y) == o.dtype);
+        CHECK(max_diff(y, em_add(em_matmul(x, em_transpose(w, 0, 1)), bias)) < (dbl ? 1e-12 : 1e-4));
+        /* a non-contiguous, non-transposed mat1 (every other column) goes through a copy */
+        em_tensor *xs = em_slice(em_randn(EM_SHAPE(70, 66), o), 1, 0, 66, 2);
+        CHECK(max_diff(em_addmm(bias, xs, em_transpose(w, 0, 1), 1, 1),
+                       em_add(em_matmul(xs, em_transpose(w, 0, 1)), bias)) < (dbl ? 1e-12 : 1e-4));
+    }
+    /* mixed dtypes promote like matmul + add */
+    em_tensor *m = em_addmm(TI64(EM_SHAPE(2), 1, 2), TF32(EM_SHAPE(1, 2), 1, 1), TF32(EM_SHAPE(2, 2), 1, 2, 3, 4), 1, 1);
+    CHECK(m && em_dtype_of(m) == EM_F32);
+    CHECK_VALUES(m, 0, 5, 8);
+    /* empty K: just the bias */
+    CHECK_VALUES(em_addmm(TF32(EM_SHAPE(2), 3, 4), em_ones(EM_SHAPE(1, 0), (em_opts){0}),
+                          em_ones(EM_SHAPE(0, 2), (em_opts){0}), 1, 1), 0, 3, 4);
+    /* bad shapes: a clean error, no result */
+    CHECK(em_addmm(TF32(EM_SHAPE(2), 1, 1), a, a, 1, 1) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "em_addmm: mat1 and mat2 shapes cannot be multiplied (2x3 and 2x3)");
+    CHECK(em_addmm(TF32(EM_SHAPE(3), 1, 1, 1), a, b, 1, 1) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "em_addmm: input of shape [3] cannot be broadcast to the product's shape [2, 2]");
+    CHECK(em_addmm(em_ones(EM_SHAPE(1, 2, 2), (em_opts){0}), a, b, 1, 1) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "input of shape [1, 2, 2] cannot be broadcast");
+    CHECK(em_addmm(TF32(EM_SHAPE(2), 1, 1), TF32(EM_SHAPE(3), 1, 2, 3), b, 1, 1) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "em_addmm: mat1 must be a matrix, got 1-D tensor");
+    em_clear_error(); /* a NULL argument reports only when no error is pending */
+    CHECK(em_addmm(TF32(EM_SHAPE(2), 1, 1), a, NULL, 1, 1) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_addmm: argument 'mat2' is NULL");
+    END;
+}
+
 int main(void) {
     RUN(test_matrix);
     RUN(test_vectors);
     RUN(test_batched);
     RUN(test_empty);
+    RUN(test_addmm);
     return test_summary();
 }

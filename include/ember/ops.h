@@ -59,6 +59,11 @@ em_tensor *em_argmin(em_tensor *a, int dim, bool keepdim);
 /* ---- linear algebra ---- */
 /* torch.matmul: 1-d and 2-d operands, batched with broadcasting over leading dims. */
 em_tensor *em_matmul(em_tensor *a, em_tensor *b);
+/* torch.addmm: beta * input + alpha * (mat1 @ mat2). mat1 [M, K] and mat2 [K, N] are
+ * matrices; input broadcasts to [M, N] (a bias [N] or [1, N], a column [M, 1], a full
+ * [M, N]). beta = 0 ignores input (its nan/inf do not propagate). With beta = alpha = 1 on
+ * the CPU it runs as one GEMM accumulating into the broadcast input (what nn.Linear uses). */
+em_tensor *em_addmm(em_tensor *input, em_tensor *mat1, em_tensor *mat2, double beta, double alpha);
 
 /* ---- softmax ---- */
 em_tensor *em_softmax(em_tensor *a, int dim);

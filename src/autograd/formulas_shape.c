@@ -82,20 +82,20 @@ static bool is_transposed_matrix(em_tensor *b) {
     return b && em_ndim(b) == 2 && !em_is_contiguous(b) && em_is_contiguous(em_transpose(b, 0, 1));
 }
 
-static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
-    em_tensor *a = ag_saved_t(n, 0), *b = ag_saved_t(n, 1);
+/* the gradients of a @ b into out[0] (a) and out[1] (b), for those need0 / need1 ask */
+static void matmul_grads(em_tensor *a, em_tensor *b, em_tensor *g, bool need0, bool need1, em_tensor **out) {
     int an = em_ndim(a), bn = em_ndim(b);
     em_tensor *a2 = an == 1 ? em_unsqueeze(a, 0) : a;
     em_tensor *b2 = bn == 1 ? em_unsqueeze(b, -1) : b;
     em_tensor *g2 = g;
     if (bn == 1) g2 = em_unsqueeze(g2, -1);
     if (an == 1) g2 = em_unsqueeze(g2, -2);
-    if (ag_input_needs(&n->in[0])) {
+    if (need0) {
         em_tensor *ga = em_matmul(g2, em_transpose(b2, -1, -2));
         em_shape s2 = em_shape_of(a2);
         out[0] = a2 ? shaped_like(ag_reduce_to(ga, s2.ndim, s2.d), a) : NULL;
     }
-    if (ag_input_needs(&n->in[1])) {
+    if (need1) {
         /* x @ w.t(): w's gradient is g.t() @ x computed in w's own layout, so that it comes
          * out of the transpose's backward contiguous (as PyTorch's linear does) */
         em_tensor *gb = an == 2 && is_transposed_matrix(b)
@@ -104,6 +104,17 @@ static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
         em_shape s2 = em_shape_of(b2);
         out[1] = b2 ? shaped_like(ag_reduce_to(gb, s2.ndim, s2.d), b) : NULL;
     }
+}
+
+static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
+    matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[0]), ag_input_needs(&n->in[1]), out);
+}
+
+/* addmm: input's gradient is g (the engine sums it back to input's broadcast shape), the
+ * matrices' those of matmul */
+static void backward_addmm(ag_node *n, em_tensor *g, em_tensor **out) {
+    if (ag_input_needs(&n->in[0])) out[0] = g;
+    matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[1]), ag_input_needs(&n->in[2]), out + 1);
 }
 
 static void backward_softmax(ag_node *n, em_tensor *g, em_tensor **out) {
@@ -202,6 +213,7 @@ void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
         backward_reduce(n, g, out);
         break;
     case EM_GRAD_MATMUL: backward_matmul(n, g, out); break;
+    case EM_GRAD_ADDMM: backward_addmm(n, g, out); break;
     case EM_GRAD_SOFTMAX: case EM_GRAD_LOG_SOFTMAX: backward_softmax(n, g, out); break;
     case EM_GRAD_INDEX_SELECT: backward_index_select(n, g, out); break;
     case EM_GRAD_GATHER: backward_gather(n, g, out); break;

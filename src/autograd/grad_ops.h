@@ -62,6 +62,8 @@
     X(MIN, AminBackward0, IN0_OUT)                                                        \
     /* inputs {a, b}: out = a @ b with torch.matmul's 1-d/batched rules */                \
     X(MATMUL, MmBackward0, IN01)                                                          \
+    /* inputs {input, mat1, mat2}: out = input + mat1 @ mat2, 2-d mats, input broadcast */ \
+    X(ADDMM, AddmmBackward0, IN12)                                                        \
     /* inputs {a}, args.dim */                                                            \
     X(SOFTMAX, SoftmaxBackward0, OUT)                                                     \
     X(LOG_SOFTMAX, LogSoftmaxBackward0, OUT)                                              \

@@ -100,7 +100,7 @@ static bool save(ag_node *n, em_tensor *t) {
 /* Which tensors the backward of op needs, in the order its formula reads them (the SAVES
  * column of grad_ops.h). */
 typedef enum ag_saves {
-    AG_SAVE_NONE, AG_SAVE_IN0, AG_SAVE_IN1, AG_SAVE_IN01, AG_SAVE_OUT, AG_SAVE_IN0_OUT
+    AG_SAVE_NONE, AG_SAVE_IN0, AG_SAVE_IN1, AG_SAVE_IN01, AG_SAVE_IN12, AG_SAVE_OUT, AG_SAVE_IN0_OUT
 } ag_saves;
 #define AG_SAVES_P_(NAME, node, saves, ...) [EM_GRAD_##NAME] = AG_SAVE_##saves,
 #define AG_SAVES_S_(NAME, node, saves) [EM_GRAD_##NAME] = AG_SAVE_##saves,
@@ -113,6 +113,7 @@ static bool save_for_op(ag_node *n, em_grad_op op, em_tensor *out, em_tensor *co
     case AG_SAVE_IN0: return save(n, in[0]);
     case AG_SAVE_IN1: return save(n, in[1]);
     case AG_SAVE_IN01: return save(n, in[0]) && save(n, in[1]);
+    case AG_SAVE_IN12: return save(n, in[1]) && save(n, in[2]);
     case AG_SAVE_OUT: return save(n, out);
     case AG_SAVE_IN0_OUT: return save(n, in[0]) && save(n, out);
     default: return true;

@@ -96,3 +96,64 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
     }
     return em__finish(out, EM_GRAD_MATMUL, 2, in, &em__no_args);
 }
+
+/* torch.addmm: beta * input + alpha * (mat1 @ mat2), input broadcast to [M, N]. With
+ * beta = alpha = 1 on one f32/f64 dtype and a backend that accumulates (matmul_acc), out is
+ * filled with the broadcast input and the GEMM adds into it (PyTorch's linear on the CPU):
+ * no pass to zero the product and none to add the bias, and PyTorch's rounding order.
+ * Otherwise it is composed of matmul, mul_scalar and add. */
+em_tensor *em_addmm(em_tensor *input, em_tensor *mat1, em_tensor *mat2, double beta, double alpha) {
+    const char *op = "em_addmm";
+    EM_CHECK_ARG(input, op, "input");
+    EM_CHECK_ARG(mat1, op, "mat1");
+    EM_CHECK_ARG(mat2, op, "mat2");
+    em_tensor *in[3] = {input, mat1, mat2};
+    if (em__check_same_device(op, 3, (const em_tensor *const *)in)) return NULL;
+    if (mat1->ndim != 2 || mat2->ndim != 2) {
+        em_error(EM_ERR_SHAPE, "%s: %s must be a matrix, got %d-D tensor", op, mat1->ndim != 2 ? "mat1" : "mat2",
+                 mat1->ndim != 2 ? mat1->ndim : mat2->ndim);
+        return NULL;
+    }
+    int64_t M = mat1->shape[0], K = mat1->shape[1], N = mat2->shape[1];
+    if (mat2->shape[0] != K) {
+        em_error(EM_ERR_SHAPE, "%s: mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)", op,
+                 (long long)M, (long long)K, (long long)mat2->shape[0], (long long)N);
+        return NULL;
+    }
+    int64_t shape[2] = {M, N}, bstr[2] = {0, 0};
+    bool fits = input->ndim <= 2;
+    for (int d = 0; fits && d < input->ndim; d++) {
+        int od = d + 2 - input->ndim;
+        fits = input->shape[d] == shape[od] || input->shape[d] == 1;
+        bstr[od] = input->shape[d] == 1 ? 0 : input->strides[d];
+    }
+    if (!fits) {
+        char s1[128];
+        em_error(EM_ERR_SHAPE, "%s: input of shape %s cannot be broadcast to the product's shape [%lld, %lld]", op,
+                 em__shape_str(s1, sizeof s1, input->ndim, input->shape), (long long)M, (long long)N);
+        return NULL;
+    }
+    const em_backend *be = mat1->storage->backend;
+    em_dtype dt = mat1->dtype;
+    if (beta == 1.0 && alpha == 1.0 && be->matmul_acc && be->copy && (dt == EM_F32 || dt == EM_F64) &&
+        mat2->dtype == dt && input->dtype == dt) {
+        em_tensor *out = em__tensor_new_on(be, mat1->storage->device, 2, shape, dt);
+        if (!out) return NULL;
+        em_tensor bias;
+        em__stack_view(&bias, input, 2, shape, bstr, input->offset);
+        em_status st = M * N > 0 ? be->copy(out, &bias) : EM_OK;
+        if (st == EM_OK) st = be->matmul_acc(out, mat1, mat2);
+        if (st != EM_OK) {
+            em_release(out);
+            return NULL;
+        }
+        return em__finish(out, EM_GRAD_ADDMM, 3, in, &em__no_args);
+    }
+    em_scope s = em_scope_begin();
+    em_tensor *prod = em_matmul(mat1, mat2);
+    if (alpha != 1.0) prod = em_mul_scalar(prod, alpha);
+    /* beta = 0 ignores input (its nan and inf do not reach the result), as in PyTorch */
+    em_tensor *r = em_retain(beta == 0.0 ? prod : em_add(beta == 1.0 ? input : em_mul_scalar(input, beta), prod));
+    em_scope_end(s);
+    return em__scoped(r);
+}

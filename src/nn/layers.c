@@ -14,6 +14,8 @@ typedef struct linear_ctx { int64_t in, out; bool bias; } linear_ctx;
 
 static em_tensor *linear_forward(em_module *m, em_tensor *x) {
     em_tensor *w = m->params[0].t;
+    /* a batch of rows with a bias: addmm, as PyTorch's linear (one GEMM adding into the bias) */
+    if (m->nparams > 1 && x && em_ndim(x) == 2) return em_addmm(m->params[1].t, x, em_transpose(w, 0, 1), 1.0, 1.0);
     em_tensor *y = em_matmul(x, em_transpose(w, 0, 1));
     return m->nparams > 1 ? em_add(y, m->params[1].t) : y;
 }

@@ -162,6 +162,7 @@ const em_backend em_cpu_backend = {
     .where = em__cpu_where,
     .reduce = em__cpu_reduce,
     .matmul = em__cpu_matmul,
+    .matmul_acc = em__cpu_matmul_acc,
     .softmax = em__cpu_softmax,
     .index_select = em__cpu_index_select,
     .index_add = em__cpu_index_add,

@@ -72,6 +72,7 @@ typedef struct gemm {
     bool xt, yt;          /* stored column-major */
     int64_t ldx, ldy, ldz;
     bool split_rows;      /* parallel chunks over P (else over Q) */
+    bool acc;             /* Z += X * Y (BLAS beta = 1) */
 } gemm;
 
 static void gemm_run(const gemm *g, int64_t p0, int64_t p1, int64_t q0, int64_t q1) {
@@ -81,20 +82,19 @@ static void gemm_run(const gemm *g, int64_t p0, int64_t p1, int64_t q0, int64_t 
     char *z = g->z + (size_t)(p0 * g->ldz + q0) * es;
 #ifndef EMBER_HAVE_BLAS /* the built-in GEMM (cpu_gemm.c), given element strides */
     int64_t rsx = g->xt ? 1 : g->ldx, csx = g->xt ? g->ldx : 1, rsy = g->yt ? 1 : g->ldy, csy = g->yt ? g->ldy : 1;
+    int64_t P = p1 - p0, Q = q1 - q0; /* no beta here: em__cpu_matmul_acc adds a product instead */
     if (g->dbl)
-        em__cpu_gemm_f64(p1 - p0, q1 - q0, g->K, (const double *)x, rsx, csx, (const double *)y, rsy, csy, (double *)z,
-                         g->ldz);
+        em__cpu_gemm_f64(P, Q, g->K, (const double *)x, rsx, csx, (const double *)y, rsy, csy, (double *)z, g->ldz);
     else
-        em__cpu_gemm_f32(p1 - p0, q1 - q0, g->K, (const float *)x, rsx, csx, (const float *)y, rsy, csy, (float *)z,
-                         g->ldz);
+        em__cpu_gemm_f32(P, Q, g->K, (const float *)x, rsx, csx, (const float *)y, rsy, csy, (float *)z, g->ldz);
 #else
     CBLAS_TRANSPOSE tx = g->xt ? CblasTrans : CblasNoTrans, ty = g->yt ? CblasTrans : CblasNoTrans;
     if (g->dbl)
         cblas_dgemm(CblasRowMajor, tx, ty, (int)(p1 - p0), (int)(q1 - q0), (int)g->K, 1.0, (const double *)x,
-                    (int)g->ldx, (const double *)y, (int)g->ldy, 0.0, (double *)z, (int)g->ldz);
+                    (int)g->ldx, (const double *)y, (int)g->ldy, g->acc ? 1.0 : 0.0, (double *)z, (int)g->ldz);
     else
         cblas_sgemm(CblasRowMajor, tx, ty, (int)(p1 - p0), (int)(q1 - q0), (int)g->K, 1.0f, (const float *)x,
-                    (int)g->ldx, (const float *)y, (int)g->ldy, 0.0f, (float *)z, (int)g->ldz);
+                    (int)g->ldx, (const float *)y, (int)g->ldy, g->acc ? 1.0f : 0.0f, (float *)z, (int)g->ldz);
 #endif
 }
 
@@ -161,9 +161,9 @@ static gemm batch_gemm(const batch_job *j, int64_t i) {
     const char *pa = (const char *)m->a->storage->block.handle + m->a->storage->block.offset + batch_offset(m, m->a, i) * es;
     const char *pb = (const char *)m->b->storage->block.handle + m->b->storage->block.offset + batch_offset(m, m->b, i) * es;
     char *po = (char *)m->out->storage->block.handle + m->out->storage->block.offset + batch_offset(m, m->out, i) * es;
-    gemm g = {j->dbl, m->M, m->N, m->K, pa, pb, po, j->la == 1, j->lb == 1, j->lda, j->ldb, j->ldo, true};
+    gemm g = {j->dbl, m->M, m->N, m->K, pa, pb, po, j->la == 1, j->lb == 1, j->lda, j->ldb, j->ldo, true, false};
     if (j->lo == 1) { /* column-major out: Out^T = B^T A^T */
-        g = (gemm){j->dbl, m->N, m->M, m->K, pb, pa, po, j->lb != 1, j->la != 1, j->ldb, j->lda, j->ldo, true};
+        g = (gemm){j->dbl, m->N, m->M, m->K, pb, pa, po, j->lb != 1, j->la != 1, j->ldb, j->lda, j->ldo, true, false};
     }
     return g;
 }
@@ -306,4 +306,63 @@ em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b)
     if (cb && ub != b) tmp_free(&tb);
     if (co && uo != out) tmp_free(&to);
     return st;
+}
+
+/* out += a @ b (2-d f32/f64, out contiguous): BLAS with beta = 1 on an out core pre-filled
+ * with the bias, which saves the pass that zeroes C and the pass that adds the bias. */
+em_status em__cpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    em_dtype dt = out->dtype;
+    if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || a->dtype != dt || b->dtype != dt ||
+        (dt != EM_F32 && dt != EM_F64) || !em__cpu_is_contiguous(out))
+        return em_error(EM_ERR_INTERNAL, "cpu: matmul_acc expects 2-d f32/f64 tensors of one dtype, out contiguous");
+    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
+    if (M == 0 || N == 0 || K == 0) return EM_OK;
+#ifndef EMBER_HAVE_BLAS /* the built-in GEMM has no beta: the product, then added */
+    tmp_tensor tp;
+    em_status sp = tmp_make(&tp, dt, 2, out->shape);
+    if (sp == EM_OK) sp = em__cpu_matmul(&tp.t, a, b);
+    if (sp == EM_OK) {
+        char *o = (char *)out->storage->block.handle + out->storage->block.offset;
+        for (int64_t i = 0; i < M * N; i++) {
+            if (dt == EM_F64) ((double *)o)[out->offset + i] += ((const double *)tp.s.block.handle)[i];
+            else ((float *)o)[out->offset + i] += ((const float *)tp.s.block.handle)[i];
+        }
+    }
+    tmp_free(&tp);
+    return sp;
+#endif
+    em__cpu_blas_init();
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return em_error(EM_ERR_NOT_SUPPORTED, "cpu: matmul dims above %d are not supported by BLAS", INT_MAX);
+    tmp_tensor ta, tb;
+    const em_tensor *ua = a, *ub = b;
+    int64_t lda = 0, ldb = 0, ldo = 0;
+    int la = mat_layout(M, K, a->strides[0], a->strides[1], &lda);
+    int lb = mat_layout(K, N, b->strides[0], b->strides[1], &ldb);
+    em_status st = EM_OK;
+    if (la < 0) {
+        if ((st = tmp_make(&ta, dt, 2, a->shape))) return st;
+        em__cpu_copy(&ta.t, a);
+        ua = &ta.t;
+        la = mat_layout(M, K, ua->strides[0], ua->strides[1], &lda);
+    }
+    if (lb < 0) {
+        if ((st = tmp_make(&tb, dt, 2, b->shape))) {
+            if (ua != a) tmp_free(&ta);
+            return st;
+        }
+        em__cpu_copy(&tb.t, b);
+        ub = &tb.t;
+        lb = mat_layout(K, N, ub->strides[0], ub->strides[1], &ldb);
+    }
+    int lo = mat_layout(M, N, out->strides[0], out->strides[1], &ldo);
+    const char *pa = (const char *)ua->storage->block.handle + ua->storage->block.offset + ua->offset * (int64_t)em_dtype_size(dt);
+    const char *pb = (const char *)ub->storage->block.handle + ub->storage->block.offset + ub->offset * (int64_t)em_dtype_size(dt);
+    char *po = (char *)out->storage->block.handle + out->storage->block.offset + out->offset * (int64_t)em_dtype_size(dt);
+    gemm g = {dt == EM_F64, M, N, K, pa, pb, po, la == 1, lb == 1, lda, ldb, ldo, true, true};
+    (void)lo; /* contiguous: row-major */
+    gemm_parallel(&g);
+    if (ua != a) tmp_free(&ta);
+    if (ub != b) tmp_free(&tb);
+    return EM_OK;
 }
