@@ -61,6 +61,14 @@ static void child_no_queue(void) {
     CHECK(n == 1); /* two PoCL devices (POCL_DEVICES), one left */
     em_clear_error();
 }
+static void child_no_queues(void) {
+    /* no device gets a queue: none is usable (and the context is given back) */
+    fault_arm("clCreateCommandQueue", 0, -1, CL_OUT_OF_HOST_MEMORY);
+    CHECK(em_device_count(EM_OPENCL) == 0);
+    const char *r = em_device_unavailable_reason(EM_OPENCL);
+    CHECK(r && strstr(r, "no usable OpenCL device on"));
+    em_clear_error();
+}
 static void child_queries_fail(void) {
     /* every device query fails: the device is listed with unknown properties, not used
      * with garbage; an allocation is refused (the size limit is unknown, 0) */
@@ -123,6 +131,7 @@ static void test_init_failures(void) {
     in_child(child_device_list_fails);
     in_child(child_no_context);
     in_child(child_no_queue);
+    in_child(child_no_queues);
     in_child(child_queries_fail);
     in_child(child_library_build_fails);
     in_child(child_library_source_fails);
