@@ -100,6 +100,21 @@ static void child_library_build_fails(void) {
     CHECK_ERROR(EM_ERR_BACKEND, "CL_BUILD_PROGRAM_FAILURE");
     em_release(a);
 }
+static void child_library_build_out_of_memory(void) {
+    /* the driver runs out of memory while building: that op fails, the next one builds */
+    CHECK(em_device_count(EM_OPENCL) >= 1);
+    const float host[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    em_tensor *a = em_from_data(host, EM_F32, EM_SHAPE(8), EM_OPTS(.device = D0));
+    fault_arm("clBuildProgram", 0, -1, CL_OUT_OF_HOST_MEMORY);
+    CHECK(em_add_scalar(a, 1.0) == NULL);
+    CHECK_ERROR(EM_ERR_BACKEND, "building Ember's kernels for opencl:0 failed (CL_OUT_OF_HOST_MEMORY");
+    fault_clear();
+    em_tensor *b = em_add_scalar(a, 1.0);
+    CHECK(b && em_item(em_sum(b, EM_ALL_DIMS, false)) == 16.0);
+    em_clear_error();
+    em_release(b);
+    em_release(a);
+}
 static void child_library_source_fails(void) {
     CHECK(em_device_count(EM_OPENCL) >= 1);
     const float host[8] = {0};
@@ -108,6 +123,11 @@ static void child_library_source_fails(void) {
     CHECK(em_add_scalar(a, 1.0) == NULL);
     CHECK_ERROR(EM_ERR_BACKEND, "clCreateProgramWithSource for Ember's kernels");
     fault_clear();
+    /* not kept: the next op builds the program and runs */
+    em_tensor *b = em_add_scalar(a, 1.0);
+    CHECK(b && em_item(em_sum(b, EM_ALL_DIMS, false)) == 8.0);
+    em_clear_error();
+    em_release(b);
     em_release(a);
 }
 
@@ -135,6 +155,7 @@ static void test_init_failures(void) {
     in_child(child_queries_fail);
     in_child(child_library_build_fails);
     in_child(child_library_source_fails);
+    in_child(child_library_build_out_of_memory);
 }
 
 /* ---- operations on a working device ---- */

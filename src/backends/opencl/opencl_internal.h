@@ -49,8 +49,9 @@ void em__ocl_note_op(ocl_device *d, const char *op);
 /* Programs (opencl_program.c). */
 /* Build `source` for d, from the on-disk cache when possible (and write the binary there
  * when `write`); on failure records EM_ERR_BACKEND with the build log naming `what` and
- * returns NULL. */
-cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write);
+ * returns NULL, with the OpenCL error in *cl_err when cl_err is not NULL. */
+cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write,
+                         cl_int *cl_err);
 /* The launcher for the shared GPU op layer (opencl_program.c). */
 extern const em_gpu em__ocl_gpu;
 /* Users' kernels (opencl_custom.c), the launcher's compile / launch_compiled / release. */
