@@ -13,6 +13,7 @@
 #include "test.h"
 
 static const em_device D0 = {EM_OPENCL, 0}, D1 = {EM_OPENCL, 1};
+static int g_ndev; /* OpenCL devices a child finds with a working driver */
 
 /* ---- initialization, each in a fresh child process ---- */
 
@@ -58,7 +59,7 @@ static void child_no_queue(void) {
     fault_arm("clCreateCommandQueue", 0, 1, CL_OUT_OF_RESOURCES);
     int n = em_device_count(EM_OPENCL);
     CHECK(fault_clear() == 1);
-    CHECK(n == 1); /* two PoCL devices (POCL_DEVICES), one left */
+    CHECK(n == g_ndev - 1);
     em_clear_error();
 }
 static void child_no_queues(void) {
@@ -460,10 +461,11 @@ int main(int argc, char **argv) {
      * device, since the ones that break initialization expect a working driver */
     fflush(stdout);
     pid_t probe = fork();
-    if (probe == 0) exit(em_device_count(EM_OPENCL) > 0 ? 0 : 3);
+    if (probe == 0) exit(em_device_count(EM_OPENCL) < 100 ? em_device_count(EM_OPENCL) : 100);
     int status = 0;
     bool have = probe > 0 && waitpid(probe, &status, 0) == probe && WIFEXITED(status) &&
-                WEXITSTATUS(status) == 0;
+                WEXITSTATUS(status) > 0;
+    g_ndev = have ? WEXITSTATUS(status) : 0;
     if (have) RUN_SEL(test_init_failures);
     if (!have || em_device_count(EM_OPENCL) == 0) {
         test_skip_case("OpenCL fault tests", "no OpenCL device: %s",
