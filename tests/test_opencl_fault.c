@@ -110,10 +110,11 @@ static void child_library_build_out_of_memory(void) {
     CHECK(em_add_scalar(a, 1.0) == NULL);
     CHECK_ERROR(EM_ERR_BACKEND, "building Ember's kernels for opencl:0 failed (CL_OUT_OF_HOST_MEMORY");
     fault_clear();
+    em_scope s = em_scope_begin();
     em_tensor *b = em_add_scalar(a, 1.0);
     CHECK(b && em_item(em_sum(b, EM_ALL_DIMS, false)) == 16.0);
     em_clear_error();
-    em_release(b);
+    em_scope_end(s);
     em_release(a);
 }
 static void child_library_source_fails(void) {
@@ -125,10 +126,11 @@ static void child_library_source_fails(void) {
     CHECK_ERROR(EM_ERR_BACKEND, "clCreateProgramWithSource for Ember's kernels");
     fault_clear();
     /* not kept: the next op builds the program and runs */
+    em_scope s = em_scope_begin();
     em_tensor *b = em_add_scalar(a, 1.0);
     CHECK(b && em_item(em_sum(b, EM_ALL_DIMS, false)) == 8.0);
     em_clear_error();
-    em_release(b);
+    em_scope_end(s);
     em_release(a);
 }
 
