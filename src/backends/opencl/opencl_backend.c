@@ -192,7 +192,6 @@ static int ocl_count(void) {
     pthread_once(&g_once, init_once);
     return g_ndev;
 }
-int em__ocl_device_count(void) { return ocl_count(); }
 
 ocl_device *em__ocl_device(int index) {
     pthread_once(&g_once, init_once);

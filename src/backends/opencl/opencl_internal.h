@@ -40,7 +40,6 @@ typedef struct ocl_device {
 /* The device table (opencl_backend.c); NULL when the index is out of range or the backend
  * is unavailable. */
 ocl_device *em__ocl_device(int index);
-int em__ocl_device_count(void);
 /* "CL_OUT_OF_RESOURCES (-5)" */
 const char *em__ocl_err_name(cl_int err);
 /* Remember that op was queued on d (caller holds d->lock or it is a plain copy). */
