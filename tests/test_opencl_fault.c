@@ -450,6 +450,7 @@ static void test_user_kernels(void) {
     em_scope_end(s);
 }
 
+/* `test_opencl_fault <case names>` runs only the named cases (while debugging one) */
 static const char *g_only;
 #define RUN_SEL(t) do { if (!g_only || strstr(g_only, #t)) RUN(t); } while (0)
 int main(int argc, char **argv) {
