@@ -142,6 +142,7 @@ static void init_once(void) {
         cl_context_properties cp[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plats[p], 0};
         cl_context ctx = clCreateContext(cp, nd, ids, NULL, NULL, &e);
         if (e == CL_SUCCESS) {
+            int first = n;
             for (cl_uint i = 0; i < nd; i++) {
                 if (n == cap) {
                     cap = cap ? cap * 2 : 8;
@@ -151,6 +152,7 @@ static void init_once(void) {
                 }
                 if (setup_device(&devs[n], plats[p], ids[i], ctx, (int)p)) n++;
             }
+            if (n == first) clReleaseContext(ctx); /* none of its devices is usable */
         }
         free(ids);
     }
@@ -190,7 +192,6 @@ static int ocl_count(void) {
     pthread_once(&g_once, init_once);
     return g_ndev;
 }
-int em__ocl_device_count(void) { return ocl_count(); }
 
 ocl_device *em__ocl_device(int index) {
     pthread_once(&g_once, init_once);

@@ -32,7 +32,7 @@ void *em__ocl_uk_compile(int dev, const char *source, const char *name) {
     char what[128];
     snprintf(what, sizeof what, "kernel '%s' for opencl:%d", name, dev);
     pthread_mutex_lock(&d->lock); /* one build at a time per device */
-    cl_program p = em__ocl_build(d, text, what, true);
+    cl_program p = em__ocl_build(d, text, what, true, NULL);
     pthread_mutex_unlock(&d->lock);
     free(text);
     if (!p) return NULL;

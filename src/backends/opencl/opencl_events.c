@@ -17,7 +17,10 @@ em_status em__ocl_event_record(int index, void **event) {
     if (!e) return em_error(EM_ERR_OUT_OF_MEMORY, "event: no host memory");
     e->index = index;
     cl_int err = clEnqueueMarkerWithWaitList(d->queue, 0, NULL, &e->ev);
-    if (err == CL_SUCCESS) err = clFlush(d->queue); /* a marker nobody submits never completes */
+    if (err == CL_SUCCESS) {
+        err = clFlush(d->queue); /* a marker nobody submits never completes */
+        if (err != CL_SUCCESS) clReleaseEvent(e->ev);
+    }
     if (err != CL_SUCCESS) {
         free(e);
         return em_error(EM_ERR_BACKEND, "opencl:%d: queueing an event: %s", index, em__ocl_err_name(err));

@@ -40,7 +40,6 @@ typedef struct ocl_device {
 /* The device table (opencl_backend.c); NULL when the index is out of range or the backend
  * is unavailable. */
 ocl_device *em__ocl_device(int index);
-int em__ocl_device_count(void);
 /* "CL_OUT_OF_RESOURCES (-5)" */
 const char *em__ocl_err_name(cl_int err);
 /* Remember that op was queued on d (caller holds d->lock or it is a plain copy). */
@@ -49,8 +48,9 @@ void em__ocl_note_op(ocl_device *d, const char *op);
 /* Programs (opencl_program.c). */
 /* Build `source` for d, from the on-disk cache when possible (and write the binary there
  * when `write`); on failure records EM_ERR_BACKEND with the build log naming `what` and
- * returns NULL. */
-cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write);
+ * returns NULL, with the OpenCL error in *cl_err when cl_err is not NULL. */
+cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write,
+                         cl_int *cl_err);
 /* The launcher for the shared GPU op layer (opencl_program.c). */
 extern const em_gpu em__ocl_gpu;
 /* Users' kernels (opencl_custom.c), the launcher's compile / launch_compiled / release. */

@@ -117,7 +117,8 @@ static cl_program from_cache(ocl_device *d, const char *path) {
     return p;
 }
 
-cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write) {
+cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bool write,
+                         cl_int *cl_err) {
     char path[600];
     const char *env = getenv("EMBER_OPENCL_CACHE");
     bool off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0);
@@ -128,12 +129,14 @@ cl_program em__ocl_build(ocl_device *d, const char *source, const char *what, bo
     if (p) return p;
     cl_int e;
     p = clCreateProgramWithSource(d->ctx, 1, &source, NULL, &e);
+    if (cl_err) *cl_err = e;
     if (e != CL_SUCCESS) {
         em_error(EM_ERR_BACKEND, "%s: clCreateProgramWithSource for %s failed: %s", d->props.name,
                  what, em__ocl_err_name(e));
         return NULL;
     }
     e = clBuildProgram(p, 1, &d->id, OCL_BUILD_OPTIONS, NULL, NULL);
+    if (cl_err) *cl_err = e;
     if (e != CL_SUCCESS) {
         size_t n = 0;
         clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
@@ -168,10 +171,13 @@ static em_status ensure_program(ocl_device *d, int index) {
     if (!text) return em_error(EM_ERR_OUT_OF_MEMORY, "no host memory for the kernel source");
     char what[64];
     snprintf(what, sizeof what, "Ember's kernels for opencl:%d", index);
-    d->program = em__ocl_build(d, text, what, !d->is_pocl);
+    cl_int err = CL_SUCCESS;
+    d->program = em__ocl_build(d, text, what, !d->is_pocl, &err);
     free(text);
     if (d->program) return EM_OK;
-    /* keep the failure (and its log) so later ops report it without rebuilding */
+    /* a driver short of memory or resources may build it next time: not kept */
+    if (err != CL_BUILD_PROGRAM_FAILURE) return em_last_status();
+    /* a compile error is: keep it (and its log) so later ops report it without rebuilding */
     d->build_status = em_last_status();
     d->build_error = strdup(em_last_error());
     return d->build_status;
