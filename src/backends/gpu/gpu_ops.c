@@ -67,14 +67,21 @@ static uint64_t value_bits(em_dtype dt, double v) {
     return bits;
 }
 
+/* The collapsed shape and strides of an op's only tensor (fill, arange, rng). */
+static em_status out_layout(const em_tensor *out, emk_shape *sh, emk_strides *so) {
+    int64_t off;
+    em_status st = em__gpu_elem_offset(out, &off);
+    if (st != EM_OK) return st;
+    const int64_t *sp[1] = {out->strides};
+    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, sh, so);
+    return EM_OK;
+}
+
 em_status em__gpu_fill(em_tensor *out, double value) {
     const em_gpu *g = em__gpu_of(out);
-    int64_t off;
-    if (em__gpu_elem_offset(out, &off)) return em_last_status();
     emk_shape sh;
     emk_strides so;
-    const int64_t *sp[1] = {out->strides};
-    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, &sh, &so);
+    if (out_layout(out, &sh, &so)) return em_last_status();
     if (sh.numel == 0) return EM_OK;
     char name[32];
     snprintf(name, sizeof name, "fill_%zu", em_dtype_size(out->dtype));
@@ -85,12 +92,9 @@ em_status em__gpu_fill(em_tensor *out, double value) {
 
 em_status em__gpu_fill_affine(em_tensor *out, double start, double step) {
     const em_gpu *g = em__gpu_of(out);
-    int64_t off;
-    if (em__gpu_elem_offset(out, &off)) return em_last_status();
     emk_shape sh;
     emk_strides so;
-    const int64_t *sp[1] = {out->strides};
-    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, &sh, &so);
+    if (out_layout(out, &sh, &so)) return em_last_status();
     if (sh.numel == 0) return EM_OK;
     /* integers with integral start and step: exact 64-bit arithmetic in the kernel */
     bool use_int = !em_dtype_is_floating(out->dtype) && start == trunc(start) &&
@@ -222,12 +226,9 @@ em_status em__gpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *
 em_status em__gpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,
                       double p0, double p1) {
     const em_gpu *g = em__gpu_of(out);
-    int64_t off;
-    if (em__gpu_elem_offset(out, &off)) return em_last_status();
     emk_shape sh;
     emk_strides so;
-    const int64_t *sp[1] = {out->strides};
-    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, &sh, &so);
+    if (out_layout(out, &sh, &so)) return em_last_status();
     if (sh.numel == 0) return EM_OK;
     char name[32];
     snprintf(name, sizeof name, "rng_%s", em__kernel_dtype_suffix(out->dtype));
