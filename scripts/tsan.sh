@@ -11,9 +11,7 @@ tests=(test_threads_stress test_cpu_threads test_data_loader)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=thread >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target "${tests[@]}"
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
-# EMBER_TEST_SLOW_HOST: checks that need queued device work to outlast host code report a
-# skip instead of failing when TSan's slowdown lets the device finish first
-export EMBER_STRESS_ROUNDS="$rounds" EMBER_TEST_DATA="$PWD/tests/data" EMBER_TEST_SLOW_HOST=1
+export EMBER_STRESS_ROUNDS="$rounds" EMBER_TEST_DATA="$PWD/tests/data"
 status=0
 for t in "${tests[@]}"; do
   echo "== $t (ThreadSanitizer)"

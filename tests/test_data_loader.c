@@ -413,13 +413,12 @@ static void pinned_copies_on(em_device dev) {
          * with one per batch most copies have finished when their block is taken again,
          * which the copy's event tells the cache: it waits only for those that have not */
         if (!runs[i].sync_each && dev.type == EM_OPENCL) {
-            /* under ThreadSanitizer (scripts/tsan.sh sets EMBER_TEST_SLOW_HOST) the host is
-             * so slow that PoCL may finish every copy first: then this part did not run */
-            if (getenv("EMBER_TEST_SLOW_HOST") && waits == 0)
+            /* the race this guards against needs a copy still queued when its block is
+             * reused; when the host is slow (a sanitizer build, a loaded machine) PoCL may
+             * finish every copy first, and then this part did not run: a skip, not a pass */
+            if (waits == 0)
                 test_skip_case("pinned reuse behind queued copies", "%s: every copy had finished "
                                "before its block was reused (slow host)", runs[i].what);
-            else
-                CHECK(waits > 0);
         }
     }
     em_clear_error();
