@@ -118,8 +118,20 @@ static void test_devices_without_a_source(void) {
     em_clear_error();
 }
 
+/* em_device_type_libraries: a line where the backend has one to say, "" elsewhere, and an
+ * invalid type is "" too (no error, no crash). On this machine CUDA has no driver, so its
+ * backend is not available and `ember devices` does not ask. */
+static void test_library_lines(void) {
+    CHECK(!strcmp(em_device_type_libraries(EM_CPU), ""));
+    CHECK(!strcmp(em_device_type_libraries(EM_MPS), ""));
+    CHECK(!strcmp(em_device_type_libraries((em_device_type)99), ""));
+    CHECK(!strcmp(em_device_type_libraries((em_device_type)-1), ""));
+    CHECK(!em_failed());
+}
+
 int main(void) {
     RUN(test_devices_without_a_source);
+    RUN(test_library_lines);
 #ifdef EMBER_HAVE_CUDA_HEADERS
     RUN(test_cuda_list_field_by_field);
     RUN(test_cuda_without_nvml);

@@ -67,13 +67,18 @@ static uint64_t value_bits(em_dtype dt, double v) {
     return bits;
 }
 
-/* The collapsed shape and strides of an op's only tensor (fill, arange, rng). */
-static em_status out_layout(const em_tensor *out, emk_shape *sh, emk_strides *so) {
-    int64_t off;
-    em_status st = em__gpu_elem_offset(out, &off);
-    if (st != EM_OK) return st;
-    const int64_t *sp[1] = {out->strides};
-    em__gpu_collapse(out->ndim, out->shape, 1, sp, &off, sh, so);
+/* The collapsed shape of t[0] and each tensor's strides over it, for the elementwise ops
+ * (every tensor has t[0]'s shape): the kernels' layout arguments. */
+static em_status elementwise_layout(int n, const em_tensor *const t[], emk_shape *sh,
+                                    emk_strides st[]) {
+    int64_t offs[4];
+    const int64_t *sp[4];
+    for (int k = 0; k < n; k++) {
+        em_status s = em__gpu_elem_offset(t[k], &offs[k]);
+        if (s != EM_OK) return s;
+        sp[k] = t[k]->strides;
+    }
+    em__gpu_collapse(t[0]->ndim, t[0]->shape, n, sp, offs, sh, st);
     return EM_OK;
 }
 
@@ -81,7 +86,7 @@ em_status em__gpu_fill(em_tensor *out, double value) {
     const em_gpu *g = em__gpu_of(out);
     emk_shape sh;
     emk_strides so;
-    if (out_layout(out, &sh, &so)) return em_last_status();
+    if (elementwise_layout(1, (const em_tensor *[]){out}, &sh, &so)) return em_last_status();
     if (sh.numel == 0) return EM_OK;
     char name[32];
     snprintf(name, sizeof name, "fill_%zu", em_dtype_size(out->dtype));
@@ -94,7 +99,7 @@ em_status em__gpu_fill_affine(em_tensor *out, double start, double step) {
     const em_gpu *g = em__gpu_of(out);
     emk_shape sh;
     emk_strides so;
-    if (out_layout(out, &sh, &so)) return em_last_status();
+    if (elementwise_layout(1, (const em_tensor *[]){out}, &sh, &so)) return em_last_status();
     if (sh.numel == 0) return EM_OK;
     /* integers with integral start and step: exact 64-bit arithmetic in the kernel */
     bool use_int = !em_dtype_is_floating(out->dtype) && start == trunc(start) &&
@@ -116,13 +121,10 @@ em_status em__gpu_copy(em_tensor *out, const em_tensor *in) {
     if (EM__DEV(out) != EM__DEV(in))
         return em_error(EM_ERR_INTERNAL, "copy: %s and %s are different devices (core stages these)",
                         EM__DEVSTR(out), EM__DEVSTR(in));
-    int64_t offs[2];
-    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(in, &offs[1]))
-        return em_last_status();
     emk_shape sh;
     emk_strides st[2];
-    const int64_t *sp[2] = {out->strides, in->strides};
-    em__gpu_collapse(out->ndim, out->shape, 2, sp, offs, &sh, st);
+    if (elementwise_layout(2, (const em_tensor *[]){out, in}, &sh, st))
+        return em_last_status();
     if (sh.numel == 0) return EM_OK;
     char name[32];
     if (out->dtype == in->dtype)
@@ -142,13 +144,10 @@ em_status em__gpu_unary(em_op op, em_tensor *out, const em_tensor *in, const dou
     if (op < EM_OP_NEG || op > EM_OP_CLAMP || !em__gpu_supports_op(op, in->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "unary op %d is not supported for %s on %s", (int)op,
                         em_dtype_name(in->dtype), EM__DEVSTR(out));
-    int64_t offs[2];
-    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(in, &offs[1]))
-        return em_last_status();
     emk_shape sh;
     emk_strides st[2];
-    const int64_t *sp[2] = {out->strides, in->strides};
-    em__gpu_collapse(out->ndim, out->shape, 2, sp, offs, &sh, st);
+    if (elementwise_layout(2, (const em_tensor *[]){out, in}, &sh, st))
+        return em_last_status();
     if (sh.numel == 0) return EM_OK;
     double p0 = params ? params[0] : 0, p1 = op == EM_OP_CLAMP && params ? params[1] : 0;
     em_karg a0, a1;
@@ -182,14 +181,10 @@ em_status em__gpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_
     if (cmp && out->dtype != EM_BOOL)
         return em_error(EM_ERR_INTERNAL, "comparison must write bool, got %s",
                         em_dtype_name(out->dtype));
-    int64_t offs[3];
-    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(a, &offs[1]) ||
-        em__gpu_elem_offset(b, &offs[2]))
-        return em_last_status();
     emk_shape sh;
     emk_strides st[3];
-    const int64_t *sp[3] = {out->strides, a->strides, b->strides};
-    em__gpu_collapse(out->ndim, out->shape, 3, sp, offs, &sh, st);
+    if (elementwise_layout(3, (const em_tensor *[]){out, a, b}, &sh, st))
+        return em_last_status();
     if (sh.numel == 0) return EM_OK;
     char name[32];
     snprintf(name, sizeof name, "%s_%s", cmp ? "compare" : "binary",
@@ -203,14 +198,10 @@ em_status em__gpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_
 em_status em__gpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a,
                         const em_tensor *b) {
     const em_gpu *g = em__gpu_of(out);
-    int64_t offs[4];
-    if (em__gpu_elem_offset(out, &offs[0]) || em__gpu_elem_offset(cond, &offs[1]) ||
-        em__gpu_elem_offset(a, &offs[2]) || em__gpu_elem_offset(b, &offs[3]))
-        return em_last_status();
     emk_shape sh;
     emk_strides st[4];
-    const int64_t *sp[4] = {out->strides, cond->strides, a->strides, b->strides};
-    em__gpu_collapse(out->ndim, out->shape, 4, sp, offs, &sh, st);
+    if (elementwise_layout(4, (const em_tensor *[]){out, cond, a, b}, &sh, st))
+        return em_last_status();
     if (sh.numel == 0) return EM_OK;
     char name[32];
     snprintf(name, sizeof name, "where_%zu", em_dtype_size(out->dtype));
@@ -228,7 +219,7 @@ em_status em__gpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t 
     const em_gpu *g = em__gpu_of(out);
     emk_shape sh;
     emk_strides so;
-    if (out_layout(out, &sh, &so)) return em_last_status();
+    if (elementwise_layout(1, (const em_tensor *[]){out}, &sh, &so)) return em_last_status();
     if (sh.numel == 0) return EM_OK;
     char name[32];
     snprintf(name, sizeof name, "rng_%s", em__kernel_dtype_suffix(out->dtype));
