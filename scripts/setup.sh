@@ -9,6 +9,10 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev                     # CPU GEMM, .gz data files
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo   # OpenCL, run on the CPU by PoCL
   libclblast-dev                                 # CLBlast GEMM (dlopen'ed): its test runs, not skips
+  libdnnl-dev                                    # oneDNN: bf16/f16 CPU matmul (AMX), convolution
+  libopenmpi-dev openmpi-bin                     # MPI: distributed training, the launcher
+  iproute2                                       # ip netns: the two-host distributed test
+  fortunes                                       # plain English text for `ember train --model gpt`
   dataset-fashion-mnist                          # the data `ember train` uses
   valgrind                                       # leak check of a training run in CI
   python3                                        # scripts/gpu_check_test.sh (CI) reads its JSON
