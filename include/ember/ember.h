@@ -19,10 +19,7 @@
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
 
-#define EMBER_VERSION_MAJOR 0
-#define EMBER_VERSION_MINOR 1
-#define EMBER_VERSION_PATCH 0
-
+#include <ember/version.h>
 #include <ember/error.h>
 #include <ember/dtype.h>
 #include <ember/device.h>
