@@ -1,10 +1,14 @@
 /* In-place ops. Each refuses writes that PyTorch refuses (a leaf that requires grad while
- * grad mode is on; a tensor whose elements alias through stride 0), and bumps the storage's
+ * grad mode is on; a tensor whose elements alias through stride 0; memory imported
+ * read-only), and bumps the storage's
  * version so that autograd can detect tensors modified after being saved. */
 #include "ops_internal.h"
 #include <stdio.h>
 
 static em_status check_writable(const char *op, em_tensor *t) {
+    if (t->storage->read_only)
+        return em_error(EM_ERR_ARGUMENT, "%s: the tensor is read-only (imported through DLPack with the read-only "
+                                         "flag); write to a copy (em_clone) instead", op);
     if (t->requires_grad && t->is_leaf && em__grad_needed(1, &t))
         return em_error(EM_ERR_AUTOGRAD, "%s: a leaf Variable that requires grad is being used in an in-place operation.",
                         op);

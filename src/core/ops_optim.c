@@ -12,8 +12,9 @@ static bool matches(const em_tensor *p, const em_tensor *t) {
 
 static bool operands_fit(const em_tensor *p, int n, const em_tensor *const *ts) {
     if (!p || !em_dtype_is_floating(p->dtype) || !em__is_contiguous_raw(p->ndim, p->shape, p->strides)) return false;
+    if (p->storage->read_only) return false; /* the op-by-op path refuses it with its message */
     for (int i = 0; i < n; i++)
-        if (!matches(p, ts[i])) return false;
+        if (!matches(p, ts[i]) || ts[i]->storage->read_only) return false;
     return true;
 }
 

@@ -22,6 +22,9 @@ em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bo
     s->nbytes = nbytes;
     s->pinned = pinned;
     s->external = false;
+    s->read_only = false;
+    s->external_release = NULL;
+    s->external_ctx = NULL;
     em_status st = pinned ? em__mem_alloc_pinned(nbytes, &s->block) : em__mem_alloc(be, d, nbytes, &s->block);
     if (st != EM_OK) {
         if (!em_failed())
@@ -37,6 +40,8 @@ void em__storage_release(em_storage *s) {
     if (!s->external) {
         if (s->pinned) em__mem_free_pinned(&s->block);
         else em__mem_free(s->backend, s->device, &s->block);
+    } else if (s->external_release) {
+        s->external_release(s->external_ctx);
     }
     free(s);
 }

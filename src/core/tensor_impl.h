@@ -42,6 +42,11 @@ typedef struct em_storage {
     atomic_uint version;              /* bumped by every in-place write (autograd checks it) */
     bool pinned;                      /* CPU storage in page-locked memory */
     bool external;                    /* memory not owned by Ember (never freed) */
+    /* imported memory (DLPack, src/core/dlpack.c): read_only refuses in-place writes;
+     * external_release(external_ctx) runs once when the storage goes (hands it back) */
+    bool read_only;
+    void (*external_release)(void *ctx);
+    void *external_ctx;
 } em_storage;
 
 struct em_tensor {
