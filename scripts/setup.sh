@@ -16,6 +16,9 @@ PACKAGES=(
   dataset-fashion-mnist                          # the data `ember train` uses
   valgrind                                       # leak check of a training run in CI
   python3                                        # scripts/gpu_check_test.sh (CI) reads its JSON
+  # packaging, DLPack, docs (issue 17): CPack's .deb needs dpkg-dev (dpkg-shlibdeps)
+  dpkg-dev python3-numpy                         # the .deb; DLPack tests with NumPy (ctypes shim)
+  doxygen python3-jsonschema                     # API reference (scripts/docs.sh); --json schemas
 )
 
 missing=()
