@@ -131,6 +131,19 @@ file(RELATIVE_PATH EMBER_PC_REL_PREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/
 configure_file(${CMAKE_SOURCE_DIR}/cmake/ember.pc.in ${CMAKE_BINARY_DIR}/ember.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/ember.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
+# ---- the command's man page (from its help texts) and bash completion ----------------------
+# Built by running the command: not in sanitizer builds, whose binaries need their runtime.
+if(TARGET ember_cli AND NOT EMBER_SANITIZE)
+  add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/ember.1
+    COMMAND ${CMAKE_SOURCE_DIR}/scripts/gen_manpage.sh $<TARGET_FILE:ember_cli> ${CMAKE_BINARY_DIR}/ember.1
+    DEPENDS ember_cli ${CMAKE_SOURCE_DIR}/scripts/gen_manpage.sh
+    COMMENT "Writing ember.1 from the help texts" VERBATIM)
+  add_custom_target(ember_man ALL DEPENDS ${CMAKE_BINARY_DIR}/ember.1)
+  install(FILES ${CMAKE_BINARY_DIR}/ember.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+endif()
+install(FILES ${CMAKE_SOURCE_DIR}/tools/completion/ember.bash
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME ember)
+
 # ---- the .deb -----------------------------------------------------------------------------
 # Its run-time dependencies come from dpkg-shlibdeps on the library and the command (the
 # OpenCL ICD loader, OpenBLAS, zlib, and oneDNN / Open MPI when this build uses them); CUDA is

@@ -157,7 +157,7 @@ static void test_checkpoint_and_command(void) {
         CHECK(run_ember(args, out, sizeof out) == 2 && strstr(out, "not both"));
         snprintf(args, sizeof args, "--model '%s' --hidden 64", path);
         CHECK(run_ember(args, out, sizeof out) == 2 && strstr(out, "come from the checkpoint"));
-        CHECK(run_ember("--model /nonexistent/x.safetensors", out, sizeof out) == 2);
+        CHECK(run_ember("--model /nonexistent/x.safetensors", out, sizeof out) == 1); /* a failure, not usage */
         CHECK(strstr(out, "/nonexistent/x.safetensors") != NULL);
         CHECK(run_ember("--model", out, sizeof out) == 2);
     }

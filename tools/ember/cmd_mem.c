@@ -77,6 +77,15 @@ static int bad(const char *fmt, const char *arg) {
     return 2;
 }
 
+/* An estimate from a checkpoint failed: a file that cannot be read is a failure (exit 1),
+ * anything else a bad request (exit 2), as `ember --help` documents. */
+static int estimate_failed(void) {
+    em_status st = em_last_status();
+    if (st != EM_ERR_IO && st != EM_ERR_FORMAT && st != EM_ERR_OUT_OF_MEMORY) return bad("%s", em_last_error());
+    fprintf(stderr, "ember mem: %s\n", em_last_error());
+    return 1;
+}
+
 /* LoRA adapts matrices of the model: a rank wider than them, more adapted matrices than the
  * model can hold, or adapters larger than the model describe no real fine-tuning. */
 static bool lora_fits(const em_estimate_opts *o, const em_estimate *e, bool from_file) {
@@ -212,13 +221,13 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
     em_estimate e, alt;
     em_estimate_opts mo = o;
     mo.mode = EM_ESTIMATE_INFERENCE;
-    if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+    if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
     double params_n = e.params;
     o.dtype = e.dtype;
     if (modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
         mo = o;
         mo.mode = EM_ESTIMATE_LORA;
-        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
         if (!lora_fits(&mo, &e, true)) return 2;
     }
     const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";
@@ -240,12 +249,12 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
     for (int m = 0; m < nmodes; m++) {
         mo = o;
         mo.mode = modes[m];
-        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
         bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
         if (has_alt) {
             em_estimate_opts ao = mo;
             ao.master_weights = !mo.master_weights;
-            if (em_estimate_checkpoint(path, &ao, &alt) != EM_OK) return bad("%s", em_last_error());
+            if (em_estimate_checkpoint(path, &ao, &alt) != EM_OK) return estimate_failed();
         }
         if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0);
         else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);

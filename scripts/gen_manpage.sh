@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Writes ember(1) from the command's own help texts: `ember --help` (commands, exit status)
+# and `ember help COMMAND` for each command it lists, so the page never drifts from them.
+# Usage: scripts/gen_manpage.sh path/to/ember OUT.1   (the build runs it: build/ember.1)
+set -euo pipefail
+ember="$1"; out="$2"
+# roff: a backslash is \e, a line starting with . or ' is protected by \&, - is \- (options)
+roff() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/" -e 's/-/\\-/g'; }
+version="$("$ember" --version | head -1 | sed 's/^ember //')"
+commands="$("$ember" --help | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && $1 != "" && $1 != "help" {print $1}')"
+[ -n "$commands" ] || { echo "gen_manpage: no commands in '$ember --help'" >&2; exit 1; }
+{
+    echo ".TH EMBER 1 \"\" \"ember $version\" \"User Commands\""
+    echo ".SH NAME"
+    echo "ember \\- PyTorch's device model in C: devices, training, evaluation, benchmarks, memory estimates"
+    echo ".SH SYNOPSIS"
+    echo ".B ember"
+    echo "\\fICOMMAND\\fR [\\fIOPTIONS\\fR]"
+    echo ".br"
+    echo ".B ember help"
+    echo "\\fICOMMAND\\fR"
+    echo ".br"
+    echo ".B ember"
+    echo "\\fB\\-\\-version\\fR | \\fB\\-\\-help\\fR"
+    echo ".SH DESCRIPTION"
+    echo ".nf"
+    "$ember" --help | sed '/^exit status:/,$d' | roff
+    echo ".fi"
+    echo ".SH COMMANDS"
+    for c in $commands; do
+        echo ".SS ember $c"
+        echo ".nf"
+        "$ember" help "$c" | roff
+        echo ".fi"
+    done
+    echo ".SH EXIT STATUS"
+    echo ".nf"
+    "$ember" --help | sed -n '/^exit status:/,$p' | tail -n +2 | roff
+    echo ".fi"
+    echo ".SH ENVIRONMENT"
+    echo ".TP"
+    echo ".B EMBER_DEVICE"
+    echo "the device auto\\-selection uses (cpu, cuda:N, opencl:N)"
+    echo ".SH SEE ALSO"
+    echo "The headers in include/ember/ and the API reference (scripts/docs.sh)."
+} >"$out.tmp"
+mv "$out.tmp" "$out"

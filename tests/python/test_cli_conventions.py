@@ -1,0 +1,272 @@
+"""The ember command's conventions (issue 17): --version, `ember help COMMAND`, exit codes
+(0 ok, 1 failure, 2 usage, 130 interrupted) across the commands, every --json output valid
+against its JSON Schema in docs/schemas/ (python3-jsonschema, or the small validator below
+where it is missing), the man page generated from the help texts, and bash completion.
+The command: $EMBER_TOOL (ctest sets it), else build/ember."""
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+EMBER = os.environ.get("EMBER_TOOL") or os.path.join(ROOT, "build", "ember")
+MAN = os.environ.get("EMBER_MAN") or os.path.join(os.path.dirname(EMBER), "ember.1")
+SCHEMAS = os.path.join(ROOT, "docs", "schemas")
+
+try:
+    import jsonschema
+except ImportError:
+    jsonschema = None
+
+
+def run(*args, timeout=300):
+    p = subprocess.run([EMBER, *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+# ---- a small JSON Schema validator (the keywords docs/schemas/ uses), where jsonschema is missing
+def _type_ok(v, t):
+    if isinstance(t, list):
+        return any(_type_ok(v, x) for x in t)
+    return {"object": isinstance(v, dict), "array": isinstance(v, list), "string": isinstance(v, str),
+            "boolean": isinstance(v, bool), "null": v is None,
+            "integer": isinstance(v, int) and not isinstance(v, bool),
+            "number": isinstance(v, (int, float)) and not isinstance(v, bool)}[t]
+
+
+def mini_errors(v, s, root, path="$"):
+    if "$ref" in s:
+        node = root
+        for part in s["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        yield from mini_errors(v, node, root, path)
+    if "type" in s and not _type_ok(v, s["type"]):
+        yield f"{path}: {v!r} is not of type {s['type']}"
+        return
+    if "enum" in s and v not in s["enum"]:
+        yield f"{path}: {v!r} is not one of {s['enum']}"
+    if "const" in s and v != s["const"]:
+        yield f"{path}: {v!r} is not {s['const']!r}"
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if "minimum" in s and v < s["minimum"]:
+            yield f"{path}: {v} < {s['minimum']}"
+        if "exclusiveMinimum" in s and v <= s["exclusiveMinimum"]:
+            yield f"{path}: {v} <= {s['exclusiveMinimum']}"
+    if isinstance(v, str):
+        if "pattern" in s and not re.search(s["pattern"], v):
+            yield f"{path}: {v!r} does not match {s['pattern']}"
+        if "minLength" in s and len(v) < s["minLength"]:
+            yield f"{path}: {v!r} is too short"
+    if isinstance(v, list):
+        if "minItems" in s and len(v) < s["minItems"]:
+            yield f"{path}: fewer than {s['minItems']} items"
+        for i, x in enumerate(v):
+            if "items" in s:
+                yield from mini_errors(x, s["items"], root, f"{path}[{i}]")
+    if isinstance(v, dict):
+        for k in s.get("required", []):
+            if k not in v:
+                yield f"{path}: '{k}' is a required property"
+        props, pats = s.get("properties", {}), s.get("patternProperties", {})
+        for k, x in v.items():
+            known = False
+            if k in props:
+                known = True
+                yield from mini_errors(x, props[k], root, f"{path}.{k}")
+            for pat, sub in pats.items():
+                if re.search(pat, k):
+                    known = True
+                    yield from mini_errors(x, sub, root, f"{path}.{k}")
+            if not known and s.get("additionalProperties") is False:
+                yield f"{path}: additional property '{k}'"
+            if "propertyNames" in s:
+                yield from mini_errors(k, s["propertyNames"], root, f"{path}.<{k}>")
+    for sub in s.get("allOf", []):
+        yield from mini_errors(v, sub, root, path)
+    if "anyOf" in s and not any(not list(mini_errors(v, x, root, path)) for x in s["anyOf"]):
+        yield f"{path}: matches none of anyOf"
+    if "oneOf" in s and sum(not list(mini_errors(v, x, root, path)) for x in s["oneOf"]) != 1:
+        yield f"{path}: does not match exactly one of oneOf"
+    if "not" in s and not list(mini_errors(v, s["not"], root, path)):
+        yield f"{path}: matches a 'not' schema"
+
+
+def schema_errors(doc, name):
+    with open(os.path.join(SCHEMAS, f"{name}.schema.json")) as f:
+        schema = json.load(f)
+    mini = list(mini_errors(doc, schema, schema))
+    if not jsonschema:
+        return mini
+    jsonschema.Draft202012Validator.check_schema(schema)
+    full = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
+    assert bool(full) == bool(mini), f"the validators disagree: jsonschema {full}, the small one {mini}"
+    return full
+
+
+def opencl_available():
+    rc, out, _ = run("devices", "--json")
+    return rc == 0 and any(t["type"] == "opencl" and t["available"] for t in json.loads(out)["types"])
+
+
+class JsonSchemas(unittest.TestCase):
+    def check(self, name, *args):
+        rc, out, err = run(*args)
+        self.assertEqual(rc, 0, err)
+        doc = json.loads(out)
+        errors = schema_errors(doc, name)
+        self.assertEqual(errors, [], f"ember {' '.join(args)}")
+        return doc
+
+    def test_every_command_with_json_has_a_schema(self):
+        rc, out, _ = run("--help")
+        commands = re.findall(r"^  (\w+) ", out.split("commands:")[1].split("\n\n")[0], re.M)
+        with_json = [c for c in commands if c != "help" and "--json" in run("help", c)[1]]
+        self.assertIn("devices", with_json)
+        for c in with_json:
+            self.assertTrue(os.path.exists(os.path.join(SCHEMAS, f"{c}.schema.json")), f"no schema for ember {c}")
+
+    def test_devices(self):
+        doc = self.check("devices", "devices", "--json")
+        broken = json.loads(json.dumps(doc))  # the schema can fail: a wrong type, a missing key
+        broken["types"][0]["device_count"] = "one"
+        del broken["auto"]
+        self.assertGreaterEqual(len(schema_errors(broken, "devices")), 2)
+
+    def test_mem(self):
+        doc = self.check("mem", "mem", "7B", "--json")
+        self.check("mem", "mem", "125M", "--mode", "full", "--dtype", "f32", "--optim", "sgd", "--json")
+        broken = json.loads(json.dumps(doc))
+        broken["estimates"][0]["total_bytes"] = -1
+        broken["estimates"][0]["surprise"] = 1
+        self.assertGreaterEqual(len(schema_errors(broken, "mem")), 2)
+
+    def test_mem_model(self):
+        # a checkpoint of Linear(8, 4): safetensors written by hand
+        header = json.dumps({"0.weight": {"dtype": "F32", "shape": [32, 64], "data_offsets": [0, 8192]},
+                             "0.bias": {"dtype": "F32", "shape": [32], "data_offsets": [8192, 8320]}}).encode()
+        with tempfile.NamedTemporaryFile(suffix=".safetensors", delete=False) as f:
+            f.write(struct.pack("<Q", len(header)) + header + bytes(8320))
+        try:
+            doc = self.check("mem", "mem", "--model", f.name, "--batch", "2", "--json")
+            self.assertEqual(doc["params"], 32 * 64 + 32)
+        finally:
+            os.unlink(f.name)
+
+    def test_bench(self):
+        args = ["bench", "--quick", "--min-time", "0.005", "--sizes", "32", "--dtype", "f32", "--json"]
+        doc = self.check("bench", *args, "--device", "cpu")
+        broken = json.loads(json.dumps(doc))
+        broken["matmul"]["results"][0]["median_s"] = None  # null without an error
+        self.assertGreaterEqual(len(schema_errors(broken, "bench")), 1)
+        if opencl_available():  # host-device copies and the crossover
+            self.check("bench", *args, "--device", "opencl:0", "--only", "copy,launch,crossover")
+
+
+class ExitCodes(unittest.TestCase):
+    def test_version_and_help(self):
+        rc, out, _ = run("--version")
+        self.assertEqual(rc, 0)
+        self.assertRegex(out, r"^ember [0-9]+\.[0-9]+\.[0-9]+\n")
+        rc, out, _ = run("--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("exit status:", out)
+        for code in ("0", "1", "2", "130"):
+            self.assertRegex(out, rf"\n  {code} +\w")
+
+    def test_help_command_is_the_commands_help(self):
+        rc, out, _ = run("--help")
+        commands = re.findall(r"^  (\w+) ", out.split("commands:")[1].split("\n\n")[0], re.M)
+        self.assertGreaterEqual(len(commands), 6)
+        for c in commands:
+            if c == "help":
+                continue
+            rc1, help1, _ = run("help", c)
+            rc2, help2, _ = run(c, "--help")
+            self.assertEqual((rc1, rc2), (0, 0), c)
+            self.assertEqual(help1, help2, c)
+            self.assertIn("usage: ember " + c, help1)
+        self.assertEqual(run("help")[0], 0)
+        rc, _, err = run("help", "frobnicate")
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown command 'frobnicate'", err)
+
+    def test_usage_is_2_failure_is_1(self):
+        self.assertEqual(run()[0], 2)
+        self.assertEqual(run("frobnicate")[0], 2)
+        for c in ("devices", "smi", "bench", "train", "eval", "mem"):
+            rc, _, err = run(c, "--no-such-option")
+            self.assertEqual(rc, 2, f"ember {c} --no-such-option: {err}")
+        self.assertEqual(run("bench", "--sizes")[0], 2)  # a missing value
+        self.assertEqual(run("train", "--epochs", "zero")[0], 2)  # a bad value
+        rc, _, err = run("eval", "/nonexistent/ember.safetensors")
+        self.assertEqual(rc, 1, err)
+        rc, _, err = run("mem", "--model", "/nonexistent/ember.safetensors")
+        self.assertEqual(rc, 1, err)
+        rc, _, err = run("train", "--data", "/nonexistent/fashion-mnist", "--epochs", "1")
+        self.assertEqual(rc, 1, err)
+
+    def test_interrupted_is_130(self):
+        # a long benchmark, Ctrl-C'd once it runs: exit status 130, not death by signal
+        p = subprocess.Popen([EMBER, "bench", "--device", "cpu", "--min-time", "30"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        self.assertIsNone(p.poll(), "ember bench ended before the signal")
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("interrupted", err)
+
+
+class ManPageAndCompletion(unittest.TestCase):
+    def test_man_page(self):
+        self.assertTrue(os.path.exists(MAN), f"no man page at {MAN} (the build writes it)")
+        with open(MAN) as f:
+            page = f.read()
+        self.assertTrue(page.startswith(".TH EMBER 1"))
+        for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "EXIT STATUS"):
+            self.assertIn(f"\n.SH {section}\n", page)
+        rc, out, _ = run("--help")
+        for c in re.findall(r"^  (\w+) ", out.split("commands:")[1].split("\n\n")[0], re.M):
+            if c != "help":
+                self.assertIn(f"\n.SS ember {c}\n", page)
+        self.assertIn("130", page.split(".SH EXIT STATUS")[1])
+        if shutil.which("man"):
+            r = subprocess.run(["man", "-l", "--warnings", MAN], capture_output=True, text=True,
+                               env={**os.environ, "MANWIDTH": "100", "MANPAGER": "cat"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stderr.strip(), "", "roff warnings")
+            self.assertIn("ember help COMMAND", r.stdout)
+
+    def complete(self, *words):
+        script = (f"source '{ROOT}/tools/completion/ember.bash'; COMP_WORDS=({' '.join(repr(w) for w in words)}); "
+                  f"COMP_CWORD={len(words) - 1}; _ember; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+        return r.stdout.split()
+
+    def test_bash_completion(self):
+        self.assertEqual(self.complete(EMBER, "dev"), ["devices"])
+        self.assertEqual(self.complete(EMBER, "help", "m"), ["mem"])
+        self.assertIn("--quick", self.complete(EMBER, "bench", "--q"))
+        self.assertIn("--resume", self.complete(EMBER, "train", "--re"))
+        self.assertIn("opencl:0", self.complete(EMBER, "train", "--device", "open"))
+
+
+if __name__ == "__main__":
+    if not os.access(EMBER, os.X_OK):
+        print(f"ember is not built at {EMBER}")
+        sys.exit(1)
+    if jsonschema:
+        from importlib.metadata import version
+        print("validator: jsonschema", version("jsonschema"), "(and the small one in this file, checked against it)")
+    else:
+        print("validator: the small one in this file (python3-jsonschema is not installed)")
+    result = unittest.main(exit=False, verbosity=2).result
+    sys.exit(0 if result.wasSuccessful() and result.testsRun > 0 else 1)
