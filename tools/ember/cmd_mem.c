@@ -77,11 +77,10 @@ static int bad(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* An estimate from a checkpoint failed: a file that cannot be read is a failure (exit 1),
- * anything else a bad request (exit 2), as `ember --help` documents. */
+/* An estimate from a checkpoint failed: a bad request is a usage error (exit 2); a file that
+ * cannot be read or holds what Ember cannot read is a failure (exit 1), as `ember --help` says. */
 static int estimate_failed(void) {
-    em_status st = em_last_status();
-    if (st != EM_ERR_IO && st != EM_ERR_FORMAT && st != EM_ERR_OUT_OF_MEMORY) return bad("%s", em_last_error());
+    if (em_last_status() == EM_ERR_ARGUMENT) return bad("%s", em_last_error());
     fprintf(stderr, "ember mem: %s\n", em_last_error());
     return 1;
 }

@@ -28,9 +28,10 @@ static void usage(FILE *f) {
     /* ---- command conventions (issue 17): exit status, the same for every command ---- */
     fprintf(f, "\nexit status:\n"
                "  0    done\n"
-               "  1    failed (a file that cannot be read or written, a device error, a measurement\n"
-               "       that failed); the message on stderr says what and why\n"
-               "  2    usage: an unknown command or option, a bad or missing value\n"
+               "  1    failed: a file that cannot be read or written, a device error, a measurement\n"
+               "       that failed; the message on stderr says what and why\n"
+               "  2    usage: an unknown command or option, a bad or missing value (ember train also\n"
+               "       checks its files and folders before it starts: one it cannot use is a usage error)\n"
                "  130  interrupted by Ctrl-C (SIGINT); ember train saves its checkpoint first, and\n"
                "       exits with 128 + N for SIGTERM (143) and SIGHUP (129) as well\n");
 }
