@@ -25,7 +25,7 @@ extern "C" {
 /* Mark a leaf tensor (one not produced by a differentiable op) as requiring grad.
  * Floating dtypes only; on a non-leaf tensor this is an error, as in PyTorch. */
 em_status em_set_requires_grad(em_tensor *t, bool requires_grad);
-bool em_requires_grad(const em_tensor *t);
+bool em_requires_grad(const em_tensor *t); /* t.requires_grad */
 /* True when t was not produced by a differentiable op (it has no grad_fn). */
 bool em_is_leaf(const em_tensor *t);
 /* The accumulated gradient of t (a new reference), or NULL (without an error) if none. */
@@ -48,12 +48,12 @@ em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph);
 /* ---- grad mode (per thread) ---- */
 /* A guard: no-grad mode until the matching end, which restores the previous mode.
  *   em_grad_mode g = em_no_grad_begin(); ... em_no_grad_end(g); */
-typedef struct em_grad_mode { bool previous; } em_grad_mode;
-em_grad_mode em_no_grad_begin(void);
-void em_no_grad_end(em_grad_mode g);
+typedef struct em_grad_mode { bool previous; /* the mode to restore */ } em_grad_mode;
+em_grad_mode em_no_grad_begin(void);     /* enter no-grad mode (torch.no_grad) */
+void em_no_grad_end(em_grad_mode g);     /* restore the mode em_no_grad_begin saw */
 /* torch.set_grad_enabled / torch.is_grad_enabled. set returns the previous mode. */
 em_grad_mode em_set_grad_enabled(bool enabled);
-bool em_is_grad_enabled(void);
+bool em_is_grad_enabled(void);           /* whether ops record autograd graphs on this thread */
 
 #ifdef __cplusplus
 }

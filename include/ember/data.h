@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* ---- datasets: x [N, ...] float32 and y [N] int64 (or no labels), on the CPU ---- */
-typedef struct em_dataset em_dataset;
+typedef struct em_dataset em_dataset; /* a dataset in memory: x and, optionally, y */
 
 /* From tensors (any device, any dtype): x becomes float32, y int64 (y may be NULL). */
 em_dataset *em_dataset_new(em_tensor *x, em_tensor *y);
@@ -39,7 +39,7 @@ em_dataset *em_dataset_npy(const char *x_path, const char *y_path, double scale)
  * unless opts.label_column is EM_CSV_NO_LABEL. */
 em_dataset *em_dataset_csv(const char *path, em_csv_opts opts, double scale);
 
-#define EM_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define EM_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist" /* Debian's dataset-fashion-mnist */
 /* Fashion-MNIST's train (60000) or test (10000) split, pixels / 255. dir NULL means
  * $EMBER_DATA_DIR if set (the files there or in its fashion-mnist/), else
  * EM_FASHION_MNIST_DIR (Debian's dataset-fashion-mnist). Files may be .gz or raw. */
@@ -47,19 +47,20 @@ em_dataset *em_dataset_fashion_mnist(const char *dir, bool train);
 
 /* x = (x - mean) / std, in place (torchvision's Normalize with one channel). */
 em_status em_dataset_normalize(em_dataset *ds, double mean, double std);
-int64_t em_dataset_len(const em_dataset *ds);
+int64_t em_dataset_len(const em_dataset *ds); /* the number of samples N */
 /* The whole x / y (new scoped references sharing the dataset's memory); y may be NULL. */
 em_tensor *em_dataset_x(const em_dataset *ds);
-em_tensor *em_dataset_y(const em_dataset *ds);
+em_tensor *em_dataset_y(const em_dataset *ds); /* (y: NULL without labels) */
 /* Loaders keep their own references: a dataset may be freed before its loaders. */
 void em_dataset_free(em_dataset *ds);
 
 /* ---- loaders ---- */
-#define EM_PREFETCH_NONE (-1)
+#define EM_PREFETCH_NONE (-1) /* em_loader_opts.prefetch: no background thread */
+/* How a loader batches a dataset (torch.utils.data.DataLoader's options); zeroed: defaults. */
 typedef struct em_loader_opts {
     int64_t batch_size;  /* 0 means 1, as in PyTorch */
     bool shuffle;        /* a new order every epoch, reproducible from seed */
-    uint64_t seed;
+    uint64_t seed;       /* the shuffle's seed */
     bool drop_last;      /* skip the last batch when it is smaller than batch_size */
     int prefetch;        /* batches a background thread prepares ahead; 0 means 2;
                           * EM_PREFETCH_NONE: each batch is made inside em_loader_next */
@@ -68,14 +69,15 @@ typedef struct em_loader_opts {
                           * zeroed value, the CPU, leaves them on the host */
 } em_loader_opts;
 
+/* One batch from em_loader_next. */
 typedef struct em_batch {
     em_tensor *x;        /* [size, ...] float32, owned by the loader (see above) */
     em_tensor *y;        /* [size] int64, or NULL for a dataset without labels */
     int64_t index;       /* the batch's number within the epoch, from 0 */
-    int64_t size;
+    int64_t size;        /* samples in this batch (the last may be smaller) */
 } em_batch;
 
-typedef struct em_loader em_loader;
+typedef struct em_loader em_loader; /* an iterator over a dataset's batches */
 
 /* Shuffling: Fisher-Yates over the sample indices, drawing from splitmix64 seeded with
  * seed + epoch (bounded draws by Lemire's unbiased method), so an epoch's order depends

@@ -11,6 +11,7 @@
 extern "C" {
 #endif
 
+/* The kinds of device, numbered as Ember's registry knows them. */
 typedef enum em_device_type {
     EM_CPU = 0,
     EM_CUDA = 1,
@@ -22,20 +23,20 @@ typedef enum em_device_type {
 /* index -1 means "the current device of that type" (as torch.device('cuda') does);
  * CPU is always index 0. A zeroed em_device is the CPU. */
 typedef struct em_device {
-    em_device_type type;
-    int index;
+    em_device_type type; /* cpu, cuda, mps or opencl */
+    int index;           /* which device of that type; -1: the current one */
 } em_device;
 
-#define EM_DEVICE_CPU ((em_device){EM_CPU, 0})
-#define EM_DEVICE(type_, index_) ((em_device){(type_), (index_)})
+#define EM_DEVICE_CPU ((em_device){EM_CPU, 0}) /* the CPU */
+#define EM_DEVICE(type_, index_) ((em_device){(type_), (index_)}) /* EM_DEVICE(EM_CUDA, 1) is cuda:1 */
 
 /* A device printed into a value, so it can be used inside printf: em_device_str(d).s */
-typedef struct em_device_string { char s[32]; } em_device_string;
+typedef struct em_device_string { char s[32]; /* "cuda:1" */ } em_device_string;
 
 /* Parse "cpu", "cuda", "cuda:N", "opencl", "opencl:N", "mps", "mps:0".
  * A bad string is EM_ERR_ARGUMENT with a message listing the accepted forms. */
 em_status em_device_parse(const char *s, em_device *out);
-em_device_string em_device_str(em_device d);
+em_device_string em_device_str(em_device d); /* "cpu", "cuda:1", "opencl:0" */
 /* The lowercase type name: "cpu", "cuda", "mps", "opencl". */
 const char *em_device_type_name(em_device_type t);
 /* Equal after resolving index -1 to the current device of the type. */
@@ -45,19 +46,20 @@ em_device em_device_resolve(em_device d);
 
 /* torch.cuda.is_available() and friends, for any type. */
 bool em_device_available(em_device_type t);
-int em_device_count(em_device_type t);
+int em_device_count(em_device_type t); /* devices of type t (0 when unavailable) */
 /* Why a type is not available ("no driver: libcuda.so.1 not found"), or NULL if it is. */
 const char *em_device_unavailable_reason(em_device_type t);
 
+/* What a device is (em_device_get_props). */
 typedef struct em_device_props {
     char name[256];          /* the hardware's name, e.g. "NVIDIA H100 80GB HBM3" */
-    char vendor[128];
+    char vendor[128];        /* the maker, as the driver names it */
     char driver[128];        /* driver / runtime version, where known */
     int64_t total_memory;    /* bytes */
     int64_t free_memory;     /* bytes, or -1 when the device cannot tell */
     int compute_units;       /* SMs, OpenCL compute units, or CPU cores */
     int compute_capability;  /* CUDA: major*10+minor; 0 elsewhere */
-    bool is_gpu;
+    bool is_gpu;             /* a GPU (not a CPU behind OpenCL) */
 } em_device_props;
 
 /* Properties of one existing device; EM_ERR_DEVICE if it does not exist. */
@@ -71,20 +73,20 @@ const char *em_device_auto_reason(void);
 
 /* The current device of a type (the one "cuda" without an index means). */
 em_device em_device_current(em_device_type t);
-em_status em_device_set_current(em_device d);
+em_status em_device_set_current(em_device d); /* on this thread; EM_ERR_DEVICE if d does not exist */
 
 /* A current-device guard: set a device current, then restore the previous one.
  *   em_device_guard g = em_device_guard_begin(EM_DEVICE(EM_CUDA, 1)); ... em_device_guard_end(g); */
-typedef struct em_device_guard { em_device previous; bool active; } em_device_guard;
-em_device_guard em_device_guard_begin(em_device d);
-void em_device_guard_end(em_device_guard g);
+typedef struct em_device_guard { em_device previous; /* the device to restore */ bool active; /* whether begin changed it */ } em_device_guard;
+em_device_guard em_device_guard_begin(em_device d); /* make d current (an error if it does not exist) */
+void em_device_guard_end(em_device_guard g);        /* restore what begin replaced */
 
 /* Wait for all work queued on a device. Errors from queued work surface here. */
 em_status em_device_synchronize(em_device d);
 
 /* CPU threads used by Ember's kernels (default: the number of cores). */
 void em_set_num_threads(int n);
-int em_get_num_threads(void);
+int em_get_num_threads(void); /* the threads em_set_num_threads set */
 
 /* Like torch.set_flush_denormal: with `on`, subnormal floats are flushed to zero (results,
  * FTZ) and read as zero (inputs, DAZ) on the calling thread and on Ember's CPU worker

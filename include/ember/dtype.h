@@ -11,6 +11,7 @@
 extern "C" {
 #endif
 
+/* The element types, in PyTorch's names: torch.float32 is EM_F32. */
 typedef enum em_dtype {
     EM_F32 = 0,
     EM_F64,
@@ -29,15 +30,15 @@ const char *em_dtype_name(em_dtype dt);
 em_status em_dtype_parse(const char *s, em_dtype *out);
 /* Bytes per element. */
 size_t em_dtype_size(em_dtype dt);
-bool em_dtype_is_floating(em_dtype dt);
+bool em_dtype_is_floating(em_dtype dt); /* float16/32/64 or bfloat16 */
 /* The result dtype of a binary op on a and b, by PyTorch's promotion rules. */
 em_dtype em_promote_types(em_dtype a, em_dtype b);
 
 /* IEEE half and bfloat16 conversions (round to nearest even). */
 uint16_t em_f32_to_f16(float f);
-float em_f16_to_f32(uint16_t h);
-uint16_t em_f32_to_bf16(float f);
-float em_bf16_to_f32(uint16_t h);
+float em_f16_to_f32(uint16_t h);      /* IEEE half bits to float (exact) */
+uint16_t em_f32_to_bf16(float f);     /* float to bfloat16 bits */
+float em_bf16_to_f32(uint16_t h);     /* bfloat16 bits to float (exact) */
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 extern "C" {
 #endif
 
+/* What went wrong: every fallible call returns one (EM_OK: nothing). */
 typedef enum em_status {
     EM_OK = 0,
     EM_ERR_ARGUMENT,      /* a bad value: NULL, out-of-range dim, bad string */

@@ -29,8 +29,10 @@
 extern "C" {
 #endif
 
+/* What the memory is for: running the model, full fine-tuning, or LoRA fine-tuning. */
 typedef enum em_estimate_mode { EM_ESTIMATE_INFERENCE, EM_ESTIMATE_FULL, EM_ESTIMATE_LORA } em_estimate_mode;
 
+/* The optimizer whose states fine-tuning keeps. */
 typedef enum em_estimate_optimizer {
     EM_ESTIMATE_SGD,            /* no state */
     EM_ESTIMATE_SGD_MOMENTUM,   /* one momentum buffer per parameter */
@@ -38,11 +40,12 @@ typedef enum em_estimate_optimizer {
     EM_ESTIMATE_ADAMW
 } em_estimate_optimizer;
 
+/* What to estimate: the model, the mode, the optimizer, and optionally a batch. */
 typedef struct em_estimate_opts {
     double params;                       /* total parameter count, > 0 */
     em_dtype dtype;                      /* weights: EM_F32 (zeroed), EM_F16 or EM_BF16 */
-    em_estimate_mode mode;
-    em_estimate_optimizer optimizer;
+    em_estimate_mode mode;               /* inference, full or LoRA fine-tuning */
+    em_estimate_optimizer optimizer;     /* fine-tuning's optimizer */
     bool master_weights;                 /* float32 master weights and optimizer states */
     int lora_rank;                       /* 0 means 8 */
     int lora_targets;                    /* adapted hidden x hidden matrices per layer; 0 means 2 (q, v) */
@@ -61,13 +64,14 @@ typedef enum em_estimate_line {
     EM_ESTIMATE_LINES
 } em_estimate_line;
 
+/* An estimate: bytes per line (weights, gradients, ...) and how each was counted. */
 typedef struct em_estimate {
-    double bytes[EM_ESTIMATE_LINES];
+    double bytes[EM_ESTIMATE_LINES];     /* bytes of each em_estimate_line */
     char why[EM_ESTIMATE_LINES][256];    /* one line each: how the number was counted */
     double params, trainable_params;     /* params: the count used (given, or the model's) */
     em_dtype dtype;                      /* the weights' dtype used */
     int64_t hidden, layers;              /* the shape used (given or inferred) */
-    bool shape_inferred;
+    bool shape_inferred;                 /* hidden and layers were assumed for a transformer */
 } em_estimate;
 
 /* Estimate memory for o. EM_ERR_ARGUMENT / EM_ERR_DTYPE with a clear message on bad input. */
@@ -94,8 +98,8 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out);
  * result and bias sum). LoRA counts rank x (in + out) adapter parameters per Linear.
  * A module kind it does not know (a custom forward) counts as one output of the current
  * width, and the explanation says so. EM_ERR_ARGUMENT for a model without parameters. */
-typedef struct em_module em_module;
-em_status em_estimate_module(em_module *m, const em_estimate_opts *o, em_estimate *out);
+typedef struct em_module em_module; /* include/ember/nn.h */
+em_status em_estimate_module(em_module *m, const em_estimate_opts *o, em_estimate *out); /* m's estimate, as above */
 /* The same from a checkpoint written by em_module_save (loaded whole on the CPU): Linear
  * layers are the 2-D "NAME.weight" tensors in numeric name order ("2.weight" before
  * "10.weight"); an elementwise activation like ReLU is assumed between consecutive Linears
@@ -105,7 +109,7 @@ em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em
 em_status em_estimate_parse_params(const char *s, double *out);
 /* "sgd", "sgd-momentum", "adam", "adamw". */
 em_status em_estimate_parse_optimizer(const char *s, em_estimate_optimizer *out);
-const char *em_estimate_optimizer_name(em_estimate_optimizer o);
+const char *em_estimate_optimizer_name(em_estimate_optimizer o); /* the names the parser takes */
 /* "inference", "full", "lora". */
 const char *em_estimate_mode_name(em_estimate_mode m);
 /* "weights", "gradients", "optimizer states", "master weights", "activations", "workspace", "total". */

@@ -28,14 +28,15 @@ em_tensor *em_load_npy(const char *path);
 em_status em_save_npy(const char *path, em_tensor *t);
 
 /* ---- numeric CSV ---- */
-#define EM_CSV_NO_LABEL INT32_MIN
+#define EM_CSV_NO_LABEL INT32_MIN /* em_csv_opts.label_column: no label column */
+/* How to read a CSV file; zeroed: no header, label in column 0, commas. */
 typedef struct em_csv_opts {
     bool header;       /* the first row holds column names: skip it (its width is still checked) */
     int label_column;  /* the label's column, from 0; negative counts from the end (-1: last);
                         * EM_CSV_NO_LABEL: every column is a feature. Zeroed: column 0. */
     char delimiter;    /* 0 means ',' */
 } em_csv_opts;
-#define EM_CSV_OPTS(...) ((em_csv_opts){__VA_ARGS__})
+#define EM_CSV_OPTS(...) ((em_csv_opts){__VA_ARGS__}) /* EM_CSV_OPTS(.header = true) */
 /* Features as float32 [rows, columns without the label]. When labels is not NULL and a
  * label column is chosen, *labels gets int64 [rows] (label values must be integers).
  * Empty lines are skipped; a ragged row or a field that is not a number is an error that
@@ -51,10 +52,10 @@ em_status em_safetensors_save(const char *path, const char *const *names,
 em_status em_safetensors_save_meta(const char *path, const char *const *names, em_tensor *const *tensors,
                                    int n, const char *const *keys, const char *const *values, int nmeta);
 
-typedef struct em_safetensors em_safetensors;
+typedef struct em_safetensors em_safetensors; /* a loaded safetensors file */
 /* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure. */
 em_safetensors *em_safetensors_load(const char *path, em_device device);
-int em_safetensors_count(const em_safetensors *st);
+int em_safetensors_count(const em_safetensors *st); /* tensors in the file */
 /* The i-th name in file order (sorted by data offset); NULL if i is out of range. */
 const char *em_safetensors_name(const em_safetensors *st, int i);
 /* The tensor called name: a new reference (scoped). NULL and EM_ERR_ARGUMENT if absent. */

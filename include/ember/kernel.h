@@ -31,38 +31,41 @@
 extern "C" {
 #endif
 
-typedef struct em_kernel em_kernel;
+typedef struct em_kernel em_kernel; /* a compiled user kernel for one device */
 
 /* Launch geometry: EM_DIM3(64) is {64, 1, 1}, EM_DIM3(8, 8) is {8, 8, 1}; a 0 means 1. */
-typedef struct em_dim3 { uint32_t x, y, z; } em_dim3;
-#define EM_DIM3(...) EM__DIM3_(EM__NARGS(__VA_ARGS__), __VA_ARGS__)
+typedef struct em_dim3 { uint32_t x, y, z; /* extent along x, y and z */ } em_dim3;
+#define EM_DIM3(...) EM__DIM3_(EM__NARGS(__VA_ARGS__), __VA_ARGS__) /* 1 to 3 extents */
 #define EM__DIM3_(n, ...) EM__DIM3__(n, __VA_ARGS__)
 #define EM__DIM3__(n, ...) EM__DIM3_##n(__VA_ARGS__)
 #define EM__DIM3_1(x) ((em_dim3){(uint32_t)(x), 1, 1})
 #define EM__DIM3_2(x, y) ((em_dim3){(uint32_t)(x), (uint32_t)(y), 1})
 #define EM__DIM3_3(x, y, z) ((em_dim3){(uint32_t)(x), (uint32_t)(y), (uint32_t)(z)})
 
+/* The kind of one kernel argument. */
 typedef enum em_kernel_arg_kind {
     EM_ARG_TENSOR, /* a contiguous tensor on the kernel's device: a GLOBAL T * parameter */
-    EM_ARG_I32,
-    EM_ARG_I64,
-    EM_ARG_F32,
-    EM_ARG_F64
+    EM_ARG_I32,    /* int */
+    EM_ARG_I64,    /* long */
+    EM_ARG_F32,    /* float */
+    EM_ARG_F64     /* double (devices without doubles refuse it) */
 } em_kernel_arg_kind;
 
+/* One kernel argument: make it with em_arg_tensor, em_arg_i32... */
 typedef struct em_kernel_arg {
-    em_kernel_arg_kind kind;
-    union { em_tensor *tensor; int32_t i32; int64_t i64; float f32; double f64; } v;
+    em_kernel_arg_kind kind; /* which member of v */
+    union { em_tensor *tensor; int32_t i32; int64_t i64; float f32; double f64; } v; /* the value */
 } em_kernel_arg;
 
+/* A tensor argument (borrowed for the launch). */
 static inline em_kernel_arg em_arg_tensor(em_tensor *t) {
     em_kernel_arg a = {EM_ARG_TENSOR, {.tensor = t}};
     return a;
 }
-static inline em_kernel_arg em_arg_i32(int32_t x) { em_kernel_arg a = {EM_ARG_I32, {.i32 = x}}; return a; }
-static inline em_kernel_arg em_arg_i64(int64_t x) { em_kernel_arg a = {EM_ARG_I64, {.i64 = x}}; return a; }
-static inline em_kernel_arg em_arg_f32(float x) { em_kernel_arg a = {EM_ARG_F32, {.f32 = x}}; return a; }
-static inline em_kernel_arg em_arg_f64(double x) { em_kernel_arg a = {EM_ARG_F64, {.f64 = x}}; return a; }
+static inline em_kernel_arg em_arg_i32(int32_t x) { em_kernel_arg a = {EM_ARG_I32, {.i32 = x}}; return a; } /* an int */
+static inline em_kernel_arg em_arg_i64(int64_t x) { em_kernel_arg a = {EM_ARG_I64, {.i64 = x}}; return a; } /* a long */
+static inline em_kernel_arg em_arg_f32(float x) { em_kernel_arg a = {EM_ARG_F32, {.f32 = x}}; return a; } /* a float */
+static inline em_kernel_arg em_arg_f64(double x) { em_kernel_arg a = {EM_ARG_F64, {.f64 = x}}; return a; } /* a double */
 
 /* The count and array of a literal argument list: EM_KARGS(em_arg_tensor(a), em_arg_i32(n)). */
 #define EM_KARGS(...)                                                        \

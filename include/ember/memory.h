@@ -32,10 +32,10 @@ extern "C" {
 
 /* Bytes held by live allocations on d, and its peak since the last reset. */
 int64_t em_memory_allocated(em_device d);
-int64_t em_memory_max_allocated(em_device d);
+int64_t em_memory_max_allocated(em_device d); /* (the peak) */
 /* Bytes the allocator holds from the device (allocated + cached), and its peak. */
 int64_t em_memory_reserved(em_device d);
-int64_t em_memory_max_reserved(em_device d);
+int64_t em_memory_max_reserved(em_device d);  /* (the peak) */
 /* Set every peak to the current value (torch.cuda.reset_peak_memory_stats). */
 void em_memory_reset_peak_stats(em_device d);
 /* Zero the running totals, retry and out-of-memory counts (reset_accumulated_memory_stats). */
@@ -46,11 +46,12 @@ em_status em_memory_empty_cache(em_device d);
 
 /* One statistic, as PyTorch keeps them: current value, peak since reset, and the running
  * totals of increases ("allocated") and decreases ("freed"). */
-typedef struct em_memory_stat { int64_t current, peak, allocated, freed; } em_memory_stat;
+typedef struct em_memory_stat { int64_t current, peak, allocated, freed; /* see above */ } em_memory_stat;
 
 /* Index into the arrays of em_memory_stats: both pools, blocks <= 1 MiB, larger blocks. */
 enum { EM_MEMORY_ALL = 0, EM_MEMORY_SMALL_POOL = 1, EM_MEMORY_LARGE_POOL = 2, EM_MEMORY_POOLS = 3 };
 
+/* torch.cuda.memory_stats(): each statistic for all blocks, small and large ones. */
 typedef struct em_memory_stats {
     em_memory_stat allocated_bytes[EM_MEMORY_POOLS];      /* live blocks (rounded sizes) */
     em_memory_stat active_bytes[EM_MEMORY_POOLS];         /* live blocks, plus freed ones still in use by a queue */
@@ -59,9 +60,9 @@ typedef struct em_memory_stats {
     em_memory_stat inactive_split_bytes[EM_MEMORY_POOLS]; /* free blocks inside partly used segments
                                                             ("non-releasable": empty_cache cannot return them) */
     em_memory_stat allocation[EM_MEMORY_POOLS];           /* counts of live blocks */
-    em_memory_stat active[EM_MEMORY_POOLS];
-    em_memory_stat segment[EM_MEMORY_POOLS];
-    em_memory_stat inactive_split[EM_MEMORY_POOLS];
+    em_memory_stat active[EM_MEMORY_POOLS];               /* counts of active blocks */
+    em_memory_stat segment[EM_MEMORY_POOLS];              /* counts of segments */
+    em_memory_stat inactive_split[EM_MEMORY_POOLS];       /* counts of inactive split blocks */
     int64_t num_raw_allocs;      /* calls that took memory from the device */
     int64_t num_raw_frees;       /* segments given back */
     int64_t num_alloc_retries;   /* times the cache was freed to retry a failed allocation */

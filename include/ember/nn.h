@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-typedef struct em_module em_module;
+typedef struct em_module em_module; /* a module: layer or container, with its parameters */
 
 /* What a kind of module does. Parameters, buffers, children, train/eval and moving are
  * generic; a custom module supplies forward (and optionally describe/free_ctx) and
@@ -35,10 +35,10 @@ typedef struct em_module_ops {
 /* ---- building modules ---- */
 /* A new module of the given kind; ctx is private data the module's functions read. */
 em_module *em_module_new(const em_module_ops *ops, void *ctx);
-void *em_module_ctx(const em_module *m);
+void *em_module_ctx(const em_module *m); /* the ctx given to em_module_new */
 /* Register a parameter (retained; marked requires_grad) / a buffer (retained) by name. */
 em_status em_module_add_parameter(em_module *m, const char *name, em_tensor *t);
-em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t);
+em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t); /* (a buffer) */
 /* Add a child module; m takes ownership of it (also on failure). */
 em_status em_module_add_child(em_module *m, const char *name, em_module *child);
 /* Free m, its children, parameters and buffers. NULL is ignored. */
@@ -47,11 +47,11 @@ void em_module_free(em_module *m);
 /* ---- layers ---- */
 /* y = x W^T + b with PyTorch's default init: W, b ~ U(-1/sqrt(in), 1/sqrt(in)) from em_rand. */
 em_module *em_linear(int64_t in_features, int64_t out_features);
-em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias);
-em_module *em_relu_module(void);
-em_module *em_gelu_module(void);
-em_module *em_sigmoid_module(void);
-em_module *em_tanh_module(void);
+em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias); /* bias=false: no b */
+em_module *em_relu_module(void);    /* nn.ReLU */
+em_module *em_gelu_module(void);    /* nn.GELU (exact) */
+em_module *em_sigmoid_module(void); /* nn.Sigmoid */
+em_module *em_tanh_module(void);    /* nn.Tanh */
 /* Zeroes elements with probability p (a Bernoulli mask from em_rand) and scales the rest by
  * 1/(1-p) while training; the identity in eval mode. */
 em_module *em_dropout(double p);
@@ -60,6 +60,7 @@ em_module *em_flatten_module(void);
 /* Sequential container; takes ownership of the modules. If any is NULL (a failed
  * constructor), frees the others and returns NULL. Children are named "0", "1", ... */
 em_module *em_sequential_n(int n, em_module *const *modules);
+/* em_sequential(em_linear(4, 8), em_relu_module()): em_sequential_n over a literal list. */
 #define em_sequential(...)                                                              \
     em_sequential_n((int)(sizeof((em_module *[]){__VA_ARGS__}) / sizeof(em_module *)), \
                     (em_module *[]){__VA_ARGS__})
@@ -71,18 +72,18 @@ em_status em_sequential_append(em_module *seq, em_module *m);
 em_tensor *em_forward(em_module *m, em_tensor *x);
 void em_module_train(em_module *m);  /* training mode, recursively */
 void em_module_eval(em_module *m);   /* evaluation mode, recursively */
-bool em_module_is_training(const em_module *m);
+bool em_module_is_training(const em_module *m); /* m.training */
 
 /* A parameter or buffer with its dotted name ("0.weight"). Both pointers are borrowed:
  * valid until the module is freed or a parameter, buffer or child is added to its tree. */
 typedef struct em_named_tensor {
-    const char *name;
-    em_tensor *tensor;
+    const char *name;   /* "0.weight" */
+    em_tensor *tensor;  /* the parameter or buffer */
 } em_named_tensor;
 /* Fills up to cap entries (in registration order, children depth-first, like PyTorch's
  * named_parameters) and returns how many there are in all. */
 int em_module_parameters(em_module *m, em_named_tensor *out, int cap);
-int em_module_buffers(em_module *m, em_named_tensor *out, int cap);
+int em_module_buffers(em_module *m, em_named_tensor *out, int cap); /* (named_buffers) */
 /* Total number of parameter elements (sum of numel). */
 int64_t em_module_num_parameters(em_module *m);
 /* Child i of m (borrowed), or NULL. */
@@ -105,15 +106,15 @@ em_status em_module_linear_shape(const em_module *m, int64_t *in_features, int64
 /* Move every parameter, buffer and gradient in place (the em_tensor handles stay valid)
  * and the state of every optimizer created on this module (or on a module containing it). */
 em_status em_module_to(em_module *m, em_device d);
-em_status em_module_to_dtype(em_module *m, em_dtype dt);
+em_status em_module_to_dtype(em_module *m, em_dtype dt); /* the same for a dtype (floating tensors) */
 
 /* PyTorch's repr ("Sequential(\n  (0): Linear(in_features=784, ...)\n)") into buf;
  * returns the full length, as snprintf. em_module_print writes it to stdout. */
 int em_module_format(const em_module *m, char *buf, size_t size);
-void em_module_print(const em_module *m);
+void em_module_print(const em_module *m); /* (to stdout) */
 
 /* ---- state dicts (safetensors files, keys as PyTorch's state_dict) ---- */
-em_status em_module_save(em_module *m, const char *path);
+em_status em_module_save(em_module *m, const char *path); /* every parameter and buffer by name */
 /* Load in place (parameters keep their device and dtype). Every key must match, with the
  * same shape, as load_state_dict(strict=True). */
 em_status em_module_load(em_module *m, const char *path);
@@ -125,7 +126,7 @@ em_status em_module_load(em_module *m, const char *path);
 em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 /* log_probs [N, C], target int64 [N]: -mean(log_probs[i, target[i]]). */
 em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
-em_tensor *em_mse_loss(em_tensor *input, em_tensor *target);
+em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
 
 #ifdef __cplusplus
 }

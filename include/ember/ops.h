@@ -11,38 +11,38 @@ extern "C" {
 #endif
 
 /* ---- elementwise, binary (broadcasting) ---- */
-em_tensor *em_add(em_tensor *a, em_tensor *b);
-em_tensor *em_sub(em_tensor *a, em_tensor *b);
-em_tensor *em_mul(em_tensor *a, em_tensor *b);
+em_tensor *em_add(em_tensor *a, em_tensor *b);      /* a + b */
+em_tensor *em_sub(em_tensor *a, em_tensor *b);      /* a - b */
+em_tensor *em_mul(em_tensor *a, em_tensor *b);      /* a * b */
 em_tensor *em_div(em_tensor *a, em_tensor *b);      /* true division: integers give float */
-em_tensor *em_pow(em_tensor *a, em_tensor *b);
-em_tensor *em_maximum(em_tensor *a, em_tensor *b);
-em_tensor *em_minimum(em_tensor *a, em_tensor *b);
+em_tensor *em_pow(em_tensor *a, em_tensor *b);      /* a ** b */
+em_tensor *em_maximum(em_tensor *a, em_tensor *b);  /* elementwise max (NaN wins) */
+em_tensor *em_minimum(em_tensor *a, em_tensor *b);  /* elementwise min (NaN wins) */
 /* comparisons give EM_BOOL */
 em_tensor *em_eq(em_tensor *a, em_tensor *b);
-em_tensor *em_ne(em_tensor *a, em_tensor *b);
-em_tensor *em_lt(em_tensor *a, em_tensor *b);
-em_tensor *em_le(em_tensor *a, em_tensor *b);
-em_tensor *em_gt(em_tensor *a, em_tensor *b);
-em_tensor *em_ge(em_tensor *a, em_tensor *b);
+em_tensor *em_ne(em_tensor *a, em_tensor *b); /* a != b */
+em_tensor *em_lt(em_tensor *a, em_tensor *b); /* a < b */
+em_tensor *em_le(em_tensor *a, em_tensor *b); /* a <= b */
+em_tensor *em_gt(em_tensor *a, em_tensor *b); /* a > b */
+em_tensor *em_ge(em_tensor *a, em_tensor *b); /* a >= b */
 
 /* ---- with a scalar (a scalar does not widen the tensor's dtype, except int -> float) ---- */
-em_tensor *em_add_scalar(em_tensor *a, double s);
-em_tensor *em_sub_scalar(em_tensor *a, double s);
-em_tensor *em_mul_scalar(em_tensor *a, double s);
-em_tensor *em_div_scalar(em_tensor *a, double s);
-em_tensor *em_pow_scalar(em_tensor *a, double exponent);
+em_tensor *em_add_scalar(em_tensor *a, double s);  /* a + s */
+em_tensor *em_sub_scalar(em_tensor *a, double s);  /* a - s */
+em_tensor *em_mul_scalar(em_tensor *a, double s);  /* a * s */
+em_tensor *em_div_scalar(em_tensor *a, double s);  /* a / s (true division) */
+em_tensor *em_pow_scalar(em_tensor *a, double exponent); /* a ** exponent */
 em_tensor *em_clamp(em_tensor *a, double lo, double hi); /* use -INFINITY / INFINITY for one side */
 
 /* ---- unary ---- */
-em_tensor *em_neg(em_tensor *a);
-em_tensor *em_abs(em_tensor *a);
-em_tensor *em_exp(em_tensor *a);
-em_tensor *em_log(em_tensor *a);
-em_tensor *em_sqrt(em_tensor *a);
-em_tensor *em_tanh(em_tensor *a);
-em_tensor *em_sigmoid(em_tensor *a);
-em_tensor *em_relu(em_tensor *a);
+em_tensor *em_neg(em_tensor *a);     /* -a */
+em_tensor *em_abs(em_tensor *a);     /* |a| */
+em_tensor *em_exp(em_tensor *a);     /* e ** a (integers give float) */
+em_tensor *em_log(em_tensor *a);     /* natural logarithm (integers give float) */
+em_tensor *em_sqrt(em_tensor *a);    /* square root (integers give float) */
+em_tensor *em_tanh(em_tensor *a);    /* hyperbolic tangent */
+em_tensor *em_sigmoid(em_tensor *a); /* 1 / (1 + e ** -a) */
+em_tensor *em_relu(em_tensor *a);    /* max(a, 0) */
 em_tensor *em_gelu(em_tensor *a);                   /* exact (erf) form, PyTorch's default */
 
 /* cond ? a : b, broadcasting all three; cond must be EM_BOOL. */
@@ -51,10 +51,10 @@ em_tensor *em_where(em_tensor *cond, em_tensor *a, em_tensor *b);
 /* ---- reductions; EM_ALL_DIMS reduces everything ---- */
 em_tensor *em_sum(em_tensor *a, em_dims dims, bool keepdim);   /* integers and bool sum to int64 */
 em_tensor *em_mean(em_tensor *a, em_dims dims, bool keepdim);  /* floating dtypes only */
-em_tensor *em_max(em_tensor *a, em_dims dims, bool keepdim);
-em_tensor *em_min(em_tensor *a, em_dims dims, bool keepdim);
+em_tensor *em_max(em_tensor *a, em_dims dims, bool keepdim);   /* the largest element */
+em_tensor *em_min(em_tensor *a, em_dims dims, bool keepdim);   /* the smallest element */
 em_tensor *em_argmax(em_tensor *a, int dim, bool keepdim);     /* int64; first index of the max */
-em_tensor *em_argmin(em_tensor *a, int dim, bool keepdim);
+em_tensor *em_argmin(em_tensor *a, int dim, bool keepdim);     /* int64; first index of the min */
 
 /* ---- linear algebra ---- */
 /* torch.matmul: 1-d and 2-d operands, batched with broadcasting over leading dims. */
@@ -66,22 +66,22 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b);
 em_tensor *em_addmm(em_tensor *input, em_tensor *mat1, em_tensor *mat2, double beta, double alpha);
 
 /* ---- softmax ---- */
-em_tensor *em_softmax(em_tensor *a, int dim);
-em_tensor *em_log_softmax(em_tensor *a, int dim);
+em_tensor *em_softmax(em_tensor *a, int dim);     /* exp(a) / sum(exp(a)) along dim, computed stably */
+em_tensor *em_log_softmax(em_tensor *a, int dim); /* log(softmax(a)), computed stably */
 
 /* ---- indexing and joining ---- */
 em_tensor *em_index_select(em_tensor *a, int dim, em_tensor *index); /* index: 1-d int64/int32 */
 em_tensor *em_gather(em_tensor *a, int dim, em_tensor *index);       /* index: int64, same ndim */
-em_tensor *em_cat(em_tensor *const *tensors, int n, int dim);
-em_tensor *em_stack(em_tensor *const *tensors, int n, int dim);
+em_tensor *em_cat(em_tensor *const *tensors, int n, int dim);   /* n tensors joined along dim */
+em_tensor *em_stack(em_tensor *const *tensors, int n, int dim); /* n same-shaped tensors along a new dim */
 em_tensor *em_one_hot(em_tensor *index, int64_t num_classes);        /* int64 result, shape [..., C] */
 
 /* ---- in place ---- */
 em_status em_copy_(em_tensor *dst, em_tensor *src);   /* broadcasting, casting, cross-device */
-em_status em_fill_(em_tensor *t, double value);
-em_status em_zero_(em_tensor *t);
+em_status em_fill_(em_tensor *t, double value);       /* every element = value */
+em_status em_zero_(em_tensor *t);                     /* every element = 0 */
 em_status em_add_(em_tensor *t, em_tensor *other, double alpha); /* t += alpha * other */
-em_status em_mul_scalar_(em_tensor *t, double s);
+em_status em_mul_scalar_(em_tensor *t, double s);     /* t *= s */
 
 #ifdef __cplusplus
 }

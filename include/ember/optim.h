@@ -25,32 +25,32 @@
 extern "C" {
 #endif
 
-typedef struct em_optimizer em_optimizer;
+typedef struct em_optimizer em_optimizer; /* an optimizer over a module's parameters */
 
 /* torch.optim.SGD's options; em_sgd_defaults(lr) gives PyTorch's defaults (all zero). */
 typedef struct em_sgd_opts {
-    double lr, momentum, dampening, weight_decay;
-    bool nesterov;
+    double lr, momentum, dampening, weight_decay; /* as torch.optim.SGD's arguments */
+    bool nesterov;                                /* Nesterov momentum */
 } em_sgd_opts;
 /* torch.optim.Adam / AdamW options. Adam's weight_decay adds wd * p to the gradient;
  * AdamW's multiplies p by (1 - lr * wd) first (decoupled). */
 typedef struct em_adam_opts {
-    double lr, beta1, beta2, eps, weight_decay;
-    bool amsgrad;
+    double lr, beta1, beta2, eps, weight_decay; /* as torch.optim.Adam's (betas = (beta1, beta2)) */
+    bool amsgrad;                               /* keep the maximum of exp_avg_sq */
 } em_adam_opts;
 
-em_sgd_opts em_sgd_defaults(double lr);
+em_sgd_opts em_sgd_defaults(double lr);     /* lr, everything else 0 */
 em_adam_opts em_adam_defaults(double lr);   /* betas (0.9, 0.999), eps 1e-8, weight_decay 0 */
 em_adam_opts em_adamw_defaults(double lr);  /* the same with weight_decay 0.01 */
 
 /* Optimizers over every parameter of m (shared parameters counted once). */
 em_optimizer *em_sgd(em_module *m, double lr);
-em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts o);
-em_optimizer *em_adam(em_module *m, double lr);
-em_optimizer *em_adam_ex(em_module *m, em_adam_opts o);
-em_optimizer *em_adamw(em_module *m, double lr);
-em_optimizer *em_adamw_ex(em_module *m, em_adam_opts o);
-void em_optim_free(em_optimizer *opt);
+em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts o);     /* SGD with every option */
+em_optimizer *em_adam(em_module *m, double lr);           /* Adam with PyTorch's defaults */
+em_optimizer *em_adam_ex(em_module *m, em_adam_opts o);   /* Adam with every option */
+em_optimizer *em_adamw(em_module *m, double lr);          /* AdamW with PyTorch's defaults */
+em_optimizer *em_adamw_ex(em_module *m, em_adam_opts o);  /* AdamW with every option */
+void em_optim_free(em_optimizer *opt);                     /* its states too; NULL is ignored */
 
 /* Set every parameter's .grad to none (PyTorch 2's default, set_to_none=True): the next
  * backward allocates fresh gradients. Gradients accumulate over backwards until this. */
@@ -58,8 +58,8 @@ em_status em_zero_grad(em_optimizer *opt);
 /* One update of every parameter that has a .grad (runs in no-grad mode). */
 em_status em_step(em_optimizer *opt);
 
-double em_optim_lr(const em_optimizer *opt);
-em_status em_optim_set_lr(em_optimizer *opt, double lr);
+double em_optim_lr(const em_optimizer *opt);              /* the learning rate now */
+em_status em_optim_set_lr(em_optimizer *opt, double lr);  /* change it (for every parameter) */
 /* Number of em_step calls so far. */
 int64_t em_optim_steps(const em_optimizer *opt);
 /* A state tensor of parameter p by PyTorch's name ("exp_avg", "exp_avg_sq",
@@ -72,9 +72,11 @@ em_tensor *em_optim_state(em_optimizer *opt, em_tensor *p, const char *name);
 double em_clip_grad_norm(em_module *m, double max_norm);
 
 /* ---- learning-rate schedules ---- */
+/* The schedule's shape: constant, StepLR, or a warmup then cosine annealing. */
 typedef enum em_lr_kind { EM_LR_CONSTANT = 0, EM_LR_STEP, EM_LR_COSINE } em_lr_kind;
+/* A learning-rate schedule; zeroed: constant. */
 typedef struct em_lr_schedule {
-    em_lr_kind kind;
+    em_lr_kind kind;    /* which fields below apply */
     int64_t step_size;  /* EM_LR_STEP */
     double gamma;       /* EM_LR_STEP */
     int64_t warmup;     /* EM_LR_COSINE */

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* How parsing a number went. */
 typedef enum em_num_result {
     EM_NUM_OK = 0,
     EM_NUM_EMPTY,      /* NULL or "" */

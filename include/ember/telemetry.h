@@ -14,6 +14,7 @@
 extern "C" {
 #endif
 
+/* One GPU as the driver sees it (nvidia-smi's fields); -1 or "" where it cannot tell. */
 typedef struct em_device_telemetry {
     int driver_index;            /* the driver's own number for the GPU (nvidia-smi's index), or -1 */
     em_device device;            /* the Ember device; index -1 when Ember cannot see it
@@ -27,6 +28,7 @@ typedef struct em_device_telemetry {
     int compute_capability;      /* CUDA: major*10+minor */
 } em_device_telemetry;
 
+/* The driver's versions. */
 typedef struct em_driver_info {
     char driver_version[80];     /* "550.54.15"; "" when unknown */
     int runtime_version;         /* the CUDA version the driver supports, 12040 for 12.4; 0 when unknown */

@@ -22,55 +22,56 @@
 extern "C" {
 #endif
 
-#define EM_MAX_DIMS 8
+#define EM_MAX_DIMS 8 /* the most dims a tensor has */
 
-typedef struct em_tensor em_tensor;
+typedef struct em_tensor em_tensor; /* a tensor (opaque; reference-counted) */
 
 /* A shape by value. EM_SHAPE(3, 4) is a 3x4 shape; EM_SHAPE0 is a 0-d (scalar) shape. */
-typedef struct em_shape { int ndim; int64_t d[EM_MAX_DIMS]; } em_shape;
+typedef struct em_shape { int ndim; /* dims used */ int64_t d[EM_MAX_DIMS]; /* their sizes */ } em_shape;
 #define EM__NARGS(...) EM__NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 #define EM__NARGS_(a, b, c, d, e, f, g, h, n, ...) n
-#define EM_SHAPE(...) ((em_shape){EM__NARGS(__VA_ARGS__), {__VA_ARGS__}})
-#define EM_SHAPE0 ((em_shape){0, {0}})
+#define EM_SHAPE(...) ((em_shape){EM__NARGS(__VA_ARGS__), {__VA_ARGS__}}) /* a shape from 1 to 8 sizes */
+#define EM_SHAPE0 ((em_shape){0, {0}}) /* the shape of a 0-d tensor */
 
 /* A list of dims. EM_DIMS(0, 1); EM_ALL_DIMS (n = 0) means every dim. Negative dims count from the end. */
-typedef struct em_dims { int n; int d[EM_MAX_DIMS]; } em_dims;
-#define EM_DIMS(...) ((em_dims){EM__NARGS(__VA_ARGS__), {__VA_ARGS__}})
-#define EM_ALL_DIMS ((em_dims){0, {0}})
+typedef struct em_dims { int n; /* dims listed (0: all) */ int d[EM_MAX_DIMS]; /* the dims */ } em_dims;
+#define EM_DIMS(...) ((em_dims){EM__NARGS(__VA_ARGS__), {__VA_ARGS__}}) /* a list of 1 to 8 dims */
+#define EM_ALL_DIMS ((em_dims){0, {0}}) /* every dim */
 
 /* Creation options; zeroed means float32 on the CPU without grad.
  *   em_zeros(EM_SHAPE(3, 4), EM_OPTS(.device = dev, .dtype = EM_F16)) */
 typedef struct em_opts {
-    em_dtype dtype;
-    em_device device;
-    bool requires_grad;
+    em_dtype dtype;      /* element type (zeroed: float32) */
+    em_device device;    /* where the tensor lives (zeroed: the CPU) */
+    bool requires_grad;  /* a leaf that autograd tracks (floating dtypes) */
     bool pin_memory; /* CPU tensors only: page-locked memory for fast, non-blocking copies */
 } em_opts;
-#define EM_OPTS(...) ((em_opts){__VA_ARGS__})
+#define EM_OPTS(...) ((em_opts){__VA_ARGS__}) /* EM_OPTS(.dtype = EM_F16, .device = dev) */
 
 /* ---- lifetime ---- */
 em_tensor *em_retain(em_tensor *t);  /* another reference to t; returns t */
 void em_release(em_tensor *t);       /* drop one reference; NULL is ignored */
 
-typedef struct em_scope { size_t mark; int depth; } em_scope;
+/* What em_scope_begin returns, for em_scope_end. */
+typedef struct em_scope { size_t mark; /* where the scope's tensors start */ int depth; /* its nesting level */ } em_scope;
 /* Begin a scope: tensors returned on this thread until its end are released then. Scopes nest. */
 em_scope em_scope_begin(void);
-void em_scope_end(em_scope s);
+void em_scope_end(em_scope s); /* release what the scope holds (and end inner ones left open) */
 /* A reference owned by the caller that survives the current scope(s); returns t. */
 em_tensor *em_keep(em_tensor *t);
 
 /* ---- creation (on any device) ---- */
-em_tensor *em_empty(em_shape shape, em_opts o);
-em_tensor *em_zeros(em_shape shape, em_opts o);
-em_tensor *em_ones(em_shape shape, em_opts o);
-em_tensor *em_full(em_shape shape, double value, em_opts o);
+em_tensor *em_empty(em_shape shape, em_opts o);             /* uninitialized */
+em_tensor *em_zeros(em_shape shape, em_opts o);             /* filled with 0 */
+em_tensor *em_ones(em_shape shape, em_opts o);              /* filled with 1 */
+em_tensor *em_full(em_shape shape, double value, em_opts o); /* filled with value */
 em_tensor *em_scalar(double value, em_opts o);                       /* 0-d */
-em_tensor *em_arange(double start, double end, double step, em_opts o);
-em_tensor *em_linspace(double start, double end, int64_t steps, em_opts o);
-em_tensor *em_eye(int64_t n, int64_t m, em_opts o);
-em_tensor *em_zeros_like(const em_tensor *t);
-em_tensor *em_ones_like(const em_tensor *t);
-em_tensor *em_empty_like(const em_tensor *t);
+em_tensor *em_arange(double start, double end, double step, em_opts o);   /* start, start + step, ... < end */
+em_tensor *em_linspace(double start, double end, int64_t steps, em_opts o); /* steps values from start to end */
+em_tensor *em_eye(int64_t n, int64_t m, em_opts o);  /* n x m, ones on the diagonal */
+em_tensor *em_zeros_like(const em_tensor *t); /* zeros with t's shape, dtype and device */
+em_tensor *em_ones_like(const em_tensor *t);  /* ones with t's shape, dtype and device */
+em_tensor *em_empty_like(const em_tensor *t); /* uninitialized, with t's shape, dtype and device */
 /* Copy numel elements of src_dtype from host memory (contiguous, row-major) into a new tensor. */
 em_tensor *em_from_data(const void *data, em_dtype src_dtype, em_shape shape, em_opts o);
 
@@ -82,16 +83,16 @@ em_tensor *em_randn(em_shape shape, em_opts o);                      /* normal(0
 em_tensor *em_randint(int64_t low, int64_t high, em_shape shape, em_opts o); /* [low, high) */
 
 /* ---- properties ---- */
-int em_ndim(const em_tensor *t);
+int em_ndim(const em_tensor *t);                  /* number of dims (0 for a scalar) */
 int64_t em_size(const em_tensor *t, int dim);     /* negative dims count from the end */
 int64_t em_stride(const em_tensor *t, int dim);   /* in elements */
-em_shape em_shape_of(const em_tensor *t);
-int64_t em_numel(const em_tensor *t);
+em_shape em_shape_of(const em_tensor *t);          /* every size */
+int64_t em_numel(const em_tensor *t);              /* number of elements */
 size_t em_nbytes(const em_tensor *t);              /* numel * element size */
-em_dtype em_dtype_of(const em_tensor *t);
-em_device em_device_of(const em_tensor *t);
-bool em_is_contiguous(const em_tensor *t);
-bool em_shares_storage(const em_tensor *a, const em_tensor *b);
+em_dtype em_dtype_of(const em_tensor *t);          /* element type */
+em_device em_device_of(const em_tensor *t);        /* where t lives */
+bool em_is_contiguous(const em_tensor *t);        /* row-major without gaps */
+bool em_shares_storage(const em_tensor *a, const em_tensor *b); /* views of the same memory */
 
 /* ---- host access ---- */
 /* Address of the first element of a CPU tensor (mind the strides). For any other
@@ -110,7 +111,7 @@ int em_format(const em_tensor *t, char *buf, size_t size);
 /* The same tensor (a new reference) when nothing changes; otherwise a new tensor
  * that shares nothing with t. */
 em_tensor *em_to(em_tensor *t, em_device d);
-em_tensor *em_to_dtype(em_tensor *t, em_dtype dt);
+em_tensor *em_to_dtype(em_tensor *t, em_dtype dt); /* the same for a dtype (a cast) */
 /* Both at once. non_blocking: from pinned CPU memory, return before the copy is done. */
 em_tensor *em_to_device_dtype(em_tensor *t, em_device d, em_dtype dt, bool non_blocking);
 em_tensor *em_cpu(em_tensor *t); /* em_to(t, cpu) */
@@ -119,15 +120,15 @@ em_tensor *em_clone(const em_tensor *t);  /* a new contiguous copy on the same d
 /* ---- views (share storage with t) ---- */
 em_tensor *em_view(em_tensor *t, em_shape shape);     /* one dim may be -1; strides must allow it */
 em_tensor *em_reshape(em_tensor *t, em_shape shape);  /* a view when possible, else a copy */
-em_tensor *em_transpose(em_tensor *t, int d0, int d1);
-em_tensor *em_permute(em_tensor *t, em_dims order);
-em_tensor *em_narrow(em_tensor *t, int dim, int64_t start, int64_t length);
-em_tensor *em_slice(em_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+em_tensor *em_transpose(em_tensor *t, int d0, int d1);        /* dims d0 and d1 swapped */
+em_tensor *em_permute(em_tensor *t, em_dims order);           /* dims in a new order */
+em_tensor *em_narrow(em_tensor *t, int dim, int64_t start, int64_t length); /* length elements of dim from start */
+em_tensor *em_slice(em_tensor *t, int dim, int64_t start, int64_t end, int64_t step); /* t[..., start:end:step] */
 em_tensor *em_select(em_tensor *t, int dim, int64_t index);  /* removes dim */
 em_tensor *em_expand(em_tensor *t, em_shape shape);   /* -1 keeps a dim; size-1 dims broadcast */
-em_tensor *em_squeeze(em_tensor *t, int dim);
-em_tensor *em_unsqueeze(em_tensor *t, int dim);
-em_tensor *em_flatten(em_tensor *t, int start_dim, int end_dim);
+em_tensor *em_squeeze(em_tensor *t, int dim);     /* dim removed if its size is 1 */
+em_tensor *em_unsqueeze(em_tensor *t, int dim);   /* a size-1 dim inserted at dim */
+em_tensor *em_flatten(em_tensor *t, int start_dim, int end_dim); /* dims start..end merged */
 em_tensor *em_contiguous(em_tensor *t);               /* t itself (new reference) if already contiguous */
 em_tensor *em_detach(em_tensor *t);                   /* same storage, no autograd history */
 
