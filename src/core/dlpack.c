@@ -126,7 +126,7 @@ static export_ctx *export_tensor(em_tensor *t, const char *op) {
     if (dev.device_type == kDLOpenCL) { /* a cl_mem cannot be offset: byte_offset says where */
         dl->data = s->block.handle;
         dl->byte_offset = s->block.offset + elem_offset;
-    } else { /* host or device address of the first element, as PyTorch gives it */
+    } else if (s->block.handle) { /* host or device address of the first element, as PyTorch gives it */
         dl->data = (char *)s->block.handle + s->block.offset + elem_offset;
         dl->byte_offset = 0;
     }
@@ -261,7 +261,7 @@ static em_tensor *import_tensor(const char *op, void *manager, bool versioned, c
     void *handle = dl->data;
     int64_t offset = 0;
     if (dev.type == EM_CPU) {
-        handle = (char *)dl->data + dl->byte_offset;
+        if (dl->data) handle = (char *)dl->data + dl->byte_offset; /* (an empty tensor may have none) */
     } else if (dl->byte_offset % esize) {
         em_error(EM_ERR_NOT_SUPPORTED, "%s: byte_offset %llu is not a multiple of the element size %zu", op,
                  (unsigned long long)dl->byte_offset, esize);
