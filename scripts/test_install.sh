@@ -4,7 +4,7 @@
 #  2. tests/consumer built outside the tree against that prefix with find_package(Ember CONFIG)
 #     and with pkg-config, each linked shared and static, and run;
 #  3. the .deb from CPack: its dependencies listed, installed with dpkg -i, `ember --version`
-#     and `ember devices` run from /usr/bin, then removed again (needs root; otherwise
+#     and `ember devices` run from /usr/bin, then purged again (needs root; otherwise
 #     reported as skipped).
 # Usage: scripts/test_install.sh [build-dir]   (default build/, built first if needed)
 set -euo pipefail
@@ -15,7 +15,7 @@ scripts/build.sh "$build" >/dev/null
 tmp="$(mktemp -d)"
 deb_installed=""
 cleanup() {
-    [ -n "$deb_installed" ] && dpkg -r ember >/dev/null 2>&1 || true
+    [ -n "$deb_installed" ] && dpkg -P ember >/dev/null 2>&1 || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -28,7 +28,8 @@ libdir="$(dirname "$(find "$prefix" -name libember.a | head -1)")"
 [ -n "$libdir" ] || fail "no libember.a under $prefix"
 for f in "$prefix/bin/ember" "$prefix/include/ember/ember.h" "$prefix/include/ember/version.h" \
          "$libdir/libember.so" "$libdir/pkgconfig/ember.pc" "$libdir/cmake/Ember/EmberConfig.cmake" \
-         "$libdir/cmake/Ember/EmberConfigVersion.cmake"; do
+         "$libdir/cmake/Ember/EmberConfigVersion.cmake" "$prefix/share/man/man1/ember.1" \
+         "$prefix/share/bash-completion/completions/ember" "$prefix/include/ember/dlpack.h"; do
     [ -e "$f" ] || fail "missing after install: ${f#"$prefix"/}"
 done
 major="$(sed -n 's/^#define EMBER_VERSION_MAJOR \([0-9]*\).*/\1/p' include/ember/version.h)"
@@ -79,14 +80,15 @@ for need in zlib1g libopenblas ocl-icd-libopencl1; do
     case "$depends" in *"$need"*) ;; *) fail "the .deb does not depend on $need" ;; esac
 done
 dpkg-deb -c "$deb" >"$tmp/contents.txt"
-for f in ./usr/bin/ember ./usr/include/ember/ember.h "./usr/lib/.*libember\.so\.$major" ./usr/lib/.*pkgconfig/ember.pc; do
+for f in ./usr/bin/ember ./usr/include/ember/ember.h "./usr/lib/.*libember\.so\.$major" "./usr/lib/.*pkgconfig/ember.pc" \
+         "./usr/lib/.*cmake/Ember/EmberConfig.cmake" ./usr/share/man/man1/ember.1 ./usr/share/bash-completion/completions/ember; do
     grep -q " $f\( \|$\)" "$tmp/contents.txt" || fail "the .deb has no $f"
 done
 if [ "$(id -u)" -ne 0 ]; then
     echo "test_install: SKIP: dpkg -i needs root"
     exit 0
 fi
-if dpkg-query -W ember >/dev/null 2>&1; then
+if dpkg-query -W -f='${Status}' ember 2>/dev/null | grep -q "ok installed"; then
     echo "test_install: SKIP: a package named ember is installed already; not replacing it"
     exit 0
 fi
@@ -96,7 +98,7 @@ deb_installed=1
 /usr/bin/ember devices >"$tmp/devices.txt" || fail "ember devices failed: $(cat "$tmp/devices.txt")"
 grep -q cpu "$tmp/devices.txt" || fail "ember devices does not list the CPU"
 [ "$(pkg-config --modversion ember)" = "$version" ] || fail "the .deb's ember.pc is not found"
-dpkg -r ember >/dev/null
+dpkg -P ember >/dev/null
 deb_installed=""
-[ ! -e /usr/bin/ember ] || fail "/usr/bin/ember is still there after dpkg -r"
-echo "test_install: the .deb installed, ran 'ember devices' ($(grep -c . "$tmp/devices.txt") lines), removed"
+[ ! -e /usr/bin/ember ] || fail "/usr/bin/ember is still there after dpkg -P"
+echo "test_install: the .deb installed, ran 'ember devices' ($(grep -c . "$tmp/devices.txt") lines), purged it"
