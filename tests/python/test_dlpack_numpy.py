@@ -76,6 +76,17 @@ class NumpyToEmber(unittest.TestCase):
             self.assertEqual(sys.getrefcount(a), refs)
 
 
+    def test_negative_strides_refused(self):
+        a = np.arange(6, dtype=np.float32)
+        refs = sys.getrefcount(a)
+        cap = a[::-1].__dlpack__()
+        with self.assertRaisesRegex(em.EmberError, "stride -1 of dim 0 is negative"):
+            em.from_dlpack(cap)
+        del cap
+        gc.collect()
+        self.assertEqual(sys.getrefcount(a), refs)
+
+
 class EmberToNumpy(unittest.TestCase):
     def test_same_memory_and_lifetime(self):
         before = em.cpu_allocated()
