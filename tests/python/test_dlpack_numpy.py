@@ -87,6 +87,37 @@ class NumpyToEmber(unittest.TestCase):
         self.assertEqual(sys.getrefcount(a), refs)
 
 
+    def test_read_only_producer_and_deleter_once(self):
+        # a DLPack 1.x producer of our own over a NumPy buffer, flagged read-only, whose
+        # deleter counts its calls
+        a = np.arange(6, dtype=np.float32)
+        calls = []
+        DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(em.DLManagedTensorVersioned))
+        deleter = DELETER(lambda m: calls.append(1))
+        shape = (ctypes.c_int64 * 1)(6)
+        m = em.DLManagedTensorVersioned()
+        m.version = em.DLPackVersion(1, 0)
+        m.deleter = deleter
+        m.flags = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+        m.dl_tensor.data = a.ctypes.data
+        m.dl_tensor.device = em.DLDevice(em.kDLCPU, 0)
+        m.dl_tensor.ndim = 1
+        m.dl_tensor.dtype = em.DLDataType(2, 32, 1)  # float32
+        m.dl_tensor.shape = shape
+        t = em.Tensor(em.check(em.lib.em_from_dlpack(ctypes.addressof(m))))
+        self.assertTrue(t.read_only)
+        self.assertEqual(t.data_ptr, a.ctypes.data)
+        with self.assertRaisesRegex(em.EmberError, "em_fill_: the tensor is read-only"):
+            t.fill_(1.0)
+        self.assertEqual(a.tolist(), [0, 1, 2, 3, 4, 5])  # nothing written
+        with self.assertRaisesRegex(em.EmberError, "already consumed"):
+            em.check(em.lib.em_from_dlpack(ctypes.addressof(m)))
+        self.assertEqual(calls, [])
+        del t
+        gc.collect()
+        self.assertEqual(calls, [1])  # once, when Ember let go
+
+
 class EmberToNumpy(unittest.TestCase):
     def test_same_memory_and_lifetime(self):
         before = em.cpu_allocated()
