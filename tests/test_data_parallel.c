@@ -264,6 +264,36 @@ static void test_sync(void) {
     em_scope_end(s);
 }
 
+/* The replicas follow the model into eval mode (no dropout) and back; a dtype change of the
+ * model after em_data_parallel is an error, not replicas silently computing in the old one. */
+static void test_mode_and_dtype(void) {
+    em_device devs[2];
+    if (!two_devices(devs)) SKIP("needs a second device (OpenCL): %s", em_device_unavailable_reason(EM_OPENCL));
+    em_scope s = em_scope_begin();
+    em_module *model = em_sequential(em_linear(20, 32), em_dropout(0.5), em_linear(32, 5));
+    CHECK_OK(em_module_to(model, devs[0]));
+    em_dp *dp = em_data_parallel(model, devs, 2);
+    CHECK(dp != NULL);
+    em_tensor *x = em_randn(EM_SHAPE(8, 20), EM_OPTS(0));
+    em_module_eval(model);
+    em_grad_mode g = em_no_grad_begin();
+    em_tensor *out = em_dp_forward(dp, x);
+    em_tensor *ref = em_forward(model, em_to(x, devs[0]));
+    em_tensor *d = em_max(em_abs(em_sub(out, ref)), EM_ALL_DIMS, false);
+    CHECK(d && em_item(d) <= 1e-5);   /* a replica still training would drop half its units */
+    CHECK(!em_module_is_training(em_module_child(em_dp_replica(dp, 1), 1)));
+    em_module_train(model);
+    CHECK(em_dp_forward(dp, x) != NULL);
+    CHECK(em_module_is_training(em_module_child(em_dp_replica(dp, 1), 1)));
+    em_no_grad_end(g);
+    CHECK_OK(em_module_to_dtype(model, EM_F64));
+    CHECK(em_dp_forward(dp, x) == NULL);
+    CHECK_ERROR(EM_ERR_DTYPE, "the module's dtype changed after em_data_parallel");
+    em_dp_free(dp);
+    em_module_free(model);
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_one_device);
     RUN(test_two_opencl_devices);
@@ -271,6 +301,7 @@ int main(void) {
     RUN(test_small_batches);
     RUN(test_bad_arguments);
     RUN(test_sync);
+    RUN(test_mode_and_dtype);
     /* where ctest promised two OpenCL devices, having fewer is a failure, not a skip */
     const char *want = getenv("EMBER_TEST_OPENCL_DEVICES");
     if (want && em_device_available(EM_OPENCL)) CHECK(em_device_count(EM_OPENCL) == atoi(want));

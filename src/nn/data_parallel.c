@@ -197,6 +197,10 @@ static void do_backward(dp_worker *w) {
     if (st != EM_OK) {
         worker_fail(w);
         drop_grads(w);
+        /* a replica keeps no gradient of a failed backward: the next one must not add to it */
+        if (w->index > 0)
+            for (int k = 0; k < dp->nparams; k++) em_set_grad(dp->params[(size_t)w->index * dp->nparams + k].tensor, NULL);
+        em_clear_error();
     }
 }
 
@@ -372,12 +376,27 @@ void em_dp_free(em_dp *dp) {
     free(dp);
 }
 
-/* The model still has the parameters the replicas were made from, on devices[0]. */
+/* The model still has the parameters the replicas were made from, on devices[0], in their
+ * dtypes. */
 static em_status check_unchanged(em_dp *dp, const char *fn) {
     if (em_module_parameters(dp->model, NULL, 0) != dp->nparams || em_module_buffers(dp->model, NULL, 0) != dp->nbufs)
         return em_error(EM_ERR_ARGUMENT, "%s: the module gained or lost parameters or buffers after em_data_parallel "
                         "(%d and %d then); make a new em_dp", fn, dp->nparams, dp->nbufs);
+    for (int k = 0; dp->n > 1 && k < dp->nparams + dp->nbufs; k++) {
+        const em_named_tensor *a = k < dp->nparams ? &dp->params[k] : &dp->bufs[k - dp->nparams];
+        const em_named_tensor *b = k < dp->nparams ? &dp->params[dp->nparams + k] : &dp->bufs[dp->nbufs + k - dp->nparams];
+        if (em_dtype_of(a->tensor) != em_dtype_of(b->tensor))
+            return em_error(EM_ERR_DTYPE, "%s: \"%s\" is %s in the module but %s in the replicas: the module's dtype "
+                            "changed after em_data_parallel; make a new em_dp", fn, a->name,
+                            em_dtype_name(em_dtype_of(a->tensor)), em_dtype_name(em_dtype_of(b->tensor)));
+    }
     return check_model_device(dp, fn);
+}
+
+/* The replicas follow the model's train/eval mode (set on the model after em_data_parallel). */
+static void follow_training(em_module *r, const em_module *src) {
+    r->training = src->training;
+    for (int i = 0; i < r->nkids && i < src->nkids; i++) follow_training(r->kids[i].m, src->kids[i].m);
 }
 
 em_tensor *em_dp_forward(em_dp *dp, em_tensor *x) {
@@ -389,6 +408,7 @@ em_tensor *em_dp_forward(em_dp *dp, em_tensor *x) {
     if (em_failed()) return NULL;
     drop_forward(dp);
     if (check_unchanged(dp, fn) != EM_OK) return NULL;
+    for (int i = 1; i < dp->n; i++) follow_training(dp->replicas[i], dp->model);
     if (em_ndim(x) < 1 || em_size(x, 0) < 1) {
         em_error(EM_ERR_SHAPE, "%s: expected an input with a batch dimension of size >= 1 to split along dim 0, "
                  "got %s", fn, em_ndim(x) < 1 ? "a 0-dim tensor" : "an empty batch (dim 0 has size 0)");
