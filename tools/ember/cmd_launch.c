@@ -66,7 +66,9 @@ static void usage(FILE *f) {
             "When a rank exits with a non-zero status or is killed by a signal, the others get SIGTERM\n"
             "(SIGKILL after the grace period) and launch exits naming the rank and how it ended.\n"
             "Ctrl-C (SIGINT) and SIGTERM go to every rank; a second one kills them at once.\n"
-            "Under mpirun, SIGUSR2 is how Ctrl-C reaches the ranks: a program must leave it alone.\n\n"
+            "Under mpirun, SIGUSR2 is how Ctrl-C reaches the ranks: a program must leave it alone.\n"
+            "mpirun's own settings come from the environment (OMPI_MCA_*, e.g. OMPI_MCA_plm_rsh_agent);\n"
+            "EMBER_*, POCL_* and OMP_NUM_THREADS are passed on to every host.\n\n"
             "Exit status: 0 every rank exited 0; 1 a rank failed (or could not be started);\n"
             "2 bad arguments; 128 + N stopped by signal N (130 for Ctrl-C).\n", MAX_RANKS);
 }
@@ -677,7 +679,7 @@ static int run(launch_opts *o) {
         self[len] = '\0';
         int nargs = 0;
         while (o->argv[nargs]) nargs++;
-        margv = calloc((size_t)nargs + 64, sizeof *margv);
+        margv = calloc((size_t)nargs + 128, sizeof *margv);   /* mpirun's own arguments: under 100 */
         char np[32], grace[32], hosts[MAX_HOSTS * 64 + 1] = "";
         snprintf(np, sizeof np, "%lld", (long long)o->nproc);
         snprintf(grace, sizeof grace, "%lld", (long long)o->grace);
@@ -701,9 +703,22 @@ static int run(launch_opts *o) {
             margv[m++] = "--host";
             margv[m++] = hosts;
         }
-        /* the variables the ranks need on other hosts too */
+        /* the variables the ranks need on other hosts too: torchrun's rendezvous, Ember's and
+         * PoCL's settings (mpirun passes the whole environment only to ranks on this host) */
         static char *const exported[] = {"MASTER_ADDR", "MASTER_PORT"};
         for (size_t k = 0; k < 2; k++) margv[m++] = "-x", margv[m++] = exported[k];
+        static char names[32][128];   /* at most 32 such variables: a bound on margv */
+        int nnames = 0;
+        for (char **e = environ; *e; e++) {
+            const char *eq = strchr(*e, '=');
+            size_t len = eq ? (size_t)(eq - *e) : 0;
+            bool ours = !strncmp(*e, "EMBER_", 6) || !strncmp(*e, "POCL_", 5) || !strncmp(*e, "OMP_NUM_THREADS=", 16);
+            if (!ours || !len || len >= sizeof names[0] || nnames == 32) continue;
+            memcpy(names[nnames], *e, len);
+            names[nnames][len] = '\0';
+            margv[m++] = "-x";
+            margv[m++] = names[nnames++];
+        }
         margv[m++] = self;
         margv[m++] = "launch";
         margv[m++] = "--rank-of-mpi";
