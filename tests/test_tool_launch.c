@@ -228,6 +228,12 @@ static void test_direct(void) { run_mode("--no-mpi"); }
 static void test_mpirun(void) {
     if (!have_mpirun()) SKIP("mpirun (Open MPI) is not installed");
     run_mode("--mpi");
+    /* --hosts: through mpirun, MASTER_ADDR the first host, torchrun's default port */
+    int rc = tool_run("launch -n 2 --hosts localhost -- sh -c 'echo \"at $MASTER_ADDR:$MASTER_PORT $RANK/$WORLD_SIZE "
+                      "local $LOCAL_RANK/$LOCAL_WORLD_SIZE\"'", out, sizeof out);
+    CHECK(rc == 0);
+    CHECK(strstr(out, "[rank 0] at localhost:29500 0/2 local 0/2") && strstr(out, "[rank 1] at localhost:29500 1/2 local 1/2"));
+    if (rc != 0) fprintf(stderr, "  output:\n%s\n", out);
 }
 
 int main(void) {
