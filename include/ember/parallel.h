@@ -13,10 +13,10 @@
  *
  * Unlike PyTorch, which copies the model to every device at every forward, the replicas are
  * made once and stay on their devices; em_dp_step keeps them identical to the model. The
- * model itself is the replica on devices[0]. Each replica has a thread of its own: the
- * forward splits the batch along dim 0 in chunks as torch.chunk does (a batch smaller than
- * the device count uses the first devices only, as PyTorch), runs the replicas' forwards at
- * once and gathers their outputs on devices[0]. em_dp_backward runs the replicas' backwards
+ * model itself is the replica on devices[0]; it runs on the caller's thread, every other
+ * replica on a thread of its own, all at once. The forward splits the batch along dim 0 in
+ * chunks as torch.chunk does (a batch smaller than the device count uses the first devices
+ * only, as PyTorch), runs the replicas' forwards and gathers their outputs on devices[0]. em_dp_backward runs the replicas' backwards
  * at once and sums their gradients into the model's .grad, as PyTorch's DataParallel does.
  *
  * A replica shares its module's ctx (the module kinds' private data) with the model, read

@@ -1,4 +1,5 @@
-/* DataParallel (include/ember/parallel.h): resident replicas, one worker thread each.
+/* DataParallel (include/ember/parallel.h): resident replicas; replica 0 (the model) runs on
+ * the caller's thread, every other replica on a worker thread of its own.
  *
  * The graph is cut between the replicas and the gather: the caller's em_dp_backward runs
  * backward from the loss down to detached copies of the replicas' outputs (the gather's
@@ -219,6 +220,15 @@ static void do_sync(dp_worker *w) {
     if (st != EM_OK) worker_fail(w);
 }
 
+static void run_one(dp_worker *w, dp_job job, bool grad) {
+    em_grad_mode g = em_set_grad_enabled(grad);
+    if (job == JOB_FORWARD) do_forward(w);
+    else if (job == JOB_BACKWARD) do_backward(w);
+    else if (job == JOB_SYNC) do_sync(w);
+    em_set_grad_enabled(g.previous);
+}
+
+/* The thread of replica i >= 1 (the caller's thread runs replica 0). */
 static void *worker_main(void *arg) {
     dp_worker *w = arg;
     em_dp *dp = w->dp;
@@ -231,11 +241,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&dp->mu);
         if (job == JOB_QUIT) return NULL;
         if (job != JOB_NONE) {
-            em_grad_mode g = em_set_grad_enabled(grad);
-            if (job == JOB_FORWARD) do_forward(w);
-            else if (job == JOB_BACKWARD) do_backward(w);
-            else if (job == JOB_SYNC) do_sync(w);
-            em_set_grad_enabled(g.previous);
+            run_one(w, job, grad);
             pthread_mutex_lock(&dp->mu);
             if (--dp->pending == 0) pthread_cond_signal(&dp->done);
             pthread_mutex_unlock(&dp->mu);
@@ -243,22 +249,33 @@ static void *worker_main(void *arg) {
     }
 }
 
-/* Run job on the workers marked active and wait for them; then the first failure (by
- * replica order) becomes the caller's error. */
+/* Run job on the replicas marked active: replica 0 on the caller's thread (no hand-off for
+ * it, none at all with one device) while the others' threads run theirs; wait for them;
+ * then the first failure (by replica order) becomes the caller's error. */
 static em_status run_job(em_dp *dp, dp_job job, const char *fn) {
-    int active = 0;
+    int threaded = 0;
+    dp->grad_enabled = em_is_grad_enabled();
     for (int i = 0; i < dp->n; i++) {
         dp->workers[i].status = EM_OK;
         dp->workers[i].msg[0] = '\0';
-        active += dp->workers[i].active;
+        threaded += i > 0 && dp->workers[i].active;
     }
-    pthread_mutex_lock(&dp->mu);
-    dp->job = job;
-    dp->pending = active;
-    dp->seq++;
-    pthread_cond_broadcast(&dp->go);
-    while (dp->pending > 0) pthread_cond_wait(&dp->done, &dp->mu);
-    pthread_mutex_unlock(&dp->mu);
+    if (threaded) {
+        pthread_mutex_lock(&dp->mu);
+        dp->job = job;
+        dp->pending = threaded;
+        dp->seq++;
+        pthread_cond_broadcast(&dp->go);
+        pthread_mutex_unlock(&dp->mu);
+    }
+    /* the caller's own error state is clear here (every entry point checks): replica 0's
+     * failure is captured like a worker's and raised below with the others' */
+    if (dp->workers[0].active) run_one(&dp->workers[0], job, dp->grad_enabled);
+    if (threaded) {
+        pthread_mutex_lock(&dp->mu);
+        while (dp->pending > 0) pthread_cond_wait(&dp->done, &dp->mu);
+        pthread_mutex_unlock(&dp->mu);
+    }
     for (int i = 0; i < dp->n; i++) {
         dp_worker *w = &dp->workers[i];
         if (w->active && w->status != EM_OK)
@@ -343,6 +360,7 @@ em_dp *em_data_parallel(em_module *model, const em_device *devices, int n) {
     for (int i = 0; i < n && ok; i++) {
         dp_worker *w = &dp->workers[i];
         *w = (dp_worker){.dp = dp, .index = i};
+        if (i == 0) continue;   /* the caller's thread */
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             em_error(EM_ERR_INTERNAL, "%s: cannot start the thread of replica %d", fn, i);
             ok = false;
@@ -423,7 +441,6 @@ em_tensor *em_dp_forward(em_dp *dp, em_tensor *x) {
     }
     set_active(dp, used);
     dp->x = x;
-    dp->grad_enabled = em_is_grad_enabled();
     em_status st = run_job(dp, JOB_FORWARD, fn);
     dp->x = NULL;
     if (st != EM_OK) {
