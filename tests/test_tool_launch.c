@@ -213,6 +213,7 @@ static void check_missing_program(const char *mode) {
     CHECK(rc == 1);
     CHECK(strstr(out, "cannot run '/nonexistent/program'") != NULL);
     CHECK(strstr(out, "exited with status 127") != NULL);
+    if (rc != 1) fprintf(stderr, "  ember %s: status %d, output:\n%s\n", args, rc, out);
 }
 
 static void run_mode(const char *mode) {

@@ -94,6 +94,9 @@ static bool catch_signals(void) {
         sigemptyset(&sa.sa_mask);
         sigaction(caught[i], &sa, NULL);
     }
+    /* a reader of our output that goes away (| head) must not kill the launcher and, through
+     * PDEATHSIG, every rank: writes then fail with EPIPE and the ranks run on */
+    signal(SIGPIPE, SIG_IGN);
     return true;
 }
 
@@ -218,7 +221,13 @@ static bool start_child(child *c, char *const *argv, char *const *env, int nenv)
         goto fail;
     }
     pid_t parent = getpid();
+    /* signals blocked across the fork: until the child has put back the default actions, a
+     * signal to it would run this process's handler there and write into our signal pipe */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     pid_t pid = fork();
+    if (pid != 0) sigprocmask(SIG_SETMASK, &old, NULL);
     if (pid < 0) {
         fprintf(stderr, "%s: cannot start %s: fork: %s\n", tool, argv[0], strerror(errno));
         goto fail;
@@ -228,6 +237,7 @@ static bool start_child(child *c, char *const *argv, char *const *env, int nenv)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(127);   /* the launcher died before the line above */
         for (size_t i = 0; i < sizeof caught / sizeof caught[0]; i++) signal(caught[i], SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);   /* an ignored signal stays ignored across exec */
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -427,9 +437,10 @@ static int supervise(child *c, int n, role r, double grace) {
         }
     stop_leftovers(r != ROLE_INNER);
     if (r == ROLE_INNER) {
-        /* the rank's own status, so that mpirun sees a failure as a failure */
+        /* the rank's own status, so that mpirun sees a failure as a failure; also after a
+         * Ctrl-C: a rank that handled it and exited 0 must not make mpirun abort the job (and
+         * SIGTERM the ranks still handling theirs). The outer launcher knows it interrupted. */
         int st = c[0].status;
-        if (interrupted) return 128 + interrupted;
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     }
     if (interrupted) {
