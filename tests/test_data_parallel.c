@@ -294,6 +294,60 @@ static void test_mode_and_dtype(void) {
     em_scope_end(s);
 }
 
+/* A custom module: its ctx (shared by the replicas) names a device it refuses; its weight is
+ * reached through the module, as parallel.h asks. */
+typedef struct picky_ctx { em_device refuse; } picky_ctx;
+
+static em_tensor *picky_forward(em_module *m, em_tensor *x) {
+    const picky_ctx *c = em_module_ctx(m);
+    if (em_device_equal(em_device_of(x), c->refuse)) {
+        em_error(EM_ERR_BACKEND, "picky: refuses to run on %s", em_device_str(c->refuse).s);
+        return NULL;
+    }
+    em_named_tensor w[1];
+    if (em_module_parameters(m, w, 1) != 1) return NULL;
+    return em_matmul(x, w[0].tensor);
+}
+
+static const em_module_ops picky_ops = {.name = "Picky", .forward = picky_forward, .free_ctx = free};
+
+/* A failure on a worker thread (replica 1) reaches the caller naming that replica, leaves no
+ * error on any thread and nothing allocated (ASan's leak check); a custom module replicates
+ * (shared ctx, own weight) and computes what the model computes. */
+static void test_custom_module_and_worker_failure(void) {
+    em_device devs[2];
+    if (!two_devices(devs)) SKIP("needs a second device (OpenCL): %s", em_device_unavailable_reason(EM_OPENCL));
+    em_scope s = em_scope_begin();
+    picky_ctx *c = malloc(sizeof *c);
+    CHECK(c != NULL);
+    if (!c) goto out;
+    c->refuse = EM_DEVICE(EM_CUDA, 7);   /* nothing at first */
+    em_module *m = em_module_new(&picky_ops, c);
+    CHECK_OK(em_module_add_parameter(m, "weight", em_randn(EM_SHAPE(20, 5), EM_OPTS(0))));
+    CHECK_OK(em_module_to(m, devs[0]));
+    em_dp *dp = em_data_parallel(m, devs, 2);
+    CHECK(dp != NULL);
+    em_tensor *x = em_randn(EM_SHAPE(6, 20), EM_OPTS(0));
+    em_tensor *out = em_dp_forward(dp, x);
+    em_tensor *ref = em_forward(m, em_to(x, devs[0]));
+    em_tensor *d = em_max(em_abs(em_sub(out, ref)), EM_ALL_DIMS, false);
+    CHECK(d && em_item(d) <= 1e-5);
+    CHECK(em_module_ctx(em_dp_replica(dp, 1)) == c);
+    CHECK_OK(em_dp_backward(dp, em_sum(out, EM_ALL_DIMS, false)));
+    c->refuse = devs[1];
+    CHECK(em_dp_forward(dp, x) == NULL);
+    char want[96];
+    snprintf(want, sizeof want, "em_dp_forward: replica 1 on %s failed: picky: refuses", em_device_str(devs[1]).s);
+    CHECK_ERROR(EM_ERR_BACKEND, want);
+    CHECK(!em_failed());
+    c->refuse = EM_DEVICE(EM_CUDA, 7);
+    CHECK(em_dp_forward(dp, x) != NULL);   /* the worker's error did not stick to its thread */
+    em_dp_free(dp);
+    em_module_free(m);   /* frees ctx once: the replica never did */
+out:
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_one_device);
     RUN(test_two_opencl_devices);
@@ -302,6 +356,7 @@ int main(void) {
     RUN(test_bad_arguments);
     RUN(test_sync);
     RUN(test_mode_and_dtype);
+    RUN(test_custom_module_and_worker_failure);
     /* where ctest promised two OpenCL devices, having fewer is a failure, not a skip */
     const char *want = getenv("EMBER_TEST_OPENCL_DEVICES");
     if (want && em_device_available(EM_OPENCL)) CHECK(em_device_count(EM_OPENCL) == atoi(want));
