@@ -154,6 +154,11 @@ static void test_small_batches(void) {
         CHECK_OK(em_dp_step(dp, opt));
         CHECK(params_diff(model, em_dp_replica(dp, 1)) == 0.0);
     }
+    /* an input that requires grad: the replicas' backwards leave it alone (no graph into it) */
+    em_tensor *xg = em_randn(EM_SHAPE(4, 20), EM_OPTS(.requires_grad = true));
+    CHECK_OK(em_zero_grad(opt));
+    CHECK_OK(em_dp_backward(dp, em_sum(em_dp_forward(dp, xg), EM_ALL_DIMS, false)));
+    CHECK(em_grad(xg) == NULL);
     /* no grad mode: an output and no graph kept */
     em_grad_mode g = em_no_grad_begin();
     em_tensor *out = em_dp_forward(dp, em_randn(EM_SHAPE(4, 20), EM_OPTS(0)));

@@ -440,9 +440,13 @@ em_tensor *em_dp_forward(em_dp *dp, em_tensor *x) {
         dp->workers[i].len = i < used ? (i * chunk + chunk > rows ? rows - i * chunk : chunk) : 0;
     }
     set_active(dp, used);
-    dp->x = x;
-    em_status st = run_job(dp, JOB_FORWARD, fn);
+    /* detached: the replicas' backwards, on several threads, must not all accumulate into
+     * x's graph (x's gradient is not DataParallel's to give, as documented) */
+    em_scope sx = em_scope_begin();
+    dp->x = em_detach(x);
+    em_status st = dp->x ? run_job(dp, JOB_FORWARD, fn) : em_last_status();
     dp->x = NULL;
+    em_scope_end(sx);
     if (st != EM_OK) {
         drop_forward(dp);
         return NULL;
