@@ -11,6 +11,9 @@
 #include <time.h>
 #include "test.h"
 #include "tool_run.h"
+#ifdef EMBER_HAVE_MPI
+#include <mpi.h>
+#endif
 
 static char out[65536];
 static char tmpdir[] = "/tmp/ember_launch_XXXXXX";
@@ -237,7 +240,52 @@ static void test_mpirun(void) {
     if (rc != 0) fprintf(stderr, "  output:\n%s\n", out);
 }
 
-int main(void) {
+#ifdef EMBER_HAVE_MPI
+/* This program as a rank under `ember launch` (argv[1] == "--mpi-rank"): the ranks must be
+ * one MPI job (what Ember's distributed layer needs, include/ember/dist.h) whose ranks are
+ * torchrun's RANK and WORLD_SIZE. Prints "mpi rank R of N sum S" (S: the ranks summed over
+ * MPI) or why not, and exits non-zero then. */
+static int mpi_rank_main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank = -1, size = -1, sum = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    const char *r = getenv("RANK"), *w = getenv("WORLD_SIZE");
+    bool agree = r && w && atoi(r) == rank && atoi(w) == size;
+    printf("mpi rank %d of %d sum %d%s\n", rank, size, sum, agree ? "" : " (RANK/WORLD_SIZE disagree)");
+    MPI_Finalize();
+    return agree ? 0 : 1;
+}
+
+/* An MPI program under `ember launch`: one job of 3 ranks, the allreduce across all of them. */
+static void test_mpi_job(void) {
+    if (!have_mpirun()) SKIP("mpirun (Open MPI) is not installed");
+    char self[PATH_MAX], args[PATH_MAX + 256];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    if (n <= 0) return;
+    self[n] = '\0';
+    /* Open MPI's own allocations outlive MPI_Finalize: LeakSanitizer must not fail the ranks
+     * for them (an ASan build); the launcher keeps its leak check */
+    snprintf(args, sizeof args, "launch -n 3 -- env ASAN_OPTIONS=detect_leaks=0 '%s' --mpi-rank", self);
+    int rc = tool_run(args, out, sizeof out);
+    CHECK(rc == 0);
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "[rank %d] mpi rank %d of 3 sum 3\n", r, r);
+        CHECK(strstr(out, want) != NULL);
+    }
+    if (rc != 0) fprintf(stderr, "  output:\n%s\n", out);
+}
+#endif
+
+int main(int argc, char **argv) {
+#ifdef EMBER_HAVE_MPI
+    if (argc > 1 && !strcmp(argv[1], "--mpi-rank")) return mpi_rank_main(argc, argv);
+#else
+    (void)argc, (void)argv;
+#endif
     if (!tool_path()) {
         fprintf(stderr, "build/ember is missing: build the ember_cli target first\n");
         return 1;
@@ -249,6 +297,11 @@ int main(void) {
     RUN(test_bad_arguments);
     RUN(test_direct);
     RUN(test_mpirun);
+#ifdef EMBER_HAVE_MPI
+    RUN(test_mpi_job);
+#else
+    test_skip_case("test_mpi_job", "this build has no MPI (EMBER_HAVE_MPI)");
+#endif
     rmdir(tmpdir);
     return test_summary();
 }
