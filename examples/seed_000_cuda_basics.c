@@ -2,9 +2,10 @@
  *
  * The seed checks for a GPU, picks a device (CUDA, then MPS, then the CPU), moves tensors
  * with .to() / .cuda() / .cpu(), reads GPU memory statistics, frees memory, moves a model
- * to the GPU and splits a batch over several GPUs (DataParallel). The comments quote what
- * the seed's Python prints; this program prints the same facts for this machine, so on a
- * machine without a GPU it shows "False", "0" and "cpu" where the seed shows a GPU. */
+ * to the GPU and splits a batch over several GPUs (DataParallel: em_data_parallel here).
+ * The comments quote what the seed's Python prints; this program prints the same facts for
+ * this machine, so on a machine without a GPU it shows "False", "0" and "cpu" where the seed
+ * shows a GPU. CI gives it two PoCL devices, so DataParallel runs over two devices there. */
 #include <ember/ember.h>
 #include <ember/memory.h>
 #include "seed_common.h"
@@ -120,29 +121,35 @@ static void print_shape(const char *label, const em_tensor *t) {
 }
 
 /* model = nn.DataParallel(model); output = model(x)
- * DataParallel is not in Ember. What it does, written out: replicate the model on every
- * device (a new model there with the same weights), scatter the batch in chunks, run each
- * replica on its chunk and gather the outputs on the first device. */
+ * em_data_parallel keeps one replica of the model on every device (made once, not at every
+ * forward as PyTorch does); em_dp_forward splits the batch along dim 0 as torch.chunk does,
+ * runs the replicas at once (a thread each) and gathers the outputs on the first device. */
 static em_tensor *data_parallel(em_module *model, const em_device *devs, int n, em_tensor *batch) {
-    em_named_tensor src[4], dst[4];
-    SEED_CHECK(em_module_parameters(model, src, 4) == 4);
-    int64_t rows = em_size(batch, 0), chunk = (rows + n - 1) / n;
-    em_tensor *parts[16];
-    for (int i = 0; i < n; i++) {
-        em_module *replica = mlp_new();
-        SEED_CHECK(em_module_to(replica, devs[i]) == EM_OK);
-        SEED_CHECK(em_module_parameters(replica, dst, 4) == 4);
-        em_grad_mode g = em_no_grad_begin(); /* with torch.no_grad(): p_replica.copy_(p) */
-        for (int k = 0; k < 4; k++) SEED_CHECK(em_copy_(dst[k].tensor, src[k].tensor) == EM_OK);
-        em_no_grad_end(g);
-        int64_t start = i * chunk, len = start + chunk > rows ? rows - start : chunk;
-        em_tensor *xi = em_to(em_narrow(batch, 0, start, len), devs[i]); /* scatter */
-        parts[i] = em_to(em_forward(replica, xi), devs[0]);              /* gather on the first */
-        SEED_CHECK(parts[i]);
-        printf("  %s: %lld samples\n", em_device_str(devs[i]).s, (long long)len);
-        em_module_free(replica);
-    }
-    return em_cat(parts, n, 0);
+    em_dp *dp = em_data_parallel(model, devs, n);
+    SEED_CHECK(dp);
+    em_tensor *output = em_dp_forward(dp, batch);
+    SEED_CHECK(output);
+    int64_t rows = em_size(batch, 0), chunk = (rows + n - 1) / n;   /* 64 rows: 32 + 32 on two devices */
+    for (int i = 0; i < n && i * chunk < rows; i++)
+        printf("  %s: %lld samples\n", em_device_str(em_dp_device(dp, i)).s,
+               (long long)(rows - i * chunk < chunk ? rows - i * chunk : chunk));
+    /* Training works the same way: em_dp_backward runs every replica's backward at once and
+     * sums the gradients into the model's (the "합산" of the seed's picture); em_dp_step
+     * steps the model and copies it into every replica, so they stay identical. */
+    em_optimizer *opt = em_sgd(model, 0.01);
+    SEED_CHECK(opt && em_zero_grad(opt) == EM_OK);
+    em_tensor *target = em_randint(0, 10, EM_SHAPE(rows), EM_OPTS(.dtype = EM_I64, .device = devs[0]));
+    em_tensor *loss = em_cross_entropy(em_dp_forward(dp, batch), target, 0.0);
+    SEED_CHECK(em_dp_backward(dp, loss) == EM_OK && em_dp_step(dp, opt) == EM_OK);
+    printf("one DataParallel training step: loss %.4f\n", em_item(loss));
+    em_named_tensor mine[4], theirs[4];
+    SEED_CHECK(em_module_parameters(model, mine, 4) == 4 && em_module_parameters(em_dp_replica(dp, n - 1), theirs, 4) == 4);
+    em_tensor *gap = em_max(em_abs(em_sub(em_cpu(mine[0].tensor), em_cpu(theirs[0].tensor))), EM_ALL_DIMS, false);
+    SEED_CHECK(gap && em_item(gap) == 0.0);
+    printf("replica on %s equals the model after the step: %s\n", em_device_str(devs[n - 1]).s, py_bool(em_item(gap) == 0.0));
+    em_optim_free(opt);
+    em_dp_free(dp);
+    return output;
 }
 
 static void model_on_device(em_device device) {
@@ -174,9 +181,9 @@ static void model_on_device(em_device device) {
     }
     em_tensor *batch = em_randn(EM_SHAPE(64, 784), EM_OPTS(0)); /* x = torch.randn(64, 784).to(device) */
     if (n > 1) {
-        output = data_parallel(model, devs, n, batch);
         /* the split changes nothing: the same batch on one device gives the same numbers */
         em_tensor *one = em_forward(model, em_to(batch, device));
+        output = data_parallel(model, devs, n, batch);
         em_tensor *diff = em_max(em_abs(em_sub(output, one)), EM_ALL_DIMS, false);
         SEED_CHECK(diff);
         printf("largest difference from one device: %g\n", em_item(diff));

@@ -35,5 +35,7 @@
 #include <ember/memory.h>
 #include <ember/estimate.h>
 #include <ember/parse.h>
+/* DataParallel over devices (issue 15) */
+#include <ember/parallel.h>
 
 #endif

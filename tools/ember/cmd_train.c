@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "progress.h"
+#include "train_parallel.h"
 #include <ember/parse.h>
 
 static const char *const tool = "ember train";
@@ -31,6 +32,8 @@ static void usage(FILE *f) {
             "Train the seed's MLP (784-256-10, ReLU) on Fashion-MNIST and report, after each epoch,\n"
             "the train loss, test accuracy, samples/s and the device's memory.\n\n"
             "  --device D           auto (default: CUDA, then an OpenCL GPU, then the CPU), cpu, cuda:N, opencl:N\n"
+            "  --devices A,B        DataParallel over these devices (opencl:0,opencl:1 or cpu,opencl:0): each\n"
+            "                       batch split across them, one model replica on each\n"
             "  --epochs N           epochs to train (default 5)\n"
             "  --batch-size N       samples per step (default 64)\n"
             "  --optimizer NAME     adam (default), adamw or sgd\n"
@@ -68,6 +71,9 @@ typedef struct train_opts {
     const char *optimizer, *data_dir, *checkpoint;
     double lr, momentum, weight_decay;
     bool lr_set, wd_set, seed_set, batch_set, resume;
+    /* --devices (DataParallel, train_parallel.c) */
+    em_device devices[TRAIN_MAX_DEVICES];
+    int ndevices;
 } train_opts;
 
 /* Where a run stands: what a checkpoint records beyond the weights. */
@@ -136,7 +142,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         static const char *const valued[] = {"--device", "--epochs", "--batch-size", "--optimizer", "--lr",
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
-                                             "--checkpoint", "--max-steps", "--train-samples", "--test-samples"};
+                                             "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
+                                             "--devices"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -152,6 +159,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         const char *v = argv[++i];
         bool ok = true;
         if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, a, v, &o->device), device_set = true;
+        else if (!strcmp(a, "--devices")) ok = train_parse_devices(tool, v, o->devices, &o->ndevices);
         else if (!strcmp(a, "--epochs")) ok = mlp_parse_int(tool, a, v, 0, MAX_EPOCHS, &o->epochs);
         else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, MAX_BATCH, &o->batch_size), o->batch_set = true;
         else if (!strcmp(a, "--seed")) ok = mlp_parse_int(tool, a, v, 0, INT64_MAX, &o->seed), o->seed_set = true;
@@ -173,6 +181,11 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         if (!ok) return 2;
     }
+    if (o->ndevices && device_set) {
+        fprintf(stderr, "%s: --device and --devices cannot go together (the model lives on the first of --devices)\n", tool);
+        return 2;
+    }
+    if (o->ndevices) o->device = o->devices[0], device_set = true;
     if (o->resume && !o->checkpoint) {
         fprintf(stderr, "%s: --resume needs a --checkpoint file (not 'none')\n", tool);
         return 2;
@@ -272,8 +285,8 @@ static void fail(const char *what) {
 }
 
 /* One epoch from pos->batch on; false on error. Sets *stop when interrupted or at max_steps. */
-static bool train_epoch(const train_opts *o, em_module *m, em_optimizer *opt, em_loader *l, position *pos,
-                        bool *stop, double *seconds, int64_t *samples) {
+static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimizer *opt, em_loader *l,
+                        position *pos, bool *stop, double *seconds, int64_t *samples) {
     em_scope s = em_scope_begin();
     em_tensor *loss_sum = em_scalar(pos->loss_sum, EM_OPTS(.device = o->device, .dtype = EM_F64));
     char label[32];
@@ -285,8 +298,8 @@ static bool train_epoch(const train_opts *o, em_module *m, em_optimizer *opt, em
     bool ok = loss_sum != NULL;
     while (ok && !*stop && em_loader_next(l, &b)) {
         em_scope step = em_scope_begin();
-        em_tensor *loss = em_cross_entropy(em_forward(m, b.x), b.y, 0.0);
-        ok = em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK && em_step(opt) == EM_OK &&
+        em_tensor *loss = dp ? train_parallel_step(dp, opt, b.x, b.y) : em_cross_entropy(em_forward(m, b.x), b.y, 0.0);
+        ok = (dp ? loss != NULL : em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK && em_step(opt) == EM_OK) &&
              em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
         em_scope_end(step);
         if (!ok) break;
@@ -324,6 +337,7 @@ static int run(train_opts *o) {
     if (model && em_module_to(model, o->device) != EM_OK) em_clear_error(), em_module_free(model), model = NULL;
     em_optimizer *opt = model ? make_optimizer(o, model) : NULL;
     em_loader *loader = NULL;
+    em_dp *dp = NULL;
     position pos = {0};
     if (!opt) {
         fail("cannot build the model");
@@ -331,6 +345,11 @@ static int run(train_opts *o) {
     }
     if (o->resume && (rc = resume(o, model, opt, &pos)) != 0) goto done;
     rc = 1;
+    /* after the resume: the replicas start from the restored weights */
+    if (o->ndevices && !(dp = em_data_parallel(model, o->devices, o->ndevices))) {
+        fail("cannot make the DataParallel replicas");
+        goto done;
+    }
     loader = em_loader_new(train, (em_loader_opts){.batch_size = o->batch_size, .shuffle = true,
                                                    .seed = (uint64_t)o->seed, .device = o->device,
                                                    .pin_memory = o->device.type != EM_CPU});
@@ -338,9 +357,13 @@ static int run(train_opts *o) {
         fail("cannot make the data loader");
         goto done;
     }
+    char devices_label[TRAIN_MAX_DEVICES * 16 + 32];
+    train_devices_str(o->ndevices ? o->devices : &o->device, o->ndevices ? o->ndevices : 1, devices_label,
+                      sizeof devices_label);
+    if (o->ndevices) strcat(devices_label, " (DataParallel)");
     printf("training %s on %s: %" PRId64 " parameters, %" PRId64 " train / %" PRId64 " test samples, "
            "batch %" PRId64 ", %s lr %g, %d CPU thread%s%s\n",
-           "Linear(784, 256) ReLU Linear(256, 10)", em_device_str(o->device).s, em_module_num_parameters(model),
+           "Linear(784, 256) ReLU Linear(256, 10)", devices_label, em_module_num_parameters(model),
            em_dataset_len(train), em_dataset_len(test), o->batch_size, o->optimizer, em_optim_lr(opt),
            em_get_num_threads(), em_get_num_threads() == 1 ? "" : "s", o->resume ? " (resumed)" : "");
     if (o->resume)
@@ -353,7 +376,7 @@ static int run(train_opts *o) {
         em_memory_reset_peak_stats(o->device);
         double seconds;
         int64_t samples;
-        if (!train_epoch(o, model, opt, loader, &pos, &stop, &seconds, &samples)) {
+        if (!train_epoch(o, model, dp, opt, loader, &pos, &stop, &seconds, &samples)) {
             fail("training failed");
             goto done;
         }
@@ -400,11 +423,13 @@ static int run(train_opts *o) {
 done:
     catch_stop_signals(false);
     em_loader_free(loader);
+    em_dp_free(dp);
     em_optim_free(opt);
     em_module_free(model);
     em_dataset_free(train);
     em_dataset_free(test);
     em_memory_empty_cache(o->device);   /* hand the cached blocks back: nothing outlives the run */
+    for (int i = 1; i < o->ndevices; i++) em_memory_empty_cache(o->devices[i]);
     em_memory_empty_cache(EM_DEVICE_CPU);
     em_memory_empty_pinned_cache();
     return rc;

@@ -8,5 +8,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_mem(int argc, char **argv);
+/* launching processes (issue 15) */
+int cmd_launch(int argc, char **argv);
 
 #endif

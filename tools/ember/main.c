@@ -17,6 +17,8 @@ static const struct {
     {"train", cmd_train, "train the 784-256-10 MLP on Fashion-MNIST"},
     {"eval", cmd_eval, "evaluate a checkpoint on the Fashion-MNIST test set"},
     {"mem", cmd_mem, "estimate the memory a model needs (inference, fine-tuning, LoRA)"},
+    /* launching processes (issue 15) */
+    {"launch", cmd_launch, "start N processes of a program with torchrun's variables (Ember's torchrun)"},
 };
 
 static void usage(FILE *f) {
