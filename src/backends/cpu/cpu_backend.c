@@ -171,4 +171,6 @@ const em_backend em_cpu_backend = {
     .rng = em__cpu_rng,
     .fused_sgd = em__cpu_fused_sgd,
     .fused_adam = em__cpu_fused_adam,
+    .amp_unscale = em__cpu_amp_unscale,
+    .amp_update = em__cpu_amp_update,
 };
