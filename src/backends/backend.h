@@ -204,6 +204,12 @@ typedef struct em_backend {
     em_status (*amp_update)(em_tensor *state, double growth, double backoff, int64_t interval);
 } em_backend;
 
+/* Host waits (src/core/device.c): every backend's synchronize, event_synchronize and copy to
+ * the host counts one, so tests can prove that a loop never waits for its device (the
+ * gradient scaler's step). A statistic only: nothing depends on it. */
+void em__count_host_wait(void);
+long em__host_wait_count(void);
+
 /* The registry (src/core/device.c): the backend for a type, or NULL if not built in. */
 const em_backend *em__backend_for(em_device_type t);
 /* The backend for a device after checking it is available and the index exists;

@@ -124,7 +124,11 @@ static em_status cpu_copy_d2d(int dst_index, void *dst_handle, size_t dst_offset
     return EM_OK;
 }
 
-static em_status cpu_synchronize(int index) { return EM_OK; }
+static em_status cpu_synchronize(int index) {
+    (void)index;
+    em__count_host_wait();
+    return EM_OK;
+}
 
 /* Float-only math stays float-only (core casts integers first, as PyTorch promotes them);
  * bool supports only what PyTorch allows on bool without promotion. */
