@@ -19,7 +19,7 @@ typedef struct amp_archive {
     int n;
 } amp_archive;
 
-static bool amp_load(amp_archive *a) {
+static inline bool amp_load(amp_archive *a) {
     const char *dir = getenv("EMBER_TEST_DATA");
     char path[512];
     snprintf(path, sizeof path, "%s/golden_amp.bin", dir ? dir : "tests/data");
@@ -63,20 +63,20 @@ static bool amp_load(amp_archive *a) {
     return ok;
 }
 
-static em_tensor *amp_get(const amp_archive *a, const char *name) {
+static inline em_tensor *amp_get(const amp_archive *a, const char *name) {
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->r[i].name, name)) return a->r[i].t;
     fprintf(stderr, "  missing record %s\n", name);
     return NULL;
 }
 
-static void amp_unload(amp_archive *a) {
+static inline void amp_unload(amp_archive *a) {
     for (int i = 0; i < a->n; i++) em_release(a->r[i].t);
     a->n = 0;
 }
 
 /* Element i of t (any device and dtype) as a double, row-major; NaN on failure. */
-static double amp_at(em_tensor *t, int64_t i) {
+static inline double amp_at(em_tensor *t, int64_t i) {
     if (!t) return NAN;
     em_scope s = em_scope_begin();
     double v = em_item(em_select(em_reshape(em_cpu(t), EM_SHAPE(-1)), 0, i));
@@ -86,7 +86,7 @@ static double amp_at(em_tensor *t, int64_t i) {
 
 /* max |a - b| / (atol + rtol |b|) over the elements (<= 1 passes); a large value when the
  * shapes differ or a read fails. */
-static double amp_err(em_tensor *a, em_tensor *b, double atol, double rtol) {
+static inline double amp_err(em_tensor *a, em_tensor *b, double atol, double rtol) {
     if (!a || !b || em_numel(a) != em_numel(b)) return 1e30;
     em_scope s = em_scope_begin();
     em_tensor *x = em_to_dtype(em_reshape(em_cpu(a), EM_SHAPE(-1)), EM_F64);
