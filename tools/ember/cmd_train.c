@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "progress.h"
+#include "train_amp.h"
 #include <ember/parse.h>
 
 static const char *const tool = "ember train";
@@ -51,6 +52,8 @@ static void usage(FILE *f) {
             "  --max-steps N        stop after N optimizer steps in total, saving a checkpoint as Ctrl-C does\n"
             "  --train-samples N    train on the first N samples only (default: all 60000)\n"
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
+            "  --amp bf16|f16       mixed precision: autocast regions (Linear in the low dtype, the loss\n"
+            "                       in float32), float32 weights and optimizer; f16 adds loss scaling\n"
             "  --help               this text\n\n"
             "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
             "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
@@ -68,6 +71,9 @@ typedef struct train_opts {
     const char *optimizer, *data_dir, *checkpoint;
     double lr, momentum, weight_decay;
     bool lr_set, wd_set, seed_set, batch_set, resume;
+    bool amp_set;            /* --amp: mixed precision (train_amp.c) */
+    em_dtype amp_dtype;
+    train_amp amp;
 } train_opts;
 
 /* Where a run stands: what a checkpoint records beyond the weights. */
@@ -136,7 +142,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         static const char *const valued[] = {"--device", "--epochs", "--batch-size", "--optimizer", "--lr",
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
-                                             "--checkpoint", "--max-steps", "--train-samples", "--test-samples"};
+                                             "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
+                                             "--amp"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -163,6 +170,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--momentum")) ok = mlp_parse_double(tool, a, v, 0, 1, &o->momentum);
         else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
+        else if (!strcmp(a, "--amp")) ok = train_amp_parse(tool, a, v, &o->amp_dtype), o->amp_set = true;
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
         else if (!strcmp(a, "--optimizer")) {
             o->optimizer = v;
@@ -285,8 +293,8 @@ static bool train_epoch(const train_opts *o, em_module *m, em_optimizer *opt, em
     bool ok = loss_sum != NULL;
     while (ok && !*stop && em_loader_next(l, &b)) {
         em_scope step = em_scope_begin();
-        em_tensor *loss = em_cross_entropy(em_forward(m, b.x), b.y, 0.0);
-        ok = em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK && em_step(opt) == EM_OK &&
+        em_tensor *loss = train_amp_loss(&o->amp, o->device, m, b.x, b.y);
+        ok = em_zero_grad(opt) == EM_OK && train_amp_step(&o->amp, opt, loss) == EM_OK &&
              em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
         em_scope_end(step);
         if (!ok) break;
@@ -325,7 +333,7 @@ static int run(train_opts *o) {
     em_optimizer *opt = model ? make_optimizer(o, model) : NULL;
     em_loader *loader = NULL;
     position pos = {0};
-    if (!opt) {
+    if (!opt || !train_amp_start(&o->amp, o->amp_set, o->amp_dtype)) {
         fail("cannot build the model");
         goto done;
     }
@@ -343,6 +351,9 @@ static int run(train_opts *o) {
            "Linear(784, 256) ReLU Linear(256, 10)", em_device_str(o->device).s, em_module_num_parameters(model),
            em_dataset_len(train), em_dataset_len(test), o->batch_size, o->optimizer, em_optim_lr(opt),
            em_get_num_threads(), em_get_num_threads() == 1 ? "" : "s", o->resume ? " (resumed)" : "");
+    if (o->amp.on)
+        printf("mixed precision: autocast %s, float32 weights and optimizer%s\n", em_dtype_name(o->amp.dtype),
+               o->amp.scaler ? ", loss scaling (initial scale 65536)" : "");
     if (o->resume)
         printf("resumed from %s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps done)\n", o->checkpoint,
                pos.epoch + 1, pos.batch, pos.steps);
@@ -361,7 +372,9 @@ static int run(train_opts *o) {
         char mem[160];
         mlp_memory_line(o->device, mem, sizeof mem);
         mlp_eval ev;
-        if (mlp_evaluate(model, test, o->device, 1000, &ev) != EM_OK) {
+        em_autocast ac = train_amp_begin(&o->amp, o->device);   /* evaluate in the precision trained in */
+        em_status est = mlp_evaluate(model, test, o->device, 1000, &ev);
+        if (em_autocast_end(ac) != EM_OK || est != EM_OK) {
             fail("evaluation failed");
             goto done;
         }
@@ -369,6 +382,11 @@ static int run(train_opts *o) {
                "%.0f samples/s (%.2f s), memory %s\n",
                pos.epoch + 1, o->epochs, pos.loss_sum / (double)(pos.batch > 0 ? pos.batch : 1),
                100.0 * ev.accuracy, ev.loss, seconds > 0 ? (double)samples / seconds : 0, seconds, mem);
+        if (o->amp.on) {
+            char amp[160];
+            train_amp_epoch_line(&o->amp, amp, sizeof amp);
+            printf("  %s\n", amp);
+        }
         fflush(stdout);
         pos = (position){.epoch = pos.epoch + 1, .steps = pos.steps};
         if (em_loader_seek(loader, pos.epoch, 0) != EM_OK || save(o, model, opt, &pos) != EM_OK) {
@@ -400,6 +418,7 @@ static int run(train_opts *o) {
 done:
     catch_stop_signals(false);
     em_loader_free(loader);
+    train_amp_free(&o->amp);
     em_optim_free(opt);
     em_module_free(model);
     em_dataset_free(train);
