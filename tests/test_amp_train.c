@@ -88,10 +88,10 @@ static void test_short_runs(void) {
     CHECK(r.rc == 2 && strstr(r.out, "--amp expects bf16 or f16, got 'f32'") != NULL);
 }
 
-/* ember mem --amp: activations in the low dtype, weights in float32. */
+/* ember mem --amp: activations in the low dtype (with the weights' casts), weights in float32. */
 static void test_mem_amp(void) {
     static char plain[8192], amp[8192];
-    CHECK(tool_run("mem 1B --mode full --batch 8 --seq 512", plain, sizeof plain) == 0);
+    CHECK(tool_run("mem 1B --mode full --batch 8 --seq 512 --dtype f32", plain, sizeof plain) == 0);
     CHECK(tool_run("mem 1B --mode full --batch 8 --seq 512 --amp bf16", amp, sizeof amp) == 0);
     CHECK(strstr(amp, "float32 weights, autocast bfloat16 activations") != NULL);
     CHECK(strstr(amp, "the weights' bfloat16 casts") != NULL);
@@ -99,8 +99,8 @@ static void test_mem_amp(void) {
     double ap = NAN, aa = NAN;
     const char *p = strstr(plain, "\n  activations"), *q = strstr(amp, "\n  activations");
     CHECK(p && q && sscanf(p, " activations %lf", &ap) == 1 && sscanf(q, " activations %lf", &aa) == 1);
-    printf("  ember mem 1B batch 8 seq 512: activations %.2f GB (float16 weights) vs %.2f GB (autocast bf16)\n", ap, aa);
-    CHECK(aa > 0 && aa < 2 * ap);
+    printf("  ember mem 1B batch 8 seq 512: activations %.2f GB in float32, %.2f GB under autocast bf16\n", ap, aa);
+    CHECK(aa > 0.5 * ap && aa < 0.7 * ap);   /* half, plus the weights' 2 GB of casts */
     CHECK(tool_run("mem 1B --amp int8", amp, sizeof amp) == 2);
     CHECK(strstr(amp, "--amp expects bf16 or f16") != NULL);
 }
