@@ -19,7 +19,9 @@
  * the widest. The casts are differentiable (a float32 parameter gets a float32 gradient).
  * A parameter (a leaf requiring grad) is cast once per outermost region; the cached cast is
  * dropped when the parameter changes (an optimizer step bumps its version). Outside every
- * region nothing changes. */
+ * region nothing changes. End every region on its thread before the thread exits (the
+ * outermost end frees the cast cache). Run backward outside the region, as PyTorch advises:
+ * backward then runs each op in the dtype its forward used. */
 #ifndef EMBER_AMP_H
 #define EMBER_AMP_H
 
