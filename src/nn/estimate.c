@@ -95,7 +95,7 @@ static em_status estimate_walk(const char *fn, model_walk *walk, const em_estima
     if (st != EM_OK) return st;
     out->shape_inferred = false;
     if (counted) {
-        char tail[192] = "";
+        char tail[128] = "";
         if (walk->unknown[0])
             snprintf(tail, sizeof tail, "; a %s layer counted as one output", walk->unknown);
         else if (assumed_acts && walk->linears > 1)
