@@ -3,6 +3,7 @@
  * loss and gradients (float32 on the float32 weights), and GradScaler's sequence of scales,
  * growth trackers and skipped steps with injected inf/NaN, with SGD and Adam, on the CPU and
  * on an OpenCL device (PoCL in CI). */
+#include "optim/optim_internal.h"
 #include "test_amp_util.h"
 
 static amp_archive g;
@@ -127,7 +128,7 @@ static void test_mlp_gradients(void) {
 }
 
 /* PyTorch's GradScaler sequence (growth_interval 3, inf/NaN at steps 2, 3 and 8). */
-static void scaler_sequence(em_device dev, const char *run, bool adam) {
+static void scaler_sequence(em_device dev, const char *run, bool adam, bool fused) {
     char key[64];
     em_scope s = em_scope_begin();
     em_module *lin = em_linear_ex(4, 1, false);
@@ -139,6 +140,7 @@ static void scaler_sequence(em_device dev, const char *run, bool adam) {
     em_no_grad_end(gm);
     CHECK_OK(em_module_to(lin, dev));
     em_optimizer *opt = adam ? em_adam(lin, 0.1) : em_sgd(lin, 0.1);
+    em__optim_set_fused(opt, fused);   /* unfused: the op-by-op path reads the flag on the host */
     em_grad_scaler_opts so = em_grad_scaler_defaults();
     so.growth_interval = 3;
     em_grad_scaler *sc = em_grad_scaler_new(so);
@@ -170,19 +172,26 @@ static void scaler_sequence(em_device dev, const char *run, bool adam) {
         em_scope_end(it);
     }
     CHECK(em_dtype_of(w.tensor) == EM_F32);   /* master weights stay float32 */
+    CHECK(fused ? em__optim_fused_updates(opt) > 0 : em__optim_fused_updates(opt) == 0);
     em_grad_scaler_free(sc);
     em_optim_free(opt);
     em_module_free(lin);
     em_scope_end(s);
 }
 
-static void test_scaler_sgd_cpu(void) { scaler_sequence(EM_DEVICE_CPU, "sgd", false); }
-static void test_scaler_adam_cpu(void) { scaler_sequence(EM_DEVICE_CPU, "adam", true); }
+static void test_scaler_sgd_cpu(void) {
+    scaler_sequence(EM_DEVICE_CPU, "sgd", false, true);
+    scaler_sequence(EM_DEVICE_CPU, "sgd", false, false);
+}
+static void test_scaler_adam_cpu(void) {
+    scaler_sequence(EM_DEVICE_CPU, "adam", true, true);
+    scaler_sequence(EM_DEVICE_CPU, "adam", true, false);
+}
 
 static void test_scaler_opencl(void) {
     if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
-    scaler_sequence(EM_DEVICE(EM_OPENCL, 0), "sgd", false);
-    scaler_sequence(EM_DEVICE(EM_OPENCL, 0), "adam", true);
+    scaler_sequence(EM_DEVICE(EM_OPENCL, 0), "sgd", false, true);
+    scaler_sequence(EM_DEVICE(EM_OPENCL, 0), "adam", true, true);
 }
 
 int main(void) {
