@@ -1,7 +1,8 @@
 /* Seed 002 "GPU" (a glossary entry: Graphics Processing Unit), in C.
  *
  * The seed's code prints what PyTorch knows about the GPU (availability, count, current
- * device, name, memory), runs a model under mixed precision, mentions DataParallel and
+ * device, name, memory), runs a model under mixed precision (an autocast region, and a
+ * GradScaler for training steps), mentions DataParallel and
  * DistributedDataParallel, empties the cache, benchmarks a matmul in TFLOPS and queries
  * nvidia-smi. The comments quote the seed; without CUDA the GPU parts run on the next
  * device this machine has (an OpenCL device, or the CPU). */
@@ -40,7 +41,7 @@ static void print_gpu_memory(em_device d) {
 }
 
 static void model_and_mixed_precision(em_device device) {
-    printf("\n== A model on %s, in float32 and in float16\n", em_device_str(device).s);
+    printf("\n== A model on %s, in float32 and under autocast (float16)\n", em_device_str(device).s);
     /* model = torch.nn.Linear(1000, 1000).to(device); data = torch.randn(128, 1000).to(device) */
     em_module *model = em_linear(1000, 1000);
     SEED_CHECK(model && em_module_to(model, device) == EM_OK);
@@ -48,18 +49,41 @@ static void model_and_mixed_precision(em_device device) {
     em_tensor *data = em_to(em_randn(EM_SHAPE(128, 1000), EM_OPTS(0)), device);
     em_tensor *out32 = em_forward(model, data); /* output = model(data) */
     SEED_CHECK(out32 && em_device_equal(em_device_of(out32), device));
-    /* with torch.cuda.amp.autocast(): output = model(data)
-     * Autocast (and its GradScaler) is not in Ember yet (TODO(amp)). What it would do here,
-     * by hand: the matmul in float16, on float16 copies of the input and the weights. */
-    em_tensor *w16 = em_to_dtype(module_param(model, "weight"), EM_F16);
-    em_tensor *b16 = em_to_dtype(module_param(model, "bias"), EM_F16);
-    em_tensor *out16 = em_add(em_matmul(em_to_dtype(data, EM_F16), em_transpose(w16, 0, 1)), b16);
+    /* with torch.cuda.amp.autocast():  # Mixed Precision
+     *     output = model(data)
+     * An autocast region for the device's type: Linear runs in float16 on float16 casts of the
+     * input and of the float32 weights (the model itself stays float32). */
+    em_autocast ac = em_autocast_begin(device.type, EM_F16);
+    em_tensor *out16 = em_forward(model, data);
+    SEED_CHECK(em_autocast_end(ac) == EM_OK);
     SEED_CHECK(out16);
     em_tensor *diff = em_max(em_abs(em_sub(em_to_dtype(out16, EM_F32), out32)), EM_ALL_DIMS, false);
     SEED_CHECK(diff);
     printf("output dtype %s, largest difference from float32: %.4f\n", em_dtype_name(em_dtype_of(out16)),
            em_item(diff));
     SEED_CHECK(em_dtype_of(out16) == EM_F16 && em_item(diff) < 0.05); /* float16 keeps ~3 digits */
+    SEED_CHECK(em_dtype_of(module_param(model, "weight")) == EM_F32);
+
+    /* Training under autocast in float16 pairs it with a GradScaler (torch.cuda.amp.GradScaler):
+     * scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
+     * The loss (mse_loss) runs in float32; the gradients land on the float32 weights. */
+    em_optimizer *opt = em_sgd(model, 0.01);
+    em_grad_scaler *scaler = em_grad_scaler_new(em_grad_scaler_defaults());
+    SEED_CHECK(opt && scaler);
+    for (int step = 0; step < 3; step++) {
+        ac = em_autocast_begin(device.type, EM_F16);
+        em_tensor *loss = em_mse_loss(em_forward(model, data), em_detach(out32));
+        SEED_CHECK(em_autocast_end(ac) == EM_OK && loss && em_dtype_of(loss) == EM_F32);
+        SEED_CHECK(em_zero_grad(opt) == EM_OK);
+        SEED_CHECK(em_backward(em_grad_scaler_scale(scaler, loss)) == EM_OK);
+        SEED_CHECK(em_grad_scaler_step(scaler, opt) == EM_OK);   /* skipped on the device on inf/NaN */
+        SEED_CHECK(em_grad_scaler_update(scaler) == EM_OK);
+    }
+    printf("3 scaled steps: loss scale %g, %lld skipped\n", em_grad_scaler_get_scale(scaler),
+           (long long)em_grad_scaler_skipped_steps(scaler));
+    SEED_CHECK(em_grad_scaler_skipped_steps(scaler) == 0);
+    em_grad_scaler_free(scaler);
+    em_optim_free(opt);
     print_gpu_memory(device);
 
     /* if torch.cuda.device_count() > 1: model = torch.nn.DataParallel(model)

@@ -29,6 +29,7 @@
 #include <ember/autograd.h>
 #include <ember/nn.h>
 #include <ember/optim.h>
+#include <ember/amp.h>
 #include <ember/io.h>
 #include <ember/data.h>
 #include <ember/kernel.h>

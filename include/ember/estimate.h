@@ -55,6 +55,11 @@ typedef struct em_estimate_opts {
     double input_bytes_per_sample;       /* > 0: the input batch, held through the step (with a batch) */
     double largest_param;                /* elements of the largest trainable tensor; 0: no workspace line */
     double lora_params;                  /* > 0: LoRA's adapter parameter count instead of the formula */
+    /* ---- mixed precision (include/ember/amp.h) ----
+     * EM_F16 / EM_BF16: training under an autocast region of that dtype (float32 weights):
+     * activations are counted in it, plus the weights' casts that backward keeps; EM_F32
+     * (zeroed): no autocast, activations in the weights' dtype. */
+    em_dtype autocast_dtype;
 } em_estimate_opts;
 
 /* The lines of an estimate, in print order. */

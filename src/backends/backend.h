@@ -191,7 +191,24 @@ typedef struct em_backend {
                            em_tensor *buf);
     em_status (*fused_adam)(const em_optim_args *a, em_tensor *p, const em_tensor *g,
                             em_tensor *m, em_tensor *v, em_tensor *vmax);
+
+    /* ---- loss scaling (optional: NULL, core unscales with ops; update needs it) ----
+     * state: a contiguous float32 [4] {scale, growth tracker, found_inf, skipped steps}
+     * (EM_AMP_*) on this device. Neither waits for the device.
+     * amp_unscale: g (contiguous, floating) *= 1 / scale; found_inf = 1 if an element of g
+     * was inf or NaN (torch._amp_foreach_non_finite_check_and_unscale_).
+     * amp_update: torch._amp_update_scale_ plus the skipped count: on found_inf, scale *=
+     * backoff, tracker = 0, skipped += 1; else tracker += 1 and, at interval, scale *= growth
+     * (when finite) and tracker = 0; found_inf = 0 for the next iteration. */
+    em_status (*amp_unscale)(em_tensor *g, em_tensor *state);
+    em_status (*amp_update)(em_tensor *state, double growth, double backoff, int64_t interval);
 } em_backend;
+
+/* Host waits (src/core/device.c): every backend's synchronize, event_synchronize and copy to
+ * the host counts one, so tests can prove that a loop never waits for its device (the
+ * gradient scaler's step). A statistic only: nothing depends on it. */
+void em__count_host_wait(void);
+long em__host_wait_count(void);
 
 /* The registry (src/core/device.c): the backend for a type, or NULL if not built in. */
 const em_backend *em__backend_for(em_device_type t);

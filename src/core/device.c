@@ -67,6 +67,10 @@ static const em_backend *ready_backend(em_device_type t) {
     return r && r->status == EM_OK ? r->backend : NULL;
 }
 
+static atomic_long host_waits;
+void em__count_host_wait(void) { atomic_fetch_add_explicit(&host_waits, 1, memory_order_relaxed); }
+long em__host_wait_count(void) { return atomic_load_explicit(&host_waits, memory_order_relaxed); }
+
 const em_backend *em__backend_for(em_device_type t) {
     registered *r = entry_ready(t);
     return r ? r->backend : NULL;

@@ -10,6 +10,7 @@
 #include <ember/tensor.h>
 #include "errors.h"
 #include "optim_args.h"
+#include "autocast.h"   /* the autocast hook of the losses (src/nn/loss.c) */
 
 /* Register a reference the caller owns with the innermost scope (if any) and return it: how
  * a function hands out a result like any op does (src/core/tensor.c). */
@@ -42,5 +43,16 @@ bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_ten
                             const em_tensor *vmax);
 em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                               em_tensor *v, em_tensor *vmax);
+
+/* ---- loss scaling (src/core/ops_amp.c; the scaler is src/optim/grad_scaler.c) ----
+ * state: the scaler's contiguous float32 [4] {scale, growth tracker, found_inf, skipped}.
+ * Neither call waits for the device. */
+/* Is state a scaler state on t's device (so that t's kernels can read it)? */
+bool em__amp_state_fits(const em_tensor *state, const em_tensor *t);
+/* g *= 1 / scale in place; found_inf = 1 when g had an inf or NaN. */
+em_status em__amp_unscale_(em_tensor *g, em_tensor *state);
+/* PyTorch's scale update (backoff on found_inf, growth every interval clean steps), counts a
+ * skipped step and clears found_inf. */
+em_status em__amp_update_(em_tensor *state, double growth, double backoff, int64_t interval);
 
 #endif

@@ -54,7 +54,9 @@ em_tensor *em_add(em_tensor *a, em_tensor *b) { return binary("em_add", EM_OP_AD
 em_tensor *em_sub(em_tensor *a, em_tensor *b) { return binary("em_sub", EM_OP_SUB, EM_GRAD_SUB, ARITH, a, b); }
 em_tensor *em_mul(em_tensor *a, em_tensor *b) { return binary("em_mul", EM_OP_MUL, EM_GRAD_MUL, ARITH, a, b); }
 em_tensor *em_div(em_tensor *a, em_tensor *b) { return binary("em_div", EM_OP_DIV, EM_GRAD_DIV, TRUE_DIV, a, b); }
-em_tensor *em_pow(em_tensor *a, em_tensor *b) { return binary("em_pow", EM_OP_POW, EM_GRAD_POW, ARITH, a, b); }
+em_tensor *em_pow(em_tensor *a, em_tensor *b) {
+    EM_AUTOCAST2(EM_AC_POW, em_pow(a, b), a, b);
+    return binary("em_pow", EM_OP_POW, EM_GRAD_POW, ARITH, a, b); }
 em_tensor *em_maximum(em_tensor *a, em_tensor *b) {
     return binary("em_maximum", EM_OP_MAXIMUM, EM_GRAD_MAXIMUM, ARITH, a, b);
 }
@@ -136,6 +138,7 @@ em_tensor *em_div_scalar(em_tensor *a, double s) {
 
 em_tensor *em_pow_scalar(em_tensor *a, double exponent) {
     EM_CHECK_ARG(a, "em_pow_scalar", "a");
+    EM_AUTOCAST1(EM_AC_POW, em_pow_scalar(a, exponent), a);
     em_dtype dt = em__scalar_result_type(a->dtype, exponent);
     if (!em_dtype_is_floating(dt) && exponent < 0) {
         em_error(EM_ERR_ARGUMENT, "em_pow_scalar: Integers to negative integer powers are not allowed.");
@@ -164,17 +167,18 @@ em_tensor *em_clamp(em_tensor *a, double lo, double hi) {
 /* Float math: integer and bool inputs compute in the default float dtype. */
 static em_dtype floating(em_dtype dt) { return em_dtype_is_floating(dt) ? dt : EM_F32; }
 
-#define FLOAT_UNARY(name, kop, gop)                                                      \
+#define FLOAT_UNARY(name, kop, gop, acop)                                                \
     em_tensor *name(em_tensor *a) {                                                      \
         EM_CHECK_ARG(a, #name, "a");                                                     \
+        EM_AUTOCAST1(acop, name(a), a);                                                  \
         return unary(#name, kop, gop, a, floating(a->dtype), NULL, &em__no_args);        \
     }
-FLOAT_UNARY(em_exp, EM_OP_EXP, EM_GRAD_EXP)
-FLOAT_UNARY(em_log, EM_OP_LOG, EM_GRAD_LOG)
-FLOAT_UNARY(em_sqrt, EM_OP_SQRT, EM_GRAD_SQRT)
-FLOAT_UNARY(em_tanh, EM_OP_TANH, EM_GRAD_TANH)
-FLOAT_UNARY(em_sigmoid, EM_OP_SIGMOID, EM_GRAD_SIGMOID)
-FLOAT_UNARY(em_gelu, EM_OP_GELU, EM_GRAD_GELU)
+FLOAT_UNARY(em_exp, EM_OP_EXP, EM_GRAD_EXP, EM_AC_EXP)
+FLOAT_UNARY(em_log, EM_OP_LOG, EM_GRAD_LOG, EM_AC_LOG)
+FLOAT_UNARY(em_sqrt, EM_OP_SQRT, EM_GRAD_SQRT, EM_AC_NONE)
+FLOAT_UNARY(em_tanh, EM_OP_TANH, EM_GRAD_TANH, EM_AC_NONE)
+FLOAT_UNARY(em_sigmoid, EM_OP_SIGMOID, EM_GRAD_SIGMOID, EM_AC_NONE)
+FLOAT_UNARY(em_gelu, EM_OP_GELU, EM_GRAD_GELU, EM_AC_NONE)
 
 em_tensor *em_neg(em_tensor *a) {
     EM_CHECK_ARG(a, "em_neg", "a");

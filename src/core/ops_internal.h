@@ -5,6 +5,7 @@
 
 #include "core_internal.h"
 #include "errors.h"
+#include "autocast.h"
 #include <ember/ops.h>
 
 static const em_grad_args em__no_args;

@@ -7,6 +7,7 @@
 em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
     EM_CHECK_ARG(a, "em_matmul", "a");
     EM_CHECK_ARG(b, "em_matmul", "b");
+    EM_AUTOCAST2(EM_AC_MATMUL, em_matmul(a, b), a, b);
     em_tensor *in[2] = {a, b};
     if (em__check_same_device("em_matmul", 2, (const em_tensor *const *)in)) return NULL;
     if (a->ndim == 0 || b->ndim == 0) {
@@ -107,6 +108,7 @@ em_tensor *em_addmm(em_tensor *input, em_tensor *mat1, em_tensor *mat2, double b
     EM_CHECK_ARG(input, op, "input");
     EM_CHECK_ARG(mat1, op, "mat1");
     EM_CHECK_ARG(mat2, op, "mat2");
+    EM_AUTOCAST3(EM_AC_ADDMM, em_addmm(input, mat1, mat2, beta, alpha), input, mat1, mat2);
     em_tensor *in[3] = {input, mat1, mat2};
     if (em__check_same_device(op, 3, (const em_tensor *const *)in)) return NULL;
     if (mat1->ndim != 2 || mat2->ndim != 2) {

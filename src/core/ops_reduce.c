@@ -114,9 +114,11 @@ static em_tensor *reduction(const char *op, const char *torch_name, em_op kop, e
 }
 
 em_tensor *em_sum(em_tensor *a, em_dims dims, bool keepdim) {
+    EM_AUTOCAST1(EM_AC_SUM, em_sum(a, dims, keepdim), a);
     return reduction("em_sum", "sum", EM_OP_SUM, EM_GRAD_SUM, a, dims, keepdim);
 }
 em_tensor *em_mean(em_tensor *a, em_dims dims, bool keepdim) {
+    EM_AUTOCAST1(EM_AC_MEAN, em_mean(a, dims, keepdim), a);
     return reduction("em_mean", "mean", EM_OP_MEAN, EM_GRAD_MEAN, a, dims, keepdim);
 }
 em_tensor *em_max(em_tensor *a, em_dims dims, bool keepdim) {
@@ -181,5 +183,11 @@ static em_tensor *softmax_impl(const char *op, em_tensor *a, int dim, bool log) 
     return em__finish(out, log ? EM_GRAD_LOG_SOFTMAX : EM_GRAD_SOFTMAX, 1, &a, &args);
 }
 
-em_tensor *em_softmax(em_tensor *a, int dim) { return softmax_impl("em_softmax", a, dim, false); }
-em_tensor *em_log_softmax(em_tensor *a, int dim) { return softmax_impl("em_log_softmax", a, dim, true); }
+em_tensor *em_softmax(em_tensor *a, int dim) {
+    EM_AUTOCAST1(EM_AC_SOFTMAX, em_softmax(a, dim), a);
+    return softmax_impl("em_softmax", a, dim, false);
+}
+em_tensor *em_log_softmax(em_tensor *a, int dim) {
+    EM_AUTOCAST1(EM_AC_LOG_SOFTMAX, em_log_softmax(a, dim), a);
+    return softmax_impl("em_log_softmax", a, dim, true);
+}

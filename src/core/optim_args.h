@@ -4,11 +4,15 @@
 #define EM_CORE_OPTIM_ARGS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Scalars of one fused optimizer step (PyTorch 1.13's single-tensor formulas). The
  * derived constants (em__optim_consts in src/backends/backend.h) are computed on the host,
  * once, the way optimizer.c's op-by-op path computes its scalar arguments, so that every
  * backend rounds exactly like it. */
+/* The slots of the loss scaler's float32 state (backend.h's amp_unscale / amp_update). */
+enum { EM_AMP_SCALE, EM_AMP_TRACKER, EM_AMP_FOUND_INF, EM_AMP_SKIPPED, EM_AMP_NSTATE };
+
 typedef struct em_optim_args {
     double lr, weight_decay;
     /* Adam / AdamW */
@@ -20,6 +24,12 @@ typedef struct em_optim_args {
     double momentum, dampening;
     bool nesterov;
     bool first_step;  /* the momentum buffer is new: buf = d (PyTorch's clone) */
+    /* Loss scaling (src/optim/grad_scaler.c): the scaler's float32 state
+     * {scale, growth tracker, found_inf, skipped steps} on p's device, or NULL. When set,
+     * the kernel does nothing if found_inf != 0, and Adam's bias corrections use
+     * step - skipped (the steps actually taken) instead of bias_correction1/2. */
+    const struct em_tensor *amp;
+    int64_t step;     /* Adam: this parameter's step count, this step included */
 } em_optim_args;
 
 #endif

@@ -123,6 +123,12 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
         !(o->largest_param >= 0) || !(o->lora_params >= 0))
         return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: rank, targets, hidden, layers, batch, seq, "
                         "activation and input bytes, largest parameter and LoRA parameters must not be negative");
+    if (o->autocast_dtype != EM_F32 && o->autocast_dtype != EM_F16 && o->autocast_dtype != EM_BF16)
+        return em_error(EM_ERR_DTYPE, "em_estimate_memory: autocast_dtype must be float16 or bfloat16 (or float32 "
+                        "for none), got %s", em_dtype_name(o->autocast_dtype));
+    /* autocast: activations in its 16-bit dtype whatever the weights' */
+    bool amp = o->autocast_dtype != EM_F32;
+    double act_bytes = amp ? 2 : weight_bytes;
     double params = out->params = o->params;
     out->dtype = o->dtype;
     int nstates = optimizer_states(o->optimizer);
@@ -198,15 +204,23 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
                      in_why, (long long)out->layers, (long long)o->batch, (long long)o->seq,
                      (long long)out->hidden, weight_bytes);
         } else {   /* saved for backward, no recomputation (Korthikanti et al. 2022), 16-bit */
-            saved = layers * seq * batch * hidden * (34 + 5 * heads * seq / hidden) * (weight_bytes / 2);
+            saved = layers * seq * batch * hidden * (34 + 5 * heads * seq / hidden) * (act_bytes / 2);
             snprintf(why[4], 256, "%ssaved for backward: %lld layers x seq x batch x hidden x (34 + 5 x heads x "
                      "seq / hidden) B%s, %lld heads", in_why, (long long)out->layers,
-                     weight_bytes > 2 ? " x 2 (float32)" : "", (long long)heads);
+                     act_bytes > 2 ? " x 2 (float32)" : amp ? " (autocast)" : "", (long long)heads);
         }
     } else if (input > 0) {
         snprintf(why[4], 256, "input only: %lld x %.0f B", (long long)o->batch, o->input_bytes_per_sample);
     } else {
         snprintf(why[4], 256, "not counted: give a batch and sequence length (or bytes per sample)");
+    }
+    if (amp && o->mode != EM_ESTIMATE_INFERENCE && saved > 0) {
+        /* the region's casts of the weights, kept by the graph until backward */
+        double casts = params * 2;
+        saved += casts;
+        size_t len = strlen(why[4]);
+        snprintf(why[4] + len, 256 - len, " + the weights' %s casts %.0f x 2 B",
+                 o->autocast_dtype == EM_F16 ? "float16" : "bfloat16", params);
     }
     bytes[EM_ESTIMATE_ACTIVATIONS] = input + saved;
 

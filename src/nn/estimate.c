@@ -79,13 +79,17 @@ static em_status estimate_walk(const char *fn, model_walk *walk, const em_estima
     mo.lora_params = walk->linears > 0 ? rank * walk->lora_in_out : 0;
     bool training = o->mode != EM_ESTIMATE_INFERENCE;
     mo.largest_param = o->mode == EM_ESTIMATE_LORA ? rank * (double)walk->widest : walk->largest;
-    double elem_bytes = walk->dt == EM_F32 ? 4 : 2;
+    bool amp = o->autocast_dtype == EM_F16 || o->autocast_dtype == EM_BF16;
+    double elem_bytes = walk->dt == EM_F32 && !amp ? 4 : 2;
     /* training: + cross-entropy's log-softmax + two gradients of the widest output in backward */
     int64_t kept = training ? walk->saved + walk->width + 2 * walk->widest_out : 2 * walk->widest_out;
     bool counted = o->batch > 0 && o->activation_bytes_per_sample <= 0 && walk->linears > 0;
     if (counted) {
-        mo.input_bytes_per_sample = (double)walk->input * elem_bytes;
+        double in_bytes = walk->dt == EM_F32 ? 4 : 2;
+        mo.input_bytes_per_sample = (double)walk->input * in_bytes;
         mo.activation_bytes_per_sample = (double)kept * elem_bytes;
+        if (amp) /* the input's cast saved by the first Linear; the loss runs in float32 (logits cast + log-softmax) */
+            mo.activation_bytes_per_sample += (double)walk->input * 2 + (training ? (double)walk->width * 4 * 2 - (double)walk->width * 2 : 0);
     }
     em_status st = em_estimate_memory(&mo, out);
     if (st != EM_OK) return st;
@@ -96,6 +100,14 @@ static em_status estimate_walk(const char *fn, model_walk *walk, const em_estima
             snprintf(tail, sizeof tail, "; a %s layer counted as one output", walk->unknown);
         else if (assumed_acts && walk->linears > 1)
             snprintf(tail, sizeof tail, "; assumes ReLU-like activations between the Linears");
+        if (amp) {
+            size_t len = strlen(tail);
+            if (training)
+                snprintf(tail + len, sizeof tail - len, "; autocast: + input cast, f32 loss, weight casts %.0f x 2 B",
+                         walk->params);
+            else
+                snprintf(tail + len, sizeof tail - len, "; autocast: + the input's cast");
+        }
         if (training)
             snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + layer outputs %lld + "
                      "log-softmax %lld + 2 x %lld gradients in backward) x %.0f B%s", (long long)o->batch,

@@ -89,6 +89,7 @@ static bool check_input(const char *fn, em_tensor *x, em_tensor *target, bool cl
 em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing) {
     const char *fn = "cross_entropy";
     if (!check_input(fn, logits, target, true)) return NULL;
+    EM_AUTOCAST1(EM_AC_CROSS_ENTROPY, em_cross_entropy(logits, target, label_smoothing), logits);
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
         em_error(EM_ERR_ARGUMENT, "%s: label_smoothing must be between 0.0 and 1.0. Got: %g", fn, label_smoothing);
         return NULL;
@@ -102,6 +103,7 @@ em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_s
 em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target) {
     const char *fn = "nll_loss";
     if (!check_input(fn, log_probs, target, true)) return NULL;
+    EM_AUTOCAST1(EM_AC_NLL_LOSS, em_nll_loss(log_probs, target), log_probs);
     if (em_dtype_is_floating(em_dtype_of(target))) {
         em_error(EM_ERR_DTYPE, "%s: expected class indices (an integer target), got %s", fn,
                  em_dtype_name(em_dtype_of(target)));
@@ -115,6 +117,7 @@ em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target) {
 
 em_tensor *em_mse_loss(em_tensor *input, em_tensor *target) {
     if (!check_input("mse_loss", input, target, false)) return NULL;
+    EM_AUTOCAST2(EM_AC_MSE_LOSS, em_mse_loss(input, target), input, target);
     em_scope s = em_scope_begin();
     em_tensor *d = em_sub(input, target);
     em_tensor *loss = em_mean(em_mul(d, d), EM_ALL_DIMS, false);

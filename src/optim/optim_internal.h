@@ -25,4 +25,8 @@ void em__optim_set_fused(em_optimizer *opt, bool fused);
 /* How many parameter updates a fused kernel has done (proves which path ran). */
 int64_t em__optim_fused_updates(const em_optimizer *opt);
 
+/* Loss scaling (grad_scaler.c): while state is set, em_step's kernels read the scaler's
+ * found-inf flag and skipped count from it (NULL: no scaler). Borrowed. */
+void em__optim_set_amp(em_optimizer *opt, em_tensor *state);
+
 #endif

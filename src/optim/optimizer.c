@@ -38,6 +38,7 @@ struct em_optimizer {
     int64_t schedule_t;
     bool unfused;                /* always take the op-by-op path (tests, benchmarks) */
     int64_t fused_updates;       /* parameter updates done by a fused kernel */
+    em_tensor *amp;              /* borrowed during a scaler's step (grad_scaler.c), else NULL */
 };
 
 em_sgd_opts em_sgd_defaults(double lr) { return (em_sgd_opts){.lr = lr}; }
@@ -179,18 +180,35 @@ void em__optim_set_fused(em_optimizer *opt, bool fused) {
 
 int64_t em__optim_fused_updates(const em_optimizer *opt) { return opt ? opt->fused_updates : 0; }
 
+void em__optim_set_amp(em_optimizer *opt, em_tensor *state) {
+    if (opt) opt->amp = state;
+}
+
+/* A scaler's step where a kernel cannot read its flag (op-by-op path, another device): read
+ * it here (this waits for the device). */
+static em_status amp_host_check(const em_optimizer *o, bool *skip, double *skipped) {
+    float st[4] = {0};
+    em_status r = em_copy_to_host(o->amp, st, sizeof st);
+    *skip = st[2] != 0.0f;
+    *skipped = st[3];
+    return r;
+}
+
 static em_status sgd_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *done) {
     const em_sgd_opts *s = &o->sgd;
     bool mom = s->momentum != 0, first = mom && !q->state[ST_MOMENTUM];
     /* a new momentum buffer's layout is p's, so check before allocating it */
     if (o->unfused || !em__fused_sgd_applies(q->p, g, mom ? q->state[ST_MOMENTUM] : NULL)) return EM_OK;
+    if (o->amp && !em__amp_state_fits(o->amp, q->p)) return EM_OK;
     if (first) {
-        em_tensor *b = em_empty_like(q->p);
+        /* zeros under a scaler: a first step skipped on the device leaves a defined buffer */
+        em_tensor *b = o->amp ? em_zeros_like(q->p) : em_empty_like(q->p);
         if (!b) return em_last_status();
         q->state[ST_MOMENTUM] = em_retain(b);
     }
     em_optim_args a = {.lr = o->lr, .weight_decay = s->weight_decay, .momentum = s->momentum,
-                       .dampening = s->dampening, .nesterov = s->nesterov, .first_step = first};
+                       .dampening = s->dampening, .nesterov = s->nesterov, .first_step = first,
+                       .amp = o->amp};
     *done = true;
     em_status st = em__fused_sgd_step(&a, q->p, g, mom ? q->state[ST_MOMENTUM] : NULL);
     if (st != EM_OK && first) { /* leave no half-made buffer behind */
@@ -206,12 +224,14 @@ static em_status adam_fused(em_optimizer *o, opt_param *q, em_tensor *g, bool *d
     em_tensor *m = q->state[ST_EXP_AVG], *v = q->state[ST_EXP_AVG_SQ];
     em_tensor *vmax = a->amsgrad ? q->state[ST_MAX_EXP_AVG_SQ] : NULL;
     if (o->unfused || !em__fused_adam_applies(q->p, g, m, v, vmax)) return EM_OK;
+    if (o->amp && !em__amp_state_fits(o->amp, q->p)) return EM_OK;
     q->step++;
     em_optim_args args = {.lr = o->lr, .weight_decay = a->weight_decay, .beta1 = a->beta1,
                           .beta2 = a->beta2, .eps = a->eps,
                           .bias_correction1 = 1.0 - pow(a->beta1, (double)q->step),
                           .bias_correction2 = 1.0 - pow(a->beta2, (double)q->step),
-                          .decoupled = o->kind == OPT_ADAMW, .amsgrad = a->amsgrad};
+                          .decoupled = o->kind == OPT_ADAMW, .amsgrad = a->amsgrad,
+                          .amp = o->amp, .step = q->step};
     *done = true;
     em_status st = em__fused_adam_step(&args, q->p, g, m, v, vmax);
     if (st != EM_OK) {
@@ -226,6 +246,12 @@ static em_status sgd_update(em_optimizer *o, opt_param *q, em_tensor *g) {
     bool done = false;
     em_status fst = sgd_fused(o, q, g, &done);
     if (done || fst != EM_OK) return fst;
+    if (o->amp) {
+        bool skip;
+        double skipped;
+        em_status st = amp_host_check(o, &skip, &skipped);
+        if (st != EM_OK || skip) return st;
+    }
     const em_sgd_opts *s = &o->sgd;
     em_tensor *d = g;
     if (s->weight_decay != 0) d = em_add(d, em_mul_scalar(q->p, s->weight_decay));
@@ -256,7 +282,12 @@ static em_status adam_update(em_optimizer *o, opt_param *q, em_tensor *g) {
     if (done || fst != EM_OK) return fst;
     em_tensor *m = q->state[ST_EXP_AVG], *v = q->state[ST_EXP_AVG_SQ];
     q->step++;
+    double skipped = 0; /* a scaler's skipped steps: as the fused kernels, count the steps taken */
     em_status st = EM_OK;
+    if (o->amp) {
+        bool skip;
+        if ((st = amp_host_check(o, &skip, &skipped)) != EM_OK || skip) return st;
+    }
     if (a->weight_decay != 0) {
         if (o->kind == OPT_ADAMW)
             st = em_mul_scalar_(q->p, 1.0 - o->lr * a->weight_decay);
@@ -268,8 +299,8 @@ static em_status adam_update(em_optimizer *o, opt_param *q, em_tensor *g) {
     if (st == EM_OK) st = em_mul_scalar_(v, a->beta2);
     if (st == EM_OK) st = em_add_(v, em_mul(g, g), 1.0 - a->beta2);
     if (st != EM_OK) return st;
-    double bc1 = 1.0 - pow(a->beta1, (double)q->step);
-    double bc2 = 1.0 - pow(a->beta2, (double)q->step);
+    double bc1 = 1.0 - pow(a->beta1, (double)q->step - skipped);
+    double bc2 = 1.0 - pow(a->beta2, (double)q->step - skipped);
     em_tensor *second = v;
     if (a->amsgrad) {
         em_tensor *mx = q->state[ST_MAX_EXP_AVG_SQ];

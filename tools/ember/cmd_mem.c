@@ -9,6 +9,7 @@
 #include <ember/estimate.h>
 #include "commands.h"
 #include "mlp.h"
+#include "train_amp.h"
 
 static const char usage_text[] =
     "usage: ember mem PARAMS [options]\n"
@@ -28,6 +29,8 @@ static const char usage_text[] =
     "  --hidden H --layers L  the model's shape (default: inferred as a transformer)\n"
     "  --batch B --seq S      also count activations for this batch\n"
     "  --act-bytes SIZE       activation bytes per sample instead of the formula (e.g. 300MB)\n"
+    "  --amp bf16|f16         training under autocast (ember train --amp): float32 weights (unless\n"
+    "                         --dtype), activations in the low dtype plus the weights' casts\n"
     "  --json                 machine-readable output\n";
 
 typedef struct ref_device { const char *name; double bytes; } ref_device;
@@ -239,8 +242,9 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
                "\"batch\": %lld,\n  \"estimates\": [", params_n, dt, (long long)e.layers, (long long)e.hidden,
                (long long)o.batch);
     } else {
-        printf("ember mem: %s: %.0f parameters, %s weights, %lld Linear layers (widest %lld)\n", path, params_n, dt,
-               (long long)e.layers, (long long)e.hidden);
+        printf("ember mem: %s: %.0f parameters, %s weights, %lld Linear layers (widest %lld)%s%s\n", path, params_n,
+               dt, (long long)e.layers, (long long)e.hidden, o.autocast_dtype != EM_F32 ? ", autocast " : "",
+               o.autocast_dtype != EM_F32 ? em_dtype_name(o.autocast_dtype) : "");
         if (o.batch <= 0)
             printf("give --batch B to count activations and the optimizer's workspace for that batch\n");
         printf("GB = 1e9 bytes, GiB = 2^30 bytes; MB = 1e6 bytes, MiB = 2^20 bytes for totals under 100 MB\n");
@@ -265,7 +269,7 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
 int cmd_mem(int argc, char **argv) {
     em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
     const char *params = NULL, *mode = "all", *model = NULL;
-    bool shape_given = false;
+    bool shape_given = false, dtype_given = false;
     bool json = false;
     mlp_seen seen = {0};
     for (int i = 1; i < argc; i++) {
@@ -290,7 +294,9 @@ int cmd_mem(int argc, char **argv) {
             model = v;
         } else if (!strcmp(a, "--dtype")) {
             if (!parse_dtype(v, &o.dtype)) return bad("unknown dtype '%s': expected f16, bf16 or f32", v);
-            shape_given = true;
+            shape_given = dtype_given = true;
+        } else if (!strcmp(a, "--amp")) {
+            if (!train_amp_parse("ember mem", a, v, &o.autocast_dtype)) return 2;
         } else if (!strcmp(a, "--mode")) {
             mode = v;
         } else if (!strcmp(a, "--optim")) {
@@ -320,6 +326,7 @@ int cmd_mem(int argc, char **argv) {
         }
         if (takes) i++;
     }
+    if (o.autocast_dtype != EM_F32 && !dtype_given) o.dtype = EM_F32;   /* autocast keeps float32 weights */
     if (model) return mem_model(model, params, shape_given, mode, json, o);
     if (!params) return bad("%s", "give a parameter count, e.g. ember mem 7B");
     if (em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());
@@ -347,6 +354,7 @@ int cmd_mem(int argc, char **argv) {
                (long long)(o.layers ? o.layers : e.layers), o.hidden && o.layers ? "false" : "true");
     } else {
         printf("ember mem: %s parameters (%.0f), %s weights", params, o.params, dt);
+        if (o.autocast_dtype != EM_F32) printf(", autocast %s activations", em_dtype_name(o.autocast_dtype));
         if (!o.hidden || !o.layers)
             printf("; assumed transformer shape: hidden %lld, %lld layers (set --hidden/--layers for your model)",
                    (long long)(o.hidden ? o.hidden : e.hidden), (long long)(o.layers ? o.layers : e.layers));

@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "progress.h"
+#include "train_amp.h"
 #include "train_parallel.h"
 #include <ember/parse.h>
 
@@ -54,6 +55,8 @@ static void usage(FILE *f) {
             "  --max-steps N        stop after N optimizer steps in total, saving a checkpoint as Ctrl-C does\n"
             "  --train-samples N    train on the first N samples only (default: all 60000)\n"
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
+            "  --amp bf16|f16       mixed precision: autocast regions (Linear in the low dtype, the loss\n"
+            "                       in float32), float32 weights and optimizer; f16 adds loss scaling\n"
             "  --help               this text\n\n"
             "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
             "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
@@ -74,6 +77,9 @@ typedef struct train_opts {
     /* --devices (DataParallel, train_parallel.c) */
     em_device devices[TRAIN_MAX_DEVICES];
     int ndevices;
+    bool amp_set;            /* --amp: mixed precision (train_amp.c) */
+    em_dtype amp_dtype;
+    train_amp amp;
 } train_opts;
 
 /* Where a run stands: what a checkpoint records beyond the weights. */
@@ -143,7 +149,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         static const char *const valued[] = {"--device", "--epochs", "--batch-size", "--optimizer", "--lr",
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
                                              "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
-                                             "--devices"};
+                                             "--devices", "--amp"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -171,6 +177,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--momentum")) ok = mlp_parse_double(tool, a, v, 0, 1, &o->momentum);
         else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
+        else if (!strcmp(a, "--amp")) ok = train_amp_parse(tool, a, v, &o->amp_dtype), o->amp_set = true;
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
         else if (!strcmp(a, "--optimizer")) {
             o->optimizer = v;
@@ -183,6 +190,10 @@ static int parse(int argc, char **argv, train_opts *o) {
     }
     if (o->ndevices && device_set) {
         fprintf(stderr, "%s: --device and --devices cannot go together (the model lives on the first of --devices)\n", tool);
+        return 2;
+    }
+    if (o->ndevices && o->amp_set) {
+        fprintf(stderr, "%s: --amp and --devices cannot go together yet (DataParallel steps in float32)\n", tool);
         return 2;
     }
     if (o->ndevices) o->device = o->devices[0], device_set = true;
@@ -298,8 +309,8 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
     bool ok = loss_sum != NULL;
     while (ok && !*stop && em_loader_next(l, &b)) {
         em_scope step = em_scope_begin();
-        em_tensor *loss = dp ? train_parallel_step(dp, opt, b.x, b.y) : em_cross_entropy(em_forward(m, b.x), b.y, 0.0);
-        ok = (dp ? loss != NULL : em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK && em_step(opt) == EM_OK) &&
+        em_tensor *loss = dp ? train_parallel_step(dp, opt, b.x, b.y) : train_amp_loss(&o->amp, o->device, m, b.x, b.y);
+        ok = (dp ? loss != NULL : em_zero_grad(opt) == EM_OK && train_amp_step(&o->amp, opt, loss) == EM_OK) &&
              em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
         em_scope_end(step);
         if (!ok) break;
@@ -339,7 +350,7 @@ static int run(train_opts *o) {
     em_loader *loader = NULL;
     em_dp *dp = NULL;
     position pos = {0};
-    if (!opt) {
+    if (!opt || !train_amp_start(&o->amp, o->amp_set, o->amp_dtype)) {
         fail("cannot build the model");
         goto done;
     }
@@ -366,6 +377,9 @@ static int run(train_opts *o) {
            "Linear(784, 256) ReLU Linear(256, 10)", devices_label, em_module_num_parameters(model),
            em_dataset_len(train), em_dataset_len(test), o->batch_size, o->optimizer, em_optim_lr(opt),
            em_get_num_threads(), em_get_num_threads() == 1 ? "" : "s", o->resume ? " (resumed)" : "");
+    if (o->amp.on)
+        printf("mixed precision: autocast %s, float32 weights and optimizer%s\n", em_dtype_name(o->amp.dtype),
+               o->amp.scaler ? ", loss scaling (initial scale 65536)" : "");
     if (o->resume)
         printf("resumed from %s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps done)\n", o->checkpoint,
                pos.epoch + 1, pos.batch, pos.steps);
@@ -384,7 +398,9 @@ static int run(train_opts *o) {
         char mem[160];
         mlp_memory_line(o->device, mem, sizeof mem);
         mlp_eval ev;
-        if (mlp_evaluate(model, test, o->device, 1000, &ev) != EM_OK) {
+        em_autocast ac = train_amp_begin(&o->amp, o->device);   /* evaluate in the precision trained in */
+        em_status est = mlp_evaluate(model, test, o->device, 1000, &ev);
+        if (em_autocast_end(ac) != EM_OK || est != EM_OK) {
             fail("evaluation failed");
             goto done;
         }
@@ -392,6 +408,11 @@ static int run(train_opts *o) {
                "%.0f samples/s (%.2f s), memory %s\n",
                pos.epoch + 1, o->epochs, pos.loss_sum / (double)(pos.batch > 0 ? pos.batch : 1),
                100.0 * ev.accuracy, ev.loss, seconds > 0 ? (double)samples / seconds : 0, seconds, mem);
+        if (o->amp.on) {
+            char amp[160];
+            train_amp_epoch_line(&o->amp, amp, sizeof amp);
+            printf("  %s\n", amp);
+        }
         fflush(stdout);
         pos = (position){.epoch = pos.epoch + 1, .steps = pos.steps};
         if (em_loader_seek(loader, pos.epoch, 0) != EM_OK || save(o, model, opt, &pos) != EM_OK) {
@@ -424,6 +445,7 @@ done:
     catch_stop_signals(false);
     em_loader_free(loader);
     em_dp_free(dp);
+    train_amp_free(&o->amp);
     em_optim_free(opt);
     em_module_free(model);
     em_dataset_free(train);

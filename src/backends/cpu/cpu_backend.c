@@ -124,7 +124,11 @@ static em_status cpu_copy_d2d(int dst_index, void *dst_handle, size_t dst_offset
     return EM_OK;
 }
 
-static em_status cpu_synchronize(int index) { return EM_OK; }
+static em_status cpu_synchronize(int index) {
+    (void)index;
+    em__count_host_wait();
+    return EM_OK;
+}
 
 /* Float-only math stays float-only (core casts integers first, as PyTorch promotes them);
  * bool supports only what PyTorch allows on bool without promotion. */
@@ -171,4 +175,6 @@ const em_backend em_cpu_backend = {
     .rng = em__cpu_rng,
     .fused_sgd = em__cpu_fused_sgd,
     .fused_adam = em__cpu_fused_adam,
+    .amp_unscale = em__cpu_amp_unscale,
+    .amp_update = em__cpu_amp_update,
 };

@@ -132,6 +132,9 @@ em_status em__cpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t 
 em_status em__cpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *buf);
 em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                              em_tensor *v, em_tensor *vmax);
+/* Loss scaling (cpu_amp.c). */
+em_status em__cpu_amp_unscale(em_tensor *g, em_tensor *state);
+em_status em__cpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
 bool em__cpu_supports_op(em_op op, em_dtype dt);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);

@@ -209,11 +209,22 @@ static void optim_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-static em_status run(bool adam, const em_optim_args *a, em_tensor *const ts[5]) {
+static em_status run(bool adam, const em_optim_args *args, em_tensor *const ts[5]) {
     em_dtype dt = ts[0]->dtype;
     if (!em_dtype_is_floating(dt))
         return em_error(EM_ERR_NOT_SUPPORTED, "fused optimizer step: %s parameters are not floating point",
                         em_dtype_name(dt));
+    em_optim_args scaled;
+    const em_optim_args *a = args;
+    if (args->amp) { /* loss scaling: the scaler's flag and skipped count are in host memory here */
+        const float *st = em__host_ptr(args->amp);
+        if (st[EM_AMP_FOUND_INF] != 0.0f) return EM_OK;
+        scaled = *args;
+        double t = (double)args->step - (double)st[EM_AMP_SKIPPED];
+        scaled.bias_correction1 = 1.0 - pow(args->beta1, t);
+        scaled.bias_correction2 = 1.0 - pow(args->beta2, t);
+        a = &scaled;
+    }
     optim_job j = {.adam = adam, .flags = flags_of(a, adam), .dt = dt};
     double c[EM_OPT_NCONST];
     em__optim_consts(a, adam, c);

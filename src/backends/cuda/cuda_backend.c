@@ -351,6 +351,7 @@ static em_status cuda_copy_h2d(int index, void *dst_handle, size_t dst_offset, c
 static em_status copy_d2h_in(int index, void *dst, const void *src_handle, size_t src_offset,
                              size_t bytes) {
     if (bytes == 0) return EM_OK;
+    em__count_host_wait(); /* waits for the stream */
     em_cuda_device *d = em__cuda_activate(index, "copy to host");
     if (!d) return em_last_status();
     CUresult r = g_cu->cuMemcpyDtoHAsync(dst, at(src_handle, src_offset), bytes, d->stream);
@@ -409,6 +410,7 @@ static em_status cuda_copy_d2d(int dst_index, void *dst_handle, size_t dst_offse
 }
 
 static em_status synchronize_in(int index) {
+    em__count_host_wait();
     em_cuda_device *d = em__cuda_device(index);
     if (!d) return em_last_status();
     /* A device never used has no context and nothing queued: creating one to wait on

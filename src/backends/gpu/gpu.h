@@ -128,6 +128,9 @@ em_status em__gpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tenso
                             em_tensor *buf);
 em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *grad,
                              em_tensor *m, em_tensor *v, em_tensor *vmax);
+/* Loss scaling (gpu_optim.c, kernels in optim.k). */
+em_status em__gpu_amp_unscale(em_tensor *grad, em_tensor *state);
+em_status em__gpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
 
 /* Matmul with a given launcher (benchmarks compare Ember's kernel with the vendor GEMM by
  * passing a copy whose gemm is NULL). */
@@ -143,7 +146,8 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
     .binary = em__gpu_binary, .where = em__gpu_where, .reduce = em__gpu_reduce,               \
     .matmul = em__gpu_matmul, .softmax = em__gpu_softmax, .index_select = em__gpu_index_select, \
     .index_add = em__gpu_index_add, .gather = em__gpu_gather, .scatter_add = em__gpu_scatter_add, \
-    .rng = em__gpu_rng, .fused_sgd = em__gpu_fused_sgd, .fused_adam = em__gpu_fused_adam
+    .rng = em__gpu_rng, .fused_sgd = em__gpu_fused_sgd, .fused_adam = em__gpu_fused_adam,      \
+    .amp_unscale = em__gpu_amp_unscale, .amp_update = em__gpu_amp_update
 
 /* ---- layout helpers (gpu_layout.c), also used by backends' own fast paths ---- */
 /* Element offset of t's first element from its block's buffer handle; EM_ERR_INTERNAL

@@ -2,12 +2,13 @@
  * Adam/AdamW, written once for every GPU backend (see gpu.h). */
 #include "gpu.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include "../../core/errors.h"
 #include "gpu_internal.h"
 
 /* the flags of optim.k */
-enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32 };
+enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32, F_AMP = 64 };
 
 /* Element offsets of the used operands (unused ones stay 0), and the kernel name. */
 static em_status prepare(const em_gpu *g, const char *family, em_tensor *const *ts, int n,
@@ -54,11 +55,14 @@ em_status em__gpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tenso
     double c[EM_OPT_NCONST];
     em__optim_consts(a, false, c);
     int f = (a->weight_decay != 0 ? F_WD : 0) | (a->momentum != 0 ? F_MOMENTUM : 0) |
-            (a->nesterov ? F_NESTEROV : 0) | (a->first_step ? F_FIRST : 0);
+            (a->nesterov ? F_NESTEROV : 0) | (a->first_step ? F_FIRST : 0) | (a->amp ? F_AMP : 0);
+    int64_t oamp = 0;
+    if (a->amp && em__gpu_elem_offset(a->amp, &oamp)) return em_last_status();
     em_karg args[] = {buf_arg(p, p), buf_arg(grad, p), buf_arg(buf, p), EM_KI64(n),
                       EM_KI64(offs[0]), EM_KI64(offs[1]), EM_KI64(offs[2]),
                       scalar_arg(f64, c[EM_OPT_WD]), scalar_arg(f64, c[EM_OPT_MOMENTUM]),
-                      scalar_arg(f64, c[EM_OPT_OMD]), scalar_arg(f64, c[EM_OPT_STEP]), EM_KI32(f)};
+                      scalar_arg(f64, c[EM_OPT_OMD]), scalar_arg(f64, c[EM_OPT_STEP]), EM_KI32(f),
+                      buf_arg(a->amp, p), EM_KI64(oamp)};
     return em__gpu_launch_1d(g, EM__DEV(p), name, n, (int)(sizeof args / sizeof args[0]), args,
                              "fused sgd step");
 }
@@ -78,6 +82,9 @@ em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
     em__optim_consts(a, true, c);
     int f = (a->amsgrad ? F_AMSGRAD : 0);
     if (a->weight_decay != 0) f |= a->decoupled ? F_DECAY : F_WD;
+    if (a->amp) f |= F_AMP;
+    int64_t oamp = 0;
+    if (a->amp && em__gpu_elem_offset(a->amp, &oamp)) return em_last_status();
     em_karg args[] = {buf_arg(p, p), buf_arg(grad, p), buf_arg(m, p), buf_arg(v, p), buf_arg(vmax, p),
                       EM_KI64(n), EM_KI64(offs[0]), EM_KI64(offs[1]), EM_KI64(offs[2]),
                       EM_KI64(offs[3]), EM_KI64(offs[4]),
@@ -85,7 +92,34 @@ em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
                       scalar_arg(f64, c[EM_OPT_B1]), scalar_arg(f64, c[EM_OPT_OMB1]),
                       scalar_arg(f64, c[EM_OPT_B2]), scalar_arg(f64, c[EM_OPT_OMB2]),
                       scalar_arg(f64, c[EM_OPT_SQRT_BC2]), scalar_arg(f64, c[EM_OPT_EPS]),
-                      scalar_arg(f64, c[EM_OPT_STEP]), EM_KI32(f)};
+                      scalar_arg(f64, c[EM_OPT_STEP]), EM_KI32(f), buf_arg(a->amp, p), EM_KI64(oamp),
+                      scalar_arg(f64, a->lr), scalar_arg(f64, (double)a->step)};
     return em__gpu_launch_1d(g, EM__DEV(p), name, n, (int)(sizeof args / sizeof args[0]), args,
                              "fused adam step");
+}
+
+/* ---- loss scaling (backend.h's amp_unscale / amp_update; kernels in optim.k) ---- */
+
+em_status em__gpu_amp_unscale(em_tensor *grad, em_tensor *state) {
+    const em_gpu *g = em__gpu_of(grad);
+    em_tensor *ts[2] = {grad, state};
+    int64_t offs[2];
+    char name[32];
+    bool f64;
+    if (prepare(g, "amp_unscale", ts, 2, offs, name, sizeof name, &f64)) return em_last_status();
+    int64_t n = numel_of(grad);
+    if (n == 0) return EM_OK;
+    em_karg args[] = {buf_arg(grad, grad), EM_KI64(n), EM_KI64(offs[0]), buf_arg(state, grad), EM_KI64(offs[1])};
+    return em__gpu_launch_1d(g, EM__DEV(grad), name, n, (int)(sizeof args / sizeof args[0]), args,
+                             "grad scaler unscale");
+}
+
+em_status em__gpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval) {
+    const em_gpu *g = em__gpu_of(state);
+    int64_t off = 0;
+    if (em__gpu_elem_offset(state, &off)) return em_last_status();
+    int32_t every = interval > INT32_MAX ? INT32_MAX : (int32_t)interval;
+    em_karg args[] = {buf_arg(state, state), EM_KI64(off), EM_KF32(growth), EM_KF32(backoff), EM_KI32(every)};
+    return em__gpu_launch_1d(g, EM__DEV(state), "amp_update", 1, (int)(sizeof args / sizeof args[0]), args,
+                             "grad scaler update");
 }

@@ -270,6 +270,7 @@ static em_status ocl_d2h(int index, void *dst, const void *src, size_t src_off, 
     ocl_device *d = dev_or_error(index, "copy to host");
     if (!d) return EM_ERR_DEVICE;
     if (!bytes) return EM_OK;
+    em__count_host_wait(); /* a blocking read */
     /* blocking, and the in-order queue runs everything queued before it first */
     cl_int e = clEnqueueReadBuffer(d->queue, (cl_mem)src, CL_TRUE, src_off, bytes, dst, 0, NULL,
                                    NULL);
@@ -320,6 +321,7 @@ static em_status ocl_d2d(int di, void *dst, size_t dst_off, int si, const void *
 static em_status ocl_sync(int index) {
     ocl_device *d = dev_or_error(index, "synchronize");
     if (!d) return EM_ERR_DEVICE;
+    em__count_host_wait();
     cl_int e = clFinish(d->queue);
     if (e == CL_SUCCESS) return EM_OK;
     pthread_mutex_lock(&d->lock);

@@ -42,6 +42,7 @@ em_status em__ocl_event_query(void *event, bool *done) {
 
 em_status em__ocl_event_synchronize(void *event) {
     ocl_event *e = event;
+    em__count_host_wait();
     cl_int err = clWaitForEvents(1, &e->ev);
     if (err != CL_SUCCESS)
         return em_error(EM_ERR_BACKEND, "opencl:%d: queued work failed: %s", e->index, em__ocl_err_name(err));
