@@ -52,7 +52,7 @@ em_autocast em_autocast_begin_ex(em_device_type type, em_dtype dtype, bool enabl
 em_status em_autocast_end(em_autocast region);
 /* torch.is_autocast_enabled(device_type) / torch.get_autocast_dtype on this thread. */
 bool em_autocast_enabled(em_device_type type);
-em_dtype em_autocast_dtype(em_device_type type);
+em_dtype em_autocast_dtype(em_device_type type); /* the region's dtype (EM_BF16 when none) */
 
 /* ---- loss scaling (torch.amp.GradScaler) ----
  * The scale, growth tracker, found-inf flag and skipped-step count live in one float32
@@ -62,6 +62,7 @@ em_dtype em_autocast_dtype(em_device_type type);
  * synchronisation (reading the scale or the skipped count does). An optimizer whose
  * parameters take the op-by-op path (non-contiguous) reads the flag on the host instead. */
 typedef struct em_grad_scaler em_grad_scaler;
+/* The scaler's settings: PyTorch's GradScaler arguments and defaults. */
 typedef struct em_grad_scaler_opts {
     double init_scale;        /* 65536 */
     double growth_factor;     /* 2 */
@@ -69,9 +70,9 @@ typedef struct em_grad_scaler_opts {
     int64_t growth_interval;  /* 2000 clean steps */
     bool enabled;             /* false: scale/unscale are identities, step is em_step */
 } em_grad_scaler_opts;
-em_grad_scaler_opts em_grad_scaler_defaults(void);
-em_grad_scaler *em_grad_scaler_new(em_grad_scaler_opts opts);
-void em_grad_scaler_free(em_grad_scaler *s);
+em_grad_scaler_opts em_grad_scaler_defaults(void);          /* PyTorch's defaults, enabled */
+em_grad_scaler *em_grad_scaler_new(em_grad_scaler_opts opts); /* NULL and an error on bad opts */
+void em_grad_scaler_free(em_grad_scaler *s);                 /* NULL is ignored */
 /* loss * scale (differentiable; the scale is made on loss's device on the first call). */
 em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
 /* Divide every gradient of opt's parameters by the scale in place and record inf/NaN in the
@@ -85,8 +86,8 @@ em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt);
 em_status em_grad_scaler_update(em_grad_scaler *s);
 /* The current scale, growth tracker and skipped steps (these wait for the device). */
 double em_grad_scaler_get_scale(em_grad_scaler *s);
-int64_t em_grad_scaler_growth_tracker(em_grad_scaler *s);
-int64_t em_grad_scaler_skipped_steps(em_grad_scaler *s);
+int64_t em_grad_scaler_growth_tracker(em_grad_scaler *s); /* clean steps since the last change */
+int64_t em_grad_scaler_skipped_steps(em_grad_scaler *s);  /* steps skipped for inf/NaN */
 
 #ifdef __cplusplus
 }

@@ -39,12 +39,13 @@
 extern "C" {
 #endif
 
-typedef struct em_dp em_dp;
+typedef struct em_dp em_dp; /* a model replicated over several devices (nn.DataParallel) */
 
 /* DataParallel over devices[0..n-1] (1 <= n <= EM_DP_MAX_DEVICES, no device twice, each one
  * existing). Every parameter and buffer of model must be on devices[0] (PyTorch's rule);
  * the model is borrowed and must outlive the em_dp. NULL and an error otherwise. */
-#define EM_DP_MAX_DEVICES 64
+#define EM_DP_MAX_DEVICES 64 /* the most devices one em_dp spans */
+/* torch.nn.DataParallel(model, device_ids): see above. */
 em_dp *em_data_parallel(em_module *model, const em_device *devices, int n);
 /* Frees the replicas and threads (not the model). NULL is ignored. */
 void em_dp_free(em_dp *dp);
@@ -67,9 +68,9 @@ em_status em_dp_sync(em_dp *dp);
 
 /* The model (replica 0), the replica on devices[i] (borrowed), the device count. */
 em_module *em_dp_module(const em_dp *dp);
-em_module *em_dp_replica(const em_dp *dp, int i);
-int em_dp_device_count(const em_dp *dp);
-em_device em_dp_device(const em_dp *dp, int i);
+em_module *em_dp_replica(const em_dp *dp, int i); /* the replica on devices[i] */
+int em_dp_device_count(const em_dp *dp);         /* n */
+em_device em_dp_device(const em_dp *dp, int i);  /* devices[i] */
 
 #ifdef __cplusplus
 }
