@@ -293,6 +293,25 @@ em_status em__cpu_unary(em_op op, em_tensor *out, const em_tensor *in, const dou
     return EM_OK;
 }
 
+/* Small dense out, one operand a broadcast scalar: the scalar repeated once into a block,
+ * then the kernel straight over the other operand (the iterator would convert the scalar
+ * into every block again: 5x the time of the op on a [64, 256] tensor). */
+static __attribute__((noinline)) void binary_scalar(const ew_ctx *c, const em_tensor *a, const em_tensor *b,
+                                                    em_tensor *out, int64_t n, bool a_scalar) {
+    _Alignas(64) unsigned char rep[BLOCK * 8];
+    size_t es = em__cpu_esize(c->ct), os = em__cpu_esize(c->res_dt);
+    const char *xs = em__host_ptr(a_scalar ? a : b), *xd = em__host_ptr(a_scalar ? b : a);
+    int64_t m0 = n < BLOCK ? n : BLOCK;
+    for (int64_t k = 0; k < m0; k++) memcpy(rep + (size_t)k * es, xs, es);
+    char *xo = em__host_ptr(out);
+    for (int64_t off = 0; off < n; off += BLOCK) {
+        int64_t m = n - off < BLOCK ? n - off : BLOCK;
+        const char *d = xd + (size_t)off * es;
+        if (a_scalar) c->bk(rep, d, xo + (size_t)off * os, m);
+        else c->bk(d, rep, xo + (size_t)off * os, m);
+    }
+}
+
 em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
     if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__cpu_supports_op(op, a->dtype))
         return not_supported(op, a->dtype);
@@ -317,6 +336,10 @@ em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_
                 if ((oa += p) == pa) oa = 0;
                 if ((ob += p) == pb) ob = 0;
             }
+            return EM_OK;
+        }
+        if ((pa == 1 && pb == n) || (pb == 1 && pa == n)) { /* dense with a scalar (x > 0, g * 0.5) */
+            binary_scalar(&c, a, b, out, n, pa == 1);
             return EM_OK;
         }
     }
