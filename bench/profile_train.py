@@ -18,7 +18,7 @@ ALLOC = re.compile(r"^(malloc|free|calloc|realloc|_int_malloc|_int_free|tcache_|
                    r"__libc_calloc|__libc_malloc|__libc_free|em__mem_|mem__|tree_|em__storage_|em__tensor_alloc|"
                    r"unlink_chunk|posix_memalign|_mid_memalign)")
 KERNELS = re.compile(r"^(bin_|un_|where_|cast_|outer_|inner_|reduce_|acc_|store_result|iter_range|binary_blocks|"
-                     r"unary|em__cpu_|__memmove|__memcpy|__memset|copy_|fill_|softmax|log_softmax|__expf|__logf|"
+                     r"unary|binary_scalar|em__cpu_|__memmove|__memcpy|__memset|copy_|fill_|softmax|log_softmax|__expf|__logf|"
                      r"expf|logf|exp|log)")
 
 
@@ -54,7 +54,7 @@ def category(stack):
         return "unattributed (stack lost)"
     if dso.startswith("libopenblas") or dso.startswith("libdnnl") or any(
             n.startswith(("sgemm", "cblas_", "dnnl_sgemm", "gemm_run")) for n in names):
-        return "GEMM (OpenBLAS / oneDNN)"
+        return "GEMM (OpenBLAS, oneDNN driver and packing)"
     if "em_step" in names or "em_zero_grad" in names:
         return "optimizer (fused Adam, zero_grad)"
     if "em_loader_next" in names:
