@@ -3,6 +3,7 @@
  * old contents ignored for beta = 0 (NaN) and added for beta = 1, its padding left alone; the
  * per-shape policy; and em_matmul / em_addmm giving the same products whichever GEMM runs them.
  * Skipped in builds without oneDNN. */
+#include <dlfcn.h>
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -134,11 +135,35 @@ static void test_matmul_through_dnnl(void) {
     CHECK(em__cpu_sgemm_policy(g_start));
 }
 
+/* Around each oneDNN call the thread's OpenMP thread count is 1 (no OpenMP team next to
+ * Ember's pool), and afterwards the caller's own setting is back. */
+static void test_omp_setting_kept(void) {
+    if (!em__cpu_sgemm_policy("dnnl")) SKIP("a build without oneDNN");
+    void *set = dlsym(RTLD_DEFAULT, "omp_set_num_threads"), *get = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    if (!set || !get) {
+        CHECK(em__cpu_sgemm_policy(g_start));
+        SKIP("oneDNN without OpenMP: no OpenMP thread count to keep");
+    }
+    void (*omp_set)(int);
+    int (*omp_get)(void);
+    memcpy(&omp_set, &set, sizeof set);
+    memcpy(&omp_get, &get, sizeof get);
+    int before = omp_get();
+    omp_set(3);
+    bool ran = false;
+    CHECK(sgemm_case((gcase){64, 256, 784}, false, true, 0, 0.0f, &ran) == 0);
+    CHECK(ran);
+    CHECK(omp_get() == 3);
+    omp_set(before);
+    CHECK(em__cpu_sgemm_policy(g_start));
+}
+
 int main(void) {
     g_start = em__cpu_sgemm_policy_name();
     printf("f32 GEMM policy at start: %s\n", g_start);
     RUN(test_sgemm_against_reference);
     RUN(test_sgemm_policy);
     RUN(test_matmul_through_dnnl);
+    RUN(test_omp_setting_kept);
     return test_summary();
 }

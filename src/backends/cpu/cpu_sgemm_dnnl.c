@@ -1,8 +1,8 @@
 /* f32 GEMM through oneDNN's dnnl_sgemm for the shapes where it beats OpenBLAS (see the header).
  * Debian's oneDNN runs on OpenMP: a call would start omp_get_max_threads() threads, which spin
- * while idle and fight Ember's own pool for the cores, so every thread that calls it first
- * sets its own OpenMP thread count to 1 (an OpenMP ICV is per thread; the caller's threads
- * outside Ember are not touched). */
+ * while idle and fight Ember's own pool for the cores, so around each call the calling thread's
+ * OpenMP thread count is 1 and then what it was (an OpenMP ICV is per thread: a caller's own
+ * OpenMP code keeps its setting). */
 #include "cpu_sgemm_dnnl.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,15 +53,18 @@ const char *em__cpu_sgemm_policy_name(void) { return policy_names[policy()]; }
 #ifdef EMBER_HAVE_DNNL
 static bool g_avx512;
 static void (*g_omp_set_num_threads)(int);
+static int (*g_omp_get_max_threads)(void);
 static pthread_once_t g_dnnl_once = PTHREAD_ONCE_INIT;
-static _Thread_local bool t_single;
 
 static void dnnl_init(void) {
     __builtin_cpu_init();
     g_avx512 = __builtin_cpu_supports("avx512f");
     /* libgomp comes with libdnnl when its runtime is OpenMP; absent otherwise (nothing to set) */
-    void *f = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-    memcpy(&g_omp_set_num_threads, &f, sizeof f);
+    void *set = dlsym(RTLD_DEFAULT, "omp_set_num_threads"), *get = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    if (set && get) {
+        memcpy(&g_omp_set_num_threads, &set, sizeof set);
+        memcpy(&g_omp_get_max_threads, &get, sizeof get);
+    }
 }
 
 bool em__cpu_sgemm_dnnl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -70,11 +73,11 @@ bool em__cpu_sgemm_dnnl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const
     if (p == POLICY_OPENBLAS) return false;
     pthread_once(&g_dnnl_once, dnnl_init);
     if (p == POLICY_AUTO && (!g_avx512 || m * n * k < EM_SGEMM_DNNL_MIN_MACS || k < EM_SGEMM_DNNL_MIN_K)) return false;
-    if (!t_single) {
-        if (g_omp_set_num_threads) g_omp_set_num_threads(1);
-        t_single = true;
-    }
-    return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) == dnnl_success;
+    int omp_threads = g_omp_get_max_threads ? g_omp_get_max_threads() : 1;
+    if (omp_threads != 1) g_omp_set_num_threads(1);
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    if (omp_threads != 1) g_omp_set_num_threads(omp_threads);
+    return st == dnnl_success;
 }
 #else
 bool em__cpu_sgemm_dnnl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
