@@ -2,7 +2,8 @@
  * GEMM) on the operands' own memory when each matrix is row- or column-major (strides say
  * which), else through a contiguous copy; a weight broadcast over the batch folds the batch
  * into M (one big GEMM); large GEMMs are split across Ember's sleeping thread pool while
- * OpenBLAS itself runs single-threaded (its own idle threads spin). f16/bf16 compute in f32;
+ * OpenBLAS itself runs single-threaded (its own idle threads spin); large f32 products go to
+ * oneDNN's sgemm instead where it is faster (cpu_sgemm_dnnl.c). f16/bf16 compute in f32;
  * integers use int64 wrapping sums. */
 #include <limits.h>
 #include <pthread.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include "cpu_gemm.h"
 #include "cpu_internal.h"
+#include "cpu_sgemm_dnnl.h"
 #ifdef EMBER_HAVE_BLAS
 #include <cblas.h>
 #endif
@@ -88,6 +90,10 @@ static void gemm_run(const gemm *g, int64_t p0, int64_t p1, int64_t q0, int64_t 
     else
         em__cpu_gemm_f32(P, Q, g->K, (const float *)x, rsx, csx, (const float *)y, rsy, csy, (float *)z, g->ldz);
 #else
+    /* oneDNN where it beats OpenBLAS (cpu_sgemm_dnnl.c decides per shape) */
+    if (!g->dbl && em__cpu_sgemm_dnnl(g->xt, g->yt, p1 - p0, q1 - q0, g->K, (const float *)x, g->ldx, (const float *)y,
+                                      g->ldy, g->acc ? 1.0f : 0.0f, (float *)z, g->ldz))
+        return;
     CBLAS_TRANSPOSE tx = g->xt ? CblasTrans : CblasNoTrans, ty = g->yt ? CblasTrans : CblasNoTrans;
     if (g->dbl)
         cblas_dgemm(CblasRowMajor, tx, ty, (int)(p1 - p0), (int)(q1 - q0), (int)g->K, 1.0, (const double *)x,
