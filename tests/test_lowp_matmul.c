@@ -248,6 +248,56 @@ static void test_impl_report(void) {
 #endif
 }
 
+/* The CPU's f32 <-> bf16 casts (vectorized where the CPU has AVX-512) against the scalar rule:
+ * every bf16 pattern to f32, and f32 patterns of every kind (ties, subnormals, infinities,
+ * NaNs with payloads) to bf16, with odd lengths for the vector tails. */
+static uint16_t ref_bf16(uint32_t u) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void test_bf16_casts(void) {
+    em_scope sc = em_scope_begin();
+    uint16_t *h = malloc(65536 * sizeof *h);
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    em_tensor *t = em_from_data(h, EM_BF16, EM_SHAPE(65536), EM_OPTS(.dtype = EM_BF16));
+    em_tensor *f = em_contiguous(em_to_dtype(t, EM_F32));
+    uint32_t *fu = malloc(65536 * sizeof *fu);
+    CHECK_OK(em_copy_to_host(f, fu, 65536 * 4));
+    int bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) bad += fu[i] != i << 16;
+    CHECK(bad == 0);
+    int64_t n = 100003;
+    uint32_t *u = malloc((size_t)n * sizeof *u), x = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        switch (i % 5) {
+        case 0: u[i] = x; break;                                  /* anything, NaNs included */
+        case 1: u[i] = (x & 0xffff0000u) | 0x8000u; break;        /* exact ties */
+        case 2: u[i] = x & 0x807fffffu; break;                    /* subnormals */
+        case 3: u[i] = 0x7f800000u | (x & 0x807fffffu); break;    /* inf, NaN payloads */
+        default: u[i] = (x & 0xffff0000u) | 0x7fffu; break;       /* just below a tie */
+        }
+    }
+    em_tensor *g = em_from_data(u, EM_F32, EM_SHAPE(n), EM_OPTS(0));
+    em_tensor *b = em_contiguous(em_to_dtype(g, EM_BF16));
+    uint16_t *bh = malloc((size_t)n * sizeof *bh);
+    CHECK_OK(em_copy_to_host(b, bh, (size_t)n * 2));
+    bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (bh[i] != ref_bf16(u[i])) {
+            if (bad < 3) fprintf(stderr, "  f32 %08x -> bf16 %04x, expected %04x\n", u[i], bh[i], ref_bf16(u[i]));
+            bad++;
+        }
+    }
+    CHECK(bad == 0);
+    free(h);
+    free(fu);
+    free(u);
+    free(bh);
+    em_scope_end(sc);
+}
+
 static void test_opencl(void) {
     if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL: %s", em_device_unavailable_reason(EM_OPENCL));
     g_dev = EM_DEVICE(EM_OPENCL, 0);
@@ -258,6 +308,7 @@ static void test_opencl(void) {
 int main(void) {
     unsetenv("EMBER_CPU_LOWP_GEMM");
     RUN(test_impl_report);
+    RUN(test_bf16_casts);
     bool onednn = strncmp(em_cpu_matmul_impl(EM_BF16), "oneDNN", 6) == 0;
     if (onednn) {
         RUN(test_cpu_onednn_1);
