@@ -6,6 +6,7 @@
  * is one rounding of the result to the low dtype plus float32 accumulation error; a sum of
  * 4096 ones must come out exact, which float32 accumulation gives and bf16/f16 accumulation
  * cannot (it stalls at 256 / 2048). */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include "test.h"
 
@@ -298,6 +299,25 @@ static void test_bf16_casts(void) {
     em_scope_end(sc);
 }
 
+/* oneDNN runs with one OpenMP thread, and the calling thread's own OpenMP setting survives a
+ * bf16 matmul (a program's parallel regions keep their thread count) */
+static void test_openmp_setting_kept(void) {
+    int (*get)(void) = NULL;
+    void (*set)(int) = NULL;
+    *(void **)&get = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    *(void **)&set = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (!get || !set) SKIP("no OpenMP runtime loaded (built without oneDNN)");
+    int before = get();
+    set(3);
+    em_scope sc = em_scope_begin();
+    em_tensor *a = em_to_dtype(em_ones(EM_SHAPE(300, 300), EM_OPTS(0)), EM_BF16);
+    em_tensor *c = em_matmul(a, a);
+    CHECK(c != NULL);
+    CHECK(get() == 3);
+    em_scope_end(sc);
+    set(before);
+}
+
 static void test_opencl(void) {
     if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL: %s", em_device_unavailable_reason(EM_OPENCL));
     g_dev = EM_DEVICE(EM_OPENCL, 0);
@@ -309,6 +329,7 @@ int main(void) {
     unsetenv("EMBER_CPU_LOWP_GEMM");
     RUN(test_impl_report);
     RUN(test_bf16_casts);
+    RUN(test_openmp_setting_kept);
     bool onednn = strncmp(em_cpu_matmul_impl(EM_BF16), "oneDNN", 6) == 0;
     if (onednn) {
         RUN(test_cpu_onednn_1);

@@ -52,6 +52,7 @@ typedef struct entry {
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t g_engine;
 static void (*g_omp_set_threads)(int);
+static int (*g_omp_get_threads)(void);
 static bool g_ok[EM_DTYPE_COUNT];              /* oneDNN runs this dtype fast here */
 static char g_desc[EM_DTYPE_COUNT][160];       /* what em_cpu_matmul_impl says */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -74,8 +75,15 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
     }
 }
 
-static void one_omp_thread(void) {
-    if (g_omp_set_threads) g_omp_set_threads(1);
+/* One OpenMP thread for oneDNN on the calling thread; returns what to restore afterwards, so a
+ * program's own OpenMP regions on this thread keep their thread count. */
+static int one_omp_thread(void) {
+    int prev = g_omp_get_threads ? g_omp_get_threads() : 0;
+    if (g_omp_set_threads && prev != 1) g_omp_set_threads(1);
+    return prev;
+}
+static void restore_omp_threads(int prev) {
+    if (g_omp_set_threads && prev > 1) g_omp_set_threads(prev);
 }
 
 /* A primitive for k (caller holds g_lock or is the only user). */
@@ -91,7 +99,7 @@ static dnnl_status_t create(const key *k, dnnl_primitive_desc_t *pd, dnnl_primit
     dnnl_post_ops_t ops = NULL;
     *pd = NULL;
     *prim = NULL;
-    one_omp_thread(); /* oneDNN sizes its blocking by the creating thread's OpenMP threads */
+    int omp = one_omp_thread(); /* oneDNN sizes its blocking by the creating thread's OpenMP threads */
     dnnl_status_t s = dnnl_memory_desc_init_by_strides(&mx, 2, dx, dt, sx);
     if (!s) s = dnnl_memory_desc_init_by_strides(&my, 2, dy, dt, sy);
     if (!s) s = dnnl_memory_desc_init_by_strides(&mz, 2, dz, dt, sz);
@@ -106,6 +114,7 @@ static dnnl_status_t create(const key *k, dnnl_primitive_desc_t *pd, dnnl_primit
     if (!s) s = dnnl_primitive_desc_create(pd, &md, attr, g_engine, NULL);
     if (!s) s = dnnl_primitive_create(prim, *pd);
     if (!s) *scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0));
+    restore_omp_threads(omp);
     if (ops) dnnl_post_ops_destroy(ops);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (s) {
@@ -159,6 +168,7 @@ static void probe(em_dtype dt, dnnl_cpu_isa_t isa) {
 static void init(void) {
     /* libdnnl brings libgomp; found at run time so that Ember does not link OpenMP itself */
     *(void **)&g_omp_set_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    *(void **)&g_omp_get_threads = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
         g_engine = NULL;
         snprintf(g_desc[EM_BF16], sizeof g_desc[EM_BF16], "float32 GEMM after conversion (oneDNN: no CPU engine)");
@@ -244,11 +254,11 @@ static void release(entry *e) {
 }
 
 static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z) {
-    one_omp_thread();
     dnnl_status_t s = dnnl_success;
     dnnl_memory_t mx = NULL, my = NULL, mz = NULL, ms = NULL;
     void *scratch = e->scratch ? malloc(e->scratch) : NULL;
     if (e->scratch && !scratch) return dnnl_out_of_memory;
+    int omp = one_omp_thread();
     dnnl_stream_t str = stream_take();
     if (!str) s = dnnl_out_of_memory;
     if (!s) s = dnnl_memory_create(&mx, dnnl_primitive_desc_query_md(e->pd, dnnl_query_src_md, 0), g_engine, (void *)x);
@@ -266,6 +276,7 @@ static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z) {
     if (mz) dnnl_memory_destroy(mz);
     if (ms) dnnl_memory_destroy(ms);
     if (str) stream_give(str);
+    restore_omp_threads(omp);
     free(scratch);
     return s;
 }
