@@ -7,6 +7,7 @@
  * 4096 ones must come out exact, which float32 accumulation gives and bf16/f16 accumulation
  * cannot (it stalls at 256 / 2048). */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include "test.h"
 
@@ -318,6 +319,41 @@ static void test_openmp_setting_kept(void) {
     set(before);
 }
 
+/* Several program threads multiplying bf16 at once (shared primitive cache and stream pool,
+ * shapes that evict each other): each result equals the same product computed alone. */
+typedef struct mt_job { em_tensor *a, *b, *want; int bad; } mt_job;
+
+static void *mt_run(void *arg) {
+    mt_job *j = arg;
+    for (int it = 0; it < 20; it++) {
+        em_scope sc = em_scope_begin();
+        em_tensor *c = em_matmul(j->a, j->b);
+        em_tensor *d = c ? em_ne(c, j->want) : NULL;
+        if (!d || em_item(em_sum(d, EM_ALL_DIMS, false)) != 0) j->bad++;
+        em_scope_end(sc);
+    }
+    em_clear_error();
+    return NULL;
+}
+
+static void test_threads_share_the_cache(void) {
+    g_dev = EM_DEVICE_CPU;
+    enum { NT = 4 };
+    mt_job jobs[NT];
+    pthread_t th[NT];
+    em_scope sc = em_scope_begin();
+    for (int i = 0; i < NT; i++) {
+        int64_t M = 40 + 37 * i, K = 64 + 11 * i, N = 96 - 9 * i;
+        jobs[i] = (mt_job){rnd(EM_BF16, M, K), em_transpose(rnd(EM_BF16, N, K), 0, 1), NULL, 0};
+        jobs[i].want = em_matmul(jobs[i].a, jobs[i].b);
+        CHECK(jobs[i].want != NULL);
+    }
+    for (int i = 0; i < NT; i++) CHECK(pthread_create(&th[i], NULL, mt_run, &jobs[i]) == 0);
+    for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NT; i++) CHECK(jobs[i].bad == 0);
+    em_scope_end(sc);
+}
+
 static void test_opencl(void) {
     if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL: %s", em_device_unavailable_reason(EM_OPENCL));
     g_dev = EM_DEVICE(EM_OPENCL, 0);
@@ -334,6 +370,7 @@ int main(void) {
     if (onednn) {
         RUN(test_cpu_onednn_1);
         RUN(test_cpu_onednn_2);
+        RUN(test_threads_share_the_cache);
     } else {
         test_skip_case("test_cpu_onednn", "bf16 matmul here is the %s", em_cpu_matmul_impl(EM_BF16));
     }
