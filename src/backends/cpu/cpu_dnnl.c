@@ -282,9 +282,9 @@ static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z) {
 }
 
 /* One GEMM as a grid of blocks: threads take row blocks (split_rows) or column blocks; with
- * row blocks, wide products also go in column panels of PANEL. oneDNN 2.6's AMX kernel repacks
- * the weight (y) as it goes, and measured here (1 thread, 2048-4096 square) 1.3-1.9x faster on
- * panels of 256-512 columns than on the whole width. */
+ * row blocks, products wider than 2 * PANEL also go in column panels of PANEL. oneDNN 2.6's
+ * AMX kernel repacks the weight (y) as it goes, and measured here (1 thread, 2048 and 4096
+ * square) 1.3-1.9x faster on panels of 256-512 columns than on the whole width. */
 #define PANEL 512
 typedef struct job {
     const em_lowp_gemm *g;
@@ -327,7 +327,7 @@ em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g) {
     if (per > len) per = len;
     if (j.split_rows) {
         j.rper = per;
-        j.qper = big && g->Q > PANEL ? PANEL : g->Q;
+        j.qper = big && g->Q > 2 * PANEL ? PANEL : g->Q; /* 1024 wide: measured no better in panels */
     } else {
         j.rper = g->P;
         j.qper = per;
