@@ -3,8 +3,11 @@
 # checks (scripts/gpu_check.sh; docs/GPU_CHECK.md). Run it here, where the Debian registry is:
 #   .gpu/deps.tar.xz      a private prefix (usr/...) unpacked from Debian packages with
 #                         dpkg-deb -x, never into /: OpenBLAS (pthread build) with its headers and
-#                         its runtime (libgfortran5, libquadmath0), zlib's headers and library.
-#                         Compressed because OpenBLAS alone is 36 MB; gpu_check.sh unpacks it.
+#                         its runtime (libgfortran5, libquadmath0), zlib's headers and library;
+#                         oneDNN (libdnnl2, libdnnl-dev: the CPU's bf16 matmul, issue 14) with
+#                         what libdnnl loads (libgomp1, ocl-icd-libopencl1).
+#                         Compressed because OpenBLAS alone is 36 MB and libdnnl 40 MB (7 MB as
+#                         xz); gpu_check.sh unpacks it.
 #   .gpu/fashion-mnist/   the four IDX files of Debian's dataset-fashion-mnist (30 MB, gzip)
 #   .gpu/MANIFEST         package versions and file sizes
 # The GPU machine receives the folder by carry=[".gpu"] (64 MiB at most: this script fails
@@ -17,7 +20,8 @@ ARCH=$(dpkg --print-architecture)
 TRIPLET=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 # The OpenBLAS runtime and development files (the "-dev" metapackage would add alternatives
 # only a package manager sets up), its Fortran runtime, zlib's development files.
-PACKAGES=(libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 zlib1g zlib1g-dev)
+PACKAGES=(libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 zlib1g zlib1g-dev
+          libdnnl2 libdnnl-dev libgomp1 ocl-icd-libopencl1)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -52,7 +56,8 @@ zreal=$(cd "$LIBDIR" && ls libz.so.1.* | head -n1)
 ln -sf "$zreal" "$LIBDIR/libz.so"
 for need in "usr/include/zlib.h" "usr/include/$TRIPLET/openblas-pthread/cblas.h" \
             "usr/lib/$TRIPLET/openblas-pthread/libopenblas.so" "usr/lib/$TRIPLET/openblas-pthread/libopenblas.so.0" \
-            "usr/lib/$TRIPLET/libgfortran.so.5" "usr/lib/$TRIPLET/libz.so"; do
+            "usr/lib/$TRIPLET/libgfortran.so.5" "usr/lib/$TRIPLET/libz.so" \
+            "usr/include/dnnl.h" "usr/lib/$TRIPLET/libdnnl.so" "usr/lib/$TRIPLET/libdnnl.so.2"; do
     [ -e "$R/$need" ] || { echo "gpu_prepare: $need missing after unpacking" >&2; exit 1; }
 done
 

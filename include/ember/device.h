@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/dtype.h>
 #include <ember/error.h>
 
 #ifdef __cplusplus
@@ -106,6 +107,12 @@ const char *em_cpu_features(void);
 /* The widest FMA the CPU runs, for the FP32 peak: 16 (AVX-512F), 8 (AVX2 + FMA), or 0 (no
  * FMA: SSE multiply and add, 4 lanes). */
 int em_cpu_fma_lanes(void);
+/* How the CPU backend multiplies matrices of dt (matmul, addmm, linear), as one line: for
+ * f32/f64 the GEMM library ("OpenBLAS 0.3.21 (...)"), for bf16/f16 the oneDNN kernel and
+ * its ISA ("oneDNN 2.6.3 brg:avx512_core_amx_bf16 (ISA avx512_core_amx), float32
+ * accumulation") or why it converts to float32 instead (no AVX512-BF16/AMX, no oneDNN, or
+ * EMBER_CPU_LOWP_GEMM=portable). NULL for integer and bool dtypes. Static storage. */
+const char *em_cpu_matmul_impl(em_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -160,8 +160,8 @@ typedef struct em_backend {
     /* Batched matmul: a [..., M, K], b [..., K, N], out [..., M, N]; the batch dims of all
      * three are equal (core expands them; batch strides may be 0); one dtype. */
     em_status (*matmul)(em_tensor *out, const em_tensor *a, const em_tensor *b);
-    /* Optional: out += a @ b for 2-d f32/f64 a [M, K], b [K, N] and a contiguous out [M, N]
-     * of their dtype (addmm: core fills out with the broadcast bias first). NULL: core runs
+    /* Optional: out += a @ b for 2-d floating (f32, f64, f16, bf16: the low ones accumulate
+     * in f32 and round once) a [M, K], b [K, N] and a contiguous out [M, N] of their dtype (addmm: core fills out with the broadcast bias first). NULL: core runs
      * matmul and then add. */
     em_status (*matmul_acc)(em_tensor *out, const em_tensor *a, const em_tensor *b);
     /* Softmax (or log-softmax) of in along dim; out has in's shape and dtype. */

@@ -99,7 +99,7 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
 }
 
 /* torch.addmm: beta * input + alpha * (mat1 @ mat2), input broadcast to [M, N]. With
- * beta = alpha = 1 on one f32/f64 dtype and a backend that accumulates (matmul_acc), out is
+ * beta = alpha = 1 on one floating dtype and a backend that accumulates (matmul_acc), out is
  * filled with the broadcast input and the GEMM adds into it (PyTorch's linear on the CPU):
  * no pass to zero the product and none to add the bias, and PyTorch's rounding order.
  * Otherwise it is composed of matmul, mul_scalar and add. */
@@ -137,7 +137,7 @@ em_tensor *em_addmm(em_tensor *input, em_tensor *mat1, em_tensor *mat2, double b
     }
     const em_backend *be = mat1->storage->backend;
     em_dtype dt = mat1->dtype;
-    if (beta == 1.0 && alpha == 1.0 && be->matmul_acc && be->copy && (dt == EM_F32 || dt == EM_F64) &&
+    if (beta == 1.0 && alpha == 1.0 && be->matmul_acc && be->copy && em_dtype_is_floating(dt) &&
         mat2->dtype == dt && input->dtype == dt) {
         em_tensor *out = em__tensor_new_on(be, mat1->storage->device, 2, shape, dt);
         if (!out) return NULL;

@@ -49,6 +49,8 @@ void devrep_gather(devrep_report *r) {
     r->env_set = env && *env;
     copy_str(r->env, sizeof r->env, r->env_set ? env : "");
     copy_str(r->cpu_features, sizeof r->cpu_features, em_cpu_features());
+    copy_str(r->cpu_bf16, sizeof r->cpu_bf16, em_cpu_matmul_impl(EM_BF16));
+    copy_str(r->cpu_f16, sizeof r->cpu_f16, em_cpu_matmul_impl(EM_F16));
     em_clear_error();
 }
 
@@ -112,6 +114,8 @@ int devrep_write_text(FILE *f, const devrep_report *r) {
         }
         if (t->type == EM_CPU && r->cpu_features[0]) /* what the FP32 peak and the kernels rest on */
             fprintf(f, "  features: %s\n", r->cpu_features);
+        if (t->type == EM_CPU && r->cpu_bf16[0]) /* oneDNN's ISA (AMX, AVX512-BF16) or float32 */
+            fprintf(f, "  bf16 matmul: %s\n  f16 matmul: %s\n", r->cpu_bf16, r->cpu_f16);
         for (int j = 0; j < t->ndevices; j++) write_device_text(f, t, &t->devices[j]);
         if (t->count > t->ndevices)
             fprintf(f, "  ... and %d more\n", t->count - t->ndevices);
@@ -227,6 +231,12 @@ int devrep_write_json(FILE *f, const devrep_report *r) {
         if (t->type == EM_CPU && r->cpu_features[0]) {
             fputs(", \"features\": ", f);
             json_str(f, r->cpu_features);
+        }
+        if (t->type == EM_CPU && r->cpu_bf16[0]) {
+            fputs(", \"bf16_matmul\": ", f);
+            json_str(f, r->cpu_bf16);
+            fputs(", \"f16_matmul\": ", f);
+            json_str(f, r->cpu_f16);
         }
         fputs(", \"devices\": [", f);
         for (int j = 0; j < t->ndevices; j++) {

@@ -34,6 +34,7 @@ typedef struct devrep_report {
     bool env_set;         /* EMBER_DEVICE is set (and non-empty) */
     char env[128];
     char cpu_features[256]; /* em_cpu_features(); "" prints no features line */
+    char cpu_bf16[192], cpu_f16[192]; /* em_cpu_matmul_impl: what runs bf16/f16 matmul */
 } devrep_report;
 
 /* Ask Ember about every device type and the auto-selection. Leaves no error pending. */

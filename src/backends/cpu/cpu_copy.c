@@ -127,6 +127,37 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *o, const 
         _mm256_storeu_ps(o + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(i + k))));
     for (; k < n; k++) o[k] = em_f16_to_f32(i[k]);
 }
+/* f32 <-> bf16, 16 at a time with AVX-512 integer ops: the scalar rounding exactly (nearest
+ * even, NaN made quiet, subnormals kept; VCVTNEPS2BF16 would flush them). bf16 matmul's casts
+ * of float32 master weights each step are memory-bound passes this makes several times faster. */
+__attribute__((target("avx512f,avx512bw"))) static void f32_to_bf16_avx512(uint16_t *o, const float *i, int64_t n) {
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x400000);
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512 f = _mm512_loadu_ps(i + k);
+        __m512i u = _mm512_castps_si512(f);
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+        r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), u, quiet);
+        _mm256_storeu_si256((__m256i *)(o + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+    for (; k < n; k++) o[k] = f32_to_bf16(i[k]);
+}
+__attribute__((target("avx512f,avx512bw"))) static void bf16_to_f32_avx512(float *o, const uint16_t *i, int64_t n) {
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        _mm512_storeu_si512((void *)(o + k),
+                            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(i + k))), 16));
+    for (; k < n; k++) o[k] = bf16_to_f32(i[k]);
+}
+static bool have_avx512bw(void) {
+    static atomic_int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
+}
 static bool have_f16c(void) {
     static atomic_int have = -1; /* threads racing on first use all compute the same */
     int h = atomic_load_explicit(&have, memory_order_relaxed);
@@ -139,6 +170,9 @@ static bool have_f16c(void) {
 }
 #else
 static bool have_f16c(void) { return false; }
+static bool have_avx512bw(void) { return false; }
+static void f32_to_bf16_avx512(uint16_t *o, const float *i, int64_t n) { (void)o, (void)i, (void)n; }
+static void bf16_to_f32_avx512(float *o, const uint16_t *i, int64_t n) { (void)o, (void)i, (void)n; }
 static void f32_to_f16_f16c(uint16_t *o, const float *i, int64_t n) { (void)o, (void)i, (void)n; }
 static void f16_to_f32_f16c(float *o, const uint16_t *i, int64_t n) { (void)o, (void)i, (void)n; }
 #endif
@@ -150,6 +184,14 @@ void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_
     }
     if (dti == EM_F16 && dto == EM_F32 && so == 4 && si == 2 && have_f16c()) {
         f16_to_f32_f16c((float *)o, (const uint16_t *)i, n);
+        return;
+    }
+    if (dti == EM_F32 && dto == EM_BF16 && so == 2 && si == 4 && have_avx512bw()) {
+        f32_to_bf16_avx512((uint16_t *)o, (const float *)i, n);
+        return;
+    }
+    if (dti == EM_BF16 && dto == EM_F32 && so == 4 && si == 2 && have_avx512bw()) {
+        bf16_to_f32_avx512((float *)o, (const uint16_t *)i, n);
         return;
     }
     g_cast[dti][dto](o, so, i, si, n);

@@ -3,12 +3,15 @@
  * which), else through a contiguous copy; a weight broadcast over the batch folds the batch
  * into M (one big GEMM); large GEMMs are split across Ember's sleeping thread pool while
  * OpenBLAS itself runs single-threaded (its own idle threads spin); large f32 products go to
- * oneDNN's sgemm instead where it is faster (cpu_sgemm_dnnl.c). f16/bf16 compute in f32;
- * integers use int64 wrapping sums. */
+ * oneDNN's sgemm instead where it is faster (cpu_sgemm_dnnl.c). f16/bf16 go to oneDNN
+ * (cpu_dnnl.c: AMX / AVX512-BF16, float32 accumulation) with the same layouts and batch
+ * folding, or, where it has no fast kernel, are converted to f32 and run as f32 (the
+ * portable path); integers use int64 wrapping sums. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include "cpu_dnnl.h"
 #include "cpu_gemm.h"
 #include "cpu_internal.h"
 #include "cpu_sgemm_dnnl.h"
@@ -159,11 +162,11 @@ static bool batch_broadcast(const bmm *m, const em_tensor *t) {
     return true;
 }
 
-typedef struct batch_job { const bmm *m; int la, lb, lo; int64_t lda, ldb, ldo; bool dbl; } batch_job;
+typedef struct batch_job { const bmm *m; int la, lb, lo; int64_t lda, ldb, ldo; bool dbl; atomic_int lowp_status; } batch_job;
 
 static gemm batch_gemm(const batch_job *j, int64_t i) {
     const bmm *m = j->m;
-    size_t es = j->dbl ? 8 : 4;
+    size_t es = em_dtype_size(m->out->dtype);
     const char *pa = (const char *)m->a->storage->block.handle + m->a->storage->block.offset + batch_offset(m, m->a, i) * es;
     const char *pb = (const char *)m->b->storage->block.handle + m->b->storage->block.offset + batch_offset(m, m->b, i) * es;
     char *po = (char *)m->out->storage->block.handle + m->out->storage->block.offset + batch_offset(m, m->out, i) * es;
@@ -183,7 +186,7 @@ static void batch_chunk(void *arg, int64_t begin, int64_t end) {
 
 /* f32 / f64 with a, b, out each row- or column-major per matrix. */
 static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int64_t ldb, int lo, int64_t ldo) {
-    batch_job j = {m, la, lb, lo, lda, ldb, ldo, dbl};
+    batch_job j = {m, la, lb, lo, lda, ldb, ldo, dbl, 0};
     if (m->nbatch == 1) {
         gemm g = batch_gemm(&j, 0);
         gemm_parallel(&g);
@@ -206,6 +209,61 @@ static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int
     } else {
         em__cpu_parallel_for(m->nbatch, GEMM_GRAIN_MACS / (per + 1) + 1, batch_chunk, &j);
     }
+}
+
+/* ---- bf16/f16 on oneDNN: the layouts and batch folding of blas_matmul ---- */
+static em_lowp_gemm lowp_of(const gemm *g, em_dtype dt, bool acc) {
+    return (em_lowp_gemm){dt, g->P, g->Q, g->K, g->x, g->y, g->z, g->xt, g->yt, g->ldx, g->ldy, g->ldz, acc};
+}
+
+/* batches 1 + [begin, end): the first ran on the calling thread */
+static void lowp_batch_chunk_from1(void *arg, int64_t begin, int64_t end) {
+    batch_job *j = arg;
+    for (int64_t i = begin + 1; i < end + 1; i++) {
+        gemm g = batch_gemm(j, i);
+        em_lowp_gemm l = lowp_of(&g, j->m->out->dtype, false);
+        em_error_state saved; /* a worker's own error state stays clean: the caller reports */
+        em_error_save(&saved);
+        em_status st = em__cpu_dnnl_gemm(&l);
+        em_error_restore(&saved);
+        if (st != EM_OK) atomic_store(&j->lowp_status, (int)st);
+    }
+}
+
+/* EM_ERR_NOT_SUPPORTED (nothing recorded, out untouched or to be overwritten): use f32. */
+static em_status lowp_matmul(const bmm *m, int la, int64_t lda, int lb, int64_t ldb, int lo, int64_t ldo) {
+    em_dtype dt = m->out->dtype;
+    batch_job j = {m, la, lb, lo, lda, ldb, ldo, false, 0};
+    gemm g = batch_gemm(&j, 0);
+    if (m->nbatch > 1 && la == 0 && lo == 0 && batch_broadcast(m, m->b) && batch_folds_into_rows(m, m->a, m->M, lda) &&
+        batch_folds_into_rows(m, m->out, m->M, ldo))
+        g.P = m->nbatch * m->M; /* a shared weight: one GEMM of nbatch*M rows */
+    else if (m->nbatch > 1) {
+        /* the first matrix on the calling thread: a refusal (no kernel) comes before any work
+         * on other threads, and f32 then overwrites every output */
+        em_lowp_gemm l = lowp_of(&g, dt, false);
+        em_status st = em__cpu_dnnl_gemm(&l);
+        if (st != EM_OK) return st;
+        int64_t per = m->M * m->N * m->K;
+        if (per >= 4 * GEMM_GRAIN_MACS) {
+            for (int64_t i = 1; i < m->nbatch && st == EM_OK; i++) {
+                g = batch_gemm(&j, i);
+                l = lowp_of(&g, dt, false);
+                st = em__cpu_dnnl_gemm(&l);
+            }
+            return st;
+        }
+        /* small matrices: one per thread at a time (each runs single-threaded in oneDNN) */
+        em__cpu_parallel_for(m->nbatch - 1, GEMM_GRAIN_MACS / (per + 1) + 1, lowp_batch_chunk_from1, &j);
+        st = (em_status)atomic_load(&j.lowp_status);
+        return st == EM_OK ? EM_OK
+               : st == EM_ERR_NOT_SUPPORTED ? em_error(EM_ERR_BACKEND, "cpu: %s matmul: oneDNN refused a batch matrix it "
+                                                       "ran before", em_dtype_name(dt))
+                                            : em_error(st, "cpu: %s matmul: oneDNN failed on a batch matrix",
+                                                       em_dtype_name(dt));
+    }
+    em_lowp_gemm l = lowp_of(&g, dt, false);
+    return em__cpu_dnnl_gemm(&l);
 }
 
 /* ---- integers: int64 wrapping sums, i-k-j order over converted rows ---- */
@@ -277,8 +335,9 @@ em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b)
     if (m.nbatch == 0 || m.M == 0 || m.N == 0) return EM_OK;
     if (m.K == 0) return em__cpu_fill(out, 0);
     em_dtype dt = out->dtype;
-    if (dt == EM_F16 || dt == EM_BF16) return via_f32(&m, out, a, b);
-    if (dt != EM_F32 && dt != EM_F64) {
+    bool lowp = dt == EM_F16 || dt == EM_BF16;
+    if (lowp && !em__cpu_dnnl_runs(dt)) return via_f32(&m, out, a, b);
+    if (!lowp && dt != EM_F32 && dt != EM_F64) {
         if (m.K * m.N + m.K + m.N + 1 > (int64_t)(SIZE_MAX / 8 / 2))
             return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: integer matrices too large");
         int_job j = {&m, false};
@@ -293,6 +352,10 @@ em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b)
     int la = mat_layout(m.M, m.K, a->strides[nd - 2], a->strides[nd - 1], &lda);
     int lb = mat_layout(m.K, m.N, b->strides[nd - 2], b->strides[nd - 1], &ldb);
     int lo = mat_layout(m.M, m.N, out->strides[nd - 2], out->strides[nd - 1], &ldo);
+    if (lowp && la >= 0 && lb >= 0 && lo >= 0) {
+        em_status st = lowp_matmul(&m, la, lda, lb, ldb, lo, ldo);
+        return st == EM_ERR_NOT_SUPPORTED ? via_f32(&m, out, a, b) : st;
+    }
     if (la >= 0 && lb >= 0 && lo >= 0) {
         blas_matmul(&m, dt == EM_F64, la, lda, lb, ldb, lo, ldo);
         return EM_OK;
@@ -314,10 +377,66 @@ em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b)
     return st;
 }
 
+/* out += a @ b for bf16/f16: oneDNN's sum post-op (the bias in out is read in float32 and
+ * the sum rounded once), or the f32 matmul_acc on converted copies. */
+static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    em_dtype dt = out->dtype;
+    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
+    if (M == 0 || N == 0 || K == 0) return EM_OK;
+    em_status st = EM_ERR_NOT_SUPPORTED;
+    if (em__cpu_dnnl_runs(dt) && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) {
+        tmp_tensor ta, tb;
+        const em_tensor *ua = a, *ub = b;
+        int64_t lda = 0, ldb = 0;
+        int la = mat_layout(M, K, a->strides[0], a->strides[1], &lda);
+        int lb = mat_layout(K, N, b->strides[0], b->strides[1], &ldb);
+        st = EM_OK;
+        if (la < 0 && (st = tmp_make(&ta, dt, 2, a->shape)) == EM_OK) {
+            em__cpu_copy(&ta.t, a);
+            ua = &ta.t;
+            la = mat_layout(M, K, ua->strides[0], ua->strides[1], &lda);
+        }
+        if (st == EM_OK && lb < 0 && (st = tmp_make(&tb, dt, 2, b->shape)) == EM_OK) {
+            em__cpu_copy(&tb.t, b);
+            ub = &tb.t;
+            lb = mat_layout(K, N, ub->strides[0], ub->strides[1], &ldb);
+        }
+        if (st == EM_OK) {
+            size_t es = em_dtype_size(dt);
+            em_lowp_gemm g = {dt, M, N, K,
+                              (const char *)ua->storage->block.handle + ua->storage->block.offset + ua->offset * (int64_t)es,
+                              (const char *)ub->storage->block.handle + ub->storage->block.offset + ub->offset * (int64_t)es,
+                              (char *)out->storage->block.handle + out->storage->block.offset + out->offset * (int64_t)es,
+                              la == 1, lb == 1, lda, ldb, N, true};
+            st = em__cpu_dnnl_gemm(&g);
+        }
+        if (ua != a) tmp_free(&ta);
+        if (ub != b) tmp_free(&tb);
+    }
+    if (st != EM_ERR_NOT_SUPPORTED) return st;
+    /* the portable path: f32 copies (F16C for f16), the f32 GEMM adding into the bias */
+    tmp_tensor ta, tb, to;
+    if ((st = tmp_make(&ta, EM_F32, 2, a->shape))) return st;
+    if ((st = tmp_make(&tb, EM_F32, 2, b->shape))) { tmp_free(&ta); return st; }
+    if ((st = tmp_make(&to, EM_F32, 2, out->shape))) { tmp_free(&ta); tmp_free(&tb); return st; }
+    em__cpu_copy(&ta.t, a);
+    em__cpu_copy(&tb.t, b);
+    em__cpu_copy(&to.t, out);
+    st = em__cpu_matmul_acc(&to.t, &ta.t, &tb.t);
+    if (st == EM_OK) em__cpu_copy(out, &to.t);
+    tmp_free(&ta);
+    tmp_free(&tb);
+    tmp_free(&to);
+    return st;
+}
+
 /* out += a @ b (2-d f32/f64, out contiguous): BLAS with beta = 1 on an out core pre-filled
  * with the bias, which saves the pass that zeroes C and the pass that adds the bias. */
 em_status em__cpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
     em_dtype dt = out->dtype;
+    if ((dt == EM_F16 || dt == EM_BF16) && out->ndim == 2 && a->ndim == 2 && b->ndim == 2 && a->dtype == dt &&
+        b->dtype == dt && em__cpu_is_contiguous(out))
+        return lowp_matmul_acc(out, a, b);
     if (out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || a->dtype != dt || b->dtype != dt ||
         (dt != EM_F32 && dt != EM_F64) || !em__cpu_is_contiguous(out))
         return em_error(EM_ERR_INTERNAL, "cpu: matmul_acc expects 2-d f32/f64 tensors of one dtype, out contiguous");

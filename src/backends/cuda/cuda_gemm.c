@@ -71,11 +71,12 @@ static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 static cublasStatus_t call_gemm(const em_cublas_api *cb, cublasHandle_t h, const em_gemm_args *g,
                                 cudaDataType type, cublasComputeType_t compute, size_t elem) {
-    /* alpha = 1, beta = 0 in the compute type's scalar type */
-    double one64 = 1.0, zero64 = 0.0;
-    float one32 = 1.0f, zero32 = 0.0f;
+    /* alpha = 1, beta = 0 (1 to add into C: addmm's bias) in the compute type's scalar type,
+     * float for f16/bf16 (CUBLAS_COMPUTE_32F): C is read, summed and rounded once */
+    double one64 = 1.0, beta64 = g->accumulate ? 1.0 : 0.0;
+    float one32 = 1.0f, beta32 = g->accumulate ? 1.0f : 0.0f;
     const void *alpha = g->dtype == EM_F64 ? (const void *)&one64 : (const void *)&one32;
-    const void *beta = g->dtype == EM_F64 ? (const void *)&zero64 : (const void *)&zero32;
+    const void *beta = g->dtype == EM_F64 ? (const void *)&beta64 : (const void *)&beta32;
     CUdeviceptr a = (CUdeviceptr)(uintptr_t)g->a + (CUdeviceptr)g->a_off * elem;
     CUdeviceptr b = (CUdeviceptr)(uintptr_t)g->b + (CUdeviceptr)g->b_off * elem;
     CUdeviceptr c = (CUdeviceptr)(uintptr_t)g->c + (CUdeviceptr)g->c_off * elem;

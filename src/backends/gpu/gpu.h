@@ -66,6 +66,7 @@ typedef struct em_gemm_args {
     int64_t lda, ldb, ldc;
     int64_t stride_a, stride_b, stride_c; /* elements between batches */
     bool trans_a, trans_b;
+    bool accumulate;               /* C += A B (beta = 1): addmm into the bias */
 } em_gemm_args;
 
 typedef struct em_gpu {
@@ -113,6 +114,7 @@ em_status em__gpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *
                         const em_tensor *b);
 em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce);
 em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b);
+em_status em__gpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__gpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log);
 em_status em__gpu_index_select(em_tensor *out, const em_tensor *in, int dim,
                                const em_tensor *index);
@@ -144,7 +146,8 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
     .gpu = (launcher), .supports_op = em__gpu_supports_op, .fill = em__gpu_fill,              \
     .fill_affine = em__gpu_fill_affine, .copy = em__gpu_copy, .unary = em__gpu_unary,         \
     .binary = em__gpu_binary, .where = em__gpu_where, .reduce = em__gpu_reduce,               \
-    .matmul = em__gpu_matmul, .softmax = em__gpu_softmax, .index_select = em__gpu_index_select, \
+    .matmul = em__gpu_matmul, .matmul_acc = em__gpu_matmul_acc, .softmax = em__gpu_softmax,  \
+    .index_select = em__gpu_index_select,                                                     \
     .index_add = em__gpu_index_add, .gather = em__gpu_gather, .scatter_add = em__gpu_scatter_add, \
     .rng = em__gpu_rng, .fused_sgd = em__gpu_fused_sgd, .fused_adam = em__gpu_fused_adam,      \
     .amp_unscale = em__gpu_amp_unscale, .amp_update = em__gpu_amp_update

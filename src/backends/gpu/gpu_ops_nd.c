@@ -75,9 +75,10 @@ em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bo
 
 /* CPU devices: the vector-type kernel (matmul.k) on f32 or f64 operands whose b and out rows
  * are contiguous; other dtypes and layouts go through contiguous f32/f64 temporaries (a
- * copy is cheap next to the matmul: 50x faster than the tiled kernel on PoCL). */
+ * copy is cheap next to the matmul: 50x faster than the tiled kernel on PoCL). f16/bf16
+ * thus accumulate in f32 and are rounded once, also on devices without cl_khr_fp16. */
 static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor *a,
-                                const em_tensor *b, bool has_f64) {
+                                const em_tensor *b, bool has_f64, bool acc) {
     em_dtype cdt = out->dtype == EM_F64 && has_f64 ? EM_F64 : EM_F32;
     int nd = out->ndim;
     int64_t N = out->shape[nd - 1];
@@ -94,7 +95,7 @@ static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor
     }
     if (st == EM_OK && (out->dtype != cdt || (N > 1 && out->strides[nd - 1] != 1))) {
         to = em__tensor_new(em_shape_of(out), cdt, dev);
-        st = to ? EM_OK : em_last_status();
+        st = !to ? em_last_status() : acc ? em__gpu_copy(to, out) : EM_OK; /* the bias to add to */
     }
     const em_tensor *A = ta ? ta : a, *B = tb ? tb : b;
     em_tensor *O = to ? to : out;
@@ -116,11 +117,11 @@ static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor
                           EM_KSTRUCT(bsh), EM_KSTRUCT(bst[0]), EM_KSTRUCT(bst[1]),
                           EM_KSTRUCT(bst[2]), EM_KI64(O->strides[nd - 2]),
                           EM_KI64(A->strides[nd - 2]), EM_KI64(A->strides[nd - 1]),
-                          EM_KI64(B->strides[nd - 2])};
+                          EM_KI64(B->strides[nd - 2]), EM_KI32(acc)};
         size_t grid[3] = {(size_t)(((M + 3) / 4 + 3) / 4), (size_t)(((N + w - 1) / w + 3) / 4),
                           (size_t)nb};
         size_t block[3] = {4, 4, 1};
-        st = g->launch(EM__DEV(out), name, grid, block, 14, args, "matmul");
+        st = g->launch(EM__DEV(out), name, grid, block, 15, args, "matmul");
     }
     if (st == EM_OK && to) st = em__gpu_copy(out, to);
     em_release(ta);
@@ -129,12 +130,26 @@ static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor
     return st;
 }
 
+static em_status matmul_impl(const em_gpu *g, em_tensor *out, const em_tensor *a, const em_tensor *b,
+                             bool acc);
+
 em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b) {
-    return em__gpu_matmul_with(em__gpu_of(out), out, a, b);
+    return matmul_impl(em__gpu_of(out), out, a, b, false);
 }
 
 em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *a,
                               const em_tensor *b) {
+    return matmul_impl(g, out, a, b, false);
+}
+
+/* out += a @ b (addmm with out pre-filled with the bias): the vendor GEMM with beta = 1 or
+ * Ember's kernels with accum, so f16/bf16 add the bias in f32 and round once. */
+em_status em__gpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    return matmul_impl(em__gpu_of(out), out, a, b, true);
+}
+
+static em_status matmul_impl(const em_gpu *g, em_tensor *out, const em_tensor *a, const em_tensor *b,
+                             bool acc) {
     if (out->dtype == EM_BOOL)
         return em_error(EM_ERR_NOT_SUPPORTED, "matmul is not supported for bool on %s",
                         EM__DEVSTR(out));
@@ -148,7 +163,7 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
         return em_last_status();
     int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[nd - 1];
     if (M == 0 || N == 0) return EM_OK;
-    if (K == 0) return em__gpu_fill(out, 0.0);
+    if (K == 0) return acc ? EM_OK : em__gpu_fill(out, 0.0);
     emk_shape bsh;
     emk_strides bst[3];
     const int64_t *sp[3] = {out->strides, a->strides, b->strides};
@@ -167,7 +182,7 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
             .a = a->storage->block.handle, .b = b->storage->block.handle,
             .c = out->storage->block.handle,
             .a_off = bst[1].offset, .b_off = bst[2].offset, .c_off = bst[0].offset,
-            .trans_a = sak != 1, .trans_b = sbn != 1,
+            .trans_a = sak != 1, .trans_b = sbn != 1, .accumulate = acc,
             .stride_a = bst[1].s[0], .stride_b = bst[2].s[0], .stride_c = bst[0].s[0],
         };
         ga.lda = ga.trans_a ? sak : sam;
@@ -190,7 +205,7 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
     em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);
     if (info.is_cpu && em_dtype_is_floating(out->dtype))
-        return matmul_cpu_vec(g, out, a, b, info.has_f64);
+        return matmul_cpu_vec(g, out, a, b, info.has_f64, acc);
 
     char name[32];
     snprintf(name, sizeof name, "matmul_%s", em__kernel_dtype_suffix(out->dtype));
@@ -198,7 +213,7 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
                       EM_KBUF(b->storage->block.handle), EM_KI64(M), EM_KI64(N), EM_KI64(K),
                       EM_KSTRUCT(bsh), EM_KSTRUCT(bst[0]), EM_KSTRUCT(bst[1]), EM_KSTRUCT(bst[2]),
                       EM_KI64(som), EM_KI64(son), EM_KI64(sam), EM_KI64(sak), EM_KI64(sbk),
-                      EM_KI64(sbn)};
+                      EM_KI64(sbn), EM_KI32(acc)};
     /* y and z stay within CUDA's 65535 blocks: the kernel loops over further tiles of M
      * and further batches */
     int64_t t = EMK_MM_TILE / EMK_MM_WPT, nb = bsh.numel < 65535 ? bsh.numel : 65535;
@@ -206,7 +221,7 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
     size_t grid[3] = {(size_t)((N + EMK_MM_TILE - 1) / EMK_MM_TILE),
                       (size_t)(mt < 65535 ? mt : 65535), (size_t)nb};
     size_t block[3] = {(size_t)t, (size_t)t, 1};
-    return g->launch(dev, name, grid, block, 16, args, "matmul");
+    return g->launch(dev, name, grid, block, 17, args, "matmul");
 }
 
 /* ---- softmax ---- */

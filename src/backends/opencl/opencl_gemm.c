@@ -80,21 +80,22 @@ em_status em__ocl_clblast_gemm(int dev, const em_gemm_args *g) {
     size_t ao = (size_t)g->a_off, bo = (size_t)g->b_off, co = (size_t)g->c_off;
     size_t lda = (size_t)g->lda, ldb = (size_t)g->ldb, ldc = (size_t)g->ldc;
     cl_command_queue q = d->queue;
+    float beta = g->accumulate ? 1.0f : 0.0f; /* 1: addmm adds into the bias in C */
     int st;
     if (g->batch == 1) {
         st = g->dtype == EM_F32
-                 ? g_sgemm(CLBLAST_ROW_MAJOR, ta, tb, m, n, k, 1.0f, a, ao, lda, b, bo, ldb, 0.0f, c,
+                 ? g_sgemm(CLBLAST_ROW_MAJOR, ta, tb, m, n, k, 1.0f, a, ao, lda, b, bo, ldb, beta, c,
                            co, ldc, &q, NULL)
-                 : g_dgemm(CLBLAST_ROW_MAJOR, ta, tb, m, n, k, 1.0, a, ao, lda, b, bo, ldb, 0.0, c,
+                 : g_dgemm(CLBLAST_ROW_MAJOR, ta, tb, m, n, k, 1.0, a, ao, lda, b, bo, ldb, beta, c,
                            co, ldc, &q, NULL);
     } else {
         size_t sa = (size_t)g->stride_a, sb = (size_t)g->stride_b, sc = (size_t)g->stride_c;
         size_t nb = (size_t)g->batch;
         st = g->dtype == EM_F32
                  ? g_sgemm_b(CLBLAST_ROW_MAJOR, ta, tb, m, n, k, 1.0f, a, ao, lda, sa, b, bo, ldb,
-                             sb, 0.0f, c, co, ldc, sc, nb, &q, NULL)
+                             sb, beta, c, co, ldc, sc, nb, &q, NULL)
                  : g_dgemm_b(CLBLAST_ROW_MAJOR, ta, tb, m, n, k, 1.0, a, ao, lda, sa, b, bo, ldb,
-                             sb, 0.0, c, co, ldc, sc, nb, &q, NULL);
+                             sb, beta, c, co, ldc, sc, nb, &q, NULL);
     }
     if (st == 0) {
         pthread_mutex_lock(&d->lock);

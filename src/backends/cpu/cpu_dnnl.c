@@ -1,0 +1,397 @@
+/* bf16/f16 GEMM through oneDNN's matmul primitive (float32 accumulation), see cpu_dnnl.h.
+ *
+ * Which kernel: oneDNN picks the best ISA it is allowed (dnnl_get_effective_cpu_isa: AMX
+ * tiles, avx512_core_amx, where the CPU has them and Linux grants the tile state, which
+ * oneDNN requests itself; else AVX512-BF16). Ember uses it for a dtype only when a probe
+ * primitive gets a real kernel: bf16 needs AVX512-BF16 or AMX (oneDNN would emulate bf16 on
+ * plain AVX-512, slower than converting to float32), f16 any non-reference kernel (oneDNN
+ * 2.6 has none on the CPU; later versions use AVX512-FP16/AMX-FP16). Otherwise cpu_matmul.c
+ * converts to float32 (F16C for f16) and runs the float32 GEMM.
+ *
+ * Threads: Ember's pool, not oneDNN's OpenMP. Each primitive is created and run with one
+ * OpenMP thread on the calling thread; a big GEMM is split into one block of rows (or
+ * columns) per Ember thread, so `--threads`/em_set_num_threads rules as for float32 and no
+ * OpenMP team spins beside Ember's workers. Primitive creation is expensive (JIT, tens of
+ * ms): primitives are cached per shape, layout and dtype (a bounded cache, least recently
+ * used evicted). Scratchpads are the caller's (user mode), so one primitive may run on
+ * several threads at once. */
+#include "cpu_dnnl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ember/device.h>
+#include "../../core/errors.h"
+#include "cpu_gemm.h"
+
+#ifdef EMBER_HAVE_DNNL
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <dnnl.h>
+#include "cpu_threads.h"
+
+#define CACHE_SIZE 64           /* primitives kept (a training run uses a dozen shapes) */
+#define CHUNK_ALIGN 32          /* rows/columns per thread chunk: a multiple of AMX tiles */
+#define SERIAL_MACS 4000000     /* below this a GEMM runs on the calling thread only */
+
+typedef struct key {            /* all int64_t: compared with memcmp, no padding */
+    int64_t dtype, P, Q, K, xt, yt, ldx, ldy, ldz, acc;
+} key;
+
+typedef struct entry {
+    key k;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    size_t scratch;
+    int refs;                   /* runs using it now: never evicted while > 0 */
+    uint64_t used;              /* last use, for LRU */
+    bool live;
+} entry;
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static void (*g_omp_set_threads)(int);
+static int (*g_omp_get_threads)(void);
+static bool g_ok[EM_DTYPE_COUNT];              /* oneDNN runs this dtype fast here */
+static char g_desc[EM_DTYPE_COUNT][160];       /* what em_cpu_matmul_impl says */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static entry g_cache[CACHE_SIZE];
+static uint64_t g_clock;
+static dnnl_stream_t g_streams[256];          /* idle streams, one taken per run */
+static int g_nstreams;
+
+static const char *isa_name(dnnl_cpu_isa_t isa) {
+    switch ((int)isa) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    default: return "unknown";
+    }
+}
+
+/* One OpenMP thread for oneDNN on the calling thread; returns what to restore afterwards, so a
+ * program's own OpenMP regions on this thread keep their thread count. */
+static int one_omp_thread(void) {
+    int prev = g_omp_get_threads ? g_omp_get_threads() : 0;
+    if (g_omp_set_threads && prev != 1) g_omp_set_threads(1);
+    return prev;
+}
+static void restore_omp_threads(int prev) {
+    if (g_omp_set_threads && prev > 1) g_omp_set_threads(prev);
+}
+
+/* A primitive for k (caller holds g_lock or is the only user). */
+static dnnl_status_t create(const key *k, dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim, size_t *scratch) {
+    dnnl_data_type_t dt = k->dtype == EM_BF16 ? dnnl_bf16 : dnnl_f16;
+    dnnl_dims_t dx = {k->P, k->K}, dy = {k->K, k->Q}, dz = {k->P, k->Q};
+    dnnl_dims_t sx = {k->xt ? 1 : k->ldx, k->xt ? k->ldx : 1};
+    dnnl_dims_t sy = {k->yt ? 1 : k->ldy, k->yt ? k->ldy : 1};
+    dnnl_dims_t sz = {k->ldz, 1};
+    dnnl_memory_desc_t mx, my, mz;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    *pd = NULL;
+    *prim = NULL;
+    int omp = one_omp_thread(); /* oneDNN sizes its blocking by the creating thread's OpenMP threads */
+    dnnl_status_t s = dnnl_memory_desc_init_by_strides(&mx, 2, dx, dt, sx);
+    if (!s) s = dnnl_memory_desc_init_by_strides(&my, 2, dy, dt, sy);
+    if (!s) s = dnnl_memory_desc_init_by_strides(&mz, 2, dz, dt, sz);
+    if (!s) s = dnnl_matmul_desc_init(&md, &mx, &my, NULL, &mz);
+    if (!s) s = dnnl_primitive_attr_create(&attr);
+    if (!s) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (!s && k->acc) { /* Z += X Y: the sum post-op reads Z (the bias) before rounding once */
+        s = dnnl_post_ops_create(&ops);
+        if (!s) s = dnnl_post_ops_append_sum(ops, 1.0f);
+        if (!s) s = dnnl_primitive_attr_set_post_ops(attr, ops);
+    }
+    if (!s) s = dnnl_primitive_desc_create(pd, &md, attr, g_engine, NULL);
+    if (!s) s = dnnl_primitive_create(prim, *pd);
+    if (!s) *scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(*pd, dnnl_query_scratchpad_md, 0));
+    restore_omp_threads(omp);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (s) {
+        if (*prim) dnnl_primitive_destroy(*prim);
+        if (*pd) dnnl_primitive_desc_destroy(*pd);
+        *pd = NULL;
+        *prim = NULL;
+    }
+    return s;
+}
+
+static const char *impl_of(dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return "unknown";
+    return impl;
+}
+
+/* Does oneDNN have a fast kernel for dt here? A 64-cube probe says which one it picks. */
+static void probe(em_dtype dt, dnnl_cpu_isa_t isa) {
+    const dnnl_version_t *v = dnnl_version();
+    char *d = g_desc[dt];
+    size_t n = sizeof g_desc[dt];
+    if (dt == EM_BF16 && (isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
+        snprintf(d, n, "float32 GEMM after conversion (oneDNN %d.%d.%d: CPU ISA %s has neither AVX512-BF16 nor AMX)",
+                 v->major, v->minor, v->patch, isa_name(isa));
+        return;
+    }
+    key k = {dt, 64, 64, 64, 0, 0, 64, 64, 64, 0};
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    size_t scratch;
+    dnnl_status_t s = create(&k, &pd, &prim, &scratch);
+    if (s) {
+        snprintf(d, n, "float32 GEMM after conversion (oneDNN %d.%d.%d has no %s matmul on %s)", v->major, v->minor,
+                 v->patch, em_dtype_name(dt), isa_name(isa));
+        return;
+    }
+    const char *impl = impl_of(pd);
+    if (strncmp(impl, "ref", 3) == 0) {
+        snprintf(d, n, "float32 GEMM after conversion (oneDNN %d.%d.%d has only its reference %s matmul on %s)",
+                 v->major, v->minor, v->patch, em_dtype_name(dt), isa_name(isa));
+    } else {
+        snprintf(d, n, "oneDNN %d.%d.%d %s (ISA %s), float32 accumulation", v->major, v->minor, v->patch, impl,
+                 isa_name(isa));
+        g_ok[dt] = true;
+    }
+    dnnl_primitive_destroy(prim);
+    dnnl_primitive_desc_destroy(pd);
+}
+
+static void init(void) {
+    /* libdnnl brings libgomp; found at run time so that Ember does not link OpenMP itself */
+    *(void **)&g_omp_set_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    *(void **)&g_omp_get_threads = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) {
+        g_engine = NULL;
+        snprintf(g_desc[EM_BF16], sizeof g_desc[EM_BF16], "float32 GEMM after conversion (oneDNN: no CPU engine)");
+        snprintf(g_desc[EM_F16], sizeof g_desc[EM_F16], "%s", g_desc[EM_BF16]);
+        return;
+    }
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    probe(EM_BF16, isa);
+    probe(EM_F16, isa);
+}
+
+static bool allowed(void) {
+    const char *e = getenv("EMBER_CPU_LOWP_GEMM");
+    return !(e && strcmp(e, "portable") == 0);
+}
+
+bool em__cpu_dnnl_runs(em_dtype dt) {
+    if ((dt != EM_BF16 && dt != EM_F16) || !allowed()) return false;
+    pthread_once(&g_once, init);
+    return g_engine && g_ok[dt];
+}
+
+static dnnl_stream_t stream_take(void) {
+    dnnl_stream_t s = NULL;
+    pthread_mutex_lock(&g_lock);
+    if (g_nstreams > 0) s = g_streams[--g_nstreams];
+    pthread_mutex_unlock(&g_lock);
+    if (!s && dnnl_stream_create(&s, g_engine, dnnl_stream_default_flags) != dnnl_success) s = NULL;
+    return s;
+}
+
+static void stream_give(dnnl_stream_t s) {
+    pthread_mutex_lock(&g_lock);
+    if (g_nstreams < (int)(sizeof g_streams / sizeof g_streams[0])) {
+        g_streams[g_nstreams++] = s;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (s) dnnl_stream_destroy(s);
+}
+
+/* The cached entry for k, created if missing, with a reference held; NULL with *st set. */
+static entry *acquire(const key *k, dnnl_status_t *st) {
+    pthread_mutex_lock(&g_lock);
+    entry *hit = NULL, *victim = NULL;
+    for (int i = 0; i < CACHE_SIZE; i++) {
+        entry *e = &g_cache[i];
+        if (e->live && memcmp(&e->k, k, sizeof *k) == 0) { hit = e; break; }
+        if (!e->live) { if (!victim || victim->live) victim = e; }
+        else if (e->refs == 0 && (!victim || (victim->live && e->used < victim->used))) victim = e;
+    }
+    if (!hit) {
+        dnnl_primitive_desc_t pd;
+        dnnl_primitive_t prim;
+        size_t scratch = 0;
+        *st = create(k, &pd, &prim, &scratch);
+        if (*st == dnnl_success && !victim) { /* every entry busy: run uncached */
+            *st = dnnl_out_of_memory;
+            dnnl_primitive_destroy(prim);
+            dnnl_primitive_desc_destroy(pd);
+        }
+        if (*st != dnnl_success) {
+            pthread_mutex_unlock(&g_lock);
+            return NULL;
+        }
+        if (victim->live) {
+            dnnl_primitive_destroy(victim->prim);
+            dnnl_primitive_desc_destroy(victim->pd);
+        }
+        *victim = (entry){*k, pd, prim, scratch, 0, 0, true};
+        hit = victim;
+    }
+    hit->refs++;
+    hit->used = ++g_clock;
+    pthread_mutex_unlock(&g_lock);
+    return hit;
+}
+
+static void release(entry *e) {
+    pthread_mutex_lock(&g_lock);
+    e->refs--;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z) {
+    dnnl_status_t s = dnnl_success;
+    dnnl_memory_t mx = NULL, my = NULL, mz = NULL, ms = NULL;
+    void *scratch = e->scratch ? malloc(e->scratch) : NULL;
+    if (e->scratch && !scratch) return dnnl_out_of_memory;
+    int omp = one_omp_thread();
+    dnnl_stream_t str = stream_take();
+    if (!str) s = dnnl_out_of_memory;
+    if (!s) s = dnnl_memory_create(&mx, dnnl_primitive_desc_query_md(e->pd, dnnl_query_src_md, 0), g_engine, (void *)x);
+    if (!s) s = dnnl_memory_create(&my, dnnl_primitive_desc_query_md(e->pd, dnnl_query_weights_md, 0), g_engine, (void *)y);
+    if (!s) s = dnnl_memory_create(&mz, dnnl_primitive_desc_query_md(e->pd, dnnl_query_dst_md, 0), g_engine, z);
+    if (!s && e->scratch)
+        s = dnnl_memory_create(&ms, dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0), g_engine, scratch);
+    if (!s) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, my}, {DNNL_ARG_DST, mz}, {DNNL_ARG_SCRATCHPAD, ms}};
+        s = dnnl_primitive_execute(e->prim, str, ms ? 4 : 3, args);
+        if (!s) s = dnnl_stream_wait(str);
+    }
+    if (mx) dnnl_memory_destroy(mx);
+    if (my) dnnl_memory_destroy(my);
+    if (mz) dnnl_memory_destroy(mz);
+    if (ms) dnnl_memory_destroy(ms);
+    if (str) stream_give(str);
+    restore_omp_threads(omp);
+    free(scratch);
+    return s;
+}
+
+/* One GEMM as a grid of blocks: threads take row blocks (split_rows) or column blocks; with
+ * row blocks, products wider than 2 * PANEL also go in column panels of PANEL. oneDNN 2.6's
+ * AMX kernel repacks the weight (y) as it goes, and measured here (1 thread, 2048 and 4096
+ * square) 1.3-1.9x faster on panels of 256-512 columns than on the whole width. */
+#define PANEL 512
+typedef struct job {
+    const em_lowp_gemm *g;
+    bool split_rows;
+    int64_t rper, nr, qper, nc;  /* block height and count, block width and count */
+    entry *e[2][2];              /* primitives: [last row block?][last column block?] */
+    atomic_int status;
+} job;
+
+static void run_block(job *j, int64_t r, int64_t c) {
+    const em_lowp_gemm *g = j->g;
+    int64_t r0 = r * j->rper, c0 = c * j->qper;
+    const char *x = (const char *)g->x + (size_t)(r0 * (g->xt ? 1 : g->ldx)) * 2;
+    const char *y = (const char *)g->y + (size_t)(c0 * (g->yt ? g->ldy : 1)) * 2;
+    char *z = (char *)g->z + (size_t)(r0 * g->ldz + c0) * 2;
+    dnnl_status_t s = execute(j->e[r == j->nr - 1][c == j->nc - 1], x, y, z);
+    if (s) atomic_store(&j->status, (int)s);
+}
+
+static void chunk(void *arg, int64_t begin, int64_t end) {
+    job *j = arg;
+    for (int64_t b = begin; b < end; b++) {
+        if (j->split_rows)
+            for (int64_t c = 0; c < j->nc; c++) run_block(j, b, c);
+        else
+            for (int64_t r = 0; r < j->nr; r++) run_block(j, r, b);
+    }
+}
+
+em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g) {
+    if (!em__cpu_dnnl_runs(g->dtype)) return EM_ERR_NOT_SUPPORTED;
+    if (g->P == 0 || g->Q == 0) return EM_OK;
+    job j = {.g = g, .split_rows = g->P >= g->Q};
+    int64_t len = j.split_rows ? g->P : g->Q;
+    int threads = em__cpu_num_threads();
+    bool big = g->P * g->Q * g->K >= SERIAL_MACS;
+    int64_t blocks = big ? threads : 1;
+    int64_t per = (len + blocks - 1) / blocks;
+    if (blocks > 1) per = (per + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+    if (per > len) per = len;
+    if (j.split_rows) {
+        j.rper = per;
+        j.qper = big && g->Q > 2 * PANEL ? PANEL : g->Q; /* 1024 wide: measured no better in panels */
+    } else {
+        j.rper = g->P;
+        j.qper = per;
+    }
+    j.nr = (g->P + j.rper - 1) / j.rper;
+    j.nc = (g->Q + j.qper - 1) / j.qper;
+    int64_t rlast = g->P - (j.nr - 1) * j.rper, clast = g->Q - (j.nc - 1) * j.qper;
+    /* every primitive before any block runs: a refusal leaves z untouched for the fallback */
+    dnnl_status_t s = dnnl_success;
+    bool ok = true;
+    for (int rt = 0; rt < 2; rt++)
+        for (int ct = 0; ct < 2; ct++) {
+            j.e[rt][ct] = NULL;
+            if ((rt == 0 && j.nr == 1) || (ct == 0 && j.nc == 1) || !ok) continue; /* never used */
+            key k = {g->dtype, rt ? rlast : j.rper, ct ? clast : j.qper, g->K, g->xt, g->yt,
+                     g->ldx, g->ldy, g->ldz, g->acc};
+            if (!(j.e[rt][ct] = acquire(&k, &s))) ok = false;
+        }
+    if (!ok) {
+        for (int i = 0; i < 4; i++)
+            if (j.e[i / 2][i % 2]) release(j.e[i / 2][i % 2]);
+        /* a shape or layout oneDNN refuses: the float32 path computes it */
+        return s == dnnl_out_of_memory ? em_error(EM_ERR_OUT_OF_MEMORY, "cpu: %s matmul: oneDNN ran out of memory",
+                                                  em_dtype_name(g->dtype))
+                                       : EM_ERR_NOT_SUPPORTED;
+    }
+    atomic_init(&j.status, 0);
+    int64_t nblocks = j.split_rows ? j.nr : j.nc;
+    if (nblocks == 1) chunk(&j, 0, 1);
+    else em__cpu_parallel_for(nblocks, 1, chunk, &j);
+    for (int i = 0; i < 4; i++)
+        if (j.e[i / 2][i % 2]) release(j.e[i / 2][i % 2]);
+    int rs = atomic_load(&j.status);
+    if (rs)
+        return em_error(rs == dnnl_out_of_memory ? EM_ERR_OUT_OF_MEMORY : EM_ERR_BACKEND,
+                        "cpu: %s matmul (%lldx%lld @ %lldx%lld): oneDNN failed with status %d", em_dtype_name(g->dtype),
+                        (long long)g->P, (long long)g->K, (long long)g->K, (long long)g->Q, rs);
+    return EM_OK;
+}
+
+const char *em_cpu_matmul_impl(em_dtype dt) {
+    if (dt == EM_F32 || dt == EM_F64) return em__cpu_gemm_name();
+    if (dt != EM_BF16 && dt != EM_F16) return NULL;
+    pthread_once(&g_once, init);
+    if (!allowed()) return "float32 GEMM after conversion (EMBER_CPU_LOWP_GEMM=portable)";
+    return g_desc[dt];
+}
+
+#else /* without oneDNN: always the float32 path */
+
+em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g) {
+    (void)g;
+    return EM_ERR_NOT_SUPPORTED;
+}
+
+bool em__cpu_dnnl_runs(em_dtype dt) {
+    (void)dt;
+    return false;
+}
+
+const char *em_cpu_matmul_impl(em_dtype dt) {
+    if (dt == EM_F32 || dt == EM_F64) return em__cpu_gemm_name();
+    if (dt != EM_BF16 && dt != EM_F16) return NULL;
+    return "float32 GEMM after conversion (built without oneDNN)";
+}
+
+#endif

@@ -1,0 +1,35 @@
+/* bf16/f16 GEMM on the CPU: oneDNN's matmul (float32 accumulation; AMX tiles or
+ * AVX512-BF16 as oneDNN finds them) where this CPU and build have a fast kernel for the
+ * dtype, else cpu_matmul.c converts to float32 and runs the float32 GEMM (the portable path).
+ * EMBER_CPU_LOWP_GEMM=portable forces the portable path, =onednn (or unset) allows oneDNN;
+ * it is read on every call, so a test can run both paths in one process. */
+#ifndef EM_BACKENDS_CPU_DNNL_H
+#define EM_BACKENDS_CPU_DNNL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <ember/dtype.h>
+#include <ember/error.h>
+
+/* Z (P x Q, row-major, row stride ldz) = X (P x K) * Y (K x Q), or Z += X * Y with acc, all
+ * of one dtype; X and Y each row-major (xt/yt false) or column-major, leading dims ldx, ldy. */
+typedef struct em_lowp_gemm {
+    em_dtype dtype;
+    int64_t P, Q, K;
+    const void *x, *y;
+    void *z;
+    bool xt, yt;
+    int64_t ldx, ldy, ldz;
+    bool acc;
+} em_lowp_gemm;
+
+/* Runs g on Ember's threads through oneDNN. EM_ERR_NOT_SUPPORTED, nothing recorded: oneDNN
+ * is not built in, switched off, or has no fast kernel for the dtype here (use float32).
+ * Other failures are recorded. */
+em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g);
+
+/* Whether em__cpu_dnnl_gemm runs dt here now: oneDNN built in, a fast kernel for dt on this
+ * CPU, and EMBER_CPU_LOWP_GEMM not "portable". */
+bool em__cpu_dnnl_runs(em_dtype dt);
+
+#endif
