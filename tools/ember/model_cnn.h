@@ -1,0 +1,26 @@
+/* The models `ember train --model NAME` builds and `ember eval` reloads: the seed's MLP
+ * ("mlp") and a LeNet-5-style CNN ("cnn"). A checkpoint names its model in the metadata
+ * key "model" (a checkpoint without it is an MLP's, from before the key). */
+#ifndef EMBER_TOOL_MODEL_CNN_H
+#define EMBER_TOOL_MODEL_CNN_H
+
+#include <stdbool.h>
+#include <ember/ember.h>
+
+/* Is name a model these tools build? Prints "tool: opt expects mlp or cnn" when not. */
+bool model_parse(const char *tool, const char *opt, const char *name);
+/* A new model of that kind (random init from Ember's generator), or NULL with an error. */
+em_module *model_new(const char *name);
+/* One line describing the layers, for the training banner. */
+const char *model_summary(const char *name);
+/* The default checkpoint file: ember-mlp.safetensors, ember-cnn.safetensors. */
+const char *model_default_checkpoint(const char *name);
+/* The model a checkpoint holds, from its "model" metadata ("mlp" when absent); NULL with an
+ * error when the file cannot be read or names a model these tools do not know. */
+const char *model_of_checkpoint(const char *path);
+
+/* The CNN: Unflatten(1, (1, 28, 28)), Conv2d(1, 6, 5, padding=2), ReLU, MaxPool2d(2),
+ * Conv2d(6, 16, 5), ReLU, MaxPool2d(2), Flatten, Linear(400, 120), ReLU, Linear(120, 10). */
+em_module *cnn_new(void);
+
+#endif
