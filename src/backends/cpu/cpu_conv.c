@@ -121,10 +121,37 @@ static inline bool avg_window(const em_window2d *g, int64_t oy, int64_t ox, int6
     return true;
 }
 
+/* the max of one window (first maximum; NaN wins) and its flat index in the plane; g is a
+ * local copy, so the compiler keeps its fields in registers */
+#define DEF_MAX_WINDOW(T, SFX)                                                                    \
+    static inline T max_window_##SFX(const T *x, const em_window2d *g, int64_t oy, int64_t ox,   \
+                                     int64_t *index) {                                            \
+        int64_t h0 = oy * g->sh - g->ph, w0 = ox * g->sw - g->pw;                                 \
+        int64_t h1 = h0 + (g->kh - 1) * g->dh + 1, w1 = w0 + (g->kw - 1) * g->dw + 1;             \
+        if (h1 > g->h) h1 = g->h;                                                                 \
+        if (w1 > g->w) w1 = g->w;                                                                 \
+        if (h0 < 0) h0 += (-h0 + g->dh - 1) / g->dh * g->dh;                                      \
+        if (w0 < 0) w0 += (-w0 + g->dw - 1) / g->dw * g->dw;                                      \
+        int64_t best = h0 * g->w + w0;                                                            \
+        T m = -(T)INFINITY;                                                                       \
+        for (int64_t iy = h0; iy < h1; iy += g->dh)                                               \
+            for (int64_t jx = w0; jx < w1; jx += g->dw) {                                         \
+                T v = x[iy * g->w + jx];                                                          \
+                if (v > m || v != v) {                                                            \
+                    m = v;                                                                        \
+                    best = iy * g->w + jx;                                                        \
+                }                                                                                 \
+            }                                                                                     \
+        *index = best;                                                                            \
+        return m;                                                                                 \
+    }
+DEF_MAX_WINDOW(float, f32)
+DEF_MAX_WINDOW(double, f64)
+
 #define DEF_POOL(T, SFX)                                                                          \
     static void pool_##SFX(void *ctx, int64_t begin, int64_t end) {                              \
         const conv_job *j = ctx;                                                                  \
-        const em_window2d *g = j->g;                                                              \
+        const em_window2d w = *j->g, *g = &w; /* a local copy: stores cannot alias it */          \
         for (int64_t p = begin; p < end; p++) {                                                   \
             const T *x = (const T *)j->in + p * g->h * g->w;                                      \
             T *y = (T *)j->out + p * g->oh * g->ow;                                               \
@@ -133,24 +160,7 @@ static inline bool avg_window(const em_window2d *g, int64_t oy, int64_t ox, int6
                 for (int64_t ox = 0; ox < g->ow; ox++) {                                          \
                     int64_t o = oy * g->ow + ox;                                                  \
                     if (j->kind == EM_POOL_MAX) {                                                 \
-                        int64_t h0 = oy * g->sh - g->ph, w0 = ox * g->sw - g->pw;                 \
-                        int64_t h1 = h0 + (g->kh - 1) * g->dh + 1, w1 = w0 + (g->kw - 1) * g->dw + 1; \
-                        if (h1 > g->h) h1 = g->h;                                                 \
-                        if (w1 > g->w) w1 = g->w;                                                 \
-                        while (h0 < 0) h0 += g->dh;                                               \
-                        while (w0 < 0) w0 += g->dw;                                               \
-                        int64_t best = h0 * g->w + w0;                                            \
-                        T m = -(T)INFINITY;                                                       \
-                        for (int64_t iy = h0; iy < h1; iy += g->dh)                               \
-                            for (int64_t jx = w0; jx < w1; jx += g->dw) {                         \
-                                T v = x[iy * g->w + jx];                                          \
-                                if (v > m || isnan(v)) {                                          \
-                                    m = v;                                                        \
-                                    best = iy * g->w + jx;                                        \
-                                }                                                                 \
-                            }                                                                     \
-                        y[o] = m;                                                                 \
-                        ix[o] = best;                                                             \
+                        y[o] = max_window_##SFX(x, &w, oy, ox, &ix[o]);                           \
                         continue;                                                                 \
                     }                                                                             \
                     int64_t y0, y1, x0, x1;                                                       \
