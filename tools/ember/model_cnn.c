@@ -56,3 +56,32 @@ const char *model_of_checkpoint(const char *path) {
     em_safetensors_free(f);
     return r;
 }
+
+bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, char *why, size_t why_size) {
+    em_module *m = cnn_new();
+    if (!m) return false;
+    o->params = (double)em_module_num_parameters(m);
+    em_module_free(m);
+    if (!dtype_given) o->dtype = EM_F32;
+    o->hidden = 400;
+    o->layers = 4;
+    o->largest_param = 400 * 120;
+    double es = o->dtype == EM_F32 ? 4 : 2;
+    /* per sample, in elements: what the step keeps for backward. Conv2d keeps its input,
+     * ReLU its output, MaxPool2d its int64 indices (two floats' worth each), Linear its input,
+     * cross-entropy its log-softmax; the convolutions' outputs die once ReLU has its own. */
+    double conv1_in = 784, relu1 = 6 * 28 * 28, idx1 = 6 * 14 * 14, pool1 = 6 * 14 * 14;
+    double relu2 = 16 * 10 * 10, idx2 = 16 * 5 * 5, pool2 = 400, relu3 = 120, logits = 10;
+    double kept = relu1 + pool1 + relu2 + pool2 + relu3 + logits + (idx1 + idx2) * 8 / es;
+    /* backward's widest moment: the gradient of ReLU 1's output and of its input at once */
+    double transient = 2 * relu1;
+    if (o->batch > 0 && o->activation_bytes_per_sample <= 0) {
+        o->input_bytes_per_sample = conv1_in * es;
+        o->activation_bytes_per_sample = (kept + transient) * es; /* a training step's */
+        snprintf(why, why_size, "per sample: %.0f elements kept for backward (ReLU outputs, pool outputs and indices, "
+                 "logits) + %.0f in backward's widest step", kept, transient);
+    } else {
+        snprintf(why, why_size, "%s", "");
+    }
+    return true;
+}

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <ember/ember.h>
+#include <ember/estimate.h>
 
 /* Is name a model these tools build? Prints "tool: opt expects mlp or cnn" when not. */
 bool model_parse(const char *tool, const char *opt, const char *name);
@@ -22,5 +23,12 @@ const char *model_of_checkpoint(const char *path);
 /* The CNN: Unflatten(1, (1, 28, 28)), Conv2d(1, 6, 5, padding=2), ReLU, MaxPool2d(2),
  * Conv2d(6, 16, 5), ReLU, MaxPool2d(2), Flatten, Linear(400, 120), ReLU, Linear(120, 10). */
 em_module *cnn_new(void);
+
+/* ember mem --model cnn: fills o's params, dtype (float32 unless dtype_given), shape
+ * (hidden = 400, the widest Linear input; layers = 4 weighted layers), largest tensor and,
+ * with o->batch > 0 and no --act-bytes, the input and activation bytes per sample (what
+ * autograd keeps for a training step, counted from the layer shapes; inference keeps less).
+ * why gets the activation line's explanation ("" without a batch). */
+bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, char *why, size_t why_size);
 
 #endif
