@@ -23,8 +23,8 @@ typedef struct shape {
     int64_t n, c, h, w, o, k, pad;
 } shape;
 
-static const shape shapes[] = {{"conv1 64x1x28x28 -> 6, k5 p2", 64, 1, 28, 28, 6, 5, 2},
-                               {"conv2 64x6x14x14 -> 16, k5", 64, 6, 14, 14, 16, 5, 0}};
+static const shape shapes[] = {{"conv1 64x1x28x28 -> 16, k5 p2", 64, 1, 28, 28, 16, 5, 2},
+                               {"conv2 64x16x14x14 -> 32, k5", 64, 16, 14, 14, 32, 5, 0}};
 
 static double now(void) {
     struct timespec t;
@@ -178,7 +178,7 @@ static void bench_dnnl(const shape *s, int reps, bool any, int threads) {
 
 static void bench_pools(int reps) {
     em_scope sc = em_scope_begin();
-    em_tensor *x = em_randn(EM_SHAPE(64, 6, 28, 28), EM_OPTS(0));
+    em_tensor *x = em_randn(EM_SHAPE(64, 16, 28, 28), EM_OPTS(0));
     em_set_requires_grad(x, true);
     double tf[64], tb[64];
     for (int r = -2; r < reps; r++) {
@@ -194,7 +194,7 @@ static void bench_pools(int reps) {
         em_set_grad(x, NULL);
         em_scope_end(it);
     }
-    printf("max_pool2d 64x6x28x28 k2: fwd %.3f ms, bwd %.3f ms\n", 1e3 * median(tf, reps), 1e3 * median(tb, reps));
+    printf("max_pool2d 64x16x28x28 k2: fwd %.3f ms, bwd %.3f ms\n", 1e3 * median(tf, reps), 1e3 * median(tb, reps));
     em_scope_end(sc);
 }
 

@@ -85,7 +85,7 @@ ratio() { echo "$1 $2" | awk '$1 == "-" || $2 == "-" { print "-"; next } { print
 
 # per sample, 2 FLOP per multiply-add: conv1 forward and weight gradient (its input needs no
 # gradient), conv2 forward, data and weight gradients, the Linears' forward and two gradients
-C1=$((2 * 6 * 28 * 28 * 25)) C2=$((2 * 16 * 10 * 10 * 150)) L=$((2 * (400 * 120 + 120 * 10)))
+C1=$((2 * 16 * 28 * 28 * 25)) C2=$((2 * 32 * 10 * 10 * 400)) L=$((2 * (800 * 128 + 128 * 10)))
 FLOP_PER_SAMPLE=$((2 * C1 + 3 * C2 + 3 * L))
 echo
 echo "FP32 peak: $PEAK_GFLOPS GFLOP/s per thread ($PEAK_HOW), times the threads;"
