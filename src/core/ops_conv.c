@@ -367,7 +367,7 @@ em_tensor *em_conv2d(em_tensor *input, em_tensor *weight, em_tensor *bias, em_hw
                      em_hw dilation, int64_t groups) {
     EM_CHECK_ARG(input, "em_conv2d", "input");
     EM_CHECK_ARG(weight, "em_conv2d", "weight");
-    if (em_failed()) return NULL; /* a NULL bias after a failed call is a failure, not "no bias" */
+    if (!bias && em_failed()) return NULL; /* a NULL bias after a failed call is a failure, not "no bias" */
     bool squeeze;
     em_tensor *x = batched("conv2d", input, &squeeze);
     return unbatched(x ? conv2d_impl(x, weight, bias, stride, padding, dilation, groups) : NULL, squeeze);

@@ -40,34 +40,35 @@ em_status em__gpu_col2im(em_tensor *in, const em_tensor *cols, const em_window2d
     return move("col2im", "conv2d backward", in, cols, g, g->n * g->c * g->h * g->w);
 }
 
-/* a and b with offsets, the indices (or a for the pools without), the window, kind, count */
-static em_status pool(const char *family, em_pool_kind kind, em_tensor *a, const em_tensor *b,
-                      const em_tensor *indices, const em_window2d *g, int64_t total) {
+/* the pool kernels: forward (y, idx, x) or backward (gx, gy, idx), each buffer with its
+ * element offset, then the window, the kind and the element count */
+static em_status pool(bool fwd, em_pool_kind kind, em_tensor *a, const em_tensor *b, const em_tensor *indices,
+                      const em_window2d *g, int64_t total) {
     const char *op = kind == EM_POOL_MAX ? "max_pool2d" : kind == EM_POOL_AVG ? "avg_pool2d" : "adaptive_avg_pool2d";
     if (check(op, a)) return em_last_status();
     if (kind == EM_POOL_MAX && !indices) return em_error(EM_ERR_INTERNAL, "%s: no indices tensor", op);
-    const em_tensor *ix = indices ? indices : a;
+    const em_tensor *ix = indices ? indices : a; /* avg pools take no indices: any buffer will do */
     int64_t ao, bo, xo;
     if (em__gpu_elem_offset(a, &ao) || em__gpu_elem_offset(b, &bo) || em__gpu_elem_offset(ix, &xo))
         return em_last_status();
     if (total == 0) return EM_OK;
     char name[32];
-    kname(name, sizeof name, family, a);
+    kname(name, sizeof name, fwd ? "pool2d" : "pool2d_bwd", a);
     em_window2d w = *g;
-    bool fwd = family[6] == '\0'; /* "pool2d" passes (y, idx, x), "pool2d_bwd" (gx, gy, idx) */
-    em_karg args[] = {EM_KBUF(a->storage->block.handle), EM_KI64(ao),
-                      EM_KBUF(fwd ? ix->storage->block.handle : b->storage->block.handle), EM_KI64(fwd ? xo : bo),
-                      EM_KBUF(fwd ? b->storage->block.handle : ix->storage->block.handle), EM_KI64(fwd ? bo : xo),
-                      EM_KSTRUCT(w), EM_KI32(kind), EM_KI64(total)};
+    const em_tensor *second = fwd ? ix : b, *third = fwd ? b : ix;
+    int64_t so = fwd ? xo : bo, to = fwd ? bo : xo;
+    em_karg args[] = {EM_KBUF(a->storage->block.handle), EM_KI64(ao), EM_KBUF(second->storage->block.handle),
+                      EM_KI64(so), EM_KBUF(third->storage->block.handle), EM_KI64(to), EM_KSTRUCT(w),
+                      EM_KI32(kind), EM_KI64(total)};
     return em__gpu_launch_1d(em__gpu_of(a), EM__DEV(a), name, total, 9, args, op);
 }
 
 em_status em__gpu_pool2d(em_pool_kind kind, em_tensor *out, em_tensor *indices, const em_tensor *in,
                          const em_window2d *g) {
-    return pool("pool2d", kind, out, in, indices, g, g->n * g->c * g->oh * g->ow);
+    return pool(true, kind, out, in, indices, g, g->n * g->c * g->oh * g->ow);
 }
 
 em_status em__gpu_pool2d_backward(em_pool_kind kind, em_tensor *gin, const em_tensor *gout,
                                   const em_tensor *indices, const em_window2d *g) {
-    return pool("pool2d_bwd", kind, gin, gout, indices, g, g->n * g->c * g->h * g->w);
+    return pool(false, kind, gin, gout, indices, g, g->n * g->c * g->h * g->w);
 }
