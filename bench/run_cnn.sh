@@ -7,7 +7,8 @@
 # Prints seconds per epoch, Ember's time over PyTorch's (target: at most 0.7), the test accuracy
 # after the last epoch and the share of the CPU's FP32 peak.
 # Usage: bench/run_cnn.sh [build-dir]   (a Release build; default build)
-# Environment: EPOCHS (2), SEED (0), THREADS ("1 2"), BATCH (64),
+# Environment: EPOCHS (2), SEED (0), THREADS ("1 2"), BATCH (64), SAMPLES (training samples per
+#   epoch, default all 60000; fewer for a quick run: times are reported per 60000 samples),
 #   TORCH_PYTHON: interpreters whose PyTorch to compare, space-separated (default
 #     /usr/bin/python3, Debian's 1.13), e.g. TORCH_PYTHON="/usr/bin/python3 /work/venv-torch/bin/python";
 #   PEAK_GFLOPS (FP32 peak of one thread; default: measured now by bench_fma_peak).
@@ -19,6 +20,7 @@ EPOCHS=${EPOCHS:-2}
 SEED=${SEED:-0}
 THREADS=${THREADS:-1 2}
 BATCH=${BATCH:-64}
+SAMPLES=${SAMPLES:-60000}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 PEAK_GFLOPS=${PEAK_GFLOPS:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,11 +53,11 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 CHECK="--check-order $BUILD/bench_loader_order"
 for t in $THREADS; do
     OPENBLAS_NUM_THREADS="$t" "$BUILD/ember" train --model cnn --device cpu --epochs "$EPOCHS" --batch-size "$BATCH" \
-        --threads "$t" --seed "$SEED" --checkpoint none >"$LOG/ember_$t" 2>/dev/null
+        --threads "$t" --seed "$SEED" --train-samples "$SAMPLES" --checkpoint none >"$LOG/ember_$t" 2>/dev/null
     while read -r k py v; do
         # shellcheck disable=SC2086  # CHECK is two words, or empty after the first run
         OPENBLAS_NUM_THREADS="$t" "$py" bench/train_cnn_torch.py --epochs "$EPOCHS" --batch-size "$BATCH" \
-            --threads "$t" --seed "$SEED" $CHECK >"$LOG/torch${k}_$t" || true
+            --threads "$t" --seed "$SEED" --train-samples "$SAMPLES" $CHECK >"$LOG/torch${k}_$t" || true
         CHECK=""
     done <"$LOG/torches"
     echo "  done: $t thread(s) (load $(cut -d' ' -f1 /proc/loadavg))"
@@ -74,9 +76,10 @@ ember_stats() {
          }
          END { if (n) printf "%.3f %s %.0f\n", sum / n, acc, 60000 * n / sum; else print "- - -" }' "$1"
 }
+# PyTorch's seconds per 60000 samples (its epochs may be shorter: SAMPLES)
 torch_stats() {
     awk '/^result / { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-                      printf "%.3f %s %s\n", v["s_per_epoch"], v["accuracy"], v["samples_per_s"]; found = 1 }
+                      printf "%.3f %s %s\n", 60000 / v["samples_per_s"], v["accuracy"], v["samples_per_s"]; found = 1 }
          END { if (!found) print "- - -" }' "$1" 2>/dev/null || echo "- - -"
 }
 pct_peak() { echo "$1 $2" | awk -v f="$FLOP_PER_SAMPLE" -v p="$PEAK_GFLOPS" '
@@ -90,7 +93,7 @@ FLOP_PER_SAMPLE=$((2 * C1 + 3 * C2 + 3 * L))
 echo
 echo "FP32 peak: $PEAK_GFLOPS GFLOP/s per thread ($PEAK_HOW), times the threads;"
 echo "the CNN does $FLOP_PER_SAMPLE FLOP per training sample (convolutions and Linears, forward and backward)."
-echo "s/ep: seconds per epoch (mean of $EPOCHS); ember/pt: Ember's time over PyTorch's (target <= 0.70);"
+echo "s/ep: seconds per 60000 training samples (mean of $EPOCHS epochs of $SAMPLES samples); ember/pt: Ember's time over PyTorch's (target <= 0.70);"
 echo "acc: test accuracy after epoch $EPOCHS; %pk: share of the FP32 peak."
 printf '%3s %9s %6s %6s' thr "ember s/ep" acc "%pk"
 while read -r k py v; do printf ' | %-14s %9s %6s %6s' "pt $v s/ep" "ember/pt" acc "%pk"; done <"$LOG/torches"

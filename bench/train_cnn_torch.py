@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--train-samples", type=int, default=0, help="the first N training samples only (0: all)")
     ap.add_argument("--data", default=os.environ.get("EMBER_DATA_DIR", "/usr/share/datasets/fashion-mnist"))
     ap.add_argument("--check-order", metavar="BIN", help="bench_loader_order binary: verify the batch order")
     a = ap.parse_args()
@@ -51,6 +52,8 @@ def main():
     torch.manual_seed(a.seed)
     xtr, ytr = load(a.data, True)
     xte, yte = load(a.data, False)
+    if a.train_samples:
+        xtr, ytr = xtr[:a.train_samples].clone(), ytr[:a.train_samples].clone()
     n = len(xtr)
     if a.check_order:
         check_order(a.check_order, n, a.seed, range(min(a.epochs, 2)))
