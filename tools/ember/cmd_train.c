@@ -124,7 +124,8 @@ static int parse(int argc, char **argv, train_opts *o) {
     bool device_set = false;
     mlp_seen seen = {0};
     *o = (train_opts){.epochs = 5, .batch_size = 64, .optimizer = "adam",
-                      .momentum = 0.9, .checkpoint = "", .model = "mlp"};
+                      .momentum = 0.9, .checkpoint = NULL, .model = "mlp"};
+    bool checkpoint_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -167,7 +168,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
         else if (!strcmp(a, "--model")) ok = model_parse(tool, a, v), o->model = v;
-        else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
+        else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL, checkpoint_given = true;
         else if (!strcmp(a, "--optimizer")) {
             o->optimizer = v;
             if (strcmp(v, "adam") && strcmp(v, "adamw") && strcmp(v, "sgd")) {
@@ -177,7 +178,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         if (!ok) return 2;
     }
-    if (o->checkpoint && !*o->checkpoint) o->checkpoint = model_default_checkpoint(o->model);
+    if (!checkpoint_given) o->checkpoint = model_default_checkpoint(o->model);
     if (o->resume && !o->checkpoint) {
         fprintf(stderr, "%s: --resume needs a --checkpoint file (not 'none')\n", tool);
         return 2;

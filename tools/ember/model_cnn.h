@@ -30,7 +30,7 @@ const char *model_of_checkpoint(const char *path);
 em_module *cnn_new(void);
 
 /* ember mem --model cnn: fills o's params, dtype (float32 unless dtype_given), shape
- * (hidden = 400, the widest Linear input; layers = 4 weighted layers), largest tensor and,
+ * (hidden = the widest Linear input, CNN_C2 * 25; layers = 4 weighted layers), largest tensor and,
  * with o->batch > 0 and no --act-bytes, the input and activation bytes per sample (what
  * autograd keeps for a training step, counted from the layer shapes; inference keeps less).
  * why gets the activation line's explanation ("" without a batch). */
