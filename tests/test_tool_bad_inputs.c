@@ -292,6 +292,8 @@ static void test_options(void) {
         {"mem", NULL, 2, "give a parameter count", 0},
         {"mem 7B --params 5B", NULL, 2, "the parameter count is given twice", 0},
         {"mem 7B 5B", NULL, 2, "unexpected argument '5B': one parameter count only", 0},
+        {"mem 7B --model cnn", NULL, 2, "give either a parameter count or --model cnn, not both", 0},
+        {"mem --model cnn --hidden 64", NULL, 2, "--hidden, --layers and --seq come from the CNN", 0},
         {"mem 7B --json --json", NULL, 2, "--json is given twice", 0},
         {"mem 7B --hidden 0", NULL, 2, "--hidden expects an integer from 1 to 1000000000, got '0'", 0},
         {"mem 7B --layers 2000000000", NULL, 2, "--layers expects an integer from 1 to 1000000000", 0},
