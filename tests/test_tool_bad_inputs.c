@@ -255,6 +255,9 @@ static void test_options(void) {
         {"train --train-samples -3", NULL, 2, "--train-samples expects an integer from 1 to", 0},
         {"train --test-samples abc", NULL, 2, "--test-samples expects an integer from 1 to", 0},
         {"train --lr abc", NULL, 2, "--lr expects a number >= 0 and <= 1e+06, got 'abc'", 0},
+        /* convolution and pooling: the model's name */
+        {"train --model resnet", NULL, 2, "--model expects mlp or cnn, got 'resnet'", 0},
+        {"train --model", NULL, 2, "--model needs a value", 0},
         {"train --lr -0.1", NULL, 2, "--lr expects a number >= 0", 0},
         {"train --lr nan", NULL, 2, "got 'nan' (not a number)", 0},
         {"train --lr inf", NULL, 2, "got 'inf' (not a number)", 0},
@@ -289,6 +292,8 @@ static void test_options(void) {
         {"mem", NULL, 2, "give a parameter count", 0},
         {"mem 7B --params 5B", NULL, 2, "the parameter count is given twice", 0},
         {"mem 7B 5B", NULL, 2, "unexpected argument '5B': one parameter count only", 0},
+        {"mem 7B --model cnn", NULL, 2, "give either a parameter count or --model cnn, not both", 0},
+        {"mem --model cnn --hidden 64", NULL, 2, "--hidden, --layers and --seq come from the CNN", 0},
         {"mem 7B --json --json", NULL, 2, "--json is given twice", 0},
         {"mem 7B --hidden 0", NULL, 2, "--hidden expects an integer from 1 to 1000000000, got '0'", 0},
         {"mem 7B --layers 2000000000", NULL, 2, "--layers expects an integer from 1 to 1000000000", 0},

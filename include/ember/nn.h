@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <ember/tensor.h>
+#include <ember/ops.h> /* em_hw */
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,23 @@ em_module *em_sequential_n(int n, em_module *const *modules);
 /* Append a module to a Sequential (takes ownership). */
 em_status em_sequential_append(em_module *seq, em_module *m);
 
+/* ---- convolution and pooling layers (torch.nn's, NCHW) ----
+ * Conv2d: weight [out, in / groups, kH, kW] and bias [out], both U(-1/sqrt(fan_in),
+ * 1/sqrt(fan_in)) with fan_in = in / groups * kH * kW (PyTorch's kaiming_uniform(a=sqrt(5))).
+ * em_conv2d_module uses PyTorch's defaults: stride 1, padding 0, dilation 1, groups 1, bias.
+ * Pools: stride EM_HW1(0) means kernel_size (PyTorch's stride=None). A shape error in
+ * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."). */
+em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
+em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
+                               em_hw padding, em_hw dilation, int64_t groups, bool bias);
+em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode);
+em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
+                                bool count_include_pad, int64_t divisor_override);
+em_module *em_adaptive_avg_pool2d_module(em_hw output_size);
+/* A Conv2d's channels and kernel size; EM_ERR_ARGUMENT if m is not a Conv2d. */
+em_status em_module_conv2d_shape(const em_module *m, int64_t *in_channels, int64_t *out_channels,
+                                 em_hw *kernel_size);
+
 /* ---- using modules ---- */
 /* m(x): a new reference (scoped like any op result). */
 em_tensor *em_forward(em_module *m, em_tensor *x);
@@ -94,7 +112,9 @@ em_module *em_module_child(em_module *m, int i);
  * EM_MODULE_CUSTOM (also when its ops name says "Linear"). */
 typedef enum em_module_kind {
     EM_MODULE_CUSTOM, EM_MODULE_SEQUENTIAL, EM_MODULE_LINEAR, EM_MODULE_RELU, EM_MODULE_GELU,
-    EM_MODULE_SIGMOID, EM_MODULE_TANH, EM_MODULE_DROPOUT, EM_MODULE_FLATTEN
+    EM_MODULE_SIGMOID, EM_MODULE_TANH, EM_MODULE_DROPOUT, EM_MODULE_FLATTEN,
+    /* convolution and pooling */
+    EM_MODULE_CONV2D, EM_MODULE_MAX_POOL2D, EM_MODULE_AVG_POOL2D, EM_MODULE_ADAPTIVE_AVG_POOL2D
 } em_module_kind;
 /* m's kind; EM_MODULE_CUSTOM (and EM_ERR_ARGUMENT recorded) for NULL. */
 em_module_kind em_module_kind_of(const em_module *m);

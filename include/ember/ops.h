@@ -76,6 +76,33 @@ em_tensor *em_cat(em_tensor *const *tensors, int n, int dim);   /* n tensors joi
 em_tensor *em_stack(em_tensor *const *tensors, int n, int dim); /* n same-shaped tensors along a new dim */
 em_tensor *em_one_hot(em_tensor *index, int64_t num_classes);        /* int64 result, shape [..., C] */
 
+/* ---- convolution and pooling ----
+ * torch.nn.functional's conv2d and pools on NCHW input [N, C, H, W] (or unbatched [C, H, W]),
+ * float32/float64. Sizes are (h, w) pairs: EM_HW(3, 3), or EM_HW1(3) for both. */
+typedef struct em_hw { int64_t h, w; } em_hw;
+#define EM_HW(h, w) ((em_hw){(h), (w)})
+#define EM_HW1(x) ((em_hw){(x), (x)})
+/* F.conv2d: weight [out_channels, in_channels / groups, kH, kW], bias [out_channels] or NULL;
+ * output size (H + 2 pad - dilation (k - 1) - 1) / stride + 1 (floor). PyTorch's defaults:
+ * stride EM_HW1(1), padding EM_HW1(0), dilation EM_HW1(1), groups 1. */
+em_tensor *em_conv2d(em_tensor *input, em_tensor *weight, em_tensor *bias, em_hw stride,
+                     em_hw padding, em_hw dilation, int64_t groups);
+/* F.max_pool2d: stride EM_HW1(0) means kernel_size (PyTorch's stride=None); padding at most
+ * half the (dilated) kernel; ceil_mode rounds the output size up (the last window must still
+ * start inside the input or left padding). _with_indices also gives int64 indices (flat h * W
+ * + w in each input plane, as return_indices=True); *indices is scoped like the output. */
+em_tensor *em_max_pool2d(em_tensor *input, em_hw kernel_size, em_hw stride, em_hw padding,
+                         em_hw dilation, bool ceil_mode);
+em_tensor *em_max_pool2d_with_indices(em_tensor *input, em_hw kernel_size, em_hw stride,
+                                      em_hw padding, em_hw dilation, bool ceil_mode,
+                                      em_tensor **indices);
+/* F.avg_pool2d (PyTorch's defaults: ceil_mode false, count_include_pad true,
+ * divisor_override 0 = none). */
+em_tensor *em_avg_pool2d(em_tensor *input, em_hw kernel_size, em_hw stride, em_hw padding,
+                         bool ceil_mode, bool count_include_pad, int64_t divisor_override);
+/* F.adaptive_avg_pool2d: window i covers [floor(i H / oh), ceil((i + 1) H / oh)). */
+em_tensor *em_adaptive_avg_pool2d(em_tensor *input, em_hw output_size);
+
 /* ---- in place ---- */
 em_status em_copy_(em_tensor *dst, em_tensor *src);   /* broadcasting, casting, cross-device */
 em_status em_fill_(em_tensor *t, double value);       /* every element = value */

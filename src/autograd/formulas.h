@@ -25,5 +25,7 @@ em_dims ag_reduced_dims(const em_grad_args *args, int ndim);
 /* Formulas for reductions, matmul, softmax, indexing, joining and views (formulas_shape.c).
  * Each fills out[i] (scope-owned, not yet cast) for the inputs that need a gradient. */
 void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out);
+/* Formulas for convolution and pooling (formulas_conv.c). */
+void ag_backward_conv(ag_node *n, em_tensor *g, em_tensor **out);
 
 #endif

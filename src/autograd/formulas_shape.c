@@ -228,6 +228,9 @@ void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
     case EM_GRAD_SLICE: backward_slice(n, g, out); break;
     case EM_GRAD_EXPAND: out[0] = g; break; /* ag_finish sums over the expanded dims */
     case EM_GRAD_COPY: out[0] = em_to_device_dtype(g, in->device, in->dtype, false); break;
+    case EM_GRAD_CONV2D: case EM_GRAD_MAX_POOL2D: case EM_GRAD_AVG_POOL2D: case EM_GRAD_ADAPTIVE_AVG_POOL2D:
+        ag_backward_conv(n, g, out); /* convolution and pooling */
+        break;
     default:
         em_error(EM_ERR_INTERNAL, "autograd: no formula for %s", ag_op_name(n->op));
         break;

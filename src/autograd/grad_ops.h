@@ -83,6 +83,14 @@
     /* the gradient summed back to a's shape */                                           \
     X(EXPAND, ExpandBackward0, NONE)                                                      \
     /* contiguous / clone / to(device, dtype): gradient moved back to a's device, dtype */ \
-    X(COPY, ToCopyBackward0, NONE)
+    X(COPY, ToCopyBackward0, NONE)                                                        \
+    /* convolution and pooling (formulas_conv.c); args.win holds the window (record.h) */ \
+    /* inputs {input, weight} or {input, weight, bias} */                                 \
+    X(CONV2D, ConvolutionBackward0, IN01)                                                 \
+    /* inputs {input, indices}; the int64 indices are not differentiable */               \
+    X(MAX_POOL2D, MaxPool2DWithIndicesBackward0, IN1)                                     \
+    /* inputs {input} */                                                                  \
+    X(AVG_POOL2D, AvgPool2DBackward0, NONE)                                               \
+    X(ADAPTIVE_AVG_POOL2D, AdaptiveAvgPool2DBackward0, NONE)
 
 #endif

@@ -25,6 +25,9 @@ typedef struct em_grad_args {
     bool reduce[EM_MAX_DIMS];
     bool keepdim;
     int perm[EM_MAX_DIMS];
+    /* convolution and pooling: kh, kw, sh, sw, ph, pw, dh, dw, groups, count_include_pad,
+     * divisor_override (EM_GRAD_WIN_* in src/core/ops_conv.c) */
+    int64_t win[11];
 } em_grad_args;
 
 /* Is grad mode on and does any input require grad? Cheap; call before building args. */

@@ -92,6 +92,17 @@ static inline void em__optim_consts(const em_optim_args *a, bool adam, double c[
     c[EM_OPT_OMD] = 1.0 - a->dampening;
 }
 
+/* ---- convolution and pooling: one 2-d window geometry for im2col, col2im and the pools.
+ * Every field is int64 so GPU kernels take it by value with the same layout (emk_win2d in
+ * src/kernels/conv.k). Input [n, c, h, w], output [n, c or out channels, oh, ow]. */
+typedef struct em_window2d {
+    int64_t n, c, h, w, oh, ow;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t count_include_pad; /* avg pool: padded positions count in the divisor */
+    int64_t divisor;           /* avg pool: divisor_override, or 0 */
+} em_window2d;
+typedef enum em_pool_kind { EM_POOL_MAX, EM_POOL_AVG, EM_POOL_ADAPTIVE_AVG } em_pool_kind;
+
 typedef struct em_backend {
     const char *name;          /* "cpu", "opencl", "cuda" */
     em_device_type type;
@@ -202,6 +213,30 @@ typedef struct em_backend {
      * (when finite) and tracker = 0; found_inf = 0 for the next iteration. */
     em_status (*amp_unscale)(em_tensor *g, em_tensor *state);
     em_status (*amp_update)(em_tensor *state, double growth, double backoff, int64_t interval);
+
+    /* ---- convolution and pooling (src/core/ops_conv.c) ----
+     * Tensors are contiguous NCHW with the window's shapes; f32 or f64, one dtype.
+     * im2col: cols [n, c * kh * kw, oh * ow] from in [n, c, h, w] (zero padding).
+     * col2im: in [n, c, h, w] = the sum of cols' entries at each input position (written,
+     * not accumulated). */
+    em_status (*im2col)(em_tensor *cols, const em_tensor *in, const em_window2d *g);
+    em_status (*col2im)(em_tensor *in, const em_tensor *cols, const em_window2d *g);
+    /* Pools: out [n, c, oh, ow]; indices (EM_POOL_MAX only) int64 h * w + w in the plane.
+     * pool2d_backward writes gin [n, c, h, w] from gout (and indices for max). */
+    em_status (*pool2d)(em_pool_kind kind, em_tensor *out, em_tensor *indices, const em_tensor *in,
+                        const em_window2d *g);
+    em_status (*pool2d_backward)(em_pool_kind kind, em_tensor *gin, const em_tensor *gout,
+                                 const em_tensor *indices, const em_window2d *g);
+    /* Optional (NULL: core runs im2col + matmul): a convolution library's f32 conv with
+     * groups; bias may be NULL. Forward, backward to the input, backward to the weight.
+     * EM_ERR_NOT_SUPPORTED with no error recorded: the library cannot run this one, and
+     * core takes the portable path. */
+    em_status (*conv2d)(em_tensor *out, const em_tensor *in, const em_tensor *w,
+                        const em_tensor *bias, const em_window2d *g, int64_t groups);
+    em_status (*conv2d_backward_input)(em_tensor *gin, const em_tensor *gout, const em_tensor *w,
+                                       const em_window2d *g, int64_t groups);
+    em_status (*conv2d_backward_weight)(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
+                                        const em_window2d *g, int64_t groups);
 } em_backend;
 
 /* Host waits (src/core/device.c): every backend's synchronize, event_synchronize and copy to

@@ -55,4 +55,16 @@ em_status em__amp_unscale_(em_tensor *g, em_tensor *state);
  * skipped step and clears found_inf. */
 em_status em__amp_update_(em_tensor *state, double growth, double backoff, int64_t interval);
 
+/* ---- convolution and pooling (src/core/ops_conv.c) ----
+ * The backward passes autograd's formulas call (no autograd recorded; results scoped).
+ * win is em_grad_args.win; input_shape / weight_shape are 4-d. kind: em_pool_kind
+ * (0 max, which needs the forward's indices; 1 avg; 2 adaptive avg). */
+em_tensor *em__conv2d_backward_input(em_tensor *g, em_tensor *weight, const int64_t *input_shape, const int64_t *win);
+em_tensor *em__conv2d_backward_weight(em_tensor *g, em_tensor *input, const int64_t *weight_shape, const int64_t *win);
+em_tensor *em__pool2d_backward(int kind, em_tensor *g, em_tensor *indices, const int64_t *input_shape,
+                               const int64_t *win);
+/* Force the portable im2col + matmul convolution instead of the backend's library (oneDNN),
+ * so tests cover both; returns the previous setting. EMBER_CONV=portable sets it at start. */
+bool em__conv_force_portable(bool on);
+
 #endif

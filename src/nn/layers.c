@@ -178,7 +178,7 @@ em_module_kind em_module_kind_of(const em_module *m) {
     }
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (m->ops == kinds[i].ops) return kinds[i].kind;
-    return EM_MODULE_CUSTOM;
+    return em__nn_conv_kind(m); /* convolution and pooling (conv.c) */
 }
 
 const char *em_module_name(const em_module *m) { return m ? m->ops->name : NULL; }

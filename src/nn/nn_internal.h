@@ -24,4 +24,7 @@ void em__optim_forget_module(em_optimizer *opt);
 struct em_safetensors;
 em_status em__module_load_file(em_module *m, const struct em_safetensors *file, const char *path);
 
+/* convolution and pooling: the kind of a layer from src/nn/conv.c, else EM_MODULE_CUSTOM */
+em_module_kind em__nn_conv_kind(const em_module *m);
+
 #endif

@@ -5,13 +5,15 @@
 #include <string.h>
 #include "commands.h"
 #include "mlp.h"
+#include "model_cnn.h"
 
 static const char *const tool = "ember eval";
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ember eval [CHECKPOINT] [options]\n"
-            "Test accuracy, loss and throughput of the seed's MLP (784-256-10) on Fashion-MNIST.\n\n"
+            "Test accuracy, loss and throughput of a model `ember train` wrote (the seed's MLP or the\n"
+            "CNN, as the checkpoint's \"model\" metadata says) on Fashion-MNIST.\n\n"
             "  CHECKPOINT           safetensors file from `ember train` (default ember-mlp.safetensors)\n"
             "  --device D           auto (default), cpu, cuda:N, opencl:N\n"
             "  --batch-size N       samples per forward pass (default 1000)\n"
@@ -63,10 +65,11 @@ int cmd_eval(int argc, char **argv) {
     if (threads) em_set_num_threads((int)threads);
     int rc = 1;
     /* the checkpoint first: a bad one is reported before the data is read */
-    em_module *model = mlp_new();
+    const char *kind = model_of_checkpoint(path);
+    em_module *model = kind ? model_new(kind) : NULL;
     em_dataset *test = NULL;
     if (!model) {
-        fprintf(stderr, "%s: %s\n", tool, em_last_error());
+        fprintf(stderr, "%s: %s%s\n", tool, kind ? "" : "cannot load: ", em_last_error());
     } else if (em_module_load(model, path) != EM_OK || em_module_to(model, dev) != EM_OK) {
         fprintf(stderr, "%s: cannot load %s: %s\n", tool, path, em_last_error());
     } else if (!(test = mlp_dataset(dir, false, limit, "--test-samples"))) {

@@ -10,12 +10,14 @@
 #include "commands.h"
 #include "mlp.h"
 #include "train_amp.h"
+#include "model_cnn.h"
 
 static const char usage_text[] =
     "usage: ember mem PARAMS [options]\n"
     "       ember mem --model FILE.safetensors [options]\n"
     "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.\n\n"
     "  PARAMS                 parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)\n"
+    "  --model cnn            `ember train --model cnn`'s network (float32 unless --dtype)\n"
     "  --model FILE           an Ember checkpoint (em_module_save): parameters, dtype and the\n"
     "                         Linear layers' widths come from its tensors; with --batch the\n"
     "                         activations and the optimizer's workspace are counted too\n"
@@ -327,15 +329,26 @@ int cmd_mem(int argc, char **argv) {
         if (takes) i++;
     }
     if (o.autocast_dtype != EM_F32 && !dtype_given) o.dtype = EM_F32;   /* autocast keeps float32 weights */
-    if (model) return mem_model(model, params, shape_given, mode, json, o);
+    /* convolution and pooling: --model cnn counts ember train's CNN from its layers */
+    bool cnn = model && !strcmp(model, "cnn");
+    char cnn_why[256] = "";
+    if (cnn) {
+        if (params) return bad("give either a parameter count or --model cnn, not both (got '%s')", params);
+        if (o.hidden || o.layers || o.seq) return bad("%s", "--hidden, --layers and --seq come from the CNN with --model cnn");
+        if (!model_cnn_estimate_opts(&o, shape_given, cnn_why, sizeof cnn_why)) return bad("%s", em_last_error());
+        params = "cnn";
+    } else if (model) {
+        return mem_model(model, params, shape_given, mode, json, o);
+    }
     if (!params) return bad("%s", "give a parameter count, e.g. ember mem 7B");
-    if (em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());
+    if (!cnn && em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());
     if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
     if ((o.batch > 0) != (o.seq > 0) && o.activation_bytes_per_sample <= 0)
         return bad("%s", "activations need both --batch and --seq (or --batch and --act-bytes)");
     em_estimate_mode modes[3];
     int nmodes;
     if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    if (cnn && !strcmp(mode, "all")) nmodes--;   /* LoRA adapts transformers' matrices: only when asked */
     em_estimate e, alt;
     if (modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
         em_estimate_opts lo = o;
@@ -353,8 +366,10 @@ int cmd_mem(int argc, char **argv) {
                "\"shape_inferred\": %s,\n  \"estimates\": [", o.params, dt, (long long)(o.hidden ? o.hidden : e.hidden),
                (long long)(o.layers ? o.layers : e.layers), o.hidden && o.layers ? "false" : "true");
     } else {
-        printf("ember mem: %s parameters (%.0f), %s weights", params, o.params, dt);
+        if (cnn) printf("ember mem: ember train's CNN (%.0f parameters), %s weights", o.params, dt);
+        else printf("ember mem: %s parameters (%.0f), %s weights", params, o.params, dt);
         if (o.autocast_dtype != EM_F32) printf(", autocast %s activations", em_dtype_name(o.autocast_dtype));
+        if (cnn_why[0]) printf("; activations %s", cnn_why);
         if (!o.hidden || !o.layers)
             printf("; assumed transformer shape: hidden %lld, %lld layers (set --hidden/--layers for your model)",
                    (long long)(o.hidden ? o.hidden : e.hidden), (long long)(o.layers ? o.layers : e.layers));

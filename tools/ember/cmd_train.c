@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "commands.h"
 #include "mlp.h"
+#include "model_cnn.h"
 #include "progress.h"
 #include "train_amp.h"
 #include "train_parallel.h"
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
             "usage: ember train [options]\n"
             "Train the seed's MLP (784-256-10, ReLU) on Fashion-MNIST and report, after each epoch,\n"
             "the train loss, test accuracy, samples/s and the device's memory.\n\n"
+            "  --model NAME         mlp (default: the seed's) or cnn (LeNet-5 style, tools/ember/model_cnn.c)\n"
             "  --device D           auto (default: CUDA, then an OpenCL GPU, then the CPU), cpu, cuda:N, opencl:N\n"
             "  --devices A,B        DataParallel over these devices (opencl:0,opencl:1 or cpu,opencl:0): each\n"
             "                       batch split across them, one model replica on each\n"
@@ -46,7 +48,7 @@ static void usage(FILE *f) {
             "  --data DIR           directory of the IDX files (default: the Debian package's,\n"
             "                       or EMBER_DATA_DIR)\n"
             "  --checkpoint PATH    safetensors checkpoint written after every epoch and on Ctrl-C,\n"
-            "                       SIGTERM or SIGHUP (default ember-mlp.safetensors; 'none' to write\n"
+            "                       SIGTERM or SIGHUP (default ember-MODEL.safetensors; 'none' to write\n"
             "                       nothing); its folder is checked before training starts\n"
             "  --resume             continue from --checkpoint with its seed, batch size, optimizer\n"
             "                       state and learning rate; --lr given with --resume replaces the\n"
@@ -71,7 +73,7 @@ static void usage(FILE *f) {
 typedef struct train_opts {
     em_device device;
     int64_t epochs, batch_size, seed, threads, max_steps, train_samples, test_samples;
-    const char *optimizer, *data_dir, *checkpoint;
+    const char *optimizer, *data_dir, *checkpoint, *model;
     double lr, momentum, weight_decay;
     bool lr_set, wd_set, seed_set, batch_set, resume;
     /* --devices (DataParallel, train_parallel.c) */
@@ -134,7 +136,8 @@ static int parse(int argc, char **argv, train_opts *o) {
     bool device_set = false;
     mlp_seen seen = {0};
     *o = (train_opts){.epochs = 5, .batch_size = 64, .optimizer = "adam",
-                      .momentum = 0.9, .checkpoint = "ember-mlp.safetensors"};
+                      .momentum = 0.9, .checkpoint = NULL, .model = "mlp"};
+    bool checkpoint_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -149,7 +152,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         static const char *const valued[] = {"--device", "--epochs", "--batch-size", "--optimizer", "--lr",
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
                                              "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
-                                             "--devices", "--amp"};
+                                             "--devices", "--amp", "--model"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -178,7 +181,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
         else if (!strcmp(a, "--amp")) ok = train_amp_parse(tool, a, v, &o->amp_dtype), o->amp_set = true;
-        else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
+        else if (!strcmp(a, "--model")) ok = model_parse(tool, a, v), o->model = v;
+        else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL, checkpoint_given = true;
         else if (!strcmp(a, "--optimizer")) {
             o->optimizer = v;
             if (strcmp(v, "adam") && strcmp(v, "adamw") && strcmp(v, "sgd")) {
@@ -197,6 +201,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         return 2;
     }
     if (o->ndevices) o->device = o->devices[0], device_set = true;
+    if (!checkpoint_given) o->checkpoint = model_default_checkpoint(o->model);
     if (o->resume && !o->checkpoint) {
         fprintf(stderr, "%s: --resume needs a --checkpoint file (not 'none')\n", tool);
         return 2;
@@ -229,15 +234,16 @@ static em_optimizer *make_optimizer(const train_opts *o, em_module *m) {
 
 static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, const position *pos) {
     if (!o->checkpoint) return EM_OK;
-    char v[5][40];
+    char v[6][40];
     snprintf(v[0], sizeof v[0], "%" PRId64, pos->epoch);
     snprintf(v[1], sizeof v[1], "%" PRId64, pos->batch);
     snprintf(v[2], sizeof v[2], "%.17g", pos->loss_sum);
     snprintf(v[3], sizeof v[3], "%" PRId64, o->seed);
     snprintf(v[4], sizeof v[4], "%" PRId64, o->batch_size);
-    const char *keys[] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed", "train.batch_size"};
-    const char *vals[] = {v[0], v[1], v[2], v[3], v[4]};
-    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 5);
+    snprintf(v[5], sizeof v[5], "%s", o->model);
+    const char *keys[] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed", "train.batch_size", "model"};
+    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5]};
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 6);
 }
 
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
@@ -344,7 +350,7 @@ static int run(train_opts *o) {
     }
     em_memory_empty_cache(EM_DEVICE_CPU);   /* the files' unused parts: not what training holds */
     em_manual_seed((uint64_t)o->seed);
-    em_module *model = mlp_new();
+    em_module *model = model_new(o->model);
     if (model && em_module_to(model, o->device) != EM_OK) em_clear_error(), em_module_free(model), model = NULL;
     em_optimizer *opt = model ? make_optimizer(o, model) : NULL;
     em_loader *loader = NULL;
@@ -376,7 +382,7 @@ static int run(train_opts *o) {
     if (o->ndevices) strcat(devices_label, " (DataParallel)");
     printf("training %s on %s: %" PRId64 " parameters, %" PRId64 " train / %" PRId64 " test samples, "
            "batch %" PRId64 ", %s lr %g, %d CPU thread%s%s\n",
-           "Linear(784, 256) ReLU Linear(256, 10)", devices_label, em_module_num_parameters(model),
+           model_summary(o->model), devices_label, em_module_num_parameters(model),
            em_dataset_len(train), em_dataset_len(test), o->batch_size, o->optimizer, em_optim_lr(opt),
            em_get_num_threads(), em_get_num_threads() == 1 ? "" : "s", o->resume ? " (resumed)" : "");
     if (o->amp.on)

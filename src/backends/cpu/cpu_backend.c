@@ -177,4 +177,15 @@ const em_backend em_cpu_backend = {
     .fused_adam = em__cpu_fused_adam,
     .amp_unscale = em__cpu_amp_unscale,
     .amp_update = em__cpu_amp_update,
+
+    /* convolution and pooling */
+    .im2col = em__cpu_im2col,
+    .col2im = em__cpu_col2im,
+    .pool2d = em__cpu_pool2d,
+    .pool2d_backward = em__cpu_pool2d_backward,
+#ifdef EMBER_HAVE_DNNL
+    .conv2d = em__cpu_conv2d_dnnl,
+    .conv2d_backward_input = em__cpu_conv2d_backward_input_dnnl,
+    .conv2d_backward_weight = em__cpu_conv2d_backward_weight_dnnl,
+#endif
 };

@@ -139,4 +139,20 @@ bool em__cpu_supports_op(em_op op, em_dtype dt);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);
 
+/* ---- convolution and pooling (cpu_conv.c; oneDNN in cpu_conv_dnnl.c) ---- */
+em_status em__cpu_im2col(em_tensor *cols, const em_tensor *in, const em_window2d *g);
+em_status em__cpu_col2im(em_tensor *in, const em_tensor *cols, const em_window2d *g);
+em_status em__cpu_pool2d(em_pool_kind kind, em_tensor *out, em_tensor *indices, const em_tensor *in,
+                         const em_window2d *g);
+em_status em__cpu_pool2d_backward(em_pool_kind kind, em_tensor *gin, const em_tensor *gout, const em_tensor *indices,
+                                  const em_window2d *g);
+#ifdef EMBER_HAVE_DNNL
+em_status em__cpu_conv2d_dnnl(em_tensor *out, const em_tensor *in, const em_tensor *w, const em_tensor *bias,
+                              const em_window2d *g, int64_t groups);
+em_status em__cpu_conv2d_backward_input_dnnl(em_tensor *gin, const em_tensor *gout, const em_tensor *w,
+                                             const em_window2d *g, int64_t groups);
+em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
+                                              const em_window2d *g, int64_t groups);
+#endif
+
 #endif

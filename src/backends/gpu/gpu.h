@@ -134,6 +134,14 @@ em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
 em_status em__gpu_amp_unscale(em_tensor *grad, em_tensor *state);
 em_status em__gpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
 
+/* Convolution and pooling (gpu_conv.c, kernels in conv.k). */
+em_status em__gpu_im2col(em_tensor *cols, const em_tensor *in, const em_window2d *g);
+em_status em__gpu_col2im(em_tensor *in, const em_tensor *cols, const em_window2d *g);
+em_status em__gpu_pool2d(em_pool_kind kind, em_tensor *out, em_tensor *indices, const em_tensor *in,
+                         const em_window2d *g);
+em_status em__gpu_pool2d_backward(em_pool_kind kind, em_tensor *gin, const em_tensor *gout,
+                                  const em_tensor *indices, const em_window2d *g);
+
 /* Matmul with a given launcher (benchmarks compare Ember's kernel with the vendor GEMM by
  * passing a copy whose gemm is NULL). */
 em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *a,
@@ -150,7 +158,10 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
     .index_select = em__gpu_index_select,                                                     \
     .index_add = em__gpu_index_add, .gather = em__gpu_gather, .scatter_add = em__gpu_scatter_add, \
     .rng = em__gpu_rng, .fused_sgd = em__gpu_fused_sgd, .fused_adam = em__gpu_fused_adam,      \
-    .amp_unscale = em__gpu_amp_unscale, .amp_update = em__gpu_amp_update
+    .amp_unscale = em__gpu_amp_unscale, .amp_update = em__gpu_amp_update,                      \
+    /* convolution and pooling */                                                            \
+    .im2col = em__gpu_im2col, .col2im = em__gpu_col2im, .pool2d = em__gpu_pool2d,             \
+    .pool2d_backward = em__gpu_pool2d_backward
 
 /* ---- layout helpers (gpu_layout.c), also used by backends' own fast paths ---- */
 /* Element offset of t's first element from its block's buffer handle; EM_ERR_INTERNAL

@@ -1,0 +1,594 @@
+/* Convolution and pooling: F.conv2d, max/avg/adaptive-avg pool2d and their backward passes.
+ * Core checks arguments as PyTorch does (with its messages), makes the inputs contiguous
+ * NCHW, and runs either the backend's convolution library (the CPU's oneDNN) or the portable
+ * path: im2col + the backend's batched matmul, col2im for the input's gradient. Pools are
+ * one backend entry each way. Autograd's formulas call the backward functions below
+ * (declared in internal_api.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include "ops_internal.h"
+#include "internal_api.h"
+
+/* em_grad_args.win, in this order */
+enum {
+    EM_GRAD_WIN_KH, EM_GRAD_WIN_KW, EM_GRAD_WIN_SH, EM_GRAD_WIN_SW, EM_GRAD_WIN_PH, EM_GRAD_WIN_PW,
+    EM_GRAD_WIN_DH, EM_GRAD_WIN_DW, EM_GRAD_WIN_GROUPS, EM_GRAD_WIN_CIP, EM_GRAD_WIN_DIV
+};
+
+/* The portable path's im2col buffer holds at most this many elements; larger batches run in
+ * chunks of samples. */
+#define CONV_COLS_LIMIT ((int64_t)1 << 24)
+
+static _Atomic int force_portable = -1; /* -1: not yet read from EMBER_CONV */
+
+bool em__conv_force_portable(bool on) {
+    int prev = atomic_exchange(&force_portable, on ? 1 : 0);
+    if (prev < 0) {
+        const char *e = getenv("EMBER_CONV");
+        prev = e && strcmp(e, "portable") == 0;
+    }
+    return prev == 1;
+}
+
+static bool use_portable(void) {
+    int v = atomic_load(&force_portable);
+    if (v < 0) {
+        const char *e = getenv("EMBER_CONV");
+        v = e && strcmp(e, "portable") == 0;
+        int expected = -1;
+        atomic_compare_exchange_strong(&force_portable, &expected, v);
+    }
+    return v == 1;
+}
+
+static char *shp(char *buf, size_t n, const em_tensor *t) { return em__shape_str(buf, n, t->ndim, t->shape); }
+
+static em_status check_float(const char *op, const char *what, const em_tensor *t) {
+    if (t->dtype == EM_F32 || t->dtype == EM_F64) return EM_OK;
+    return em_error(EM_ERR_DTYPE, "%s: expected %s of dtype float32 or float64, but got %s", op, what,
+                    em_dtype_name(t->dtype));
+}
+
+/* t itself when contiguous, else a new contiguous copy kept in *tmp (caller releases). */
+static const em_tensor *contig(const em_tensor *t, em_tensor **tmp) {
+    *tmp = NULL;
+    if (em__is_contiguous_raw(t->ndim, t->shape, t->strides)) return t;
+    *tmp = em__copy_raw(t, t->dtype);
+    return *tmp;
+}
+
+/* A stack view of contiguous t with another shape and strides. */
+static void view(em_tensor *dst, const em_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                 int64_t offset) {
+    em__stack_view(dst, t, ndim, shape, strides, t->offset + offset);
+}
+
+static void win_to_args(const em_window2d *g, int64_t groups, int64_t *win) {
+    win[EM_GRAD_WIN_KH] = g->kh, win[EM_GRAD_WIN_KW] = g->kw;
+    win[EM_GRAD_WIN_SH] = g->sh, win[EM_GRAD_WIN_SW] = g->sw;
+    win[EM_GRAD_WIN_PH] = g->ph, win[EM_GRAD_WIN_PW] = g->pw;
+    win[EM_GRAD_WIN_DH] = g->dh, win[EM_GRAD_WIN_DW] = g->dw;
+    win[EM_GRAD_WIN_GROUPS] = groups;
+    win[EM_GRAD_WIN_CIP] = g->count_include_pad;
+    win[EM_GRAD_WIN_DIV] = g->divisor;
+}
+
+static em_window2d win_from_args(const int64_t *in_shape, int64_t oh, int64_t ow, const int64_t *win) {
+    em_window2d g = {.n = in_shape[0], .c = in_shape[1], .h = in_shape[2], .w = in_shape[3], .oh = oh, .ow = ow,
+                     .kh = win[EM_GRAD_WIN_KH], .kw = win[EM_GRAD_WIN_KW], .sh = win[EM_GRAD_WIN_SH],
+                     .sw = win[EM_GRAD_WIN_SW], .ph = win[EM_GRAD_WIN_PH], .pw = win[EM_GRAD_WIN_PW],
+                     .dh = win[EM_GRAD_WIN_DH], .dw = win[EM_GRAD_WIN_DW],
+                     .count_include_pad = win[EM_GRAD_WIN_CIP], .divisor = win[EM_GRAD_WIN_DIV]};
+    return g;
+}
+
+static em_status need_entries(const char *op, const em_backend *be, em_device d, bool conv) {
+    if (conv ? be->im2col && be->col2im && be->matmul : be->pool2d && be->pool2d_backward) return EM_OK;
+    return em__missing_kernel(op, be, d);
+}
+
+/* ---- the convolution's three passes on contiguous operands ---- */
+
+typedef struct conv_dims {
+    int64_t N, C, O, G, Cg, Og, K, L, CK; /* K = Cg * kh * kw per group, CK = C * kh * kw */
+} conv_dims;
+
+static conv_dims dims_of(const em_window2d *g, int64_t O, int64_t G) {
+    conv_dims d = {.N = g->n, .C = g->c, .O = O, .G = G, .Cg = g->c / G, .Og = O / G,
+                   .L = g->oh * g->ow};
+    d.K = d.Cg * g->kh * g->kw;
+    d.CK = d.C * g->kh * g->kw;
+    return d;
+}
+
+static int64_t chunk_of(const conv_dims *d) {
+    int64_t per = d->CK * d->L > 0 ? d->CK * d->L : 1;
+    int64_t c = CONV_COLS_LIMIT / per;
+    if (c < 1) c = 1;
+    return c < d->N ? c : d->N;
+}
+
+/* out [N, O, oh, ow] = conv(x, w) + bias; everything contiguous */
+static em_status conv_forward(const em_backend *be, em_tensor *out, const em_tensor *x, const em_tensor *w,
+                              const em_tensor *bias, em_window2d g, int64_t G) {
+    conv_dims d = dims_of(&g, w->shape[0], G);
+    if (d.N == 0 || d.O == 0 || d.L == 0) return EM_OK;
+    if (be->conv2d && x->dtype == EM_F32 && !use_portable()) {
+        em_status st = be->conv2d(out, x, w, bias, &g, G);
+        if (st != EM_ERR_NOT_SUPPORTED) return st; /* unsupported: recorded nothing, go portable */
+    }
+    int64_t chunk = chunk_of(&d);
+    int64_t cshape[3] = {chunk, d.CK, d.L};
+    em_tensor *cols = em__tensor_new_on(be, out->storage->device, 3, cshape, x->dtype);
+    if (!cols) return em_last_status();
+    em_status st = EM_OK;
+    for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
+        int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
+        em_window2d gc = g;
+        gc.n = nc;
+        em_tensor xv, cv, ov, wv, cgv;
+        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
+        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
+        view(&xv, x, 4, xs, xst, n0 * d.C * g.h * g.w);
+        view(&cv, cols, 3, cs, cst, 0);
+        st = be->im2col(&cv, &xv, &gc);
+        /* out[n, grp] = w[grp] @ cols[n, grp] */
+        int64_t os[4] = {nc, G, d.Og, d.L}, ost[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
+        int64_t ws[4] = {nc, G, d.Og, d.K}, wst[4] = {0, d.Og * d.K, d.K, 1};
+        int64_t gs[4] = {nc, G, d.K, d.L}, gst[4] = {d.CK * d.L, d.K * d.L, d.L, 1};
+        view(&ov, out, 4, os, ost, n0 * d.O * d.L);
+        view(&wv, w, 4, ws, wst, 0);
+        view(&cgv, cols, 4, gs, gst, 0);
+        if (st == EM_OK) st = be->matmul(&ov, &wv, &cgv);
+    }
+    em_release(cols);
+    if (st == EM_OK && bias) {
+        em_tensor ov, bv;
+        int64_t s3[3] = {d.N, d.O, d.L}, ost[3] = {d.O * d.L, d.L, 1}, bst[3] = {0, 1, 0};
+        view(&ov, out, 3, s3, ost, 0);
+        view(&bv, bias, 3, s3, bst, 0);
+        st = be->binary(EM_OP_ADD, &ov, &ov, &bv);
+    }
+    return st;
+}
+
+/* gx [N, C, H, W] from gy [N, O, oh, ow] and w */
+static em_status conv_backward_input(const em_backend *be, em_tensor *gx, const em_tensor *gy, const em_tensor *w,
+                                     em_window2d g, int64_t G) {
+    conv_dims d = dims_of(&g, w->shape[0], G);
+    if (d.N == 0 || d.C == 0) return EM_OK;
+    if (d.O == 0 || d.L == 0) return be->fill(gx, 0.0);
+    if (be->conv2d_backward_input && gx->dtype == EM_F32 && !use_portable()) {
+        em_status st = be->conv2d_backward_input(gx, gy, w, &g, G);
+        if (st != EM_ERR_NOT_SUPPORTED) return st;
+    }
+    int64_t chunk = chunk_of(&d);
+    int64_t cshape[3] = {chunk, d.CK, d.L};
+    em_tensor *cols = em__tensor_new_on(be, gx->storage->device, 3, cshape, gx->dtype);
+    if (!cols) return em_last_status();
+    em_status st = EM_OK;
+    for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
+        int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
+        em_window2d gc = g;
+        gc.n = nc;
+        em_tensor xv, cv, yv, wv, cgv;
+        /* cols[n, grp] = w[grp]^T @ gy[n, grp] */
+        int64_t gs[4] = {nc, G, d.K, d.L}, gst[4] = {d.CK * d.L, d.K * d.L, d.L, 1};
+        int64_t ws[4] = {nc, G, d.K, d.Og}, wst[4] = {0, d.Og * d.K, 1, d.K};
+        int64_t ys[4] = {nc, G, d.Og, d.L}, yst[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
+        view(&cgv, cols, 4, gs, gst, 0);
+        view(&wv, w, 4, ws, wst, 0);
+        view(&yv, gy, 4, ys, yst, n0 * d.O * d.L);
+        st = be->matmul(&cgv, &wv, &yv);
+        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
+        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
+        view(&xv, gx, 4, xs, xst, n0 * d.C * g.h * g.w);
+        view(&cv, cols, 3, cs, cst, 0);
+        if (st == EM_OK) st = be->col2im(&xv, &cv, &gc);
+    }
+    em_release(cols);
+    return st;
+}
+
+/* gw [O, Cg, kh, kw] from gy and x */
+static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, const em_tensor *gy, const em_tensor *x,
+                                      em_window2d g, int64_t G) {
+    conv_dims d = dims_of(&g, gw->shape[0], G);
+    if (d.O == 0 || d.K == 0) return EM_OK;
+    if (d.N == 0 || d.L == 0) return be->fill(gw, 0.0);
+    if (be->conv2d_backward_weight && gw->dtype == EM_F32 && !use_portable()) {
+        em_status st = be->conv2d_backward_weight(gw, gy, x, &g, G);
+        if (st != EM_ERR_NOT_SUPPORTED) return st;
+    }
+    int64_t chunk = chunk_of(&d);
+    int64_t cshape[3] = {chunk, d.CK, d.L}, pshape[4] = {chunk, G, d.Og, d.K}, rshape[4] = {1, G, d.Og, d.K};
+    em_device dev = gw->storage->device;
+    em_tensor *cols = em__tensor_new_on(be, dev, 3, cshape, gw->dtype);
+    em_tensor *part = cols ? em__tensor_new_on(be, dev, 4, pshape, gw->dtype) : NULL;
+    em_tensor *sum = part && d.N > chunk ? em__tensor_new_on(be, dev, 4, rshape, gw->dtype) : NULL;
+    em_status st = part && (sum || d.N <= chunk) ? EM_OK : em_last_status();
+    em_tensor gwv;
+    int64_t gwst[4] = {G * d.Og * d.K, d.Og * d.K, d.K, 1};
+    view(&gwv, gw, 4, rshape, gwst, 0);
+    bool reduce[4] = {true, false, false, false};
+    for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
+        int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
+        em_window2d gc = g;
+        gc.n = nc;
+        em_tensor xv, cv, yv, cgv, pv;
+        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
+        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
+        view(&xv, x, 4, xs, xst, n0 * d.C * g.h * g.w);
+        view(&cv, cols, 3, cs, cst, 0);
+        st = be->im2col(&cv, &xv, &gc);
+        /* part[n, grp] = gy[n, grp] @ cols[n, grp]^T, then summed over n */
+        int64_t ys[4] = {nc, G, d.Og, d.L}, yst[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
+        int64_t gs[4] = {nc, G, d.L, d.K}, gst[4] = {d.CK * d.L, d.K * d.L, 1, d.L};
+        int64_t ps[4] = {nc, G, d.Og, d.K}, pst[4] = {G * d.Og * d.K, d.Og * d.K, d.K, 1};
+        view(&yv, gy, 4, ys, yst, n0 * d.O * d.L);
+        view(&cgv, cols, 4, gs, gst, 0);
+        view(&pv, part, 4, ps, pst, 0);
+        if (st == EM_OK) st = be->matmul(&pv, &yv, &cgv);
+        if (st != EM_OK) break;
+        if (n0 == 0) {
+            st = be->reduce(EM_OP_SUM, &gwv, &pv, reduce);
+        } else {
+            st = be->reduce(EM_OP_SUM, sum, &pv, reduce);
+            if (st == EM_OK) st = be->binary(EM_OP_ADD, &gwv, &gwv, sum);
+        }
+    }
+    em_release(sum);
+    em_release(part);
+    em_release(cols);
+    return st;
+}
+
+/* ---- shapes and checks ---- */
+
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dl) {
+    return (in + 2 * p - dl * (k - 1) - 1) / s + 1;
+}
+
+/* PyTorch's pooling_output_shape */
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dl, bool ceil_mode) {
+    int64_t num = in + 2 * p - dl * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+    if (ceil_mode && (o - 1) * s >= in + p) --o;
+    return o;
+}
+
+/* 3-d (unbatched) input runs as a batch of one; *squeeze says to drop the dim again */
+static em_tensor *batched(const char *op, em_tensor *x, bool *squeeze) {
+    char sb[128];
+    *squeeze = false;
+    if (x->ndim == 4) return x;
+    if (x->ndim == 3) {
+        *squeeze = true;
+        return em_unsqueeze(x, 0);
+    }
+    em_error(EM_ERR_SHAPE, "%s: expected 3D (unbatched) or 4D (batched) input, but got input of size: %s", op,
+             shp(sb, sizeof sb, x));
+    return NULL;
+}
+
+static em_tensor *unbatched(em_tensor *out, bool squeeze) { return squeeze && out ? em_squeeze(out, 0) : out; }
+
+static em_tensor *conv2d_impl(em_tensor *x, em_tensor *w, em_tensor *b, em_hw stride, em_hw padding,
+                              em_hw dilation, int64_t groups) {
+    const char *op = "conv2d";
+    char sx[128], sw[128], sb[128];
+    if (check_float(op, "input", x) || check_float(op, "weight", w)) return NULL;
+    em_tensor *ts[3] = {x, w, b};
+    const em_tensor *cts[3] = {x, w, b};
+    if (em__check_same_device(op, b ? 3 : 2, cts)) return NULL;
+    if (w->dtype != x->dtype || (b && b->dtype != x->dtype)) {
+        em_error(EM_ERR_DTYPE, "%s: input (%s), weight (%s)%s%s must have one dtype", op, em_dtype_name(x->dtype),
+                 em_dtype_name(w->dtype), b ? " and bias " : "", b ? em_dtype_name(b->dtype) : "");
+        return NULL;
+    }
+    if (w->ndim != 4) {
+        em_error(EM_ERR_SHAPE, "%s: expected a 4D weight [out_channels, in_channels / groups, kH, kW], but got weight of size %s",
+                 op, shp(sw, sizeof sw, w));
+        return NULL;
+    }
+    if (groups <= 0) {
+        em_error(EM_ERR_ARGUMENT, "%s: non-positive groups is not supported (groups=%lld)", op, (long long)groups);
+        return NULL;
+    }
+    if (stride.h <= 0 || stride.w <= 0) {
+        em_error(EM_ERR_ARGUMENT, "%s: non-positive stride is not supported (stride=(%lld, %lld))", op,
+                 (long long)stride.h, (long long)stride.w);
+        return NULL;
+    }
+    if (padding.h < 0 || padding.w < 0) {
+        em_error(EM_ERR_ARGUMENT, "%s: negative padding is not supported (padding=(%lld, %lld))", op,
+                 (long long)padding.h, (long long)padding.w);
+        return NULL;
+    }
+    if (dilation.h <= 0 || dilation.w <= 0) {
+        em_error(EM_ERR_ARGUMENT, "%s: dilation should be greater than zero (dilation=(%lld, %lld))", op,
+                 (long long)dilation.h, (long long)dilation.w);
+        return NULL;
+    }
+    int64_t O = w->shape[0], C = x->shape[1];
+    if (O % groups != 0) {
+        em_error(EM_ERR_SHAPE, "%s: given groups=%lld, expected weight to be divisible by %lld at dimension 0, but got weight of size %s instead",
+                 op, (long long)groups, (long long)groups, shp(sw, sizeof sw, w));
+        return NULL;
+    }
+    if (C != w->shape[1] * groups) {
+        em_error(EM_ERR_SHAPE, "%s: given groups=%lld, weight of size %s, expected input%s to have %lld channels, but got %lld channels instead",
+                 op, (long long)groups, shp(sw, sizeof sw, w), shp(sx, sizeof sx, x),
+                 (long long)(w->shape[1] * groups), (long long)C);
+        return NULL;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != O)) {
+        em_error(EM_ERR_SHAPE, "%s: given weight of size %s, expected bias to be 1-dimensional with %lld elements, but got bias of size %s instead",
+                 op, shp(sw, sizeof sw, w), (long long)O, shp(sb, sizeof sb, b));
+        return NULL;
+    }
+    int64_t kh = w->shape[2], kw = w->shape[3];
+    int64_t ph_in = x->shape[2] + 2 * padding.h, pw_in = x->shape[3] + 2 * padding.w;
+    if (dilation.h * (kh - 1) + 1 > ph_in || dilation.w * (kw - 1) + 1 > pw_in) {
+        em_error(EM_ERR_SHAPE, "%s: calculated padded input size per channel: (%lld x %lld) for input%s. Kernel size: (%lld x %lld) (dilated: %lld x %lld). Kernel size can't be greater than actual input size",
+                 op, (long long)ph_in, (long long)pw_in, shp(sx, sizeof sx, x), (long long)kh, (long long)kw,
+                 (long long)(dilation.h * (kh - 1) + 1), (long long)(dilation.w * (kw - 1) + 1));
+        return NULL;
+    }
+    em_window2d g = {.n = x->shape[0], .c = C, .h = x->shape[2], .w = x->shape[3], .kh = kh, .kw = kw,
+                     .sh = stride.h, .sw = stride.w, .ph = padding.h, .pw = padding.w, .dh = dilation.h,
+                     .dw = dilation.w};
+    g.oh = conv_out(g.h, kh, g.sh, g.ph, g.dh);
+    g.ow = conv_out(g.w, kw, g.sw, g.pw, g.dw);
+    const em_backend *be = x->storage->backend;
+    em_device dev = x->storage->device;
+    if (need_entries(op, be, dev, true)) return NULL;
+    int64_t oshape[4] = {g.n, O, g.oh, g.ow};
+    em_tensor *out = em__tensor_new_on(be, dev, 4, oshape, x->dtype);
+    if (!out) return NULL;
+    em_tensor *tx, *tw, *tb = NULL;
+    const em_tensor *cx = contig(x, &tx), *cw = cx ? contig(w, &tw) : NULL, *cb = NULL;
+    if (!cx) tw = NULL;
+    if (cw && b) cb = contig(b, &tb);
+    em_status st = cx && cw && (!b || cb) ? conv_forward(be, out, cx, cw, cb, g, groups) : em_last_status();
+    em_release(tx);
+    em_release(tw);
+    em_release(tb);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    em_grad_args args = em__no_args;
+    win_to_args(&g, groups, args.win);
+    return em__finish(out, EM_GRAD_CONV2D, b ? 3 : 2, ts, &args);
+}
+
+em_tensor *em_conv2d(em_tensor *input, em_tensor *weight, em_tensor *bias, em_hw stride, em_hw padding,
+                     em_hw dilation, int64_t groups) {
+    EM_CHECK_ARG(input, "em_conv2d", "input");
+    EM_CHECK_ARG(weight, "em_conv2d", "weight");
+    if (!bias && em_failed()) return NULL; /* a NULL bias after a failed call is a failure, not "no bias" */
+    bool squeeze;
+    em_tensor *x = batched("conv2d", input, &squeeze);
+    return unbatched(x ? conv2d_impl(x, weight, bias, stride, padding, dilation, groups) : NULL, squeeze);
+}
+
+/* ---- pools ---- */
+
+static em_status pool_checks(const char *op, const em_tensor *x, em_hw k, em_hw s, em_hw p, em_hw d) {
+    if (check_float(op, "input", x)) return em_last_status();
+    if (k.h <= 0 || k.w <= 0)
+        return em_error(EM_ERR_ARGUMENT, "%s: kernel_size must be greater than zero, but got (%lld, %lld)", op,
+                        (long long)k.h, (long long)k.w);
+    if (s.h <= 0 || s.w <= 0)
+        return em_error(EM_ERR_ARGUMENT, "%s: stride must be greater than zero, but got (%lld, %lld)", op,
+                        (long long)s.h, (long long)s.w);
+    if (d.h <= 0 || d.w <= 0)
+        return em_error(EM_ERR_ARGUMENT, "%s: dilation must be greater than zero, but got (%lld, %lld)", op,
+                        (long long)d.h, (long long)d.w);
+    if (p.h < 0 || p.w < 0)
+        return em_error(EM_ERR_ARGUMENT, "%s: negative padding is not supported (padding=(%lld, %lld))", op,
+                        (long long)p.h, (long long)p.w);
+    if (p.h > k.h / 2 || p.w > k.w / 2)
+        return em_error(EM_ERR_ARGUMENT, "%s: pad should be at most half of kernel size, but got pad=(%lld, %lld) and kernel_size=(%lld, %lld)",
+                        op, (long long)p.h, (long long)p.w, (long long)k.h, (long long)k.w);
+    return EM_OK;
+}
+
+static em_tensor *pool_impl(const char *op, em_pool_kind kind, em_tensor *x, em_window2d g,
+                            em_tensor **indices_out) {
+    char sx[128];
+    if (g.oh <= 0 || g.ow <= 0) {
+        em_error(EM_ERR_SHAPE, "%s: given input size %s, the calculated output size (%lld x %lld) is too small",
+                 op, shp(sx, sizeof sx, x), (long long)g.oh, (long long)g.ow);
+        return NULL;
+    }
+    const em_backend *be = x->storage->backend;
+    em_device dev = x->storage->device;
+    if (need_entries(op, be, dev, false)) return NULL;
+    int64_t oshape[4] = {g.n, g.c, g.oh, g.ow};
+    em_tensor *out = em__tensor_new_on(be, dev, 4, oshape, x->dtype);
+    em_tensor *idx = out && kind == EM_POOL_MAX ? em__tensor_new_on(be, dev, 4, oshape, EM_I64) : NULL;
+    em_tensor *tx = NULL;
+    const em_tensor *cx = out && (idx || kind != EM_POOL_MAX) ? contig(x, &tx) : NULL;
+    em_status st = cx ? EM_OK : em_last_status();
+    if (st == EM_OK && g.n * g.c * g.oh * g.ow > 0) st = be->pool2d(kind, out, idx, cx, &g);
+    em_release(tx);
+    if (st != EM_OK) {
+        em_release(out);
+        em_release(idx);
+        return NULL;
+    }
+    em_grad_args args = em__no_args;
+    win_to_args(&g, 1, args.win);
+    em_tensor *ins[2] = {x, idx};
+    em_grad_op gop = kind == EM_POOL_MAX ? EM_GRAD_MAX_POOL2D : kind == EM_POOL_AVG ? EM_GRAD_AVG_POOL2D
+                                                                                   : EM_GRAD_ADAPTIVE_AVG_POOL2D;
+    out = em__finish(out, gop, kind == EM_POOL_MAX ? 2 : 1, ins, &args);
+    if (idx) {
+        if (out && indices_out) *indices_out = em__scoped(idx);
+        else em_release(idx);
+    }
+    return out;
+}
+
+static em_window2d pool_window(const em_tensor *x, em_hw k, em_hw s, em_hw p, em_hw d, bool ceil_mode) {
+    em_window2d g = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .kh = k.h,
+                     .kw = k.w, .sh = s.h, .sw = s.w, .ph = p.h, .pw = p.w, .dh = d.h, .dw = d.w};
+    g.oh = pool_out(g.h, k.h, s.h, p.h, d.h, ceil_mode);
+    g.ow = pool_out(g.w, k.w, s.w, p.w, d.w, ceil_mode);
+    return g;
+}
+
+em_tensor *em_max_pool2d_with_indices(em_tensor *input, em_hw kernel_size, em_hw stride, em_hw padding,
+                                      em_hw dilation, bool ceil_mode, em_tensor **indices) {
+    const char *op = "max_pool2d";
+    if (indices) *indices = NULL;
+    EM_CHECK_ARG(input, "em_max_pool2d", "input");
+    if (stride.h == 0 && stride.w == 0) stride = kernel_size;
+    if (pool_checks(op, input, kernel_size, stride, padding, dilation)) return NULL;
+    bool squeeze;
+    em_tensor *x = batched(op, input, &squeeze);
+    if (!x) return NULL;
+    em_tensor *idx = NULL;
+    em_tensor *out = pool_impl(op, EM_POOL_MAX, x, pool_window(x, kernel_size, stride, padding, dilation, ceil_mode),
+                               &idx);
+    if (indices) *indices = unbatched(idx, squeeze);
+    return unbatched(out, squeeze);
+}
+
+em_tensor *em_max_pool2d(em_tensor *input, em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation,
+                         bool ceil_mode) {
+    return em_max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode, NULL);
+}
+
+em_tensor *em_avg_pool2d(em_tensor *input, em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
+                         bool count_include_pad, int64_t divisor_override) {
+    const char *op = "avg_pool2d";
+    EM_CHECK_ARG(input, "em_avg_pool2d", "input");
+    if (stride.h == 0 && stride.w == 0) stride = kernel_size;
+    if (pool_checks(op, input, kernel_size, stride, padding, EM_HW1(1))) return NULL;
+    if (divisor_override < 0) {
+        em_error(EM_ERR_ARGUMENT, "%s: divisor must be not zero (divisor_override=%lld; 0 means none)", op,
+                 (long long)divisor_override);
+        return NULL;
+    }
+    bool squeeze;
+    em_tensor *x = batched(op, input, &squeeze);
+    if (!x) return NULL;
+    em_window2d g = pool_window(x, kernel_size, stride, padding, EM_HW1(1), ceil_mode);
+    g.count_include_pad = count_include_pad;
+    g.divisor = divisor_override;
+    return unbatched(pool_impl(op, EM_POOL_AVG, x, g, NULL), squeeze);
+}
+
+em_tensor *em_adaptive_avg_pool2d(em_tensor *input, em_hw output_size) {
+    const char *op = "adaptive_avg_pool2d";
+    char sx[128];
+    EM_CHECK_ARG(input, "em_adaptive_avg_pool2d", "input");
+    if (check_float(op, "input", input)) return NULL;
+    if (output_size.h < 0 || output_size.w < 0) {
+        em_error(EM_ERR_ARGUMENT, "%s: output_size must be non-negative, but got (%lld, %lld)", op,
+                 (long long)output_size.h, (long long)output_size.w);
+        return NULL;
+    }
+    bool squeeze;
+    em_tensor *x = batched(op, input, &squeeze);
+    if (!x) return NULL;
+    if ((x->shape[2] == 0 || x->shape[3] == 0) && x->shape[0] * x->shape[1] > 0) {
+        em_error(EM_ERR_SHAPE, "%s: expected input to have non-zero size for non-batch dimensions, but input has sizes %s",
+                 op, shp(sx, sizeof sx, x));
+        return NULL;
+    }
+    em_window2d g = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                     .oh = output_size.h, .ow = output_size.w, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .dh = 1, .dw = 1};
+    if (g.oh == 0 || g.ow == 0) { /* an empty output: nothing to pool */
+        int64_t oshape[4] = {g.n, g.c, g.oh, g.ow};
+        em_tensor *out = em__tensor_new_on(x->storage->backend, x->storage->device, 4, oshape, x->dtype);
+        em_grad_args args = em__no_args;
+        return unbatched(em__finish(out, EM_GRAD_ADAPTIVE_AVG_POOL2D, 1, &x, &args), squeeze);
+    }
+    return unbatched(pool_impl(op, EM_POOL_ADAPTIVE_AVG, x, g, NULL), squeeze);
+}
+
+/* ---- backward passes (autograd's formulas) ---- */
+
+static bool backward_args_ok(const char *op, em_tensor *g, em_tensor *other) {
+    if (!g || !other) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: a NULL argument", op);
+        return false;
+    }
+    if (g->ndim != 4) {
+        em_error(EM_ERR_INTERNAL, "%s: expected a 4D gradient, got %d dims", op, g->ndim);
+        return false;
+    }
+    const em_tensor *ts[2] = {g, other};
+    return em__check_same_device(op, 2, ts) == EM_OK;
+}
+
+/* out = the new contiguous result of fn over contiguous copies of a and b (in a's dtype) */
+typedef em_status (*conv_pass)(const em_backend *be, em_tensor *out, const em_tensor *a, const em_tensor *b,
+                               em_window2d g, int64_t G);
+
+static em_tensor *run_pass(const char *op, conv_pass fn, em_tensor *a, em_tensor *b, const int64_t *oshape,
+                           em_window2d g, int64_t G) {
+    const em_backend *be = a->storage->backend;
+    if (need_entries(op, be, a->storage->device, true)) return NULL;
+    em_tensor *out = em__tensor_new_on(be, a->storage->device, 4, oshape, a->dtype);
+    if (!out) return NULL;
+    em_tensor *ta = NULL, *tb = NULL;
+    const em_tensor *ca = contig(a, &ta), *cb = NULL;
+    if (ca && b->dtype != a->dtype) cb = tb = em__copy_raw(b, a->dtype);
+    else if (ca) cb = contig(b, &tb);
+    em_status st = ca && cb ? fn(be, out, ca, cb, g, G) : em_last_status();
+    em_release(ta);
+    em_release(tb);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return em__scoped(out);
+}
+
+em_tensor *em__conv2d_backward_input(em_tensor *g, em_tensor *weight, const int64_t *input_shape, const int64_t *win) {
+    const char *op = "conv2d backward (input)";
+    if (!backward_args_ok(op, g, weight)) return NULL;
+    em_window2d wg = win_from_args(input_shape, g->shape[2], g->shape[3], win);
+    return run_pass(op, conv_backward_input, g, weight, input_shape, wg, win[EM_GRAD_WIN_GROUPS]);
+}
+
+em_tensor *em__conv2d_backward_weight(em_tensor *g, em_tensor *input, const int64_t *weight_shape,
+                                      const int64_t *win) {
+    const char *op = "conv2d backward (weight)";
+    if (!backward_args_ok(op, g, input)) return NULL;
+    em_window2d wg = win_from_args(input->shape, g->shape[2], g->shape[3], win);
+    return run_pass(op, conv_backward_weight, g, input, weight_shape, wg, win[EM_GRAD_WIN_GROUPS]);
+}
+
+em_tensor *em__pool2d_backward(int kind, em_tensor *g, em_tensor *indices, const int64_t *input_shape,
+                               const int64_t *win) {
+    const char *op = "pool2d backward";
+    if (!backward_args_ok(op, g, indices ? indices : g)) return NULL;
+    if (kind == EM_POOL_MAX && !indices) {
+        em_error(EM_ERR_INTERNAL, "%s: max pool needs its indices", op);
+        return NULL;
+    }
+    const em_backend *be = g->storage->backend;
+    em_device dev = g->storage->device;
+    if (need_entries(op, be, dev, false)) return NULL;
+    em_window2d wg = win_from_args(input_shape, g->shape[2], g->shape[3], win);
+    em_tensor *gin = em__tensor_new_on(be, dev, 4, input_shape, g->dtype);
+    if (!gin) return NULL;
+    em_tensor *tg = NULL, *ti = NULL;
+    const em_tensor *cg = contig(g, &tg), *ci = cg && indices ? contig(indices, &ti) : NULL;
+    em_status st = cg && (ci || !indices) ? EM_OK : em_last_status();
+    if (st == EM_OK && em__numel_raw(4, input_shape) > 0)
+        st = wg.oh * wg.ow > 0 ? be->pool2d_backward((em_pool_kind)kind, gin, cg, ci, &wg) : be->fill(gin, 0.0);
+    em_release(tg);
+    em_release(ti);
+    if (st != EM_OK) {
+        em_release(gin);
+        return NULL;
+    }
+    return em__scoped(gin);
+}
