@@ -83,6 +83,10 @@
     /* the gradient summed back to a's shape */                                           \
     X(EXPAND, ExpandBackward0, NONE)                                                      \
     /* contiguous / clone / to(device, dtype): gradient moved back to a's device, dtype */ \
-    X(COPY, ToCopyBackward0, NONE)
+    X(COPY, ToCopyBackward0, NONE)                                                        \
+    /* norms, embedding, attention: inputs {a, index, src}, args.dim; index not           \
+       differentiable */                                                                  \
+    X(INDEX_ADD, IndexAddBackward0, IN1)                                                  \
+    X(SCATTER_ADD, ScatterAddBackward0, IN1)
 
 #endif
