@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "commands.h"
 #include "mlp.h"
+#include "model_gpt.h"
 #include "progress.h"
 #include <ember/parse.h>
 
@@ -51,6 +52,8 @@ static void usage(FILE *f) {
             "  --max-steps N        stop after N optimizer steps in total, saving a checkpoint as Ctrl-C does\n"
             "  --train-samples N    train on the first N samples only (default: all 60000)\n"
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
+            "  --model NAME         mlp (default) or gpt (a character-level transformer on --text;\n"
+            "                       `ember train --model gpt --help` lists its options)\n"
             "  --help               this text\n\n"
             "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
             "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
@@ -136,7 +139,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         static const char *const valued[] = {"--device", "--epochs", "--batch-size", "--optimizer", "--lr",
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
-                                             "--checkpoint", "--max-steps", "--train-samples", "--test-samples"};
+                                             "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
+                                             "--model"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -163,6 +167,10 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--momentum")) ok = mlp_parse_double(tool, a, v, 0, 1, &o->momentum);
         else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
+        else if (!strcmp(a, "--model") && strcmp(v, "mlp")) {
+            fprintf(stderr, "%s: --model expects mlp or gpt, got '%s'\n", tool, v);
+            ok = false;
+        }
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
         else if (!strcmp(a, "--optimizer")) {
             o->optimizer = v;
@@ -411,6 +419,9 @@ done:
 }
 
 int cmd_train(int argc, char **argv) {
+    /* --model gpt: its own options and loop (model_gpt.c) */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "gpt")) return gpt_train_main(argc, argv);
     train_opts o;
     int rc = parse(argc, argv, &o);
     return rc >= 0 ? rc : run(&o);
