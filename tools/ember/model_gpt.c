@@ -257,8 +257,11 @@ static bool gpt_sample(em_module *m, const corpus *c, const gpt_cfg *cfg, em_dev
     return ok;
 }
 
-/* mean loss over 8 fixed windows batches of the validation part */
-static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *o) {
+/* mean loss over 8 fixed batches of 32 windows of the validation part (the same whatever
+ * --batch-size, so that ember eval reproduces it) */
+static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *opts) {
+    gpt_opts vo = *opts, *o = &vo;
+    vo.batch = 32;
     uint64_t rng = 12345;
     double sum = 0;
     int k = 0;
@@ -538,13 +541,15 @@ int gpt_eval_main(const char *path, int argc, char **argv) {
         fprintf(stderr, "ember eval: cannot load %s: %s\n", path, em_last_error());
         return 1;
     }
-    const char *hex = em_safetensors_metadata(f, "gpt.vocab");
+    char hex[520] = "";
+    const char *hm = em_safetensors_metadata(f, "gpt.vocab"); /* copied: f is freed below */
+    if (hm && strlen(hm) < sizeof hex) snprintf(hex, sizeof hex, "%s", hm);
     bool ok = meta_int(f, "gpt.context", &o.cfg.context) && meta_int(f, "gpt.layers", &o.cfg.layers) &&
               meta_int(f, "gpt.d_model", &o.cfg.d_model) && meta_int(f, "gpt.heads", &o.cfg.heads) &&
               meta_int(f, "gpt.vocab_size", &o.cfg.vocab);
     corpus c;
     memset(&c, 0, sizeof c);
-    if (ok && (!hex || (int64_t)strlen(hex) != 2 * o.cfg.vocab)) {
+    if (ok && (o.cfg.vocab > 256 || (int64_t)strlen(hex) != 2 * o.cfg.vocab)) {
         fprintf(stderr, "ember eval: %s: the metadata 'gpt.vocab' should hold %" PRId64 " hex byte pairs\n", path,
                 o.cfg.vocab);
         ok = false;
