@@ -82,9 +82,25 @@ static void test_bad_options(void) {
     CHECK(strstr(out, "--text PATH") != NULL);
 }
 
+static void test_mem_model_gpt(void) {
+    if (!tool_path()) SKIP("build/ember is not built");
+    CHECK(tool_run("mem --model gpt --json --batch 4 --layers 2 --hidden 64 --seq 32", out, sizeof out) == 0);
+    double params = number_after(out, "\"params\": ", 0), total = number_after(out, "\"total_bytes\": ", 0);
+    double peak = number_after(out, "\"measured_peak_bytes\": ", 0);
+    printf("  ember mem --model gpt: %.0f parameters, estimate %.2f MB, measured peak %.2f MB\n", params, total / 1e6,
+           peak / 1e6);
+    /* 2 x (LayerNorms 4d, in_proj 3d^2 + 3d, out_proj d^2 + d, MLP 8d^2 + 5d) + embeddings + ln_f + head, d = 64 */
+    CHECK(params == 128 * 64 + 32 * 64 + 2 * (4 * 64 + 3 * 64 * 64 + 3 * 64 + 64 * 64 + 64 + 8 * 64 * 64 + 5 * 64) +
+                        2 * 64 + 64 * 128 + 128);
+    CHECK(total > 16 * params && peak > 16 * params); /* weights, gradients and two AdamW states at least */
+    CHECK(tool_run("mem --model gpt --layers 3", out, sizeof out) == 0);
+    CHECK(strstr(out, "3 layers") != NULL && strstr(out, "measured") != NULL);
+}
+
 int main(void) {
     RUN(test_cpu_loss_falls_below_threshold);
     RUN(test_trains_on_opencl);
     RUN(test_bad_options);
+    RUN(test_mem_model_gpt);
     return test_summary();
 }

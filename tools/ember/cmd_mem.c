@@ -9,12 +9,16 @@
 #include <ember/estimate.h>
 #include "commands.h"
 #include "mlp.h"
+#include "model_gpt.h"
 
 static const char usage_text[] =
     "usage: ember mem PARAMS [options]\n"
     "       ember mem --model FILE.safetensors [options]\n"
     "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.\n\n"
     "  PARAMS                 parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)\n"
+    "  --model gpt            the GPT of `ember train --model gpt` (--layers, --hidden = d_model,\n"
+    "                         --seq = context, --batch), its activations counted op by op and\n"
+    "                         the CPU allocator's measured peak over two real steps alongside\n"
     "  --model FILE           an Ember checkpoint (em_module_save): parameters, dtype and the\n"
     "                         Linear layers' widths come from its tensors; with --batch the\n"
     "                         activations and the optimizer's workspace are counted too\n"
@@ -312,6 +316,7 @@ int cmd_mem(int argc, char **argv) {
         }
         if (takes) i++;
     }
+    if (model && !strcmp(model, "gpt")) return gpt_mem_main(o.batch, o.layers, o.hidden, o.seq, json);
     if (model) return mem_model(model, params, shape_given, mode, json, o);
     if (!params) return bad("%s", "give a parameter count, e.g. ember mem 7B");
     if (em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <ember/estimate.h>
 #include "mlp.h"
 #include "model_gpt.h"
 #include "progress.h"
@@ -601,4 +602,96 @@ int gpt_eval_main(const char *path, int argc, char **argv) {
     em_memory_empty_cache(o.device);
     em_memory_empty_cache(EM_DEVICE_CPU);
     return rc;
+}
+
+/* ---- ember mem --model gpt ---- */
+
+/* Parameters of the GPT above, counted from its shape. */
+static double gpt_params(const gpt_cfg *c) {
+    double d = (double)c->d_model, V = (double)c->vocab, T = (double)c->context;
+    double block = 4 * d                     /* two LayerNorms */
+                   + 3 * d * d + 3 * d       /* in_proj */
+                   + d * d + d               /* out_proj */
+                   + d * 4 * d + 4 * d + 4 * d * d + d; /* MLP */
+    return V * d + T * d + (double)c->layers * block + 2 * d + d * V + V;
+}
+
+/* Float32 values autograd keeps per sequence for backward, counted from the ops the model
+ * runs (LayerNorm as composed: the centred input, the normalized one and the affine output;
+ * attention: the qkv projection, the scaled queries, the softmax [heads, T, T], the merged heads;
+ * the MLP's two hidden activations; the head's logits, log-softmax and one-hot targets). */
+static double gpt_saved_per_sample(const gpt_cfg *c) {
+    double d = (double)c->d_model, T = (double)c->context, H = (double)c->heads, V = (double)c->vocab;
+    double block = 3 * d + (3 * d + d + d + d + H * T) + 3 * d + 8 * d;
+    return T * ((double)c->layers * block + d + 3 * d + 3 * V) * 4.0;
+}
+
+int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, bool json) {
+    gpt_cfg c = {.vocab = 128, .context = seq ? seq : 64, .layers = layers ? layers : 2, .d_model = hidden ? hidden : 128,
+                 .heads = 4};
+    if (c.d_model % c.heads) c.heads = 1;
+    em_estimate_opts o = {.params = gpt_params(&c), .dtype = EM_F32, .mode = EM_ESTIMATE_FULL,
+                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers,
+                          .batch = batch ? batch : 32, .seq = c.context,
+                          .activation_bytes_per_sample = gpt_saved_per_sample(&c)};
+    em_estimate e;
+    if (em_estimate_memory(&o, &e) != EM_OK) {
+        fprintf(stderr, "ember mem: %s\n", em_last_error());
+        return 2;
+    }
+    /* the same step measured: the CPU allocator's peak over one AdamW step on random tokens */
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    int64_t base = em_memory_allocated(EM_DEVICE_CPU);
+    em_manual_seed(0);
+    em_module *m = gpt_new(&c);
+    em_optimizer *opt = m ? em_adamw(m, 1e-3) : NULL;
+    double peak = NAN;
+    if (m && (double)em_module_num_parameters(m) != o.params) { /* the formula must describe the model */
+        fprintf(stderr, "ember mem: internal: the GPT has %lld parameters, the formula says %.0f\n",
+                (long long)em_module_num_parameters(m), o.params);
+        em_optim_free(opt);
+        em_module_free(m);
+        return 1;
+    }
+    if (opt) {
+        em_memory_reset_peak_stats(EM_DEVICE_CPU);
+        for (int step = 0; step < 2; step++) { /* the second step has the optimizer's states */
+            em_scope s = em_scope_begin();
+            em_tensor *x = em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64));
+            em_tensor *loss = gpt_loss(m, x, em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64)),
+                                       c.vocab);
+            em_zero_grad(opt);
+            em_backward(loss);
+            em_step(opt);
+            em_scope_end(s);
+        }
+        if (!em_failed()) peak = (double)(em_memory_max_allocated(EM_DEVICE_CPU) - base);
+    }
+    em_optim_free(opt);
+    em_module_free(m);
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    em_clear_error();
+    if (json) {
+        printf("{\"model\": \"gpt\", \"params\": %.0f, \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, "
+               "\"context\": %lld, \"vocab\": %lld, \"batch\": %lld", o.params, (long long)c.layers,
+               (long long)c.d_model, (long long)c.heads, (long long)c.context, (long long)c.vocab, (long long)o.batch);
+        for (int l = 0; l < EM_ESTIMATE_LINES; l++) {
+            char key[32];
+            snprintf(key, sizeof key, "%s", em_estimate_line_name((em_estimate_line)l));
+            for (char *k = key; *k; k++) if (*k == ' ') *k = '_';
+            printf(", \"%s_bytes\": %.0f", key, e.bytes[l]);
+        }
+        printf(", \"measured_peak_bytes\": %.0f}\n", isnan(peak) ? -1.0 : peak);
+        return 0;
+    }
+    printf("ember mem --model gpt: %lld layers, d_model %lld, %lld heads, context %lld, vocab %lld (bytes): %.0f "
+           "parameters, float32, AdamW, batch %lld\n", (long long)c.layers, (long long)c.d_model, (long long)c.heads,
+           (long long)c.context, (long long)c.vocab, o.params, (long long)o.batch);
+    for (int l = 0; l < EM_ESTIMATE_LINES; l++)
+        printf("  %-17s %9.2f MB  %s\n", em_estimate_line_name((em_estimate_line)l), e.bytes[l] / 1e6, e.why[l]);
+    if (!isnan(peak))
+        printf("  measured: the CPU allocator's peak over two AdamW steps of this model is %.2f MB (%.0f%% of the "
+               "estimate; not counted: backward's transient gradients and copies)\n", peak / 1e6,
+               100.0 * peak / e.bytes[EM_ESTIMATE_TOTAL]);
+    return 0;
 }
