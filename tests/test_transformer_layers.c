@@ -312,6 +312,42 @@ static void test_bad_input(void) {
     CHECK(em_memory_allocated(EM_DEVICE_CPU) == before);
 }
 
+/* LayerNorm with weight and bias runs as one kernel (forward and backward) on the CPU and
+ * on OpenCL; it must agree with the composition written out with ops. */
+static void fused_layer_norm_on(em_device dev) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(11);
+    em_tensor *x = em_to(em_add_scalar(em_mul_scalar(em_randn(EM_SHAPE(3, 5, 12), (em_opts){0}), 3.0), 100.0), dev);
+    em_tensor *w = em_to(em_randn(EM_SHAPE(12), (em_opts){0}), dev), *b = em_to(em_randn(EM_SHAPE(12), (em_opts){0}), dev);
+    em_tensor *g = em_to(em_randn(EM_SHAPE(3, 5, 12), (em_opts){0}), dev);
+    em_tensor *leaf[2][3];
+    em_tensor *y[2];
+    for (int k = 0; k < 2; k++) {
+        leaf[k][0] = em_clone(x), leaf[k][1] = em_clone(w), leaf[k][2] = em_clone(b);
+        for (int i = 0; i < 3; i++) em_set_requires_grad(leaf[k][i], true);
+    }
+    y[0] = em_layer_norm(leaf[0][0], EM_SHAPE(12), leaf[0][1], leaf[0][2], 1e-5);
+    CHECK(y[0] && !strcmp(em_grad_fn_name(y[0]), "NativeLayerNormBackward0"));
+    /* the composition: (x - mean) / sqrt(var + eps) * w + b */
+    em_tensor *xc = em_sub(leaf[1][0], em_mean(leaf[1][0], EM_DIMS(-1), true));
+    em_tensor *var = em_mean(em_mul(xc, xc), EM_DIMS(-1), true);
+    y[1] = em_add(em_mul(em_div(xc, em_sqrt(em_add_scalar(var, 1e-5))), leaf[1][1]), leaf[1][2]);
+    for (int k = 0; k < 2; k++) CHECK_OK(em_backward_with(y[k], g, false));
+    CHECK(em_item(em_max(em_abs(em_sub(y[0], y[1])), EM_ALL_DIMS, false)) < 1e-5);
+    for (int i = 0; i < 3; i++) {
+        double diff = em_item(em_max(em_abs(em_sub(em_grad(leaf[0][i]), em_grad(leaf[1][i]))), EM_ALL_DIMS, false));
+        if (!(diff < 1e-3)) fprintf(stderr, "  %s: fused LayerNorm gradient %d differs by %g\n", em_device_str(dev).s, i, diff);
+        CHECK(diff < 1e-3);
+    }
+    em_scope_end(s);
+}
+
+static void test_fused_layer_norm(void) {
+    fused_layer_norm_on(EM_DEVICE_CPU);
+    if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
+    fused_layer_norm_on(EM_DEVICE(EM_OPENCL, 0));
+}
+
 int main(void) {
     RUN(test_gradchecks);
     RUN(test_index_grads_use_index_add);
@@ -320,5 +356,6 @@ int main(void) {
     RUN(test_state_dict_round_trip);
     RUN(test_reprs);
     RUN(test_bad_input);
+    RUN(test_fused_layer_norm);
     return test_summary();
 }

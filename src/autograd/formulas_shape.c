@@ -2,6 +2,7 @@
 #include <string.h>
 #include <ember/ops.h>
 #include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "formulas.h"
 
 em_dims ag_reduced_dims(const em_grad_args *args, int ndim) {
@@ -171,6 +172,20 @@ static void backward_accumulate(ag_node *n, em_tensor *g, em_tensor **out) {
     out[2] = in_corner(src, em_gather(g, dim, index), g);
 }
 
+/* fused LayerNorm {x, w, b}: dx from the backward kernel; w's gradient sums g * xhat over
+ * the rows, b's sums g */
+static void backward_layer_norm(ag_node *n, em_tensor *g, em_tensor **out) {
+    int64_t len = n->args.i[0];
+    em_tensor *dx, *gxhat;
+    if (em__layer_norm_backward(g, ag_saved_t(n, 0), ag_saved_t(n, 1), len, n->args.s[0], &dx, &gxhat) != EM_OK)
+        return;
+    if (ag_input_needs(&n->in[0])) out[0] = dx;
+    if (ag_input_needs(&n->in[1]))
+        out[1] = em_reshape(em_sum(em_reshape(gxhat, EM_SHAPE(-1, len)), EM_DIMS(0), false), shape_of_input(&n->in[1]));
+    if (ag_input_needs(&n->in[2]))
+        out[2] = em_reshape(em_sum(em_reshape(g, EM_SHAPE(-1, len)), EM_DIMS(0), false), shape_of_input(&n->in[2]));
+}
+
 static void backward_cat(ag_node *n, em_tensor *g, em_tensor **out) {
     int dim = wrap(n->args.dim, n->out_ndim);
     int64_t off = 0;
@@ -212,6 +227,7 @@ void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
     case EM_GRAD_INDEX_SELECT: backward_index_select(n, g, out); break;
     case EM_GRAD_GATHER: backward_gather(n, g, out); break;
     case EM_GRAD_INDEX_ADD: case EM_GRAD_SCATTER_ADD: backward_accumulate(n, g, out); break;
+    case EM_GRAD_LAYER_NORM: backward_layer_norm(n, g, out); break;
     case EM_GRAD_CAT: backward_cat(n, g, out); break;
     case EM_GRAD_VIEW: out[0] = em_reshape(g, shape_of_input(in)); break;
     case EM_GRAD_PERMUTE: {

@@ -87,6 +87,8 @@
     /* norms, embedding, attention: inputs {a, index, src}, args.dim; index not           \
        differentiable */                                                                  \
     X(INDEX_ADD, IndexAddBackward0, IN1)                                                  \
-    X(SCATTER_ADD, ScatterAddBackward0, IN1)
+    X(SCATTER_ADD, ScatterAddBackward0, IN1)                                              \
+    /* fused LayerNorm: inputs {x, w, b}, args.s[0] = eps, args.i[0] = n (elements per row) */ \
+    X(LAYER_NORM, NativeLayerNormBackward0, IN01)
 
 #endif

@@ -7,6 +7,7 @@
 #define EM_CORE_INTERNAL_API_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <ember/tensor.h>
 #include "errors.h"
 #include "optim_args.h"
@@ -42,5 +43,17 @@ bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_ten
                             const em_tensor *vmax);
 em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                               em_tensor *v, em_tensor *vmax);
+
+/* ---- norms, embedding, attention: the fused LayerNorm (src/core/ops_norm.c) ----
+ * Applies for f32/f64 x whose numel is a multiple of n, with contiguous w and b of n
+ * elements (x's dtype and device) on a backend with the kernels; records nothing. */
+bool em__layer_norm_applies(const em_tensor *x, const em_tensor *w, const em_tensor *b, int64_t n);
+/* y = (x - mean) / sqrt(var + eps) * w + b over each run of n trailing elements, one
+ * kernel, autograd node NativeLayerNormBackward0 (inputs {x, w, b}). */
+em_tensor *em__layer_norm(em_tensor *x, int64_t n, em_tensor *w, em_tensor *b, double eps);
+/* Its backward (autograd's formula): dx, and gxhat = g * xhat for the weight's gradient,
+ * both scoped, of x's shape. */
+em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int64_t n, double eps, em_tensor **dx,
+                                  em_tensor **gxhat);
 
 #endif

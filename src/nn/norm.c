@@ -69,6 +69,9 @@ em_tensor *em_layer_norm(em_tensor *x, em_shape normalized_shape, em_tensor *wei
     }
     em_dims dims = {.n = ns.ndim};
     for (int i = 0; i < ns.ndim; i++) dims.d[i] = xs.ndim - ns.ndim + i;
+    int64_t n = 1;
+    for (int i = 0; i < ns.ndim; i++) n *= ns.d[i];
+    if (em__layer_norm_applies(x, weight, bias, n)) return em__layer_norm(x, n, weight, bias, eps); /* one kernel */
     em_scope s = em_scope_begin();
     em_tensor *y = normalize(x, dims, eps, NULL, NULL);
     if (weight) y = em_mul(y, weight);

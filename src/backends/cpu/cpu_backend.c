@@ -171,4 +171,7 @@ const em_backend em_cpu_backend = {
     .rng = em__cpu_rng,
     .fused_sgd = em__cpu_fused_sgd,
     .fused_adam = em__cpu_fused_adam,
+    /* norms, embedding, attention */
+    .layer_norm = em__cpu_layer_norm,
+    .layer_norm_backward = em__cpu_layer_norm_backward,
 };
