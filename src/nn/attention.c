@@ -97,8 +97,13 @@ static em_tensor *sdpa(const char *fn, em_tensor *q, em_tensor *k, em_tensor *v,
     em_tensor *scores = em_matmul(em_mul_scalar(q, 1.0 / sqrt((double)(E > 0 ? E : 1))), em_transpose(k, -2, -1));
     em_tensor *keep = is_causal ? causal_keep(L, S, em_device_of(q))
                       : attn_mask && em_dtype_of(attn_mask) == EM_BOOL ? attn_mask : NULL;
-    if (keep) scores = em_where(keep, scores, em_scalar(-INFINITY, EM_OPTS(.dtype = em_dtype_of(q), .device = em_device_of(q))));
-    else if (attn_mask) scores = em_add(scores, attn_mask);
+    em_tensor *add = attn_mask;
+    if (keep) { /* a bool mask becomes 0 / -inf of the mask's own (small) shape, then one add:
+                 * the add's backward passes the gradient through untouched */
+        em_opts o = EM_OPTS(.dtype = em_dtype_of(q), .device = em_device_of(q));
+        add = em_where(keep, em_scalar(0, o), em_scalar(-INFINITY, o));
+    }
+    if (add) scores = em_add(scores, add);
     em_tensor *w = em_softmax(scores, -1);
     if (weights_out) *weights_out = em_keep(w);
     em_tensor *y = em_matmul(dropout(w, dropout_p), v);
