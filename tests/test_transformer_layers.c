@@ -348,6 +348,25 @@ static void test_fused_layer_norm(void) {
     fused_layer_norm_on(EM_DEVICE(EM_OPENCL, 0));
 }
 
+/* need_weights: the attention weights averaged over heads, [N, L, S], rows summing to 1,
+ * zero above the diagonal under a causal mask; the output is the same with and without them */
+static void test_mha_attention_weights(void) {
+    em_scope s = em_scope_begin();
+    em_module *m = em_multihead_attention_ex(8, 2, 0.0, true, false);
+    em_tensor *x = em_randn(EM_SHAPE(5, 3, 8), (em_opts){0}); /* [L, N, E]: batch_first = false */
+    em_tensor *w = NULL;
+    em_tensor *y = em_multihead_attention_forward(m, x, x, x, NULL, true, &w);
+    em_tensor *y2 = em_multihead_attention_forward(m, x, x, x, NULL, true, NULL);
+    CHECK(y && w && y2);
+    em_shape ws = em_shape_of(w);
+    CHECK(ws.ndim == 3 && ws.d[0] == 3 && ws.d[1] == 5 && ws.d[2] == 5);
+    CHECK(em_item(em_max(em_abs(em_add_scalar(em_sum(w, EM_DIMS(-1), false), -1.0)), EM_ALL_DIMS, false)) < 1e-5);
+    CHECK(em_item(em_select(em_select(em_select(w, 0, 1), 0, 1), 0, 3)) == 0.0); /* query 1 cannot see key 3 */
+    CHECK(em_item(em_max(em_abs(em_sub(y, y2)), EM_ALL_DIMS, false)) == 0.0);
+    em_module_free(m);
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_gradchecks);
     RUN(test_index_grads_use_index_add);
@@ -357,5 +376,6 @@ int main(void) {
     RUN(test_reprs);
     RUN(test_bad_input);
     RUN(test_fused_layer_norm);
+    RUN(test_mha_attention_weights);
     return test_summary();
 }
