@@ -342,10 +342,30 @@ static void fused_layer_norm_on(em_device dev) {
     em_scope_end(s);
 }
 
-static void test_fused_layer_norm(void) {
+/* GELU's gradient in one kernel against the formula g * (Phi(x) + x phi(x)) written with ops */
+static void fused_gelu_on(em_device dev) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(5);
+    em_tensor *x = em_to(em_mul_scalar(em_randn(EM_SHAPE(7, 33), (em_opts){0}), 3.0), dev);
+    em_tensor *g = em_to(em_randn(EM_SHAPE(7, 33), (em_opts){0}), dev);
+    em_set_requires_grad(x, true);
+    CHECK_OK(em_backward_with(em_gelu(em_transpose(x, 0, 1)), em_transpose(g, 0, 1), false));
+    em_tensor *xd = em_detach(x);
+    em_tensor *cdf = em_div(em_gelu(xd), xd); /* Phi(x) = gelu(x) / x, x away from 0 here */
+    em_tensor *pdf = em_mul_scalar(em_exp(em_mul_scalar(em_mul(xd, xd), -0.5)), 0.3989422804014327);
+    em_tensor *want = em_mul(g, em_add(cdf, em_mul(xd, pdf)));
+    double diff = em_item(em_max(em_abs(em_sub(em_grad(x), want)), EM_ALL_DIMS, false));
+    if (!(diff < 1e-5)) fprintf(stderr, "  %s: GELU gradient differs by %g\n", em_device_str(dev).s, diff);
+    CHECK(diff < 1e-5);
+    em_scope_end(s);
+}
+
+static void test_fused_kernels(void) {
+    fused_gelu_on(EM_DEVICE_CPU);
     fused_layer_norm_on(EM_DEVICE_CPU);
     if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
     fused_layer_norm_on(EM_DEVICE(EM_OPENCL, 0));
+    fused_gelu_on(EM_DEVICE(EM_OPENCL, 0));
 }
 
 /* need_weights: the attention weights averaged over heads, [N, L, S], rows summing to 1,
@@ -375,7 +395,7 @@ int main(void) {
     RUN(test_state_dict_round_trip);
     RUN(test_reprs);
     RUN(test_bad_input);
-    RUN(test_fused_layer_norm);
+    RUN(test_fused_kernels);
     RUN(test_mha_attention_weights);
     return test_summary();
 }

@@ -187,6 +187,9 @@ typedef struct em_backend {
      * dx, and gxhat = g * xhat (for the weight's gradient), both contiguous [rows, n]. */
     em_status (*layer_norm_backward)(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
                                      const em_tensor *w, int64_t n, double eps);
+    /* GELU's (exact, erf) backward in one pass: dx = g * (Phi(x) + x * phi(x)); dx, g, x
+     * contiguous, one shape, f32 or f64. */
+    em_status (*gelu_backward)(em_tensor *dx, const em_tensor *g, const em_tensor *x);
     /* Counter-based Philox 4x32-10: element i (row-major) of out uses counter offset + i
      * and key seed, so every backend produces the same numbers. See src/core/philox.h. */
     em_status (*rng)(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,

@@ -55,5 +55,9 @@ em_tensor *em__layer_norm(em_tensor *x, int64_t n, em_tensor *w, em_tensor *b, d
  * both scoped, of x's shape. */
 em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int64_t n, double eps, em_tensor **dx,
                                   em_tensor **gxhat);
+/* GELU's backward g * (Phi(x) + x phi(x)) in one kernel (scoped result), or NULL without an
+ * error where the backend lacks it or the operands do not fit (f32/f64, one shape): the
+ * caller then composes it. */
+em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x);
 
 #endif

@@ -80,3 +80,24 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
     *gxhat = em__scoped(c);
     return EM_OK;
 }
+
+/* GELU's backward in one pass where the backend has it (f32/f64, g and x of one shape), NULL
+ * without an error otherwise: the caller composes. No gradient of its own (no double backward). */
+em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x) {
+    if (!g || !x || g->dtype != x->dtype || (x->dtype != EM_F32 && x->dtype != EM_F64) || !em__same_shape(g, x) ||
+        !em__same_device(g, x) || !x->storage->backend->gelu_backward)
+        return NULL;
+    const em_backend *be = x->storage->backend;
+    em_tensor *tg = NULL, *tx = NULL;
+    const em_tensor *gc = contiguous_of(g, &tg), *xc = gc ? contiguous_of(x, &tx) : NULL;
+    em_tensor *out = xc ? em__tensor_new_on(be, x->storage->device, x->ndim, x->shape, x->dtype) : NULL;
+    em_status st = out ? EM_OK : em_last_status();
+    if (st == EM_OK && em__numel_raw(x->ndim, x->shape) > 0) st = be->gelu_backward(out, gc, xc);
+    em_release(tg);
+    em_release(tx);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return em__scoped(out);
+}

@@ -174,4 +174,5 @@ const em_backend em_cpu_backend = {
     /* norms, embedding, attention */
     .layer_norm = em__cpu_layer_norm,
     .layer_norm_backward = em__cpu_layer_norm_backward,
+    .gelu_backward = em__cpu_gelu_backward,
 };

@@ -1,4 +1,5 @@
-/* LayerNorm forward and backward over contiguous rows, one row per task, f32 and f64. Each
+/* LayerNorm forward and backward over contiguous rows, and GELU's backward in one pass
+ * (the transformer's fused kernels), one row (or block) per task, f32 and f64. Each
  * row's mean and variance are two passes in double (the variance of x - mean, so that a
  * large mean costs no precision); the backward recomputes them rather than keeping them. */
 #include <math.h>
@@ -85,5 +86,30 @@ em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_
                 em__host_ptr(g), n, eps};
     int64_t rows = em__cpu_numel(x) / n;
     em__cpu_parallel_for(rows, EM_CPU_PARALLEL_ELEMS / (8 * n) + 1, x->dtype == EM_F64 ? ln_bwd_f64 : ln_bwd_f32, &c);
+    return EM_OK;
+}
+
+/* dx = g * (Phi(x) + x * phi(x)), Phi(x) = (1 + erf(x / sqrt 2)) / 2, phi(x) = exp(-x^2 / 2) / sqrt(2 pi) */
+#define GELU_BWD(SFX, T, ERF, EXP)                                                            \
+    static void gelu_bwd_##SFX(void *arg, int64_t i0, int64_t i1) {                           \
+        const ln_ctx *c = arg;                                                                \
+        const T *g = c->g, *x = c->x;                                                         \
+        T *dx = c->out;                                                                       \
+        for (int64_t i = i0; i < i1; i++) {                                                   \
+            T v = x[i];                                                                       \
+            T cdf = (T)0.5 * ((T)1 + ERF(v * (T)0.70710678118654752440));                     \
+            T pdf = EXP((T)-0.5 * v * v) * (T)0.39894228040143267794;                        \
+            dx[i] = g[i] * (cdf + v * pdf);                                                   \
+        }                                                                                     \
+    }
+GELU_BWD(f32, float, erff, expf)
+GELU_BWD(f64, double, erf, exp)
+
+em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x) {
+    if ((x->dtype != EM_F32 && x->dtype != EM_F64) || g->dtype != x->dtype || dx->dtype != x->dtype)
+        return em_error(EM_ERR_INTERNAL, "cpu: gelu_backward expects f32/f64 operands of one dtype");
+    ln_ctx c = {em__host_ptr(dx), NULL, NULL, NULL, em__host_ptr(x), NULL, NULL, em__host_ptr(g), 0, 0};
+    em__cpu_parallel_for(em__cpu_numel(x), EM_CPU_PARALLEL_ELEMS / 4, x->dtype == EM_F64 ? gelu_bwd_f64 : gelu_bwd_f32,
+                         &c);
     return EM_OK;
 }

@@ -134,6 +134,7 @@ em_status em__gpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, c
                              const em_tensor *w, const em_tensor *b, int64_t n, double eps);
 em_status em__gpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
                                       const em_tensor *w, int64_t n, double eps);
+em_status em__gpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
 
 /* Matmul with a given launcher (benchmarks compare Ember's kernel with the vendor GEMM by
  * passing a copy whose gemm is NULL). */
@@ -150,7 +151,8 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
     .matmul = em__gpu_matmul, .softmax = em__gpu_softmax, .index_select = em__gpu_index_select, \
     .index_add = em__gpu_index_add, .gather = em__gpu_gather, .scatter_add = em__gpu_scatter_add, \
     .rng = em__gpu_rng, .fused_sgd = em__gpu_fused_sgd, .fused_adam = em__gpu_fused_adam,       \
-    .layer_norm = em__gpu_layer_norm, .layer_norm_backward = em__gpu_layer_norm_backward
+    .layer_norm = em__gpu_layer_norm, .layer_norm_backward = em__gpu_layer_norm_backward,    \
+    .gelu_backward = em__gpu_gelu_backward
 
 /* ---- layout helpers (gpu_layout.c), also used by backends' own fast paths ---- */
 /* Element offset of t's first element from its block's buffer handle; EM_ERR_INTERNAL

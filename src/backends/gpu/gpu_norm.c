@@ -1,4 +1,4 @@
-/* GPU op layer: LayerNorm forward and backward (norm.k), one launch each, written once for
+/* GPU op layer: LayerNorm forward and backward and GELU's backward (norm.k), one launch each, written once for
  * every GPU backend (see gpu.h). Core hands over contiguous f32/f64 operands. */
 #include "gpu.h"
 
@@ -60,4 +60,17 @@ em_status em__gpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_
                       EM_KBUF(w->storage->block.handle), EM_KI64(rows), EM_KI64(n), EM_KI64(o[0]),
                       EM_KI64(o[1]), EM_KI64(o[2]), EM_KI64(o[3]), EM_KI64(o[4]), real_arg(x, eps)};
     return em__gpu_launch_1d(g, EM__DEV(dx), name, rows, 13, args, "layer_norm_backward");
+}
+
+em_status em__gpu_gelu_backward(em_tensor *dx, const em_tensor *gy, const em_tensor *x) {
+    const em_gpu *g = em__gpu_of(dx);
+    em_tensor *ts[3] = {dx, (em_tensor *)gy, (em_tensor *)x};
+    int64_t o[3];
+    char name[40];
+    if (!prepare(g, "gelu_backward", x, ts, 3, o, name, sizeof name)) return em_last_status();
+    int64_t n = rows_of(x, 1);
+    if (n == 0) return EM_OK;
+    em_karg args[] = {EM_KBUF(dx->storage->block.handle), EM_KBUF(gy->storage->block.handle),
+                      EM_KBUF(x->storage->block.handle), EM_KI64(n), EM_KI64(o[0]), EM_KI64(o[1]), EM_KI64(o[2])};
+    return em__gpu_launch_1d(g, EM__DEV(dx), name, n, 7, args, "gelu_backward");
 }
