@@ -1,6 +1,6 @@
 /* Gradient formulas of the pointwise ops (listed in grad_ops.h, with the helpers they use
- * here), and the dispatch for every node. Formulas use only the public ops API, so they run
- * on every device. */
+ * here), and the dispatch for every node. Formulas use the public ops API, so they run on
+ * every device; GELU's takes core's fused kernel (internal_api.h) where the backend has it. */
 #include <math.h>
 #include <string.h>
 #include <ember/ops.h>
