@@ -85,6 +85,7 @@ static em_tensor *f_index_select(em_tensor **x) { return em_index_select(x[0], 0
 static em_tensor *f_gather(em_tensor **x) { return em_gather(x[0], 1, x[1]); }
 
 static void test_gradchecks(void) {
+    em_scope s = em_scope_begin(); /* the inputs made below */
     em_manual_seed(7);
     gradcheck("layer_norm", f_layer_norm, 3, (em_tensor *[]){rnd(EM_SHAPE(2, 3, 4)), rnd(EM_SHAPE(3, 4)), rnd(EM_SHAPE(3, 4))});
     gradcheck("layer_norm non-contiguous", f_layer_norm_nc, 2, (em_tensor *[]){rnd(EM_SHAPE(5, 3)), rnd(EM_SHAPE(5))});
@@ -102,6 +103,7 @@ static void test_gradchecks(void) {
               (em_tensor *[]){rnd(EM_SHAPE(3, 2)), rnd(EM_SHAPE(4, 3)), idx((int64_t[]){0, 2, 2, 2, 1, 0, 0, 0}, EM_SHAPE(4, 2))});
     gradcheck("index_select (via index_add)", f_index_select, 2, (em_tensor *[]){rnd(EM_SHAPE(4, 3)), idx((int64_t[]){3, 3, 0, 1, 3}, EM_SHAPE(5))});
     gradcheck("gather (via scatter_add)", f_gather, 2, (em_tensor *[]){rnd(EM_SHAPE(3, 4)), idx((int64_t[]){0, 3, 3, 1, 1, 1}, EM_SHAPE(3, 2))});
+    em_scope_end(s);
 }
 
 /* The gradient nodes are PyTorch's, not a one-hot matmul. */
