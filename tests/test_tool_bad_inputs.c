@@ -256,7 +256,7 @@ static void test_options(void) {
         {"train --test-samples abc", NULL, 2, "--test-samples expects an integer from 1 to", 0},
         {"train --lr abc", NULL, 2, "--lr expects a number >= 0 and <= 1e+06, got 'abc'", 0},
         /* convolution and pooling: the model's name */
-        {"train --model resnet", NULL, 2, "--model expects mlp or cnn, got 'resnet'", 0},
+        {"train --model resnet", NULL, 2, "--model expects mlp, cnn or gpt, got 'resnet'", 0},
         {"train --model", NULL, 2, "--model needs a value", 0},
         {"train --lr -0.1", NULL, 2, "--lr expects a number >= 0", 0},
         {"train --lr nan", NULL, 2, "got 'nan' (not a number)", 0},

@@ -139,6 +139,53 @@ em_status em_module_save(em_module *m, const char *path); /* every parameter and
  * same shape, as load_state_dict(strict=True). */
 em_status em_module_load(em_module *m, const char *path);
 
+/* ---- norms, embedding, attention (torch.nn.functional and torch.nn) ----
+ * Errors name the layer and the shapes ("LayerNorm: normalized_shape [8] must match ...").
+ * Functional forms: */
+/* F.layer_norm: normalizes over the last normalized_shape.ndim dims (biased variance);
+ * weight and bias (NULL for none) have normalized_shape. */
+em_tensor *em_layer_norm(em_tensor *x, em_shape normalized_shape, em_tensor *weight, em_tensor *bias, double eps);
+/* F.batch_norm: x [N, C, ...]; per-channel tensors [C] (any may be NULL). training: batch
+ * statistics, and running_mean/var (when given) updated in place as
+ * (1 - momentum) * running + momentum * batch (variance unbiased); else the running ones. */
+em_tensor *em_batch_norm(em_tensor *x, em_tensor *running_mean, em_tensor *running_var, em_tensor *weight,
+                         em_tensor *bias, bool training, double momentum, double eps);
+/* F.embedding: weight[input] of shape input.shape + [embedding_dim]; input int64/int32 in
+ * [0, num_embeddings). padding_idx (negative counts from the end; EM_NO_PADDING_IDX for none):
+ * that row gets no gradient. */
+#define EM_NO_PADDING_IDX INT64_MIN
+em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx);
+/* F.scaled_dot_product_attention: softmax(q k^T / sqrt(E) + mask) v for q [..., L, E],
+ * k [..., S, E], v [..., S, Ev]. attn_mask (NULL: none) broadcasts to [..., L, S]: bool
+ * (true: may attend) or floating (added). is_causal: query i sees keys j <= i only. */
+em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *attn_mask,
+                                           double dropout_p, bool is_causal);
+/* Modules, PyTorch's parameter and buffer names and defaults: */
+/* nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True): weight (ones), bias (zeros). */
+em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elementwise_affine);
+/* nn.BatchNorm1d / 2d(num_features): eps 1e-5, momentum 0.1 (NAN: None, a cumulative
+ * average), affine, track_running_stats; parameters weight, bias; buffers running_mean,
+ * running_var, num_batches_tracked (int64). Batch statistics while training, running ones
+ * in eval mode. BatchNorm1d takes [N, C] or [N, C, L]; BatchNorm2d [N, C, H, W]. */
+em_module *em_batch_norm1d(int64_t num_features);
+em_module *em_batch_norm2d(int64_t num_features);
+em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
+                            bool track_running_stats);
+/* nn.Embedding(num_embeddings, embedding_dim, padding_idx): weight ~ N(0, 1), the padding row zero. */
+em_module *em_embedding_module(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx);
+/* nn.MultiheadAttention(embed_dim, num_heads, dropout=0, bias=True, batch_first=False):
+ * in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros), out_proj (a Linear,
+ * bias zeros). em_forward(m, x) is self-attention without a mask. */
+em_module *em_multihead_attention(int64_t embed_dim, int64_t num_heads);
+em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                                     bool batch_first);
+/* mha(query, key, value, attn_mask): attn_mask (NULL: none) is [L, S] or [N * num_heads,
+ * L, S], bool true meaning "may NOT attend" (PyTorch's MHA convention) or floating (added);
+ * is_causal hides the future instead. attn_weights (NULL: not wanted) receives the
+ * attention weights averaged over heads [N, L, S]. */
+em_tensor *em_multihead_attention_forward(em_module *m, em_tensor *query, em_tensor *key, em_tensor *value,
+                                          em_tensor *attn_mask, bool is_causal, em_tensor **attn_weights);
+
 /* ---- losses (mean reduction) ---- */
 /* logits [N, C] (or [C], or [N, C, d...]); target int64 class indices [N] (or [N, d...]),
  * or floating class probabilities shaped like logits. label_smoothing in [0, 1]:

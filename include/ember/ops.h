@@ -102,6 +102,14 @@ em_tensor *em_avg_pool2d(em_tensor *input, em_hw kernel_size, em_hw stride, em_h
                          bool ceil_mode, bool count_include_pad, int64_t divisor_override);
 /* F.adaptive_avg_pool2d: window i covers [floor(i H / oh), ceil((i + 1) H / oh)). */
 em_tensor *em_adaptive_avg_pool2d(em_tensor *input, em_hw output_size);
+/* ---- norms, embedding, attention: scatter_add / index_add (out of place) ---- */
+/* torch.index_add(a, dim, index, source, alpha=alpha): a copy of a with
+ * out[..., index[i], ...] += alpha * source[..., i, ...]; index 1-d int64/int32, repeats
+ * accumulate; source has a's shape except numel(index) at dim, and a's dtype. */
+em_tensor *em_index_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src, double alpha);
+/* torch.scatter_add(a, dim, index, src): a copy of a with out[i][index[i][j]] += src[i][j]
+ * (dim 1 shown); index int64 with a's ndim, no larger than src, nor than a except at dim. */
+em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src);
 
 /* ---- in place ---- */
 em_status em_copy_(em_tensor *dst, em_tensor *src);   /* broadcasting, casting, cross-device */

@@ -1,10 +1,11 @@
 /* Gradient formulas of the pointwise ops (listed in grad_ops.h, with the helpers they use
- * here), and the dispatch for every node. Formulas use only the public ops API, so they run
- * on every device. */
+ * here), and the dispatch for every node. Formulas use the public ops API, so they run on
+ * every device; GELU's takes core's fused kernel (internal_api.h) where the backend has it. */
 #include <math.h>
 #include <string.h>
 #include <ember/ops.h>
 #include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "formulas.h"
 
 em_tensor *ag_scalar_like(const em_tensor *like, double v) {
@@ -62,6 +63,13 @@ static em_tensor *ag_gelu_grad(em_tensor *x) {
                               em_div(em_gelu(x), safe_x));
     em_tensor *pdf = em_mul_scalar(em_exp(em_mul_scalar(em_mul(x, x), -0.5)), inv_sqrt_2pi);
     return em_add(cdf, em_mul(x, pdf));
+}
+
+/* g * gelu'(x): one kernel where the backend has it (norms, embedding, attention: the
+ * transformer's MLP spends its backward here), else the composition above */
+static em_tensor *ag_gelu_backward(em_tensor *g, em_tensor *x) {
+    em_tensor *fused = em__gelu_backward(g, x);
+    return fused ? fused : em_mul(g, ag_gelu_grad(x));
 }
 
 /* d(a^b): exponent == 0 gives 0 even where a^(b-1) is inf; for b, a == 0 with b >= 0

@@ -2,6 +2,7 @@
 #include <string.h>
 #include <ember/ops.h>
 #include "../core/errors.h"
+#include "../core/internal_api.h"
 #include "formulas.h"
 
 em_dims ag_reduced_dims(const em_grad_args *args, int ndim) {
@@ -26,20 +27,6 @@ static em_shape shape_of_input(const ag_input *in) {
 
 static em_opts opts_like(const em_tensor *g) {
     return EM_OPTS(.dtype = em_dtype_of(g), .device = em_device_of(g));
-}
-
-/* A permutation that moves dim `from` to the end (to_end) or the last dim back to `from`. */
-static em_dims move_dim_perm(int ndim, int from, bool to_end) {
-    em_dims p = {.n = ndim};
-    int k = 0;
-    if (to_end) {
-        for (int i = 0; i < ndim; i++)
-            if (i != from) p.d[k++] = i;
-        p.d[k] = from;
-    } else {
-        for (int i = 0; i < ndim; i++) p.d[i] = i < from ? i : (i == from ? ndim - 1 : i - 1);
-    }
-    return p;
 }
 
 static int wrap(int dim, int ndim) { return dim < 0 ? dim + ndim : dim; }
@@ -130,51 +117,73 @@ static void backward_softmax(ag_node *n, em_tensor *g, em_tensor **out) {
         out[0] = em_sub(g, em_mul(em_exp(y), em_sum(g, dim, true)));
 }
 
-/* index_select: the gradient of row i goes to row index[i], summed over repeats. Written as
- * a matmul with one_hot(index) so it runs through the public API on every device (costs
- * numel(index) * size(dim); a fused index_add entry point can replace it). */
+/* r (of a shape no larger than in's) placed in the leading corner of a zero tensor of in's
+ * shape; r itself when it has that shape already. */
+static em_tensor *in_corner(const ag_input *in, em_tensor *r, em_tensor *g) {
+    bool fits = r != NULL && em_ndim(r) == in->ndim;
+    for (int d = 0; fits && d < in->ndim; d++) fits = em_size(r, d) == in->shape[d];
+    if (!r || fits) return r;
+    em_tensor *z = em_zeros(shape_of_input(in), opts_like(g));
+    em_tensor *corner = z;
+    for (int d = 0; d < in->ndim; d++) corner = em_narrow(corner, d, 0, em_size(r, d));
+    return em_copy_(corner, r) == EM_OK ? z : NULL;
+}
+
+/* index_select: the gradient of row i goes to row index[i], summed over repeats: an
+ * index_add into zeros (deterministic on every backend: repeats are added in order). */
 static void backward_index_select(ag_node *n, em_tensor *g, em_tensor **out) {
     const ag_input *in = &n->in[0];
-    int dim = wrap(n->args.dim, in->ndim);
-    em_tensor *index = em_to_dtype(ag_saved_t(n, 0), EM_I64);
-    if (index && em_ndim(index) == 0) index = em_reshape(index, EM_SHAPE(1));
-    em_tensor *oh = em_to_dtype(em_one_hot(index, in->shape[dim]), em_dtype_of(g));
     if (in->ndim == 0) { /* a 0-d input: g has one element */
         out[0] = em_reshape(em_sum(g, EM_ALL_DIMS, false), EM_SHAPE0);
         return;
     }
-    if (em_ndim(g) != in->ndim) g = em_unsqueeze(g, dim);
-    em_tensor *gm = em_permute(g, move_dim_perm(in->ndim, dim, true));
-    em_tensor *r = em_matmul(gm, oh);
-    out[0] = em_permute(r, move_dim_perm(in->ndim, dim, false));
+    int dim = wrap(n->args.dim, in->ndim);
+    out[0] = em_index_add(em_zeros(shape_of_input(in), opts_like(g)), dim, ag_saved_t(n, 0), g, 1.0);
 }
 
 /* gather: out[.., j, ..] = a[.., index[.., j, ..], ..]; the gradient is scattered back and
- * summed, through one_hot(index) (numel(index) * size(dim) work). */
+ * summed: scatter_add into zeros. */
 static void backward_gather(ag_node *n, em_tensor *g, em_tensor **out) {
     const ag_input *in = &n->in[0];
-    int dim = wrap(n->args.dim, in->ndim);
     if (in->ndim == 0) {
         out[0] = em_reshape(em_sum(g, EM_ALL_DIMS, false), EM_SHAPE0);
         return;
     }
+    int dim = wrap(n->args.dim, in->ndim);
+    out[0] = em_scatter_add(em_zeros(shape_of_input(in), opts_like(g)), dim, ag_saved_t(n, 0), g);
+}
+
+/* index_add / scatter_add {a, index, src}: a's gradient is g; src's is g read back at the
+ * indices (index_select / gather), placed in src's shape. */
+static void backward_accumulate(ag_node *n, em_tensor *g, em_tensor **out) {
+    const ag_input *src = &n->in[2];
+    if (ag_input_needs(&n->in[0])) out[0] = g;
+    if (!ag_input_needs(src)) return;
+    int dim = wrap(n->args.dim, n->in[0].ndim > 0 ? n->in[0].ndim : 1);
     em_tensor *index = ag_saved_t(n, 0);
-    em_tensor *oh = em_to_dtype(em_one_hot(em_to_dtype(index, EM_I64), in->shape[dim]),
-                                em_dtype_of(g));
-    em_tensor *s = em_sum(em_mul(oh, em_unsqueeze(g, -1)), EM_DIMS(dim), false);
-    em_tensor *r = em_permute(s, move_dim_perm(in->ndim, dim, false));
-    bool fits = r != NULL;
-    for (int d = 0; fits && d < in->ndim; d++) fits = em_size(r, d) == in->shape[d];
-    if (!r || fits) {
-        out[0] = r;
+    if (n->op == EM_GRAD_INDEX_ADD) {
+        out[2] = em_reshape(em_index_select(g, dim, index), shape_of_input(src));
         return;
     }
-    /* index smaller than a in other dims: place r in the corner of a zero gradient */
-    em_tensor *z = em_zeros(shape_of_input(in), opts_like(g));
-    em_tensor *corner = z;
-    for (int d = 0; d < in->ndim; d++) corner = em_narrow(corner, d, 0, em_size(r, d));
-    if (em_copy_(corner, r) != EM_OK) z = NULL;
-    out[0] = z;
+    if (src->ndim == 0) {
+        out[2] = em_reshape(em_gather(g, 0, index), EM_SHAPE0);
+        return;
+    }
+    out[2] = in_corner(src, em_gather(g, dim, index), g);
+}
+
+/* fused LayerNorm {x, w, b}: dx from the backward kernel; w's gradient sums g * xhat over
+ * the rows, b's sums g */
+static void backward_layer_norm(ag_node *n, em_tensor *g, em_tensor **out) {
+    int64_t len = n->args.i[0];
+    em_tensor *dx, *gxhat;
+    if (em__layer_norm_backward(g, ag_saved_t(n, 0), ag_saved_t(n, 1), len, n->args.s[0], &dx, &gxhat) != EM_OK)
+        return;
+    if (ag_input_needs(&n->in[0])) out[0] = dx;
+    if (ag_input_needs(&n->in[1]))
+        out[1] = em_reshape(em_sum(em_reshape(gxhat, EM_SHAPE(-1, len)), EM_DIMS(0), false), shape_of_input(&n->in[1]));
+    if (ag_input_needs(&n->in[2]))
+        out[2] = em_reshape(em_sum(em_reshape(g, EM_SHAPE(-1, len)), EM_DIMS(0), false), shape_of_input(&n->in[2]));
 }
 
 static void backward_cat(ag_node *n, em_tensor *g, em_tensor **out) {
@@ -217,6 +226,8 @@ void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
     case EM_GRAD_SOFTMAX: case EM_GRAD_LOG_SOFTMAX: backward_softmax(n, g, out); break;
     case EM_GRAD_INDEX_SELECT: backward_index_select(n, g, out); break;
     case EM_GRAD_GATHER: backward_gather(n, g, out); break;
+    case EM_GRAD_INDEX_ADD: case EM_GRAD_SCATTER_ADD: backward_accumulate(n, g, out); break;
+    case EM_GRAD_LAYER_NORM: backward_layer_norm(n, g, out); break;
     case EM_GRAD_CAT: backward_cat(n, g, out); break;
     case EM_GRAD_VIEW: out[0] = em_reshape(g, shape_of_input(in)); break;
     case EM_GRAD_PERMUTE: {

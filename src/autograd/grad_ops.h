@@ -48,7 +48,7 @@
     X(SIGMOID, SigmoidBackward0, OUT,                                                     \
       out[0] = em_mul(g, em_mul(a, em_add_scalar(em_neg(a), 1.0)));)                      \
     X(RELU, ReluBackward0, OUT, out[0] = ag_keep_where(em_gt(a, ag_scalar_like(a, 0.0)), g);) \
-    X(GELU, GeluBackward0, IN0, out[0] = em_mul(g, ag_gelu_grad(a));)                     \
+    X(GELU, GeluBackward0, IN0, out[0] = ag_gelu_backward(g, a);)                         \
     X(WHERE, WhereBackward0, IN0, /* a is the saved condition */                          \
       if (need1) out[1] = ag_keep_where(a, g);                                            \
       if (n->n > 2 && ag_input_needs(&n->in[2])) out[2] = ag_zero_where(a, g);)
@@ -91,6 +91,12 @@
     X(MAX_POOL2D, MaxPool2DWithIndicesBackward0, IN1)                                     \
     /* inputs {input} */                                                                  \
     X(AVG_POOL2D, AvgPool2DBackward0, NONE)                                               \
-    X(ADAPTIVE_AVG_POOL2D, AdaptiveAvgPool2DBackward0, NONE)
+    X(ADAPTIVE_AVG_POOL2D, AdaptiveAvgPool2DBackward0, NONE) \
+    /* norms, embedding, attention: inputs {a, index, src}, args.dim; index not           \
+       differentiable */                                                                  \
+    X(INDEX_ADD, IndexAddBackward0, IN1)                                                  \
+    X(SCATTER_ADD, ScatterAddBackward0, IN1)                                              \
+    /* fused LayerNorm: inputs {x, w, b}, args.s[0] = eps, args.i[0] = n (elements per row) */ \
+    X(LAYER_NORM, NativeLayerNormBackward0, IN01)
 
 #endif

@@ -77,7 +77,9 @@ static bool input_differentiable(em_grad_op op, int i) {
     switch (op) {
     case EM_GRAD_WHERE: return i != 0;
     case EM_GRAD_INDEX_SELECT:
-    case EM_GRAD_GATHER: return i != 1;
+    case EM_GRAD_GATHER:
+    case EM_GRAD_INDEX_ADD:
+    case EM_GRAD_SCATTER_ADD: return i != 1;
     default: return true;
     }
 }

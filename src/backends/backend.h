@@ -188,6 +188,19 @@ typedef struct em_backend {
     /* out.scatter_add_(dim, index, src): index and src have the same shape. */
     em_status (*scatter_add)(em_tensor *out, int dim, const em_tensor *index,
                              const em_tensor *src);
+    /* ---- norms, embedding, attention (optional: NULL, and core composes LayerNorm from ops) ----
+     * LayerNorm over rows of n elements: x and out contiguous [rows, n], f32 or f64; w, b
+     * contiguous [n] of x's dtype; mean and rstd contiguous [rows] of x's dtype receive each
+     * row's mean and 1 / sqrt(var + eps) (var biased). */
+    em_status (*layer_norm)(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
+                            const em_tensor *w, const em_tensor *b, int64_t n, double eps);
+    /* Its backward from the same x, w and the output's gradient g (contiguous [rows, n]):
+     * dx, and gxhat = g * xhat (for the weight's gradient), both contiguous [rows, n]. */
+    em_status (*layer_norm_backward)(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
+                                     const em_tensor *w, int64_t n, double eps);
+    /* GELU's (exact, erf) backward in one pass: dx = g * (Phi(x) + x * phi(x)); dx, g, x
+     * contiguous, one shape, f32 or f64. */
+    em_status (*gelu_backward)(em_tensor *dx, const em_tensor *g, const em_tensor *x);
     /* Counter-based Philox 4x32-10: element i (row-major) of out uses counter offset + i
      * and key seed, so every backend produces the same numbers. See src/core/philox.h. */
     em_status (*rng)(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,

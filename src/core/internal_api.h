@@ -7,6 +7,7 @@
 #define EM_CORE_INTERNAL_API_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <ember/tensor.h>
 #include "errors.h"
 #include "optim_args.h"
@@ -66,5 +67,20 @@ em_tensor *em__pool2d_backward(int kind, em_tensor *g, em_tensor *indices, const
 /* Force the portable im2col + matmul convolution instead of the backend's library (oneDNN),
  * so tests cover both; returns the previous setting. EMBER_CONV=portable sets it at start. */
 bool em__conv_force_portable(bool on);
+/* ---- norms, embedding, attention: the fused LayerNorm (src/core/ops_norm.c) ----
+ * Applies for f32/f64 x whose numel is a multiple of n, with contiguous w and b of n
+ * elements (x's dtype and device) on a backend with the kernels; records nothing. */
+bool em__layer_norm_applies(const em_tensor *x, const em_tensor *w, const em_tensor *b, int64_t n);
+/* y = (x - mean) / sqrt(var + eps) * w + b over each run of n trailing elements, one
+ * kernel, autograd node NativeLayerNormBackward0 (inputs {x, w, b}). */
+em_tensor *em__layer_norm(em_tensor *x, int64_t n, em_tensor *w, em_tensor *b, double eps);
+/* Its backward (autograd's formula): dx, and gxhat = g * xhat for the weight's gradient,
+ * both scoped, of x's shape. */
+em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int64_t n, double eps, em_tensor **dx,
+                                  em_tensor **gxhat);
+/* GELU's backward g * (Phi(x) + x phi(x)) in one kernel (scoped result), or NULL without an
+ * error where the backend lacks it or the operands do not fit (f32/f64, one shape): the
+ * caller then composes it. */
+em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x);
 
 #endif

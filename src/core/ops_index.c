@@ -340,3 +340,129 @@ em_tensor *em_one_hot(em_tensor *index, int64_t num_classes) {
     em_scope_end(s);
     return em__scoped(r);
 }
+
+/* ---- norms, embedding, attention: index_add and scatter_add (out of place, as
+ * torch.index_add / torch.scatter_add). The backend adds into a contiguous copy of a. ---- */
+
+/* A 0-d tensor seen as [1] (a stack view into *v), else t itself. */
+static const em_tensor *as_1d(const em_tensor *t, em_tensor *v) {
+    static const int64_t one = 1, st1 = 1;
+    if (t->ndim > 0) return t;
+    em__stack_view(v, t, 1, &one, &st1, t->offset);
+    return v;
+}
+
+static em_status check_accumulate_args(const char *op, em_tensor *a, em_tensor *index, em_tensor *src) {
+    em_tensor *in[3] = {a, index, src};
+    if (em__check_same_device(op, 3, (const em_tensor *const *)in)) return em_last_status();
+    if (!is_index_dtype(index->dtype))
+        return em_error(EM_ERR_DTYPE, "%s: Expected dtype int64 (or int32) for index, got %s", op,
+                        em__dtype_torch_name(index->dtype));
+    if (a->dtype != src->dtype)
+        return em_error(EM_ERR_DTYPE, "%s: self (%s) and source (%s) must have the same scalar type", op,
+                        em__dtype_torch_name(a->dtype), em__dtype_torch_name(src->dtype));
+    if (a->dtype == EM_BOOL)
+        return em_error(EM_ERR_NOT_SUPPORTED, "%s: not supported for bool", op);
+    return EM_OK;
+}
+
+em_tensor *em_index_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src, double alpha) {
+    const char *op = "em_index_add";
+    EM_CHECK_ARG(a, op, "a");
+    EM_CHECK_ARG(index, op, "index");
+    EM_CHECK_ARG(src, op, "source");
+    if (check_accumulate_args(op, a, index, src)) return NULL;
+    if (index->ndim > 1) {
+        em_error(EM_ERR_SHAPE, "%s: index_add_(): Index is supposed to be a vector, got %d dims", op, index->ndim);
+        return NULL;
+    }
+    if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
+    em_tensor av, sv, iv;
+    const em_tensor *a1 = as_1d(a, &av), *s1 = as_1d(src, &sv);
+    int64_t n = em__numel_raw(index->ndim, index->shape);
+    bool ok = a1->ndim == s1->ndim && s1->shape[dim] == n;
+    for (int d = 0; ok && d < a1->ndim; d++) ok = d == dim || a1->shape[d] == s1->shape[d];
+    if (!ok) {
+        char s_a[128], s_s[128];
+        em_error(EM_ERR_SHAPE, "%s: source %s must have self's shape %s except at dimension %d, where it must equal "
+                               "the number of indices (%lld)", op, em__shape_str(s_s, sizeof s_s, src->ndim, src->shape),
+                 em__shape_str(s_a, sizeof s_a, a->ndim, a->shape), dim, (long long)n);
+        return NULL;
+    }
+    if (check_range(op, index, dim, a1->shape[dim])) return NULL;
+    if (alpha != 1.0) { /* composed, so that autograd sees the scaling */
+        em_scope s = em_scope_begin();
+        em_tensor *r = em_retain(em_index_add(a, dim, index, em_mul_scalar(src, alpha), 1.0));
+        em_scope_end(s);
+        return em__scoped(r);
+    }
+    const em_backend *be = a->storage->backend;
+    if (!be->index_add) {
+        em__missing_kernel(op, be, a->storage->device);
+        return NULL;
+    }
+    em_tensor *out = em__copy_raw(a, a->dtype);
+    if (!out) return NULL;
+    em_tensor *tmp, ov;
+    const em_tensor *idx = index_i64(index, &tmp);
+    em_status st = idx ? EM_OK : em_last_status();
+    if (st == EM_OK && n > 0 && em__numel_raw(s1->ndim, s1->shape) > 0)
+        st = be->index_add((em_tensor *)as_1d(out, &ov), dim, as_1d(idx, &iv), s1);
+    em_release(tmp);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    em_tensor *in[3] = {a, index, src};
+    em_grad_args args = em__no_args;
+    args.dim = dim;
+    return em__finish(out, EM_GRAD_INDEX_ADD, 3, in, &args);
+}
+
+em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src) {
+    const char *op = "em_scatter_add";
+    EM_CHECK_ARG(a, op, "a");
+    EM_CHECK_ARG(index, op, "index");
+    EM_CHECK_ARG(src, op, "src");
+    if (check_accumulate_args(op, a, index, src)) return NULL;
+    if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
+    em_tensor av, sv, iv;
+    const em_tensor *a1 = as_1d(a, &av), *s1 = as_1d(src, &sv), *i1 = as_1d(index, &iv);
+    bool ok = a1->ndim == i1->ndim && s1->ndim == i1->ndim;
+    for (int d = 0; ok && d < i1->ndim; d++)
+        ok = i1->shape[d] <= s1->shape[d] && (d == dim || i1->shape[d] <= a1->shape[d]);
+    if (!ok) {
+        char s_a[128], s_i[128], s_s[128];
+        em_error(EM_ERR_SHAPE, "%s: index %s must have as many dims as self %s and src %s and be no larger than src "
+                               "in every dimension and than self apart from dimension %d", op,
+                 em__shape_str(s_i, sizeof s_i, index->ndim, index->shape),
+                 em__shape_str(s_a, sizeof s_a, a->ndim, a->shape),
+                 em__shape_str(s_s, sizeof s_s, src->ndim, src->shape), dim);
+        return NULL;
+    }
+    if (check_range(op, index, dim, a1->shape[dim])) return NULL;
+    const em_backend *be = a->storage->backend;
+    if (!be->scatter_add) {
+        em__missing_kernel(op, be, a->storage->device);
+        return NULL;
+    }
+    em_tensor *out = em__copy_raw(a, a->dtype);
+    if (!out) return NULL;
+    em_tensor *tmp, ov, sn, xv;
+    const em_tensor *idx = index_i64(index, &tmp);
+    em_status st = idx ? EM_OK : em_last_status();
+    if (st == EM_OK && em__numel_raw(i1->ndim, i1->shape) > 0) {
+        /* the backend wants src of index's shape: its leading corner */
+        em__stack_view(&sn, s1, s1->ndim, i1->shape, s1->strides, s1->offset);
+        st = be->scatter_add((em_tensor *)as_1d(out, &ov), dim, as_1d(idx, &xv), &sn);
+    }
+    em_release(tmp);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    em_tensor *in[3] = {a, index, src};
+    em_grad_args args = em__no_args;
+    args.dim = dim;
+    return em__finish(out, EM_GRAD_SCATTER_ADD, 3, in, &args);
+}

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "model_cnn.h"
+#include "model_gpt.h"
 
 static const char *const tool = "ember eval";
 
@@ -28,6 +29,14 @@ int cmd_eval(int argc, char **argv) {
     bool device_set = false;
     int64_t batch = 1000, threads = 0, limit = 0;
     mlp_seen seen = {0};
+    for (int i = 1; i < argc; i++) { /* a GPT checkpoint (ember train --model gpt) has its own evaluation */
+        if (argv[i][0] == '-' && argv[i][1]) {
+            i++;
+            continue;
+        }
+        if (gpt_is_checkpoint(argv[i])) return gpt_eval_main(argv[i], argc, argv);
+        break;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool ok = true;

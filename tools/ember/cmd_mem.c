@@ -11,6 +11,7 @@
 #include "mlp.h"
 #include "train_amp.h"
 #include "model_cnn.h"
+#include "model_gpt.h"
 
 static const char usage_text[] =
     "usage: ember mem PARAMS [options]\n"
@@ -18,6 +19,9 @@ static const char usage_text[] =
     "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.\n\n"
     "  PARAMS                 parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)\n"
     "  --model cnn            `ember train --model cnn`'s network (float32 unless --dtype)\n"
+    "  --model gpt            the GPT of `ember train --model gpt` (--layers, --hidden = d_model,\n"
+    "                         --seq = context, --batch), its activations counted op by op and\n"
+    "                         the CPU allocator's measured peak over two real steps alongside\n"
     "  --model FILE           an Ember checkpoint (em_module_save): parameters, dtype and the\n"
     "                         Linear layers' widths come from its tensors; with --batch the\n"
     "                         activations and the optimizer's workspace are counted too\n"
@@ -337,6 +341,8 @@ int cmd_mem(int argc, char **argv) {
         if (o.hidden || o.layers || o.seq) return bad("%s", "--hidden, --layers and --seq come from the CNN with --model cnn");
         if (!model_cnn_estimate_opts(&o, shape_given, cnn_why, sizeof cnn_why)) return bad("%s", em_last_error());
         params = "cnn";
+    } else if (model && !strcmp(model, "gpt")) {
+        return gpt_mem_main(o.batch, o.layers, o.hidden, o.seq, json);
     } else if (model) {
         return mem_model(model, params, shape_given, mode, json, o);
     }

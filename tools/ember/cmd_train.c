@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "model_cnn.h"
+#include "model_gpt.h"
 #include "progress.h"
 #include "train_amp.h"
 #include "train_parallel.h"
@@ -33,7 +34,9 @@ static void usage(FILE *f) {
             "usage: ember train [options]\n"
             "Train the seed's MLP (784-256-10, ReLU) on Fashion-MNIST and report, after each epoch,\n"
             "the train loss, test accuracy, samples/s and the device's memory.\n\n"
-            "  --model NAME         mlp (default: the seed's) or cnn (LeNet-5 style, tools/ember/model_cnn.c)\n"
+            "  --model NAME         mlp (default: the seed's), cnn (LeNet-5 style, tools/ember/model_cnn.c)\n"
+            "                       or gpt (a character-level transformer on --text, tools/ember/model_gpt.c;\n"
+            "                       `ember train --model gpt --help` lists its options)\n"
             "  --device D           auto (default: CUDA, then an OpenCL GPU, then the CPU), cpu, cuda:N, opencl:N\n"
             "  --devices A,B        DataParallel over these devices (opencl:0,opencl:1 or cpu,opencl:0): each\n"
             "                       batch split across them, one model replica on each\n"
@@ -466,6 +469,9 @@ done:
 }
 
 int cmd_train(int argc, char **argv) {
+    /* --model gpt: its own options and loop (model_gpt.c) */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "gpt")) return gpt_train_main(argc, argv);
     train_opts o;
     int rc = parse(argc, argv, &o);
     return rc >= 0 ? rc : run(&o);

@@ -38,7 +38,7 @@ em_module *cnn_new(void) {
 
 bool model_parse(const char *tool, const char *opt, const char *name) {
     if (!strcmp(name, "mlp") || !strcmp(name, "cnn")) return true;
-    fprintf(stderr, "%s: %s expects mlp or cnn, got '%s'\n", tool, opt, name);
+    fprintf(stderr, "%s: %s expects mlp, cnn or gpt, got '%s'\n", tool, opt, name);
     return false;
 }
 

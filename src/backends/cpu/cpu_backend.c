@@ -188,4 +188,8 @@ const em_backend em_cpu_backend = {
     .conv2d_backward_input = em__cpu_conv2d_backward_input_dnnl,
     .conv2d_backward_weight = em__cpu_conv2d_backward_weight_dnnl,
 #endif
+    /* norms, embedding, attention */
+    .layer_norm = em__cpu_layer_norm,
+    .layer_norm_backward = em__cpu_layer_norm_backward,
+    .gelu_backward = em__cpu_gelu_backward,
 };

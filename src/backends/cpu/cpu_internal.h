@@ -136,6 +136,12 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
 em_status em__cpu_amp_unscale(em_tensor *g, em_tensor *state);
 em_status em__cpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
 bool em__cpu_supports_op(em_op op, em_dtype dt);
+/* norms, embedding, attention (cpu_norm.c) */
+em_status em__cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
+                             const em_tensor *w, const em_tensor *b, int64_t n, double eps);
+em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
+                                      const em_tensor *w, int64_t n, double eps);
+em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);
 

@@ -142,6 +142,13 @@ em_status em__gpu_pool2d(em_pool_kind kind, em_tensor *out, em_tensor *indices, 
 em_status em__gpu_pool2d_backward(em_pool_kind kind, em_tensor *gin, const em_tensor *gout,
                                   const em_tensor *indices, const em_window2d *g);
 
+/* norms, embedding, attention: LayerNorm (gpu_norm.c, kernels in norm.k). */
+em_status em__gpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
+                             const em_tensor *w, const em_tensor *b, int64_t n, double eps);
+em_status em__gpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
+                                      const em_tensor *w, int64_t n, double eps);
+em_status em__gpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
+
 /* Matmul with a given launcher (benchmarks compare Ember's kernel with the vendor GEMM by
  * passing a copy whose gemm is NULL). */
 em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *a,
@@ -161,7 +168,10 @@ em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *
     .amp_unscale = em__gpu_amp_unscale, .amp_update = em__gpu_amp_update,                      \
     /* convolution and pooling */                                                            \
     .im2col = em__gpu_im2col, .col2im = em__gpu_col2im, .pool2d = em__gpu_pool2d,             \
-    .pool2d_backward = em__gpu_pool2d_backward
+    .pool2d_backward = em__gpu_pool2d_backward,                     \
+    /* norms, embedding, attention */                                                        \
+    .layer_norm = em__gpu_layer_norm, .layer_norm_backward = em__gpu_layer_norm_backward,    \
+    .gelu_backward = em__gpu_gelu_backward
 
 /* ---- layout helpers (gpu_layout.c), also used by backends' own fast paths ---- */
 /* Element offset of t's first element from its block's buffer handle; EM_ERR_INTERNAL

@@ -1,0 +1,106 @@
+/* ember train --model gpt on a fixed small text (tests/data/gpt_tiny.txt): the loss falls
+ * below a fixed threshold within a bounded number of steps on the CPU, training runs on
+ * PoCL, ember eval reads the checkpoint back, and bad options are clear errors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <ember/ember.h>
+#include "test.h"
+#include "tool_run.h"
+
+static char out[1 << 16];
+
+/* The number after the n-th (0-based) occurrence of key in s; NAN if missing. */
+static double number_after(const char *s, const char *key, int n) {
+    for (const char *p = s; (p = strstr(p, key)); p += strlen(key))
+        if (n-- == 0) return strtod(p + strlen(key), NULL);
+    return NAN;
+}
+
+#define SMALL "--text tests/data/gpt_tiny.txt --context 32 --d-model 64 --layers 2 --heads 4 --batch-size 16 " \
+              "--threads 1 --seed 1 --sample-chars 40"
+
+static void test_cpu_loss_falls_below_threshold(void) {
+    if (!tool_path()) SKIP("build/ember is not built");
+    char ckpt[96], args[768];
+    snprintf(ckpt, sizeof ckpt, "/tmp/ember_gpt_test_%d.safetensors", (int)getpid());
+    /* 300 steps in all: the train loss of the last 100 must be under 1.6 nats per character
+     * (uniform over the 41 characters is 3.71; the text's unigram entropy is about 2.9) */
+    snprintf(args, sizeof args, "train --model gpt --device cpu " SMALL " --epochs 3 --steps-per-epoch 100 --checkpoint %s",
+             ckpt);
+    int rc = tool_run(args, out, sizeof out);
+    CHECK(rc == 0);
+    double first = number_after(out, ": train loss ", 0), last = number_after(out, ": train loss ", 2);
+    double val0 = number_after(out, "val loss ", 0), val2 = number_after(out, "val loss ", 2);
+    printf("  cpu: train loss %.4f -> %.4f, val loss %.4f -> %.4f after 300 steps\n", first, last, val0, val2);
+    CHECK(last < 1.6);
+    CHECK(last < first);
+    CHECK(val2 < val0);
+    CHECK(strstr(out, "sample:\n") != NULL);
+    if (rc || !(last < 1.6)) fprintf(stderr, "%s\n", out);
+    /* ember eval: the same validation loss from the checkpoint */
+    snprintf(args, sizeof args, "eval %s --device cpu --text tests/data/gpt_tiny.txt --threads 1", ckpt);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    CHECK_NEAR(number_after(out, "val loss ", 0), val2, 1e-4);
+    CHECK(strstr(out, "sample:\n") != NULL);
+    /* a text with a character the checkpoint never saw: a clear error */
+    snprintf(args, sizeof args, "eval %s --device cpu --text CMakeLists.txt", ckpt);
+    CHECK(tool_run(args, out, sizeof out) == 1);
+    CHECK(strstr(out, "vocabulary lacks") != NULL);
+    unlink(ckpt);
+}
+
+static void test_trains_on_opencl(void) {
+    if (!tool_path()) SKIP("build/ember is not built");
+    if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
+    int rc = tool_run("train --model gpt --device opencl:0 " SMALL " --epochs 2 --steps-per-epoch 15 --checkpoint none",
+                      out, sizeof out);
+    CHECK(rc == 0);
+    double first = number_after(out, ": train loss ", 0), last = number_after(out, ": train loss ", 1);
+    printf("  opencl:0: train loss %.4f -> %.4f after 30 steps\n", first, last);
+    CHECK(last < first);
+    CHECK(last < 3.71);
+    if (rc) fprintf(stderr, "%s\n", out);
+}
+
+static void test_bad_options(void) {
+    if (!tool_path()) SKIP("build/ember is not built");
+    CHECK(tool_run("train --model gpt --heads 3 --device cpu", out, sizeof out) == 2);
+    CHECK(strstr(out, "--d-model 128 must be divisible by --heads 3") != NULL);
+    CHECK(tool_run("train --model cnnx --device cpu", out, sizeof out) == 2);
+    CHECK(strstr(out, "--model expects") != NULL);
+    CHECK(tool_run("train --model gpt --device cpu --text /nonexistent/file --checkpoint none", out, sizeof out) == 1);
+    CHECK(strstr(out, "/nonexistent/file") != NULL);
+    CHECK(tool_run("train --model gpt --device cpu --text tests/data/gpt_tiny.txt --context 4096 --checkpoint none", out,
+                   sizeof out) == 1);
+    CHECK(strstr(out, "too short for --context 4096") != NULL);
+    CHECK(tool_run("train --model gpt --bogus 1", out, sizeof out) == 2);
+    CHECK(strstr(out, "unknown option '--bogus'") != NULL);
+    CHECK(tool_run("train --model gpt --help", out, sizeof out) == 0);
+    CHECK(strstr(out, "--text PATH") != NULL);
+}
+
+static void test_mem_model_gpt(void) {
+    if (!tool_path()) SKIP("build/ember is not built");
+    CHECK(tool_run("mem --model gpt --json --batch 4 --layers 2 --hidden 64 --seq 32", out, sizeof out) == 0);
+    double params = number_after(out, "\"params\": ", 0), total = number_after(out, "\"total_bytes\": ", 0);
+    double peak = number_after(out, "\"measured_peak_bytes\": ", 0);
+    printf("  ember mem --model gpt: %.0f parameters, estimate %.2f MB, measured peak %.2f MB\n", params, total / 1e6,
+           peak / 1e6);
+    /* 2 x (LayerNorms 4d, in_proj 3d^2 + 3d, out_proj d^2 + d, MLP 8d^2 + 5d) + embeddings + ln_f + head, d = 64 */
+    CHECK(params == 128 * 64 + 32 * 64 + 2 * (4 * 64 + 3 * 64 * 64 + 3 * 64 + 64 * 64 + 64 + 8 * 64 * 64 + 5 * 64) +
+                        2 * 64 + 64 * 128 + 128);
+    CHECK(total > 16 * params && peak > 16 * params); /* weights, gradients and two AdamW states at least */
+    CHECK(tool_run("mem --model gpt --layers 3", out, sizeof out) == 0);
+    CHECK(strstr(out, "3 layers") != NULL && strstr(out, "measured") != NULL);
+}
+
+int main(void) {
+    RUN(test_cpu_loss_falls_below_threshold);
+    RUN(test_trains_on_opencl);
+    RUN(test_bad_options);
+    RUN(test_mem_model_gpt);
+    return test_summary();
+}

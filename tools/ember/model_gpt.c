@@ -1,0 +1,697 @@
+/* ember train --model gpt: a small decoder-only transformer trained on the characters of a
+ * text (by default the fortune-cookie files of Debian's fortunes package). Token and position
+ * embeddings, pre-norm blocks (LayerNorm, causal MultiheadAttention, LayerNorm, a GELU MLP, each
+ * with a residual), a final LayerNorm and a linear head over the vocabulary; AdamW. An epoch is
+ * a fixed number of steps on random windows of the first 90% of the text; after each one the
+ * validation loss on fixed windows of the last 10% and a sample of generated text. */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <ember/estimate.h>
+#include "mlp.h"
+#include "model_gpt.h"
+#include "progress.h"
+
+static const char *const tool = "ember train";
+#define DEFAULT_TEXT "/usr/share/games/fortunes"
+
+typedef struct gpt_cfg { int64_t vocab, context, layers, d_model, heads; } gpt_cfg;
+
+typedef struct gpt_opts {
+    em_device device;
+    gpt_cfg cfg;
+    int64_t epochs, steps, batch, seed, threads, max_steps, sample_chars;
+    double lr, weight_decay;
+    const char *text, *checkpoint;
+} gpt_opts;
+
+/* ---- the text ---- */
+
+typedef struct corpus {
+    unsigned char *data;
+    int64_t n;
+    unsigned char chars[256]; /* token -> byte */
+    int token_of[256];        /* byte -> token, -1 when not in the vocabulary */
+    int64_t vocab;
+    int64_t *tokens;
+} corpus;
+
+static bool append_file(corpus *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: cannot read --text %s: %s\n", tool, path, strerror(errno));
+        return false;
+    }
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        if (!strcmp(line, "%\n")) continue; /* fortune's separator lines */
+        size_t len = strlen(line);
+        unsigned char *grown = realloc(c->data, (size_t)c->n + len + 1);
+        if (!grown) {
+            fclose(f);
+            fprintf(stderr, "%s: out of memory reading %s\n", tool, path);
+            return false;
+        }
+        c->data = grown;
+        memcpy(c->data + c->n, line, len);
+        c->n += (int64_t)len;
+    }
+    fclose(f);
+    return true;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A file, or every plain file of a folder (sorted, without fortune's .dat/.u8 indexes). */
+static bool corpus_load(corpus *c, const char *path) {
+    memset(c, 0, sizeof *c);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "%s: --text %s: %s%s\n", tool, path, strerror(errno),
+                strcmp(path, DEFAULT_TEXT) ? "" : " (install Debian's fortunes package, or give --text FILE)");
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) return append_file(c, path);
+    DIR *d = opendir(path);
+    if (!d) {
+        fprintf(stderr, "%s: cannot list --text %s: %s\n", tool, path, strerror(errno));
+        return false;
+    }
+    char *names[512];
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < 512;) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || (len > 4 && !strcmp(e->d_name + len - 4, ".dat")) ||
+            (len > 3 && !strcmp(e->d_name + len - 3, ".u8")))
+            continue;
+        char full[4096];
+        snprintf(full, sizeof full, "%s/%s", path, e->d_name);
+        if (stat(full, &st) == 0 && S_ISREG(st.st_mode) && (names[n] = strdup(full))) n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        ok = ok && append_file(c, names[i]);
+        free(names[i]);
+    }
+    return ok;
+}
+
+/* The vocabulary: the bytes that occur, in byte order. */
+static bool corpus_tokenize(corpus *c, int64_t context) {
+    if (c->n < 2 * (context + 1) * 10) {
+        fprintf(stderr, "%s: --text has %" PRId64 " characters: too short for --context %" PRId64
+                " (at least %" PRId64 ")\n", tool, c->n, context, 2 * (context + 1) * 10);
+        return false;
+    }
+    bool seen[256] = {0};
+    for (int64_t i = 0; i < c->n; i++) seen[c->data[i]] = true;
+    c->vocab = 0;
+    for (int b = 0; b < 256; b++) {
+        c->token_of[b] = seen[b] ? (int)c->vocab : -1;
+        if (seen[b]) c->chars[c->vocab++] = (unsigned char)b;
+    }
+    c->tokens = malloc((size_t)c->n * sizeof *c->tokens);
+    if (!c->tokens) return false;
+    for (int64_t i = 0; i < c->n; i++) c->tokens[i] = c->token_of[c->data[i]];
+    return true;
+}
+
+static void corpus_free(corpus *c) {
+    free(c->data);
+    free(c->tokens);
+}
+
+/* splitmix64: the batch offsets and the sampling, reproducible from --seed */
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* B windows of context + 1 tokens starting in [lo, hi - context - 1]: inputs x and targets y */
+static void make_batch(const corpus *c, const gpt_opts *o, int64_t lo, int64_t hi, uint64_t *rng, em_tensor **x,
+                       em_tensor **y) {
+    int64_t B = o->batch, T = o->cfg.context, span = hi - lo - T - 1;
+    int64_t *buf = malloc((size_t)(B * (T + 1)) * sizeof *buf);
+    if (!buf) {
+        *x = *y = NULL;
+        return;
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int64_t at = lo + (int64_t)(next_u64(rng) % (uint64_t)span);
+        memcpy(buf + b * (T + 1), c->tokens + at, (size_t)(T + 1) * sizeof *buf);
+    }
+    em_tensor *all = em_to(em_from_data(buf, EM_I64, EM_SHAPE(B, T + 1), EM_OPTS(.dtype = EM_I64)), o->device);
+    free(buf);
+    *x = em_contiguous(em_narrow(all, 1, 0, T));
+    *y = em_contiguous(em_narrow(all, 1, 1, T));
+}
+
+/* ---- the model ---- */
+
+static em_tensor *block_forward(em_module *m, em_tensor *x) {
+    em_tensor *h = em_forward(em_module_child(m, 0), x);
+    x = em_add(x, em_multihead_attention_forward(em_module_child(m, 1), h, h, h, NULL, true, NULL));
+    return em_add(x, em_forward(em_module_child(m, 3), em_forward(em_module_child(m, 2), x)));
+}
+static const em_module_ops block_ops = {.name = "Block", .forward = block_forward};
+
+/* idx [B, T] int64 -> logits [B, T, vocab] */
+static em_tensor *gpt_forward(em_module *m, em_tensor *idx) {
+    int64_t T = em_size(idx, -1);
+    em_tensor *pos = em_arange(0, (double)T, 1, EM_OPTS(.dtype = EM_I64, .device = em_device_of(idx)));
+    em_tensor *h = em_add(em_forward(em_module_child(m, 0), idx), em_forward(em_module_child(m, 1), pos));
+    h = em_forward(em_module_child(m, 3), em_forward(em_module_child(m, 2), h));
+    return em_forward(em_module_child(m, 4), h);
+}
+static const em_module_ops gpt_ops = {.name = "GPT", .forward = gpt_forward};
+
+static em_module *block_new(int64_t d, int64_t heads) {
+    em_module *b = em_module_new(&block_ops, NULL);
+    if (!b) return NULL;
+    /* each add takes ownership, also when it fails */
+    bool ok = !em_module_add_child(b, "ln1", em_layer_norm_module(EM_SHAPE(d), 1e-5, true));
+    ok = !em_module_add_child(b, "attn", em_multihead_attention_ex(d, heads, 0.0, true, true)) && ok;
+    ok = !em_module_add_child(b, "ln2", em_layer_norm_module(EM_SHAPE(d), 1e-5, true)) && ok;
+    ok = !em_module_add_child(b, "mlp", em_sequential(em_linear(d, 4 * d), em_gelu_module(), em_linear(4 * d, d))) && ok;
+    if (!ok) {
+        em_module_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static em_module *gpt_new(const gpt_cfg *c) {
+    em_module *m = em_module_new(&gpt_ops, NULL);
+    if (!m) return NULL;
+    em_module *blocks = em_sequential_n(0, NULL);
+    bool ok = blocks != NULL;
+    for (int64_t i = 0; ok && i < c->layers; i++) ok = em_sequential_append(blocks, block_new(c->d_model, c->heads)) == EM_OK;
+    if (!ok) em_module_free(blocks), blocks = NULL;
+    /* each add takes ownership, also when it fails */
+    ok = !em_module_add_child(m, "tok_emb", em_embedding_module(c->vocab, c->d_model, EM_NO_PADDING_IDX)) && ok;
+    ok = !em_module_add_child(m, "pos_emb", em_embedding_module(c->context, c->d_model, EM_NO_PADDING_IDX)) && ok;
+    ok = !em_module_add_child(m, "blocks", blocks) && ok;
+    ok = !em_module_add_child(m, "ln_f", em_layer_norm_module(EM_SHAPE(c->d_model), 1e-5, true)) && ok;
+    ok = !em_module_add_child(m, "head", em_linear(c->d_model, c->vocab)) && ok;
+    if (ok) { /* embeddings start small (N(0, 0.02), as GPT-2), not N(0, 1) */
+        em_named_tensor p[2];
+        em_module_parameters(m, p, 2);
+        em_grad_mode g = em_no_grad_begin();
+        ok = em_mul_scalar_(p[0].tensor, 0.02) == EM_OK && em_mul_scalar_(p[1].tensor, 0.02) == EM_OK;
+        em_no_grad_end(g);
+    }
+    if (!ok) {
+        em_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* mean cross-entropy of the next character */
+static em_tensor *gpt_loss(em_module *m, em_tensor *x, em_tensor *y, int64_t vocab) {
+    em_tensor *logits = em_forward(m, x);
+    return em_cross_entropy(em_reshape(logits, EM_SHAPE(-1, vocab)), em_reshape(y, EM_SHAPE(-1)), 0.0);
+}
+
+/* n characters continuing prompt (a byte of the vocabulary), sampled at temperature 0.8 */
+static bool gpt_sample(em_module *m, const corpus *c, const gpt_cfg *cfg, em_device dev, int64_t n, uint64_t seed,
+                       char *out) {
+    uint64_t rng = seed;
+    int64_t *ctx = malloc((size_t)(n + 1) * sizeof *ctx);
+    float *probs = malloc((size_t)cfg->vocab * sizeof *probs);
+    bool ok = ctx && probs;
+    int64_t len = 1;
+    if (ok) ctx[0] = c->token_of['\n'] >= 0 ? c->token_of['\n'] : 0;
+    em_grad_mode g = em_no_grad_begin();
+    for (int64_t i = 0; ok && i < n; i++) {
+        em_scope s = em_scope_begin();
+        int64_t start = len > cfg->context ? len - cfg->context : 0;
+        em_tensor *x = em_to(em_from_data(ctx + start, EM_I64, EM_SHAPE(1, len - start), EM_OPTS(.dtype = EM_I64)), dev);
+        em_tensor *logits = em_select(em_select(em_forward(m, x), 0, 0), 0, len - start - 1);
+        em_tensor *p = em_softmax(em_div_scalar(logits, 0.8), 0);
+        ok = em_copy_to_host(em_cpu(p), probs, (size_t)cfg->vocab * sizeof *probs) == EM_OK;
+        em_scope_end(s);
+        double u = (double)(next_u64(&rng) >> 11) / 9007199254740992.0, acc = 0;
+        int64_t pick = cfg->vocab - 1;
+        for (int64_t k = 0; ok && k < cfg->vocab; k++)
+            if ((acc += probs[k]) > u) {
+                pick = k;
+                break;
+            }
+        ctx[len++] = pick;
+        out[i] = (char)c->chars[pick];
+    }
+    em_no_grad_end(g);
+    out[ok ? n : 0] = '\0';
+    free(ctx);
+    free(probs);
+    return ok;
+}
+
+/* mean loss over 8 fixed batches of 32 windows of the validation part (the same whatever
+ * --batch-size, so that ember eval reproduces it) */
+static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *opts) {
+    gpt_opts vo = *opts, *o = &vo;
+    vo.batch = 32;
+    uint64_t rng = 12345;
+    double sum = 0;
+    int k = 0;
+    em_grad_mode g = em_no_grad_begin();
+    for (; k < 8; k++) {
+        em_scope s = em_scope_begin();
+        em_tensor *x, *y;
+        make_batch(c, o, c->n - c->n / 10, c->n, &rng, &x, &y);
+        em_tensor *loss = gpt_loss(m, x, y, o->cfg.vocab);
+        double v = loss ? em_item(loss) : NAN;
+        em_scope_end(s);
+        if (isnan(v)) break;
+        sum += v;
+    }
+    em_no_grad_end(g);
+    return k == 8 ? sum / 8 : NAN;
+}
+
+/* ---- ember train --model gpt ---- */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ember train --model gpt [options]\n"
+            "Train a small decoder-only transformer on the characters of a text and print, after each\n"
+            "epoch, the train and validation loss, throughput and a sample of generated text.\n\n"
+            "  --text PATH          a text file, or a folder of them (default " DEFAULT_TEXT ",\n"
+            "                       Debian's fortunes package: fortune's '%%' lines are dropped)\n"
+            "  --device D           auto (default), cpu, cuda:N, opencl:N\n"
+            "  --epochs N           epochs (default 5)\n"
+            "  --steps-per-epoch N  optimizer steps per epoch (default 200)\n"
+            "  --batch-size N       windows per step (default 32)\n"
+            "  --context N          characters per window (default 64)\n"
+            "  --layers N           transformer blocks (default 2)\n"
+            "  --d-model N          width (default 128)\n"
+            "  --heads N            attention heads, dividing --d-model (default 4)\n"
+            "  --lr X               AdamW learning rate (default 0.003)\n"
+            "  --weight-decay X     AdamW weight decay (default 0.01)\n"
+            "  --seed N             weights, batches and samples (default 0)\n"
+            "  --threads N          CPU threads (default: every core)\n"
+            "  --max-steps N        stop after N steps in all\n"
+            "  --sample-chars N     characters of sample text after each epoch (default 200; 0: none)\n"
+            "  --checkpoint PATH    safetensors written after every epoch (default ember-gpt.safetensors;\n"
+            "                       'none': nothing); `ember eval PATH` evaluates it\n");
+}
+
+static int parse(int argc, char **argv, gpt_opts *o) {
+    *o = (gpt_opts){.cfg = {.context = 64, .layers = 2, .d_model = 128, .heads = 4}, .epochs = 5, .steps = 200,
+                    .batch = 32, .lr = 3e-3, .weight_decay = 0.01, .sample_chars = 200, .text = DEFAULT_TEXT,
+                    .checkpoint = "ember-gpt.safetensors"};
+    bool device_set = false;
+    mlp_seen seen = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        static const char *const valued[] = {"--model", "--text", "--device", "--epochs", "--steps-per-epoch",
+                                             "--batch-size", "--context", "--layers", "--d-model", "--heads", "--lr",
+                                             "--weight-decay", "--seed", "--threads", "--max-steps", "--sample-chars",
+                                             "--checkpoint"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
+        if (!known) {
+            fprintf(stderr, "%s --model gpt: %s '%s'\n", tool, a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value\n", tool, a);
+            return 2;
+        }
+        if (!mlp_once(tool, &seen, a)) return 2;
+        const char *v = argv[++i];
+        bool ok = true;
+        if (!strcmp(a, "--model")) ok = !strcmp(v, "gpt");
+        else if (!strcmp(a, "--text")) o->text = v;
+        else if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, a, v, &o->device), device_set = true;
+        else if (!strcmp(a, "--epochs")) ok = mlp_parse_int(tool, a, v, 0, 1000000, &o->epochs);
+        else if (!strcmp(a, "--steps-per-epoch")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 40, &o->steps);
+        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, 1 << 20, &o->batch);
+        else if (!strcmp(a, "--context")) ok = mlp_parse_int(tool, a, v, 1, 1 << 16, &o->cfg.context);
+        else if (!strcmp(a, "--layers")) ok = mlp_parse_int(tool, a, v, 1, 256, &o->cfg.layers);
+        else if (!strcmp(a, "--d-model")) ok = mlp_parse_int(tool, a, v, 1, 1 << 16, &o->cfg.d_model);
+        else if (!strcmp(a, "--heads")) ok = mlp_parse_int(tool, a, v, 1, 1 << 16, &o->cfg.heads);
+        else if (!strcmp(a, "--lr")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->lr);
+        else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay);
+        else if (!strcmp(a, "--seed")) ok = mlp_parse_int(tool, a, v, 0, INT64_MAX, &o->seed);
+        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, 4096, &o->threads);
+        else if (!strcmp(a, "--max-steps")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 50, &o->max_steps);
+        else if (!strcmp(a, "--sample-chars")) ok = mlp_parse_int(tool, a, v, 0, 1 << 20, &o->sample_chars);
+        else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
+        if (!ok && !strcmp(a, "--model")) fprintf(stderr, "%s: --model expects mlp or gpt here, got '%s'\n", tool, v);
+        if (!ok) return 2;
+    }
+    if (o->cfg.d_model % o->cfg.heads != 0) {
+        fprintf(stderr, "%s: --d-model %" PRId64 " must be divisible by --heads %" PRId64 "\n", tool, o->cfg.d_model,
+                o->cfg.heads);
+        return 2;
+    }
+    if (o->checkpoint && !mlp_check_output(tool, "--checkpoint", o->checkpoint)) return 2;
+    if (!device_set && !mlp_default_device(tool, &o->device)) return 2;
+    return -1;
+}
+
+static em_status save(const gpt_opts *o, em_module *m, em_optimizer *opt, const corpus *c) {
+    if (!o->checkpoint) return EM_OK;
+    char v[6][40], vocab[513];
+    const gpt_cfg *g = &o->cfg;
+    snprintf(v[0], 40, "%" PRId64, g->context);
+    snprintf(v[1], 40, "%" PRId64, g->layers);
+    snprintf(v[2], 40, "%" PRId64, g->d_model);
+    snprintf(v[3], 40, "%" PRId64, g->heads);
+    snprintf(v[4], 40, "%" PRId64, g->vocab);
+    snprintf(v[5], 40, "%" PRId64, em_optim_steps(opt));
+    for (int64_t i = 0; i < c->vocab; i++) snprintf(vocab + 2 * i, 3, "%02x", c->chars[i]);
+    vocab[2 * c->vocab] = '\0';
+    const char *keys[] = {"ember.model", "gpt.context", "gpt.layers", "gpt.d_model", "gpt.heads", "gpt.vocab_size",
+                          "train.steps", "gpt.vocab"};
+    const char *vals[] = {"gpt", v[0], v[1], v[2], v[3], v[4], v[5], vocab};
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 8);
+}
+
+static void fail(const char *what) {
+    fprintf(stderr, "%s: %s: %s\n", tool, what, em_failed() ? em_last_error() : "unknown error");
+}
+
+static int run(gpt_opts *o) {
+    if (o->threads) em_set_num_threads((int)o->threads);
+    corpus c;
+    if (!corpus_load(&c, o->text) || !corpus_tokenize(&c, o->cfg.context)) {
+        corpus_free(&c);
+        return 1;
+    }
+    o->cfg.vocab = c.vocab;
+    em_manual_seed((uint64_t)o->seed);
+    em_module *model = gpt_new(&o->cfg);
+    if (model && em_module_to(model, o->device) != EM_OK) em_module_free(model), model = NULL;
+    em_adam_opts ao = em_adamw_defaults(o->lr);
+    ao.weight_decay = o->weight_decay;
+    em_optimizer *opt = model ? em_adamw_ex(model, ao) : NULL;
+    int rc = 1;
+    if (!opt) {
+        fail("cannot build the model");
+        goto done;
+    }
+    printf("training GPT (%" PRId64 " layers, d_model %" PRId64 ", %" PRId64 " heads, context %" PRId64
+           ", vocab %" PRId64 ") on %s: %" PRId64 " parameters, text %s (%" PRId64 " characters), batch %" PRId64
+           ", adamw lr %g, %d CPU thread%s\n",
+           o->cfg.layers, o->cfg.d_model, o->cfg.heads, o->cfg.context, o->cfg.vocab, em_device_str(o->device).s,
+           em_module_num_parameters(model), o->text, c.n, o->batch, o->lr, em_get_num_threads(),
+           em_get_num_threads() == 1 ? "" : "s");
+    fflush(stdout);
+    uint64_t rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 1;
+    int64_t steps = 0, train_end = c.n - c.n / 10;
+    bool stop = false;
+    for (int64_t epoch = 0; epoch < o->epochs && !stop; epoch++) {
+        em_memory_reset_peak_stats(o->device);
+        char label[32];
+        snprintf(label, sizeof label, "epoch %" PRId64 "/%" PRId64, epoch + 1, o->epochs);
+        progress bar;
+        progress_begin(&bar, stderr, label, o->steps, 0);
+        em_scope es = em_scope_begin();
+        em_tensor *loss_sum = em_zeros(EM_SHAPE0, EM_OPTS(.dtype = EM_F64, .device = o->device));
+        bool ok = loss_sum != NULL;
+        int64_t done = 0;
+        for (; ok && done < o->steps; done++) {
+            em_scope s = em_scope_begin();
+            em_tensor *x, *y;
+            make_batch(&c, o, 0, train_end, &rng, &x, &y);
+            em_tensor *loss = gpt_loss(model, x, y, o->cfg.vocab);
+            ok = loss && em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK &&
+                 !isnan(em_clip_grad_norm(model, 1.0)) && em_step(opt) == EM_OK &&
+                 em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
+            em_scope_end(s);
+            steps++;
+            if (ok && progress_due(&bar, done + 1))
+                progress_draw(&bar, done + 1, (done + 1) * o->batch, em_item(loss_sum) / (double)(done + 1));
+            if (o->max_steps && steps >= o->max_steps) {
+                stop = true;
+                done++;
+                break;
+            }
+        }
+        double seconds = mlp_now() - bar.t0, train_loss = ok ? em_item(loss_sum) / (double)(done ? done : 1) : NAN;
+        progress_end(&bar);
+        em_scope_end(es);
+        if (!ok || em_failed()) {
+            fail("training failed");
+            goto done;
+        }
+        double val = gpt_val_loss(model, &c, o);
+        char mem[160];
+        mlp_memory_line(o->device, mem, sizeof mem);
+        printf("epoch %" PRId64 "/%" PRId64 ": train loss %.4f, val loss %.4f, %.0f tokens/s, %.1f ms/step "
+               "(%" PRId64 " steps, %.2f s), memory %s\n",
+               epoch + 1, o->epochs, train_loss, val, (double)(done * o->batch * o->cfg.context) / seconds,
+               1000.0 * seconds / (double)(done ? done : 1), done, seconds, mem);
+        if (o->sample_chars > 0) {
+            char *text = malloc((size_t)o->sample_chars + 1);
+            if (!text || !gpt_sample(model, &c, &o->cfg, o->device, o->sample_chars, (uint64_t)o->seed + (uint64_t)epoch, text)) {
+                free(text);
+                fail("sampling failed");
+                goto done;
+            }
+            printf("sample:\n%s\n--\n", text);
+            free(text);
+        }
+        fflush(stdout);
+        if (save(o, model, opt, &c) != EM_OK) {
+            fail("cannot save the checkpoint");
+            goto done;
+        }
+    }
+    if (o->checkpoint) printf("checkpoint: %s\n", o->checkpoint);
+    rc = 0;
+done:
+    em_optim_free(opt);
+    em_module_free(model);
+    corpus_free(&c);
+    em_memory_empty_cache(o->device);
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    return rc;
+}
+
+int gpt_train_main(int argc, char **argv) {
+    gpt_opts o;
+    int rc = parse(argc, argv, &o);
+    return rc >= 0 ? rc : run(&o);
+}
+
+/* ---- ember eval of a GPT checkpoint ---- */
+
+bool gpt_is_checkpoint(const char *path) {
+    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
+    const char *m = f ? em_safetensors_metadata(f, "ember.model") : NULL;
+    bool yes = m && !strcmp(m, "gpt");
+    em_safetensors_free(f);
+    em_clear_error(); /* not loadable: the MLP path reports it */
+    return yes;
+}
+
+static bool meta_int(em_safetensors *f, const char *key, int64_t *out) {
+    const char *s = em_safetensors_metadata(f, key);
+    char *end;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || *end || v <= 0) {
+        fprintf(stderr, "ember eval: the GPT checkpoint's metadata '%s' is %s%s%s: expected a positive integer\n", key,
+                s ? "'" : "missing", s ? s : "", s ? "'" : "");
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int gpt_eval_main(const char *path, int argc, char **argv) {
+    gpt_opts o = {.batch = 32, .text = DEFAULT_TEXT, .sample_chars = 200};
+    bool device_set = false;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] != '-' || !argv[i][1]) continue; /* the checkpoint */
+        if (i + 1 < argc && !strcmp(argv[i], "--text")) o.text = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
+            if (!mlp_parse_device("ember eval", "--device", argv[++i], &o.device)) return 2;
+            device_set = true;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--threads")) {
+            if (!mlp_parse_int("ember eval", "--threads", argv[++i], 1, 4096, &o.threads)) return 2;
+        } else {
+            fprintf(stderr, "ember eval: %s is a GPT checkpoint: options are --text PATH, --device D, --threads N "
+                    "(got '%s')\n", path, argv[i]);
+            return 2;
+        }
+    }
+    if (!device_set && !mlp_default_device("ember eval", &o.device)) return 2;
+    if (o.threads) em_set_num_threads((int)o.threads);
+    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
+    if (!f) {
+        fprintf(stderr, "ember eval: cannot load %s: %s\n", path, em_last_error());
+        return 1;
+    }
+    char hex[520] = "";
+    const char *hm = em_safetensors_metadata(f, "gpt.vocab"); /* copied: f is freed below */
+    if (hm && strlen(hm) < sizeof hex) snprintf(hex, sizeof hex, "%s", hm);
+    bool ok = meta_int(f, "gpt.context", &o.cfg.context) && meta_int(f, "gpt.layers", &o.cfg.layers) &&
+              meta_int(f, "gpt.d_model", &o.cfg.d_model) && meta_int(f, "gpt.heads", &o.cfg.heads) &&
+              meta_int(f, "gpt.vocab_size", &o.cfg.vocab);
+    corpus c;
+    memset(&c, 0, sizeof c);
+    if (ok && (o.cfg.vocab > 256 || (int64_t)strlen(hex) != 2 * o.cfg.vocab)) {
+        fprintf(stderr, "ember eval: %s: the metadata 'gpt.vocab' should hold %" PRId64 " hex byte pairs\n", path,
+                o.cfg.vocab);
+        ok = false;
+    }
+    em_safetensors_free(f);
+    int rc = 1;
+    em_module *m = NULL;
+    if (ok && corpus_load(&c, o.text) && corpus_tokenize(&c, o.cfg.context)) {
+        /* the checkpoint's vocabulary: characters it never saw are an error */
+        int token_of[256];
+        for (int b = 0; b < 256; b++) token_of[b] = -1;
+        for (int64_t i = 0; i < o.cfg.vocab; i++) {
+            unsigned int b;
+            sscanf(hex + 2 * i, "%2x", &b);
+            token_of[b & 255] = (int)i;
+            c.chars[i] = (unsigned char)b;
+        }
+        bool fits = true;
+        for (int64_t i = 0; i < c.n && fits; i++) {
+            fits = token_of[c.data[i]] >= 0;
+            if (!fits) fprintf(stderr, "ember eval: --text %s has the byte 0x%02x, which %s's vocabulary lacks\n",
+                               o.text, c.data[i], path);
+            c.tokens[i] = token_of[c.data[i]];
+        }
+        memcpy(c.token_of, token_of, sizeof token_of);
+        c.vocab = o.cfg.vocab;
+        em_manual_seed(0);
+        m = fits ? gpt_new(&o.cfg) : NULL;
+        if (fits && (!m || em_checkpoint_load(path, m, NULL, NULL) != EM_OK || em_module_to(m, o.device) != EM_OK)) {
+            fprintf(stderr, "ember eval: cannot load %s: %s\n", path, em_last_error());
+        } else if (fits) {
+            em_module_eval(m);
+            double t0 = mlp_now(), val = gpt_val_loss(m, &c, &o);
+            char *text = malloc((size_t)o.sample_chars + 1);
+            if (!isnan(val) && text && gpt_sample(m, &c, &o.cfg, o.device, o.sample_chars, 0, text)) {
+                printf("%s (GPT, %" PRId64 " parameters) on %s: val loss %.4f on the last 10%% of %s (%.2f s)\n"
+                       "sample:\n%s\n--\n", path, em_module_num_parameters(m), em_device_str(o.device).s, val, o.text,
+                       mlp_now() - t0, text);
+                rc = 0;
+            } else {
+                fprintf(stderr, "ember eval: evaluation failed: %s\n", em_failed() ? em_last_error() : "out of memory");
+            }
+            free(text);
+        }
+    }
+    em_module_free(m);
+    corpus_free(&c);
+    em_clear_error();
+    em_memory_empty_cache(o.device);
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    return rc;
+}
+
+/* ---- ember mem --model gpt ---- */
+
+/* Parameters of the GPT above, counted from its shape. */
+static double gpt_params(const gpt_cfg *c) {
+    double d = (double)c->d_model, V = (double)c->vocab, T = (double)c->context;
+    double block = 4 * d                     /* two LayerNorms */
+                   + 3 * d * d + 3 * d       /* in_proj */
+                   + d * d + d               /* out_proj */
+                   + d * 4 * d + 4 * d + 4 * d * d + d; /* MLP */
+    return V * d + T * d + (double)c->layers * block + 2 * d + d * V + V;
+}
+
+/* Float32 values autograd keeps per sequence for backward, counted from the ops the model
+ * runs (LayerNorm as composed: the centred input, the normalized one and the affine output;
+ * attention: the qkv projection, the scaled queries, the softmax [heads, T, T], the merged heads;
+ * the MLP's two hidden activations; the head's logits, log-softmax and one-hot targets). */
+static double gpt_saved_per_sample(const gpt_cfg *c) {
+    double d = (double)c->d_model, T = (double)c->context, H = (double)c->heads, V = (double)c->vocab;
+    double block = 3 * d + (3 * d + d + d + d + H * T) + 3 * d + 8 * d;
+    return T * ((double)c->layers * block + d + 3 * d + 3 * V) * 4.0;
+}
+
+int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, bool json) {
+    gpt_cfg c = {.vocab = 128, .context = seq ? seq : 64, .layers = layers ? layers : 2, .d_model = hidden ? hidden : 128,
+                 .heads = 4};
+    if (c.d_model % c.heads) c.heads = 1;
+    em_estimate_opts o = {.params = gpt_params(&c), .dtype = EM_F32, .mode = EM_ESTIMATE_FULL,
+                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers,
+                          .batch = batch ? batch : 32, .seq = c.context,
+                          .activation_bytes_per_sample = gpt_saved_per_sample(&c)};
+    em_estimate e;
+    if (em_estimate_memory(&o, &e) != EM_OK) {
+        fprintf(stderr, "ember mem: %s\n", em_last_error());
+        return 2;
+    }
+    /* the same step measured: the CPU allocator's peak over one AdamW step on random tokens */
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    int64_t base = em_memory_allocated(EM_DEVICE_CPU);
+    em_manual_seed(0);
+    em_module *m = gpt_new(&c);
+    em_optimizer *opt = m ? em_adamw(m, 1e-3) : NULL;
+    double peak = NAN;
+    if (m && (double)em_module_num_parameters(m) != o.params) { /* the formula must describe the model */
+        fprintf(stderr, "ember mem: internal: the GPT has %lld parameters, the formula says %.0f\n",
+                (long long)em_module_num_parameters(m), o.params);
+        em_optim_free(opt);
+        em_module_free(m);
+        return 1;
+    }
+    if (opt) {
+        em_memory_reset_peak_stats(EM_DEVICE_CPU);
+        for (int step = 0; step < 2; step++) { /* the second step has the optimizer's states */
+            em_scope s = em_scope_begin();
+            em_tensor *x = em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64));
+            em_tensor *loss = gpt_loss(m, x, em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64)),
+                                       c.vocab);
+            em_zero_grad(opt);
+            em_backward(loss);
+            em_step(opt);
+            em_scope_end(s);
+        }
+        if (!em_failed()) peak = (double)(em_memory_max_allocated(EM_DEVICE_CPU) - base);
+    }
+    em_optim_free(opt);
+    em_module_free(m);
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    em_clear_error();
+    if (json) {
+        printf("{\"model\": \"gpt\", \"params\": %.0f, \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, "
+               "\"context\": %lld, \"vocab\": %lld, \"batch\": %lld", o.params, (long long)c.layers,
+               (long long)c.d_model, (long long)c.heads, (long long)c.context, (long long)c.vocab, (long long)o.batch);
+        for (int l = 0; l < EM_ESTIMATE_LINES; l++) {
+            char key[32];
+            snprintf(key, sizeof key, "%s", em_estimate_line_name((em_estimate_line)l));
+            for (char *k = key; *k; k++) if (*k == ' ') *k = '_';
+            printf(", \"%s_bytes\": %.0f", key, e.bytes[l]);
+        }
+        printf(", \"measured_peak_bytes\": %.0f}\n", isnan(peak) ? -1.0 : peak);
+        return 0;
+    }
+    printf("ember mem --model gpt: %lld layers, d_model %lld, %lld heads, context %lld, vocab %lld (bytes): %.0f "
+           "parameters, float32, AdamW, batch %lld\n", (long long)c.layers, (long long)c.d_model, (long long)c.heads,
+           (long long)c.context, (long long)c.vocab, o.params, (long long)o.batch);
+    for (int l = 0; l < EM_ESTIMATE_LINES; l++)
+        printf("  %-17s %9.2f MB  %s\n", em_estimate_line_name((em_estimate_line)l), e.bytes[l] / 1e6, e.why[l]);
+    if (!isnan(peak))
+        printf("  measured: the CPU allocator's peak over two AdamW steps of this model is %.2f MB (%.0f%% of the "
+               "estimate; not counted: backward's transient gradients and copies)\n", peak / 1e6,
+               100.0 * peak / e.bytes[EM_ESTIMATE_TOTAL]);
+    return 0;
+}

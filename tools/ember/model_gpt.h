@@ -1,0 +1,20 @@
+/* `ember train --model gpt` and `ember eval` of its checkpoints: a small decoder-only
+ * transformer over the characters (bytes) of a text file. */
+#ifndef EMBER_TOOL_MODEL_GPT_H
+#define EMBER_TOOL_MODEL_GPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ember train with --model gpt among its arguments: parses its own options and trains. */
+int gpt_train_main(int argc, char **argv);
+/* Whether path is a checkpoint written by `ember train --model gpt` (its metadata says so). */
+bool gpt_is_checkpoint(const char *path);
+/* ember eval of such a checkpoint: validation loss on --text (default: the fortunes) and a sample. */
+int gpt_eval_main(const char *path, int argc, char **argv);
+
+/* ember mem --model gpt: the estimate for the GPT of that shape (0: the train defaults),
+ * with the CPU allocator's measured peak over real steps alongside. */
+int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, bool json);
+
+#endif
