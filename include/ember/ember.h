@@ -38,5 +38,6 @@
 #include <ember/memory.h>
 #include <ember/estimate.h>
 #include <ember/parse.h>
+#include <ember/dist.h>
 
 #endif
