@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 /* Why ranks cannot be started here, or NULL when they can. */
-static const char *dist_unavailable(void) {
+static inline const char *dist_unavailable(void) {
 #ifndef EMBER_HAVE_MPI
     return "built without MPI (EMBER_HAVE_MPI)";
 #else
@@ -23,11 +23,11 @@ static const char *dist_unavailable(void) {
 }
 
 /* Is this process one of the ranks (started by dist_run)? Its mode, or NULL. */
-static const char *dist_mode(void) { return getenv("EMBER_TEST_DIST_MODE"); }
+static inline const char *dist_mode(void) { return getenv("EMBER_TEST_DIST_MODE"); }
 
 /* mpirun -np n SELF with EMBER_TEST_DIST_MODE=mode (and `extra_env`, "A=1 B=2" or ""),
  * output (stdout + stderr) into out. Returns the exit status, -1 if it did not run. */
-static int dist_run(int n, const char *mode, const char *extra_env, char *out, size_t size) {
+static inline int dist_run(int n, const char *mode, const char *extra_env, char *out, size_t size) {
     char self[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) return -1;
@@ -62,7 +62,7 @@ static int dist_run(int n, const char *mode, const char *extra_env, char *out, s
 }
 
 /* How many lines of out contain s. */
-static int dist_count(const char *out, const char *s) {
+static inline int dist_count(const char *out, const char *s) {
     int n = 0;
     for (const char *p = out; (p = strstr(p, s)) != NULL; p += strlen(s)) n++;
     return n;

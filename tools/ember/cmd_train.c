@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "progress.h"
+#include "train_dist.h"   /* DDP under mpirun / ember launch */
 #include <ember/parse.h>
 
 static const char *const tool = "ember train";
@@ -59,6 +60,10 @@ static void usage(FILE *f) {
             "SIGHUP stop after the current step, save the checkpoint and exit with 128 + the signal\n"
             "(130, 143, 129). If the checkpoint is not saved within %d s of the signal, or a second\n"
             "signal comes, the process exits at once with the same status, without it.\n\n"
+            "Distributed: started by mpirun -np N, srun or `ember launch -n N`, each rank trains with\n"
+            "DistributedDataParallel on its own shard of every epoch (--batch-size per rank) and its own\n"
+            "device (cuda:LOCAL_RANK); rank 0 alone prints and writes the checkpoint, which any number\n"
+            "of ranks can --resume.\n\n"
             "Exit status: 0 done, 1 failed, 2 bad arguments, 128 + N stopped by signal N.\n", GRACE_SECONDS);
 }
 
@@ -204,16 +209,18 @@ static em_optimizer *make_optimizer(const train_opts *o, em_module *m) {
 }
 
 static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, const position *pos) {
-    if (!o->checkpoint) return EM_OK;
-    char v[5][40];
+    if (!o->checkpoint || !train_dist_is_main()) return EM_OK;
+    char v[6][40];
     snprintf(v[0], sizeof v[0], "%" PRId64, pos->epoch);
     snprintf(v[1], sizeof v[1], "%" PRId64, pos->batch);
     snprintf(v[2], sizeof v[2], "%.17g", pos->loss_sum);
     snprintf(v[3], sizeof v[3], "%" PRId64, o->seed);
     snprintf(v[4], sizeof v[4], "%" PRId64, o->batch_size);
-    const char *keys[] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed", "train.batch_size"};
-    const char *vals[] = {v[0], v[1], v[2], v[3], v[4]};
-    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 5);
+    snprintf(v[5], sizeof v[5], "%d", train_dist_world());
+    const char *keys[] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed", "train.batch_size",
+                          "train.world_size"};
+    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5]};
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 6);
 }
 
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
@@ -247,8 +254,12 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
                 o->checkpoint, loss ? loss : "", loss ? em_num_why(lr) : "missing");
         ok = false;
     }
+    int64_t world = 1; /* written by DDP runs; absent: one process */
+    if (ok && em_safetensors_metadata(meta, "train.world_size"))
+        ok = meta_i64(meta, o->checkpoint, "train.world_size", 1, 1 << 24, &world);
     em_safetensors_free(meta);
     if (!ok) return 1;
+    train_dist_convert_position(world, &pos->batch, &pos->loss_sum);
     if ((o->seed_set && seed != o->seed) || (o->batch_set && batch_size != o->batch_size)) {
         fprintf(stderr, "%s: --resume: %s %lld is unlike the checkpoint's %lld; a resumed run keeps the batch "
                 "order it started with (leave the option out)\n", tool,
@@ -279,7 +290,7 @@ static bool train_epoch(const train_opts *o, em_module *m, em_optimizer *opt, em
     char label[32];
     snprintf(label, sizeof label, "epoch %" PRId64 "/%" PRId64, pos->epoch + 1, o->epochs);
     progress bar;
-    progress_begin(&bar, stderr, label, em_loader_len(l), pos->batch);
+    progress_begin(&bar, train_dist_progress_out(), label, em_loader_len(l), pos->batch);
     *samples = 0;
     em_batch b;
     bool ok = loss_sum != NULL;
@@ -294,6 +305,7 @@ static bool train_epoch(const train_opts *o, em_module *m, em_optimizer *opt, em
         pos->steps++;
         *samples += b.size;
         if (interrupted || (o->max_steps && pos->steps >= o->max_steps)) *stop = true;
+        if (train_dist_active()) *stop = train_dist_agree_stop(*stop);   /* every rank stops at one step */
         if (progress_due(&bar, pos->batch)) {
             double mean = em_item(loss_sum) / (double)pos->batch;
             progress_draw(&bar, pos->batch, *samples, mean);
@@ -310,6 +322,10 @@ static bool train_epoch(const train_opts *o, em_module *m, em_optimizer *opt, em
 
 static int run(train_opts *o) {
     if (o->threads) em_set_num_threads((int)o->threads);
+    if (train_dist_init(tool, &o->device, o->threads != 0) != 0) {
+        train_dist_finish();
+        return 1;
+    }
     int rc = 1;
     em_dataset *train = mlp_dataset(o->data_dir, true, o->train_samples, "--train-samples");
     em_dataset *test = train ? mlp_dataset(o->data_dir, false, o->test_samples, "--test-samples") : NULL;
@@ -331,9 +347,11 @@ static int run(train_opts *o) {
     }
     if (o->resume && (rc = resume(o, model, opt, &pos)) != 0) goto done;
     rc = 1;
-    loader = em_loader_new(train, (em_loader_opts){.batch_size = o->batch_size, .shuffle = true,
-                                                   .seed = (uint64_t)o->seed, .device = o->device,
-                                                   .pin_memory = o->device.type != EM_CPU});
+    if (train_dist_wrap(tool, model) != 0) goto done;
+    em_loader_opts lo = {.batch_size = o->batch_size, .shuffle = true, .seed = (uint64_t)o->seed,
+                         .device = o->device, .pin_memory = o->device.type != EM_CPU};
+    train_dist_loader_opts(&lo);
+    loader = em_loader_new(train, lo);
     if (!loader || em_loader_seek(loader, pos.epoch, pos.batch) != EM_OK) {
         fail("cannot make the data loader");
         goto done;
@@ -360,14 +378,16 @@ static int run(train_opts *o) {
         if (stop && pos.batch < em_loader_len(loader)) break;   /* mid-epoch: save below */
         char mem[160];
         mlp_memory_line(o->device, mem, sizeof mem);
-        mlp_eval ev;
-        if (mlp_evaluate(model, test, o->device, 1000, &ev) != EM_OK) {
+        mlp_eval ev = {0};
+        double train_loss = train_dist_mean(pos.loss_sum / (double)(pos.batch > 0 ? pos.batch : 1));
+        samples *= train_dist_world();   /* every rank's samples: the job's throughput */
+        if (train_dist_is_main() && mlp_evaluate(model, test, o->device, 1000, &ev) != EM_OK) {
             fail("evaluation failed");
             goto done;
         }
         printf("epoch %" PRId64 "/%" PRId64 ": train loss %.4f, test accuracy %.2f%%, test loss %.4f, "
                "%.0f samples/s (%.2f s), memory %s\n",
-               pos.epoch + 1, o->epochs, pos.loss_sum / (double)(pos.batch > 0 ? pos.batch : 1),
+               pos.epoch + 1, o->epochs, train_loss,
                100.0 * ev.accuracy, ev.loss, seconds > 0 ? (double)samples / seconds : 0, seconds, mem);
         fflush(stdout);
         pos = (position){.epoch = pos.epoch + 1, .steps = pos.steps};
@@ -407,6 +427,7 @@ done:
     em_memory_empty_cache(o->device);   /* hand the cached blocks back: nothing outlives the run */
     em_memory_empty_cache(EM_DEVICE_CPU);
     em_memory_empty_pinned_cache();
+    train_dist_finish();
     return rc;
 }
 
