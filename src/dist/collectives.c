@@ -162,7 +162,7 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
         if (w->status != EM_OK) return em_error(w->status, "%s", w->msg ? w->msg : "collective failed");
         return EM_OK;
     }
-    int spins = 0;
+    unsigned spins = 0;
     for (;;) {
         int flag = 0, rc;
         if (w->peers_left > 0 || w->npeer > 0) {
@@ -196,11 +196,18 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
             }
         }
         if (!block) return EM_OK;
-        if (++spins > 256) {
-            if ((spins & 63) == 0 && em__dist_now() > w->deadline) return timeout_fail(w);
-            /* short sleeps once the collective is clearly not about to finish */
-            struct timespec ts = {0, spins > 20000 ? 200000 : 20000};
-            if (spins > 2000) nanosleep(&ts, NULL);
+        /* Open MPI moves a non-blocking collective along only inside MPI calls, so the
+         * loop polls as its blocking calls do (Open MPI itself yields the core when it runs
+         * oversubscribed: mpi_yield_when_idle); only
+         * after a second of waiting (a late peer, not a transfer) does it sleep between
+         * polls, 50 us, to leave the core to the ranks that are still computing */
+        if ((++spins & 63) == 0) {
+            double t = em__dist_now();
+            if (t > w->deadline) return timeout_fail(w);
+            if (t > w->start + 1.0) {
+                struct timespec ts = {0, 50000};
+                nanosleep(&ts, NULL);
+            }
         }
     }
 }
