@@ -21,7 +21,11 @@
  * must agree, or em_dist_init fails naming both. WORLD_SIZE=1 without any MPI launcher
  * runs as a one-process group (MPI singleton).
  * EMBER_DIST_TIMEOUT (seconds, default 300) sets every collective's timeout;
- * EMBER_DIST_BACKEND overrides "auto".
+ * EMBER_DIST_BACKEND overrides "auto". With 2 ranks Ember sets Open MPI's
+ * OMPI_MCA_coll_libnbc_iallreduce_algorithm=recursive_doubling unless it is set already
+ * (libnbc's default for 2 ranks is a reduce then a broadcast: twice the time at 64 MB).
+ * NCCL: its communicator is made at the first collective on a CUDA tensor (rank 0's
+ * unique id broadcast over MPI); each rank uses one CUDA device.
  *
  * Collectives are entered by every rank of the group in the same order with the same
  * sizes and dtypes; each sends a small header (sequence number, operation, dtype, count)

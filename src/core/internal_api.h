@@ -7,6 +7,7 @@
 #define EM_CORE_INTERNAL_API_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <ember/tensor.h>
 #include "errors.h"
 #include "optim_args.h"
@@ -42,5 +43,24 @@ bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_ten
                             const em_tensor *vmax);
 em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                               em_tensor *v, em_tensor *vmax);
+
+/* ---- for src/dist's NCCL path (src/core/dist_seam.c): what NCCL needs of a CUDA tensor
+ * without dist seeing a storage or a backend ---- */
+typedef struct em_cuda_buffer {
+    uint64_t ptr;      /* CUdeviceptr of the tensor's first element */
+    void *stream;      /* CUstream its device's work is queued on */
+    int device;        /* its N in cuda:N */
+} em_cuda_buffer;
+/* t on a CUDA device: its buffer, with that device's context made current on this thread
+ * (*prev: the caller's, for em__cuda_leave). EM_ERR_DEVICE for other devices. */
+em_status em__cuda_enter(const em_tensor *t, em_cuda_buffer *out, void **prev);
+void em__cuda_leave(void *prev);
+/* An event recorded now on cuda:device's stream (NULL and an error on failure); whether it
+ * has completed (1), not yet (0) or failed (-1, error recorded); freeing it. */
+void *em__cuda_mark(int device);
+int em__cuda_mark_done(void *mark);
+void em__cuda_mark_free(void *mark);
+/* libnccl.so.2 (dlsym it), found as the other CUDA libraries are, or NULL with *reason. */
+void *em__nccl_library(int *version, const char **reason);
 
 #endif

@@ -121,6 +121,7 @@ static em_status check_header(em_dist_work *w, int i) {
 }
 
 static em_status timeout_fail(em_dist_work *w) {
+    if (w->nccl) em__dist_nccl_abort(w->g); /* NCCL's kernels would wait for the peer forever */
     char what[160], missing[512] = "";
     describe(what, sizeof what, w->hdr);
     size_t used = 0;
@@ -145,7 +146,7 @@ static em_status timeout_fail(em_dist_work *w) {
 /* Data has arrived in rbuf: averages, and copies staged results back. */
 static em_status work_complete(em_dist_work *w) {
     em_status st = EM_OK;
-    if (w->op == EM_REDUCE_AVG && (w->kind == C_ALL_REDUCE || w->kind == C_REDUCE_SCATTER))
+    if (w->op == EM_REDUCE_AVG && !w->avg_done && (w->kind == C_ALL_REDUCE || w->kind == C_REDUCE_SCATTER))
         st = em_mul_scalar_(w->rbuf, 1.0 / w->g->size);
     if (st == EM_OK && w->copy_back) st = em_copy_(w->dst, w->rbuf);
     w->finished = true;
@@ -177,7 +178,11 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
                     if (check_header(w, w->hidx[j]) != EM_OK) return w->status;
                 }
         }
-        if (!w->data_done) {
+        if (!w->data_done && w->nccl) {
+            int d = em__dist_nccl_done(w);
+            if (d < 0) return work_fail(w, EM_ERR_BACKEND, "%s: %s", api_name(w->kind), em_last_error());
+            if (d) w->data_done = true;
+        } else if (!w->data_done) {
             rc = MPI_Test(&w->req, &flag, MPI_STATUS_IGNORE);
             if (rc != MPI_SUCCESS) return mpi_error(w, "MPI_Test", rc);
             if (flag) w->data_done = true;
@@ -242,7 +247,15 @@ static void work_free_now(em_dist_work *w) {
     free(w->hseen);
     free(w->hidx);
     free(w->msg);
+    em__cuda_mark_free(w->mark);
     free(w);
+}
+
+/* A contiguous tensor on t's device NCCL can use: t itself or a copy. */
+static em_tensor *device_buffer(em_tensor *t, bool *staged) {
+    *staged = !em_is_contiguous(t);
+    em_tensor *b = *staged ? em_contiguous(t) : t;
+    return b ? em_retain(b) : NULL;
 }
 
 /* Start a collective. dst receives (in place for all_reduce and broadcast), src is the
@@ -293,11 +306,17 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
         em_error(EM_ERR_NOT_SUPPORTED, "%s: %lld elements is more than MPI's count allows (2^31 - 1)", api, (long long)count);
         return NULL;
     }
+    /* CUDA tensors through NCCL when the group has it; its communicator is made now, at
+     * the first such collective (every rank reaches it at the same call) */
+    bool use_nccl = g->use_nccl && kind != C_BARRIER && em_device_of(dst).type == EM_CUDA &&
+                    (!src || em_device_of(src).type == EM_CUDA);
+    if (use_nccl && em__dist_nccl_ensure(g, em_device_of(dst).index) != EM_OK) return NULL;
     em_dist_work *w = calloc(1, sizeof *w);
     if (!w) {
         em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
         return NULL;
     }
+    w->nccl = use_nccl;
     w->g = g;
     w->kind = kind;
     w->op = op;
@@ -326,7 +345,14 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
     if (dst) w->dst = em_retain(dst);
     if (src) w->src = em_retain(src);
     em_scope s = em_scope_begin();
-    if (kind == C_ALL_REDUCE || kind == C_BROADCAST) {
+    if (use_nccl) {
+        w->rbuf = device_buffer(dst, &staged);
+        w->copy_back = staged;
+        if (src && w->rbuf) {
+            bool unused;
+            w->sbuf = device_buffer(src, &unused);
+        }
+    } else if (kind == C_ALL_REDUCE || kind == C_BROADCAST) {
         w->rbuf = host_buffer(dst, wire, true, &staged);
         w->copy_back = staged;
     } else if (kind != C_BARRIER) {
@@ -354,6 +380,18 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
         w->next_dead = g->graveyard;
         g->graveyard = w;
         return NULL;
+    }
+    if (w->nccl) {
+        if (em__dist_nccl_start(w) != EM_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", em_last_error());
+            em_clear_error();
+            work_fail(w, EM_ERR_BACKEND, "%s: %s", api, msg);
+            w->next_dead = g->graveyard;
+            g->graveyard = w;
+            return NULL;
+        }
+        return w;
     }
     void *rb = w->rbuf ? em_data_ptr(w->rbuf) : NULL;
     void *sb = w->sbuf ? em_data_ptr(w->sbuf) : NULL;

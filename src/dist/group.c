@@ -98,6 +98,7 @@ void em__dist_bury(em_dist_group *g) {
         free(w->hseen);
         free(w->hidx);
         free(w->msg);
+        em__cuda_mark_free(w->mark);
         free(w);
     }
 }
@@ -119,12 +120,18 @@ em_status em_dist_init(const char *backend) {
     if ((!backend || !strcmp(backend, "auto")) && env_b && *env_b) b = env_b;
     if (strcmp(b, "auto") && strcmp(b, "mpi") && strcmp(b, "nccl"))
         return em_error(EM_ERR_ARGUMENT, "em_dist_init: expected backend \"mpi\", \"nccl\" or \"auto\", got \"%s\"", b);
-    if (!strcmp(b, "nccl")) {
-        /* NCCL needs CUDA devices; its loader is the CUDA layer's */
-        if (!em_device_available(EM_CUDA))
+    /* "nccl": CUDA tensors through NCCL (others through MPI); "auto": the same where CUDA
+     * and NCCL are there, else MPI for everything */
+    bool use_nccl = false;
+    if (strcmp(b, "mpi")) {
+        bool cuda = em_device_available(EM_CUDA);
+        const char *why = NULL;
+        if (!strcmp(b, "nccl") && !cuda)
             return em_error(EM_ERR_UNAVAILABLE, "em_dist_init: backend \"nccl\" needs CUDA, which is not available: %s",
                             em_device_unavailable_reason(EM_CUDA));
-        return em_error(EM_ERR_NOT_SUPPORTED, "em_dist_init: backend \"nccl\" is not built yet; use \"mpi\" (CUDA tensors then travel through host staging)");
+        use_nccl = cuda && em__dist_nccl(NULL, &why) != NULL;
+        if (!strcmp(b, "nccl") && !use_nccl)
+            return em_error(EM_ERR_UNAVAILABLE, "em_dist_init: backend \"nccl\": %s", why ? why : "NCCL cannot be loaded");
     }
     em_dist_env env;
     em_status st = em_dist_env_read(&env);
@@ -153,7 +160,8 @@ em_status em_dist_init(const char *backend) {
     em_dist_group *g = calloc(1, sizeof *g);
     if (!g) return em_error(EM_ERR_OUT_OF_MEMORY, "em_dist_init: out of host memory");
     g->timeout_s = timeout;
-    g->backend = "mpi";
+    g->backend = use_nccl ? "nccl" : "mpi";
+    g->use_nccl = use_nccl;
     g->local_rank = env.local_rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &g->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g->size);
@@ -184,6 +192,8 @@ em_status em_dist_finalize(void) {
     em_dist_group *g = g_world;
     g_world = NULL;
     bool broken = g->broken;
+    if (broken) em__dist_nccl_abort(g);
+    else em__dist_nccl_destroy(g);
     em__dist_bury(g);
     free(g->broken_msg);
     if (!broken) {
