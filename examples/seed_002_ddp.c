@@ -68,11 +68,11 @@ int main(int argc, char **argv) {
 
     /* the data: 256 samples (y = whether the features sum above 0), sharded over the ranks */
     em_manual_seed(1234);
+    em_scope data = em_scope_begin();   /* the dataset keeps what it needs */
     em_tensor *x = em_randn(EM_SHAPE(256, 10), EM_OPTS(0));
     em_tensor *y = em_to_dtype(em_gt(em_sum(x, EM_DIMS(1), false), em_scalar(0, EM_OPTS(0))), EM_I64);
     em_dataset *ds = em_dataset_new(x, y);
-    em_release(x);
-    em_release(y);
+    em_scope_end(data);
     SEED_CHECK(ds);
     em_loader *loader = em_loader_new(ds, (em_loader_opts){.batch_size = 16, .shuffle = true, .seed = 7,
                                                            .device = dev, .num_replicas = world, .rank = rank});

@@ -409,8 +409,13 @@ static int rank_main(const char *mode) {
     fflush(stdout);
     fflush(stderr);
     em_dist_finalize();
-    /* a broken group skips MPI_Finalize; leave without waiting for the peers */
-    if (faulty) _exit(rc == 1 ? 1 : 0);
+    /* a broken group skips MPI_Finalize; leave without waiting for the peers (the others
+     * linger a little: mpirun stops the job when the first rank leaves, and rank 0's
+     * report is the one the parent reads) */
+    if (faulty) {
+        if (R != 0) sleep(3);
+        _exit(rc == 1 ? 1 : 0);
+    }
     return rc == 1 ? 1 : 0;
 }
 

@@ -91,7 +91,28 @@ static em_status work_fail(em_dist_work *w, em_status code, const char *fmt, ...
     return em_error(code, "%s", buf);
 }
 
+static em_status check_header(em_dist_work *w, int i);
+
+/* A data collective that failed in MPI (a truncation when sizes differ, say) is most often
+ * a mismatched call: give the peers' headers a moment to arrive and report the mismatch,
+ * which says more than MPI's error code. */
+static bool mismatch_explains(em_dist_work *w) {
+    double until = em__dist_now() + 2.0;
+    if (until > w->deadline) until = w->deadline;
+    while (w->peers_left > 0 && em__dist_now() < until) {
+        int outcount = 0;
+        if (MPI_Testsome(w->npeer, w->hreq, &outcount, w->hidx, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return false;
+        for (int j = 0; outcount != MPI_UNDEFINED && j < outcount; j++) {
+            w->hseen[w->hidx[j]] = true;
+            w->peers_left--;
+            if (check_header(w, w->hidx[j]) != EM_OK) return true;
+        }
+    }
+    return false;
+}
+
 static em_status mpi_error(em_dist_work *w, const char *call, int rc) {
+    if (!w->finished && w->peers_left > 0 && strcmp(call, "MPI_Testsome (headers)") && mismatch_explains(w)) return w->status;
     char s[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, s, &len);
