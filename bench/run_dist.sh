@@ -18,24 +18,25 @@ if [ ! -x "$BUILD/bench_dist" ]; then
     cmake --build "$BUILD" -j2 --target bench_dist >/dev/null
 fi
 export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1
+# mpirun forwards its stdin to rank 0: every call below reads /dev/null, not the loop's list
 MPI="mpirun --oversubscribe --allow-run-as-root --mca btl self,vader"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 echo
 echo "## all_reduce, float32 sum, 2 ranks (median of 7 repetitions; bus bandwidth = 2(n-1)/n x bytes / time)"
 echo
-echo "| bytes | Ember us | MPI_Allreduce us | Ember GB/s | MPI GB/s | Ember overhead |"
-echo "|---|---|---|---|---|---|"
+echo "| bytes | Ember us | MPI_Allreduce us | Ember GB/s | MPI GB/s | Ember vs MPI_Allreduce | MPI_Iallreduce+Wait us | Ember vs MPI_Iallreduce |"
+echo "|---|---|---|---|---|---|---|---|"
 $MPI -np 2 "$BUILD/bench_dist" allreduce | awk '/^allreduce/ {
-    printf "| %s | %s | %s | %s | %s | %+.1f%% |\n", $3, $7, $9, $11, $13, $15 }'
+    printf "| %s | %s | %s | %s | %s | %+.1f%% | %s | %+.1f%% |\n", $3, $7, $9, $11, $13, $15, $17, $19 }'
 echo
 echo "## DDP step (forward, backward with bucketed all-reduce, Adam), batch 64 per rank, 1 thread per rank"
 echo
 echo "| MLP hidden | parameters | buckets | 1 rank ms | 2 ranks ms | 2 / 1 | all-reduce hidden | PyTorch DDP gloo 2 procs ms | PyTorch / Ember |"
 echo "|---|---|---|---|---|---|---|---|---|"
-echo "$MODELS" | tr ';' '\n' | while read -r hidden; do
-    one=$($MPI -np 1 "$BUILD/bench_dist" ddp $hidden | awk '/^ddp/ {print $11}')
-    two=$($MPI -np 2 "$BUILD/bench_dist" ddp $hidden | awk '/^ddp/ {print $7, $9, $11, $13}')
-    torch=$("$TORCH_PYTHON" bench/dist_ddp_torch.py 2 $hidden 2>/dev/null | awk '/^torch_ddp/ {print $7}') || torch=""
+printf '%s\n' "$MODELS" | tr ';' '\n' | while read -r hidden; do
+    one=$($MPI -np 1 "$BUILD/bench_dist" ddp $hidden </dev/null | awk '/^ddp/ {print $11}')
+    two=$($MPI -np 2 "$BUILD/bench_dist" ddp $hidden </dev/null | awk '/^ddp/ {print $7, $9, $11, $13}')
+    torch=$("$TORCH_PYTHON" bench/dist_ddp_torch.py 2 $hidden </dev/null 2>/dev/null | awk '/^torch_ddp/ {print $7}') || torch=""
     set -- $two
     echo "$hidden|$1|$2|$one|$3|$4|${torch:--}" | awk -F'|' '{
         ratio = $4 > 0 ? $5 / $4 : 0; tr = ($7 != "-" && $5 > 0) ? sprintf("%.2f", $7 / $5) : "-";
