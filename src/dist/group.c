@@ -156,6 +156,9 @@ em_status em_dist_init(const char *backend) {
         rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (rc != MPI_SUCCESS) return em_error(EM_ERR_BACKEND, "em_dist_init: MPI_Init_thread failed (code %d)", rc);
         g_we_initialized_mpi = true;
+        /* a failed non-blocking collective can be reported on MPI_COMM_WORLD's handler
+         * (libnbc), whose default aborts the job: Ember reports it instead */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     }
     em_dist_group *g = calloc(1, sizeof *g);
     if (!g) return em_error(EM_ERR_OUT_OF_MEMORY, "em_dist_init: out of host memory");
