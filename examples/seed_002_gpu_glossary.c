@@ -90,8 +90,8 @@ static void model_and_mixed_precision(em_device device) {
      * DataParallel is not in Ember as a module; seed 000 writes out what it does. */
     int n = device.type == EM_CPU ? 1 : em_device_count(device.type);
     if (n > 1) printf("Using %d %s devices\n", n, em_device_type_name(device.type)); /* Using 2 GPUs */
-    /* model = DistributedDataParallel(model) (torchrun, NCCL): distributed training is not
-     * in Ember yet (TODO(dist)), so there is nothing to show here. */
+    /* model = DistributedDataParallel(model) (torchrun, NCCL): a program of its own, started
+     * as several processes: examples/seed_002_ddp.c (em_dist_init, em_ddp). */
     em_module_free(model);
 }
 

@@ -5,7 +5,8 @@
 #
 # Private: every header under src/core, src/backends, src/memory and src/kernels.
 # Allowed across the line:
-#   src/nn, src/optim, src/data  -> src/core/internal_api.h only (the core's interface for them)
+#   src/nn, src/optim, src/data,
+#   src/dist                     -> src/core/internal_api.h only (the core's interface for them)
 #   src/autograd                 -> also src/core/tensor_impl.h and src/core/errors.h: core calls
 #                                   autograd through record.h, whose nodes hang off tensors
 #   tools/                       -> nothing under src/ (the public API in include/ember/ only)
@@ -23,7 +24,7 @@ check() {
         rel="${file#"$root"/}"
         case "$rel" in
             src/autograd/*) layer=autograd ;;
-            src/nn/*|src/optim/*|src/data/*) layer=upper ;;
+            src/nn/*|src/optim/*|src/data/*|src/dist/*) layer=upper ;;
             tools/*) layer=tools ;;
             *) continue ;;
         esac
@@ -50,7 +51,7 @@ check() {
                 fail=1
             fi
         done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*([<"][^>"]+[>"]).*/\1/p' "$file")
-    done < <(find "$root/src/autograd" "$root/src/nn" "$root/src/optim" "$root/src/data" "$root/tools" \
+    done < <(find "$root/src/autograd" "$root/src/nn" "$root/src/optim" "$root/src/data" "$root/src/dist" "$root/tools" \
                   -type f \( -name '*.c' -o -name '*.h' \) -print0 2>/dev/null)
     return $fail
 }
@@ -74,6 +75,8 @@ self_test() {
         "src/nn/state_dict.c|#include \"../kernels/layout.h\"|1"
         "tools/ember/cmd_smi.c|#include \"backends/cuda/cuda_smi.h\"|1"
         "tools/ember/main.c|#include \"../../src/core/internal_api.h\"|1"
+        "src/dist/ddp.c|#include \"../core/tensor_impl.h\"|1"
+        "src/dist/collectives.c|#include \"../memory/allocator.h\"|1"
         "src/nn/layers.c|#include \"../util/strbuf.h\"|0"
         "src/optim/clip.c|#include \"../core/internal_api.h\"|0"
         "src/autograd/formulas.c|#include \"../core/tensor_impl.h\"|0"

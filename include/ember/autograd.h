@@ -45,6 +45,16 @@ em_status em_backward(em_tensor *loss);
 /* t.backward(grad, retain_graph): grad has t's shape (NULL means ones, for one-element t). */
 em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph);
 
+/* ---- gradient-ready hooks (what DistributedDataParallel starts its all-reduces from) ----
+ * fn(ctx, leaf) runs on the thread running backward right after a leaf's .grad was
+ * updated, and fn(ctx, NULL) once when a backward has finished without error. Every hook
+ * sees every backward: it ignores leaves it does not know. An error it returns ends the
+ * backward with that error. Returns an id for em_autograd_remove_grad_hook, or -1 with an
+ * error (at most 64 hooks at once). */
+typedef em_status (*em_grad_hook_fn)(void *ctx, em_tensor *leaf);
+int em_autograd_add_grad_hook(em_grad_hook_fn fn, void *ctx); /* registers fn (see above) */
+void em_autograd_remove_grad_hook(int id); /* unregisters; an unknown id is ignored */
+
 /* ---- grad mode (per thread) ---- */
 /* A guard: no-grad mode until the matching end, which restores the previous mode.
  *   em_grad_mode g = em_no_grad_begin(); ... em_no_grad_end(g); */

@@ -67,6 +67,16 @@ typedef struct em_loader_opts {
     bool pin_memory;     /* batches in page-locked host memory (fast, non-blocking copies) */
     em_device device;    /* batches are moved here (non-blocking from pinned memory); the
                           * zeroed value, the CPU, leaves them on the host */
+    /* ---- distributed sampling (PyTorch's DistributedSampler) ----
+     * num_replicas > 1: this loader reads shard `rank` only: the epoch's order (shuffled
+     * from seed + epoch, the same on every rank) padded by repeating its first indices up
+     * to a multiple of num_replicas (or, with shard_drop_last, cut down to one), then every
+     * num_replicas-th index starting at rank. Every rank gets ceil(N / R) samples
+     * (floor with shard_drop_last) and the shards are disjoint apart from the padding.
+     * 0 or 1: the whole dataset. */
+    int num_replicas;
+    int rank;             /* this rank's shard, 0 .. num_replicas - 1 */
+    bool shard_drop_last; /* cut the shards down instead of padding them */
 } em_loader_opts;
 
 /* One batch from em_loader_next. */
@@ -92,6 +102,11 @@ em_status em_loader_reset(em_loader *l);
 /* Continue from batch `batch` of epoch `epoch` (the order is that epoch's, as if the
  * earlier batches had been taken): how a resumed training run picks up where it stopped. */
 em_status em_loader_seek(em_loader *l, int64_t epoch, int64_t batch);
+/* sampler.set_epoch(epoch): the next batch starts epoch `epoch` (its own shuffle) from its
+ * first batch. Every rank must set the same epoch so that the shards stay disjoint. */
+em_status em_loader_set_epoch(em_loader *l, int64_t epoch);
+/* Samples per epoch for this loader (its shard's size when sharded). */
+int64_t em_loader_num_samples(const em_loader *l);
 /* Batches per epoch. */
 int64_t em_loader_len(const em_loader *l);
 /* The current epoch, from 0. */

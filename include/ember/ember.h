@@ -39,4 +39,6 @@
 /* DataParallel over devices (issue 15) */
 #include <ember/parallel.h>
 
+#include <ember/dist.h>
+
 #endif

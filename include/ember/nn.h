@@ -75,12 +75,15 @@ em_status em_sequential_append(em_module *seq, em_module *m);
  * Pools: stride EM_HW1(0) means kernel_size (PyTorch's stride=None). A shape error in
  * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."). */
 em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
+/* nn.Conv2d with every argument. */
 em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
                                em_hw padding, em_hw dilation, int64_t groups, bool bias);
+/* nn.MaxPool2d(kernel_size, stride, padding, dilation, ceil_mode). */
 em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode);
+/* nn.AvgPool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override). */
 em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
                                 bool count_include_pad, int64_t divisor_override);
-em_module *em_adaptive_avg_pool2d_module(em_hw output_size);
+em_module *em_adaptive_avg_pool2d_module(em_hw output_size); /* nn.AdaptiveAvgPool2d */
 /* A Conv2d's channels and kernel size; EM_ERR_ARGUMENT if m is not a Conv2d. */
 em_status em_module_conv2d_shape(const em_module *m, int64_t *in_channels, int64_t *out_channels,
                                  em_hw *kernel_size);
@@ -153,7 +156,8 @@ em_tensor *em_batch_norm(em_tensor *x, em_tensor *running_mean, em_tensor *runni
 /* F.embedding: weight[input] of shape input.shape + [embedding_dim]; input int64/int32 in
  * [0, num_embeddings). padding_idx (negative counts from the end; EM_NO_PADDING_IDX for none):
  * that row gets no gradient. */
-#define EM_NO_PADDING_IDX INT64_MIN
+#define EM_NO_PADDING_IDX INT64_MIN /* em_embedding's "no padding_idx" */
+/* F.embedding(input, weight, padding_idx): see above. */
 em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx);
 /* F.scaled_dot_product_attention: softmax(q k^T / sqrt(E) + mask) v for q [..., L, E],
  * k [..., S, E], v [..., S, Ev]. attn_mask (NULL: none) broadcasts to [..., L, S]: bool
@@ -167,8 +171,9 @@ em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elem
  * average), affine, track_running_stats; parameters weight, bias; buffers running_mean,
  * running_var, num_batches_tracked (int64). Batch statistics while training, running ones
  * in eval mode. BatchNorm1d takes [N, C] or [N, C, L]; BatchNorm2d [N, C, H, W]. */
-em_module *em_batch_norm1d(int64_t num_features);
-em_module *em_batch_norm2d(int64_t num_features);
+em_module *em_batch_norm1d(int64_t num_features); /* nn.BatchNorm1d with the defaults */
+em_module *em_batch_norm2d(int64_t num_features); /* nn.BatchNorm2d with the defaults */
+/* BatchNorm1d (spatial_dims 1) or 2d (2) with every argument. */
 em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
                             bool track_running_stats);
 /* nn.Embedding(num_embeddings, embedding_dim, padding_idx): weight ~ N(0, 1), the padding row zero. */
@@ -177,6 +182,7 @@ em_module *em_embedding_module(int64_t num_embeddings, int64_t embedding_dim, in
  * in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros), out_proj (a Linear,
  * bias zeros). em_forward(m, x) is self-attention without a mask. */
 em_module *em_multihead_attention(int64_t embed_dim, int64_t num_heads);
+/* nn.MultiheadAttention with every argument. */
 em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first);
 /* mha(query, key, value, attn_mask): attn_mask (NULL: none) is [L, S] or [N * num_heads,

@@ -79,9 +79,12 @@ em_tensor *em_one_hot(em_tensor *index, int64_t num_classes);        /* int64 re
 /* ---- convolution and pooling ----
  * torch.nn.functional's conv2d and pools on NCHW input [N, C, H, W] (or unbatched [C, H, W]),
  * float32/float64. Sizes are (h, w) pairs: EM_HW(3, 3), or EM_HW1(3) for both. */
-typedef struct em_hw { int64_t h, w; } em_hw;
-#define EM_HW(h, w) ((em_hw){(h), (w)})
-#define EM_HW1(x) ((em_hw){(x), (x)})
+typedef struct em_hw {
+    int64_t h; /* height */
+    int64_t w; /* width */
+} em_hw;
+#define EM_HW(h, w) ((em_hw){(h), (w)}) /* (h, w) */
+#define EM_HW1(x) ((em_hw){(x), (x)})   /* (x, x) */
 /* F.conv2d: weight [out_channels, in_channels / groups, kH, kW], bias [out_channels] or NULL;
  * output size (H + 2 pad - dilation (k - 1) - 1) / stride + 1 (floor). PyTorch's defaults:
  * stride EM_HW1(1), padding EM_HW1(0), dilation EM_HW1(1), groups 1. */
@@ -93,6 +96,7 @@ em_tensor *em_conv2d(em_tensor *input, em_tensor *weight, em_tensor *bias, em_hw
  * + w in each input plane, as return_indices=True); *indices is scoped like the output. */
 em_tensor *em_max_pool2d(em_tensor *input, em_hw kernel_size, em_hw stride, em_hw padding,
                          em_hw dilation, bool ceil_mode);
+/* F.max_pool2d(..., return_indices=True): see above. */
 em_tensor *em_max_pool2d_with_indices(em_tensor *input, em_hw kernel_size, em_hw stride,
                                       em_hw padding, em_hw dilation, bool ceil_mode,
                                       em_tensor **indices);

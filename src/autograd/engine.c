@@ -1,6 +1,7 @@
 /* The backward pass: walk the graph from the output in topological order (iteratively, so
  * depth is unlimited), sum the gradients arriving at each node, run its formula, and
  * accumulate into the .grad of leaf tensors. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ember/autograd.h>
@@ -9,6 +10,54 @@
 #include "node.h"
 
 static atomic_uint g_epoch; /* tells one traversal's marks from the previous one's */
+
+/* ---- gradient-ready hooks: a fixed table; backward copies it under the lock, so a hook
+ * may be added or removed from another thread while a backward runs ---- */
+#define AG_MAX_HOOKS 64
+typedef struct ag_hook { em_grad_hook_fn fn; void *ctx; } ag_hook;
+static ag_hook g_hooks[AG_MAX_HOOKS];
+static atomic_int g_nhooks;   /* live hooks: backward skips the lock when there are none */
+static pthread_mutex_t g_hooks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int em_autograd_add_grad_hook(em_grad_hook_fn fn, void *ctx) {
+    if (!fn) {
+        em_error(EM_ERR_ARGUMENT, "em_autograd_add_grad_hook: argument 'fn' is NULL");
+        return -1;
+    }
+    pthread_mutex_lock(&g_hooks_mu);
+    int id = -1;
+    for (int i = 0; i < AG_MAX_HOOKS && id < 0; i++)
+        if (!g_hooks[i].fn) id = i;
+    if (id >= 0) {
+        g_hooks[id] = (ag_hook){fn, ctx};
+        atomic_fetch_add(&g_nhooks, 1);
+    }
+    pthread_mutex_unlock(&g_hooks_mu);
+    if (id < 0) em_error(EM_ERR_NOT_SUPPORTED, "em_autograd_add_grad_hook: %d hooks are registered already", AG_MAX_HOOKS);
+    return id;
+}
+
+void em_autograd_remove_grad_hook(int id) {
+    if (id < 0 || id >= AG_MAX_HOOKS) return;
+    pthread_mutex_lock(&g_hooks_mu);
+    if (g_hooks[id].fn) atomic_fetch_sub(&g_nhooks, 1);
+    g_hooks[id] = (ag_hook){0};
+    pthread_mutex_unlock(&g_hooks_mu);
+}
+
+static em_status run_hooks(em_tensor *leaf) {
+    if (atomic_load(&g_nhooks) == 0) return EM_OK;
+    ag_hook hooks[AG_MAX_HOOKS];
+    pthread_mutex_lock(&g_hooks_mu);
+    memcpy(hooks, g_hooks, sizeof hooks);
+    pthread_mutex_unlock(&g_hooks_mu);
+    for (int i = 0; i < AG_MAX_HOOKS; i++) {
+        if (!hooks[i].fn) continue;
+        em_status st = hooks[i].fn(hooks[i].ctx, leaf);
+        if (st != EM_OK) return em_failed() ? em_last_status() : em_error(st, "backward: a gradient hook failed");
+    }
+    return EM_OK;
+}
 
 typedef struct node_vec {
     ag_node **v;
@@ -166,8 +215,10 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
         for (int i = 0; i < x->n; i++) {
             ag_input *in = &x->in[i];
             if (st == EM_OK && outs[i]) {
-                if (in->leaf)
+                if (in->leaf) {
                     st = accumulate_leaf(in->leaf, outs[i], outs[i] != incoming);
+                    if (st == EM_OK) st = run_hooks(in->leaf);
+                }
                 else if (in->node)
                     st = accumulate_node(in->node, outs[i]);
             }
@@ -183,11 +234,16 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
 }
 
 static em_status backward_impl(em_tensor *t, em_tensor *grad, bool retain_graph) {
-    if (!t->grad_fn) return accumulate_leaf(t, grad, false);
+    if (!t->grad_fn) {
+        em_status st = accumulate_leaf(t, grad, false);
+        if (st == EM_OK) st = run_hooks(t);
+        return st == EM_OK ? run_hooks(NULL) : st;
+    }
     ag_node *root = (ag_node *)t->grad_fn;
     node_vec all = {0};
     em_status st = collect(root, &all);
     if (st == EM_OK) st = run(root, grad, retain_graph, &all);
+    if (st == EM_OK) st = run_hooks(NULL);
     for (size_t i = 0; i < all.n; i++) { /* after an error, drop half-summed gradients */
         em_release(all.v[i]->grad);
         all.v[i]->grad = NULL;

@@ -83,4 +83,23 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
  * caller then composes it. */
 em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x);
 
+/* ---- for src/dist's NCCL path (src/core/dist_seam.c): what NCCL needs of a CUDA tensor
+ * without dist seeing a storage or a backend ---- */
+typedef struct em_cuda_buffer {
+    uint64_t ptr;      /* CUdeviceptr of the tensor's first element */
+    void *stream;      /* CUstream its device's work is queued on */
+    int device;        /* its N in cuda:N */
+} em_cuda_buffer;
+/* t on a CUDA device: its buffer, with that device's context made current on this thread
+ * (*prev: the caller's, for em__cuda_leave). EM_ERR_DEVICE for other devices. */
+em_status em__cuda_enter(const em_tensor *t, em_cuda_buffer *out, void **prev);
+void em__cuda_leave(void *prev);
+/* An event recorded now on cuda:device's stream (NULL and an error on failure); whether it
+ * has completed (1), not yet (0) or failed (-1, error recorded); freeing it. */
+void *em__cuda_mark(int device);
+int em__cuda_mark_done(void *mark);
+void em__cuda_mark_free(void *mark);
+/* libnccl.so.2 (dlsym it), found as the other CUDA libraries are, or NULL with *reason. */
+void *em__nccl_library(int *version, const char **reason);
+
 #endif

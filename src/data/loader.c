@@ -30,7 +30,9 @@ struct em_loader {
     int64_t n, row_bytes, bs, nbatches;
     em_shape sample;        /* x's shape without dim 0 */
     em_loader_opts o;
-    int64_t *perm;
+    int64_t *perm;          /* the epoch's order of this loader's samples (n of them) */
+    int64_t *full;          /* sharded: the whole dataset's order (ds_n), then sharded into perm */
+    int64_t ds_n;           /* samples in the dataset */
     int64_t epoch, next_index;
     bool done;              /* the epoch's batches have all been returned */
     em_tensor *held_x, *held_y;  /* the batch handed out last */
@@ -73,15 +75,22 @@ static uint64_t bounded(uint64_t *s, uint64_t bound) {
 }
 
 static void make_order(em_loader *l) {
-    for (int64_t i = 0; i < l->n; i++) l->perm[i] = i;
-    if (!l->o.shuffle) return;
-    uint64_t s = l->o.seed + (uint64_t)l->epoch;
-    for (int64_t i = l->n - 1; i > 0; i--) {
-        int64_t j = (int64_t)bounded(&s, (uint64_t)i + 1);
-        int64_t t = l->perm[i];
-        l->perm[i] = l->perm[j];
-        l->perm[j] = t;
+    int64_t *order = l->full ? l->full : l->perm;
+    for (int64_t i = 0; i < l->ds_n; i++) order[i] = i;
+    if (l->o.shuffle) {
+        uint64_t s = l->o.seed + (uint64_t)l->epoch;
+        for (int64_t i = l->ds_n - 1; i > 0; i--) {
+            int64_t j = (int64_t)bounded(&s, (uint64_t)i + 1);
+            int64_t t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
     }
+    /* DistributedSampler: index j of the padded order is order[j % N] (padding repeats the
+     * order from its start); this rank takes j = rank, rank + R, ... */
+    if (l->full)
+        for (int64_t i = 0; i < l->n; i++)
+            l->perm[i] = order[((int64_t)l->o.rank + i * l->o.num_replicas) % l->ds_n];
 }
 
 /* ---- making one batch (either thread) ---- */
@@ -203,6 +212,11 @@ em_loader *em_loader_new(const em_dataset *ds, em_loader_opts o) {
         em_error(EM_ERR_ARGUMENT, "em_loader_new: prefetch must be >= 0 or EM_PREFETCH_NONE, got %d", o.prefetch);
         return NULL;
     }
+    if (o.num_replicas < 0 || (o.num_replicas > 1 && (o.rank < 0 || o.rank >= o.num_replicas))) {
+        em_error(EM_ERR_ARGUMENT, "em_loader_new: expected num_replicas >= 0 and 0 <= rank < num_replicas, got num_replicas %d, rank %d",
+                 o.num_replicas, o.rank);
+        return NULL;
+    }
     if (o.device.type != EM_CPU && !em_device_available(o.device.type)) {
         const char *why = em_device_unavailable_reason(o.device.type);
         em_error(EM_ERR_UNAVAILABLE, "em_loader_new: device %s is not available%s%s", em_device_str(o.device).s,
@@ -216,7 +230,13 @@ em_loader *em_loader_new(const em_dataset *ds, em_loader_opts o) {
     }
     l->o = o;
     l->bs = o.batch_size ? o.batch_size : 1;
-    l->n = ds->n;
+    l->ds_n = l->n = ds->n;
+    bool sharded = o.num_replicas > 1;
+    if (sharded) {
+        int64_t r = o.num_replicas;
+        l->n = o.shard_drop_last ? ds->n / r : (ds->n + r - 1) / r;
+        if (ds->n == 0) l->n = 0;
+    }
     l->nbatches = o.drop_last ? l->n / l->bs : (l->n + l->bs - 1) / l->bs;
     l->x = em_retain(ds->x);
     l->y = ds->y ? em_retain(ds->y) : NULL;
@@ -230,9 +250,16 @@ em_loader *em_loader_new(const em_dataset *ds, em_loader_opts o) {
     l->prefetch = o.prefetch == 0 ? 2 : o.prefetch;
     l->threaded = l->prefetch > 0;
     l->perm = malloc((size_t)(l->n ? l->n : 1) * sizeof *l->perm);
-    l->xb = l->n && l->row_bytes ? em_data_ptr(l->x) : NULL;
-    l->yb = l->y && l->n ? em_data_ptr(l->y) : NULL;
-    if (!l->perm || (l->n && l->row_bytes && !l->xb) || (l->y && l->n && !l->yb)) {
+    if (sharded) l->full = malloc((size_t)(l->ds_n ? l->ds_n : 1) * sizeof *l->full);
+    if (sharded && !l->full) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_loader_new: out of host memory");
+        l->threaded = false;
+        em_loader_free(l);
+        return NULL;
+    }
+    l->xb = l->ds_n && l->row_bytes ? em_data_ptr(l->x) : NULL;
+    l->yb = l->y && l->ds_n ? em_data_ptr(l->y) : NULL;
+    if (!l->perm || (l->ds_n && l->row_bytes && !l->xb) || (l->y && l->ds_n && !l->yb)) {
         if (!l->perm) em_error(EM_ERR_OUT_OF_MEMORY, "em_loader_new: out of host memory");
         l->threaded = false;
         em_loader_free(l);
@@ -340,6 +367,16 @@ em_status em_loader_seek(em_loader *l, int64_t epoch, int64_t batch) {
     return EM_OK;
 }
 
+em_status em_loader_set_epoch(em_loader *l, int64_t epoch) {
+    if (!l) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_loader_set_epoch: argument 'l' is NULL");
+    if (epoch < 0) return em_error(EM_ERR_ARGUMENT, "em_loader_set_epoch: expected epoch >= 0, got %lld", (long long)epoch);
+    release_held(l);
+    start_epoch_at(l, epoch, 0);
+    return EM_OK;
+}
+
+int64_t em_loader_num_samples(const em_loader *l) { return l ? l->n : 0; }
+
 int64_t em_loader_len(const em_loader *l) { return l ? l->nbatches : 0; }
 int64_t em_loader_epoch(const em_loader *l) { return l ? l->epoch : 0; }
 
@@ -364,5 +401,6 @@ void em_loader_free(em_loader *l) {
     em_release(l->x);
     em_release(l->y);
     free(l->perm);
+    free(l->full);
     free(l);
 }

@@ -21,6 +21,7 @@
 #include "progress.h"
 #include "train_amp.h"
 #include "train_parallel.h"
+#include "train_dist.h"   /* DDP under mpirun / ember launch */
 #include <ember/parse.h>
 
 static const char *const tool = "ember train";
@@ -70,6 +71,10 @@ static void usage(FILE *f) {
             "SIGHUP stop after the current step, save the checkpoint and exit with 128 + the signal\n"
             "(130, 143, 129). If the checkpoint is not saved within %d s of the signal, or a second\n"
             "signal comes, the process exits at once with the same status, without it.\n\n"
+            "Distributed: started by mpirun -np N, srun or `ember launch -n N`, each rank trains with\n"
+            "DistributedDataParallel on its own shard of every epoch (--batch-size per rank) and its own\n"
+            "device (cuda:LOCAL_RANK); rank 0 alone prints and writes the checkpoint, which any number\n"
+            "of ranks can --resume.\n\n"
             "Exit status: 0 done, 1 failed, 2 bad arguments, 128 + N stopped by signal N.\n", GRACE_SECONDS);
 }
 
@@ -236,17 +241,19 @@ static em_optimizer *make_optimizer(const train_opts *o, em_module *m) {
 }
 
 static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, const position *pos) {
-    if (!o->checkpoint) return EM_OK;
-    char v[6][40];
+    if (!o->checkpoint || !train_dist_is_main()) return EM_OK;
+    char v[7][40];
     snprintf(v[0], sizeof v[0], "%" PRId64, pos->epoch);
     snprintf(v[1], sizeof v[1], "%" PRId64, pos->batch);
     snprintf(v[2], sizeof v[2], "%.17g", pos->loss_sum);
     snprintf(v[3], sizeof v[3], "%" PRId64, o->seed);
     snprintf(v[4], sizeof v[4], "%" PRId64, o->batch_size);
     snprintf(v[5], sizeof v[5], "%s", o->model);
-    const char *keys[] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed", "train.batch_size", "model"};
-    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5]};
-    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 6);
+    snprintf(v[6], sizeof v[6], "%d", train_dist_world());
+    const char *keys[] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed", "train.batch_size", "model",
+                          "train.world_size"};
+    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 7);
 }
 
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
@@ -280,8 +287,12 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
                 o->checkpoint, loss ? loss : "", loss ? em_num_why(lr) : "missing");
         ok = false;
     }
+    int64_t world = 1; /* written by DDP runs; absent: one process */
+    if (ok && em_safetensors_metadata(meta, "train.world_size"))
+        ok = meta_i64(meta, o->checkpoint, "train.world_size", 1, 1 << 24, &world);
     em_safetensors_free(meta);
     if (!ok) return 1;
+    train_dist_convert_position(world, &pos->batch, &pos->loss_sum);
     if ((o->seed_set && seed != o->seed) || (o->batch_set && batch_size != o->batch_size)) {
         fprintf(stderr, "%s: --resume: %s %lld is unlike the checkpoint's %lld; a resumed run keeps the batch "
                 "order it started with (leave the option out)\n", tool,
@@ -312,7 +323,7 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
     char label[32];
     snprintf(label, sizeof label, "epoch %" PRId64 "/%" PRId64, pos->epoch + 1, o->epochs);
     progress bar;
-    progress_begin(&bar, stderr, label, em_loader_len(l), pos->batch);
+    progress_begin(&bar, train_dist_progress_out(), label, em_loader_len(l), pos->batch);
     *samples = 0;
     em_batch b;
     bool ok = loss_sum != NULL;
@@ -327,6 +338,7 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
         pos->steps++;
         *samples += b.size;
         if (interrupted || (o->max_steps && pos->steps >= o->max_steps)) *stop = true;
+        if (train_dist_active()) *stop = train_dist_agree_stop(*stop);   /* every rank stops at one step */
         if (progress_due(&bar, pos->batch)) {
             double mean = em_item(loss_sum) / (double)pos->batch;
             progress_draw(&bar, pos->batch, *samples, mean);
@@ -343,6 +355,16 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
 
 static int run(train_opts *o) {
     if (o->threads) em_set_num_threads((int)o->threads);
+    if (train_dist_init(tool, &o->device, o->threads != 0) != 0) {
+        train_dist_finish();
+        return 1;
+    }
+    if (o->ndevices && train_dist_world() > 1) {   /* each rank owns one device under DDP */
+        fprintf(stderr, "%s: --devices (DataParallel) cannot run under a distributed job (world size %d): "
+                        "give each rank one device\n", tool, train_dist_world());
+        train_dist_finish();
+        return 2;
+    }
     int rc = 1;
     em_dataset *train = mlp_dataset(o->data_dir, true, o->train_samples, "--train-samples");
     em_dataset *test = train ? mlp_dataset(o->data_dir, false, o->test_samples, "--test-samples") : NULL;
@@ -370,11 +392,13 @@ static int run(train_opts *o) {
         fail("cannot make the DataParallel replicas");
         goto done;
     }
-    loader = em_loader_new(train, (em_loader_opts){.batch_size = o->batch_size, .shuffle = true,
-                                                   .seed = (uint64_t)o->seed, .device = o->device,
-                                                   .pin_memory = o->device.type != EM_CPU,
-                                                   /* 8 ahead: the producer is woken every 4 steps */
-                                                   .prefetch = 8});
+    if (train_dist_wrap(tool, model) != 0) goto done;
+    em_loader_opts lo = {.batch_size = o->batch_size, .shuffle = true, .seed = (uint64_t)o->seed,
+                         .device = o->device, .pin_memory = o->device.type != EM_CPU,
+                         /* 8 ahead: the producer is woken every 4 steps */
+                         .prefetch = 8};
+    train_dist_loader_opts(&lo);
+    loader = em_loader_new(train, lo);
     if (!loader || em_loader_seek(loader, pos.epoch, pos.batch) != EM_OK) {
         fail("cannot make the data loader");
         goto done;
@@ -408,16 +432,22 @@ static int run(train_opts *o) {
         if (stop && pos.batch < em_loader_len(loader)) break;   /* mid-epoch: save below */
         char mem[160];
         mlp_memory_line(o->device, mem, sizeof mem);
-        mlp_eval ev;
-        em_autocast ac = train_amp_begin(&o->amp, o->device);   /* evaluate in the precision trained in */
-        em_status est = mlp_evaluate(model, test, o->device, 1000, &ev);
-        if (em_autocast_end(ac) != EM_OK || est != EM_OK) {
+        mlp_eval ev = {0};
+        double train_loss = train_dist_mean(pos.loss_sum / (double)(pos.batch > 0 ? pos.batch : 1));
+        samples *= train_dist_world();   /* every rank's samples: the job's throughput */
+        em_status est = EM_OK;
+        if (train_dist_is_main()) {
+            em_autocast ac = train_amp_begin(&o->amp, o->device);   /* evaluate in the precision trained in */
+            est = mlp_evaluate(model, test, o->device, 1000, &ev);
+            if (em_autocast_end(ac) != EM_OK) est = em_last_status();
+        }
+        if (est != EM_OK) {
             fail("evaluation failed");
             goto done;
         }
         printf("epoch %" PRId64 "/%" PRId64 ": train loss %.4f, test accuracy %.2f%%, test loss %.4f, "
                "%.0f samples/s (%.2f s), memory %s\n",
-               pos.epoch + 1, o->epochs, pos.loss_sum / (double)(pos.batch > 0 ? pos.batch : 1),
+               pos.epoch + 1, o->epochs, train_loss,
                100.0 * ev.accuracy, ev.loss, seconds > 0 ? (double)samples / seconds : 0, seconds, mem);
         if (o->amp.on) {
             char amp[160];
@@ -465,6 +495,7 @@ done:
     for (int i = 1; i < o->ndevices; i++) em_memory_empty_cache(o->devices[i]);
     em_memory_empty_cache(EM_DEVICE_CPU);
     em_memory_empty_pinned_cache();
+    train_dist_finish();
     return rc;
 }
 

@@ -1,0 +1,154 @@
+/* Distributed benchmarks, run as MPI ranks by bench/run_dist.sh:
+ *   bench_dist allreduce    all_reduce bus bandwidth 4 KB - 64 MB: Ember's em_dist_all_reduce
+ *                           against Open MPI's MPI_Allreduce on the same buffer
+ *   bench_dist ddp HIDDEN... DDP step time of an MLP (784-HIDDEN...-10, Adam, batch 64 per
+ *                           rank, random data) and the share of all-reduce time hidden behind
+ *                           backward (1 - wait after backward / time in flight)
+ * One line per measurement, "key value ..." for the script. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ember/ember.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of `reps` timings of `iters` calls (seconds per call). Ranks start together. */
+#define REPS 7
+
+static void allreduce(int rank, int world) {
+    for (int64_t bytes = 4096; bytes <= 64 << 20; bytes *= 4) {
+        int64_t n = bytes / 4;
+        em_tensor *t = em_ones(EM_SHAPE(n), EM_OPTS(0));
+        float *p = em_data_ptr(t);
+        int iters = (int)(256.0 * 1024 * 1024 / (double)bytes);
+        if (iters > 2000) iters = 2000;
+        if (iters < 5) iters = 5;
+        double ember[REPS], mpi[REPS], nb[REPS];
+        for (int r = 0; r < REPS; r++) {
+            /* alternate, so that drift in the machine's load hits both alike */
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now_s();
+            for (int i = 0; i < iters; i++) MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            mpi[r] = (now_s() - t0) / iters;
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = now_s();
+            for (int i = 0; i < iters; i++)
+                if (em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) != EM_OK) {
+                    fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+                    exit(1);
+                }
+            ember[r] = (now_s() - t0) / iters;
+            /* Open MPI's own non-blocking all-reduce, which Ember's timeout loop is built on */
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = now_s();
+            for (int i = 0; i < iters; i++) {
+                MPI_Request q;
+                MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+                MPI_Wait(&q, MPI_STATUS_IGNORE);
+            }
+            nb[r] = (now_s() - t0) / iters;
+            em_fill_(t, 1.0); /* keep the values finite */
+        }
+        qsort(ember, REPS, sizeof *ember, cmp_double);
+        qsort(mpi, REPS, sizeof *mpi, cmp_double);
+        qsort(nb, REPS, sizeof *nb, cmp_double);
+        double factor = 2.0 * (world - 1) / world; /* nccl-tests' bus bandwidth */
+        if (rank == 0)
+            printf("allreduce bytes %lld iters %d ember_us %.2f mpi_us %.2f ember_busbw_GBs %.3f mpi_busbw_GBs %.3f overhead_pct %.1f "
+                   "iallreduce_us %.2f overhead_vs_iallreduce_pct %.1f\n",
+                   (long long)bytes, iters, ember[REPS / 2] * 1e6, mpi[REPS / 2] * 1e6,
+                   factor * (double)bytes / ember[REPS / 2] / 1e9, factor * (double)bytes / mpi[REPS / 2] / 1e9,
+                   100.0 * (ember[REPS / 2] / mpi[REPS / 2] - 1), nb[REPS / 2] * 1e6,
+                   100.0 * (ember[REPS / 2] / nb[REPS / 2] - 1));
+        em_release(t);
+    }
+}
+
+static void ddp(int rank, int world, int nh, const int *hidden) {
+    em_manual_seed(0);
+    em_module *m = em_sequential_n(0, NULL);
+    int in = 784;
+    for (int i = 0; i < nh; i++) {
+        em_sequential_append(m, em_linear(in, hidden[i]));
+        em_sequential_append(m, em_relu_module());
+        in = hidden[i];
+    }
+    em_sequential_append(m, em_linear(in, 10));
+    em_dist_ddp *d = world > 1 ? em_ddp(m, NULL, NULL) : NULL;
+    if (world > 1 && !d) {
+        fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+        exit(1);
+    }
+    em_optimizer *opt = em_adam(m, 1e-3);
+    em_manual_seed(1 + (uint64_t)rank);
+    em_tensor *x = em_rand(EM_SHAPE(64, 784), EM_OPTS(0));
+    em_tensor *y = em_randint(0, 10, EM_SHAPE(64), EM_OPTS(.dtype = EM_I64));
+    enum { WARM = 20, STEPS = 200 };
+    double wait = 0, total = 0;
+    double *times = malloc(sizeof(double) * STEPS);
+    for (int s = 0; s < WARM + STEPS; s++) {
+        em_scope sc = em_scope_begin();
+        double t0 = now_s();
+        em_zero_grad(opt);
+        em_tensor *loss = em_cross_entropy(em_forward(m, x), y, 0.0);
+        if (em_backward(loss) != EM_OK || em_step(opt) != EM_OK) {
+            fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+            exit(1);
+        }
+        double dt = now_s() - t0;
+        if (s >= WARM) {
+            times[s - WARM] = dt;
+            if (d) {
+                em_ddp_stats st = em_ddp_last_stats(d);
+                wait += st.comm_wait_s;
+                total += st.comm_total_s;
+            }
+        }
+        em_scope_end(sc);
+    }
+    qsort(times, STEPS, sizeof *times, cmp_double);
+    if (rank == 0) {
+        printf("ddp world %d hidden", world);
+        for (int i = 0; i < nh; i++) printf("%s%d", i ? "," : " ", hidden[i]);
+        printf(" params %lld buckets %d step_ms %.3f hidden_pct %.1f comm_ms %.3f\n", (long long)em_module_num_parameters(m),
+               d ? em_ddp_num_buckets(d) : 0, times[STEPS / 2] * 1e3, total > 0 ? 100.0 * (1 - wait / total) : 0.0,
+               total / STEPS * 1e3);
+    }
+    free(times);
+    em_optim_free(opt);
+    em_ddp_free(d);
+    em_module_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: mpirun -np N bench_dist allreduce | ddp HIDDEN...\n");
+        return 2;
+    }
+    if (em_dist_init("mpi") != EM_OK) {
+        fprintf(stderr, "%s\n", em_last_error());
+        return 1;
+    }
+    int rank = em_dist_rank(NULL), world = em_dist_world_size(NULL);
+    em_set_num_threads(1); /* one core per rank: 2 ranks on this 2-core machine */
+    if (!strcmp(argv[1], "allreduce")) {
+        allreduce(rank, world);
+    } else {
+        int hidden[8], nh = 0;
+        for (int i = 2; i < argc && nh < 8; i++) hidden[nh++] = atoi(argv[i]);
+        ddp(rank, world, nh, hidden);
+    }
+    em_dist_finalize();
+    return 0;
+}

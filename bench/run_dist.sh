@@ -1,0 +1,44 @@
+#!/bin/sh
+# Distributed benchmark (issue 15), one run: (1) all_reduce bus bandwidth from 4 KB to 64 MB,
+# Ember's em_dist_all_reduce against Open MPI's MPI_Allreduce on the same buffers, 2 ranks;
+# (2) DDP step time of MLPs at 1 and 2 ranks (same batch of 64 per rank) and the share of the
+# all-reduce time hidden behind backward; (3) PyTorch DDP (gloo, 2 processes) on the same
+# MLPs and batches, one thread per process on both sides.
+# Usage: bench/run_dist.sh [build-dir]   (a Release build; default build)
+# Environment: TORCH_PYTHON (default /usr/bin/python3, Debian's PyTorch 1.13); MODELS, the
+#   hidden widths of each MLP, ";"-separated (default "256;1024 1024 1024").
+set -eu
+BUILD=${1:-build}
+TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
+MODELS=${MODELS:-256;1024 1024 1024}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+if [ ! -x "$BUILD/bench_dist" ]; then
+    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$BUILD" -j2 --target bench_dist >/dev/null
+fi
+export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1
+# mpirun forwards its stdin to rank 0: every call below reads /dev/null, not the loop's list
+MPI="mpirun --oversubscribe --allow-run-as-root --mca btl self,vader"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
+echo
+echo "## all_reduce, float32 sum, 2 ranks (median of 7 repetitions; bus bandwidth = 2(n-1)/n x bytes / time)"
+echo
+echo "| bytes | Ember us | MPI_Allreduce us | Ember GB/s | MPI GB/s | Ember vs MPI_Allreduce | MPI_Iallreduce+Wait us | Ember vs MPI_Iallreduce |"
+echo "|---|---|---|---|---|---|---|---|"
+$MPI -np 2 "$BUILD/bench_dist" allreduce | awk '/^allreduce/ {
+    printf "| %s | %s | %s | %s | %s | %+.1f%% | %s | %+.1f%% |\n", $3, $7, $9, $11, $13, $15, $17, $19 }'
+echo
+echo "## DDP step (forward, backward with bucketed all-reduce, Adam), batch 64 per rank, 1 thread per rank"
+echo
+echo "| MLP hidden | parameters | buckets | 1 rank ms | 2 ranks ms | 2 / 1 | all-reduce hidden | PyTorch DDP gloo 2 procs ms | PyTorch / Ember |"
+echo "|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "$MODELS" | tr ';' '\n' | while read -r hidden; do
+    one=$($MPI -np 1 "$BUILD/bench_dist" ddp $hidden </dev/null | awk '/^ddp/ {print $11}')
+    two=$($MPI -np 2 "$BUILD/bench_dist" ddp $hidden </dev/null | awk '/^ddp/ {print $7, $9, $11, $13}')
+    torch=$("$TORCH_PYTHON" bench/dist_ddp_torch.py 2 $hidden </dev/null 2>/dev/null | awk '/^torch_ddp/ {print $7}') || torch=""
+    set -- $two
+    echo "$hidden|$1|$2|$one|$3|$4|${torch:--}" | awk -F'|' '{
+        ratio = $4 > 0 ? $5 / $4 : 0; tr = ($7 != "-" && $5 > 0) ? sprintf("%.2f", $7 / $5) : "-";
+        printf "| %s | %s | %s | %.3f | %.3f | %.2f | %s%% | %s | %s |\n", $1, $2, $3, $4, $5, ratio, $6, $7, tr }'
+done

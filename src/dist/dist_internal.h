@@ -1,0 +1,112 @@
+/* The dist layer's private parts (src/dist/): the group and a collective's work record.
+ * dist is an upper layer: it uses the public API and src/core/internal_api.h only. */
+#ifndef EM_DIST_INTERNAL_H
+#define EM_DIST_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <ember/dist.h>
+#ifdef EMBER_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* What each rank sends the others alongside a collective's data: enough to tell two
+ * different calls apart. */
+enum { HDR_SEQ, HDR_KIND, HDR_DTYPE, HDR_COUNT, HDR_ROOT, HDR_OP, HDR_WORDS };
+typedef enum coll_kind { C_ALL_REDUCE = 1, C_BROADCAST, C_ALL_GATHER, C_REDUCE_SCATTER, C_BARRIER } coll_kind;
+
+/* ---- NCCL, loaded with dlopen (nccl.c): the subset Ember calls, typed as nccl.h declares
+ * it (ncclComm_t is a pointer, ncclDataType_t and ncclRedOp_t are int-sized enums) ---- */
+typedef struct em_nccl_unique_id { char internal[128]; } em_nccl_unique_id;
+enum { NCCL_INT8 = 0, NCCL_UINT8 = 1, NCCL_INT32 = 2, NCCL_INT64 = 4, NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7,
+       NCCL_FLOAT64 = 8, NCCL_BFLOAT16 = 9 };
+enum { NCCL_SUM = 0, NCCL_MAX = 2, NCCL_MIN = 3, NCCL_AVG = 4 };
+typedef struct em_nccl_api {
+    int (*ncclGetVersion)(int *version);
+    int (*ncclGetUniqueId)(em_nccl_unique_id *id);
+    int (*ncclCommInitRank)(void **comm, int nranks, em_nccl_unique_id id, int rank);
+    int (*ncclCommDestroy)(void *comm);
+    int (*ncclCommAbort)(void *comm);
+    int (*ncclCommGetAsyncError)(void *comm, int *async_error);
+    const char *(*ncclGetErrorString)(int result);
+    int (*ncclAllReduce)(const void *send, void *recv, size_t count, int dtype, int op, void *comm, void *stream);
+    int (*ncclBroadcast)(const void *send, void *recv, size_t count, int dtype, int root, void *comm, void *stream);
+    int (*ncclAllGather)(const void *send, void *recv, size_t sendcount, int dtype, void *comm, void *stream);
+    int (*ncclReduceScatter)(const void *send, void *recv, size_t recvcount, int dtype, int op, void *comm, void *stream);
+    int (*ncclGroupStart)(void);
+    int (*ncclGroupEnd)(void);
+} em_nccl_api;
+/* Tests: use this table instead of libnccl.so.2 (NULL: load the real one again). */
+void em__dist_nccl_use_fake(const em_nccl_api *api);
+/* The table, or NULL with *reason. */
+const em_nccl_api *em__dist_nccl(int *version, const char **reason);
+
+struct em_dist_work {
+    em_dist_group *g;
+    coll_kind kind;
+    em_reduce_op op;
+    int root;
+    em_dtype dtype;         /* the callers' dtype (in the header) */
+    int64_t count;          /* elements per rank as in the header */
+    int64_t hdr[HDR_WORDS]; /* this rank's header (sent to every peer) */
+    em_tensor *dst, *src;   /* the user's tensors (retained): results land in dst */
+    em_tensor *rbuf, *sbuf; /* host buffers MPI reads and writes (retained); rbuf may be dst */
+    bool copy_back;         /* rbuf is a staging copy of dst */
+    bool finished;          /* success or failure decided */
+    bool data_done;
+    bool mpi_pending;       /* MPI still owns the buffers (a failed work) */
+    em_status status;
+    char *msg;              /* the failure's message, raised again by every wait */
+    double start, deadline;
+    int npeer;              /* size - 1 */
+    int peers_left;         /* headers not yet received */
+#ifdef EMBER_HAVE_MPI
+    MPI_Request req;
+    MPI_Request *hreq;      /* npeer receives, then npeer sends */
+#endif
+    int64_t *hin;           /* npeer headers received */
+    bool *hseen;
+    int *hidx;              /* MPI_Testsome's answer */
+    bool nccl;              /* the data goes through NCCL on the tensors' CUDA stream */
+    bool avg_done;          /* NCCL averaged already (ncclAvg) */
+    void *mark;             /* NCCL: an event after the collective on the stream */
+    struct em_dist_work *next_dead; /* in the group's graveyard */
+};
+
+struct em_dist_group {
+    int rank, size, local_rank;
+    double timeout_s;
+    const char *backend;    /* "mpi" or "nccl" */
+    uint64_t seq;           /* collectives started */
+    bool broken;
+    char *broken_msg;
+    em_dist_work *graveyard;/* failed works whose buffers MPI may still own */
+#ifdef EMBER_HAVE_MPI
+    MPI_Comm comm, hcomm;   /* data and headers */
+#endif
+    bool use_nccl;          /* backend "nccl": CUDA tensors through NCCL */
+    void *nccl_comm;        /* made at the first CUDA collective */
+    int nccl_device;        /* the CUDA device it was made for */
+};
+
+/* NCCL's part of a collective (nccl.c): start w's data on NCCL (w's tensors are CUDA,
+ * contiguous); whether it has finished (1), not yet (0), failed (-1, recorded). */
+em_status em__dist_nccl_start(em_dist_work *w);
+/* The group's communicator for cuda:device (made at the first call: a collective itself). */
+em_status em__dist_nccl_ensure(em_dist_group *g, int device);
+int em__dist_nccl_done(em_dist_work *w);
+/* A timed-out collective: abort the communicator so that the stream is released. */
+void em__dist_nccl_abort(em_dist_group *g);
+void em__dist_nccl_destroy(em_dist_group *g);
+
+double em__dist_now(void);
+/* Make progress on w without blocking (block false) or until it finishes. */
+em_status em__dist_progress(em_dist_work *w, bool block);
+/* Record that g cannot be used any more (first message kept). */
+void em__dist_break(em_dist_group *g, const char *msg);
+/* The group a call names (NULL: the world), or NULL and an error naming op. */
+em_dist_group *em__dist_resolve(em_dist_group *g, const char *op);
+/* Frees the buffers of works that failed (at finalize). */
+void em__dist_bury(em_dist_group *g);
+
+#endif
