@@ -103,6 +103,28 @@ def sh_block(where, info, text):
     return "pass", last
 
 
+TORCH_NAME = r"\btorch(?:\.[A-Za-z_][A-Za-z_0-9]*)+"
+
+
+def seed_coverage(guide_text):
+    """Every torch.X name of the seed programs (examples/seed_*.c quote them; the original
+    seeds where $EMBER_SEEDS_DIR or /work/shared/seeds has them) must be in the guide."""
+    sources = sorted(glob.glob(os.path.join(ROOT, "examples", "seed_*.c")))
+    seeds_dir = os.environ.get("EMBER_SEEDS_DIR", "/work/shared/seeds")
+    if os.path.isdir(seeds_dir):
+        sources += sorted(glob.glob(os.path.join(seeds_dir, "*")))
+    else:
+        print(f"note: {seeds_dir} is missing; seed names checked from examples/seed_*.c only")
+    names = set()
+    for src in sources:
+        names.update(re.findall(TORCH_NAME, open(src, encoding="utf-8", errors="replace").read()))
+    missing = sorted(n for n in names if n not in guide_text)
+    for n in missing:
+        print(f"FAIL docs/GUIDE.md: {n} (used by a seed) is not in \"Coming from PyTorch\"")
+    print(f"seed coverage: {len(names) - len(missing)} of {len(names)} torch names from {len(sources)} files")
+    return len(missing)
+
+
 def main():
     if not os.path.exists(LIB) or not os.path.exists(TOOL):
         print(f"skip: build the library and the command first ({LIB}, {TOOL})")
@@ -118,6 +140,8 @@ def main():
                 if name not in known:
                     print(f"FAIL {rel}:{n}: {name} is not declared in include/ember/*.h")
                     counts["fail"] += 1
+        if guide == GUIDES[0]:
+            counts["fail"] += seed_coverage(text)
         for line, info, body in blocks(guide):
             where = f"{rel}:{line}"
             m = re.match(r"^(c|sh) (skip|norun): (.+)$", info)
