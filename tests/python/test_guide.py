@@ -9,7 +9,9 @@ for a skip whose reason it prints (reported as a skip, never a pass). Info strin
   sh norun: WHY   not run; WHY is printed
 Any other block, or a c/sh block without one of these, fails the test: nothing is left out
 silently. Every em_/EM_ name the guide mentions must be declared in include/ember/*.h.
-The library and command: $EMBER_LIBRARY and $EMBER_TOOL (ctest sets them), else build/."""
+The library and command: $EMBER_LIBRARY and $EMBER_TOOL (ctest sets them), else build/.
+$EMBER_GUIDE_CFLAGS adds compiler flags: with EMBER_LIBRARY=build-asan/libember.so and
+-fsanitize=address,undefined the blocks run under ASan/UBSan (leaks fail them)."""
 import glob
 import os
 import re
@@ -71,7 +73,8 @@ def c_block(where, info, text, tmp):
     with open(src, "w") as f:
         f.write(text)
     libdir = os.path.dirname(os.path.realpath(LIB))
-    p = run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", os.path.join(ROOT, "include"), src,
+    extra = shlex.split(os.environ.get("EMBER_GUIDE_CFLAGS", ""))  # e.g. -fsanitize=address,undefined
+    p = run([CC, "-std=c11", "-Wall", "-Wextra", "-Werror", *extra, "-I", os.path.join(ROOT, "include"), src,
              "-o", exe, "-L", libdir, "-l:" + os.path.basename(LIB), "-Wl,-rpath," + libdir, "-lm"])
     if p.returncode != 0:
         return "fail", "does not compile:\n" + p.stdout + p.stderr
