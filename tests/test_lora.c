@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test.h"
+#include <ember/estimate.h>
 
 #define IN 12
 #define HID 16
@@ -324,6 +325,43 @@ static void test_root_linear(void) {
     em_module_free(m);
 }
 
+/* `ember mem --lora-rank`'s count (em_estimate_module, LoRA mode) against a wrapped model:
+ * the same trainable parameters, and the estimated total next to the allocator's peak over
+ * two Adam steps. */
+static void test_estimate_matches(void) {
+    int64_t batches[] = {1, 64, 1024};
+    for (int b = 0; b < 3; b++) {
+        em_manual_seed(8);
+        em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+        em_estimate e;
+        CHECK_OK(em_estimate_module(m, &(em_estimate_opts){.mode = EM_ESTIMATE_LORA, .optimizer = EM_ESTIMATE_ADAM,
+                                                           .lora_rank = 8, .batch = batches[b]}, &e));
+        CHECK_OK(em_lora_wrap(m, 8, 16.0, EM_LORA_LINEAR));
+        CHECK(e.trainable_params == (double)em_module_num_trainable_parameters(m));
+        em_optimizer *opt = em_adam(m, 1e-3);
+        em_scope s0 = em_scope_begin();
+        em_tensor *x = em_keep(em_randn(EM_SHAPE(batches[b], 784), (em_opts){0}));
+        em_tensor *y = em_keep(em_randint(0, 10, EM_SHAPE(batches[b]), EM_OPTS(.dtype = EM_I64)));
+        em_scope_end(s0);
+        em_memory_reset_peak_stats(EM_DEVICE_CPU);
+        for (int k = 0; k < 2; k++) {
+            em_scope s = em_scope_begin();
+            CHECK_OK(em_zero_grad(opt));
+            CHECK_OK(em_backward(em_cross_entropy(em_forward(m, x), y, 0.0)));
+            CHECK_OK(em_step(opt));
+            em_scope_end(s);
+        }
+        double peak = (double)em_memory_max_allocated(EM_DEVICE_CPU), est = e.bytes[EM_ESTIMATE_TOTAL];
+        printf("  LoRA r=8 784-256-10 batch %4lld: %.0f trainable, estimate %9.0f B, measured peak %9.0f B: %+.1f%%\n",
+               (long long)batches[b], e.trainable_params, est, peak, 100.0 * (est - peak) / peak);
+        CHECK(fabs(est - peak) / peak < 0.15);
+        em_release(x);
+        em_release(y);
+        em_optim_free(opt);
+        em_module_free(m);
+    }
+}
+
 int main(void) {
     RUN(test_wrap_freezes_and_names);
     RUN(test_init_output_equals_base);
@@ -333,5 +371,6 @@ int main(void) {
     RUN(test_training_reduces_loss);
     RUN(test_bad_input);
     RUN(test_root_linear);
+    RUN(test_estimate_matches);
     return test_summary();
 }

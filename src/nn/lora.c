@@ -36,8 +36,10 @@ static em_tensor *lora_forward(em_module *m, em_tensor *x) {
     m->ctx = l;
     if (!y) return NULL;
     em_tensor *h = em_matmul(x, em_transpose(l->a->params[0].t, 0, 1));
-    h = em_matmul(h, em_transpose(l->b->params[0].t, 0, 1));
-    return em_add(y, em_mul_scalar(h, l->scale));
+    em_tensor *bt = em_transpose(l->b->params[0].t, 0, 1);
+    /* a batch of rows: one addmm, y + scale * h B^T, without two output-sized temporaries */
+    if (em_ndim(x) == 2 && em_ndim(y) == 2) return em_addmm(y, h, bt, 1.0, l->scale);
+    return em_add(y, em_mul_scalar(em_matmul(h, bt), l->scale));
 }
 
 static void lora_describe(const em_module *m, char *buf, size_t size) {
