@@ -31,15 +31,19 @@ static void lora_free_ctx(void *ctx) {
 /* The base layer's forward sees its own ctx (one thread uses a module at a time). */
 static em_tensor *lora_forward(em_module *m, em_tensor *x) {
     lora_layer *l = m->ctx;
+    /* a scope of its own: the base output y is freed on return, not when the enclosing
+     * Sequential's forward ends (one output-sized tensor less at the peak) */
+    em_scope s = em_scope_begin();
     m->ctx = l->orig_ctx;
     em_tensor *y = l->orig_ops->forward(m, x);
     m->ctx = l;
-    if (!y) return NULL;
-    em_tensor *h = em_matmul(x, em_transpose(l->a->params[0].t, 0, 1));
+    if (!y) return em__scope_return(s, NULL);
+    /* scale the rank-sized x A^T, not the output-sized product (addmm with alpha != 1
+     * holds two output-sized temporaries; alpha 1 adds in place) */
+    em_tensor *h = em_mul_scalar(em_matmul(x, em_transpose(l->a->params[0].t, 0, 1)), l->scale);
     em_tensor *bt = em_transpose(l->b->params[0].t, 0, 1);
-    /* a batch of rows: one addmm, y + scale * h B^T, without two output-sized temporaries */
-    if (em_ndim(x) == 2 && em_ndim(y) == 2) return em_addmm(y, h, bt, 1.0, l->scale);
-    return em_add(y, em_mul_scalar(em_matmul(h, bt), l->scale));
+    em_tensor *out = em_ndim(x) == 2 && em_ndim(y) == 2 ? em_addmm(y, h, bt, 1.0, 1.0) : em_add(y, em_matmul(h, bt));
+    return em__scope_return(s, out);
 }
 
 static void lora_describe(const em_module *m, char *buf, size_t size) {
