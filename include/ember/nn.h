@@ -192,6 +192,30 @@ em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, doubl
 em_tensor *em_multihead_attention_forward(em_module *m, em_tensor *query, em_tensor *key, em_tensor *value,
                                           em_tensor *attn_mask, bool is_causal, em_tensor **attn_weights);
 
+/* ---- LoRA (low-rank adapters, as PEFT's LoraConfig(r, lora_alpha, target_modules)) ----
+ * em_lora_wrap freezes every parameter of model (requires_grad false) and gives each layer of
+ * a targeted kind two adapters, lora_A.weight [r, in] (kaiming_uniform(a=sqrt(5)), PEFT's
+ * init) and lora_B.weight [out, r] (zeros): y = base(x) + (alpha / r) * x A^T B^T. Their
+ * state_dict names are "<path>.lora_A.weight" / "<path>.lora_B.weight". The layer then
+ * prints as "lora.Linear" and em_module_kind_of says EM_MODULE_CUSTOM. Only Linear can be
+ * targeted today. Create optimizers after wrapping (they take the trainable parameters). */
+#define EM_LORA_TARGET(kind) (1u << (unsigned)(kind)) /* target_kinds bit of an em_module_kind */
+#define EM_LORA_LINEAR EM_LORA_TARGET(EM_MODULE_LINEAR) /* the usual target_kinds */
+/* rank in [1, min(in, out)] of every targeted layer; errors (nothing changed): no targeted
+ * layer, a bad rank or alpha, a kind that cannot be targeted, a model already wrapped. */
+em_status em_lora_wrap(em_module *model, int64_t rank, double alpha, unsigned target_kinds);
+/* W += (alpha / r) B A in every wrapped layer, then removes the adapters: the layers are
+ * plain again (their parameters stay frozen). EM_ERR_ARGUMENT if model has no adapters. */
+em_status em_lora_merge(em_module *model);
+/* The adapters alone, as PEFT's adapter_model.safetensors: "base_model.model.<path>.lora_A.weight"
+ * and "...lora_B.weight" for each wrapped layer. */
+em_status em_lora_save(em_module *model, const char *path);
+/* Loads a file written by em_lora_save (or PEFT) into the adapters of a model wrapped the
+ * same way: every adapter must be in the file with its shape, and nothing else. */
+em_status em_lora_load(em_module *model, const char *path);
+/* Elements of the parameters that require grad (with LoRA: the adapters'). */
+int64_t em_module_num_trainable_parameters(em_module *m);
+
 /* ---- losses (mean reduction) ---- */
 /* logits [N, C] (or [C], or [N, C, d...]); target int64 class indices [N] (or [N, d...]),
  * or floating class probabilities shaped like logits. label_smoothing in [0, 1]:
