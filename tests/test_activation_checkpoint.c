@@ -137,8 +137,9 @@ static void test_peak_memory_lower(void) {
     /* plain keeps ~2 activations per block (linear output + relu output) for 16 blocks;
      * checkpointed keeps the 3 segment inputs plus one segment's and the last chunk's
      * activations: about half of plain at most. */
+    CHECK(plain >= 28 * act && plain <= 36 * act);   /* 32 activations, give or take */
     CHECK(ck < plain);
-    CHECK(plain - ck >= 10 * act);
+    CHECK(plain - ck >= 14 * act);   /* about 18 activations (9 MiB) fewer were measured */
     for (int i = 0; i < np; i++) CHECK(em_grad(ps[i].tensor) != NULL);
     em_module_free(m);
     em_scope_end(s);
