@@ -204,11 +204,37 @@ static void test_no_grad(void) {
     em_scope_end(s);
 }
 
+/* Gradient hooks (what DDP starts its all-reduces from) see every parameter's gradient and
+ * one "finished" per backward, though the recomputation runs a backward of its own. */
+static int hook_leaves, hook_done;
+static em_status count_hook(void *ctx, em_tensor *leaf) {
+    (void)ctx;
+    if (leaf) hook_leaves++;
+    else hook_done++;
+    return EM_OK;
+}
+
+static void test_hooks_once(void) {
+    em_scope s = em_scope_begin();
+    em_module *m = mlp(3, 8, 0.0);   /* 10 children, 4 Linear = 8 parameters */
+    em_tensor *x = em_randn(EM_SHAPE(3, 8), EM_OPTS(0));
+    int id = em_autograd_add_grad_hook(count_hook, NULL);
+    CHECK(id >= 0);
+    hook_leaves = hook_done = 0;
+    CHECK_OK(em_backward(em_sum(em_checkpoint_sequential(m, 3, x), EM_ALL_DIMS, false)));
+    em_autograd_remove_grad_hook(id);
+    CHECK(hook_done == 1);
+    CHECK(hook_leaves >= 8);   /* every parameter, plus the segments' anchor leaves */
+    em_module_free(m);
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_grads_identical);
     RUN(test_dropout_mask_replayed);
     RUN(test_peak_memory_lower);
     RUN(test_bad_input);
     RUN(test_no_grad);
+    RUN(test_hooks_once);
     return test_summary();
 }
