@@ -216,6 +216,23 @@ em_status em_lora_load(em_module *model, const char *path);
 /* Elements of the parameters that require grad (with LoRA: the adapters'). */
 int64_t em_module_num_trainable_parameters(em_module *m);
 
+/* ---- activation checkpointing (torch.utils.checkpoint) ----
+ * Trade compute for memory: the forward of a checkpointed function runs without autograd
+ * and keeps only its inputs; backward runs it again with grad enabled and the random
+ * generator set back to the state the forward saw (dropout draws the same masks), then
+ * backpropagates through that recomputed graph. Gradients equal those without
+ * checkpointing; the activations inside are alive only while their segment's backward runs.
+ * The function and ctx must stay valid until the backward; the inputs must not be modified
+ * in place in between. In no-grad mode the function simply runs. */
+/* fn(ctx, inputs, n): returns its result as an op does (in the caller's scope), or NULL. */
+typedef em_tensor *(*em_checkpoint_fn)(void *ctx, em_tensor *const *inputs, int n);
+/* checkpoint(fn, *inputs): fn's output, recorded as one node (CheckpointFunctionBackward). */
+em_tensor *em_checkpoint(em_checkpoint_fn fn, void *ctx, em_tensor *const *inputs, int n);
+/* checkpoint_sequential(model, segments, x): model a Sequential of L children, 1 <=
+ * segments <= L; the first segments - 1 chunks of L / segments children are checkpointed,
+ * the last chunk (with the remainder) runs normally, as PyTorch does. */
+em_tensor *em_checkpoint_sequential(em_module *model, int segments, em_tensor *x);
+
 /* ---- losses (mean reduction) ---- */
 /* logits [N, C] (or [C], or [N, C, d...]); target int64 class indices [N] (or [N, d...]),
  * or floating class probabilities shaped like logits. label_smoothing in [0, 1]:

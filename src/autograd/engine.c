@@ -211,6 +211,7 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
                 x->saved[i].t = NULL;
             }
             x->released = true;
+            if (x->custom && x->custom->release) x->custom->release(x->custom_ctx);
         }
         for (int i = 0; i < x->n; i++) {
             ag_input *in = &x->in[i];
@@ -233,17 +234,23 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
     return st;
 }
 
+/* Backwards running on this thread: a custom node's backward (activation checkpointing)
+ * may run one through its own graph, which must not tell the hooks "finished". */
+static _Thread_local int tl_backward_depth;
+
 static em_status backward_impl(em_tensor *t, em_tensor *grad, bool retain_graph) {
     if (!t->grad_fn) {
         em_status st = accumulate_leaf(t, grad, false);
         if (st == EM_OK) st = run_hooks(t);
-        return st == EM_OK ? run_hooks(NULL) : st;
+        return st == EM_OK && tl_backward_depth == 0 ? run_hooks(NULL) : st;
     }
     ag_node *root = (ag_node *)t->grad_fn;
     node_vec all = {0};
     em_status st = collect(root, &all);
+    tl_backward_depth++;
     if (st == EM_OK) st = run(root, grad, retain_graph, &all);
-    if (st == EM_OK) st = run_hooks(NULL);
+    tl_backward_depth--;
+    if (st == EM_OK && tl_backward_depth == 0) st = run_hooks(NULL);
     for (size_t i = 0; i < all.n; i++) { /* after an error, drop half-summed gradients */
         em_release(all.v[i]->grad);
         all.v[i]->grad = NULL;

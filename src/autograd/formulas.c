@@ -130,7 +130,15 @@ static bool is_pointwise(em_grad_op op) {
 em_status ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {
     em_tensor *tmp[8] = {0};
     em_tensor **res = n->n <= 8 ? tmp : out; /* out is zeroed by the engine */
-    if (is_pointwise(n->op))
+    const char *name = n->custom ? n->custom->name : ag_op_name(n->op);
+    if (n->custom) {
+        em_status cs = n->custom->backward(n->custom_ctx, g, n->n, res);
+        if (cs != EM_OK) {
+            for (int i = 0; i < n->n; i++) out[i] = NULL;
+            return em_failed() ? em_last_status() : em_error(cs, "%s: backward failed", name);
+        }
+    }
+    else if (is_pointwise(n->op))
         backward_pointwise(n, g, res);
     else
         ag_backward_shape(n, g, res);
@@ -142,7 +150,7 @@ em_status ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {
             if (!r && st == EM_OK) {
                 st = em_failed() ? em_last_status()
                                  : em_error(EM_ERR_INTERNAL, "%s: no gradient computed for input %d",
-                                            ag_op_name(n->op), i);
+                                            name, i);
             }
         }
         out[i] = st == EM_OK && r ? em_retain(r) : NULL;

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include "record.h"
+#include "../core/internal_api.h"   /* em_custom_grad */
 
 #define AG_MAX_SAVED 3
 
@@ -34,6 +35,9 @@ typedef struct ag_node {
     em_dtype out_dtype;
     ag_saved saved[AG_MAX_SAVED];
     int nsaved;
+    /* a custom node (em__grad_record_custom): the caller's backward instead of op's */
+    const em_custom_grad *custom;
+    void *custom_ctx;
     bool released;           /* saved tensors were freed by a backward without retain_graph */
     /* engine scratch, valid only during one backward */
     int deps;                /* gradients still to arrive */

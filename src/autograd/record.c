@@ -41,6 +41,7 @@ static void node_release_saved(ag_node *n) {
 
 static void node_free_contents(ag_node *n) {
     node_release_saved(n);
+    if (n->custom && n->custom->destroy) n->custom->destroy(n->custom_ctx);
     em_release(n->grad);
     for (int i = 0; i < n->n; i++) {
         if (n->in[i].node) em__grad_node_release(&n->in[i].node->base);
@@ -171,6 +172,60 @@ em_status em__grad_record(em_grad_op op, em_tensor *out, int n, em_tensor *const
     return EM_OK;
 }
 
+/* A custom node: no saved tensors of its own; its ctx holds what its backward needs. */
+em_status em__grad_record_custom(const em_custom_grad *fn, void *ctx, em_tensor *out, int n,
+                                 em_tensor *const *inputs) {
+    if (!fn || !fn->backward || !out || n < 0 || (n > 0 && !inputs)) {
+        if (fn && fn->destroy) fn->destroy(ctx);
+        return em_error(EM_ERR_INTERNAL, "em__grad_record_custom: bad arguments");
+    }
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (inputs[i] == out) {
+            if (fn->destroy) fn->destroy(ctx);
+            return em_error(EM_ERR_INTERNAL, "%s: the output must be a new tensor, not input %d",
+                            fn->name, i);
+        }
+        if (inputs[i] && inputs[i]->requires_grad) any = true;
+    }
+    if (!any || tl_grad_disabled || !em_dtype_is_floating(out->dtype)) {
+        if (fn->destroy) fn->destroy(ctx);
+        return EM_OK;
+    }
+    ag_node *node = calloc(1, sizeof *node + (size_t)n * sizeof(ag_input));
+    if (!node) {
+        if (fn->destroy) fn->destroy(ctx);
+        return em_error(EM_ERR_OUT_OF_MEMORY, "autograd: out of host memory for a graph node");
+    }
+    atomic_init(&node->base.refcount, 1);
+    node->base.destroy = node_destroy;
+    node->custom = fn;
+    node->custom_ctx = ctx;
+    node->n = n;
+    node->out_ndim = out->ndim;
+    memcpy(node->out_shape, out->shape, sizeof out->shape);
+    node->out_dtype = out->dtype;
+    for (int i = 0; i < n; i++) {
+        em_tensor *t = inputs[i];
+        ag_input *e = &node->in[i];
+        if (!t) continue;
+        e->ndim = t->ndim;
+        memcpy(e->shape, t->shape, sizeof t->shape);
+        e->dtype = t->dtype;
+        e->device = t->storage->device;
+        if (!t->requires_grad) continue;
+        if (t->grad_fn)
+            e->node = (ag_node *)em__grad_node_retain(t->grad_fn);
+        else
+            e->leaf = em_retain(t);
+    }
+    if (out->grad_fn) em__grad_node_release(out->grad_fn);
+    out->grad_fn = &node->base;
+    out->requires_grad = true;
+    out->is_leaf = false;
+    return EM_OK;
+}
+
 /* ---- names and descriptions ---- */
 
 const char *ag_op_name(em_grad_op op) {
@@ -228,7 +283,8 @@ bool em_is_leaf(const em_tensor *t) { return t && !t->grad_fn; }
 
 const char *em_grad_fn_name(const em_tensor *t) {
     if (!t || !t->grad_fn) return NULL;
-    return ag_op_name(((const ag_node *)t->grad_fn)->op);
+    const ag_node *n = (const ag_node *)t->grad_fn;
+    return n->custom ? n->custom->name : ag_op_name(n->op);
 }
 
 em_tensor *em_grad(em_tensor *t) {

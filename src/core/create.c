@@ -220,6 +220,21 @@ void em__rng_reserve(int64_t numel, uint64_t *seed, uint64_t *offset) {
     pthread_mutex_unlock(&rng_lock);
 }
 
+/* For activation checkpointing's replay of random ops (src/nn/checkpoint.c). */
+void em__rng_get_state(uint64_t *seed, uint64_t *offset) {
+    pthread_mutex_lock(&rng_lock);
+    *seed = rng_seed;
+    *offset = rng_offset;
+    pthread_mutex_unlock(&rng_lock);
+}
+
+void em__rng_set_state(uint64_t seed, uint64_t offset) {
+    pthread_mutex_lock(&rng_lock);
+    rng_seed = seed;
+    rng_offset = offset;
+    pthread_mutex_unlock(&rng_lock);
+}
+
 static em_tensor *random_tensor(const char *op, em_shape shape, em_opts o, em_rng_kind kind, double p0, double p1) {
     em_tensor *t = create(op, shape.ndim, shape.d, o);
     int64_t numel = t ? em__numel_raw(shape.ndim, shape.d) : 0;

@@ -102,4 +102,28 @@ void em__cuda_mark_free(void *mark);
 /* libnccl.so.2 (dlsym it), found as the other CUDA libraries are, or NULL with *reason. */
 void *em__nccl_library(int *version, const char **reason);
 
+/* ---- custom autograd functions and the RNG state (activation checkpointing,
+ * src/nn/checkpoint.c) ----
+ * A graph node whose backward is the caller's (torch.autograd.Function). backward(ctx, g,
+ * n, grads) runs in no-grad mode inside a scope, with g the output's gradient; it sets
+ * grads[i] (scoped or borrowed, as autograd's formulas do) for each input i that requires
+ * grad, and may run a backward of its own through another graph. release(ctx) drops what
+ * backward needs after a backward without retain_graph (may be NULL); destroy(ctx) runs
+ * when the node dies. (src/autograd/record.c) */
+typedef struct em_custom_grad {
+    const char *name;  /* the node's name, as em_grad_fn_name reports it */
+    em_status (*backward)(void *ctx, em_tensor *g, int n, em_tensor **grads);
+    void (*release)(void *ctx);
+    void (*destroy)(void *ctx);
+} em_custom_grad;
+/* Make out (computed by the caller, without history) the output of a custom node over
+ * inputs[0..n). ctx is handed over whatever happens: destroy(ctx) runs at once when no node
+ * is made (grad mode off, no input requiring grad, or an error) or when the node dies. */
+em_status em__grad_record_custom(const em_custom_grad *fn, void *ctx, em_tensor *out, int n,
+                                 em_tensor *const *inputs);
+/* The global generator's state (seed, offset), and setting it back: what
+ * torch.utils.checkpoint saves to replay dropout masks (src/core/create.c). */
+void em__rng_get_state(uint64_t *seed, uint64_t *offset);
+void em__rng_set_state(uint64_t seed, uint64_t offset);
+
 #endif

@@ -20,6 +20,7 @@
 #include "model_gpt.h"
 #include "progress.h"
 #include "train_amp.h"
+#include "train_ckpt.h"   /* --checkpoint-activations */
 #include "train_parallel.h"
 #include "train_dist.h"   /* DDP under mpirun / ember launch */
 #include <ember/parse.h>
@@ -63,6 +64,10 @@ static void usage(FILE *f) {
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
             "  --amp bf16|f16       mixed precision: autocast regions (Linear in the low dtype, the loss\n"
             "                       in float32), float32 weights and optimizer; f16 adds loss scaling\n"
+            "  --checkpoint-activations  recompute activations in backward instead of keeping them\n"
+            "                       (em_checkpoint_sequential over about sqrt(layers) segments)\n"
+            "  --accumulate N       gradient accumulation: backward of loss / N per batch, one optimizer\n"
+            "                       step per N batches (the gradient of one batch of N * --batch-size)\n"
             "  --help               this text\n\n"
             "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
             "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
@@ -88,6 +93,8 @@ typedef struct train_opts {
     em_device devices[TRAIN_MAX_DEVICES];
     int ndevices;
     bool amp_set;            /* --amp: mixed precision (train_amp.c) */
+    bool ckpt_act;           /* --checkpoint-activations (train_ckpt.c) */
+    int64_t accumulate;      /* --accumulate N (train_ckpt.c); 0 or 1: off */
     em_dtype amp_dtype;
     train_amp amp;
 } train_opts;
@@ -152,6 +159,11 @@ static int parse(int argc, char **argv, train_opts *o) {
             usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--checkpoint-activations")) {
+            if (!mlp_once(tool, &seen, a)) return 2;
+            o->ckpt_act = true;
+            continue;
+        }
         if (!strcmp(a, "--resume")) {
             if (!mlp_once(tool, &seen, a)) return 2;
             o->resume = true;
@@ -160,7 +172,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         static const char *const valued[] = {"--device", "--epochs", "--batch-size", "--optimizer", "--lr",
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
                                              "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
-                                             "--devices", "--amp", "--model"};
+                                             "--devices", "--amp", "--model",
+                                             "--accumulate"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -189,6 +202,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
         else if (!strcmp(a, "--amp")) ok = train_amp_parse(tool, a, v, &o->amp_dtype), o->amp_set = true;
+        else if (!strcmp(a, "--accumulate")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->accumulate);
         else if (!strcmp(a, "--model")) ok = model_parse(tool, a, v), o->model = v;
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL, checkpoint_given = true;
         else if (!strcmp(a, "--optimizer")) {
@@ -206,6 +220,15 @@ static int parse(int argc, char **argv, train_opts *o) {
     }
     if (o->ndevices && o->amp_set) {
         fprintf(stderr, "%s: --amp and --devices cannot go together yet (DataParallel steps in float32)\n", tool);
+        return 2;
+    }
+    if (o->ckpt_act && (o->ndevices || o->amp_set)) {
+        fprintf(stderr, "%s: --checkpoint-activations cannot go together with %s yet\n", tool,
+                o->ndevices ? "--devices" : "--amp");
+        return 2;
+    }
+    if (o->accumulate > 1 && (o->ndevices || o->amp_set)) {
+        fprintf(stderr, "%s: --accumulate cannot go together with %s yet\n", tool, o->ndevices ? "--devices" : "--amp");
         return 2;
     }
     if (o->ndevices) o->device = o->devices[0], device_set = true;
@@ -327,10 +350,13 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
     *samples = 0;
     em_batch b;
     bool ok = loss_sum != NULL;
+    int64_t micro = 0;   /* --accumulate: batches since the last step */
     while (ok && !*stop && em_loader_next(l, &b)) {
         em_scope step = em_scope_begin();
         em_tensor *loss = dp ? train_parallel_step(dp, opt, b.x, b.y) : train_amp_loss(&o->amp, o->device, m, b.x, b.y);
-        ok = (dp ? loss != NULL : em_zero_grad(opt) == EM_OK && train_amp_step(&o->amp, opt, loss) == EM_OK) &&
+        ok = (dp ? loss != NULL
+                 : o->accumulate > 1 ? loss && train_accum_step(opt, loss, o->accumulate, &micro) == EM_OK
+                 : em_zero_grad(opt) == EM_OK && train_amp_step(&o->amp, opt, loss) == EM_OK) &&
              em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
         em_scope_end(step);
         if (!ok) break;
@@ -345,6 +371,7 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
         }
     }
     if (ok && em_failed()) ok = false;   /* the loader stopped on an error */
+    if (ok && train_accum_flush(opt, &micro) != EM_OK) ok = false;   /* a short last group */
     if (ok) pos->loss_sum = em_item(loss_sum);
     ok = ok && !em_failed();
     *seconds = mlp_now() - bar.t0;
@@ -380,6 +407,7 @@ static int run(train_opts *o) {
     em_optimizer *opt = model ? make_optimizer(o, model) : NULL;
     em_loader *loader = NULL;
     em_dp *dp = NULL;
+    em_module *fwd = model, *ckpt = NULL;   /* the training forward's module (train_ckpt.c) */
     position pos = {0};
     if (!opt || !train_amp_start(&o->amp, o->amp_set, o->amp_dtype)) {
         fail("cannot build the model");
@@ -393,6 +421,8 @@ static int run(train_opts *o) {
         goto done;
     }
     if (train_dist_wrap(tool, model) != 0) goto done;
+    int segments = 0;
+    if (o->ckpt_act && !(fwd = ckpt = train_ckpt_wrap(tool, model, &segments))) goto done;
     em_loader_opts lo = {.batch_size = o->batch_size, .shuffle = true, .seed = (uint64_t)o->seed,
                          .device = o->device, .pin_memory = o->device.type != EM_CPU,
                          /* 8 ahead: the producer is woken every 4 steps */
@@ -412,6 +442,7 @@ static int run(train_opts *o) {
            model_summary(o->model), devices_label, em_module_num_parameters(model),
            em_dataset_len(train), em_dataset_len(test), o->batch_size, o->optimizer, em_optim_lr(opt),
            em_get_num_threads(), em_get_num_threads() == 1 ? "" : "s", o->resume ? " (resumed)" : "");
+    if (ckpt) printf("activation checkpointing: %d segments\n", segments);
     if (o->amp.on)
         printf("mixed precision: autocast %s, float32 weights and optimizer%s\n", em_dtype_name(o->amp.dtype),
                o->amp.scaler ? ", loss scaling (initial scale 65536)" : "");
@@ -425,7 +456,7 @@ static int run(train_opts *o) {
         em_memory_reset_peak_stats(o->device);
         double seconds;
         int64_t samples;
-        if (!train_epoch(o, model, dp, opt, loader, &pos, &stop, &seconds, &samples)) {
+        if (!train_epoch(o, fwd, dp, opt, loader, &pos, &stop, &seconds, &samples)) {
             fail("training failed");
             goto done;
         }
@@ -488,6 +519,7 @@ done:
     em_dp_free(dp);
     train_amp_free(&o->amp);
     em_optim_free(opt);
+    em_module_free(ckpt);
     em_module_free(model);
     em_dataset_free(train);
     em_dataset_free(test);
