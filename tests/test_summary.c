@@ -238,10 +238,36 @@ static void test_bad_arguments(void) {
     rmdir(tmp);
 }
 
+/* Two writers open in one folder in the same second: a file each, each readable. */
+static void test_two_writers(void) {
+    char tmp[] = "/tmp/ember_summary_two_XXXXXX";
+    CHECK(mkdtemp(tmp) != NULL);
+    em_summary_writer *a = em_summary_writer_open(tmp), *b = em_summary_writer_open(tmp);
+    CHECK(a && b);
+    if (!a || !b) return;
+    CHECK(strcmp(em_summary_writer_path(a), em_summary_writer_path(b)) != 0);
+    CHECK_OK(em_summary_add_scalar(a, "x", 1, 1));
+    CHECK_OK(em_summary_add_scalar(b, "x", 2, 1));
+    char pa[512], pbuf[512];
+    snprintf(pa, sizeof pa, "%s", em_summary_writer_path(a));
+    snprintf(pbuf, sizeof pbuf, "%s", em_summary_writer_path(b));
+    CHECK_OK(em_summary_writer_close(a));
+    CHECK_OK(em_summary_writer_close(b));
+    unsigned char *file = NULL;
+    rec r[4];
+    CHECK(read_records(pa, &file, r, 4) == 2);
+    free(file);
+    CHECK(read_records(pbuf, &file, r, 4) == 2);
+    free(file);
+    unlink(pa), unlink(pbuf);
+    rmdir(tmp);
+}
+
 int main(void) {
     RUN(test_crc32c_vectors);
     RUN(test_write_and_read_back);
     RUN(test_bad_folder);
     RUN(test_bad_arguments);
+    RUN(test_two_writers);
     return test_summary();
 }

@@ -64,7 +64,7 @@ typedef struct pb {
 } pb;
 
 static void pb_put(pb *b, const void *src, size_t n) {
-    if (b->oom) return;
+    if (b->oom || n == 0) return;
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->len + n) cap *= 2;
@@ -229,18 +229,23 @@ em_summary_writer *em_summary_writer_open(const char *dir) {
     char host[256] = "localhost";
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = '\0';
-    int n = snprintf(NULL, 0, "%s/events.out.tfevents.%lld.%s.%ld", dir, (long long)time(NULL), host, (long)getpid());
+    long long now = (long long)time(NULL);
+    /* room for a ".N" suffix: two writers opened in one second by one process get a file each */
+    int n = snprintf(NULL, 0, "%s/events.out.tfevents.%lld.%s.%ld", dir, now, host, (long)getpid()) + 12;
     em_summary_writer *w = calloc(1, sizeof *w);
-    char *path = n > 0 ? malloc((size_t)n + 1) : NULL;
+    char *path = n > 12 ? malloc((size_t)n) : NULL;
     if (!w || !path) {
         free(w), free(path);
         em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
         return NULL;
     }
-    snprintf(path, (size_t)n + 1, "%s/events.out.tfevents.%lld.%s.%ld", dir, (long long)time(NULL), host, (long)getpid());
+    int base = snprintf(path, (size_t)n, "%s/events.out.tfevents.%lld.%s.%ld", dir, now, host, (long)getpid());
     w->path = path;
-    /* O_APPEND: records follow one another even if the file is shared by mistake */
-    w->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
+    for (int k = 1; w->fd < 0 && errno == EEXIST && k < 1000; k++) {
+        snprintf(path + base, (size_t)(n - base), ".%d", k);
+        w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
+    }
     if (w->fd < 0) {
         em_error(EM_ERR_IO, "%s: cannot write an event file in the folder '%s': %s", op, dir, strerror(errno));
         free(path), free(w);
@@ -279,7 +284,7 @@ static em_status tensor_doubles(em_tensor *t, double **out, int64_t *n, const ch
     *out = NULL;
     *n = em_numel(t);
     em_scope sc = em_scope_begin();
-    em_tensor *d = em_to_dtype(t, EM_F64);
+    em_tensor *d = em_to_dtype(em_detach(t), EM_F64);   /* detached: no autograd node */
     em_status s = d ? EM_OK : em_last_status();
     double *buf = NULL;
     if (s == EM_OK) {
