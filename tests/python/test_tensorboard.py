@@ -13,6 +13,7 @@ import math
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -142,6 +143,22 @@ class TestTensorBoard(unittest.TestCase):
         self.assertEqual(te.tensor_proto.dtype, 7)   # DT_STRING
         self.assertEqual(te.tensor_proto.string_val[0].decode(), text)
         self.assertEqual(acc.SummaryMetadata("notes").plugin_data.plugin_name, "text")
+
+        # protobuf's own parser, record by record: each Event parses, and re-serializes to the
+        # very bytes Ember wrote (fields in order, packed buckets, proto3 defaults left out)
+        from tensorboard.compat.proto import event_pb2
+        raw = open(path, "rb").read()
+        at, events = 0, []
+        while at < len(raw):
+            n = struct.unpack_from("<Q", raw, at)[0]
+            data = raw[at + 12:at + 12 + n]
+            ev = event_pb2.Event.FromString(data)
+            self.assertEqual(ev.SerializeToString(), data)
+            events.append(ev)
+            at += 12 + n + 4
+        self.assertEqual(at, len(raw))
+        self.assertEqual(events[0].file_version, "brain.Event:2")
+        self.assertEqual(len(events), 1 + 25 + 1 + 1 + 1)
 
     def test_writer_killed_mid_run(self):
         d = os.path.join(self.tmp.name, "killed")
