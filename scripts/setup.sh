@@ -19,6 +19,8 @@ PACKAGES=(
   # packaging, DLPack, docs (issue 17): CPack's .deb needs dpkg-dev (dpkg-shlibdeps)
   dpkg-dev python3-numpy                         # the .deb; DLPack tests with NumPy (ctypes shim)
   doxygen python3-jsonschema                     # API reference (scripts/docs.sh); --json schemas
+  # TensorBoard (issue 17): the virtual environment of tests/python/test_tensorboard.py
+  python3-venv python3-pip
 )
 
 missing=()
@@ -32,6 +34,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all packages present"
+fi
+
+# TensorBoard (issue 17): its own reader (EventAccumulator, from PyPI) checks Ember's event
+# files in tests/python/test_tensorboard.py, which skips (77) without this environment.
+if ! .venv-tests/bin/python -c "import tensorboard" 2>/dev/null; then
+  echo "setup: making .venv-tests with tensorboard (pip)"
+  # no PyPI (an offline machine): a warning, and the test reports a skip saying why
+  python3 -m venv .venv-tests && .venv-tests/bin/pip install -q --disable-pip-version-check 'tensorboard>=2.14,<3' ||
+    echo "setup: WARNING: could not install tensorboard into .venv-tests; python_test_tensorboard will skip" >&2
 fi
 
 scripts/build.sh

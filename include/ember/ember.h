@@ -40,5 +40,7 @@
 #include <ember/parallel.h>
 
 #include <ember/dist.h>
+/* TensorBoard event files (issue 17) */
+#include <ember/summary.h>
 
 #endif

@@ -21,6 +21,7 @@
 #include "progress.h"
 #include "train_amp.h"
 #include "train_ckpt.h"   /* --checkpoint-activations */
+#include "train_log.h"
 #include "train_parallel.h"
 #include "train_dist.h"   /* DDP under mpirun / ember launch */
 #include <ember/parse.h>
@@ -68,6 +69,11 @@ static void usage(FILE *f) {
             "                       (em_checkpoint_sequential over about sqrt(layers) segments)\n"
             "  --accumulate N       gradient accumulation: backward of loss / N per batch, one optimizer\n"
             "                       step per N batches (the gradient of one batch of N * --batch-size)\n"
+            /* TensorBoard (issue 17, train_log.c) */
+            "  --logdir DIR         TensorBoard event file in DIR (made if missing): the loss every\n"
+            "                       --log-every steps; per epoch losses, accuracy, learning rate,\n"
+            "                       samples/s, device memory and parameter histograms\n"
+            "  --log-every N        steps between logged losses (default 10)\n"
             "  --help               this text\n\n"
             "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
             "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
@@ -97,6 +103,7 @@ typedef struct train_opts {
     int64_t accumulate;      /* --accumulate N (train_ckpt.c); 0 or 1: off */
     em_dtype amp_dtype;
     train_amp amp;
+    train_log log;           /* --logdir, --log-every: TensorBoard (train_log.c) */
 } train_opts;
 
 /* Where a run stands: what a checkpoint records beyond the weights. */
@@ -151,7 +158,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     bool device_set = false;
     mlp_seen seen = {0};
     *o = (train_opts){.epochs = 5, .batch_size = 64, .optimizer = "adam",
-                      .momentum = 0.9, .checkpoint = NULL, .model = "mlp"};
+                      .momentum = 0.9, .checkpoint = NULL, .model = "mlp", .log.every = 10};
     bool checkpoint_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -173,7 +180,7 @@ static int parse(int argc, char **argv, train_opts *o) {
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
                                              "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
                                              "--devices", "--amp", "--model",
-                                             "--accumulate"};
+                                             "--accumulate", "--logdir", "--log-every"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -204,6 +211,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--amp")) ok = train_amp_parse(tool, a, v, &o->amp_dtype), o->amp_set = true;
         else if (!strcmp(a, "--accumulate")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->accumulate);
         else if (!strcmp(a, "--model")) ok = model_parse(tool, a, v), o->model = v;
+        else if (!strcmp(a, "--logdir")) o->log.dir = v;
+        else if (!strcmp(a, "--log-every")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->log.every);
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL, checkpoint_given = true;
         else if (!strcmp(a, "--optimizer")) {
             o->optimizer = v;
@@ -358,6 +367,7 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
                  : o->accumulate > 1 ? loss && train_accum_step(opt, loss, o->accumulate, &micro) == EM_OK
                  : em_zero_grad(opt) == EM_OK && train_amp_step(&o->amp, opt, loss) == EM_OK) &&
              em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
+        ok = ok && train_log_step(&o->log, tool, pos->steps + 1, loss);
         em_scope_end(step);
         if (!ok) break;
         pos->batch = b.index + 1;
@@ -401,6 +411,12 @@ static int run(train_opts *o) {
         return 1;
     }
     em_memory_empty_cache(EM_DEVICE_CPU);   /* the files' unused parts: not what training holds */
+    if (!train_log_open(&o->log, tool, train_dist_is_main())) {
+        em_dataset_free(train);
+        em_dataset_free(test);
+        train_dist_finish();
+        return 1;
+    }
     em_manual_seed((uint64_t)o->seed);
     em_module *model = model_new(o->model);
     if (model && em_module_to(model, o->device) != EM_OK) em_clear_error(), em_module_free(model), model = NULL;
@@ -449,6 +465,12 @@ static int run(train_opts *o) {
     if (o->resume)
         printf("resumed from %s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps done)\n", o->checkpoint,
                pos.epoch + 1, pos.batch, pos.steps);
+    if (o->log.w) {
+        char config[512];
+        snprintf(config, sizeof config, "%s on %s, batch %" PRId64 ", %s lr %g%s", model_summary(o->model),
+                 devices_label, o->batch_size, o->optimizer, em_optim_lr(opt), o->resume ? " (resumed)" : "");
+        if (!train_log_text(&o->log, tool, config)) goto done;
+    }
     fflush(stdout);
     catch_stop_signals(true);
     bool stop = false;
@@ -480,6 +502,11 @@ static int run(train_opts *o) {
                "%.0f samples/s (%.2f s), memory %s\n",
                pos.epoch + 1, o->epochs, train_loss,
                100.0 * ev.accuracy, ev.loss, seconds > 0 ? (double)samples / seconds : 0, seconds, mem);
+        train_log_epoch le = {.epoch = pos.epoch + 1, .step = pos.steps, .train_loss = train_loss,
+                              .test_accuracy = ev.accuracy, .test_loss = ev.loss, .lr = em_optim_lr(opt),
+                              .samples_per_s = seconds > 0 ? (double)samples / seconds : 0,
+                              .device = o->device, .model = model};
+        if (!train_log_epoch_end(&o->log, tool, &le)) goto done;
         if (o->amp.on) {
             char amp[160];
             train_amp_epoch_line(&o->amp, amp, sizeof amp);
@@ -515,6 +542,7 @@ static int run(train_opts *o) {
     }
 done:
     catch_stop_signals(false);
+    if (!train_log_close(&o->log, tool) && rc == 0) rc = 1;
     em_loader_free(loader);
     em_dp_free(dp);
     train_amp_free(&o->amp);
