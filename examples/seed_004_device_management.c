@@ -175,13 +175,12 @@ static void current_device(void) {
  * are a fixed linear map of the inputs, so the loss must fall. Returns the last loss. */
 static double portable_loop(em_device device) {
     printf("\n== Portable training loop on %s\n", em_device_str(device).s);
-    /* Regression data: 256 samples of 10 features, targets y = x A (A fixed, 10 x 5).
-     * A dataset's labels are class indices, so the targets are kept in a tensor and the
-     * loader yields inputs together with their sample indices as labels. */
+    /* Regression data: 256 samples of 10 features, float targets y = x A (A fixed, 10 x 5);
+     * a dataset keeps floating targets as they are, [N, 5] float32 here. */
     enum { N = 256 };
     em_tensor *x_all = em_randn(EM_SHAPE(N, 10), EM_OPTS(0));
-    em_tensor *y_all = em_to(em_matmul(x_all, em_randn(EM_SHAPE(10, 5), EM_OPTS(0))), device);
-    em_dataset *dataset = em_dataset_new(x_all, em_arange(0, N, 1, EM_OPTS(.dtype = EM_I64)));
+    em_tensor *y_all = em_matmul(x_all, em_randn(EM_SHAPE(10, 5), EM_OPTS(0)));
+    em_dataset *dataset = em_dataset_new(x_all, y_all);
     /* DataLoader(dataset, batch_size=32, shuffle=True); batches go to the device inside
      * the loader (what batch_x.to(device) in the loop does), from pinned host memory. */
     em_loader *dataloader = em_loader_new(dataset, (em_loader_opts){
@@ -198,7 +197,7 @@ static double portable_loop(em_device device) {
         for (em_batch b; em_loader_next(dataloader, &b);) { /* for batch_x, batch_y in dataloader: */
             em_scope s = em_scope_begin();
             em_tensor *batch_x = em_to(b.x, device); /* already there: the same data, no copy */
-            em_tensor *batch_y = em_index_select(y_all, 0, b.y); /* the targets of these samples */
+            em_tensor *batch_y = em_to(b.y, device); /* [32, 5] float32, already there too */
             SEED_CHECK(batch_x && batch_y && em_device_equal(em_device_of(batch_x), device));
             em_tensor *output = em_forward(model, batch_x);  /* output = model(batch_x) */
             em_tensor *loss = em_mse_loss(output, batch_y);  /* loss = criterion(output, batch_y) */

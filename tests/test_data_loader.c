@@ -487,14 +487,17 @@ static void test_datasets_from_files(void) {
     CHECK(l && em_loader_next(l, &b) && b.y == NULL && em_size(b.x, 1) == 3);
     em_loader_free(l);
     em_dataset_free(ds);
-    /* em_dataset_new: shapes must agree, labels must be integers */
+    /* em_dataset_new: shapes must agree; integer labels must be 1-d, float targets are kept */
     const float zeros[8] = {0};
     const int64_t l3[3] = {0, 1, 2};
     em_tensor *x4 = em_from_data(zeros, EM_F32, EM_SHAPE(4, 2), EM_OPTS(0));
     CHECK(em_dataset_new(x4, em_from_data(l3, EM_I64, EM_SHAPE(3), EM_OPTS(.dtype = EM_I64))) == NULL);
     CHECK_ERROR(EM_ERR_SHAPE, "4 samples but 3 labels");
-    CHECK(em_dataset_new(x4, em_from_data(zeros, EM_F32, EM_SHAPE(4), EM_OPTS(0))) == NULL);
-    CHECK_ERROR(EM_ERR_DTYPE, "labels must be integers");
+    em_dataset *fds = em_dataset_new(x4, em_from_data(zeros, EM_F32, EM_SHAPE(4), EM_OPTS(0)));
+    CHECK(fds && em_dtype_of(em_dataset_y(fds)) == EM_F32);
+    em_dataset_free(fds);
+    CHECK(em_dataset_new(x4, em_from_data(l3, EM_I64, EM_SHAPE(3, 1), EM_OPTS(.dtype = EM_I64))) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "labels must be 1-d");
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);

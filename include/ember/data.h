@@ -26,10 +26,13 @@
 extern "C" {
 #endif
 
-/* ---- datasets: x [N, ...] float32 and y [N] int64 (or no labels), on the CPU ---- */
+/* ---- datasets: x [N, ...] float32 and y [N] int64 (or float targets, or none), on the CPU ---- */
 typedef struct em_dataset em_dataset; /* a dataset in memory: x and, optionally, y */
 
-/* From tensors (any device, any dtype): x becomes float32, y int64 (y may be NULL). */
+/* From tensors (any device, any dtype): x becomes float32; y (may be NULL) becomes int64 [N]
+ * class indices when it is an integer or bool tensor, and stays floating when it is floating:
+ * regression targets of any shape [N, ...], kept float64 if given float64, float32 otherwise.
+ * The IDX, .npy and CSV loaders keep their behaviour (int64 labels). */
 em_dataset *em_dataset_new(em_tensor *x, em_tensor *y);
 /* IDX images and labels (raw or .gz); pixels are multiplied by scale (1.0 / 255 for [0, 1]). */
 em_dataset *em_dataset_idx(const char *images, const char *labels, double scale);
@@ -82,7 +85,7 @@ typedef struct em_loader_opts {
 /* One batch from em_loader_next. */
 typedef struct em_batch {
     em_tensor *x;        /* [size, ...] float32, owned by the loader (see above) */
-    em_tensor *y;        /* [size] int64, or NULL for a dataset without labels */
+    em_tensor *y;        /* [size] int64, or [size, ...] float targets (y's dtype), or NULL */
     int64_t index;       /* the batch's number within the epoch, from 0 */
     int64_t size;        /* samples in this batch (the last may be smaller) */
 } em_batch;

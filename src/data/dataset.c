@@ -1,4 +1,4 @@
-/* Datasets: x [N, ...] float32 and y [N] int64 on the CPU, from tensors, IDX, .npy, CSV
+/* Datasets: x [N, ...] float32 and y [N] int64 (or float [N, ...]) on the CPU, from tensors, IDX, .npy, CSV
  * and Fashion-MNIST. */
 #include <stdio.h>
 #include <limits.h>
@@ -33,8 +33,10 @@ static em_dataset *check_and_wrap(em_tensor *x, em_tensor *y, const char *what) 
     }
     if (em_ndim(x) < 1) {
         em_error(EM_ERR_SHAPE, "%s: features must have a sample dimension, got a 0-d tensor", what);
-    } else if (y && em_ndim(y) != 1) {
+    } else if (y && !em_dtype_is_floating(em_dtype_of(y)) && em_ndim(y) != 1) {
         em_error(EM_ERR_SHAPE, "%s: labels must be 1-d [N], got %d dimensions", what, em_ndim(y));
+    } else if (y && em_ndim(y) < 1) {
+        em_error(EM_ERR_SHAPE, "%s: targets must have a sample dimension [N, ...], got a 0-d tensor", what);
     } else if (y && em_size(y, 0) != em_size(x, 0)) {
         em_error(EM_ERR_SHAPE, "%s: %lld samples but %lld labels", what, (long long)em_size(x, 0),
                  (long long)em_size(y, 0));
@@ -58,12 +60,11 @@ em_dataset *em_dataset_new(em_tensor *x, em_tensor *y) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_dataset_new: argument 'x' is NULL");
         return NULL;
     }
-    if (y && em_dtype_is_floating(em_dtype_of(y))) {
-        em_error(EM_ERR_DTYPE, "em_dataset_new: labels must be integers, got %s", em_dtype_name(em_dtype_of(y)));
-        return NULL;
-    }
+    /* float targets (regression) keep float64, other floats become float32; the rest int64 */
+    em_dtype ydt = EM_I64;
+    if (y && em_dtype_is_floating(em_dtype_of(y))) ydt = em_dtype_of(y) == EM_F64 ? EM_F64 : EM_F32;
     em_tensor *cx = to_cpu(x, EM_F32);
-    em_tensor *cy = y ? to_cpu(y, EM_I64) : NULL;
+    em_tensor *cy = y ? to_cpu(y, ydt) : NULL;
     return check_and_wrap(cx, cy, "em_dataset_new");
 }
 

@@ -26,8 +26,10 @@ typedef struct slot {
 struct em_loader {
     em_tensor *x, *y;       /* the dataset's tensors (own references) */
     const char *xb;         /* host bytes of x, y */
-    const int64_t *yb;
+    const char *yb;
     int64_t n, row_bytes, bs, nbatches;
+    int64_t y_row_bytes;    /* bytes of one sample's target */
+    em_shape y_sample;      /* y's shape without dim 0 */
     em_shape sample;        /* x's shape without dim 0 */
     em_loader_opts o;
     int64_t *perm;          /* the epoch's order of this loader's samples (n of them) */
@@ -108,10 +110,14 @@ static slot make_batch(em_loader *l, int64_t index) {
     em_shape xs = {.ndim = l->sample.ndim + 1, .d = {sl.size}};
     for (int i = 0; i < l->sample.ndim; i++) xs.d[i + 1] = l->sample.d[i];
     sl.x = empty_owned(xs, EM_F32, l->o.pin_memory);
-    if (sl.x && l->y) sl.y = empty_owned(EM_SHAPE(sl.size), EM_I64, l->o.pin_memory);
+    if (sl.x && l->y) {
+        em_shape ys = {.ndim = l->y_sample.ndim + 1, .d = {sl.size}};
+        for (int i = 0; i < l->y_sample.ndim; i++) ys.d[i + 1] = l->y_sample.d[i];
+        sl.y = empty_owned(ys, em_dtype_of(l->y), l->o.pin_memory);
+    }
     char *xd = sl.x && sl.size ? em_data_ptr(sl.x) : NULL;
-    int64_t *yd = sl.y && sl.size ? em_data_ptr(sl.y) : NULL;
-    if (!sl.x || (l->y && !sl.y) || (sl.size && (!xd || (l->y && !yd)))) {
+    char *yd = sl.y && sl.size && l->y_row_bytes ? em_data_ptr(sl.y) : NULL;
+    if (!sl.x || (l->y && !sl.y) || (sl.size && (!xd || (l->y && l->y_row_bytes && !yd)))) {
         sl.err = em_last_status() ? em_last_status() : EM_ERR_INTERNAL;
         sl.msg = strdup(em_last_error());
         em_clear_error();
@@ -123,7 +129,7 @@ static slot make_batch(em_loader *l, int64_t index) {
     for (int64_t i = 0; i < sl.size; i++) {
         int64_t src = l->perm[start + i];
         memcpy(xd + i * l->row_bytes, l->xb + src * l->row_bytes, (size_t)l->row_bytes);
-        if (yd) yd[i] = l->yb[src];
+        if (yd) memcpy(yd + i * l->y_row_bytes, l->yb + src * l->y_row_bytes, (size_t)l->y_row_bytes);
     }
     return sl;
 }
@@ -240,6 +246,15 @@ em_loader *em_loader_new(const em_dataset *ds, em_loader_opts o) {
     l->nbatches = o.drop_last ? l->n / l->bs : (l->n + l->bs - 1) / l->bs;
     l->x = em_retain(ds->x);
     l->y = ds->y ? em_retain(ds->y) : NULL;
+    if (l->y) {
+        em_shape ys = em_shape_of(l->y);
+        l->y_sample.ndim = ys.ndim - 1;
+        l->y_row_bytes = (int64_t)em_dtype_size(em_dtype_of(l->y));
+        for (int i = 1; i < ys.ndim; i++) {
+            l->y_sample.d[i - 1] = ys.d[i];
+            l->y_row_bytes *= ys.d[i];
+        }
+    }
     em_shape xs = em_shape_of(ds->x);
     l->sample.ndim = xs.ndim - 1;
     l->row_bytes = 4;
@@ -258,8 +273,8 @@ em_loader *em_loader_new(const em_dataset *ds, em_loader_opts o) {
         return NULL;
     }
     l->xb = l->ds_n && l->row_bytes ? em_data_ptr(l->x) : NULL;
-    l->yb = l->y && l->ds_n ? em_data_ptr(l->y) : NULL;
-    if (!l->perm || (l->ds_n && l->row_bytes && !l->xb) || (l->y && l->ds_n && !l->yb)) {
+    l->yb = l->y && l->ds_n && l->y_row_bytes ? em_data_ptr(l->y) : NULL;
+    if (!l->perm || (l->ds_n && l->row_bytes && !l->xb) || (l->y && l->ds_n && l->y_row_bytes && !l->yb)) {
         if (!l->perm) em_error(EM_ERR_OUT_OF_MEMORY, "em_loader_new: out of host memory");
         l->threaded = false;
         em_loader_free(l);
@@ -289,7 +304,7 @@ static em_status to_device(em_loader *l, slot *sl) {
     if (l->o.device.type == EM_CPU) return EM_OK;
     em_tensor *dx, *dy = NULL;
     EM__UNSCOPED(dx, em_to_device_dtype(sl->x, l->o.device, EM_F32, l->o.pin_memory));
-    if (dx && sl->y) EM__UNSCOPED(dy, em_to_device_dtype(sl->y, l->o.device, EM_I64, l->o.pin_memory));
+    if (dx && sl->y) EM__UNSCOPED(dy, em_to_device_dtype(sl->y, l->o.device, em_dtype_of(sl->y), l->o.pin_memory));
     /* pinned batches are copied non-blocking and dropped at once: the copy may still be
      * queued when the producer asks for a block of this size for a later batch, so the
      * pinned cache (told by em_to_device_dtype) waits for the device before handing it out */
