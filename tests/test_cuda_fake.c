@@ -358,7 +358,7 @@ static void install_for_loading(int driver_version, const char *const *present) 
     for (; present[n]; n++) g_present[n] = present[n];
     g_present[n] = NULL;
     g_fake_cu = fake_cu();
-    em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvml_reason = "none (fake)"}; /* NVRTC, cuBLAS: loaded */
+    em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvml_reason = "none (fake)", .cudnn_reason = "none (fake)"}; /* NVRTC, cuBLAS: loaded */
     em__cuda_loader_use_fakes(&libs);
     em__cuda_loader_set_hooks(h_open, h_sym);
 }
@@ -372,12 +372,12 @@ static void test_library_versions_follow_the_driver(void) {
     CHECK(em__cuda_nvrtc(&major, &minor, NULL) != NULL && major == 12 && minor == 8);
     CHECK(em__cuda_cublas(NULL) != NULL);
     em__cuda_libraries_line(line, sizeof line);
-    CHECK(!strcmp(line, "nvrtc 12.8, cublas 12.9 (driver supports 12.4)"));
+    CHECK(!strcmp(line, "nvrtc 12.8, cublas 12.9, cudnn: none (fake) (driver supports 12.4)"));
 
     install_for_loading(13000, both);
     CHECK(em__cuda_nvrtc(&major, &minor, NULL) != NULL && major == 13 && minor == 0);
     em__cuda_libraries_line(line, sizeof line);
-    CHECK(!strcmp(line, "nvrtc 13.0, cublas 13.1 (driver supports 13.0)"));
+    CHECK(!strcmp(line, "nvrtc 13.0, cublas 13.1, cudnn: none (fake) (driver supports 13.0)"));
 
     static const char *const only13[] = {"libnvrtc.so.13", "libcublasLt.so.13", "libcublas.so.13", NULL};
     install_for_loading(12040, only13);

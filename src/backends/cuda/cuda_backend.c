@@ -485,6 +485,7 @@ void em__cuda_backend_reset(void) {
         em_cuda_device *d = &g.devs[i];
         if (!d->active) continue;
         em__cuda_gemm_release(d);
+        em__cuda_cudnn_release(d);
         em_memory_empty_cache(EM_DEVICE(EM_CUDA, i));
     }
     em__mem_pinned_set_provider(NULL);
@@ -529,6 +530,10 @@ const em_backend em_cuda_backend = {
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
     EM_GPU_OPS(&em__cuda_gpu),
+    /* cuDNN when found at run time; else (EM_ERR_NOT_SUPPORTED) core's im2col + matmul */
+    .conv2d = em__cuda_conv2d,
+    .conv2d_backward_input = em__cuda_conv2d_backward_input,
+    .conv2d_backward_weight = em__cuda_conv2d_backward_weight,
 };
 
 #else /* built without the CUDA headers */

@@ -67,6 +67,7 @@ typedef struct em_cuda_device {
     int index;                     /* its N in cuda:N */
     void *cublas;                  /* cublasHandle_t, created on first matmul */
     em_block cublas_ws;            /* cuBLAS's workspace, from the caching allocator */
+    void *cudnn;                   /* cudnnHandle_t, created on first convolution */
     em_cuda_module modules[EM_CUDA_MAX_MODULES]; /* one per kernel program, loaded on use */
     void *funcs;                   /* kernel name -> CUfunction (cuda_kernels.c) */
     char last_op[64];              /* the op queued last, named when sync fails (a copy: a
@@ -126,6 +127,19 @@ char *em__cuda_compile(const em_cuda_source *main, const em_cuda_source *headers
 char *em__cuda_compile_cached(const em_cuda_source *main, const em_cuda_source *headers,
                               int nheaders, int arch, bool cubin, const char *const *extra_opts,
                               int nextra, size_t *out_size, bool *from_cache);
+
+/* ---- cuDNN convolutions (cuda_cudnn.c): the backend table's conv2d entries ----
+ * EM_ERR_NOT_SUPPORTED with nothing recorded (core then runs im2col + matmul on Ember's
+ * kernels) when cuDNN is off or absent, the dtype is not f32/f16/bf16, a size passes int, or
+ * cuDNN refuses or fails the call (traced with EMBER_CUDA_TRACE=1). */
+em_status em__cuda_conv2d(em_tensor *out, const em_tensor *in, const em_tensor *w, const em_tensor *bias,
+                          const em_window2d *g, int64_t groups);
+em_status em__cuda_conv2d_backward_input(em_tensor *gin, const em_tensor *gout, const em_tensor *w,
+                                         const em_window2d *g, int64_t groups);
+em_status em__cuda_conv2d_backward_weight(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
+                                          const em_window2d *g, int64_t groups);
+/* Destroy d's cuDNN handle (its context current). */
+void em__cuda_cudnn_release(em_cuda_device *d);
 
 /* Unload d's modules and forget its functions (its context current). */
 void em__cuda_release_device_resources(em_cuda_device *d);

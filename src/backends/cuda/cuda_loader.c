@@ -336,11 +336,58 @@ static void load_cublas(void) {
     g_cublas.ok = true;
 }
 
+/* ---- cuDNN ---- */
+static lib_state g_cudnn;
+static em_cudnn_api g_cudnn_api;
+static size_t g_cudnn_version;
+
+static void load_cudnn(void) {
+    g_cudnn_version = 0;
+    const char *off = getenv("EMBER_CUDNN");
+    if (off && strcmp(off, "0") == 0) { /* the kernels only: not even dlopen'ed */
+        snprintf(g_cudnn.reason, sizeof g_cudnn.reason, "off (EMBER_CUDNN=0)");
+        if (em__cuda_trace_enabled()) fprintf(stderr, "ember: cuda: cudnn: EMBER_CUDNN=0, not loaded\n");
+        return;
+    }
+    int driver = g_driver_cuda = driver_cuda_version();
+    static const char *const names[] = {"libcudnn.so.9", "libcudnn.so.8", NULL};
+    char found[512], looked[1024];
+    void *h = em__cuda_dlopen("cudnn", names, found, sizeof found, looked, sizeof looked);
+    if (!h) { not_found(&g_cudnn, "", "libcudnn.so.9/.8", looked); return; }
+    em_cudnn_api api;
+#define X(fn, req) \
+    if (!resolve(h, #fn, (void **)&api.fn, req, "libcudnn", found, &g_cudnn)) return;
+    EM_CUDNN_FUNCS(X)
+#undef X
+    size_t v = api.cudnnGetVersion();
+    char vs[32];
+    em__cudnn_version_str(v, vs, sizeof vs);
+    if (v < 8000) {
+        snprintf(g_cudnn.reason, sizeof g_cudnn.reason, "%s is cuDNN %s; Ember uses cuDNN 8 or 9", found, vs);
+        return;
+    }
+    /* cuDNN is built for one CUDA major (cudnnGetCudartVersion 12020 for 12.2): a newer one
+     * than the driver's cannot run its kernels */
+    int rt = api.cudnnGetCudartVersion ? (int)api.cudnnGetCudartVersion() : 0;
+    if (driver && rt / 1000 > driver / 1000) {
+        snprintf(g_cudnn.reason, sizeof g_cudnn.reason, "%s (cuDNN %s) is built for CUDA %d.%d, newer than the "
+                 "driver's CUDA %d.%d (install cuDNN for CUDA %d, or a newer NVIDIA driver)", found, vs, rt / 1000,
+                 (rt % 1000) / 10, driver / 1000, (driver % 1000) / 10, driver / 1000);
+        return;
+    }
+    g_cudnn_api = api;
+    g_cudnn_version = v;
+    g_cudnn.ok = true;
+}
+
 void em__cuda_libraries_line(char *buf, size_t size) {
     int nv_major = 0, nv_minor = 0;
     const char *nv_reason = NULL, *cb_reason = NULL;
     bool nv = em__cuda_nvrtc(&nv_major, &nv_minor, &nv_reason) != NULL;
     bool cb = em__cuda_cublas(&cb_reason) != NULL;
+    size_t dnn_v = 0;
+    const char *dnn_reason = NULL;
+    bool dnn = em__cuda_cudnn(&dnn_v, &dnn_reason) != NULL;
     pthread_mutex_lock(&g_lock);
     int driver = g_driver_cuda, cbv0 = g_cublas_version[0], cbv1 = g_cublas_version[1];
     pthread_mutex_unlock(&g_lock);
@@ -350,8 +397,12 @@ void em__cuda_libraries_line(char *buf, size_t size) {
     if (cb && cbv0) snprintf(cbs, sizeof cbs, "cublas %d.%d", cbv0, cbv1);
     else if (cb) snprintf(cbs, sizeof cbs, "cublas (version unknown)");
     else snprintf(cbs, sizeof cbs, "cublas: %.500s", cb_reason);
+    char dnns[340], dv[32];
+    em__cudnn_version_str(dnn_v, dv, sizeof dv);
+    if (dnn) snprintf(dnns, sizeof dnns, "cudnn %s", dv);
+    else snprintf(dnns, sizeof dnns, "cudnn: %.300s", dnn_reason);
     if (driver) snprintf(drv, sizeof drv, " (driver supports %d.%d)", driver / 1000, (driver % 1000) / 10);
-    snprintf(buf, size, "%s, %s%s", nvs, cbs, drv);
+    snprintf(buf, size, "%s, %s, %s%s", nvs, cbs, dnns, drv);
 }
 
 #define EM__NAME(fn, req) EM__STR(fn),
@@ -387,6 +438,8 @@ void em__cuda_loader_use_fakes(const em_cuda_fake_libs *f) {
     use_fake(&g_nvrtc, f->nvrtc, f->nvrtc_reason, &g_nvrtc_api, sizeof g_nvrtc_api);
     use_fake(&g_cublas, f->cublas, f->cublas_reason, &g_cublas_api, sizeof g_cublas_api);
     use_fake(&g_nvml, f->nvml, f->nvml_reason, &g_nvml_api, sizeof g_nvml_api);
+    use_fake(&g_cudnn, f->cudnn, f->cudnn_reason, &g_cudnn_api, sizeof g_cudnn_api);
+    g_cudnn_version = f->cudnn ? g_cudnn_api.cudnnGetVersion() : 0;
     if (f->nvrtc && g_nvrtc_api.nvrtcVersion(&g_nvrtc_major, &g_nvrtc_minor) != NVRTC_SUCCESS)
         g_nvrtc_major = g_nvrtc_minor = 0;
     pthread_mutex_unlock(&g_lock);
@@ -424,12 +477,20 @@ const em_nvml_api *em__cuda_nvml(const char **reason) {
     return get(&g_nvml, load_nvml, &g_nvml_api, reason);
 }
 
+const em_cudnn_api *em__cuda_cudnn(size_t *version, const char **reason) {
+    const em_cudnn_api *api = get(&g_cudnn, load_cudnn, &g_cudnn_api, reason);
+    if (version) *version = api ? g_cudnn_version : 0;
+    return api;
+}
+
 void em__cuda_loader_reset(void) {
     pthread_mutex_lock(&g_lock);
     memset(&g_cu, 0, sizeof g_cu);
     memset(&g_nvrtc, 0, sizeof g_nvrtc);
     memset(&g_cublas, 0, sizeof g_cublas);
     memset(&g_nvml, 0, sizeof g_nvml);
+    memset(&g_cudnn, 0, sizeof g_cudnn);
+    g_cudnn_version = 0;
     g_driver_cuda = 0;
     g_cublas_version[0] = g_cublas_version[1] = 0;
     pthread_mutex_unlock(&g_lock);

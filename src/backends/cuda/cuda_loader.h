@@ -74,6 +74,9 @@ typedef struct em_nvml_api {
 /* NVML, initialised once (nvmlInit_v2), or NULL with *reason set. */
 const em_nvml_api *em__cuda_nvml(const char **reason);
 
+/* ---- cuDNN: declared in cuda_cudnn.h from NVIDIA's headers, which the toolkit lacks ---- */
+#include "cuda_cudnn.h"
+
 /* NCCL for the dist layer: the library handle (use dlsym) and its version (e.g. 22703),
  * or NULL with *reason set. */
 void *em__cuda_nccl(int *version, const char **reason);
@@ -131,12 +134,19 @@ const em_nvrtc_api *em__cuda_nvrtc(int *major, int *minor, const char **reason);
 /* cuBLAS (with its cuBLASLt preloaded from the same place), or NULL with *reason. */
 const em_cublas_api *em__cuda_cublas(const char **reason);
 
+/* cuDNN (libcudnn.so.9, then .8), loaded once, on the first convolution (or `ember devices`):
+ * its table and cudnnGetVersion, or NULL with *reason: "off (EMBER_CUDNN=0)" (then nothing is
+ * loaded), "libcudnn.so.9/.8 not found (looked in ...)", too old, or built for a newer CUDA
+ * than the driver's. */
+const em_cudnn_api *em__cuda_cudnn(size_t *version, const char **reason);
+
 /* The symbols each table resolves (for tests that check them against real libraries). */
 const char *const *em__cuda_driver_symbols(int *n);
 const char *const *em__cuda_nvrtc_symbols(int *n);
 const char *const *em__cuda_cublas_symbols(int *n);
 
-/* "nvrtc 12.8, cublas 12.9 (driver supports 12.9)" for `ember devices` (loads both). */
+/* "nvrtc 12.8, cublas 12.9, cudnn 9.6.0 (driver supports 12.9)" for `ember devices` (loads
+ * all three; a library not found is named with its reason). */
 void em__cuda_libraries_line(char *buf, size_t size);
 
 /* Tests: dlopen and dlsym replaced by these (NULL, NULL: the real ones), so that a test
@@ -152,6 +162,7 @@ typedef struct em_cuda_fake_libs {
     const em_nvrtc_api *nvrtc;   const char *nvrtc_reason;
     const em_cublas_api *cublas; const char *cublas_reason;
     const em_nvml_api *nvml;     const char *nvml_reason;
+    const em_cudnn_api *cudnn;   const char *cudnn_reason;
 } em_cuda_fake_libs;
 void em__cuda_loader_use_fakes(const em_cuda_fake_libs *fakes);
 #endif
