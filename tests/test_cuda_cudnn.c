@@ -378,6 +378,31 @@ static void test_public_conv2d_uses_cudnn(void) {
     em_release(y);
 }
 
+/* Autograd's ConvolutionBackward0 reaches cuDNN's two backward passes through core (values
+ * are not read: the gradient's seed is a kernel the fake driver only records). */
+static void test_backward_through_autograd_uses_cudnn(void) {
+    if (!g_have_nvrtc) SKIP("no NVRTC to compile the sum and the gradient's seed");
+    const shape_case *c = &k_cases[1];
+    install(FAKE_DIR "/libcudnn.so.9");
+    float xs[2 * 4 * 5 * 5] = {0}, ws[6 * 2 * 3 * 2] = {0};
+    em_opts o = EM_OPTS(.device = EM_DEVICE(EM_CUDA, 0), .requires_grad = true);
+    em_tensor *x = em_from_data(xs, EM_F32, EM_SHAPE(c->N, c->C, c->H, c->W), o);
+    em_tensor *w = em_from_data(ws, EM_F32, EM_SHAPE(c->O, c->C / c->G, c->kh, c->kw), o);
+    em_tensor *y = x && w ? em_conv2d(x, w, NULL, EM_HW(c->sh, c->sw), EM_HW(c->ph, c->pw), EM_HW(c->dh, c->dw), c->G)
+                          : NULL;
+    em_tensor *loss = y ? em_sum(y, EM_ALL_DIMS, false) : NULL;
+    CHECK(loss != NULL);
+    K.log[0] = '\0';
+    CHECK_OK(loss ? em_backward(loss) : em_last_status());
+    CHECK(strstr(K.log, "bwd_data(algo 1, ws 0)") && strstr(K.log, "bwd_filter(algo 1, ws 0)"));
+    CHECK(K.runs == 3 && K.c.groups == 2 && K.c.pw == 0 && !K.bad[0]);
+    CHECK(strstr(g_launched, "im2col") == NULL && strstr(g_launched, "col2im") == NULL);
+    em_release(loss);
+    em_release(y);
+    em_release(x);
+    em_release(w);
+}
+
 /* What Ember's kernels path launches for a forward conv: im2col, then the matmul. */
 static void check_kernels_ran(const char *why) {
     const shape_case *c = &k_cases[0];
@@ -446,6 +471,7 @@ int main(void) {
     RUN(test_algorithm_and_workspace_sequence);
     RUN(test_failures_fall_back);
     RUN(test_public_conv2d_uses_cudnn);
+    RUN(test_backward_through_autograd_uses_cudnn);
     RUN(test_failing_cudnn_runs_the_kernels);
     RUN(test_cudnn_off_makes_no_call);
     RUN(test_without_the_library_the_kernels_run);
