@@ -27,7 +27,11 @@ static const em_backend *B = &em_cuda_backend;
 static const char *g_present;      /* the one path that opens; NULL: none */
 static char g_first_try[256];      /* the first libcudnn path the loader asked for */
 static int g_cudnn_opens;
+static char g_order[64];           /* which library was looked for first */
+static bool g_real_cublas;         /* install: cuBLAS is loaded (through the hooks), not faked */
 static void *h_open(const char *cand) {
+    const char *lib = strstr(cand, "libcublasLt") ? "cublasLt " : strstr(cand, "libcudnn") ? "cudnn " : NULL;
+    if (lib && !strstr(g_order, lib)) strncat(g_order, lib, sizeof g_order - strlen(g_order) - 1);
     if (strstr(cand, "libcudnn")) {
         if (!g_cudnn_opens++) snprintf(g_first_try, sizeof g_first_try, "%s", cand);
         if (g_present && !strcmp(cand, g_present)) return (void *)g_present;
@@ -55,11 +59,12 @@ static void install(const char *present) {
     k_reset();
     g_present = present;
     g_cudnn_opens = 0;
-    g_first_try[0] = g_launched[0] = '\0';
+    g_first_try[0] = g_launched[0] = g_order[0] = '\0';
     g_cu = fake_cu();
     g_cu.cuLaunchKernel = f_launch_named;
     em_cuda_fake_libs libs = {.cu = &g_cu, .nvrtc = g_have_nvrtc ? &g_nvrtc : NULL,
-                              .nvrtc_reason = "libnvrtc not found (fake)", .cublas_reason = "libcublas not found (fake)",
+                              .nvrtc_reason = "libnvrtc not found (fake)",
+                              .cublas_reason = g_real_cublas ? NULL : "libcublas not found (fake)",
                               .nvml_reason = "none (fake)"}; /* cuDNN: loaded, through the hooks */
     em__cuda_loader_use_fakes(&libs);
     em__cuda_loader_set_hooks(h_open, h_sym);
@@ -201,6 +206,13 @@ static void test_library_found_through_ember_cuda_path(void) {
     em__cuda_libraries_line(line, sizeof line);
     CHECK(strstr(line, ", cudnn 9.6.0 (driver supports 12.4)") != NULL);
     CHECK(em__cuda_cudnn(NULL, NULL) != NULL && g_cudnn_opens == 1); /* loaded once */
+
+    /* cuBLAS(Lt), which cuDNN's engines need by soname, is looked for first (then reused) */
+    g_real_cublas = true;
+    install(FAKE_DIR "/libcudnn.so.9");
+    CHECK(em__cuda_cudnn(NULL, NULL) != NULL);
+    CHECK(!strcmp(g_order, "cublasLt cudnn "));
+    g_real_cublas = false;
 
     /* cuDNN 8, in DIR/lib64: found after every .9 was looked for */
     install(FAKE_DIR "/lib64/libcudnn.so.8");

@@ -350,6 +350,13 @@ static void load_cudnn(void) {
         return;
     }
     int driver = g_driver_cuda = driver_cuda_version();
+    /* cuDNN's convolution engines need cuBLAS(Lt) of their CUDA major by soname (cuDNN 8 as
+     * DT_NEEDED): loaded first from our search order, the dynamic linker reuses that copy.
+     * Absent, cuDNN still loads; what it cannot run then falls back to Ember's kernels. */
+    if (!g_cublas.tried) {
+        g_cublas.tried = true;
+        load_cublas();
+    }
     static const char *const names[] = {"libcudnn.so.9", "libcudnn.so.8", NULL};
     char found[512], looked[1024];
     void *h = em__cuda_dlopen("cudnn", names, found, sizeof found, looked, sizeof looked);
