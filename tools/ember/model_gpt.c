@@ -427,8 +427,8 @@ static int run(gpt_opts *o) {
            em_get_num_threads() == 1 ? "" : "s");
     if (plot) {
         char about[240];
-        snprintf(about, sizeof about, "GPT, %" PRId64 " layers, d_model %" PRId64 ", context %" PRId64 " on %s, "
-                 "batch %" PRId64 ", adamw lr %g", o->cfg.layers, o->cfg.d_model, o->cfg.context,
+        snprintf(about, sizeof about, "GPT, %" PRId64 " layer%s, d_model %" PRId64 ", context %" PRId64 " on %s, "
+                 "batch %" PRId64 ", adamw lr %g", o->cfg.layers, o->cfg.layers == 1 ? "" : "s", o->cfg.d_model, o->cfg.context,
                  em_device_str(o->device).s, o->batch, o->lr);
         plot_train_describe(plot, about);
     }

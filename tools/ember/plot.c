@@ -145,14 +145,14 @@ static double nice_step(double range) {
 
 /* The range over the usable values of the panel's series on one axis, widened to ticks. */
 static void axis_fit(axis *a, const plot_panel *p, bool x) {
-    double lo = INFINITY, hi = -INFINITY;
+    double lo = x && p->xzero && !a->log ? 0 : INFINITY, hi = -INFINITY;
     for (int k = 0; k < p->nseries; k++)
         for (int i = 0; i < p->series[k].n; i++) {
             double v = x ? p->series[k].x[i] : p->series[k].y[i];
             if (usable(a, v)) lo = fmin(lo, coord(a, v)), hi = fmax(hi, coord(a, v));
         }
     a->nticks = 0;
-    if (!isfinite(lo)) {   /* nothing to show: an empty frame, no ticks */
+    if (!isfinite(lo) || !isfinite(hi)) {   /* nothing to show: an empty frame, no ticks */
         a->lo = 0, a->hi = 1;
         return;
     }
@@ -160,6 +160,10 @@ static void axis_fit(axis *a, const plot_panel *p, bool x) {
         double d = a->log ? 0.5 : fabs(lo) > 0 ? fabs(lo) * 0.1 : 1;
         lo -= d, hi += d;
     }
+    /* a margin, so that a marker on the range's edge is not cut in half */
+    double pad = (hi - lo) * 0.03;
+    if (!(x && p->xzero && lo == 0)) lo -= pad;
+    hi += pad;
     if (a->log) {
         /* ticks at 1, 2, 5 per decade over at most two decades, else at powers of ten */
         static const double every[] = {1, 2, 5};
@@ -259,13 +263,15 @@ static int series_shown(const plot_panel *p) {
     return k;
 }
 
-static void draw_panel(cairo_t *cr, const plot_panel *p, double x0, double y0, double w, double h) {
+/* rows: legend lines reserved under every panel (the most any panel has), so that panels
+ * side by side share one plot height */
+static void draw_panel(cairo_t *cr, const plot_panel *p, double x0, double y0, double w, double h, int rows) {
     axis ax = {.log = p->xlog, .unit = p->xunit}, ay = {.log = p->ylog, .unit = p->yunit};
     axis_fit(&ax, p, true);
     axis_fit(&ay, p, false);
     int legend = series_shown(p);
     /* the plot area: room for the title, tick labels, axis labels and the legend below */
-    double left = x0 + 78, right = x0 + w - 20, top = y0 + 34, bottom = y0 + h - 52 - 17.0 * legend;
+    double left = x0 + 78, right = x0 + w - 20, top = y0 + 34, bottom = y0 + h - 52 - 17.0 * rows;
     font(cr, 14, true);
     set_rgb(cr, 0x222222);
     text_at(cr, (left + right) / 2, y0 + 20, 0.5, p->title);
@@ -373,7 +379,9 @@ static void draw(cairo_t *cr, const plot_figure *f) {
     set_rgb(cr, 0x555555);
     text_at(cr, f->width / 2.0, 44, 0.5, f->subtitle);
     double pw = (double)f->width / (f->npanels ? f->npanels : 1);
-    for (int i = 0; i < f->npanels; i++) draw_panel(cr, &f->panels[i], pw * i, 54, pw, f->height - 54);
+    int rows = 0;
+    for (int i = 0; i < f->npanels; i++) rows = series_shown(&f->panels[i]) > rows ? series_shown(&f->panels[i]) : rows;
+    for (int i = 0; i < f->npanels; i++) draw_panel(cr, &f->panels[i], pw * i, 54, pw, f->height - 54, rows);
 }
 
 /* cairo's stream callback: into the temporary file. */

@@ -59,6 +59,7 @@ typedef struct plot_panel {
     char title[96], xlabel[64], ylabel[64];
     char note[256];            /* written over an empty plot area (why nothing was measured) */
     bool xlog, ylog;
+    bool xzero;                /* the x range starts at 0 (steps: panels side by side align) */
     plot_unit xunit, yunit;
     int nseries;
     plot_series series[PLOT_MAX_SERIES];

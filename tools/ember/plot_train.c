@@ -29,6 +29,7 @@ plot_train *plot_train_new(const char *path, bool classifier) {
     plot_panel *loss = &f->panels[0];
     snprintf(loss->title, sizeof loss->title, "loss (cross-entropy)");
     snprintf(loss->xlabel, sizeof loss->xlabel, "optimizer step");
+    loss->xzero = true;
     snprintf(loss->ylabel, sizeof loss->ylabel, "loss");
     p->step = plot_add_series(loss, "train loss, single steps", PLOT_RGB_STEP_LOSS, true);
     p->train = plot_add_series(loss, "train loss, epoch mean", PLOT_RGB_TRAIN_LOSS, false);
@@ -38,6 +39,7 @@ plot_train *plot_train_new(const char *path, bool classifier) {
         plot_panel *acc = &f->panels[1];
         snprintf(acc->title, sizeof acc->title, "test accuracy");
         snprintf(acc->xlabel, sizeof acc->xlabel, "optimizer step");
+        acc->xzero = true;
         snprintf(acc->ylabel, sizeof acc->ylabel, "accuracy (%%)");
         p->acc = plot_add_series(acc, "test accuracy", PLOT_RGB_ACCURACY, false);
     }
