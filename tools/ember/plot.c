@@ -80,7 +80,7 @@ plot_series *plot_add_series(plot_panel *p, const char *name, uint32_t rgb, bool
     if (p->nseries == PLOT_MAX_SERIES) return NULL;
     plot_series *s = &p->series[p->nseries++];
     *s = (plot_series){.rgb = rgb, .thin = thin};
-    snprintf(s->name, sizeof s->name, "%s", name);
+    snprintf(s->name, sizeof s->name, "%.95s", name);   /* names longer than 95 bytes are cut */
     return s;
 }
 
@@ -329,7 +329,7 @@ static void draw_panel(cairo_t *cr, const plot_panel *p, double x0, double y0, d
     for (int k = 0; k < p->nseries; k++) {
         const plot_series *s = &p->series[k];
         set_rgb(cr, s->rgb);
-        cairo_set_line_width(cr, s->thin ? 1.5 : 2.5);
+        cairo_set_line_width(cr, s->thin ? 2 : 2.5);
         bool pen = false;
         for (int i = 0; i < s->n; i++) {
             if (!usable(&ax, s->x[i]) || !usable(&ay, s->y[i])) {
@@ -359,7 +359,7 @@ static void draw_panel(cairo_t *cr, const plot_panel *p, double x0, double y0, d
         const plot_series *s = &p->series[k];
         if (!s->n) continue;
         set_rgb(cr, s->rgb);
-        cairo_set_line_width(cr, s->thin ? 1.5 : 2.5);
+        cairo_set_line_width(cr, s->thin ? 2 : 2.5);
         cairo_move_to(cr, left + 4, ly - 4);
         cairo_line_to(cr, left + 22, ly - 4);
         cairo_stroke(cr);
