@@ -22,6 +22,7 @@ plot_format plot_format_of(const char *path) {
     return !strcasecmp(dot, ".png") ? PLOT_PNG : !strcasecmp(dot, ".svg") ? PLOT_SVG : PLOT_NONE;
 }
 
+#ifdef EMBER_HAVE_CAIRO
 /* The folder of path, into dir. */
 static void folder_of(const char *path, char *dir, size_t size) {
     const char *slash = strrchr(path, '/');
@@ -29,6 +30,7 @@ static void folder_of(const char *path, char *dir, size_t size) {
     else if (slash == path) snprintf(dir, size, "/");
     else snprintf(dir, size, "%.*s", (int)(slash - path), path);
 }
+#endif
 
 bool plot_check_output(FILE *err, const char *tool, const char *opt, const char *path) {
     size_t n = strlen(path);
