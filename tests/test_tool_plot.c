@@ -124,6 +124,7 @@ static void test_train_plot_mlp_and_cnn(void) {
         int rc = tool_run(args, out, sizeof out);
         CHECK(rc == 0);
         if (rc) fprintf(stderr, "%s\n", out);
+        CHECK(strstr(out, "plot: ") && strstr(out, file));
         CHECK(picture_ok(file, PLOT_TRAIN_W, PLOT_FIG_H, present, absent));
     }
     CHECK(files_starting(".ember-plot") == 0);

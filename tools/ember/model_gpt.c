@@ -431,6 +431,7 @@ static int run(gpt_opts *o) {
                  "batch %" PRId64 ", adamw lr %g", o->cfg.layers, o->cfg.layers == 1 ? "" : "s", o->cfg.d_model, o->cfg.context,
                  em_device_str(o->device).s, o->batch, o->lr);
         plot_train_describe(plot, about);
+        printf("plot: %s (rewritten after every epoch)\n", o->plot);
     }
     fflush(stdout);
     uint64_t rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 1;

@@ -16,9 +16,12 @@ static bool failed(const char *tool, const char *what) {
 bool train_log_open(train_log *l, const char *tool, bool main) {
     l->w = NULL;
     l->pt = NULL;
-    if (l->plot && main && !(l->pt = plot_train_new(l->plot, true))) {
-        fprintf(stderr, "%s: --plot: out of memory\n", tool);
-        return false;
+    if (l->plot && main) {
+        if (!(l->pt = plot_train_new(l->plot, true))) {
+            fprintf(stderr, "%s: --plot: out of memory\n", tool);
+            return false;
+        }
+        printf("plot: %s (rewritten after every epoch)\n", l->plot);
     }
     if (!l->dir || !main) return true;
     l->w = em_summary_writer_open(l->dir);
