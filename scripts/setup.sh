@@ -22,7 +22,7 @@ PACKAGES=(
   # TensorBoard (issue 17): the virtual environment of tests/python/test_tensorboard.py
   python3-venv python3-pip
   # plots (issue 17): `ember bench --plot`, `ember train --plot` draw PNG and SVG with cairo
-  libcairo2-dev
+  libcairo2-dev libfontconfig-dev
 )
 
 missing=()

@@ -14,6 +14,7 @@
 #ifdef EMBER_HAVE_CAIRO
 #include <cairo.h>
 #include <cairo-svg.h>
+#include <fontconfig/fontconfig.h>
 #endif
 
 plot_format plot_format_of(const char *path) {
@@ -418,6 +419,10 @@ bool plot_write(const plot_figure *f, const char *path, char *why, size_t why_si
     cairo_surface_finish(s);   /* an SVG is written out here */
     if (st == CAIRO_STATUS_SUCCESS) st = cairo_surface_status(s);
     cairo_surface_destroy(s);
+    /* no cairo object is alive now: hand back cairo's and fontconfig's font caches, so that
+     * nothing a picture needed outlives it (the next picture loads them again, a few ms) */
+    cairo_debug_reset_static_data();
+    FcFini();
     bool ok = st == CAIRO_STATUS_SUCCESS;
     int e = ok ? 0 : EIO;
     if (fflush(out) != 0 && ok) ok = false, e = errno;
