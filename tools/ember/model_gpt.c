@@ -415,8 +415,12 @@ static int run(gpt_opts *o) {
     em_optimizer *opt = model ? em_adamw_ex(model, ao) : NULL;
     plot_train *plot = o->plot ? plot_train_new(o->plot, false) : NULL;
     int rc = 1;
-    if (!opt || (o->plot && !plot)) {
+    if (!opt) {
         fail("cannot build the model");
+        goto done;
+    }
+    if (o->plot && !plot) {
+        fprintf(stderr, "%s: --plot: out of memory\n", tool);
         goto done;
     }
     printf("training GPT (%" PRId64 " layers, d_model %" PRId64 ", %" PRId64 " heads, context %" PRId64
