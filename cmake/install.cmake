@@ -146,8 +146,9 @@ install(FILES ${CMAKE_SOURCE_DIR}/tools/completion/ember.bash
 
 # ---- the .deb -----------------------------------------------------------------------------
 # Its run-time dependencies come from dpkg-shlibdeps on the library and the command (the
-# OpenCL ICD loader, OpenBLAS, zlib, and oneDNN / Open MPI when this build uses them); CUDA is
-# dlopen'ed and stays optional. OpenCL devices themselves come from an ICD such as PoCL.
+# OpenCL ICD loader, OpenBLAS, zlib, and oneDNN / Open MPI / cairo (the command's --plot) when
+# this build uses them); CUDA is dlopen'ed and stays optional. OpenCL devices themselves come
+# from an ICD such as PoCL.
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME ember)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})

@@ -21,6 +21,8 @@ PACKAGES=(
   doxygen python3-jsonschema                     # API reference (scripts/docs.sh); --json schemas
   # TensorBoard (issue 17): the virtual environment of tests/python/test_tensorboard.py
   python3-venv python3-pip
+  # plots (issue 17): `ember bench --plot`, `ember train --plot` draw PNG and SVG with cairo
+  libcairo2-dev libfontconfig-dev
 )
 
 missing=()

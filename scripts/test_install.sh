@@ -79,6 +79,10 @@ echo "test_install: $(basename "$deb"): Depends: $depends"
 for need in zlib1g libopenblas ocl-icd-libopencl1; do
     case "$depends" in *"$need"*) ;; *) fail "the .deb does not depend on $need" ;; esac
 done
+# plots (issue 17): a command built with cairo (--plot) needs libcairo2
+if nm -D "$build/ember" 2>/dev/null | grep -q ' U cairo_create'; then
+    case "$depends" in *libcairo2*) ;; *) fail "the command uses cairo but the .deb does not depend on libcairo2" ;; esac
+fi
 dpkg-deb -c "$deb" >"$tmp/contents.txt"
 for f in ./usr/bin/ember ./usr/include/ember/ember.h "./usr/lib/.*libember\.so\.$major" "./usr/lib/.*pkgconfig/ember.pc" \
          "./usr/lib/.*cmake/Ember/EmberConfig.cmake" ./usr/share/man/man1/ember.1 ./usr/share/bash-completion/completions/ember; do

@@ -9,6 +9,8 @@
 #include "../tools/ember/bench_run.c"
 #include "../tools/ember/bench_report.c"
 #include "../tools/ember/cmd_bench.c"
+#include "../tools/ember/plot.c"         /* --plot (tests/test_tool_plot.c checks the pictures) */
+#include "../tools/ember/plot_bench.c"
 
 typedef struct run_out { int rc; char *out, *err; } run_out;
 

@@ -25,6 +25,7 @@ typedef struct bench_opts {
     unsigned sections;             /* BENCH_* bits */
     bool quick, json;
     double min_time;               /* seconds of repeats per measurement, after warm-up */
+    const char *plot;              /* --plot FILE (.png or .svg): the picture (plot_bench.c); NULL: none */
 } bench_opts;
 
 /* One measurement: the median seconds per call, or why there is none. */
@@ -84,6 +85,9 @@ int bench_write_text(FILE *f, const bench_results *r);
 int bench_write_json(FILE *f, const bench_results *r);
 /* The whole subcommand, writing to out and err: 0, or 2 for bad arguments. */
 int bench_main(int argc, char **argv, FILE *out, FILE *err);
+
+/* --plot: draws r into path (plot_bench.c); prints why not on err and returns false. */
+bool bench_plot(const bench_results *r, const char *path, FILE *err);
 
 /* The size-independent helpers the renderings share. */
 const char *bench_dtype_short(em_dtype dt);

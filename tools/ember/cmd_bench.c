@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "bench.h"
 #include "commands.h"
+#include "plot.h"   /* --plot */
 #include <ember/parse.h>
 
 static const char usage_text[] =
@@ -22,6 +23,9 @@ static const char usage_text[] =
     "  --quick             shorter: 0.05 s per number, fewer sizes (default 0.2 s)\n"
     "  --min-time S        seconds of repeats per number (0.001 to 60)\n"
     "  --json              one JSON object instead of text\n"
+    "  --plot FILE         also draw the crossover (time per op against size: cpu, device,\n"
+    "                      device with copies) and matmul GFLOPS by dtype into FILE, a .png\n"
+    "                      or .svg picture; its folder is checked before measuring\n"
     "  --help              this text\n";
 
 static int bad(FILE *err, const char *what, const char *arg, const char *expected) {
@@ -111,7 +115,7 @@ int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
             o->quick = true;
             continue;
         } else if (strcmp(a, "--device") && strcmp(a, "--dtype") && strcmp(a, "--sizes") && strcmp(a, "--only") &&
-                   strcmp(a, "--min-time")) {
+                   strcmp(a, "--min-time") && strcmp(a, "--plot")) {
             return bad(err, a[0] == '-' ? "unknown option" : "unexpected argument", a, NULL);
         } else if (!v) {
             return bad(err, "option needs a value:", a, NULL);
@@ -119,6 +123,9 @@ int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
         i++;
         if (!strcmp(a, "--device")) {
             device = v;
+        } else if (!strcmp(a, "--plot")) {
+            if (!plot_check_output(err, "ember bench", "--plot", v)) return 2;   /* before a minute of measuring */
+            o->plot = v;
         } else if (!strcmp(a, "--dtype")) {
             if (!split(v, items, BENCH_MAX_DTYPES, &n))
                 return bad(err, "bad dtype list", v, "expected up to 4 of f32,f16,bf16,f64 separated by commas");
@@ -175,11 +182,13 @@ int bench_main(int argc, char **argv, FILE *out, FILE *err) {
     bench_run(r, err == stderr && isatty(STDERR_FILENO) ? err : NULL);
     rc = r->o.json ? bench_write_json(out, r) : bench_write_text(out, r);
     int failures = bench_failures(r);
+    bool plotted = !r->o.plot || bench_plot(r, r->o.plot, err);
     free(r);
     if (fflush(out) != 0 || rc != 0) {
         fprintf(err, "ember bench: could not write the report\n");
         return 1;
     }
+    if (!plotted) return 1;
     if (failures) {   /* a report with holes is not a success: scripts must see it */
         fprintf(err, "ember bench: %d measurement%s failed (the report says why)\n", failures, failures == 1 ? "" : "s");
         return 1;

@@ -22,6 +22,7 @@
 #include "train_amp.h"
 #include "train_ckpt.h"   /* --checkpoint-activations */
 #include "train_log.h"
+#include "plot.h"         /* --plot */
 #include "train_parallel.h"
 #include "train_dist.h"   /* DDP under mpirun / ember launch */
 #include <ember/parse.h>
@@ -74,6 +75,10 @@ static void usage(FILE *f) {
             "                       --log-every steps; per epoch losses, accuracy, learning rate,\n"
             "                       samples/s, device memory and parameter histograms\n"
             "  --log-every N        steps between logged losses (default 10)\n"
+            /* plots (issue 17, plot_train.c) */
+            "  --plot FILE          loss and test accuracy curves drawn into FILE, a .png or .svg\n"
+            "                       picture, rewritten after every epoch (the loss every --log-every\n"
+            "                       steps too); its folder is checked before training starts\n"
             "  --help               this text\n\n"
             "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
             "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
@@ -180,7 +185,7 @@ static int parse(int argc, char **argv, train_opts *o) {
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
                                              "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
                                              "--devices", "--amp", "--model",
-                                             "--accumulate", "--logdir", "--log-every"};
+                                             "--accumulate", "--logdir", "--log-every", "--plot"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -213,6 +218,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--model")) ok = model_parse(tool, a, v), o->model = v;
         else if (!strcmp(a, "--logdir")) o->log.dir = v;
         else if (!strcmp(a, "--log-every")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->log.every);
+        else if (!strcmp(a, "--plot")) ok = plot_check_output(stderr, tool, a, v), o->log.plot = v;
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL, checkpoint_given = true;
         else if (!strcmp(a, "--optimizer")) {
             o->optimizer = v;
@@ -465,7 +471,7 @@ static int run(train_opts *o) {
     if (o->resume)
         printf("resumed from %s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps done)\n", o->checkpoint,
                pos.epoch + 1, pos.batch, pos.steps);
-    if (o->log.w) {
+    if (o->log.w || o->log.pt) {
         char config[512];
         snprintf(config, sizeof config, "%s on %s, batch %" PRId64 ", %s lr %g%s", model_summary(o->model),
                  devices_label, o->batch_size, o->optimizer, em_optim_lr(opt), o->resume ? " (resumed)" : "");

@@ -17,6 +17,7 @@
 #include "mlp.h"
 #include "model_gpt.h"
 #include "progress.h"
+#include "plot.h"   /* --plot */
 
 static const char *const tool = "ember train";
 #define DEFAULT_TEXT "/usr/share/games/fortunes"
@@ -29,6 +30,7 @@ typedef struct gpt_opts {
     int64_t epochs, steps, batch, seed, threads, max_steps, sample_chars;
     double lr, weight_decay;
     const char *text, *checkpoint;
+    const char *plot;        /* --plot FILE: the loss curves (plot_train.c) */
 } gpt_opts;
 
 /* ---- the text ---- */
@@ -283,6 +285,9 @@ static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *opts) 
 
 /* ---- ember train --model gpt ---- */
 
+/* --plot: the loss of one step in this many (reading it waits for the device) */
+#define GPT_PLOT_EVERY 10
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ember train --model gpt [options]\n"
@@ -305,7 +310,10 @@ static void usage(FILE *f) {
             "  --max-steps N        stop after N steps in all\n"
             "  --sample-chars N     characters of sample text after each epoch (default 200; 0: none)\n"
             "  --checkpoint PATH    safetensors written after every epoch (default ember-gpt.safetensors;\n"
-            "                       'none': nothing); `ember eval PATH` evaluates it\n");
+            "                       'none': nothing); `ember eval PATH` evaluates it\n"
+            "  --plot FILE          train and validation loss curves drawn into FILE, a .png or .svg\n"
+            "                       picture, rewritten after every epoch (the loss every %d steps too)\n",
+            GPT_PLOT_EVERY);
 }
 
 static int parse(int argc, char **argv, gpt_opts *o) {
@@ -323,7 +331,7 @@ static int parse(int argc, char **argv, gpt_opts *o) {
         static const char *const valued[] = {"--model", "--text", "--device", "--epochs", "--steps-per-epoch",
                                              "--batch-size", "--context", "--layers", "--d-model", "--heads", "--lr",
                                              "--weight-decay", "--seed", "--threads", "--max-steps", "--sample-chars",
-                                             "--checkpoint"};
+                                             "--checkpoint", "--plot"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -355,6 +363,7 @@ static int parse(int argc, char **argv, gpt_opts *o) {
         else if (!strcmp(a, "--max-steps")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 50, &o->max_steps);
         else if (!strcmp(a, "--sample-chars")) ok = mlp_parse_int(tool, a, v, 0, 1 << 20, &o->sample_chars);
         else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
+        else if (!strcmp(a, "--plot")) ok = plot_check_output(stderr, tool, a, v), o->plot = v;
         if (!ok && !strcmp(a, "--model")) fprintf(stderr, "%s: --model expects mlp or gpt here, got '%s'\n", tool, v);
         if (!ok) return 2;
     }
@@ -404,9 +413,14 @@ static int run(gpt_opts *o) {
     em_adam_opts ao = em_adamw_defaults(o->lr);
     ao.weight_decay = o->weight_decay;
     em_optimizer *opt = model ? em_adamw_ex(model, ao) : NULL;
+    plot_train *plot = o->plot ? plot_train_new(o->plot, false) : NULL;
     int rc = 1;
     if (!opt) {
         fail("cannot build the model");
+        goto done;
+    }
+    if (o->plot && !plot) {
+        fprintf(stderr, "%s: --plot: out of memory\n", tool);
         goto done;
     }
     printf("training GPT (%" PRId64 " layers, d_model %" PRId64 ", %" PRId64 " heads, context %" PRId64
@@ -415,6 +429,14 @@ static int run(gpt_opts *o) {
            o->cfg.layers, o->cfg.d_model, o->cfg.heads, o->cfg.context, o->cfg.vocab, em_device_str(o->device).s,
            em_module_num_parameters(model), o->text, c.n, o->batch, o->lr, em_get_num_threads(),
            em_get_num_threads() == 1 ? "" : "s");
+    if (plot) {
+        char about[240];
+        snprintf(about, sizeof about, "GPT, %" PRId64 " layer%s, d_model %" PRId64 ", context %" PRId64 " on %s, "
+                 "batch %" PRId64 ", adamw lr %g", o->cfg.layers, o->cfg.layers == 1 ? "" : "s", o->cfg.d_model, o->cfg.context,
+                 em_device_str(o->device).s, o->batch, o->lr);
+        plot_train_describe(plot, about);
+        printf("plot: %s (rewritten after every epoch)\n", o->plot);
+    }
     fflush(stdout);
     uint64_t rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 1;
     int64_t steps = 0, train_end = c.n - c.n / 10;
@@ -437,6 +459,10 @@ static int run(gpt_opts *o) {
             ok = loss && em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK &&
                  !isnan(em_clip_grad_norm(model, 1.0)) && em_step(opt) == EM_OK &&
                  em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
+            if (ok && plot && (steps + 1) % GPT_PLOT_EVERY == 0) {
+                double v = em_item(loss);
+                ok = !em_failed() && plot_train_step(plot, steps + 1, v);
+            }
             em_scope_end(s);
             steps++;
             if (ok && progress_due(&bar, done + 1))
@@ -472,6 +498,11 @@ static int run(gpt_opts *o) {
             free(text);
         }
         fflush(stdout);
+        if (plot && !plot_train_epoch(plot, steps, train_loss, val, NAN)) {
+            fprintf(stderr, "%s: --plot: out of memory\n", tool);
+            goto done;
+        }
+        if (!plot_train_write(plot, stderr, tool)) goto done;
         if (save(o, model, opt, &c) != EM_OK) {
             fail("cannot save the checkpoint");
             goto done;
@@ -480,6 +511,7 @@ static int run(gpt_opts *o) {
     if (o->checkpoint) printf("checkpoint: %s\n", o->checkpoint);
     rc = 0;
 done:
+    plot_train_free(plot);
     em_optim_free(opt);
     em_module_free(model);
     corpus_free(&c);

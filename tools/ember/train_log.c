@@ -4,6 +4,7 @@
  * a run stopped by any signal leaves readable curves. */
 #include <stdio.h>
 
+#include "plot.h"
 #include "train_log.h"
 
 static bool failed(const char *tool, const char *what) {
@@ -14,26 +15,50 @@ static bool failed(const char *tool, const char *what) {
 
 bool train_log_open(train_log *l, const char *tool, bool main) {
     l->w = NULL;
+    l->pt = NULL;
+    if (l->plot && main) {
+        if (!(l->pt = plot_train_new(l->plot, true))) {
+            fprintf(stderr, "%s: --plot: out of memory\n", tool);
+            return false;
+        }
+        printf("plot: %s (rewritten after every epoch)\n", l->plot);
+    }
     if (!l->dir || !main) return true;
     l->w = em_summary_writer_open(l->dir);
-    if (!l->w) return failed(tool, "cannot start the TensorBoard log");
+    if (!l->w) {
+        plot_train_free(l->pt);
+        l->pt = NULL;
+        return failed(tool, "cannot start the TensorBoard log");
+    }
     printf("TensorBoard log: %s\n", em_summary_writer_path(l->w));
     return true;
 }
 
 bool train_log_text(train_log *l, const char *tool, const char *text) {
+    plot_train_describe(l->pt, text);
     if (!l->w) return true;
     return em_summary_add_text(l->w, "config", text, 0) == EM_OK || failed(tool, "cannot write the log");
 }
 
 bool train_log_step(const train_log *l, const char *tool, int64_t step, em_tensor *loss) {
-    if (!l->w || step % l->every) return true;
+    if ((!l->w && !l->pt) || step % l->every) return true;
     double v = em_item(loss);
     if (em_failed()) return failed(tool, "cannot read the loss");
-    return em_summary_add_scalar(l->w, "train/loss", v, step) == EM_OK || failed(tool, "cannot write the log");
+    if (!plot_train_step(l->pt, step, v)) {
+        fprintf(stderr, "%s: --plot: out of memory\n", tool);
+        return false;
+    }
+    return !l->w || em_summary_add_scalar(l->w, "train/loss", v, step) == EM_OK || failed(tool, "cannot write the log");
 }
 
 bool train_log_epoch_end(const train_log *l, const char *tool, const train_log_epoch *e) {
+    if (l->pt) {   /* the picture first: a failing log still leaves it */
+        if (!plot_train_epoch(l->pt, e->step, e->train_loss, e->test_loss, e->test_accuracy)) {
+            fprintf(stderr, "%s: --plot: out of memory\n", tool);
+            return false;
+        }
+        if (!plot_train_write(l->pt, stderr, tool)) return false;
+    }
     if (!l->w) return true;
     const struct { const char *tag; double v; } s[] = {
         {"epoch/train_loss", e->train_loss},
@@ -60,6 +85,8 @@ bool train_log_epoch_end(const train_log *l, const char *tool, const train_log_e
 }
 
 bool train_log_close(train_log *l, const char *tool) {
+    plot_train_free(l->pt);
+    l->pt = NULL;
     em_summary_writer *w = l->w;
     l->w = NULL;
     return em_summary_writer_close(w) == EM_OK || failed(tool, "cannot close the log");
