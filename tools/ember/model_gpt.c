@@ -21,7 +21,10 @@
 static const char *const tool = "ember train";
 #define DEFAULT_TEXT "/usr/share/games/fortunes"
 
-typedef struct gpt_cfg { int64_t vocab, context, layers, d_model, heads; } gpt_cfg;
+typedef struct gpt_cfg {
+    int64_t vocab, context, layers, d_model, heads;
+    bool ckpt; /* --checkpoint-activations: each block's forward under em_checkpoint */
+} gpt_cfg;
 
 typedef struct gpt_opts {
     em_device device;
@@ -165,15 +168,27 @@ static em_tensor *block_forward(em_module *m, em_tensor *x) {
 }
 static const em_module_ops block_ops = {.name = "Block", .forward = block_forward};
 
+/* em_checkpoint's function: one block (ctx) on its input */
+static em_tensor *block_ckpt_fn(void *ctx, em_tensor *const *in, int n) {
+    (void)n;
+    return em_forward(ctx, in[0]);
+}
+
 /* idx [B, T] int64 -> logits [B, T, vocab] */
 static em_tensor *gpt_forward(em_module *m, em_tensor *idx) {
     int64_t T = em_size(idx, -1);
+    const bool *ckpt = em_module_ctx(m);
     em_tensor *pos = em_arange(0, (double)T, 1, EM_OPTS(.dtype = EM_I64, .device = em_device_of(idx)));
     em_tensor *h = em_add(em_forward(em_module_child(m, 0), idx), em_forward(em_module_child(m, 1), pos));
-    h = em_forward(em_module_child(m, 3), em_forward(em_module_child(m, 2), h));
+    em_module *blocks = em_module_child(m, 2);
+    if (ckpt && *ckpt) /* autograd keeps each block's input only; backward recomputes the block */
+        for (int i = 0; h && em_module_child(blocks, i); i++) h = em_checkpoint(block_ckpt_fn, em_module_child(blocks, i), &h, 1);
+    else
+        h = em_forward(blocks, h);
+    h = em_forward(em_module_child(m, 3), h);
     return em_forward(em_module_child(m, 4), h);
 }
-static const em_module_ops gpt_ops = {.name = "GPT", .forward = gpt_forward};
+static const em_module_ops gpt_ops = {.name = "GPT", .forward = gpt_forward, .free_ctx = free};
 
 static em_module *block_new(int64_t d, int64_t heads) {
     em_module *b = em_module_new(&block_ops, NULL);
@@ -191,7 +206,10 @@ static em_module *block_new(int64_t d, int64_t heads) {
 }
 
 static em_module *gpt_new(const gpt_cfg *c) {
-    em_module *m = em_module_new(&gpt_ops, NULL);
+    bool *ckpt = malloc(sizeof *ckpt);
+    if (!ckpt) return NULL;
+    *ckpt = c->ckpt;
+    em_module *m = em_module_new(&gpt_ops, ckpt); /* frees ckpt when it fails */
     if (!m) return NULL;
     em_module *blocks = em_sequential_n(0, NULL);
     bool ok = blocks != NULL;
@@ -305,7 +323,9 @@ static void usage(FILE *f) {
             "  --max-steps N        stop after N steps in all\n"
             "  --sample-chars N     characters of sample text after each epoch (default 200; 0: none)\n"
             "  --checkpoint PATH    safetensors written after every epoch (default ember-gpt.safetensors;\n"
-            "                       'none': nothing); `ember eval PATH` evaluates it\n");
+            "                       'none': nothing); `ember eval PATH` evaluates it\n"
+            "  --checkpoint-activations  keep only each block's input for backward and recompute the\n"
+            "                       block there (em_checkpoint per block): less memory, one more forward\n");
 }
 
 static int parse(int argc, char **argv, gpt_opts *o) {
@@ -319,6 +339,11 @@ static int parse(int argc, char **argv, gpt_opts *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--checkpoint-activations")) {
+            if (!mlp_once(tool, &seen, a)) return 2;
+            o->cfg.ckpt = true;
+            continue;
         }
         static const char *const valued[] = {"--model", "--text", "--device", "--epochs", "--steps-per-epoch",
                                              "--batch-size", "--context", "--layers", "--d-model", "--heads", "--lr",
@@ -415,6 +440,9 @@ static int run(gpt_opts *o) {
            o->cfg.layers, o->cfg.d_model, o->cfg.heads, o->cfg.context, o->cfg.vocab, em_device_str(o->device).s,
            em_module_num_parameters(model), o->text, c.n, o->batch, o->lr, em_get_num_threads(),
            em_get_num_threads() == 1 ? "" : "s");
+    if (o->cfg.ckpt)
+        printf("activation checkpointing: each of the %" PRId64 " blocks keeps only its input for backward, "
+               "which recomputes the block\n", o->cfg.layers);
     fflush(stdout);
     uint64_t rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 1;
     int64_t steps = 0, train_end = c.n - c.n / 10;
