@@ -276,7 +276,7 @@ int cmd_mem(int argc, char **argv) {
     em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
     const char *params = NULL, *mode = "all", *model = NULL;
     bool shape_given = false, dtype_given = false;
-    bool json = false;
+    bool json = false, ckpt = false;
     mlp_seen seen = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -290,6 +290,9 @@ int cmd_mem(int argc, char **argv) {
             takes = false;
         } else if (!strcmp(a, "--master-weights")) {
             o.master_weights = true;
+            takes = false;
+        } else if (!strcmp(a, "--checkpoint-activations")) {
+            ckpt = true;
             takes = false;
         } else if (a[0] == '-' && a[1] == '-' && !v) {
             return bad("option %s needs a value", a);
@@ -342,7 +345,8 @@ int cmd_mem(int argc, char **argv) {
         if (!model_cnn_estimate_opts(&o, shape_given, cnn_why, sizeof cnn_why)) return bad("%s", em_last_error());
         params = "cnn";
     } else if (model && !strcmp(model, "gpt")) {
-        return gpt_mem_main(o.batch, o.layers, o.hidden, o.seq, json);
+        return gpt_mem_main(&(gpt_mem_args){.batch = o.batch, .layers = o.layers, .hidden = o.hidden, .seq = o.seq,
+                                            .lora_rank = o.lora_rank, .ckpt = ckpt, .json = json});
     } else if (model) {
         return mem_model(model, params, shape_given, mode, json, o);
     }

@@ -16,6 +16,7 @@
 #include <ember/estimate.h>
 #include "mlp.h"
 #include "model_gpt.h"
+#include "mem_measured.h"
 #include "progress.h"
 
 static const char *const tool = "ember train";
@@ -644,50 +645,58 @@ static double gpt_params(const gpt_cfg *c) {
     return V * d + T * d + (double)c->layers * block + 2 * d + d * V + V;
 }
 
-/* Float32 values autograd keeps per sequence for backward, counted from the ops the model
- * runs (LayerNorm as composed: the centred input, the normalized one and the affine output;
- * attention: the qkv projection, the scaled queries, the softmax [heads, T, T], the merged heads;
- * the MLP's two hidden activations; the head's logits, log-softmax and one-hot targets). */
-static double gpt_saved_per_sample(const gpt_cfg *c) {
+/* Activation bytes per sequence at the step's peak, float32, counted from the ops the model
+ * runs (measured op by op against the CPU allocator, see docs/BENCHMARKS.md), per token:
+ *   a block keeps 17d + HT + 4: LayerNorm 1's output (attention's input) and its mean and rstd,
+ *   attention's qkv (3d), scaled queries, merged heads and out_proj input (d each) and the
+ *   softmax [H, T] per query, the residual sum (LayerNorm 2's input), LayerNorm 2's output,
+ *   the MLP's hidden activation before and after GELU (4d each) and the block's output;
+ *   plus the embeddings' sum d (block 1's input), the final LayerNorm's output d and its stats,
+ *   the logits (kept by the step), cross-entropy's log-softmax and target mask (3V).
+ * The peak is the larger of two moments: the end of the forward, where cross-entropy's
+ * softmax passes hold 3V more; and the last block's attention backward, where the head's
+ * and the MLP side's tensors (2V + 11d + 4) are freed but the softmax backward holds three
+ * [H, T] gradients and ten d-sized ones (qkv, heads, residual) at once.
+ * With --checkpoint-activations (em_checkpoint per block) a block keeps only its input: the
+ * forward keeps d + L d + d + 2 + 3V; backward recomputes one block (its 17d + HT + 4
+ * again) before the same attention moment. */
+typedef struct gpt_act { double kept, fwd_peak, bwd_peak, peak; } gpt_act;
+
+static gpt_act gpt_activations(const gpt_cfg *c) {
     double d = (double)c->d_model, T = (double)c->context, H = (double)c->heads, V = (double)c->vocab;
-    double block = 3 * d + (3 * d + d + d + d + H * T) + 3 * d + 8 * d;
-    return T * ((double)c->layers * block + d + 3 * d + 3 * V) * 4.0;
+    double L = (double)c->layers, block = 17 * d + H * T + 4, head = d + 2 + 3 * V;
+    gpt_act a;
+    a.kept = c->ckpt ? d + L * d + head : d + L * block + head;
+    a.fwd_peak = a.kept + 3 * V;
+    /* the attention moment: what the last block's backward still holds + its transient */
+    double held = c->ckpt ? a.kept + block : a.kept;
+    a.bwd_peak = held - (2 * V + 11 * d + 4) + 3 * H * T + 10 * d;
+    a.peak = a.fwd_peak > a.bwd_peak ? a.fwd_peak : a.bwd_peak;
+    double bytes = T * 4.0;
+    a.kept *= bytes, a.fwd_peak *= bytes, a.bwd_peak *= bytes, a.peak *= bytes;
+    return a;
 }
 
-int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, bool json) {
-    gpt_cfg c = {.vocab = 128, .context = seq ? seq : 64, .layers = layers ? layers : 2, .d_model = hidden ? hidden : 128,
-                 .heads = 4};
-    if (c.d_model % c.heads) c.heads = 1;
-    em_estimate_opts o = {.params = gpt_params(&c), .dtype = EM_F32, .mode = EM_ESTIMATE_FULL,
-                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers,
-                          .batch = batch ? batch : 32, .seq = c.context,
-                          .activation_bytes_per_sample = gpt_saved_per_sample(&c)};
-    em_estimate e;
-    if (em_estimate_memory(&o, &e) != EM_OK) {
-        fprintf(stderr, "ember mem: %s\n", em_last_error());
-        return 2;
-    }
-    /* the same step measured: the CPU allocator's peak over one AdamW step on random tokens */
+/* The CPU allocator's peak (em_memory_max_allocated, reset first) over two AdamW steps of
+ * the GPT of c (the second step has the optimizer's states) on random tokens, above what
+ * was allocated before the model was built; LoRA of rank r (0: none) on every Linear. NAN on
+ * failure. */
+static double gpt_measure(const gpt_cfg *c, int64_t batch, int lora_rank) {
     em_memory_empty_cache(EM_DEVICE_CPU);
     int64_t base = em_memory_allocated(EM_DEVICE_CPU);
+    em_memory_reset_peak_stats(EM_DEVICE_CPU);
     em_manual_seed(0);
-    em_module *m = gpt_new(&c);
+    em_module *m = gpt_new(c);
+    if (m && lora_rank > 0 && em_lora_wrap(m, lora_rank, 2.0 * lora_rank, EM_LORA_LINEAR) != EM_OK)
+        em_module_free(m), m = NULL;
     em_optimizer *opt = m ? em_adamw(m, 1e-3) : NULL;
     double peak = NAN;
-    if (m && (double)em_module_num_parameters(m) != o.params) { /* the formula must describe the model */
-        fprintf(stderr, "ember mem: internal: the GPT has %lld parameters, the formula says %.0f\n",
-                (long long)em_module_num_parameters(m), o.params);
-        em_optim_free(opt);
-        em_module_free(m);
-        return 1;
-    }
     if (opt) {
-        em_memory_reset_peak_stats(EM_DEVICE_CPU);
-        for (int step = 0; step < 2; step++) { /* the second step has the optimizer's states */
+        for (int step = 0; step < 2; step++) {
             em_scope s = em_scope_begin();
-            em_tensor *x = em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64));
-            em_tensor *loss = gpt_loss(m, x, em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64)),
-                                       c.vocab);
+            em_tensor *x = em_randint(0, c->vocab, EM_SHAPE(batch, c->context), EM_OPTS(.dtype = EM_I64));
+            em_tensor *y = em_randint(0, c->vocab, EM_SHAPE(batch, c->context), EM_OPTS(.dtype = EM_I64));
+            em_tensor *loss = gpt_loss(m, x, y, c->vocab);
             em_zero_grad(opt);
             em_backward(loss);
             em_step(opt);
@@ -699,27 +708,77 @@ int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, boo
     em_module_free(m);
     em_memory_empty_cache(EM_DEVICE_CPU);
     em_clear_error();
-    if (json) {
-        printf("{\"model\": \"gpt\", \"params\": %.0f, \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, "
-               "\"context\": %lld, \"vocab\": %lld, \"batch\": %lld", o.params, (long long)c.layers,
-               (long long)c.d_model, (long long)c.heads, (long long)c.context, (long long)c.vocab, (long long)o.batch);
+    return peak;
+}
+
+/* LoRA adapts the Linear layers: out_proj (d -> d) and the MLP's two (d -> 4d -> d) in each
+ * block, and the head (d -> V): rank x (in + out) parameters each. */
+static double gpt_lora_params(const gpt_cfg *c, int rank) {
+    double d = (double)c->d_model, V = (double)c->vocab;
+    return rank * ((double)c->layers * (2 * d + 5 * d + 5 * d) + d + V);
+}
+
+int gpt_mem_main(const gpt_mem_args *args) {
+    gpt_cfg c = {.vocab = 128, .context = args->seq ? args->seq : 64, .layers = args->layers ? args->layers : 2,
+                 .d_model = args->hidden ? args->hidden : 128, .heads = 4, .ckpt = args->ckpt};
+    if (c.d_model % c.heads) c.heads = 1;
+    int64_t batch = args->batch ? args->batch : 32;
+    int rank = args->lora_rank;
+    if (rank > c.d_model) {
+        fprintf(stderr, "ember mem: --lora-rank %d is larger than the GPT's d_model (%lld): the rank must be at most "
+                "that\n", rank, (long long)c.d_model);
+        return 2;
+    }
+    gpt_act act = gpt_activations(&c);
+    em_estimate_opts o = {.params = gpt_params(&c), .dtype = EM_F32, .mode = rank ? EM_ESTIMATE_LORA : EM_ESTIMATE_FULL,
+                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers, .batch = batch,
+                          .seq = c.context, .lora_rank = rank, .lora_params = rank ? gpt_lora_params(&c, rank) : 0,
+                          .input_bytes_per_sample = 2.0 * (double)c.context * 8, /* int64 tokens and targets */
+                          .activation_bytes_per_sample = act.peak};
+    em_estimate e;
+    if (em_estimate_memory(&o, &e) != EM_OK) {
+        fprintf(stderr, "ember mem: %s\n", em_last_error());
+        return 2;
+    }
+    {   /* the formula must describe the model */
+        em_module *m = gpt_new(&c);
+        double n = m ? (double)em_module_num_parameters(m) : -1;
+        em_module_free(m);
+        if (n != o.params) {
+            fprintf(stderr, "ember mem: internal: the GPT has %.0f parameters, the formula says %.0f\n", n, o.params);
+            return 1;
+        }
+    }
+    snprintf(e.why[EM_ESTIMATE_ACTIVATIONS], sizeof e.why[0], "tokens and targets + the %s peak: %lld x %.0f B per "
+             "sequence (kept for backward %.0f B%s)", act.fwd_peak >= act.bwd_peak ? "forward's" : "backward's",
+             (long long)batch, act.peak, act.kept, c.ckpt ? ": each block's input only" : "");
+    double peak = gpt_measure(&c, batch, rank);
+    double total = e.bytes[EM_ESTIMATE_TOTAL];
+    if (args->json) {
+        printf("{\"model\": \"gpt\", \"params\": %.0f, \"trainable_params\": %.0f, \"layers\": %lld, \"d_model\": %lld, "
+               "\"heads\": %lld, \"context\": %lld, \"vocab\": %lld, \"batch\": %lld, \"checkpoint_activations\": %s, "
+               "\"lora_rank\": %d", o.params, e.trainable_params, (long long)c.layers, (long long)c.d_model,
+               (long long)c.heads, (long long)c.context, (long long)c.vocab, (long long)batch,
+               c.ckpt ? "true" : "false", rank);
         for (int l = 0; l < EM_ESTIMATE_LINES; l++) {
             char key[32];
             snprintf(key, sizeof key, "%s", em_estimate_line_name((em_estimate_line)l));
             for (char *k = key; *k; k++) if (*k == ' ') *k = '_';
             printf(", \"%s_bytes\": %.0f", key, e.bytes[l]);
         }
-        printf(", \"measured_peak_bytes\": %.0f}\n", isnan(peak) ? -1.0 : peak);
+        printf(", \"kept_activation_bytes\": %.0f, \"measured_peak_bytes\": %.0f}\n", act.kept * (double)batch,
+               isnan(peak) ? -1.0 : peak);
         return 0;
     }
     printf("ember mem --model gpt: %lld layers, d_model %lld, %lld heads, context %lld, vocab %lld (bytes): %.0f "
-           "parameters, float32, AdamW, batch %lld\n", (long long)c.layers, (long long)c.d_model, (long long)c.heads,
-           (long long)c.context, (long long)c.vocab, o.params, (long long)o.batch);
+           "parameters, float32, AdamW, batch %lld", (long long)c.layers, (long long)c.d_model, (long long)c.heads,
+           (long long)c.context, (long long)c.vocab, o.params, (long long)batch);
+    if (rank) printf(", LoRA rank %d on every Linear (%.0f trainable parameters)", rank, e.trainable_params);
+    if (c.ckpt) printf(", activation checkpointing: %lld segments of one block, each keeping its input",
+                       (long long)c.layers);
+    printf("\n");
     for (int l = 0; l < EM_ESTIMATE_LINES; l++)
         printf("  %-17s %9.2f MB  %s\n", em_estimate_line_name((em_estimate_line)l), e.bytes[l] / 1e6, e.why[l]);
-    if (!isnan(peak))
-        printf("  measured: the CPU allocator's peak over two AdamW steps of this model is %.2f MB (%.0f%% of the "
-               "estimate; not counted: backward's transient gradients and copies)\n", peak / 1e6,
-               100.0 * peak / e.bytes[EM_ESTIMATE_TOTAL]);
+    mem_print_measured(total, peak, "two AdamW steps of this model");
     return 0;
 }
