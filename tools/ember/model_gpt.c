@@ -645,36 +645,55 @@ static double gpt_params(const gpt_cfg *c) {
     return V * d + T * d + (double)c->layers * block + 2 * d + d * V + V;
 }
 
-/* Activation bytes per sequence at the step's peak, float32, counted from the ops the model
- * runs (measured op by op against the CPU allocator, see docs/BENCHMARKS.md), per token:
+/* The step's peak, counted from the ops the model runs (measured op by op against the CPU
+ * allocator; docs/BENCHMARKS.md has the table). Per token, float32:
  *   a block keeps 17d + HT + 4: LayerNorm 1's output (attention's input) and its mean and rstd,
- *   attention's qkv (3d), scaled queries, merged heads and out_proj input (d each) and the
- *   softmax [H, T] per query, the residual sum (LayerNorm 2's input), LayerNorm 2's output,
- *   the MLP's hidden activation before and after GELU (4d each) and the block's output;
- *   plus the embeddings' sum d (block 1's input), the final LayerNorm's output d and its stats,
- *   the logits (kept by the step), cross-entropy's log-softmax and target mask (3V).
- * The peak is the larger of two moments: the end of the forward, where cross-entropy's
- * softmax passes hold 3V more; and the last block's attention backward, where the head's
- * and the MLP side's tensors (2V + 11d + 4) are freed but the softmax backward holds three
- * [H, T] gradients and ten d-sized ones (qkv, heads, residual) at once.
- * With --checkpoint-activations (em_checkpoint per block) a block keeps only its input: the
- * forward keeps d + L d + d + 2 + 3V; backward recomputes one block (its 17d + HT + 4
- * again) before the same attention moment. */
-typedef struct gpt_act { double kept, fwd_peak, bwd_peak, peak; } gpt_act;
+ *   attention's qkv (3d), scaled queries and merged heads (d each), the softmax [H, T] per
+ *   query, the residual sum (LayerNorm 2's input), LayerNorm 2's output, the MLP's hidden
+ *   activation before and after GELU (4d each) and the block's output; plus the embeddings'
+ *   sum d (block 1's input), the final LayerNorm's output d and stats, the logits (kept by the
+ *   step), cross-entropy's log-softmax and target mask (3V).
+ *   --checkpoint-activations (em_checkpoint per block): a block keeps only its input.
+ *   LoRA: nothing is recorded before the first adapter (block 1's out_proj): 6d + HT + 2 less;
+ *   each adapter keeps x A^T and its scaled copy (2r).
+ * Three moments, the largest is the peak:
+ *   forward's end: every kept tensor + 3V in cross-entropy's softmax passes, the previous
+ *   step's gradients still alive (zero_grad comes after the forward);
+ *   the last block's MLP backward: the head's 2V + 2d + 2 freed, the block recomputed first
+ *   with checkpointing (its 17d + HT + 4 again), the incoming gradient d and 6d of the MLP's
+ *   gradients; gradients exist for the head, the final LayerNorm and the MLP only;
+ *   the last block's attention backward: the MLP side's 9d + 2 freed too, the softmax backward
+ *   holding three [H, T] gradients and 8d of q, k, v and head gradients; gradients exist for
+ *   the head and the last block.
+ * Not counted: the no-grad forward of a checkpointed block (its intermediates live until the
+ * block returns; below the backward moments in every shape measured), the int64 tokens. */
+typedef struct gpt_peak {
+    double kept;              /* activation bytes per sequence kept for backward */
+    double total;             /* bytes at the peak: weights, states, gradients alive, activations */
+    const char *moment;       /* which moment */
+} gpt_peak;
 
-static gpt_act gpt_activations(const gpt_cfg *c) {
+static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, double params, double adapters) {
     double d = (double)c->d_model, T = (double)c->context, H = (double)c->heads, V = (double)c->vocab;
-    double L = (double)c->layers, block = 17 * d + H * T + 4, head = d + 2 + 3 * V;
-    gpt_act a;
-    a.kept = c->ckpt ? d + L * d + head : d + L * block + head;
-    a.fwd_peak = a.kept + 3 * V;
-    /* the attention moment: what the last block's backward still holds + its transient */
-    double held = c->ckpt ? a.kept + block : a.kept;
-    a.bwd_peak = held - (2 * V + 11 * d + 4) + 3 * H * T + 10 * d;
-    a.peak = a.fwd_peak > a.bwd_peak ? a.fwd_peak : a.bwd_peak;
-    double bytes = T * 4.0;
-    a.kept *= bytes, a.fwd_peak *= bytes, a.bwd_peak *= bytes, a.peak *= bytes;
-    return a;
+    double L = (double)c->layers, N = (double)batch * T, r = rank;
+    double block = 17 * d + H * T + 4, head = d + 2 + 3 * V;
+    double kept = c->ckpt ? d + L * d + head : d + L * block + head;
+    if (rank && !c->ckpt) kept -= 6 * d + H * T + 2;
+    if (rank) kept += 2 * r * (3 * L + 1);
+    double held = c->ckpt ? kept + block : kept;
+    /* parameter-sized bytes: weights and AdamW's two states (adapters' only with LoRA), then
+     * the gradients alive at each moment */
+    double p_head = d * V + V + 2 * d, p_mlp = 8 * d * d + 5 * d, p_block = 12 * d * d + 13 * d;
+    double fixed = rank ? 4 * params + 12 * adapters : 12 * params;
+    double g_fwd = rank ? 4 * adapters : 4 * params;
+    double g_mlp = rank ? 4 * adapters : 4 * (p_head + p_mlp), g_attn = rank ? 4 * adapters : 4 * (p_head + p_block);
+    double fwd = fixed + g_fwd + N * 4 * (kept + 3 * V);
+    double mlp = fixed + g_mlp + N * 4 * (held - (2 * V + 2 * d + 2) + d + 6 * d);
+    double attn = fixed + g_attn + N * 4 * (held - (2 * V + 11 * d + 4) + 3 * H * T + 8 * d);
+    gpt_peak p = {.kept = kept * T * 4, .total = fwd, .moment = "the forward's end"};
+    if (mlp > p.total) p.total = mlp, p.moment = "the last block's MLP backward";
+    if (attn > p.total) p.total = attn, p.moment = "the last block's attention backward";
+    return p;
 }
 
 /* The CPU allocator's peak (em_memory_max_allocated, reset first) over two AdamW steps of
@@ -729,12 +748,12 @@ int gpt_mem_main(const gpt_mem_args *args) {
                 "that\n", rank, (long long)c.d_model);
         return 2;
     }
-    gpt_act act = gpt_activations(&c);
+    double adapters = rank ? gpt_lora_params(&c, rank) : 0;
     em_estimate_opts o = {.params = gpt_params(&c), .dtype = EM_F32, .mode = rank ? EM_ESTIMATE_LORA : EM_ESTIMATE_FULL,
-                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers, .batch = batch,
-                          .seq = c.context, .lora_rank = rank, .lora_params = rank ? gpt_lora_params(&c, rank) : 0,
-                          .input_bytes_per_sample = 2.0 * (double)c.context * 8, /* int64 tokens and targets */
-                          .activation_bytes_per_sample = act.peak};
+                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers, .lora_rank = rank,
+                          .lora_params = adapters,
+                          /* the workspace line: the largest trainable tensor (AdamW's fused step needs none) */
+                          .largest_param = rank ? rank * 5.0 * (double)c.d_model : 4.0 * (double)(c.d_model * c.d_model)};
     em_estimate e;
     if (em_estimate_memory(&o, &e) != EM_OK) {
         fprintf(stderr, "ember mem: %s\n", em_last_error());
@@ -749,9 +768,17 @@ int gpt_mem_main(const gpt_mem_args *args) {
             return 1;
         }
     }
-    snprintf(e.why[EM_ESTIMATE_ACTIVATIONS], sizeof e.why[0], "tokens and targets + the %s peak: %lld x %.0f B per "
-             "sequence (kept for backward %.0f B%s)", act.fwd_peak >= act.bwd_peak ? "forward's" : "backward's",
-             (long long)batch, act.peak, act.kept, c.ckpt ? ": each block's input only" : "");
+    /* the activation line: the peak less weights, gradients and states (at a backward moment
+     * the earlier layers' gradients do not exist yet, which the line absorbs) */
+    gpt_peak pk = gpt_estimate_peak(&c, batch, rank, o.params, adapters);
+    double others = e.bytes[EM_ESTIMATE_WEIGHTS] + e.bytes[EM_ESTIMATE_GRADIENTS] + e.bytes[EM_ESTIMATE_OPTIMIZER_STATES];
+    e.bytes[EM_ESTIMATE_ACTIVATIONS] = pk.total - others;
+    e.bytes[EM_ESTIMATE_TOTAL] = pk.total;
+    snprintf(e.why[EM_ESTIMATE_ACTIVATIONS], sizeof e.why[0], "at the peak, %s: batch %lld x %.0f B kept for "
+             "backward per sequence (%s) + that moment's transients", pk.moment, (long long)batch, pk.kept,
+             c.ckpt ? "each block's input only" : "every op's saved tensors");
+    snprintf(e.why[EM_ESTIMATE_TOTAL], sizeof e.why[0], "the largest of three moments: the forward's end, the last "
+             "block's MLP and attention backward (tools/ember/model_gpt.c)");
     double peak = gpt_measure(&c, batch, rank);
     double total = e.bytes[EM_ESTIMATE_TOTAL];
     if (args->json) {
@@ -766,7 +793,7 @@ int gpt_mem_main(const gpt_mem_args *args) {
             for (char *k = key; *k; k++) if (*k == ' ') *k = '_';
             printf(", \"%s_bytes\": %.0f", key, e.bytes[l]);
         }
-        printf(", \"kept_activation_bytes\": %.0f, \"measured_peak_bytes\": %.0f}\n", act.kept * (double)batch,
+        printf(", \"kept_activation_bytes\": %.0f, \"measured_peak_bytes\": %.0f}\n", pk.kept * (double)batch,
                isnan(peak) ? -1.0 : peak);
         return 0;
     }
