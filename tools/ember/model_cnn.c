@@ -85,7 +85,11 @@ bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, bool ckpt, c
     double h = CNN_HIDDEN, out = 10, idx = 8 / es;
     double peak;
     const char *moment;
-    if (lora) {
+    if (o->mode == EM_ESTIMATE_INFERENCE) {
+        /* no autograd: every layer's output lives until the Sequential returns, no indices */
+        peak = 2 * in + 2 * r1 + p1 + 2 * r2 + p2 + 2 * h + 2 * out;
+        moment = "the forward's end, every layer's output alive until the Sequential returns";
+    } else if (lora) {
         /* the convolutions are frozen and their input needs no gradient: nothing is recorded
          * before fc1 (the pools make no indices); the forward's outputs live until the
          * Sequential returns */
