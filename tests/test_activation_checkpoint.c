@@ -259,7 +259,9 @@ static int64_t train_blocks(bool ckpt, double *losses) {
     em_manual_seed(11);
     em_module *blocks = em_sequential(tblock(32, 4, 0.1), tblock(32, 4, 0.1), tblock(32, 4, 0.1));
     em_optimizer *opt = em_adamw(blocks, 1e-2);
+    em_scope s0 = em_scope_begin();
     em_tensor *x = em_keep(em_randn(EM_SHAPE(8, 24, 32), EM_OPTS(0)));
+    em_scope_end(s0);
     int64_t base = em_memory_allocated(EM_DEVICE_CPU);
     em_memory_reset_peak_stats(EM_DEVICE_CPU);
     for (int step = 0; step < 3; step++) {
