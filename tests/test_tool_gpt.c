@@ -97,10 +97,48 @@ static void test_mem_model_gpt(void) {
     CHECK(strstr(out, "3 layers") != NULL && strstr(out, "measured") != NULL);
 }
 
+/* the value after "peak " in the n-th epoch line, in MiB (em_memory_format_size: KiB or MiB) */
+static double peak_mib(const char *s, int n) {
+    for (const char *p = s; (p = strstr(p, ", peak ")); p += 7)
+        if (n-- == 0) {
+            char *end;
+            double v = strtod(p + 7, &end);
+            return !strncmp(end, " KiB", 4) ? v / 1024 : !strncmp(end, " MiB", 4) ? v : NAN;
+        }
+    return NAN;
+}
+
+/* --checkpoint-activations: each block under em_checkpoint. The same losses as without (the
+ * printed 4 decimals of every epoch's train and validation loss, and the sample: the
+ * recomputation runs the same kernels on the same inputs, bit-identical as
+ * test_activation_checkpoint's transformer blocks check), and a lower peak. */
+static void test_checkpoint_activations(void) {
+    if (!tool_path()) SKIP("build/ember is not built");
+    static char plain[1 << 16];
+    const char *args = "train --model gpt --device cpu " SMALL " --epochs 2 --steps-per-epoch 10 --checkpoint none";
+    char ck_args[768];
+    snprintf(ck_args, sizeof ck_args, "%s --checkpoint-activations", args);
+    CHECK(tool_run(args, plain, sizeof plain) == 0);
+    CHECK(tool_run(ck_args, out, sizeof out) == 0);
+    CHECK(strstr(out, "activation checkpointing: each of the 2 blocks") != NULL);
+    for (int e = 0; e < 2; e++) {
+        double a = number_after(plain, ": train loss ", e), b = number_after(out, ": train loss ", e);
+        double va = number_after(plain, "val loss ", e), vb = number_after(out, "val loss ", e);
+        double pa = peak_mib(plain, e), pb = peak_mib(out, e);
+        printf("  epoch %d: train loss %.4f / %.4f, val loss %.4f / %.4f, peak %.2f / %.2f MiB (plain / checkpointed)\n",
+               e + 1, a, b, va, vb, pa, pb);
+        CHECK(isfinite(a) && a == b && va == vb);
+        CHECK(pb < pa);
+    }
+    const char *sa = strstr(plain, "sample:\n"), *sb = strstr(out, "sample:\n");
+    CHECK(sa && sb && !strncmp(sa, sb, 48));
+}
+
 int main(void) {
     RUN(test_cpu_loss_falls_below_threshold);
     RUN(test_trains_on_opencl);
     RUN(test_bad_options);
     RUN(test_mem_model_gpt);
+    RUN(test_checkpoint_activations);
     return test_summary();
 }

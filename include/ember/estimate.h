@@ -100,7 +100,8 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out);
  * allocator rounding (512 B per block). Measured against the CPU and OpenCL allocators on
  * ReLU MLPs (tests/test_estimate_measured.c) the total is within 5% of the peak of two Adam
  * steps from batch 1 to 8192. For inference: the input plus the widest output twice (matmul
- * result and bias sum). LoRA counts rank x (in + out) adapter parameters per Linear.
+ * result and bias sum). LoRA counts rank x (in + out) adapter parameters per Linear and
+ * one more widest output (an adapted layer's base output lives next to the sum).
  * A module kind it does not know (a custom forward) counts as one output of the current
  * width, and the explanation says so. EM_ERR_ARGUMENT for a model without parameters. */
 typedef struct em_module em_module; /* include/ember/nn.h */

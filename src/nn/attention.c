@@ -123,8 +123,13 @@ typedef struct mha_ctx { int64_t embed_dim, num_heads; double dropout; bool bias
 
 /* x @ w^T + b for a [N, L, E] x, the rows w[r0 : r0 + n] */
 static em_tensor *project(em_tensor *x, em_tensor *w, em_tensor *b, int64_t r0, int64_t n) {
-    em_tensor *y = em_matmul(x, em_transpose(em_narrow(w, 0, r0, n), 0, 1));
-    return b ? em_add(y, em_narrow(b, 0, r0, n)) : y;
+    if (!x) return NULL;
+    /* as rows: backward's weight gradient is one GEMM, not one product per batch index summed */
+    em_shape s = em_shape_of(x);
+    s.d[s.ndim - 1] = n;
+    em_tensor *x2 = em_reshape(x, EM_SHAPE(-1, em_size(x, -1))), *wt = em_transpose(em_narrow(w, 0, r0, n), 0, 1);
+    em_tensor *y = b ? em_addmm(em_narrow(b, 0, r0, n), x2, wt, 1.0, 1.0) : em_matmul(x2, wt);
+    return em_reshape(y, s);
 }
 
 /* [N, L, E] -> [N, H, L, E / H] */

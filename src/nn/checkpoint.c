@@ -72,7 +72,13 @@ static em_status ckpt_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
     }
     for (int i = 0; i < n; i++) {
         em_tensor *gi = i < k->n ? em_grad(leaves[i]) : NULL;
-        /* an input the output does not depend on (and the anchor) gets zeros */
+        /* an input that needs no gradient gets none (the engine asks only for the others: a
+         * zero tensor of the data batch's size would raise the peak for nothing); one the
+         * output does not depend on (and the anchor) gets zeros */
+        if (!gi && i < k->n && !k->needs[i]) {
+            grads[i] = NULL;
+            continue;
+        }
         grads[i] = gi ? gi : i < k->n ? em_zeros_like(leaves[i]) : em_zeros(EM_SHAPE(1), EM_OPTS(.dtype = EM_F32));
         if (!grads[i]) return em_last_status();
     }

@@ -16,6 +16,15 @@ static em_tensor *linear_forward(em_module *m, em_tensor *x) {
     em_tensor *w = m->params[0].t;
     /* a batch of rows with a bias: addmm, as PyTorch's linear (one GEMM adding into the bias) */
     if (m->nparams > 1 && x && em_ndim(x) == 2) return em_addmm(m->params[1].t, x, em_transpose(w, 0, 1), 1.0, 1.0);
+    if (x && em_ndim(x) > 2) { /* [..., in] as rows (PyTorch's linear does the same): backward's weight
+                                * gradient is one GEMM, not a weight-sized product per batch index summed */
+        em_shape s = em_shape_of(x);
+        s.d[s.ndim - 1] = em_size(w, 0);
+        em_tensor *x2 = em_reshape(x, EM_SHAPE(-1, em_size(x, -1)));
+        em_tensor *y2 = m->nparams > 1 ? em_addmm(m->params[1].t, x2, em_transpose(w, 0, 1), 1.0, 1.0)
+                                       : em_matmul(x2, em_transpose(w, 0, 1));
+        return em_reshape(y2, s);
+    }
     em_tensor *y = em_matmul(x, em_transpose(w, 0, 1));
     return m->nparams > 1 ? em_add(y, m->params[1].t) : y;
 }

@@ -12,16 +12,23 @@
 #include "train_amp.h"
 #include "model_cnn.h"
 #include "model_gpt.h"
+#include "mem_measured.h"
 
 static const char usage_text[] =
     "usage: ember mem PARAMS [options]\n"
     "       ember mem --model FILE.safetensors [options]\n"
     "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.\n\n"
     "  PARAMS                 parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)\n"
-    "  --model cnn            `ember train --model cnn`'s network (float32 unless --dtype)\n"
+    "  --model mlp|cnn        `ember train --model mlp|cnn`'s network (float32 unless --dtype;\n"
+    "                         --batch default 64); the training estimates print the CPU\n"
+    "                         allocator's measured peak over two real steps of the same training\n"
     "  --model gpt            the GPT of `ember train --model gpt` (--layers, --hidden = d_model,\n"
-    "                         --seq = context, --batch), its activations counted op by op and\n"
-    "                         the CPU allocator's measured peak over two real steps alongside\n"
+    "                         --seq = context, --batch), the step's peak counted op by op and the\n"
+    "                         measured peak alongside; --lora-rank R: LoRA on every Linear\n"
+    "  --checkpoint-activations   with --model mlp, cnn or gpt: as `ember train\n"
+    "                         --checkpoint-activations` (mlp/cnn: em_checkpoint_sequential over\n"
+    "                         sqrt(layers) segments; gpt: each block): only segment inputs are\n"
+    "                         kept, the segment being backpropagated is recomputed and counted\n"
     "  --model FILE           an Ember checkpoint (em_module_save): parameters, dtype and the\n"
     "                         Linear layers' widths come from its tensors; with --batch the\n"
     "                         activations and the optimizer's workspace are counted too\n"
@@ -177,7 +184,7 @@ static void print_text(const em_estimate_opts *o, const em_estimate *e, const em
 }
 
 static void print_json(const em_estimate_opts *o, const em_estimate *e, const em_estimate *alt,
-                       const fit_device *dev, int ndev, bool first) {
+                       const fit_device *dev, int ndev, bool first, double measured) {
     printf("%s\n    {\"mode\": \"%s\", \"optimizer\": \"%s\", \"uses_master_weights\": %s, \"trainable_params\": %.0f",
            first ? "" : ",", em_estimate_mode_name(o->mode), em_estimate_optimizer_name(o->optimizer),
            o->master_weights ? "true" : "false", e->trainable_params);
@@ -188,6 +195,7 @@ static void print_json(const em_estimate_opts *o, const em_estimate *e, const em
         printf(", \"%s_bytes\": %.0f, \"%s_why\": ", key, e->bytes[l], key);
         json_string(e->why[l]);
     }
+    if (!isnan(measured)) printf(", \"measured_peak_bytes\": %.0f", measured);
     if (alt) printf(", \"%s_total_bytes\": %.0f", o->master_weights ? "without_master_weights" : "with_master_weights",
                     alt->bytes[EM_ESTIMATE_TOTAL]);
     printf(", \"devices\": [");
@@ -265,7 +273,7 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
             ao.master_weights = !mo.master_weights;
             if (em_estimate_checkpoint(path, &ao, &alt) != EM_OK) return estimate_failed();
         }
-        if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0);
+        if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0, NAN);
         else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
     }
     if (json) printf("\n  ]\n}\n");
@@ -276,7 +284,7 @@ int cmd_mem(int argc, char **argv) {
     em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
     const char *params = NULL, *mode = "all", *model = NULL;
     bool shape_given = false, dtype_given = false;
-    bool json = false;
+    bool json = false, ckpt = false;
     mlp_seen seen = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -290,6 +298,9 @@ int cmd_mem(int argc, char **argv) {
             takes = false;
         } else if (!strcmp(a, "--master-weights")) {
             o.master_weights = true;
+            takes = false;
+        } else if (!strcmp(a, "--checkpoint-activations")) {
+            ckpt = true;
             takes = false;
         } else if (a[0] == '-' && a[1] == '-' && !v) {
             return bad("option %s needs a value", a);
@@ -333,30 +344,52 @@ int cmd_mem(int argc, char **argv) {
         if (takes) i++;
     }
     if (o.autocast_dtype != EM_F32 && !dtype_given) o.dtype = EM_F32;   /* autocast keeps float32 weights */
-    /* convolution and pooling: --model cnn counts ember train's CNN from its layers */
-    bool cnn = model && !strcmp(model, "cnn");
+    /* ember train's models: --model cnn counts the CNN from its layers, --model mlp walks the
+     * MLP (em_estimate_module); both print the measured peak of real steps alongside */
+    bool cnn = model && !strcmp(model, "cnn"), mlp = model && !strcmp(model, "mlp"), classifier = cnn || mlp;
     char cnn_why[256] = "";
-    if (cnn) {
-        if (params) return bad("give either a parameter count or --model cnn, not both (got '%s')", params);
-        if (o.hidden || o.layers || o.seq) return bad("%s", "--hidden, --layers and --seq come from the CNN with --model cnn");
-        if (!model_cnn_estimate_opts(&o, shape_given, cnn_why, sizeof cnn_why)) return bad("%s", em_last_error());
-        params = "cnn";
+    if (ckpt && !classifier && !(model && !strcmp(model, "gpt")))
+        return bad("%s", "--checkpoint-activations needs --model mlp, cnn or gpt (ember train's models)");
+    if (classifier) {
+        if (params) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "give either a parameter count or --model %s, not both (got '%.100s')", model, params);
+            return bad("%s", msg);
+        }
+        if (o.hidden || o.layers || o.seq)
+            return bad("--hidden, --layers and --seq come from the %s with --model cnn or mlp", cnn ? "CNN" : "MLP");
+        if (o.activation_bytes_per_sample > 0) return bad("%s", "--act-bytes: the activations of --model cnn or mlp are counted from its layers");
+        if (o.batch <= 0) o.batch = 64;   /* ember train's default batch size */
+        if (ckpt && o.lora_rank)
+            return bad("%s", "--checkpoint-activations with --lora-rank: LoRA trains only the Linear layers of ember "
+                       "train's MLP and CNN; checkpointing recomputes the frozen layers for nothing (not estimated)");
+        if (!dtype_given) o.dtype = EM_F32;
+        if (cnn && !model_cnn_estimate_opts(&o, true, ckpt, cnn_why, sizeof cnn_why)) return bad("%s", em_last_error());
+        if (mlp && !classifier_estimate("mlp", &o, ckpt, NULL)) return bad("%s", em_last_error());
+        params = model;
     } else if (model && !strcmp(model, "gpt")) {
-        return gpt_mem_main(o.batch, o.layers, o.hidden, o.seq, json);
+        return gpt_mem_main(&(gpt_mem_args){.batch = o.batch, .layers = o.layers, .hidden = o.hidden, .seq = o.seq,
+                                            .lora_rank = o.lora_rank, .ckpt = ckpt, .json = json});
     } else if (model) {
         return mem_model(model, params, shape_given, mode, json, o);
     }
     if (!params) return bad("%s", "give a parameter count, e.g. ember mem 7B");
-    if (!cnn && em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());
+    if (!classifier && em_estimate_parse_params(params, &o.params) != EM_OK) return bad("%s", em_last_error());
     if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
-    if ((o.batch > 0) != (o.seq > 0) && o.activation_bytes_per_sample <= 0)
+    if (!classifier && (o.batch > 0) != (o.seq > 0) && o.activation_bytes_per_sample <= 0)
         return bad("%s", "activations need both --batch and --seq (or --batch and --act-bytes)");
     em_estimate_mode modes[3];
     int nmodes;
     if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
-    if (cnn && !strcmp(mode, "all")) nmodes--;   /* LoRA adapts transformers' matrices: only when asked */
+    if (classifier && !strcmp(mode, "all")) nmodes--;   /* LoRA adapts transformers' matrices: only when asked */
     em_estimate e, alt;
-    if (modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
+    if (classifier && o.lora_rank > 256) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--lora-rank %d is larger than the model's widest Linear (256): the rank must be at "
+                 "most that", o.lora_rank);
+        return bad("%s", msg);
+    }
+    if (!classifier && modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
         em_estimate_opts lo = o;
         lo.mode = EM_ESTIMATE_LORA;
         if (em_estimate_memory(&lo, &e) != EM_OK) return bad("%s", em_last_error());
@@ -372,11 +405,12 @@ int cmd_mem(int argc, char **argv) {
                "\"shape_inferred\": %s,\n  \"estimates\": [", o.params, dt, (long long)(o.hidden ? o.hidden : e.hidden),
                (long long)(o.layers ? o.layers : e.layers), o.hidden && o.layers ? "false" : "true");
     } else {
-        if (cnn) printf("ember mem: ember train's CNN (%.0f parameters), %s weights", o.params, dt);
+        if (classifier) printf("ember mem: ember train's %s (%.0f parameters), %s weights, batch %lld", cnn ? "CNN" : "MLP",
+                               o.params, dt, (long long)o.batch);
         else printf("ember mem: %s parameters (%.0f), %s weights", params, o.params, dt);
         if (o.autocast_dtype != EM_F32) printf(", autocast %s activations", em_dtype_name(o.autocast_dtype));
-        if (cnn_why[0]) printf("; activations %s", cnn_why);
-        if (!o.hidden || !o.layers)
+        if (ckpt) printf("; --checkpoint-activations: %s", mem_classifier_ckpt_why(model));
+        if (!classifier && (!o.hidden || !o.layers))
             printf("; assumed transformer shape: hidden %lld, %lld layers (set --hidden/--layers for your model)",
                    (long long)(o.hidden ? o.hidden : e.hidden), (long long)(o.layers ? o.layers : e.layers));
         printf("\nGB = 1e9 bytes, GiB = 2^30 bytes\n");
@@ -384,15 +418,35 @@ int cmd_mem(int argc, char **argv) {
     for (int m = 0; m < nmodes; m++) {
         em_estimate_opts mo = o;
         mo.mode = modes[m];
-        if (em_estimate_memory(&mo, &e) != EM_OK) return bad("%s", em_last_error());
-        bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
+        if (cnn && !model_cnn_estimate_opts(&mo, true, ckpt, cnn_why, sizeof cnn_why)) return bad("%s", em_last_error());
+        if (mlp ? !classifier_estimate("mlp", &mo, ckpt, &e) : em_estimate_memory(&mo, &e) != EM_OK)
+            return bad("%s", em_last_error());
+        if (cnn && cnn_why[0]) snprintf(e.why[EM_ESTIMATE_ACTIVATIONS], sizeof e.why[0], "%s", cnn_why);
+        bool has_alt = !classifier && modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
         if (has_alt) {
             em_estimate_opts ao = mo;
             ao.master_weights = !mo.master_weights;
             if (em_estimate_memory(&ao, &alt) != EM_OK) return bad("%s", em_last_error());
         }
-        if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0);
+        /* the same training step measured: float32 models only (ember train's dtype) */
+        double peak = NAN;
+        char what[160];
+        if (classifier && modes[m] != EM_ESTIMATE_INFERENCE && o.dtype == EM_F32 && o.autocast_dtype == EM_F32) {
+            peak = mem_measure_classifier(&(mem_classifier){model, mo.optimizer,
+                                                            modes[m] == EM_ESTIMATE_LORA ? (mo.lora_rank ? mo.lora_rank : 8) : 0,
+                                                            ckpt}, o.batch);
+            snprintf(what, sizeof what, "two %s steps of ember train's %s%s at batch %lld",
+                     em_estimate_optimizer_name(mo.optimizer), cnn ? "CNN" : "MLP",
+                     modes[m] == EM_ESTIMATE_LORA ? " with LoRA" : "", (long long)o.batch);
+        }
+        if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0, peak);
         else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
+        if (!json && classifier && modes[m] != EM_ESTIMATE_INFERENCE) {
+            if (isnan(peak) && (o.dtype != EM_F32 || o.autocast_dtype != EM_F32))
+                printf("  measured peak     not measured: ember train's models train in float32 without --amp here\n");
+            else
+                mem_print_measured(e.bytes[EM_ESTIMATE_TOTAL], peak, what);
+        }
     }
     if (json) printf("\n  ]\n}\n");
     return 0;

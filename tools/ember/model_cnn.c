@@ -64,7 +64,7 @@ const char *model_of_checkpoint(const char *path) {
     return r;
 }
 
-bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, char *why, size_t why_size) {
+bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, bool ckpt, char *why, size_t why_size) {
     em_module *m = cnn_new();
     if (!m) return false;
     o->params = (double)em_module_num_parameters(m);
@@ -72,23 +72,51 @@ bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, char *why, s
     if (!dtype_given) o->dtype = EM_F32;
     o->hidden = CNN_C2 * 5 * 5;
     o->layers = 4;
-    o->largest_param = CNN_C2 * 5 * 5 * CNN_HIDDEN;
+    bool lora = o->mode == EM_ESTIMATE_LORA;
+    int rank = o->lora_rank ? o->lora_rank : 8;
+    /* LoRA adapts the two Linears: rank x (in + out) each */
+    o->lora_params = rank * (double)(CNN_C2 * 25 + CNN_HIDDEN + CNN_HIDDEN + 10);
+    o->largest_param = lora ? rank * (double)(CNN_C2 * 25) : CNN_C2 * 5 * 5 * CNN_HIDDEN;
     double es = o->dtype == EM_F32 ? 4 : 2;
-    /* per sample, in elements: what the step keeps for backward. Conv2d keeps its input,
-     * ReLU its output, MaxPool2d its int64 indices (two floats' worth each), Linear its input,
-     * cross-entropy its log-softmax; the convolutions' outputs die once ReLU has its own. */
-    double conv1_in = 784, relu1 = CNN_C1 * 28 * 28, idx1 = CNN_C1 * 14 * 14, pool1 = CNN_C1 * 14 * 14;
-    double relu2 = CNN_C2 * 10 * 10, idx2 = CNN_C2 * 5 * 5, pool2 = CNN_C2 * 5 * 5, relu3 = CNN_HIDDEN, logits = 10;
-    double kept = relu1 + pool1 + relu2 + pool2 + relu3 + logits + (idx1 + idx2) * 8 / es;
-    /* backward's widest moment: the gradient of ReLU 1's output and of its input at once (an
-     * upper bound: measured on a batch-64 Adam step, the allocator's peak was 13.2 MB against
-     * 15.6 MB estimated in all) */
-    double transient = 2 * relu1;
-    if (o->batch > 0 && o->activation_bytes_per_sample <= 0) {
-        o->input_bytes_per_sample = conv1_in * es;
-        o->activation_bytes_per_sample = (kept + transient) * es; /* a training step's */
-        snprintf(why, why_size, "per sample: %.0f elements kept for backward (ReLU outputs, pool outputs and indices, "
-                 "logits) + %.0f in backward's widest step", kept, transient);
+    /* per sample, in elements, measured op by op against the CPU allocator (docs/BENCHMARKS.md):
+     * the normalized input (conv1 keeps it), ReLU outputs, pool outputs and their int64
+     * indices (two floats' worth each), the logits and log-softmax */
+    double in = 784, r1 = CNN_C1 * 28 * 28, p1 = CNN_C1 * 14 * 14, r2 = CNN_C2 * 10 * 10, p2 = CNN_C2 * 5 * 5;
+    double h = CNN_HIDDEN, out = 10, idx = 8 / es;
+    double peak;
+    const char *moment;
+    if (o->mode == EM_ESTIMATE_INFERENCE) {
+        /* no autograd: every layer's output lives until the Sequential returns, no indices */
+        peak = 2 * in + 2 * r1 + p1 + 2 * r2 + p2 + 2 * h + 2 * out;
+        moment = "the forward's end, every layer's output alive until the Sequential returns";
+    } else if (lora) {
+        /* the convolutions are frozen and their input needs no gradient: nothing is recorded
+         * before fc1 (the pools make no indices); the forward's outputs live until the
+         * Sequential returns */
+        double fwd = 2 * in + 2 * r1 + p1 + 2 * r2 + p2 + 2 * h + 4 * rank + 2 * out; /* no indices: no gradient */
+        peak = fwd;
+        moment = "forward's end, every layer's output alive (frozen convolutions: nothing kept before fc1)";
+    } else if (ckpt) {
+        /* 3 segments: (input, conv1, ReLU) and (pool, conv2, ReLU) recomputed in backward;
+         * kept: the second segment's input (ReLU 1's output) and the last segment's tensors */
+        double kept = r1 + p2 * (1 + idx) + h + 2 * out;
+        double fwd = in + 2 * r1;                      /* segment 1 without autograd */
+        double bwd = in + 4 * r1 + p1;                 /* segment 1 recomputed and backpropagated */
+        peak = fwd > bwd ? fwd : bwd;
+        if (kept + h > peak) peak = kept + h;
+        moment = "segment 1 recomputed in backward: its conv1 and ReLU outputs, both their gradients";
+    } else {
+        double kept = in + r1 + p1 * (1 + idx) + r2 + p2 * (1 + idx) + h + 2 * out;
+        double fwd = kept + r1 + r2 + h;               /* conv1, conv2, fc1 outputs until the Sequential returns */
+        double bwd = in + 3 * r1 + p1;                 /* ReLU 1's backward */
+        peak = fwd > bwd ? fwd : bwd;
+        moment = "forward's end, kept for backward + conv1, conv2, fc1 outputs (freed as the Sequential returns)";
+    }
+    if (o->batch > 0) {
+        o->input_bytes_per_sample = 784 * es;
+        o->activation_bytes_per_sample = peak * es;
+        snprintf(why, why_size, "input %lld x %.0f B + %lld x %.0f elements at the peak, %s", (long long)o->batch,
+                 784 * es, (long long)o->batch, peak, moment);
     } else {
         snprintf(why, why_size, "%s", "");
     }

@@ -30,10 +30,12 @@ const char *model_of_checkpoint(const char *path);
 em_module *cnn_new(void);
 
 /* ember mem --model cnn: fills o's params, dtype (float32 unless dtype_given), shape
- * (hidden = the widest Linear input, CNN_C2 * 25; layers = 4 weighted layers), largest tensor and,
- * with o->batch > 0 and no --act-bytes, the input and activation bytes per sample (what
- * autograd keeps for a training step, counted from the layer shapes; inference keeps less).
- * why gets the activation line's explanation ("" without a batch). */
-bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, char *why, size_t why_size);
+ * (hidden = the widest Linear input, CNN_C2 * 25; layers = 4 weighted layers), largest tensor,
+ * LoRA's adapter count (the two Linears) and, with o->batch > 0, the input and activation
+ * bytes per sample at the step's peak for o->mode (full: what autograd keeps plus the
+ * forward's outputs the Sequential holds; LoRA: the frozen convolutions record nothing),
+ * ckpt: ember train --checkpoint-activations' 3 segments. why gets the activation line's
+ * explanation ("" without a batch). */
+bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, bool ckpt, char *why, size_t why_size);
 
 #endif

@@ -16,13 +16,17 @@
 #include <ember/estimate.h>
 #include "mlp.h"
 #include "model_gpt.h"
+#include "mem_measured.h"
 #include "progress.h"
 #include "plot.h"   /* --plot */
 
 static const char *const tool = "ember train";
 #define DEFAULT_TEXT "/usr/share/games/fortunes"
 
-typedef struct gpt_cfg { int64_t vocab, context, layers, d_model, heads; } gpt_cfg;
+typedef struct gpt_cfg {
+    int64_t vocab, context, layers, d_model, heads;
+    bool ckpt; /* --checkpoint-activations: each block's forward under em_checkpoint */
+} gpt_cfg;
 
 typedef struct gpt_opts {
     em_device device;
@@ -167,15 +171,27 @@ static em_tensor *block_forward(em_module *m, em_tensor *x) {
 }
 static const em_module_ops block_ops = {.name = "Block", .forward = block_forward};
 
+/* em_checkpoint's function: one block (ctx) on its input */
+static em_tensor *block_ckpt_fn(void *ctx, em_tensor *const *in, int n) {
+    (void)n;
+    return em_forward(ctx, in[0]);
+}
+
 /* idx [B, T] int64 -> logits [B, T, vocab] */
 static em_tensor *gpt_forward(em_module *m, em_tensor *idx) {
     int64_t T = em_size(idx, -1);
+    const bool *ckpt = em_module_ctx(m);
     em_tensor *pos = em_arange(0, (double)T, 1, EM_OPTS(.dtype = EM_I64, .device = em_device_of(idx)));
     em_tensor *h = em_add(em_forward(em_module_child(m, 0), idx), em_forward(em_module_child(m, 1), pos));
-    h = em_forward(em_module_child(m, 3), em_forward(em_module_child(m, 2), h));
+    em_module *blocks = em_module_child(m, 2);
+    if (ckpt && *ckpt) /* autograd keeps each block's input only; backward recomputes the block */
+        for (int i = 0; h && em_module_child(blocks, i); i++) h = em_checkpoint(block_ckpt_fn, em_module_child(blocks, i), &h, 1);
+    else
+        h = em_forward(blocks, h);
+    h = em_forward(em_module_child(m, 3), h);
     return em_forward(em_module_child(m, 4), h);
 }
-static const em_module_ops gpt_ops = {.name = "GPT", .forward = gpt_forward};
+static const em_module_ops gpt_ops = {.name = "GPT", .forward = gpt_forward, .free_ctx = free};
 
 static em_module *block_new(int64_t d, int64_t heads) {
     em_module *b = em_module_new(&block_ops, NULL);
@@ -193,7 +209,10 @@ static em_module *block_new(int64_t d, int64_t heads) {
 }
 
 static em_module *gpt_new(const gpt_cfg *c) {
-    em_module *m = em_module_new(&gpt_ops, NULL);
+    bool *ckpt = malloc(sizeof *ckpt);
+    if (!ckpt) return NULL;
+    *ckpt = c->ckpt;
+    em_module *m = em_module_new(&gpt_ops, ckpt); /* frees ckpt when it fails */
     if (!m) return NULL;
     em_module *blocks = em_sequential_n(0, NULL);
     bool ok = blocks != NULL;
@@ -311,6 +330,8 @@ static void usage(FILE *f) {
             "  --sample-chars N     characters of sample text after each epoch (default 200; 0: none)\n"
             "  --checkpoint PATH    safetensors written after every epoch (default ember-gpt.safetensors;\n"
             "                       'none': nothing); `ember eval PATH` evaluates it\n"
+            "  --checkpoint-activations  keep only each block's input for backward and recompute the\n"
+            "                       block there (em_checkpoint per block): less memory, one more forward\n"
             "  --plot FILE          train and validation loss curves drawn into FILE, a .png or .svg\n"
             "                       picture, rewritten after every epoch (the loss every %d steps too)\n",
             GPT_PLOT_EVERY);
@@ -327,6 +348,11 @@ static int parse(int argc, char **argv, gpt_opts *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--checkpoint-activations")) {
+            if (!mlp_once(tool, &seen, a)) return 2;
+            o->cfg.ckpt = true;
+            continue;
         }
         static const char *const valued[] = {"--model", "--text", "--device", "--epochs", "--steps-per-epoch",
                                              "--batch-size", "--context", "--layers", "--d-model", "--heads", "--lr",
@@ -437,6 +463,9 @@ static int run(gpt_opts *o) {
         plot_train_describe(plot, about);
         printf("plot: %s (rewritten after every epoch)\n", o->plot);
     }
+    if (o->cfg.ckpt)
+        printf("activation checkpointing: each of the %" PRId64 " blocks keeps only its input for backward, "
+               "which recomputes the block\n", o->cfg.layers);
     fflush(stdout);
     uint64_t rng = (uint64_t)o->seed * 0x9E3779B97F4A7C15ull + 1;
     int64_t steps = 0, train_end = c.n - c.n / 10;
@@ -648,50 +677,79 @@ static double gpt_params(const gpt_cfg *c) {
     return V * d + T * d + (double)c->layers * block + 2 * d + d * V + V;
 }
 
-/* Float32 values autograd keeps per sequence for backward, counted from the ops the model
- * runs (LayerNorm as composed: the centred input, the normalized one and the affine output;
- * attention: the qkv projection, the scaled queries, the softmax [heads, T, T], the merged heads;
- * the MLP's two hidden activations; the head's logits, log-softmax and one-hot targets). */
-static double gpt_saved_per_sample(const gpt_cfg *c) {
+/* The step's peak, counted from the ops the model runs (measured op by op against the CPU
+ * allocator; docs/BENCHMARKS.md has the table). Per token, float32:
+ *   a block keeps 17d + HT + 4: LayerNorm 1's output (attention's input) and its mean and rstd,
+ *   attention's qkv (3d), scaled queries and merged heads (d each), the softmax [H, T] per
+ *   query, the residual sum (LayerNorm 2's input), LayerNorm 2's output, the MLP's hidden
+ *   activation before and after GELU (4d each) and the block's output; plus the embeddings'
+ *   sum d (block 1's input), the final LayerNorm's output d and stats, the logits (kept by the
+ *   step), cross-entropy's log-softmax and target mask (3V).
+ *   --checkpoint-activations (em_checkpoint per block): a block keeps only its input.
+ *   LoRA: nothing is recorded before the first adapter (block 1's out_proj): 6d + HT + 2 less;
+ *   each adapter keeps x A^T and its scaled copy (2r).
+ * Three moments, the largest is the peak:
+ *   forward's end: every kept tensor + 3V in cross-entropy's softmax passes, the previous
+ *   step's gradients still alive (zero_grad comes after the forward);
+ *   the last block's MLP backward: the head's 2V + 2d + 2 freed, the block recomputed first
+ *   with checkpointing (its 17d + HT + 4 again), the incoming gradient d and 6d of the MLP's
+ *   gradients; gradients exist for the head, the final LayerNorm and the MLP only;
+ *   the last block's attention backward: the MLP side's 9d + 2 freed too, the softmax backward
+ *   holding three [H, T] gradients and 8d of q, k, v and head gradients; gradients exist for
+ *   the head and the last block.
+ * Not counted: the no-grad forward of a checkpointed block (its intermediates live until the
+ * block returns; below the backward moments in every shape measured), the int64 tokens. */
+typedef struct gpt_peak {
+    double kept;              /* activation bytes per sequence kept for backward */
+    double total;             /* bytes at the peak: weights, states, gradients alive, activations */
+    const char *moment;       /* which moment */
+} gpt_peak;
+
+static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, double params, double adapters) {
     double d = (double)c->d_model, T = (double)c->context, H = (double)c->heads, V = (double)c->vocab;
-    double block = 3 * d + (3 * d + d + d + d + H * T) + 3 * d + 8 * d;
-    return T * ((double)c->layers * block + d + 3 * d + 3 * V) * 4.0;
+    double L = (double)c->layers, N = (double)batch * T, r = rank;
+    double block = 17 * d + H * T + 4, head = d + 2 + 3 * V;
+    double kept = c->ckpt ? d + L * d + head : d + L * block + head;
+    if (rank && !c->ckpt) kept -= 6 * d + H * T + 2;
+    if (rank) kept += 2 * r * (3 * L + 1);
+    double held = c->ckpt ? kept + block : kept;
+    /* parameter-sized bytes: weights and AdamW's two states (adapters' only with LoRA), then
+     * the gradients alive at each moment */
+    double p_head = d * V + V + 2 * d, p_mlp = 8 * d * d + 5 * d, p_block = 12 * d * d + 13 * d;
+    double fixed = rank ? 4 * params + 12 * adapters : 12 * params;
+    double g_fwd = rank ? 4 * adapters : 4 * params;
+    double g_mlp = rank ? 4 * adapters : 4 * (p_head + p_mlp), g_attn = rank ? 4 * adapters : 4 * (p_head + p_block);
+    double fwd = fixed + g_fwd + N * 4 * (kept + 3 * V);
+    double mlp = fixed + g_mlp + N * 4 * (held - (2 * V + 2 * d + 2) + d + 6 * d);
+    double attn = fixed + g_attn + N * 4 * (held - (2 * V + 11 * d + 4) + 3 * H * T + 8 * d);
+    gpt_peak p = {.kept = kept * T * 4, .total = fwd, .moment = "the forward's end"};
+    if (mlp > p.total) p.total = mlp, p.moment = "the last block's MLP backward";
+    if (attn > p.total) p.total = attn, p.moment = "the last block's attention backward";
+    return p;
 }
 
-int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, bool json) {
-    gpt_cfg c = {.vocab = 128, .context = seq ? seq : 64, .layers = layers ? layers : 2, .d_model = hidden ? hidden : 128,
-                 .heads = 4};
-    if (c.d_model % c.heads) c.heads = 1;
-    em_estimate_opts o = {.params = gpt_params(&c), .dtype = EM_F32, .mode = EM_ESTIMATE_FULL,
-                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers,
-                          .batch = batch ? batch : 32, .seq = c.context,
-                          .activation_bytes_per_sample = gpt_saved_per_sample(&c)};
-    em_estimate e;
-    if (em_estimate_memory(&o, &e) != EM_OK) {
-        fprintf(stderr, "ember mem: %s\n", em_last_error());
-        return 2;
-    }
-    /* the same step measured: the CPU allocator's peak over one AdamW step on random tokens */
+/* The CPU allocator's peak (em_memory_max_allocated, reset first) over two AdamW steps of
+ * the GPT of c (the second step has the optimizer's states) on random tokens, above what
+ * was allocated before the model was built; LoRA of rank r (0: none) on every Linear. NAN on
+ * failure. */
+static double gpt_measure(const gpt_cfg *c, int64_t batch, int lora_rank) {
     em_memory_empty_cache(EM_DEVICE_CPU);
     int64_t base = em_memory_allocated(EM_DEVICE_CPU);
+    em_memory_reset_peak_stats(EM_DEVICE_CPU);
     em_manual_seed(0);
-    em_module *m = gpt_new(&c);
+    em_module *m = gpt_new(c);
+    if (m && lora_rank > 0 && em_lora_wrap(m, lora_rank, 2.0 * lora_rank, EM_LORA_LINEAR) != EM_OK)
+        em_module_free(m), m = NULL;
     em_optimizer *opt = m ? em_adamw(m, 1e-3) : NULL;
     double peak = NAN;
-    if (m && (double)em_module_num_parameters(m) != o.params) { /* the formula must describe the model */
-        fprintf(stderr, "ember mem: internal: the GPT has %lld parameters, the formula says %.0f\n",
-                (long long)em_module_num_parameters(m), o.params);
-        em_optim_free(opt);
-        em_module_free(m);
-        return 1;
-    }
     if (opt) {
+        /* the steps' peak: building the model (its init's temporaries) is not part of it */
         em_memory_reset_peak_stats(EM_DEVICE_CPU);
-        for (int step = 0; step < 2; step++) { /* the second step has the optimizer's states */
+        for (int step = 0; step < 2; step++) {
             em_scope s = em_scope_begin();
-            em_tensor *x = em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64));
-            em_tensor *loss = gpt_loss(m, x, em_randint(0, c.vocab, EM_SHAPE(o.batch, c.context), EM_OPTS(.dtype = EM_I64)),
-                                       c.vocab);
+            em_tensor *x = em_randint(0, c->vocab, EM_SHAPE(batch, c->context), EM_OPTS(.dtype = EM_I64));
+            em_tensor *y = em_randint(0, c->vocab, EM_SHAPE(batch, c->context), EM_OPTS(.dtype = EM_I64));
+            em_tensor *loss = gpt_loss(m, x, y, c->vocab);
             em_zero_grad(opt);
             em_backward(loss);
             em_step(opt);
@@ -703,27 +761,85 @@ int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, boo
     em_module_free(m);
     em_memory_empty_cache(EM_DEVICE_CPU);
     em_clear_error();
-    if (json) {
-        printf("{\"model\": \"gpt\", \"params\": %.0f, \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, "
-               "\"context\": %lld, \"vocab\": %lld, \"batch\": %lld", o.params, (long long)c.layers,
-               (long long)c.d_model, (long long)c.heads, (long long)c.context, (long long)c.vocab, (long long)o.batch);
+    return peak;
+}
+
+/* LoRA adapts the Linear layers: out_proj (d -> d) and the MLP's two (d -> 4d -> d) in each
+ * block, and the head (d -> V): rank x (in + out) parameters each. */
+static double gpt_lora_params(const gpt_cfg *c, int rank) {
+    double d = (double)c->d_model, V = (double)c->vocab;
+    return rank * ((double)c->layers * (2 * d + 5 * d + 5 * d) + d + V);
+}
+
+int gpt_mem_main(const gpt_mem_args *args) {
+    gpt_cfg c = {.vocab = 128, .context = args->seq ? args->seq : 64, .layers = args->layers ? args->layers : 2,
+                 .d_model = args->hidden ? args->hidden : 128, .heads = 4, .ckpt = args->ckpt};
+    if (c.d_model % c.heads) c.heads = 1;
+    int64_t batch = args->batch ? args->batch : 32;
+    int rank = args->lora_rank;
+    if (rank > c.d_model) {
+        fprintf(stderr, "ember mem: --lora-rank %d is larger than the GPT's d_model (%lld): the rank must be at most "
+                "that\n", rank, (long long)c.d_model);
+        return 2;
+    }
+    double adapters = rank ? gpt_lora_params(&c, rank) : 0;
+    em_estimate_opts o = {.params = gpt_params(&c), .dtype = EM_F32, .mode = rank ? EM_ESTIMATE_LORA : EM_ESTIMATE_FULL,
+                          .optimizer = EM_ESTIMATE_ADAMW, .hidden = c.d_model, .layers = c.layers, .lora_rank = rank,
+                          .lora_params = adapters,
+                          /* the workspace line: the largest trainable tensor (AdamW's fused step needs none) */
+                          .largest_param = rank ? rank * 5.0 * (double)c.d_model : 4.0 * (double)(c.d_model * c.d_model)};
+    em_estimate e;
+    if (em_estimate_memory(&o, &e) != EM_OK) {
+        fprintf(stderr, "ember mem: %s\n", em_last_error());
+        return 2;
+    }
+    {   /* the formula must describe the model */
+        em_module *m = gpt_new(&c);
+        double n = m ? (double)em_module_num_parameters(m) : -1;
+        em_module_free(m);
+        if (n != o.params) {
+            fprintf(stderr, "ember mem: internal: the GPT has %.0f parameters, the formula says %.0f\n", n, o.params);
+            return 1;
+        }
+    }
+    /* the activation line: the peak less weights, gradients and states (at a backward moment
+     * the earlier layers' gradients do not exist yet, which the line absorbs) */
+    gpt_peak pk = gpt_estimate_peak(&c, batch, rank, o.params, adapters);
+    double others = e.bytes[EM_ESTIMATE_WEIGHTS] + e.bytes[EM_ESTIMATE_GRADIENTS] + e.bytes[EM_ESTIMATE_OPTIMIZER_STATES];
+    e.bytes[EM_ESTIMATE_ACTIVATIONS] = pk.total - others;
+    e.bytes[EM_ESTIMATE_TOTAL] = pk.total;
+    snprintf(e.why[EM_ESTIMATE_ACTIVATIONS], sizeof e.why[0], "at the peak, %s: batch %lld x %.0f B kept for "
+             "backward per sequence (%s) + that moment's transients", pk.moment, (long long)batch, pk.kept,
+             c.ckpt ? "each block's input only" : "every op's saved tensors");
+    snprintf(e.why[EM_ESTIMATE_TOTAL], sizeof e.why[0], "the largest of three moments: the forward's end, the last "
+             "block's MLP and attention backward (tools/ember/model_gpt.c)");
+    double peak = gpt_measure(&c, batch, rank);
+    double total = e.bytes[EM_ESTIMATE_TOTAL];
+    if (args->json) {
+        printf("{\"model\": \"gpt\", \"params\": %.0f, \"trainable_params\": %.0f, \"layers\": %lld, \"d_model\": %lld, "
+               "\"heads\": %lld, \"context\": %lld, \"vocab\": %lld, \"batch\": %lld, \"checkpoint_activations\": %s, "
+               "\"lora_rank\": %d", o.params, e.trainable_params, (long long)c.layers, (long long)c.d_model,
+               (long long)c.heads, (long long)c.context, (long long)c.vocab, (long long)batch,
+               c.ckpt ? "true" : "false", rank);
         for (int l = 0; l < EM_ESTIMATE_LINES; l++) {
             char key[32];
             snprintf(key, sizeof key, "%s", em_estimate_line_name((em_estimate_line)l));
             for (char *k = key; *k; k++) if (*k == ' ') *k = '_';
             printf(", \"%s_bytes\": %.0f", key, e.bytes[l]);
         }
-        printf(", \"measured_peak_bytes\": %.0f}\n", isnan(peak) ? -1.0 : peak);
+        printf(", \"kept_activation_bytes\": %.0f, \"measured_peak_bytes\": %.0f}\n", pk.kept * (double)batch,
+               isnan(peak) ? -1.0 : peak);
         return 0;
     }
     printf("ember mem --model gpt: %lld layers, d_model %lld, %lld heads, context %lld, vocab %lld (bytes): %.0f "
-           "parameters, float32, AdamW, batch %lld\n", (long long)c.layers, (long long)c.d_model, (long long)c.heads,
-           (long long)c.context, (long long)c.vocab, o.params, (long long)o.batch);
+           "parameters, float32, AdamW, batch %lld", (long long)c.layers, (long long)c.d_model, (long long)c.heads,
+           (long long)c.context, (long long)c.vocab, o.params, (long long)batch);
+    if (rank) printf(", LoRA rank %d on every Linear (%.0f trainable parameters)", rank, e.trainable_params);
+    if (c.ckpt) printf(", activation checkpointing: %lld segments of one block, each keeping its input",
+                       (long long)c.layers);
+    printf("\n");
     for (int l = 0; l < EM_ESTIMATE_LINES; l++)
         printf("  %-17s %9.2f MB  %s\n", em_estimate_line_name((em_estimate_line)l), e.bytes[l] / 1e6, e.why[l]);
-    if (!isnan(peak))
-        printf("  measured: the CPU allocator's peak over two AdamW steps of this model is %.2f MB (%.0f%% of the "
-               "estimate; not counted: backward's transient gradients and copies)\n", peak / 1e6,
-               100.0 * peak / e.bytes[EM_ESTIMATE_TOTAL]);
+    mem_print_measured(total, peak, "two AdamW steps of this model");
     return 0;
 }

@@ -14,7 +14,14 @@ bool gpt_is_checkpoint(const char *path);
 int gpt_eval_main(const char *path, int argc, char **argv);
 
 /* ember mem --model gpt: the estimate for the GPT of that shape (0: the train defaults),
- * with the CPU allocator's measured peak over real steps alongside. */
-int gpt_mem_main(int64_t batch, int64_t layers, int64_t hidden, int64_t seq, bool json);
+ * with the CPU allocator's measured peak over real steps alongside; ckpt: activation
+ * checkpointing per block (ember train --checkpoint-activations); lora_rank > 0: LoRA of that
+ * rank on every Linear, the rest frozen. */
+typedef struct gpt_mem_args {
+    int64_t batch, layers, hidden, seq;
+    int lora_rank;
+    bool ckpt, json;
+} gpt_mem_args;
+int gpt_mem_main(const gpt_mem_args *args);
 
 #endif
