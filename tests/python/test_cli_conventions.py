@@ -143,10 +143,25 @@ class JsonSchemas(unittest.TestCase):
     def test_mem(self):
         doc = self.check("mem", "mem", "7B", "--json")
         self.check("mem", "mem", "125M", "--mode", "full", "--dtype", "f32", "--optim", "sgd", "--json")
-        broken = json.loads(json.dumps(doc))
-        broken["estimates"][0]["total_bytes"] = -1
-        broken["estimates"][0]["surprise"] = 1
-        self.assertGreaterEqual(len(schema_errors(broken, "mem")), 2)
+        # each break alone is caught (the two forms sit under one oneOf, which reports one error)
+        for key, value in (("total_bytes", -1), ("surprise", 1)):
+            broken = json.loads(json.dumps(doc))
+            broken["estimates"][0][key] = value
+            self.assertGreaterEqual(len(schema_errors(broken, "mem")), 1, key)
+
+    def test_mem_builtin_models(self):
+        # --model mlp|cnn give the estimates form, --model gpt its own form; both in one schema
+        for model in ("mlp", "cnn"):
+            doc = self.check("mem", "mem", "--model", model, "--json")
+            self.assertTrue(any(e["mode"] == "full" and "measured_peak_bytes" in e for e in doc["estimates"]), model)
+        for extra in ([], ["--checkpoint-activations", "--lora-rank", "4"]):
+            doc = self.check("mem", "mem", "--model", "gpt", "--batch", "4", *extra, "--json")
+            self.assertEqual(doc["model"], "gpt")
+            self.assertEqual(doc["checkpoint_activations"], bool(extra))
+        for breaking in (lambda d: d.update(total_bytes="many"), lambda d: d.pop("heads")):
+            broken = json.loads(json.dumps(doc))
+            breaking(broken)
+            self.assertGreaterEqual(len(schema_errors(broken, "mem")), 1)
 
     def test_mem_model(self):
         # a checkpoint of Linear(8, 4): safetensors written by hand

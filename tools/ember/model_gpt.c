@@ -827,8 +827,9 @@ int gpt_mem_main(const gpt_mem_args *args) {
             for (char *k = key; *k; k++) if (*k == ' ') *k = '_';
             printf(", \"%s_bytes\": %.0f", key, e.bytes[l]);
         }
-        printf(", \"kept_activation_bytes\": %.0f, \"measured_peak_bytes\": %.0f}\n", pk.kept * (double)batch,
-               isnan(peak) ? -1.0 : peak);
+        printf(", \"kept_activation_bytes\": %.0f", pk.kept * (double)batch);
+        if (!isnan(peak)) printf(", \"measured_peak_bytes\": %.0f", peak);   /* absent: not measured */
+        printf("}\n");
         return 0;
     }
     printf("ember mem --model gpt: %lld layers, d_model %lld, %lld heads, context %lld, vocab %lld (bytes): %.0f "
