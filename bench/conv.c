@@ -13,6 +13,7 @@
 #include <time.h>
 #include <ember/ember.h>
 #include "core/internal_api.h"
+#include "backends/cpu/cpu_pool_simd.h"
 #ifdef EMBER_HAVE_DNNL
 #include <dlfcn.h>
 #include <dnnl.h>
@@ -176,25 +177,36 @@ static void bench_dnnl(const shape *s, int reps, bool any, int threads) {
 }
 #endif
 
+/* the CNN's two MaxPool2d(2), with the vector kernels (cpu_pool_simd.c) and the scalar loops */
 static void bench_pools(int reps) {
+    static const int64_t pool_shapes[2][4] = {{64, 16, 28, 28}, {64, 32, 10, 10}};
     em_scope sc = em_scope_begin();
-    em_tensor *x = em_randn(EM_SHAPE(64, 16, 28, 28), EM_OPTS(0));
-    em_set_requires_grad(x, true);
-    double tf[64], tb[64];
-    for (int r = -2; r < reps; r++) {
-        em_scope it = em_scope_begin();
-        double t0 = now();
-        em_tensor *y = em_max_pool2d(x, EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false);
-        double t1 = now();
-        em_tensor *gy = em_ones_like(y);
-        double t2 = now();
-        em_backward_with(y, gy, false);
-        double t3 = now();
-        if (r >= 0) tf[r] = t1 - t0, tb[r] = t3 - t2;
-        em_set_grad(x, NULL);
-        em_scope_end(it);
+    for (int s = 0; s < 2; s++) {
+        const int64_t *d = pool_shapes[s];
+        em_tensor *x = em_randn(EM_SHAPE(d[0], d[1], d[2], d[3]), EM_OPTS(0));
+        em_set_requires_grad(x, true);
+        for (int simd = 1; simd >= 0; simd--) {
+            bool prev = em__cpu_pool_simd(simd);
+            double tf[64], tb[64];
+            for (int r = -2; r < reps; r++) {
+                em_scope it = em_scope_begin();
+                double t0 = now();
+                em_tensor *y = em_max_pool2d(x, EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false);
+                double t1 = now();
+                em_tensor *gy = em_randn(em_shape_of(y), EM_OPTS(0));
+                double t2 = now();
+                em_backward_with(y, gy, false);
+                double t3 = now();
+                if (r >= 0) tf[r] = t1 - t0, tb[r] = t3 - t2;
+                em_set_grad(x, NULL);
+                em_scope_end(it);
+            }
+            em__cpu_pool_simd(prev);
+            printf("max_pool2d %lldx%lldx%lldx%lld k2 (%s): fwd %.3f ms, bwd %.3f ms\n", (long long)d[0],
+                   (long long)d[1], (long long)d[2], (long long)d[3], simd ? "vector kernels" : "scalar loops",
+                   1e3 * median(tf, reps), 1e3 * median(tb, reps));
+        }
     }
-    printf("max_pool2d 64x16x28x28 k2: fwd %.3f ms, bwd %.3f ms\n", 1e3 * median(tf, reps), 1e3 * median(tb, reps));
     em_scope_end(sc);
 }
 
