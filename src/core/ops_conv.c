@@ -108,6 +108,28 @@ static int64_t chunk_of(const conv_dims *d) {
     return c < d->N ? c : d->N;
 }
 
+/* The portable path's views of samples n0 .. n0 + nc - 1, the same in all three passes: the
+ * image (or its gradient) [nc, C, H, W], its columns [nc, CK, L] (rows of a group contiguous),
+ * the output (or its gradient) per group [nc, G, Og, L], and the window with n = nc. The
+ * passes add their own views of the weight and of the columns per group. */
+typedef struct chunk_views {
+    em_tensor img, cols, out;
+    em_window2d g;
+} chunk_views;
+
+static void chunk_views_of(chunk_views *v, const conv_dims *d, const em_window2d *g, const em_tensor *img,
+                           const em_tensor *cols, const em_tensor *out, int64_t n0, int64_t nc) {
+    int64_t hw = g->h * g->w;
+    int64_t xs[4] = {nc, d->C, g->h, g->w}, xst[4] = {d->C * hw, hw, g->w, 1};
+    int64_t cs[3] = {nc, d->CK, d->L}, cst[3] = {d->CK * d->L, d->L, 1};
+    int64_t os[4] = {nc, d->G, d->Og, d->L}, ost[4] = {d->O * d->L, d->Og * d->L, d->L, 1};
+    view(&v->img, img, 4, xs, xst, n0 * d->C * hw);
+    view(&v->cols, cols, 3, cs, cst, 0);
+    view(&v->out, out, 4, os, ost, n0 * d->O * d->L);
+    v->g = *g;
+    v->g.n = nc;
+}
+
 /* out [N, O, oh, ow] = conv(x, w) + bias; everything contiguous */
 static em_status conv_forward(const em_backend *be, em_tensor *out, const em_tensor *x, const em_tensor *w,
                               const em_tensor *bias, em_window2d g, int64_t G) {
@@ -124,22 +146,16 @@ static em_status conv_forward(const em_backend *be, em_tensor *out, const em_ten
     em_status st = EM_OK;
     for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
-        em_window2d gc = g;
-        gc.n = nc;
-        em_tensor xv, cv, ov, wv, cgv;
-        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
-        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
-        view(&xv, x, 4, xs, xst, n0 * d.C * g.h * g.w);
-        view(&cv, cols, 3, cs, cst, 0);
-        st = be->im2col(&cv, &xv, &gc);
+        chunk_views v;
+        chunk_views_of(&v, &d, &g, x, cols, out, n0, nc);
+        st = be->im2col(&v.cols, &v.img, &v.g);
         /* out[n, grp] = w[grp] @ cols[n, grp] */
-        int64_t os[4] = {nc, G, d.Og, d.L}, ost[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
+        em_tensor wv, cgv;
         int64_t ws[4] = {nc, G, d.Og, d.K}, wst[4] = {0, d.Og * d.K, d.K, 1};
         int64_t gs[4] = {nc, G, d.K, d.L}, gst[4] = {d.CK * d.L, d.K * d.L, d.L, 1};
-        view(&ov, out, 4, os, ost, n0 * d.O * d.L);
         view(&wv, w, 4, ws, wst, 0);
         view(&cgv, cols, 4, gs, gst, 0);
-        if (st == EM_OK) st = be->matmul(&ov, &wv, &cgv);
+        if (st == EM_OK) st = be->matmul(&v.out, &wv, &cgv);
     }
     em_release(cols);
     if (st == EM_OK && bias) {
@@ -170,22 +186,16 @@ static em_status conv_backward_input(const em_backend *be, em_tensor *gx, em_ten
     em_status st = EM_OK;
     for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
-        em_window2d gc = g;
-        gc.n = nc;
-        em_tensor xv, cv, yv, wv, cgv;
+        chunk_views v;
+        chunk_views_of(&v, &d, &g, gx, cols, gy, n0, nc);
         /* cols[n, grp] = w[grp]^T @ gy[n, grp] */
+        em_tensor wv, cgv;
         int64_t gs[4] = {nc, G, d.K, d.L}, gst[4] = {d.CK * d.L, d.K * d.L, d.L, 1};
         int64_t ws[4] = {nc, G, d.K, d.Og}, wst[4] = {0, d.Og * d.K, 1, d.K};
-        int64_t ys[4] = {nc, G, d.Og, d.L}, yst[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
         view(&cgv, cols, 4, gs, gst, 0);
         view(&wv, w, 4, ws, wst, 0);
-        view(&yv, gy, 4, ys, yst, n0 * d.O * d.L);
-        st = be->matmul(&cgv, &wv, &yv);
-        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
-        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
-        view(&xv, gx, 4, xs, xst, n0 * d.C * g.h * g.w);
-        view(&cv, cols, 3, cs, cst, 0);
-        if (st == EM_OK) st = be->col2im(&xv, &cv, &gc);
+        st = be->matmul(&cgv, &wv, &v.out);
+        if (st == EM_OK) st = be->col2im(&v.img, &v.cols, &v.g);
     }
     em_release(cols);
     return st;
@@ -228,22 +238,16 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, em_te
     bool reduce[4] = {true, false, false, false};
     for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
-        em_window2d gc = g;
-        gc.n = nc;
-        em_tensor xv, cv, yv, cgv, pv;
-        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
-        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
-        view(&xv, x, 4, xs, xst, n0 * d.C * g.h * g.w);
-        view(&cv, cols, 3, cs, cst, 0);
-        st = be->im2col(&cv, &xv, &gc);
+        chunk_views v;
+        chunk_views_of(&v, &d, &g, x, cols, gy, n0, nc);
+        st = be->im2col(&v.cols, &v.img, &v.g);
         /* part[n, grp] = gy[n, grp] @ cols[n, grp]^T, then summed over n */
-        int64_t ys[4] = {nc, G, d.Og, d.L}, yst[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
+        em_tensor cgv, pv;
         int64_t gs[4] = {nc, G, d.L, d.K}, gst[4] = {d.CK * d.L, d.K * d.L, 1, d.L};
         int64_t ps[4] = {nc, G, d.Og, d.K}, pst[4] = {G * d.Og * d.K, d.Og * d.K, d.K, 1};
-        view(&yv, gy, 4, ys, yst, n0 * d.O * d.L);
         view(&cgv, cols, 4, gs, gst, 0);
         view(&pv, part, 4, ps, pst, 0);
-        if (st == EM_OK) st = be->matmul(&pv, &yv, &cgv);
+        if (st == EM_OK) st = be->matmul(&pv, &v.out, &cgv);
         if (st != EM_OK) break;
         if (n0 == 0) {
             st = be->reduce(EM_OP_SUM, &gwv, &pv, reduce);
