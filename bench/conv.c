@@ -4,9 +4,11 @@
  * oneDNN picks itself (format "any", reorders not timed: its best case). Also the pools.
  * Usage: bench_conv [threads] [reps]   (bench/run_cnn.sh runs it with 1 and 2 threads)
  * Prints one "conv NAME IMPL ..." line per implementation: milliseconds and GFLOP/s of the
- * forward, the backward to the data and the backward to the weights (medians), and of all
- * three; FLOPs count 2 per multiply-add, 2 N O OH OW C/G KH KW for each pass. (The CNN's first
- * layer needs no backward to the data: its input is the batch.) */
+ * forward, the backward to the data and the backward to the weights (medians), of all three,
+ * and of the passes training runs ("training": the CNN's first layer needs no backward to the
+ * data, its input being the batch); FLOPs count 2 per multiply-add, 2 N O OH OW C/G KH KW for
+ * each pass. Ember's weight pass also gives the bias's gradient (as in training); oneDNN's
+ * alone does not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +24,11 @@
 typedef struct shape {
     const char *name;
     int64_t n, c, h, w, o, k, pad;
+    bool data_grad; /* training computes the input's gradient (not for the first layer: the batch) */
 } shape;
 
-static const shape shapes[] = {{"conv1 64x1x28x28 -> 16, k5 p2", 64, 1, 28, 28, 16, 5, 2},
-                               {"conv2 64x16x14x14 -> 32, k5", 64, 16, 14, 14, 32, 5, 0}};
+static const shape shapes[] = {{"conv1 64x1x28x28 -> 16, k5 p2", 64, 1, 28, 28, 16, 5, 2, false},
+                               {"conv2 64x16x14x14 -> 32, k5", 64, 16, 14, 14, 32, 5, 0, true}};
 
 static double now(void) {
     struct timespec t;
@@ -48,12 +51,14 @@ static double flops_fwd(const shape *s) {
     return 2.0 * (double)(s->n * s->o * oh * ow * s->c * s->k * s->k);
 }
 
-/* milliseconds of forward, backward to the data, backward to the weights */
+/* milliseconds of forward, backward to the data, backward to the weights; "training": the
+ * passes a training step runs (no data gradient for the first layer) */
 static void report(const shape *s, const char *impl, const double *t) {
-    double f = flops_fwd(s);
+    double f = flops_fwd(s), train = s->data_grad ? t[0] + t[1] + t[2] : t[0] + t[2];
     printf("conv %-30s %-34s fwd %6.3f ms %6.2f GF/s | bwd data %6.3f ms %6.2f GF/s | bwd weights %6.3f ms %6.2f GF/s"
-           " | all %6.2f GFLOP/s\n", s->name, impl, 1e3 * t[0], f / t[0] / 1e9, 1e3 * t[1], f / t[1] / 1e9,
-           1e3 * t[2], f / t[2] / 1e9, 3 * f / (t[0] + t[1] + t[2]) / 1e9);
+           " | all %6.2f GFLOP/s | training %6.2f GFLOP/s\n", s->name, impl, 1e3 * t[0], f / t[0] / 1e9, 1e3 * t[1],
+           f / t[1] / 1e9, 1e3 * t[2], f / t[2] / 1e9, 3 * f / (t[0] + t[1] + t[2]) / 1e9,
+           (s->data_grad ? 3 : 2) * f / train / 1e9);
 }
 
 /* Ember's three passes as autograd runs them (the backward functions its formulas call) */
@@ -74,7 +79,8 @@ static void bench_ember(const shape *s, int reps, bool portable) {
         double t1 = now();
         em__conv2d_backward_input(y, w, xs, win);
         double t2 = now();
-        em__conv2d_backward_weight(y, x, ws, win);
+        em_tensor *gb; /* the bias's gradient with the weight's, as training asks */
+        em__conv2d_backward_weight_bias(y, x, ws, win, &gb);
         double t3 = now();
         if (r >= 0) t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2;
         em_scope_end(it);
