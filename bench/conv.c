@@ -191,8 +191,13 @@ static void bench_pools(int reps) {
         const int64_t *d = pool_shapes[s];
         em_tensor *x = em_randn(EM_SHAPE(d[0], d[1], d[2], d[3]), EM_OPTS(0));
         em_set_requires_grad(x, true);
-        for (int simd = 1; simd >= 0; simd--) {
-            bool prev = em__cpu_pool_simd(simd);
+        static const char *names[] = {"scalar loops", "AVX2", "AVX-512"};
+        for (int level = EM_POOL_AVX512; level >= EM_POOL_SCALAR; level--) {
+            int prev = em__cpu_pool_simd(level);
+            if (em__cpu_pool_simd_active() != level) { /* this CPU lacks it */
+                em__cpu_pool_simd(prev);
+                continue;
+            }
             double tf[64], tb[64];
             for (int r = -2; r < reps; r++) {
                 em_scope it = em_scope_begin();
@@ -209,7 +214,7 @@ static void bench_pools(int reps) {
             }
             em__cpu_pool_simd(prev);
             printf("max_pool2d %lldx%lldx%lldx%lld k2 (%s): fwd %.3f ms, bwd %.3f ms\n", (long long)d[0],
-                   (long long)d[1], (long long)d[2], (long long)d[3], simd ? "vector kernels" : "scalar loops",
+                   (long long)d[1], (long long)d[2], (long long)d[3], names[level],
                    1e3 * median(tf, reps), 1e3 * median(tb, reps));
         }
     }

@@ -1,6 +1,7 @@
 /* MaxPool2d on the CPU, forward and backward, against a reference written here (PyTorch's
  * rule: the first maximum of each window in row-major order, a NaN wins, ties keep the
- * earlier element), with the AVX-512 kernels of src/backends/cpu/cpu_pool_simd.c on and off:
+ * earlier element), with each instruction set of src/backends/cpu/cpu_pool_simd.c this CPU
+ * has (AVX-512, AVX2, the scalar loops):
  * MaxPool2d(2) at odd sizes (rows and columns no window covers), widths on both sides of
  * the 16-lane vector, batch 1 and unbatched input, non-contiguous input, data full of ties,
  * signed zeros, infinities and NaNs; other windows (padding, stride 1, dilation, ceil_mode)
@@ -57,11 +58,11 @@ static void ref_plane(const float *x, const pcase *q, int64_t oh, int64_t ow, fl
         }
 }
 
-/* one case with the vector kernels on or off: forward values and indices bit for bit, and
- * the input's gradient (the reference scatters in output order, as the kernels' sums do) */
-static void run_case(const pcase *q, bool simd, bool transposed) {
+/* one case with the kernels of one instruction set: forward values and indices bit for bit,
+ * and the input's gradient (the reference scatters in output order, as the kernels' sums do) */
+static void run_case(const pcase *q, int level, bool transposed) {
     em_scope sc = em_scope_begin();
-    bool prev = em__cpu_pool_simd(simd);
+    int prev = em__cpu_pool_simd(level);
     int64_t n = q->n ? q->n : 1, planes = n * q->c, hw = q->h * q->w;
     int64_t oh = out_size(q->h, q), ow = out_size(q->w, q), ohw = oh * ow;
     float *x = malloc(sizeof(float) * (size_t)(planes * hw)), *gy = malloc(sizeof(float) * (size_t)(planes * ohw));
@@ -121,49 +122,64 @@ static const pcase other_cases[] = {
     {2, 1, 9, 8, 3, 2, 1, 1, true},   /* kernel 3, padding and ceil_mode */
 };
 
+/* the sets this CPU runs, from the scalar loops up */
+static int top_level(void) {
+    int prev = em__cpu_pool_simd(EM_POOL_AVX512), top = em__cpu_pool_simd_active();
+    em__cpu_pool_simd(prev);
+    return top;
+}
+
 static void test_max2x2(void) {
     for (size_t i = 0; i < sizeof k2_cases / sizeof k2_cases[0]; i++)
-        for (int simd = 0; simd < 2; simd++)
-            for (int tr = 0; tr < 2; tr++) run_case(&k2_cases[i], simd, tr);
+        for (int level = EM_POOL_SCALAR; level <= top_level(); level++)
+            for (int tr = 0; tr < 2; tr++) run_case(&k2_cases[i], level, tr);
+    if (top_level() < EM_POOL_AVX512) SKIP("this CPU lacks AVX-512 (its kernels untested; the lower sets passed)");
 }
 
 static void test_other_windows(void) {
     for (size_t i = 0; i < sizeof other_cases / sizeof other_cases[0]; i++)
-        for (int simd = 0; simd < 2; simd++) run_case(&other_cases[i], simd, simd);
+        for (int level = EM_POOL_SCALAR; level <= top_level(); level++) run_case(&other_cases[i], level, level & 1);
 }
 
-/* the kernels called directly: whether this CPU runs them, and the backward declining an
- * index outside its window (the caller then scatters) */
+/* the kernels called directly, at each set: the forward's indices point at its maxima; the
+ * backward (AVX-512 only) writes every element and declines an index outside its window (the
+ * caller then scatters) and rows of under 8 outputs; the scalar setting declines everything */
 static void test_kernels_direct(void) {
     enum { H = 5, W = 21, OH = 2, OW = 10 }; /* the last row and column uncovered */
     float x[H * W], y[OH * OW], gx[H * W], gy[OH * OW];
     int64_t ix[OH * OW];
     for (int i = 0; i < H * W; i++) x[i] = (float)((i * 7) % 11);
-    bool prev = em__cpu_pool_simd(true);
-    if (!em__cpu_max2x2_f32(x, y, ix, H, W, OH, OW)) {
+    for (int o = 0; o < OH * OW; o++) gy[o] = (float)(o + 1);
+    for (int level = EM_POOL_SCALAR; level <= top_level(); level++) {
+        int prev = em__cpu_pool_simd(level);
+        bool ran = em__cpu_max2x2_f32(x, y, ix, H, W, OH, OW);
+        CHECK(ran == (level != EM_POOL_SCALAR));
+        for (int o = 0; ran && o < OH * OW; o++) CHECK(x[ix[o]] == y[o]);
+        if (!ran) { /* the indices the backward reads */
+            for (int oy = 0; oy < OH; oy++)
+                for (int ox = 0; ox < OW; ox++) ix[oy * OW + ox] = (2 * oy + 1) * W + 2 * ox;
+        }
+        for (int i = 0; i < H * W; i++) gx[i] = NAN; /* every element must be written */
+        bool back = em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW);
+        CHECK(back == (level == EM_POOL_AVX512));
+        if (back) {
+            float sum = 0;
+            for (int i = 0; i < H * W; i++) sum += gx[i];
+            CHECK(sum == OH * OW * (OH * OW + 1) / 2);
+            for (int o = 0; o < OH * OW; o++) CHECK(gx[ix[o]] == gy[o]);
+            int64_t keep = ix[4];
+            ix[4] = ix[1]; /* output 4's index now points into output 1's window */
+            CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW));
+            ix[4] = -1;
+            CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW));
+            ix[4] = ix[14]; /* the window below */
+            CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW));
+            ix[4] = keep;
+            CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, 7)); /* narrow rows: declined */
+        }
         em__cpu_pool_simd(prev);
-        SKIP("no AVX-512 on this CPU: the scalar loops ran (checked by the other cases)");
     }
-    for (int o = 0; o < OH * OW; o++) {
-        CHECK(x[ix[o]] == y[o]);
-        gy[o] = (float)(o + 1);
-    }
-    for (int i = 0; i < H * W; i++) gx[i] = NAN; /* every element must be written */
-    CHECK(em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW));
-    float sum = 0;
-    for (int i = 0; i < H * W; i++) sum += gx[i];
-    CHECK(sum == OH * OW * (OH * OW + 1) / 2);
-    for (int o = 0; o < OH * OW; o++) CHECK(gx[ix[o]] == gy[o]);
-    ix[4] = ix[1]; /* output 4's index now points into output 1's window */
-    CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW));
-    ix[4] = -1;
-    CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW));
-    ix[4] = ix[14]; /* the window below */
-    CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, OW));
-    CHECK(!em__cpu_max2x2_backward_f32(gx, gy, ix, H, W, OH, 7)); /* narrow rows: declined */
-    CHECK(em__cpu_pool_simd(false)); /* was on; now off: the kernels decline */
-    CHECK(!em__cpu_max2x2_f32(x, y, ix, H, W, OH, OW));
-    em__cpu_pool_simd(prev);
+    if (top_level() < EM_POOL_AVX512) SKIP("this CPU lacks AVX-512 (its kernels untested; the lower sets passed)");
 }
 
 int main(void) {

@@ -1,27 +1,75 @@
-/* MaxPool2d(2) on f32 planes with AVX-512 (cpu_pool_simd.h): 16 outputs of one output row per
- * step, two masked loads per input row split into even and odd columns, the four window
- * elements compared in row-major order exactly as the scalar loop does (so results and
- * indices are bit-identical to it). The scalar loop took 1.9 ms per CNN step: its
- * compares branch on data. */
+/* MaxPool2d(2) on f32 planes with AVX-512 or AVX2 (cpu_pool_simd.h): 16 (8) outputs of one
+ * output row per step, two masked loads per input row split into even and odd columns, the
+ * four window elements compared in row-major order exactly as the scalar loop does (so
+ * results and indices are bit-identical to it). The scalar loop took 1.9 ms per CNN step:
+ * its compares branch on data. */
 #include <stdatomic.h>
 #include <string.h>
 #include "cpu_pool_simd.h"
 
-static atomic_int g_on = 1;
+static atomic_int g_level = EM_POOL_AVX512;
 
-bool em__cpu_pool_simd(bool on) { return atomic_exchange(&g_on, on ? 1 : 0) != 0; }
+int em__cpu_pool_simd(int level) { return atomic_exchange(&g_level, level); }
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-static bool have_avx512f(void) {
+static int cpu_level(void) {
     static atomic_int have = -1; /* threads racing on first use all compute the same */
     int h = atomic_load_explicit(&have, memory_order_relaxed);
     if (h < 0) {
-        h = __builtin_cpu_supports("avx512f");
+        h = __builtin_cpu_supports("avx512f") ? EM_POOL_AVX512
+            : __builtin_cpu_supports("avx2") ? EM_POOL_AVX2 : EM_POOL_SCALAR;
         atomic_store_explicit(&have, h, memory_order_relaxed);
     }
     return h;
+}
+
+int em__cpu_pool_simd_active(void) {
+    int want = atomic_load_explicit(&g_level, memory_order_relaxed), have = cpu_level();
+    return want < have ? want : have;
+}
+
+/* [a0 a2 .. a6 b0 b2 .. b6] (sel 0x88) or the odd ones (0xDD) of two 8-float vectors */
+#define EM_DEINTERLEAVE(a, b, sel) \
+    _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps((a), (b), (sel))), 0xD8))
+
+__attribute__((target("avx2"))) static void max2x2_avx2(const float *x, float *y, int64_t *ix, int64_t w, int64_t oh,
+                                                        int64_t ow) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lane2 = _mm256_add_epi32(iota, iota);
+    const __m256i c1 = _mm256_set1_epi32(1), cw = _mm256_set1_epi32((int)w), cw1 = _mm256_set1_epi32((int)w + 1);
+    for (int64_t oy = 0; oy < oh; oy++) {
+        const float *r0 = x + 2 * oy * w, *r1 = r0 + w;
+        float *yr = y + oy * ow;
+        int64_t *ir = ix + oy * ow;
+        for (int64_t ox = 0; ox < ow; ox += 8) {
+            int n = ow - ox < 8 ? (int)(ow - ox) : 8;
+            /* lanes below n outputs, 2 n inputs */
+            __m256i mo = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), iota);
+            __m256i ma = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n), iota);
+            __m256i mb = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n - 8), iota);
+            __m256 a0 = _mm256_maskload_ps(r0 + 2 * ox, ma), b0 = _mm256_maskload_ps(r0 + 2 * ox + 8, mb);
+            __m256 a1 = _mm256_maskload_ps(r1 + 2 * ox, ma), b1 = _mm256_maskload_ps(r1 + 2 * ox + 8, mb);
+            __m256 m = EM_DEINTERLEAVE(a0, b0, 0x88), v, t;
+            __m256 k = _mm256_setzero_ps(); /* the offsets, as float bit patterns for blendv */
+#define EM_MAX2X2_STEP8(V, CODE)                                                                    \
+    v = (V);                                                                                        \
+    t = _mm256_or_ps(_mm256_cmp_ps(v, m, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));           \
+    m = _mm256_blendv_ps(m, v, t);                                                                  \
+    k = _mm256_blendv_ps(k, _mm256_castsi256_ps(CODE), t);
+            EM_MAX2X2_STEP8(EM_DEINTERLEAVE(a0, b0, 0xDD), c1)
+            EM_MAX2X2_STEP8(EM_DEINTERLEAVE(a1, b1, 0x88), cw)
+            EM_MAX2X2_STEP8(EM_DEINTERLEAVE(a1, b1, 0xDD), cw1)
+#undef EM_MAX2X2_STEP8
+            __m256i ki = _mm256_add_epi32(_mm256_castps_si256(k),
+                                          _mm256_add_epi32(lane2, _mm256_set1_epi32((int)(2 * oy * w + 2 * ox))));
+            _mm256_maskstore_ps(yr + ox, mo, m);
+            _mm256_maskstore_epi64((long long *)(ir + ox), _mm256_cvtepi32_epi64(_mm256_castsi256_si128(mo)),
+                                   _mm256_cvtepi32_epi64(_mm256_castsi256_si128(ki)));
+            _mm256_maskstore_epi64((long long *)(ir + ox + 4), _mm256_cvtepi32_epi64(_mm256_extracti128_si256(mo, 1)),
+                                   _mm256_cvtepi32_epi64(_mm256_extracti128_si256(ki, 1)));
+        }
+    }
 }
 
 /* lane masks for n (1..16) outputs: the outputs, the first and the second 16 inputs */
@@ -109,25 +157,25 @@ __attribute__((target("avx512f"))) static bool max2x2_backward_avx512(float *gx,
     return true;
 }
 
-/* indices are computed in 32 bits */
-static bool usable(int64_t h, int64_t w) {
-    return atomic_load_explicit(&g_on, memory_order_relaxed) && h * w < INT32_MAX && have_avx512f();
-}
-
 bool em__cpu_max2x2_f32(const float *x, float *y, int64_t *ix, int64_t h, int64_t w, int64_t oh, int64_t ow) {
-    if (!usable(h, w)) return false;
-    max2x2_avx512(x, y, ix, w, oh, ow);
-    return true;
+    if (h * w >= INT32_MAX) return false; /* indices are computed in 32 bits */
+    switch (em__cpu_pool_simd_active()) {
+    case EM_POOL_AVX512: max2x2_avx512(x, y, ix, w, oh, ow); return true;
+    case EM_POOL_AVX2: max2x2_avx2(x, y, ix, w, oh, ow); return true;
+    default: return false;
+    }
 }
 
 /* rows of under 8 outputs leave most lanes idle: the scalar scatter measured faster there
  * (0.062 against 0.083 ms on the CNN's 64x32x10x10) */
 bool em__cpu_max2x2_backward_f32(float *gx, const float *gy, const int64_t *ix, int64_t h, int64_t w, int64_t oh,
                                  int64_t ow) {
-    return ow >= 8 && usable(h, w) && max2x2_backward_avx512(gx, gy, ix, h, w, oh, ow);
+    return ow >= 8 && h * w < INT32_MAX && em__cpu_pool_simd_active() == EM_POOL_AVX512 &&
+           max2x2_backward_avx512(gx, gy, ix, h, w, oh, ow);
 }
 
 #else /* no vector kernels on this architecture: the scalar loops run */
+int em__cpu_pool_simd_active(void) { return EM_POOL_SCALAR; }
 bool em__cpu_max2x2_f32(const float *x, float *y, int64_t *ix, int64_t h, int64_t w, int64_t oh, int64_t ow) {
     (void)x, (void)y, (void)ix, (void)h, (void)w, (void)oh, (void)ow;
     return false;
