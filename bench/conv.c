@@ -221,6 +221,47 @@ static void bench_pools(int reps) {
     em_scope_end(sc);
 }
 
+/* the step's other cuts (issue 16): ReLU's backward in one pass against the gt + where it
+ * replaced, and the bias's gradient inside oneDNN's weight pass against a separate sum */
+static void bench_relu_bias(int reps) {
+    em_scope sc = em_scope_begin();
+    em_grad_mode gm = em_no_grad_begin();
+    em_tensor *y = em_relu(em_randn(EM_SHAPE(64, 16, 28, 28), EM_OPTS(0))), *g = em_randn(em_shape_of(y), EM_OPTS(0));
+    double t[2][64];
+    for (int r = -2; r < reps; r++) {
+        em_scope it = em_scope_begin();
+        double t0 = now();
+        em__relu_backward(g, y);
+        double t1 = now();
+        em_where(em_gt(y, em_zeros(EM_SHAPE(1), EM_OPTS(0))), g, em_zeros(EM_SHAPE(1), EM_OPTS(0)));
+        double t2 = now();
+        if (r >= 0) t[0][r] = t1 - t0, t[1][r] = t2 - t1;
+        em_scope_end(it);
+    }
+    printf("relu backward 64x16x28x28: one pass %.3f ms, gt + where %.3f ms\n", 1e3 * median(t[0], reps),
+           1e3 * median(t[1], reps));
+    const shape *s = &shapes[1];
+    em_tensor *x = em_randn(EM_SHAPE(s->n, s->c, s->h, s->w), EM_OPTS(0));
+    em_tensor *gy = em_randn(EM_SHAPE(s->n, s->o, s->h - s->k + 1, s->w - s->k + 1), EM_OPTS(0));
+    int64_t ws[4] = {s->o, s->c, s->k, s->k}, win[11] = {s->k, s->k, 1, 1, 0, 0, 1, 1, 1, 0, 0};
+    for (int r = -2; r < reps; r++) {
+        em_scope it = em_scope_begin();
+        em_tensor *gb;
+        double t0 = now();
+        em__conv2d_backward_weight_bias(gy, x, ws, win, &gb);
+        double t1 = now();
+        em__conv2d_backward_weight(gy, x, ws, win);
+        em_sum(gy, EM_DIMS(0, 2, 3), false);
+        double t2 = now();
+        if (r >= 0) t[0][r] = t1 - t0, t[1][r] = t2 - t1;
+        em_scope_end(it);
+    }
+    printf("%s weight + bias gradients: one oneDNN pass %.3f ms, weight pass then sum %.3f ms\n", s->name,
+           1e3 * median(t[0], reps), 1e3 * median(t[1], reps));
+    em_no_grad_end(gm);
+    em_scope_end(sc);
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1, reps = argc > 2 ? atoi(argv[2]) : 30;
     if (reps < 1 || reps > 64) reps = 30;
@@ -236,5 +277,6 @@ int main(int argc, char **argv) {
         printf("conv_flops %s %.0f\n", shapes[i].name, 3 * flops_fwd(&shapes[i]));
     }
     bench_pools(reps);
+    bench_relu_bias(reps);
     return 0;
 }
