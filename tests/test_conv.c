@@ -198,8 +198,8 @@ static void test_input_gradient_only_when_needed(void) {
                             for (int kj = 0; kj < QK; kj++) {
                                 int oy = i + QP - ki, ox = j + QP - kj;
                                 if (oy < 0 || oy >= QH || ox < 0 || ox >= QW) continue;
-                                ref[((n * QC + c) * QH + i) * QW + j] +=
-                                    (double)gp[((n * QO + o) * QH + oy) * QW + ox] * wp[((o * QC + c) * QK + ki) * QK + kj];
+                                double gv = gp[((n * QO + o) * QH + oy) * QW + ox];
+                                ref[((n * QC + c) * QH + i) * QW + j] += gv * wp[((o * QC + c) * QK + ki) * QK + kj];
                             }
     for (int p = 0; p < 2; p++) {
         bool prev = em__conv_force_portable(p == 1);

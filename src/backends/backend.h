@@ -246,16 +246,20 @@ typedef struct em_backend {
     em_status (*pool2d_backward)(em_pool_kind kind, em_tensor *gin, const em_tensor *gout,
                                  const em_tensor *indices, const em_window2d *g);
     /* Optional (NULL: core runs im2col + matmul): a convolution library's f32 conv with
-     * groups; bias may be NULL. Forward, backward to the input, backward to the weight (and,
-     * when gbias is not NULL, the bias's gradient [O]: gout summed over N, H and W, read in the
-     * same pass). EM_ERR_NOT_SUPPORTED with no error recorded: the library cannot run this one, and
+     * groups; bias may be NULL. Forward, backward to the input, backward to the weight.
+     * EM_ERR_NOT_SUPPORTED with no error recorded: the library cannot run this one, and
      * core takes the portable path. */
     em_status (*conv2d)(em_tensor *out, const em_tensor *in, const em_tensor *w,
                         const em_tensor *bias, const em_window2d *g, int64_t groups);
     em_status (*conv2d_backward_input)(em_tensor *gin, const em_tensor *gout, const em_tensor *w,
                                        const em_window2d *g, int64_t groups);
-    em_status (*conv2d_backward_weight)(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
-                                        const em_tensor *in, const em_window2d *g, int64_t groups);
+    em_status (*conv2d_backward_weight)(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
+                                        const em_window2d *g, int64_t groups);
+    /* Optional (the CNN's speed, issue 16; NULL: core sums the bias's gradient itself): the
+     * backward to the weight that also gives the bias's gradient gbias [O] (gout summed over
+     * N, H and W) from the same read of gout; otherwise as conv2d_backward_weight. */
+    em_status (*conv2d_backward_weight_bias)(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
+                                             const em_tensor *in, const em_window2d *g, int64_t groups);
 } em_backend;
 
 /* Host waits (src/core/device.c): every backend's synchronize, event_synchronize and copy to

@@ -221,8 +221,13 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, em_te
         return st == EM_OK && gb ? be->fill(gb, 0.0) : st;
     }
     if (d.K == 0) return gb ? bias_grad(be, gb, gy) : EM_OK;
-    if (be->conv2d_backward_weight && gw->dtype == EM_F32 && !use_portable()) {
-        em_status st = be->conv2d_backward_weight(gw, gb, gy, x, &g, G);
+    if (gw->dtype == EM_F32 && !use_portable()) { /* the library: with the bias's gradient, else without */
+        em_status st = EM_ERR_NOT_SUPPORTED;
+        if (gb && be->conv2d_backward_weight_bias) st = be->conv2d_backward_weight_bias(gw, gb, gy, x, &g, G);
+        if (st == EM_ERR_NOT_SUPPORTED && be->conv2d_backward_weight) {
+            st = be->conv2d_backward_weight(gw, gy, x, &g, G);
+            if (st == EM_OK && gb) st = bias_grad(be, gb, gy);
+        }
         if (st != EM_ERR_NOT_SUPPORTED) return st;
     }
     int64_t chunk = chunk_of(&d);

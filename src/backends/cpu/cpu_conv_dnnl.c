@@ -278,8 +278,13 @@ em_status em__cpu_conv2d_backward_input_dnnl(em_tensor *gin, const em_tensor *go
     return run("conv2d backward (input)", PASS_BWD_DATA, g, w->shape[0], groups, false, ptr);
 }
 
-em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout, const em_tensor *in,
+em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
                                               const em_window2d *g, int64_t groups) {
+    return em__cpu_conv2d_backward_weight_bias_dnnl(gw, NULL, gout, in, g, groups);
+}
+
+em_status em__cpu_conv2d_backward_weight_bias_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
+                                                   const em_tensor *in, const em_window2d *g, int64_t groups) {
     if (gw->dtype != EM_F32 || (gbias && gbias->dtype != EM_F32)) return EM_ERR_NOT_SUPPORTED;
     void *ptr[4] = {em__host_ptr(in), em__host_ptr(gout), em__host_ptr(gw), gbias ? em__host_ptr(gbias) : NULL};
     return run("conv2d backward (weight)", PASS_BWD_WEIGHTS, g, gw->shape[0], groups, gbias != NULL, ptr);

@@ -159,8 +159,11 @@ em_status em__cpu_conv2d_dnnl(em_tensor *out, const em_tensor *in, const em_tens
                               const em_window2d *g, int64_t groups);
 em_status em__cpu_conv2d_backward_input_dnnl(em_tensor *gin, const em_tensor *gout, const em_tensor *w,
                                              const em_window2d *g, int64_t groups);
-em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout, const em_tensor *in,
+em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
                                               const em_window2d *g, int64_t groups);
+/* the same and the bias's gradient (the CNN's speed, issue 16) */
+em_status em__cpu_conv2d_backward_weight_bias_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
+                                                   const em_tensor *in, const em_window2d *g, int64_t groups);
 #endif
 
 #endif
