@@ -123,6 +123,13 @@ typedef struct mha_ctx { int64_t embed_dim, num_heads; double dropout; bool bias
 
 /* x @ w^T + b for a [N, L, E] x, the rows w[r0 : r0 + n] */
 static em_tensor *project(em_tensor *x, em_tensor *w, em_tensor *b, int64_t r0, int64_t n) {
+    if (em_is_contiguous(x)) { /* the rows as one matrix: one weight-gradient GEMM, the bias inside it */
+        em_shape s = em_shape_of(x);
+        em_tensor *x2 = em_reshape(x, EM_SHAPE(s.d[0] * s.d[1], s.d[2]));
+        em_tensor *wt = em_transpose(em_narrow(w, 0, r0, n), 0, 1);
+        em_tensor *y2 = b ? em_addmm(em_narrow(b, 0, r0, n), x2, wt, 1.0, 1.0) : em_matmul(x2, wt);
+        return em_reshape(y2, EM_SHAPE(s.d[0], s.d[1], n));
+    }
     em_tensor *y = em_matmul(x, em_transpose(em_narrow(w, 0, r0, n), 0, 1));
     return b ? em_add(y, em_narrow(b, 0, r0, n)) : y;
 }

@@ -16,6 +16,17 @@ static em_tensor *linear_forward(em_module *m, em_tensor *x) {
     em_tensor *w = m->params[0].t;
     /* a batch of rows with a bias: addmm, as PyTorch's linear (one GEMM adding into the bias) */
     if (m->nparams > 1 && x && em_ndim(x) == 2) return em_addmm(m->params[1].t, x, em_transpose(w, 0, 1), 1.0, 1.0);
+    /* [..., in] rows stored contiguously: one [rows, in] matrix (PyTorch's linear), so that
+     * backward computes w's gradient as one GEMM over all rows instead of one per leading
+     * index summed afterwards, and the bias is added inside the GEMM */
+    if (x && em_ndim(x) > 2 && em_is_contiguous(x) && em_size(x, -1) == em_size(w, 1)) {
+        em_shape s = em_shape_of(x);
+        em_tensor *x2 = em_reshape(x, EM_SHAPE(em_numel(x) / (s.d[s.ndim - 1] > 0 ? s.d[s.ndim - 1] : 1), s.d[s.ndim - 1]));
+        em_tensor *y2 = m->nparams > 1 ? em_addmm(m->params[1].t, x2, em_transpose(w, 0, 1), 1.0, 1.0)
+                                       : em_matmul(x2, em_transpose(w, 0, 1));
+        s.d[s.ndim - 1] = em_size(w, 0);
+        return em_reshape(y2, s);
+    }
     em_tensor *y = em_matmul(x, em_transpose(w, 0, 1));
     return m->nparams > 1 ? em_add(y, m->params[1].t) : y;
 }
