@@ -3,6 +3,7 @@
  * other dims; each is gathered into a contiguous buffer unless it already is one. */
 #include <stdlib.h>
 #include "cpu_internal.h"
+#include "cpu_vmath.h"
 
 #define STACK_ROW 1024
 
@@ -31,8 +32,9 @@ typedef struct sm_ctx {
             for (int64_t k = 0; k < n; k++) y[k] *= inv;                                \
         }                                                                               \
     }
-SOFTMAX_ROW(f32, float, expf, logf)
 SOFTMAX_ROW(f64, double, exp, log)
+/* f32 rows: the vectorized exp (cpu_vmath.c), the same steps */
+static void softmax_row_f32(float *y, const float *x, int64_t n, bool lg) { em__cpu_vsoftmax_row_f32(x, y, n, lg); }
 
 static void softmax_loop(void *arg, char **d, const int64_t *st, int64_t n, int64_t index) {
     sm_ctx *c = arg;
