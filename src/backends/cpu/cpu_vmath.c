@@ -86,6 +86,9 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #define VROUND(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define VLT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
 #define VGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+#define VGE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
+#define VM __mmask16
+#define VMAND(a, b) ((__mmask16)((a) & (b)))
 #define VNAN(a) _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
 #define VSEL(m, t, f) _mm512_mask_blend_ps(m, f, t)
 #define VANY(m) ((m) != 0)
@@ -122,6 +125,9 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #undef VROUND
 #undef VLT
 #undef VGT
+#undef VGE
+#undef VM
+#undef VMAND
 #undef VNAN
 #undef VSEL
 #undef VANY
@@ -155,6 +161,9 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #define VROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define VLT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
 #define VGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define VGE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
+#define VM __m256
+#define VMAND _mm256_and_ps
 #define VNAN(a) _mm256_cmp_ps(a, a, _CMP_UNORD_Q)
 #define VSEL(m, t, f) _mm256_blendv_ps(f, t, m)
 #define VANY(m) (_mm256_movemask_ps(m) != 0)

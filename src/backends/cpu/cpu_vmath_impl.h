@@ -3,18 +3,15 @@
  *   V, VM, VI          float vector, comparison mask, int32 vector;  W lanes
  *   ATTR, VF(name)     the target attribute, the per-set function name
  *   VLOAD VSTORE VSET VADD VSUB VMUL VFMA(a, b, c) = a * b + c, VMIN VMAX VROUND (to nearest)
- *   VLT VGT VNAN (masks), VSEL(m, t, f) (t where m), VTOI VIADD VISUB VISRA VISLL VISET VFROMI
+ *   VLT VGE VGT VNAN VMAND (masks), VSEL(m, t, f) (t where m), VTOI VIADD VISUB VISRA VISLL VISET VFROMI
  *   VD, VDZERO, VDACC(acc, v) (adds v's lanes to a double accumulator), VDSUM(acc)
  * No file but cpu_vmath.c includes this one. */
 
-/* exp(y) for every float: n = round(y / ln 2), r = y - n ln 2 (ln 2 in two parts, so that
- * n * hi is exact), e^r by its Taylor series to r^7 (|r| <= ln 2 / 2: error below 2^-27),
- * times 2^n in two factors so that results down to the subnormals are scaled without
- * overflowing the exponent field. y above log(FLT_MAX) gives inf, y < -104 zero, NaN stays NaN. */
-ATTR static inline V VF(exp_v)(V y) {
-    V yc = VMIN(VMAX(y, VSET(-104.0f)), VSET(0x1.62e430p+6f));
+/* e^r by its Taylor series to r^7 (|r| <= ln 2 / 2: error below 2^-27), times 2^n in two
+ * factors (n from -150 to 128 fits neither one exponent field nor, below -126, a normal) */
+ATTR static inline V VF(exp_scaled)(V yc) {
     V n = VROUND(VMUL(yc, VSET(0x1.715476p+0f)));
-    V r = VFMA(n, VSET(-0x1.62e400p-1f), yc);
+    V r = VFMA(n, VSET(-0x1.62e400p-1f), yc); /* ln 2 in two parts: n * hi is exact */
     r = VFMA(n, VSET(-0x1.7f7d1cp-20f), r);
     V p = VSET(1.0f / 5040);
     p = VFMA(p, r, VSET(1.0f / 720));
@@ -26,7 +23,17 @@ ATTR static inline V VF(exp_v)(V y) {
     p = VFMA(p, r, VSET(1.0f));
     VI ni = VTOI(n), n1 = VISRA(ni, 1), n2 = VISUB(ni, n1);
     V s1 = VFROMI(VISLL(VIADD(n1, VISET(127)), 23)), s2 = VFROMI(VISLL(VIADD(n2, VISET(127)), 23));
-    V e = VMUL(VMUL(p, s1), s2);
+    return VMUL(VMUL(p, s1), s2);
+}
+
+/* exp(y) for every float: y above log(FLT_MAX) gives inf, below -104 zero, NaN stays NaN.
+ * Inputs are clamped to where the result is a normal float: a subnormal result costs the
+ * CPU a microcode assist of ~100 cycles, and masked attention scores (-inf) are common.
+ * Only a vector with some y in [-104, -87.33) takes the second, subnormal-producing pass. */
+ATTR static inline V VF(exp_v)(V y) {
+    V e = VF(exp_scaled)(VMIN(VMAX(y, VSET(-87.33f)), VSET(0x1.62e430p+6f)));
+    VM sub = VMAND(VLT(y, VSET(-87.33f)), VGE(y, VSET(-104.0f)));
+    if (VANY(sub)) e = VSEL(sub, VF(exp_scaled)(VMAX(y, VSET(-104.0f))), e);
     e = VSEL(VGT(y, VSET(0x1.62e430p+6f)), VSET(INFINITY), e);
     e = VSEL(VLT(y, VSET(-104.0f)), VSET(0.0f), e);
     return VSEL(VNAN(y), y, e);
@@ -109,7 +116,8 @@ ATTR static void VF(gelu_bwd_n)(const float *g, const float *x, float *dx, int64
 ATTR static bool VF(softmax_row)(const float *x, float *y, int64_t n, bool lg) {
     int64_t full = n / W * W, rest = n - full;
     float pad[W];
-    for (int k = 0; k < W; k++) pad[k] = k < rest ? x[full + k] : -INFINITY;
+    if (rest)
+        for (int k = 0; k < W; k++) pad[k] = k < rest ? x[full + k] : -INFINITY;
     V m = VSET(-INFINITY);
     bool nan = false;
     for (int64_t i = 0; i < full; i += W) {
