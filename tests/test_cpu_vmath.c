@@ -2,7 +2,8 @@
  * this CPU runs, against double precision: erf over a dense sweep of float bit patterns
  * (every 61st float from 0 to 6, both signs, every float around the two branch points), exp
  * over [-110, 90], special values (+-0, +-inf, NaN, subnormals), GELU and its backward, and
- * softmax / log-softmax rows of odd lengths, in place, with -inf and NaN entries. */
+ * softmax / log-softmax rows of odd lengths, in place, with -inf and NaN entries, and
+ * LayerNorm rows forward and backward. */
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -214,11 +215,57 @@ static void test_softmax_rows(void) {
     }
 }
 
+/* LayerNorm rows against double precision: odd lengths (tails), a constant row (variance 0) */
+static void test_layer_norm_rows(void) {
+    static const int lens[] = {1, 7, 16, 17, 100, 128, 515};
+    float x[515], w[515], b[515], g[515], y[515], dx[515], gx[515], mean, rstd;
+    for (int s = 0; s < 3; s++) {
+        if (!em__cpu_vmath_use(g_sets[s])) continue;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int n = lens[li];
+            for (int cst = 0; cst < 2; cst++) {
+                for (int k = 0; k < n; k++) {
+                    x[k] = cst ? 3.5f : (float)(100 + 2 * sin(k * 0.37 + n)); /* a large mean */
+                    w[k] = 0.5f + (float)(k % 3);
+                    b[k] = (float)(k % 4) - 1.5f;
+                    g[k] = (float)cos(k * 0.91);
+                }
+                double m = 0, v = 0, eps = 1e-5;
+                for (int k = 0; k < n; k++) m += x[k];
+                m /= n;
+                for (int k = 0; k < n; k++) v += (x[k] - m) * (x[k] - m);
+                double rs = 1 / sqrt(v / n + eps), a = 0, d = 0;
+                em__cpu_vln_row_f32(x, w, b, y, n, eps, &mean, &rstd);
+                CHECK(fabs(mean - m) <= 1e-6 * fabs(m) && fabs(rstd - rs) <= 1e-6 * rs);
+                double worst = 0;
+                for (int k = 0; k < n; k++) {
+                    double xh = (x[k] - m) * rs, ref = xh * w[k] + b[k];
+                    double e = fabs(y[k] - ref) / (1 + fabs(ref));
+                    worst = e > worst ? e : worst;
+                    a += g[k] * w[k];
+                    d += g[k] * w[k] * xh;
+                }
+                CHECK(worst <= 1e-4); /* x - mean in float loses digits of a mean of 100 */
+                em__cpu_vln_backward_row_f32(x, w, g, dx, gx, n, eps);
+                worst = 0;
+                for (int k = 0; k < n; k++) {
+                    double xh = (x[k] - m) * rs, rdx = rs * (g[k] * w[k] - a / n - xh * d / n);
+                    double e1 = fabs(dx[k] - rdx) / (rs * (1 + fabs(g[k] * w[k]))), e2 = fabs(gx[k] - g[k] * xh) / (1 + fabs(xh));
+                    worst = e1 > worst ? e1 : worst;
+                    worst = e2 > worst ? e2 : worst;
+                }
+                CHECK(worst <= 1e-4);
+            }
+        }
+    }
+}
+
 int main(void) {
     RUN(test_erf_sweep);
     RUN(test_erf_special);
     RUN(test_exp_sweep);
     RUN(test_gelu);
     RUN(test_softmax_rows);
+    RUN(test_layer_norm_rows);
     return test_summary();
 }

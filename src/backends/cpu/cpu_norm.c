@@ -61,8 +61,20 @@ typedef struct ln_ctx {
             }                                                                                 \
         }                                                                                     \
     }
-LN_ROWS(f32, float)
 LN_ROWS(f64, double)
+/* f32 rows: the same steps in vectors (cpu_vmath.c) */
+static void ln_fwd_f32(void *arg, int64_t r0, int64_t r1) {
+    const ln_ctx *c = arg;
+    for (int64_t r = r0; r < r1; r++)
+        em__cpu_vln_row_f32((const float *)c->x + r * c->n, c->w, c->b, (float *)c->out + r * c->n, c->n, c->eps,
+                            (float *)c->mean + r, (float *)c->rstd + r);
+}
+static void ln_bwd_f32(void *arg, int64_t r0, int64_t r1) {
+    const ln_ctx *c = arg;
+    for (int64_t r = r0; r < r1; r++)
+        em__cpu_vln_backward_row_f32((const float *)c->x + r * c->n, c->w, (const float *)c->g + r * c->n,
+                                     (float *)c->out + r * c->n, (float *)c->gxhat + r * c->n, c->n, c->eps);
+}
 
 static em_status ln_check(const char *op, const em_tensor *x, int64_t n) {
     if ((x->dtype != EM_F32 && x->dtype != EM_F64) || n <= 0)

@@ -51,6 +51,41 @@ static bool softmax_row_scalar(const float *x, float *y, int64_t n, bool lg) {
     return true;
 }
 
+static void ln_moments_scalar(const float *x, int64_t n, double eps, double *mean, double *rstd) {
+    double s = 0, v = 0;
+    for (int64_t j = 0; j < n; j++) s += x[j];
+    double m = n ? s / (double)n : 0;
+    for (int64_t j = 0; j < n; j++) v += ((double)x[j] - m) * ((double)x[j] - m);
+    *mean = m;
+    *rstd = 1.0 / sqrt((n ? v / (double)n : 0) + eps);
+}
+static void ln_fwd_row_scalar(const float *x, const float *w, const float *b, float *y, int64_t n, double eps,
+                              float *mean, float *rstd) {
+    double m, rs;
+    ln_moments_scalar(x, n, eps, &m, &rs);
+    float tm = (float)m, trs = (float)rs;
+    for (int64_t j = 0; j < n; j++) y[j] = (x[j] - tm) * trs * w[j] + b[j];
+    *mean = tm;
+    *rstd = trs;
+}
+static void ln_bwd_row_scalar(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                              double eps) {
+    double m, rs, a = 0, d = 0;
+    ln_moments_scalar(x, n, eps, &m, &rs);
+    float tm = (float)m, trs = (float)rs;
+    for (int64_t j = 0; j < n; j++) {
+        float xh = (x[j] - tm) * trs, gw = g[j] * w[j];
+        a += gw;
+        d += (double)gw * xh;
+        gx[j] = g[j] * xh;
+    }
+    float ta = (float)(a / (double)n), td = (float)(d / (double)n);
+    for (int64_t j = 0; j < n; j++) {
+        float xh = (x[j] - tm) * trs;
+        dx[j] = trs * (g[j] * w[j] - ta - xh * td);
+    }
+}
+
 typedef struct vm_impl {
     const char *name;
     void (*exp_n)(const float *, float *, int64_t);
@@ -58,10 +93,12 @@ typedef struct vm_impl {
     void (*gelu_n)(const float *, float *, int64_t);
     void (*gelu_bwd_n)(const float *, const float *, float *, int64_t);
     bool (*softmax_row)(const float *, float *, int64_t, bool); /* false: a NaN, use the scalar row */
+    void (*ln_fwd_row)(const float *, const float *, const float *, float *, int64_t, double, float *, float *);
+    void (*ln_bwd_row)(const float *, const float *, const float *, float *, float *, int64_t, double);
 } vm_impl;
 
 static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_scalar, gelu_bwd_n_scalar,
-                                 softmax_row_scalar};
+                                 softmax_row_scalar, ln_fwd_row_scalar, ln_bwd_row_scalar};
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define EM_VMATH_X86 1
@@ -106,6 +143,11 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
         a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)))); \
     } while (0)
 #define VDSUM(a) _mm512_reduce_add_pd(a)
+#define VDLO(v) _mm512_cvtps_pd(_mm512_castps512_ps256(v))
+#define VDHI(v) _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)))
+#define VDSET _mm512_set1_pd
+#define VDSUBV _mm512_sub_pd
+#define VDFMA _mm512_fmadd_pd
 #include "cpu_vmath_impl.h"
 #undef V
 #undef VI
@@ -141,6 +183,11 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #undef VDZERO
 #undef VDACC
 #undef VDSUM
+#undef VDLO
+#undef VDHI
+#undef VDSET
+#undef VDSUBV
+#undef VDFMA
 
 /* ---- AVX2 + FMA: 8 lanes, masks as vectors ---- */
 #define V __m256
@@ -181,6 +228,11 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));                     \
     } while (0)
 #define VDSUM(a) vdsum_avx2(a)
+#define VDLO(v) _mm256_cvtps_pd(_mm256_castps256_ps128(v))
+#define VDHI(v) _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))
+#define VDSET _mm256_set1_pd
+#define VDSUBV _mm256_sub_pd
+#define VDFMA _mm256_fmadd_pd
 __attribute__((target("avx2,fma"))) static inline double vdsum_avx2(__m256d a) {
     double l[4];
     _mm256_storeu_pd(l, a);
@@ -188,9 +240,10 @@ __attribute__((target("avx2,fma"))) static inline double vdsum_avx2(__m256d a) {
 }
 #include "cpu_vmath_impl.h"
 
-static const vm_impl g_avx2 = {"avx2", exp_n_avx2, erf_n_avx2, gelu_n_avx2, gelu_bwd_n_avx2, softmax_row_avx2};
+static const vm_impl g_avx2 = {"avx2", exp_n_avx2, erf_n_avx2, gelu_n_avx2, gelu_bwd_n_avx2, softmax_row_avx2,
+                               ln_fwd_row_avx2, ln_bwd_row_avx2};
 static const vm_impl g_avx512 = {"avx512", exp_n_avx512, erf_n_avx512, gelu_n_avx512, gelu_bwd_n_avx512,
-                                 softmax_row_avx512};
+                                 softmax_row_avx512, ln_fwd_row_avx512, ln_bwd_row_avx512};
 #endif
 
 static const vm_impl *impl_by_name(const char *name) {
@@ -240,4 +293,12 @@ void em__cpu_vgelu_backward_f32(const float *g, const float *x, float *dx, int64
 }
 void em__cpu_vsoftmax_row_f32(const float *x, float *y, int64_t n, bool log) {
     if (!impl_now()->softmax_row(x, y, n, log)) softmax_row_scalar(x, y, n, log);
+}
+void em__cpu_vln_row_f32(const float *x, const float *w, const float *b, float *y, int64_t n, double eps, float *mean,
+                         float *rstd) {
+    impl_now()->ln_fwd_row(x, w, b, y, n, eps, mean, rstd);
+}
+void em__cpu_vln_backward_row_f32(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                                  double eps) {
+    impl_now()->ln_bwd_row(x, w, g, dx, gx, n, eps);
 }

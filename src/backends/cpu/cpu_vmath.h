@@ -20,6 +20,13 @@ void em__cpu_vgelu_backward_f32(const float *g, const float *x, float *dx, int64
 /* one softmax (or log-softmax) row of n contiguous floats; y may equal x. The sum is kept
  * in double, as the scalar path does. */
 void em__cpu_vsoftmax_row_f32(const float *x, float *y, int64_t n, bool log);
+/* LayerNorm of one row of n > 0 floats (cpu_norm.c's rows): y = (x - mean) * rstd * w + b with
+ * the mean and 1 / sqrt(var + eps) computed in double and returned as floats; and its
+ * backward: dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)), gx = g * xhat. */
+void em__cpu_vln_row_f32(const float *x, const float *w, const float *b, float *y, int64_t n, double eps, float *mean,
+                         float *rstd);
+void em__cpu_vln_backward_row_f32(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                                  double eps);
 
 /* "avx512", "avx2" or "scalar": the set in use (EMBER_CPU_VMATH=scalar|avx2|avx512 asks
  * for a lower one; one this CPU lacks is ignored). em__cpu_vmath_use switches (tests compare

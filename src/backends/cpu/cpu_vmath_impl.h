@@ -159,3 +159,75 @@ ATTR static bool VF(softmax_row)(const float *x, float *y, int64_t n, bool lg) {
     for (int64_t k = 0; k < rest; k++) y[full + k] = pad[k] * (float)(1 / s);
     return true;
 }
+
+/* LayerNorm rows (cpu_norm.c's steps in vectors): the mean and the variance of x - mean in
+ * double, as the scalar rows; whole vectors here, the last n % W elements one by one. */
+ATTR static void VF(moments)(const float *x, int64_t n, double eps, double *mean, double *rstd) {
+    int64_t full = n / W * W;
+    VD a0 = VDZERO, a1 = VDZERO;
+    for (int64_t i = 0; i < full; i += W) VDACC(a0, a1, VLOAD(x + i));
+    double s = VDSUM(a0) + VDSUM(a1);
+    for (int64_t i = full; i < n; i++) s += x[i];
+    double m = n ? s / (double)n : 0;
+    VD dm = VDSET(m);
+    a0 = a1 = VDZERO;
+    for (int64_t i = 0; i < full; i += W) {
+        V v = VLOAD(x + i);
+        VD lo = VDSUBV(VDLO(v), dm), hi = VDSUBV(VDHI(v), dm);
+        a0 = VDFMA(lo, lo, a0);
+        a1 = VDFMA(hi, hi, a1);
+    }
+    double var = VDSUM(a0) + VDSUM(a1);
+    for (int64_t i = full; i < n; i++) var += ((double)x[i] - m) * ((double)x[i] - m);
+    *mean = m;
+    *rstd = 1.0 / sqrt((n ? var / (double)n : 0) + eps);
+}
+
+ATTR static void VF(ln_fwd_row)(const float *x, const float *w, const float *b, float *y, int64_t n, double eps,
+                                 float *mean, float *rstd) {
+    double m, rs;
+    VF(moments)(x, n, eps, &m, &rs);
+    float tm = (float)m, trs = (float)rs;
+    int64_t full = n / W * W;
+    V vm = VSET(tm), vr = VSET(trs);
+    for (int64_t i = 0; i < full; i += W)
+        VSTORE(y + i, VADD(VMUL(VMUL(VSUB(VLOAD(x + i), vm), vr), VLOAD(w + i)), VLOAD(b + i)));
+    for (int64_t i = full; i < n; i++) y[i] = (x[i] - tm) * trs * w[i] + b[i];
+    *mean = tm;
+    *rstd = trs;
+}
+
+/* dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)), gx = g * xhat */
+ATTR static void VF(ln_bwd_row)(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                                 double eps) {
+    double m, rs;
+    VF(moments)(x, n, eps, &m, &rs);
+    float tm = (float)m, trs = (float)rs;
+    int64_t full = n / W * W;
+    V vm = VSET(tm), vr = VSET(trs);
+    VD a0 = VDZERO, a1 = VDZERO, d0 = VDZERO, d1 = VDZERO;
+    for (int64_t i = 0; i < full; i += W) {
+        V xh = VMUL(VSUB(VLOAD(x + i), vm), vr), gv = VLOAD(g + i), gw = VMUL(gv, VLOAD(w + i));
+        VDACC(a0, a1, gw);
+        d0 = VDFMA(VDLO(gw), VDLO(xh), d0); /* a product of two floats is exact in double */
+        d1 = VDFMA(VDHI(gw), VDHI(xh), d1);
+        VSTORE(gx + i, VMUL(gv, xh));
+    }
+    double a = VDSUM(a0) + VDSUM(a1), d = VDSUM(d0) + VDSUM(d1);
+    for (int64_t i = full; i < n; i++) {
+        float xh = (x[i] - tm) * trs, gw = g[i] * w[i];
+        a += gw;
+        d += (double)gw * xh;
+        gx[i] = g[i] * xh;
+    }
+    float ta = (float)(a / (double)n), td = (float)(d / (double)n);
+    V va = VSET(ta), vd = VSET(td);
+    for (int64_t i = 0; i < full; i += W) {
+        V xh = VMUL(VSUB(VLOAD(x + i), vm), vr);
+        VSTORE(dx + i, VMUL(vr, VSUB(VSUB(VMUL(VLOAD(g + i), VLOAD(w + i)), va), VMUL(xh, vd))));
+    }
+    for (int64_t i = full; i < n; i++) {
+        float xh = (x[i] - tm) * trs;
+        dx[i] = trs * (g[i] * w[i] - ta - xh * td);
+    }
+}
