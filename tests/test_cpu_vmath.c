@@ -3,7 +3,7 @@
  * (every 61st float from 0 to 6, both signs, every float around the two branch points), exp
  * over [-110, 90], special values (+-0, +-inf, NaN, subnormals), GELU and its backward, and
  * softmax / log-softmax rows of odd lengths, in place, with -inf and NaN entries, and
- * LayerNorm rows forward and backward. */
+ * LayerNorm rows forward and backward, softmax's backward rows. */
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -260,6 +260,40 @@ static void test_layer_norm_rows(void) {
     }
 }
 
+/* softmax's backward rows against double: dx = y (g - sum g y); log: dx = g - exp(y) sum g */
+static void test_softmax_backward_rows(void) {
+    static const int lens[] = {1, 15, 16, 17, 64, 100};
+    float g[100], y[100], dx[100];
+    for (int s = 0; s < 3; s++) {
+        if (!em__cpu_vmath_use(g_sets[s])) continue;
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int n = lens[li];
+            for (int lg = 0; lg < 2; lg++) {
+                float x[100];
+                for (int k = 0; k < n; k++) {
+                    x[k] = (float)(3 * sin(k * 0.77 + n));
+                    g[k] = (float)cos(k * 1.3 + lg);
+                }
+                em__cpu_vsoftmax_row_f32(x, y, n, lg);
+                double sum = 0;
+                for (int k = 0; k < n; k++) sum += lg ? g[k] : (double)g[k] * y[k];
+                em__cpu_vsoftmax_backward_row_f32(g, y, dx, n, lg);
+                double worst = 0;
+                for (int k = 0; k < n; k++) {
+                    double ref = lg ? g[k] - exp((double)y[k]) * sum : y[k] * (g[k] - sum);
+                    double e = fabs(dx[k] - ref) / (1 + fabs(sum));
+                    worst = e > worst ? e : worst;
+                }
+                CHECK(worst <= 4 * FLT_EPSILON);
+                float g2[100];
+                memcpy(g2, g, sizeof(float) * (size_t)n);
+                em__cpu_vsoftmax_backward_row_f32(g2, y, g2, n, lg); /* in place over g */
+                CHECK(memcmp(g2, dx, sizeof(float) * (size_t)n) == 0);
+            }
+        }
+    }
+}
+
 int main(void) {
     RUN(test_erf_sweep);
     RUN(test_erf_special);
@@ -267,5 +301,6 @@ int main(void) {
     RUN(test_gelu);
     RUN(test_softmax_rows);
     RUN(test_layer_norm_rows);
+    RUN(test_softmax_backward_rows);
     return test_summary();
 }

@@ -192,4 +192,6 @@ const em_backend em_cpu_backend = {
     .layer_norm = em__cpu_layer_norm,
     .layer_norm_backward = em__cpu_layer_norm_backward,
     .gelu_backward = em__cpu_gelu_backward,
+    /* softmax's backward in one pass */
+    .softmax_backward = em__cpu_softmax_backward,
 };

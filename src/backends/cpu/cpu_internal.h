@@ -142,6 +142,8 @@ em_status em__cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, c
 em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
                                       const em_tensor *w, int64_t n, double eps);
 em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
+/* softmax's backward in one pass (cpu_softmax.c) */
+em_status em__cpu_softmax_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);
 

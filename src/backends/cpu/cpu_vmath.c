@@ -86,6 +86,13 @@ static void ln_bwd_row_scalar(const float *x, const float *w, const float *g, fl
     }
 }
 
+static void softmax_bwd_row_scalar(const float *g, const float *y, float *dx, int64_t n, bool lg) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += lg ? (double)g[i] : (double)g[i] * y[i];
+    float fs = (float)s;
+    for (int64_t i = 0; i < n; i++) dx[i] = lg ? g[i] - expf(y[i]) * fs : y[i] * (g[i] - fs);
+}
+
 typedef struct vm_impl {
     const char *name;
     void (*exp_n)(const float *, float *, int64_t);
@@ -95,10 +102,12 @@ typedef struct vm_impl {
     bool (*softmax_row)(const float *, float *, int64_t, bool); /* false: a NaN, use the scalar row */
     void (*ln_fwd_row)(const float *, const float *, const float *, float *, int64_t, double, float *, float *);
     void (*ln_bwd_row)(const float *, const float *, const float *, float *, float *, int64_t, double);
+    void (*softmax_bwd_row)(const float *, const float *, float *, int64_t, bool);
 } vm_impl;
 
 static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_scalar, gelu_bwd_n_scalar,
-                                 softmax_row_scalar, ln_fwd_row_scalar, ln_bwd_row_scalar};
+                                 softmax_row_scalar, ln_fwd_row_scalar, ln_bwd_row_scalar,
+                                 softmax_bwd_row_scalar};
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define EM_VMATH_X86 1
@@ -241,9 +250,10 @@ __attribute__((target("avx2,fma"))) static inline double vdsum_avx2(__m256d a) {
 #include "cpu_vmath_impl.h"
 
 static const vm_impl g_avx2 = {"avx2", exp_n_avx2, erf_n_avx2, gelu_n_avx2, gelu_bwd_n_avx2, softmax_row_avx2,
-                               ln_fwd_row_avx2, ln_bwd_row_avx2};
+                               ln_fwd_row_avx2, ln_bwd_row_avx2, softmax_bwd_row_avx2};
 static const vm_impl g_avx512 = {"avx512", exp_n_avx512, erf_n_avx512, gelu_n_avx512, gelu_bwd_n_avx512,
-                                 softmax_row_avx512, ln_fwd_row_avx512, ln_bwd_row_avx512};
+                                 softmax_row_avx512, ln_fwd_row_avx512, ln_bwd_row_avx512,
+                                 softmax_bwd_row_avx512};
 #endif
 
 static const vm_impl *impl_by_name(const char *name) {
@@ -301,4 +311,7 @@ void em__cpu_vln_row_f32(const float *x, const float *w, const float *b, float *
 void em__cpu_vln_backward_row_f32(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
                                   double eps) {
     impl_now()->ln_bwd_row(x, w, g, dx, gx, n, eps);
+}
+void em__cpu_vsoftmax_backward_row_f32(const float *g, const float *y, float *dx, int64_t n, bool log) {
+    impl_now()->softmax_bwd_row(g, y, dx, n, log);
 }

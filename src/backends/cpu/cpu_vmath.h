@@ -27,6 +27,9 @@ void em__cpu_vln_row_f32(const float *x, const float *w, const float *b, float *
                          float *rstd);
 void em__cpu_vln_backward_row_f32(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
                                   double eps);
+/* softmax's backward on one row of n floats from its output y: dx = y * (g - sum(g * y)), or
+ * for log-softmax dx = g - exp(y) * sum(g); the sum in double. dx may equal g. */
+void em__cpu_vsoftmax_backward_row_f32(const float *g, const float *y, float *dx, int64_t n, bool log);
 
 /* "avx512", "avx2" or "scalar": the set in use (EMBER_CPU_VMATH=scalar|avx2|avx512 asks
  * for a lower one; one this CPU lacks is ignored). em__cpu_vmath_use switches (tests compare

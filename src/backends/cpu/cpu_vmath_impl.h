@@ -231,3 +231,33 @@ ATTR static void VF(ln_bwd_row)(const float *x, const float *w, const float *g, 
         dx[i] = trs * (g[i] * w[i] - ta - xh * td);
     }
 }
+
+/* softmax's backward on one row: dx = y * (g - sum(g * y)); log-softmax's (y its output):
+ * dx = g - exp(y) * sum(g). The sum in double lanes; the last n % W elements one by one. */
+ATTR static void VF(softmax_bwd_row)(const float *g, const float *y, float *dx, int64_t n, bool lg) {
+    int64_t full = n / W * W;
+    VD a0 = VDZERO, a1 = VDZERO;
+    for (int64_t i = 0; i < full; i += W) {
+        V gv = VLOAD(g + i);
+        if (lg) {
+            VDACC(a0, a1, gv);
+        } else {
+            V yv = VLOAD(y + i);
+            a0 = VDFMA(VDLO(gv), VDLO(yv), a0); /* a product of two floats is exact in double */
+            a1 = VDFMA(VDHI(gv), VDHI(yv), a1);
+        }
+    }
+    double s = VDSUM(a0) + VDSUM(a1);
+    for (int64_t i = full; i < n; i++) s += lg ? (double)g[i] : (double)g[i] * y[i];
+    float fs = (float)s;
+    V vs = VSET(fs);
+    for (int64_t i = 0; i < full; i += W) {
+        V gv = VLOAD(g + i), yv = VLOAD(y + i);
+        VSTORE(dx + i, lg ? VSUB(gv, VMUL(VF(exp_v)(yv), vs)) : VMUL(yv, VSUB(gv, vs)));
+    }
+    for (int64_t i = full; i < n; i++) {
+        float e;
+        if (lg) VF(exp_n)(y + i, &e, 1);
+        dx[i] = lg ? g[i] - e * fs : y[i] * (g[i] - fs);
+    }
+}
