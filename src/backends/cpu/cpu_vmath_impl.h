@@ -65,7 +65,7 @@ ATTR static inline V VF(erf_v)(V x) {
     r = VFMA(r, u, VSET(-0x1.e3a92cp-1f));
     r = VFMA(r, u, VSET(-0x1.596786p+2f));
     r = VFMA(r, u, VSET(-0x1.fbb2cap+2f));
-    V big = VSUB(VSET(1.0f), VF(exp_v)(r));
+    V big = VSUB(VSET(1.0f), VF(exp_scaled)(r)); /* r in [-17, -1.5]: no guards needed */
     big = VSEL(VLT(x, VSET(0.0f)), VSUB(VSET(0.0f), big), big);
     V e = VSEL(VLT(a, VSET(1.125f)), small, big);
     return VSEL(VNAN(x), x, e);
