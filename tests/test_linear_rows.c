@@ -44,20 +44,24 @@ static void check_linear(em_tensor *x, bool bias) {
 }
 
 static void test_contiguous_rows(void) {
+    em_scope s = em_scope_begin(); /* the inputs made here */
     em_manual_seed(1);
     check_linear(em_randn(EM_SHAPE(2, 3, 5), (em_opts){0}), true);
     check_linear(em_randn(EM_SHAPE(2, 3, 5), (em_opts){0}), false);
     check_linear(em_randn(EM_SHAPE(2, 2, 3, 7), (em_opts){0}), true); /* 4-d */
     check_linear(em_randn(EM_SHAPE(1, 1, 4), (em_opts){0}), true);    /* batch 1, one row */
+    em_scope_end(s);
 }
 
 static void test_strided_rows(void) {
+    em_scope s = em_scope_begin(); /* the inputs made here */
     em_manual_seed(2);
     /* transposed leading dims: not one matrix in memory, so the batched path */
     check_linear(em_transpose(em_randn(EM_SHAPE(3, 2, 5), (em_opts){0}), 0, 1), true);
     check_linear(em_transpose(em_randn(EM_SHAPE(3, 2, 5), (em_opts){0}), 0, 1), false);
     /* every other feature: strided rows */
     check_linear(em_narrow(em_randn(EM_SHAPE(2, 3, 8), (em_opts){0}), 2, 0, 5), true);
+    em_scope_end(s);
 }
 
 static void test_empty_rows(void) {

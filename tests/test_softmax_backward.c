@@ -31,6 +31,7 @@ static void check(em_tensor *x, int dim, bool log, bool transpose_g, em_dtype dt
 }
 
 static void test_last_dim(void) {
+    em_scope s = em_scope_begin(); /* the inputs made here */
     em_manual_seed(3);
     for (int lg = 0; lg < 2; lg++) {
         check(em_randn(EM_SHAPE(2, 3, 5, 17), (em_opts){0}), -1, lg, false, EM_F32); /* odd rows */
@@ -38,19 +39,24 @@ static void test_last_dim(void) {
         check(em_randn(EM_SHAPE(7), (em_opts){0}), 0, lg, false, EM_F32);             /* one row */
         check(em_randn(EM_SHAPE(3, 33), (em_opts){0}), -1, lg, false, EM_F64);
     }
+    em_scope_end(s);
 }
 
 static void test_strided(void) {
+    em_scope s = em_scope_begin(); /* the inputs made here */
     em_manual_seed(4);
     for (int lg = 0; lg < 2; lg++) {
         check(em_transpose(em_randn(EM_SHAPE(9, 4), (em_opts){0}), 0, 1), -1, lg, false, EM_F32); /* x transposed */
         check(em_randn(EM_SHAPE(5, 6, 19), (em_opts){0}), -1, lg, true, EM_F32); /* g transposed */
     }
+    em_scope_end(s);
 }
 
 static void test_other_dim(void) {
+    em_scope s = em_scope_begin(); /* the inputs made here */
     em_manual_seed(5);
     for (int lg = 0; lg < 2; lg++) check(em_randn(EM_SHAPE(4, 6, 3), (em_opts){0}), 1, lg, false, EM_F32);
+    em_scope_end(s);
 }
 
 static void test_masked_scores(void) { /* rows with -inf scores (a causal mask): their gradient is 0 */
