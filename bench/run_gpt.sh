@@ -5,7 +5,8 @@
 # context 64, 2 layers, d_model 128, 4 heads, vocabulary 114 (the fortunes' characters).
 # Prints milliseconds per step (Ember: the mean of a second epoch of STEPS steps, after a
 # first one as warm-up; PyTorch: STEPS steps after 5 warm-up steps), the ratio Ember / PyTorch
-# (target <= 0.7) and the fraction of the CPU's FP32 peak each reaches (FLOPs counted as
+# (target <= 0.7) and the fraction of the CPU's FP32 peak each reaches, also from each side's process
+# CPU time per step divided by the threads (robust to a loaded machine) (FLOPs counted as
 # 6 x tokens x the matmul parameters + 12 x layers x context x d_model x tokens for attention).
 # Usage: bench/run_gpt.sh [build-dir]
 # Environment: STEPS (30), THREADS ("1 2"), TORCH_PYTHON (default "/usr/bin/python3
@@ -35,23 +36,32 @@ FLOP=$(awk -v b=$B -v t=$T -v l=$L -v d=$D -v v=$V 'BEGIN {
     printf "%.0f", 6 * tok * mm + 12 * l * t * d * tok }')
 echo "GPT step: batch $B, context $T, $L layers, d_model $D, $H heads, vocab $V: $(awk -v f=$FLOP 'BEGIN { printf "%.2f", f / 1e9 }') GFLOP per step; FP32 peak $PEAK_GFLOPS GFLOP/s per thread"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-8s %-22s %10s %12s %10s\n' threads who ms/step ratio %peak
+printf '%-8s %-22s %10s %12s %10s %14s %12s %10s\n' threads who ms/step ratio %peak cpu-ms/thread cpu-ratio cpu-%peak
 for th in $THREADS; do
     peak=$(awk -v p="$PEAK_GFLOPS" -v t=$th 'BEGIN { print p * t }')
     out=$(OPENBLAS_NUM_THREADS=$th "$BUILD/ember" train --model gpt --device cpu --epochs 2 --steps-per-epoch "$STEPS" \
           --batch-size $B --context $T --layers $L --d-model $D --heads $H --sample-chars 0 --checkpoint none \
           --threads "$th" 2>/dev/null)
     ember=$(echo "$out" | awk '/^epoch 2\/2:/ { for (i = 1; i <= NF; i++) if ($i == "ms/step") print $(i - 1) }')
-    printf '%-8s %-22s %10s %12s %9.1f%%\n' "$th" "Ember" "$ember" "-" \
-        "$(awk -v f=$FLOP -v ms="$ember" -v p="$peak" 'BEGIN { print 100 * f / (ms / 1000) / 1e9 / p }')"
+    # process CPU time per step over the threads: what the step would take with its cores to itself
+    ecpu=$(echo "$out" | awk -v t=$th '/^epoch 2\/2:/ { for (i = 1; i <= NF; i++) if ($i == "CPU" && $(i + 1) == "time") printf "%.1f", $(i + 2) / t }')
+    printf '%-8s %-22s %10s %12s %9.1f%% %14s %12s %9.1f%%\n' "$th" "Ember" "$ember" "-" \
+        "$(awk -v f=$FLOP -v ms="$ember" -v p="$peak" 'BEGIN { print 100 * f / (ms / 1000) / 1e9 / p }')" "$ecpu" "-" \
+        "$(awk -v f=$FLOP -v ms="$ecpu" -v p="$peak" 'BEGIN { print 100 * f / (ms / 1000) / 1e9 / p }')"
     for py in $TORCH_PYTHON; do
         v=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) || { echo "$py: no torch (not compared)"; continue; }
-        ms=$(OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th "$py" bench/gpt_torch.py --threads "$th" --steps "$STEPS" \
-             --batch $B --context $T --layers $L --d-model $D --heads $H --vocab $V | awk '/^ms_per_step/ { print $2 }')
-        printf '%-8s %-22s %10s %12s %9.1f%%\n' "$th" "PyTorch $v" "$ms" \
+        tout=$(OPENBLAS_NUM_THREADS=$th OMP_NUM_THREADS=$th "$py" bench/gpt_torch.py --threads "$th" --steps "$STEPS" \
+             --batch $B --context $T --layers $L --d-model $D --heads $H --vocab $V)
+        ms=$(echo "$tout" | awk '/^ms_per_step/ { print $2 }')
+        tcpu=$(echo "$tout" | awk -v t=$th '/^cpu_ms_per_step/ { printf "%.1f", $2 / t }')
+        printf '%-8s %-22s %10s %12s %9.1f%% %14s %12s %9.1f%%\n' "$th" "PyTorch $v" "$ms" \
             "$(awk -v e="$ember" -v t="$ms" 'BEGIN { printf "%.2fx", e / t }')" \
-            "$(awk -v f=$FLOP -v ms="$ms" -v p="$peak" 'BEGIN { print 100 * f / (ms / 1000) / 1e9 / p }')"
+            "$(awk -v f=$FLOP -v ms="$ms" -v p="$peak" 'BEGIN { print 100 * f / (ms / 1000) / 1e9 / p }')" "$tcpu" \
+            "$(awk -v e="$ecpu" -v t="$tcpu" 'BEGIN { printf "%.2fx", e / t }')" \
+            "$(awk -v f=$FLOP -v ms="$tcpu" -v p="$peak" 'BEGIN { print 100 * f / (ms / 1000) / 1e9 / p }')"
     done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(ratio = Ember's ms/step / PyTorch's: below 1 Ember is faster; the target is <= 0.7)"
+echo "(cpu-ms/thread: the process's CPU time per step divided by the threads, which waiting for a core on a"
+echo " loaded machine does not inflate; cpu-ratio and cpu-%peak are computed from it)"

@@ -111,7 +111,13 @@ static void backward_softmax(ag_node *n, em_tensor *g, em_tensor **out) {
         out[0] = em_mul_scalar(g, 0.0);
         return;
     }
-    if (n->op == EM_GRAD_SOFTMAX) /* y * (g - sum(g * y)) */
+    bool failed_before = em_failed();
+    em_tensor *fused = em__softmax_backward(g, y, dim.d[0], n->op == EM_GRAD_LOG_SOFTMAX);
+    if (fused) /* one kernel where the backend has it (the attention's [B, H, T, T] scores) */
+        out[0] = fused;
+    else if (!failed_before && em_failed()) /* it applied and failed (no memory): the step fails */
+        out[0] = NULL;
+    else if (n->op == EM_GRAD_SOFTMAX) /* y * (g - sum(g * y)) */
         out[0] = em_mul(y, em_sub(g, em_sum(em_mul(g, y), dim, true)));
     else /* g - exp(y) * sum(g) */
         out[0] = em_sub(g, em_mul(em_exp(y), em_sum(g, dim, true)));

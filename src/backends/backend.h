@@ -206,6 +206,11 @@ typedef struct em_backend {
      * dx = g where y > 0, else 0 (y: ReLU's output; NaN gives 0); dx, g, y contiguous, one
      * shape, f32 or f64. */
     em_status (*relu_backward)(em_tensor *dx, const em_tensor *g, const em_tensor *y);
+
+    /* ---- softmax's backward in one pass (optional: NULL, and autograd composes it) ----
+     * Rows of n elements along the last dim; dx, g, y contiguous, one shape, f32 or f64; y is
+     * the forward's output. softmax: dx = y * (g - sum(g * y)); log: dx = g - exp(y) * sum(g). */
+    em_status (*softmax_backward)(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log);
     /* Counter-based Philox 4x32-10: element i (row-major) of out uses counter offset + i
      * and key seed, so every backend produces the same numbers. See src/core/philox.h. */
     em_status (*rng)(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,

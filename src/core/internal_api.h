@@ -91,6 +91,11 @@ em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x);
  * dtypes, shapes or devices differ): the caller composes. */
 em_tensor *em__relu_backward(em_tensor *g, em_tensor *y);
 
+/* Softmax's (log: log-softmax's) backward from its output y along the last dim in one kernel
+ * (scoped result), or NULL without an error where the backend lacks it or the operands do
+ * not fit (f32/f64, one shape, dim the last): the caller then composes it. */
+em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log);
+
 /* ---- for src/dist's NCCL path (src/core/dist_seam.c): what NCCL needs of a CUDA tensor
  * without dist seeing a storage or a backend ---- */
 typedef struct em_cuda_buffer {

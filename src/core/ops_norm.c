@@ -81,6 +81,27 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
     return EM_OK;
 }
 
+/* Softmax's backward in one pass along the last dim (see internal_api.h) */
+em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log) {
+    if (!g || !y || g->dtype != y->dtype || (y->dtype != EM_F32 && y->dtype != EM_F64) || !em__same_shape(g, y) ||
+        !em__same_device(g, y) || !y->storage->backend->softmax_backward || y->ndim == 0 || dim != y->ndim - 1)
+        return NULL;
+    const em_backend *be = y->storage->backend;
+    em_tensor *tg = NULL, *ty = NULL;
+    const em_tensor *gc = contiguous_of(g, &tg), *yc = gc ? contiguous_of(y, &ty) : NULL;
+    em_tensor *out = yc ? em__tensor_new_on(be, y->storage->device, y->ndim, y->shape, y->dtype) : NULL;
+    em_status st = out ? EM_OK : em_last_status();
+    if (st == EM_OK && em__numel_raw(y->ndim, y->shape) > 0)
+        st = be->softmax_backward(out, gc, yc, y->shape[y->ndim - 1], log);
+    em_release(tg);
+    em_release(ty);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return em__scoped(out);
+}
+
 /* GELU's backward in one pass where the backend has it (f32/f64, g and x of one shape), NULL
  * without an error otherwise: the caller composes. No gradient of its own (no double backward). */
 em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x) {

@@ -198,7 +198,11 @@ em_tensor *em_multihead_attention_forward(em_module *m, em_tensor *query, em_ten
     }
     em_tensor *w = m->params[0].t, *bias = c->bias ? m->params[1].t : NULL;
     em_tensor *q, *k, *v;
-    if (query == key && key == value) { /* self-attention: one projection, then split */
+    /* self-attention on strided rows: one projection, then split. Contiguous rows take three
+     * projections instead: q, k, v come out contiguous (split_heads is then a view), and
+     * backward adds three [rows, E] input gradients instead of zero-filling, copying and
+     * adding three [rows, 3E] ones (the narrows' gradients) */
+    if (query == key && key == value && !em_is_contiguous(query)) {
         em_tensor *qkv = project(query, w, bias, 0, 3 * E);
         q = em_narrow(qkv, 2, 0, E);
         k = em_narrow(qkv, 2, E, E);

@@ -13,12 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <ember/estimate.h>
 #include "mlp.h"
 #include "model_gpt.h"
 #include "mem_measured.h"
 #include "progress.h"
 #include "plot.h"   /* --plot */
+
+/* CPU time of every thread of the process (benchmarks on a shared machine compare it: unlike
+ * wall time it does not count waiting for a core) */
+static double process_cpu_seconds(void) {
+    struct timespec ts;
+    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0.0;
+}
 
 static const char *const tool = "ember train";
 #define DEFAULT_TEXT "/usr/share/games/fortunes"
@@ -480,6 +488,7 @@ static int run(gpt_opts *o) {
         em_tensor *loss_sum = em_zeros(EM_SHAPE0, EM_OPTS(.dtype = EM_F64, .device = o->device));
         bool ok = loss_sum != NULL;
         int64_t done = 0;
+        double cpu0 = process_cpu_seconds();
         for (; ok && done < o->steps; done++) {
             em_scope s = em_scope_begin();
             em_tensor *x, *y;
@@ -502,6 +511,7 @@ static int run(gpt_opts *o) {
                 break;
             }
         }
+        double cpu_ms = 1000.0 * (process_cpu_seconds() - cpu0) / (double)(done ? done : 1);
         double seconds = mlp_now() - bar.t0, train_loss = ok ? em_item(loss_sum) / (double)(done ? done : 1) : NAN;
         progress_end(&bar);
         em_scope_end(es);
@@ -513,9 +523,9 @@ static int run(gpt_opts *o) {
         char mem[160];
         mlp_memory_line(o->device, mem, sizeof mem);
         printf("epoch %" PRId64 "/%" PRId64 ": train loss %.4f, val loss %.4f, %.0f tokens/s, %.1f ms/step "
-               "(%" PRId64 " steps, %.2f s), memory %s\n",
+               "(%" PRId64 " steps, %.2f s), memory %s, process CPU time %.1f ms per step\n",
                epoch + 1, o->epochs, train_loss, val, (double)(done * o->batch * o->cfg.context) / seconds,
-               1000.0 * seconds / (double)(done ? done : 1), done, seconds, mem);
+               1000.0 * seconds / (double)(done ? done : 1), done, seconds, mem, cpu_ms);
         if (o->sample_chars > 0) {
             char *text = malloc((size_t)o->sample_chars + 1);
             if (!text || !gpt_sample(model, &c, &o->cfg, o->device, o->sample_chars, (uint64_t)o->seed + (uint64_t)epoch, text)) {

@@ -194,4 +194,7 @@ const em_backend em_cpu_backend = {
     .layer_norm_backward = em__cpu_layer_norm_backward,
     .gelu_backward = em__cpu_gelu_backward,
     .relu_backward = em__cpu_relu_backward, /* the CNN's speed (issue 16) */
+
+    /* softmax's backward in one pass */
+    .softmax_backward = em__cpu_softmax_backward,
 };

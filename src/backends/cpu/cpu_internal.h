@@ -144,6 +144,9 @@ em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_
 em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
 /* ReLU's backward (cpu_relu.c; the CNN's speed, issue 16) */
 em_status em__cpu_relu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y);
+
+/* softmax's backward in one pass (cpu_softmax.c) */
+em_status em__cpu_softmax_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);
 

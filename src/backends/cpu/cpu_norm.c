@@ -5,6 +5,7 @@
 #include <math.h>
 #include "cpu_internal.h"
 #include "cpu_threads.h"
+#include "cpu_vmath.h"
 
 typedef struct ln_ctx {
     void *out, *mean, *rstd, *gxhat;
@@ -60,8 +61,20 @@ typedef struct ln_ctx {
             }                                                                                 \
         }                                                                                     \
     }
-LN_ROWS(f32, float)
 LN_ROWS(f64, double)
+/* f32 rows: the same steps in vectors (cpu_vmath.c) */
+static void ln_fwd_f32(void *arg, int64_t r0, int64_t r1) {
+    const ln_ctx *c = arg;
+    for (int64_t r = r0; r < r1; r++)
+        em__cpu_vln_row_f32((const float *)c->x + r * c->n, c->w, c->b, (float *)c->out + r * c->n, c->n, c->eps,
+                            (float *)c->mean + r, (float *)c->rstd + r);
+}
+static void ln_bwd_f32(void *arg, int64_t r0, int64_t r1) {
+    const ln_ctx *c = arg;
+    for (int64_t r = r0; r < r1; r++)
+        em__cpu_vln_backward_row_f32((const float *)c->x + r * c->n, c->w, (const float *)c->g + r * c->n,
+                                     (float *)c->out + r * c->n, (float *)c->gxhat + r * c->n, c->n, c->eps);
+}
 
 static em_status ln_check(const char *op, const em_tensor *x, int64_t n) {
     if ((x->dtype != EM_F32 && x->dtype != EM_F64) || n <= 0)
@@ -102,8 +115,12 @@ em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_
             dx[i] = g[i] * (cdf + v * pdf);                                                   \
         }                                                                                     \
     }
-GELU_BWD(f32, float, erff, expf)
 GELU_BWD(f64, double, erf, exp)
+/* f32: the vectorized erf and exp (cpu_vmath.c) */
+static void gelu_bwd_f32(void *arg, int64_t i0, int64_t i1) {
+    const ln_ctx *c = arg;
+    em__cpu_vgelu_backward_f32((const float *)c->g + i0, (const float *)c->x + i0, (float *)c->out + i0, i1 - i0);
+}
 
 em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x) {
     if ((x->dtype != EM_F32 && x->dtype != EM_F64) || g->dtype != x->dtype || dx->dtype != x->dtype)

@@ -299,6 +299,49 @@ static void outer_tasks(void *arg, int64_t begin, int64_t end) {
     free(s);
 }
 
+/* ---- the column sums of a float32 [rows, cols] matrix (a bias's gradient over a batch of
+ * rows): fixed blocks of rows, four rows per pass over the double accumulators, the blocks
+ * summed in parallel and combined in order (the result never depends on the thread count) */
+#define COLSUM_ROWS 256
+typedef struct colsum_job { const red_ctx *c; double *parts; int64_t cols; } colsum_job;
+
+static void colsum_blocks(void *arg, int64_t begin, int64_t end) {
+    const colsum_job *j = arg;
+    int64_t cols = j->cols, rs = j->c->rin[0], R = j->c->R;
+    for (int64_t b = begin; b < end; b++) {
+        double *restrict acc = j->parts + b * cols;
+        for (int64_t k = 0; k < cols; k++) acc[k] = 0;
+        int64_t r = b * COLSUM_ROWS, r1 = r + COLSUM_ROWS < R ? r + COLSUM_ROWS : R;
+        for (; r + 4 <= r1; r += 4) {
+            const float *restrict x0 = (const float *)(j->c->in + r * rs), *restrict x1 = (const float *)(j->c->in + (r + 1) * rs);
+            const float *restrict x2 = (const float *)(j->c->in + (r + 2) * rs), *restrict x3 = (const float *)(j->c->in + (r + 3) * rs);
+            EM_CPU_VLOOP(cols, acc[i] += ((double)x0[i] + (double)x1[i]) + ((double)x2[i] + (double)x3[i]);)
+        }
+        for (; r < r1; r++) {
+            const float *restrict x = (const float *)(j->c->in + r * rs);
+            EM_CPU_VLOOP(cols, acc[i] += x[i];)
+        }
+    }
+}
+
+/* false: not this case (or no memory for the partials), take the general outer path */
+static bool colsum_f32(red_ctx *c) {
+    if (c->dt != EM_F32 || (c->op != EM_OP_SUM && c->op != EM_OP_MEAN) || c->nk != 1 || c->nr != 1 || c->kin[0] != 4)
+        return false;
+    int64_t cols = c->kshape[0], nb = (c->R + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    if (nb * cols > ((int64_t)1 << 22)) return false;
+    colsum_job j = {c, malloc(sizeof(double) * (size_t)(nb * cols)), cols};
+    if (!j.parts) return false;
+    em__cpu_parallel_for(nb, EM_CPU_PARALLEL_ELEMS / (COLSUM_ROWS * cols) + 1, colsum_blocks, &j);
+    for (int64_t k = 0; k < cols; k++) {
+        racc a = {0, 0, -1};
+        for (int64_t b = 0; b < nb; b++) a.d += j.parts[b * cols + k];
+        store_result(c, c->out + k * c->kout[0], &a);
+    }
+    free(j.parts);
+    return true;
+}
+
 /* Sort dims (indices into the tensor) by |in stride|, outermost first, then merge neighbours. */
 static int merge_dims(const em_tensor *in, const em_tensor *out, const int *dims, int n, int64_t *shape,
                       int64_t *sin, int64_t *sout, bool sort) {
@@ -357,6 +400,7 @@ em_status em__cpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bo
 
     /* outer when a kept dim is closer to contiguous than every reduced dim */
     bool outer = c.nk > 0 && c.nr > 0 && c.R > 1 && c.kin[c.nk - 1] < c.rin[c.nr - 1] && c.kshape[c.nk - 1] >= 4;
+    if (outer && colsum_f32(&c)) return EM_OK;
     if (outer) {
         int64_t ntiles = (c.kshape[c.nk - 1] + TILE - 1) / TILE, tasks = c.O / c.kshape[c.nk - 1] * ntiles;
         int64_t per_task = c.R * (c.kshape[c.nk - 1] < TILE ? c.kshape[c.nk - 1] : TILE);

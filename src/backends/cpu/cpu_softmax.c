@@ -1,8 +1,10 @@
 /* Softmax and log-softmax along one dim, numerically stable (the row max is subtracted
  * before exp). f32/f16/bf16 compute in float, f64 in double. Rows are the positions of the
  * other dims; each is gathered into a contiguous buffer unless it already is one. */
+#include <math.h>
 #include <stdlib.h>
 #include "cpu_internal.h"
+#include "cpu_vmath.h"
 
 #define STACK_ROW 1024
 
@@ -31,8 +33,9 @@ typedef struct sm_ctx {
             for (int64_t k = 0; k < n; k++) y[k] *= inv;                                \
         }                                                                               \
     }
-SOFTMAX_ROW(f32, float, expf, logf)
 SOFTMAX_ROW(f64, double, exp, log)
+/* f32 rows: the vectorized exp (cpu_vmath.c), the same steps */
+static void softmax_row_f32(float *y, const float *x, int64_t n, bool lg) { em__cpu_vsoftmax_row_f32(x, y, n, lg); }
 
 static void softmax_loop(void *arg, char **d, const int64_t *st, int64_t n, int64_t index) {
     sm_ctx *c = arg;
@@ -87,5 +90,38 @@ em_status em__cpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log
     em__cpu_iter_run(&it, softmax_loop, &c, 2 * (EM_CPU_PARALLEL_ELEMS / (4 * c.len) + 1));
     if (atomic_load(&c.oom))
         return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: softmax: no memory for a row of %lld", (long long)c.len);
+    return EM_OK;
+}
+
+/* ---- backward in one pass over rows along the last dim (autograd's softmax node) ---- */
+typedef struct smb_ctx { const void *g, *y; void *dx; int64_t n; bool log; } smb_ctx;
+
+static void smb_rows(void *arg, int64_t r0, int64_t r1) {
+    const smb_ctx *c = arg;
+    int64_t n = c->n;
+    for (int64_t r = r0; r < r1; r++) {
+        em__cpu_vsoftmax_backward_row_f32((const float *)c->g + r * n, (const float *)c->y + r * n, (float *)c->dx + r * n,
+                                          n, c->log);
+    }
+}
+
+static void smb_rows_f64(void *arg, int64_t r0, int64_t r1) {
+    const smb_ctx *c = arg;
+    int64_t n = c->n;
+    for (int64_t r = r0; r < r1; r++) {
+        const double *g = (const double *)c->g + r * n, *y = (const double *)c->y + r * n;
+        double *dx = (double *)c->dx + r * n, s = 0;
+        for (int64_t i = 0; i < n; i++) s += c->log ? g[i] : g[i] * y[i];
+        for (int64_t i = 0; i < n; i++) dx[i] = c->log ? g[i] - exp(y[i]) * s : y[i] * (g[i] - s);
+    }
+}
+
+em_status em__cpu_softmax_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log) {
+    if ((y->dtype != EM_F32 && y->dtype != EM_F64) || g->dtype != y->dtype || dx->dtype != y->dtype || n <= 0 ||
+        em__cpu_numel(y) % n != 0)
+        return em_error(EM_ERR_INTERNAL, "cpu: softmax_backward expects f32/f64 operands of one dtype in rows of n > 0");
+    smb_ctx c = {em__host_ptr(g), em__host_ptr(y), em__host_ptr(dx), n, log};
+    em__cpu_parallel_for(em__cpu_numel(y) / n, EM_CPU_PARALLEL_ELEMS / (4 * n) + 1,
+                         y->dtype == EM_F64 ? smb_rows_f64 : smb_rows, &c);
     return EM_OK;
 }
