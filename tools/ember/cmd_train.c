@@ -61,7 +61,9 @@ static void usage(FILE *f) {
             "                       state and learning rate; --lr given with --resume replaces the\n"
             "                       checkpoint's learning rate (and says so); --seed or --batch-size\n"
             "                       unlike the checkpoint's are an error\n"
-            "  --max-steps N        stop after N optimizer steps in total, saving a checkpoint as Ctrl-C does\n"
+            "  --max-steps N        stop after N batches in total, saving a checkpoint as Ctrl-C does\n"
+            "                       (with --accumulate N, at the end of that group of N batches, as\n"
+            "                       on a signal: a checkpoint keeps no partial gradients)\n"
             "  --train-samples N    train on the first N samples only (default: all 60000)\n"
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
             "  --amp bf16|f16       mixed precision: autocast regions (Linear in the low dtype, the loss\n"
@@ -386,7 +388,9 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
         pos->batch = b.index + 1;
         pos->steps++;
         *samples += b.size;
-        if (interrupted || (o->max_steps && pos->steps >= o->max_steps)) *stop = true;
+        /* --accumulate: only between groups (a checkpoint keeps no partial gradients), so a
+         * resumed run goes on as an uninterrupted one */
+        if ((interrupted || (o->max_steps && pos->steps >= o->max_steps)) && micro == 0) *stop = true;
         if (train_dist_active()) *stop = train_dist_agree_stop(*stop);   /* every rank stops at one step */
         if (progress_due(&bar, pos->batch)) {
             double mean = em_item(loss_sum) / (double)pos->batch;
