@@ -1,12 +1,12 @@
 /* Mixed precision for `ember train --amp` and `ember mem --amp`: the forward pass under an
  * autocast region (matmul and Linear in the low dtype, the loss in float32), float32 master
  * weights and optimizer, and for f16 a gradient scaler whose skips and scale updates stay on
- * the device (include/ember/amp.h). */
+ * the device (include/ember/amp.h). Also `ember train`'s one batch step, where --amp,
+ * --devices and --accumulate combine, and the scaler's state in its checkpoints. */
 #include "train_amp.h"
 
 #include <float.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <strings.h>
 #include <ember/parse.h>
@@ -33,7 +33,7 @@ bool train_amp_parse_scale(const char *tool, const char *opt, const char *v, dou
 }
 
 bool train_amp_start(train_amp *a, bool on, em_dtype dtype, double init_scale) {
-    *a = (train_amp){.on = on, .dtype = dtype, .init_scale = init_scale};
+    *a = (train_amp){.on = on, .dtype = dtype};
     if (!on || dtype != EM_F16) return true;
     em_grad_scaler_opts so = em_grad_scaler_defaults();
     if (init_scale > 0) so.init_scale = init_scale;

@@ -12,7 +12,6 @@ typedef struct train_amp {
     em_dtype dtype;            /* EM_BF16 or EM_F16 */
     em_grad_scaler *scaler;    /* f16 only (bf16 has float32's range) */
     int64_t skipped_before;    /* skipped steps before the current epoch */
-    double init_scale;         /* --loss-scale (0: the default, 65536) */
 } train_amp;
 
 /* The checkpoint's metadata for the scaler: TRAIN_AMP_META (key, value) pairs at most. */
