@@ -277,6 +277,7 @@ static void test_accumulate_resume_is_exact(void) {
     CHECK(strstr(out, "stopped (--max-steps) at epoch 2, batch 8 (133 steps)") != NULL);
     snprintf(args, sizeof args, "train " ACC " --resume --checkpoint %s", b);
     CHECK(tool_run(args, out, sizeof out) == 0);
+    CHECK(strstr(out, "at epoch 2, batch 8 (133 steps done)") != NULL);   /* batches, not the 34 optimizer steps */
     double d = checkpoint_diff(a, b);
     char la[256], lb[256];
     line_of(ref, "epoch 2/2:", la, sizeof la);

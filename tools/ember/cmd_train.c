@@ -287,7 +287,7 @@ static em_optimizer *make_optimizer(const train_opts *o, em_module *m) {
 
 static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, const position *pos) {
     if (!o->checkpoint || !train_dist_is_main()) return EM_OK;
-    char v[7][40];
+    char v[8][40];
     snprintf(v[0], sizeof v[0], "%" PRId64, pos->epoch);
     snprintf(v[1], sizeof v[1], "%" PRId64, pos->batch);
     snprintf(v[2], sizeof v[2], "%.17g", pos->loss_sum);
@@ -295,13 +295,14 @@ static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, cons
     snprintf(v[4], sizeof v[4], "%" PRId64, o->batch_size);
     snprintf(v[5], sizeof v[5], "%s", o->model);
     snprintf(v[6], sizeof v[6], "%d", train_dist_world());
-    const char *keys[7 + TRAIN_AMP_META] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed",
-                                            "train.batch_size", "model", "train.world_size"};
-    const char *vals[7 + TRAIN_AMP_META] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    snprintf(v[7], sizeof v[7], "%" PRId64, pos->steps);   /* batches: with --accumulate, not the optimizer's */
+    const char *keys[8 + TRAIN_AMP_META] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed",
+                                            "train.batch_size", "model", "train.world_size", "train.steps"};
+    const char *vals[8 + TRAIN_AMP_META] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     train_amp_meta am;   /* the loss scaler's state (train_amp.c) */
     if (train_amp_meta_of(&o->amp, &am) != EM_OK) return em_last_status();
-    for (int i = 0; i < am.n; i++) keys[7 + i] = am.keys[i], vals[7 + i] = am.vals[i];
-    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 7 + am.n);
+    for (int i = 0; i < am.n; i++) keys[8 + i] = am.keys[i], vals[8 + i] = am.vals[i];
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 8 + am.n);
 }
 
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
@@ -338,6 +339,9 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
     int64_t world = 1; /* written by DDP runs; absent: one process */
     if (ok && em_safetensors_metadata(meta, "train.world_size"))
         ok = meta_i64(meta, o->checkpoint, "train.world_size", 1, 1 << 24, &world);
+    pos->steps = -1;   /* train.steps: absent before it was written; then the optimizer's count */
+    if (ok && em_safetensors_metadata(meta, "train.steps"))
+        ok = meta_i64(meta, o->checkpoint, "train.steps", 0, INT64_MAX, &pos->steps);
     if (ok) ok = train_amp_resume(tool, &o->amp, meta, o->checkpoint);   /* the loss scaler's state */
     em_safetensors_free(meta);
     if (!ok) return 1;
@@ -356,7 +360,7 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
         printf("--lr %g replaces the checkpoint's learning rate %g\n", o->lr, em_optim_lr(opt));
         em_optim_set_lr(opt, o->lr);
     }
-    pos->steps = em_optim_steps(opt);
+    if (pos->steps < 0) pos->steps = em_optim_steps(opt);
     return 0;
 }
 
