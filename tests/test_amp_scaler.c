@@ -216,6 +216,103 @@ static void test_misuse(void) {
     em_scope_end(s);
 }
 
+/* state_dict / load_state_dict: a scaler that skipped a step and took clean ones hands its
+ * scale, tracker and count to a new one, which goes on as it would have; absurd states are
+ * errors that change nothing. */
+static void test_state_dict(void) {
+    em_scope s0 = em_scope_begin();
+    setup a = make(EM_DEVICE_CPU, false);
+    em_grad_scaler *sc = em_grad_scaler_new(em_grad_scaler_defaults());
+    em_named_tensor p[4];
+    CHECK(em_module_parameters(a.m, p, 4) == 4);
+    for (int step = 0; step < 4; step++) {   /* step 0 skipped (inf), then 3 clean ones */
+        em_scope it = em_scope_begin();
+        CHECK_OK(em_zero_grad(a.opt));
+        CHECK_OK(em_backward(em_grad_scaler_scale(sc, em_mse_loss(em_forward(a.m, a.x), a.y))));
+        if (step == 0) {
+            em_grad_mode gm = em_no_grad_begin();
+            CHECK_OK(em_fill_(em_narrow(em_grad(p[1].tensor), 0, 0, 1), NAN));
+            em_no_grad_end(gm);
+        }
+        CHECK_OK(em_grad_scaler_step(sc, a.opt));
+        CHECK_OK(em_grad_scaler_update(sc));
+        em_scope_end(it);
+    }
+    em_grad_scaler_state st;
+    CHECK_OK(em_grad_scaler_state_dict(sc, &st));
+    CHECK(st.scale == 32768.0 && st.growth_tracker == 3 && st.skipped_steps == 1 && st.enabled);
+    CHECK(st.growth_factor == 2.0 && st.backoff_factor == 0.5 && st.growth_interval == 2000);
+    /* a fresh scaler with other settings takes all of it, before its first scale */
+    em_grad_scaler_opts o = em_grad_scaler_defaults();
+    o.init_scale = 8.0;
+    o.growth_interval = 5;
+    em_grad_scaler *b = em_grad_scaler_new(o);
+    CHECK_OK(em_grad_scaler_load_state_dict(b, &st));
+    CHECK(em_grad_scaler_get_scale(b) == 32768.0 && em_grad_scaler_growth_tracker(b) == 3);
+    CHECK(em_grad_scaler_skipped_steps(b) == 1);
+    /* one more clean step on each: the same state (growth_interval 2000 came along: no growth at 5) */
+    em_grad_scaler *both[2] = {sc, b};
+    for (int k = 0; k < 2; k++) {
+        em_scope it = em_scope_begin();
+        CHECK_OK(em_zero_grad(a.opt));
+        CHECK_OK(em_backward(em_grad_scaler_scale(both[k], em_mse_loss(em_forward(a.m, a.x), a.y))));
+        CHECK_OK(em_grad_scaler_step(both[k], a.opt));
+        CHECK_OK(em_grad_scaler_update(both[k]));
+        em_scope_end(it);
+    }
+    em_grad_scaler_state sa, sb;
+    CHECK_OK(em_grad_scaler_state_dict(sc, &sa));
+    CHECK_OK(em_grad_scaler_state_dict(b, &sb));
+    CHECK(sa.scale == sb.scale && sa.growth_tracker == 4 && sb.growth_tracker == 4 && sb.skipped_steps == 1);
+    /* absurd states: errors naming what was expected, the scaler unchanged */
+    static const struct { double scale; int64_t tracker; double growth; bool enabled; const char *want; } bad[] = {
+        {-1.0, 0, 2.0, true, "expected a finite scale > 0"},
+        {NAN, 0, 2.0, true, "expected a finite scale > 0"},
+        {INFINITY, 0, 2.0, true, "expected a finite scale > 0"},
+        {0.0, 0, 2.0, true, "expected a finite scale > 0"},
+        {1e300, 0, 2.0, true, "within float32's range"},
+        {1024.0, 2000, 2.0, true, "growth tracker from 0 to growth_interval - 1"},
+        {1024.0, -3, 2.0, true, "growth tracker"},
+        {1024.0, 0, 0.5, true, "growth_factor > 1"},
+        {1024.0, 0, 2.0, false, "disabled scaler"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        em_grad_scaler_state x = sb;
+        x.scale = bad[i].scale;
+        x.growth_tracker = bad[i].tracker;
+        x.growth_factor = bad[i].growth;
+        x.enabled = bad[i].enabled;
+        CHECK(em_grad_scaler_load_state_dict(b, &x) == EM_ERR_ARGUMENT);
+        CHECK_ERROR(EM_ERR_ARGUMENT, bad[i].want);
+    }
+    CHECK_OK(em_grad_scaler_state_dict(b, &st));
+    CHECK(st.scale == sb.scale && st.growth_tracker == 4);
+    /* not between step and update */
+    CHECK_OK(em_zero_grad(a.opt));
+    CHECK_OK(em_backward(em_grad_scaler_scale(b, em_mse_loss(em_forward(a.m, a.x), a.y))));
+    CHECK_OK(em_grad_scaler_step(b, a.opt));
+    CHECK(em_grad_scaler_load_state_dict(b, &sa) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "between em_grad_scaler_unscale/step and em_grad_scaler_update");
+    CHECK_OK(em_grad_scaler_update(b));
+    /* a disabled scaler: enabled false in its state, nothing to load into it */
+    o = em_grad_scaler_defaults();
+    o.enabled = false;
+    em_grad_scaler *off = em_grad_scaler_new(o);
+    CHECK_OK(em_grad_scaler_state_dict(off, &st));
+    CHECK(!st.enabled && st.scale == 1.0);
+    CHECK(em_grad_scaler_load_state_dict(off, &sa) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "this scaler is disabled");
+    CHECK(em_grad_scaler_load_state_dict(NULL, &sa) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "scaler is NULL");
+    CHECK(em_grad_scaler_state_dict(sc, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "out is NULL");
+    em_grad_scaler_free(off);
+    em_grad_scaler_free(b);
+    em_grad_scaler_free(sc);
+    unmake(&a);
+    em_scope_end(s0);
+}
+
 int main(void) {
     RUN(test_defaults);
     RUN(test_no_sync_cpu);
@@ -225,5 +322,6 @@ int main(void) {
     RUN(test_unscale_strided);
     RUN(test_disabled_is_identity);
     RUN(test_misuse);
+    RUN(test_state_dict);
     return test_summary();
 }

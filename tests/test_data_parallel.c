@@ -4,6 +4,7 @@
  * with two PoCL devices (EMBER_TWO_POCL_TESTS). */
 #include <stdlib.h>
 #include "test.h"
+#include <ember/amp.h>
 
 static em_module *mlp(void) {
     return em_sequential(em_linear(20, 32), em_relu_module(), em_linear(32, 5));
@@ -353,6 +354,85 @@ out:
     em_scope_end(s);
 }
 
+/* The largest |a - b| of two tensors on any devices. */
+static double tensor_diff(em_tensor *a, em_tensor *b) {
+    em_scope s = em_scope_begin();
+    em_tensor *d = em_max(em_abs(em_sub(em_cpu(a), em_cpu(b))), EM_ALL_DIMS, false);
+    double v = d ? em_item(d) : INFINITY;
+    em_scope_end(s);
+    return v;
+}
+
+/* Autocast reaches every replica: the caller's region is entered on each worker thread, so
+ * the gathered output is in the low dtype (a float32 replica output would promote the cat
+ * to float32). With the gradient scaler the gradients are summed before unscale, one inf
+ * check decides for all: a step with an inf gradient is skipped on every replica (the model
+ * and each replica keep their parameters, bit for bit); a clean one moves them together. */
+static void amp_over(const em_device *devs, int n, em_dtype low) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(3);
+    em_module *model = mlp();
+    CHECK_OK(em_module_to(model, devs[0]));
+    em_optimizer *opt = em_adam(model, 1e-2);
+    em_dp *dp = em_data_parallel(model, devs, n);
+    em_grad_scaler *sc = em_grad_scaler_new(em_grad_scaler_defaults());
+    em_tensor *x = em_randn(EM_SHAPE(BATCH, 20), EM_OPTS(0));
+    em_tensor *y = em_to(em_randint(0, 5, EM_SHAPE(BATCH), EM_OPTS(.dtype = EM_I64)), devs[0]);
+    CHECK(dp && opt && sc && x && y);
+    if (!dp || !opt || !sc) goto out;
+    em_named_tensor p[4];
+    CHECK(em_module_parameters(model, p, 4) == 4);
+    for (int step = 0; step < 3; step++) {
+        em_scope it = em_scope_begin();
+        CHECK_OK(em_zero_grad(opt));
+        em_autocast ac0 = em_autocast_begin(devs[0].type, low);
+        em_autocast ac1 = devs[1].type != devs[0].type ? em_autocast_begin(devs[1].type, low)
+                                                       : (em_autocast){.depth = -1};
+        em_tensor *out = em_dp_forward(dp, x);
+        CHECK(out && em_dtype_of(out) == low);
+        em_tensor *loss = em_cross_entropy(out, y, 0.0);
+        CHECK_OK(em_autocast_end(ac1));
+        CHECK_OK(em_autocast_end(ac0));
+        CHECK(loss && em_dtype_of(loss) == EM_F32);
+        CHECK_OK(em_dp_backward(dp, em_grad_scaler_scale(sc, loss)));
+        em_tensor *before = em_clone(p[0].tensor);
+        if (step == 1) {   /* an inf in the summed gradient of another parameter */
+            em_grad_mode gm = em_no_grad_begin();
+            CHECK_OK(em_fill_(em_narrow(em_grad(p[3].tensor), 0, 1, 1), INFINITY));
+            em_no_grad_end(gm);
+        }
+        CHECK_OK(em_grad_scaler_step(sc, opt));
+        CHECK_OK(em_grad_scaler_update(sc));
+        CHECK_OK(em_dp_sync(dp));
+        double moved = tensor_diff(p[0].tensor, before);
+        if (step == 1) CHECK(moved == 0.0);
+        else CHECK(moved > 0.0);
+        for (int i = 1; i < n; i++) CHECK(params_diff(model, em_dp_replica(dp, i)) == 0.0);
+        em_scope_end(it);
+    }
+    CHECK(em_grad_scaler_skipped_steps(sc) == 1);
+    CHECK(em_grad_scaler_get_scale(sc) == 32768.0);
+    printf("  %s over %s,%s: outputs in %s, 1 of 3 steps skipped on every replica, replicas identical\n",
+           em_dtype_name(low), em_device_str(devs[0]).s, em_device_str(devs[1]).s, em_dtype_name(low));
+out:
+    em_grad_scaler_free(sc);
+    em_dp_free(dp);
+    em_optim_free(opt);
+    em_module_free(model);
+    em_scope_end(s);
+}
+
+static void test_amp_and_scaler(void) {
+    em_device devs[2];
+    if (!two_devices(devs)) SKIP("needs a second device (OpenCL): %s", em_device_unavailable_reason(EM_OPENCL));
+    amp_over(devs, 2, EM_BF16);
+    amp_over(devs, 2, EM_F16);
+    if (opencl_devices() >= 1) {   /* a CPU replica and an OpenCL one: a region for each type */
+        em_device mixed[] = {EM_DEVICE(EM_OPENCL, 0), EM_DEVICE_CPU};
+        amp_over(mixed, 2, EM_BF16);
+    }
+}
+
 int main(void) {
     RUN(test_one_device);
     RUN(test_two_opencl_devices);
@@ -362,6 +442,7 @@ int main(void) {
     RUN(test_sync);
     RUN(test_mode_and_dtype);
     RUN(test_custom_module_and_worker_failure);
+    RUN(test_amp_and_scaler);
     /* where ctest promised two OpenCL devices, having fewer is a failure, not a skip */
     const char *want = getenv("EMBER_TEST_OPENCL_DEVICES");
     if (want && em_device_available(EM_OPENCL)) CHECK(em_device_count(EM_OPENCL) == atoi(want));

@@ -565,6 +565,7 @@ static void test_forged_metadata(void) {
         {"train.loss_sum", "nan", "'train.loss_sum' = 'nan' (not a number)", 1},
         {"train.loss_sum", "1e999", "'train.loss_sum' = '1e999' (out of range)", 1},
         {"train.loss_sum", "-1", "(out of range)", 1},
+        {"train.steps", "-1", "'train.steps' = '-1' (out of range)", 1},
         {"optimizer.steps", "99999999999999999999", "bad or missing 'optimizer.steps' / 'optimizer.lr'", 1},
         {"optimizer.steps", "-1", "bad or missing 'optimizer.steps'", 1},
         {"optimizer.lr", "1e999", "bad or missing 'optimizer.steps' / 'optimizer.lr'", 1},

@@ -89,6 +89,30 @@ double em_grad_scaler_get_scale(em_grad_scaler *s);
 int64_t em_grad_scaler_growth_tracker(em_grad_scaler *s); /* clean steps since the last change */
 int64_t em_grad_scaler_skipped_steps(em_grad_scaler *s);  /* steps skipped for inf/NaN */
 
+/* ---- the scaler in checkpoints (GradScaler.state_dict / load_state_dict) ----
+ * What a checkpoint keeps of a scaler, as PyTorch's state_dict: the scale and growth tracker
+ * (the state that evolves) and the settings, so that a resumed run scales as an
+ * uninterrupted one would. */
+typedef struct em_grad_scaler_state {
+    double scale;             /* the current loss scale: finite, > 0, within float32's range */
+    int64_t growth_tracker;   /* clean steps since the last scale change, 0 <= t < growth_interval */
+    int64_t skipped_steps;    /* steps skipped for inf/NaN so far (Ember's addition), 0 to 2^24 */
+    double growth_factor;     /* the scaler's settings (em_grad_scaler_opts) */
+    double backoff_factor;    /* see em_grad_scaler_opts */
+    int64_t growth_interval;  /* see em_grad_scaler_opts */
+    bool enabled;             /* false for a disabled scaler (its state dict is empty in PyTorch) */
+} em_grad_scaler_state;
+/* scaler.state_dict() into *out (reads the device's state: waits for it once). A disabled
+ * scaler gives enabled false, scale 1 and its settings. */
+em_status em_grad_scaler_state_dict(em_grad_scaler *s, em_grad_scaler_state *out);
+/* scaler.load_state_dict(): the scale, tracker, skipped count and settings from st. Every
+ * field is checked first (a negative, zero, NaN or infinite scale, a tracker outside
+ * [0, growth_interval), settings em_grad_scaler_new refuses, the state of a disabled scaler,
+ * or a disabled scaler to load into are EM_ERR_ARGUMENT errors that change nothing). Not
+ * between unscale/step and update. The device state is made again at the next
+ * em_grad_scaler_scale, on the loss's device. */
+em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st);
+
 #ifdef __cplusplus
 }
 #endif

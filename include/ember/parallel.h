@@ -19,6 +19,13 @@
  * only, as PyTorch), runs the replicas' forwards and gathers their outputs on devices[0]. em_dp_backward runs the replicas' backwards
  * at once and sums their gradients into the model's .grad, as PyTorch's DataParallel does.
  *
+ * Autocast (amp.h): the replicas' forwards run under the caller's autocast state at the
+ * call of em_dp_forward (each worker thread enters the same regions, as PyTorch's
+ * DataParallel does). With a gradient scaler, scale the loss, call em_dp_backward (the
+ * gradients are summed into the model's .grad), then em_grad_scaler_step and _update on the
+ * model's optimizer and em_dp_sync: one inf/NaN check over the summed gradients decides
+ * for every replica, and a skipped step leaves them all as they were.
+ *
  * A replica shares its module's ctx (the module kinds' private data) with the model, read
  * from several threads at once; its parameters and buffers are its own. A custom module's
  * forward must therefore reach its tensors through the module (em_module_parameters), not

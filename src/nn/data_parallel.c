@@ -4,12 +4,15 @@
  * The graph is cut between the replicas and the gather: the caller's em_dp_backward runs
  * backward from the loss down to detached copies of the replicas' outputs (the gather's
  * leaves), then every worker runs its replica's backward from its output with the leaf's
- * gradient, at the same time. Ember's error state, scopes and grad mode are per thread: a
- * worker copies the caller's grad mode in, and its error out as status and text. */
+ * gradient, at the same time. Ember's error state, scopes, grad mode and autocast regions
+ * are per thread: a worker copies the caller's grad mode and autocast state in (as
+ * PyTorch's parallel_apply enters the caller's autocast in each worker), and its error out
+ * as status and text. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ember/amp.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
 #include <ember/parallel.h>
@@ -52,6 +55,9 @@ struct em_dp {
     dp_job job;
     em_tensor *x;          /* JOB_FORWARD's input (borrowed) */
     bool grad_enabled;     /* the caller's grad mode */
+    /* JOB_FORWARD: the caller's autocast state per device type, entered on each worker */
+    bool ac_on[EM_DEVICE_TYPE_COUNT];
+    em_dtype ac_dtype[EM_DEVICE_TYPE_COUNT];
     /* the last forward's gather leaves (owned), one per active replica */
     em_tensor *leaves[EM_DP_MAX_DEVICES];
     int nactive;
@@ -220,9 +226,27 @@ static void do_sync(dp_worker *w) {
     if (st != EM_OK) worker_fail(w);
 }
 
+/* The caller's autocast regions entered on a worker's thread (replica 0 runs on the
+ * caller's, already inside them); ended, innermost first, after the forward. */
+static int enter_autocast(em_dp *dp, em_autocast *open) {
+    int n = 0;
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+        if (!dp->ac_on[t]) continue;
+        em_autocast r = em_autocast_begin((em_device_type)t, dp->ac_dtype[t]);
+        if (r.depth > 0) open[n++] = r;
+    }
+    return n;
+}
+
 static void run_one(dp_worker *w, dp_job job, bool grad) {
     em_grad_mode g = em_set_grad_enabled(grad);
-    if (job == JOB_FORWARD) do_forward(w);
+    if (job == JOB_FORWARD && w->index > 0) {
+        em_autocast open[EM_DEVICE_TYPE_COUNT];
+        int n = enter_autocast(w->dp, open);
+        if (em_failed()) worker_fail(w);
+        else do_forward(w);
+        while (n > 0) em_autocast_end(open[--n]);
+    } else if (job == JOB_FORWARD) do_forward(w);
     else if (job == JOB_BACKWARD) do_backward(w);
     else if (job == JOB_SYNC) do_sync(w);
     em_set_grad_enabled(g.previous);
@@ -440,6 +464,10 @@ em_tensor *em_dp_forward(em_dp *dp, em_tensor *x) {
         dp->workers[i].len = i < used ? (i * chunk + chunk > rows ? rows - i * chunk : chunk) : 0;
     }
     set_active(dp, used);
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {   /* the region the replicas run in */
+        dp->ac_on[t] = em_autocast_enabled((em_device_type)t);
+        dp->ac_dtype[t] = em_autocast_dtype((em_device_type)t);
+    }
     /* detached: the replicas' backwards, on several threads, must not all accumulate into
      * x's graph (x's gradient is not DataParallel's to give, as documented) */
     em_scope sx = em_scope_begin();

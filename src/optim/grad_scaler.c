@@ -3,6 +3,7 @@
  * scale. Its state lives on the device (src/core/ops_amp.c runs the kernels); the skip
  * happens inside the fused optimizer kernels, which read the found-inf flag, so that no
  * call here waits for the device except the getters. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <ember/amp.h>
@@ -16,6 +17,7 @@
 struct em_grad_scaler {
     em_grad_scaler_opts o;
     em_tensor *state;        /* float32 {scale, tracker, found_inf, skipped}; made by the first scale */
+    double init_tracker, init_skipped; /* the state's start beyond init_scale (a loaded state dict) */
     const em_optimizer *unscaled[MAX_OPTIMIZERS], *stepped[MAX_OPTIMIZERS];
     int nunscaled, nstepped; /* since the last update */
 };
@@ -62,7 +64,7 @@ em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss) {
     if (!s->o.enabled) return em__scoped(em_retain(loss));
     em_device d = em_device_of(loss);
     if (!s->state) { /* on the loss's device, as PyTorch's lazy init */
-        float init[EM_AMP_NSTATE] = {(float)s->o.init_scale, 0, 0, 0};
+        float init[EM_AMP_NSTATE] = {(float)s->o.init_scale, (float)s->init_tracker, 0, (float)s->init_skipped};
         em_scope sc = em_scope_begin();
         em_tensor *st = em_from_data(init, EM_F32, EM_SHAPE(EM_AMP_NSTATE), EM_OPTS(.device = d));
         s->state = st ? em_keep(st) : NULL;
@@ -139,7 +141,7 @@ static double read_slot(em_grad_scaler *s, int k, const char *fn) {
         em_error(EM_ERR_ARGUMENT, "%s: scaler is NULL", fn);
         return NAN;
     }
-    float st[EM_AMP_NSTATE] = {(float)s->o.init_scale, 0, 0, 0};
+    float st[EM_AMP_NSTATE] = {(float)s->o.init_scale, (float)s->init_tracker, 0, (float)s->init_skipped};
     if (s->state && em_copy_to_host(s->state, st, sizeof st) != EM_OK) return NAN;
     return st[k];
 }
@@ -157,4 +159,59 @@ int64_t em_grad_scaler_growth_tracker(em_grad_scaler *s) {
 int64_t em_grad_scaler_skipped_steps(em_grad_scaler *s) {
     double v = read_slot(s, EM_AMP_SKIPPED, "em_grad_scaler_skipped_steps");
     return v == v ? (int64_t)v : -1;
+}
+
+/* ---- state dict ---- */
+
+em_status em_grad_scaler_state_dict(em_grad_scaler *s, em_grad_scaler_state *out) {
+    if (!s || !out)
+        return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_state_dict: %s is NULL", s ? "out" : "scaler");
+    em_grad_scaler_state r = {.scale = 1.0, .growth_factor = s->o.growth_factor, .backoff_factor = s->o.backoff_factor,
+                              .growth_interval = s->o.growth_interval, .enabled = s->o.enabled};
+    if (s->o.enabled) {
+        float st[EM_AMP_NSTATE] = {(float)s->o.init_scale, (float)s->init_tracker, 0, (float)s->init_skipped};
+        if (s->state && em_copy_to_host(s->state, st, sizeof st) != EM_OK) return em_last_status();
+        r.scale = st[EM_AMP_SCALE];
+        r.growth_tracker = (int64_t)st[EM_AMP_TRACKER];
+        r.skipped_steps = (int64_t)st[EM_AMP_SKIPPED];
+    }
+    *out = r;
+    return EM_OK;
+}
+
+#define MAX_EXACT_COUNT 16777216 /* 2^24: the counts are kept in float32 */
+
+em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st) {
+    const char *fn = "em_grad_scaler_load_state_dict";
+    if (!s || !st) return em_error(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, s ? "the state" : "scaler");
+    if (!s->o.enabled)
+        return em_error(EM_ERR_ARGUMENT, "%s: this scaler is disabled (enabled = false): it has no state to load", fn);
+    if (!st->enabled)
+        return em_error(EM_ERR_ARGUMENT, "%s: the state is a disabled scaler's (enabled = false): it holds no scale", fn);
+    if (s->nunscaled || s->nstepped)
+        return em_error(EM_ERR_ARGUMENT, "%s: called between em_grad_scaler_unscale/step and em_grad_scaler_update "
+                        "(load before the iteration or after its update)", fn);
+    if (!(st->scale <= FLT_MAX && (float)st->scale > 0))   /* NaN fails too; kept in float32 */
+        return em_error(EM_ERR_ARGUMENT, "%s: expected a finite scale > 0 (within float32's range), got %g", fn,
+                        st->scale);
+    if (!(st->growth_factor > 1.0) || !(st->backoff_factor > 0 && st->backoff_factor < 1.0) ||
+        st->growth_interval < 1 || st->growth_interval > MAX_EXACT_COUNT)
+        return em_error(EM_ERR_ARGUMENT, "%s: expected growth_factor > 1, 0 < backoff_factor < 1 and growth_interval "
+                        "from 1 to %d; got %g, %g, %lld", fn, MAX_EXACT_COUNT, st->growth_factor, st->backoff_factor,
+                        (long long)st->growth_interval);
+    if (st->growth_tracker < 0 || st->growth_tracker >= st->growth_interval)
+        return em_error(EM_ERR_ARGUMENT, "%s: expected a growth tracker from 0 to growth_interval - 1 = %lld, got %lld",
+                        fn, (long long)(st->growth_interval - 1), (long long)st->growth_tracker);
+    if (st->skipped_steps < 0 || st->skipped_steps > MAX_EXACT_COUNT)
+        return em_error(EM_ERR_ARGUMENT, "%s: expected skipped_steps from 0 to %d, got %lld", fn, MAX_EXACT_COUNT,
+                        (long long)st->skipped_steps);
+    s->o.init_scale = st->scale;
+    s->o.growth_factor = st->growth_factor;
+    s->o.backoff_factor = st->backoff_factor;
+    s->o.growth_interval = st->growth_interval;
+    s->init_tracker = (double)st->growth_tracker;
+    s->init_skipped = (double)st->skipped_steps;
+    em_release(s->state);   /* made again, from these, by the next scale */
+    s->state = NULL;
+    return EM_OK;
 }

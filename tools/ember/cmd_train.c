@@ -61,15 +61,23 @@ static void usage(FILE *f) {
             "                       state and learning rate; --lr given with --resume replaces the\n"
             "                       checkpoint's learning rate (and says so); --seed or --batch-size\n"
             "                       unlike the checkpoint's are an error\n"
-            "  --max-steps N        stop after N optimizer steps in total, saving a checkpoint as Ctrl-C does\n"
+            "  --max-steps N        stop after N batches in total, saving a checkpoint as Ctrl-C does\n"
+            "                       (with --accumulate N, at the end of that group of N batches, as\n"
+            "                       on a signal: a checkpoint keeps no partial gradients)\n"
             "  --train-samples N    train on the first N samples only (default: all 60000)\n"
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
             "  --amp bf16|f16       mixed precision: autocast regions (Linear in the low dtype, the loss\n"
-            "                       in float32), float32 weights and optimizer; f16 adds loss scaling\n"
+            "                       in float32), float32 weights and optimizer; f16 adds loss scaling,\n"
+            "                       whose state the checkpoint keeps for --resume\n"
+            "  --loss-scale X       --amp f16's initial loss scale (default 65536, as PyTorch's GradScaler)\n"
             "  --checkpoint-activations  recompute activations in backward instead of keeping them\n"
             "                       (em_checkpoint_sequential over about sqrt(layers) segments)\n"
             "  --accumulate N       gradient accumulation: backward of loss / N per batch, one optimizer\n"
             "                       step per N batches (the gradient of one batch of N * --batch-size)\n"
+            "                       --amp, --devices and --accumulate combine in any way (the replicas\n"
+            "                       run in the autocast region; the f16 scaler scales each batch's loss,\n"
+            "                       unscales once per step and skips it for every replica on inf/NaN);\n"
+            "                       --checkpoint-activations goes with none of --amp and --devices yet\n"
             /* TensorBoard (issue 17, train_log.c) */
             "  --logdir DIR         TensorBoard event file in DIR (made if missing): the loss every\n"
             "                       --log-every steps; per epoch losses, accuracy, learning rate,\n"
@@ -105,8 +113,9 @@ typedef struct train_opts {
     int ndevices;
     bool amp_set;            /* --amp: mixed precision (train_amp.c) */
     bool ckpt_act;           /* --checkpoint-activations (train_ckpt.c) */
-    int64_t accumulate;      /* --accumulate N (train_ckpt.c); 0 or 1: off */
+    int64_t accumulate;      /* --accumulate N (train_amp.c); 0 or 1: off */
     em_dtype amp_dtype;
+    double loss_scale;       /* --loss-scale: the f16 scaler's initial scale (0: 65536) */
     train_amp amp;
     train_log log;           /* --logdir, --log-every: TensorBoard (train_log.c) */
 } train_opts;
@@ -185,7 +194,7 @@ static int parse(int argc, char **argv, train_opts *o) {
                                              "--momentum", "--weight-decay", "--seed", "--threads", "--data",
                                              "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
                                              "--devices", "--amp", "--model",
-                                             "--accumulate", "--logdir", "--log-every", "--plot"};
+                                             "--accumulate", "--logdir", "--log-every", "--plot", "--loss-scale"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -214,6 +223,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
         else if (!strcmp(a, "--data")) o->data_dir = v;
         else if (!strcmp(a, "--amp")) ok = train_amp_parse(tool, a, v, &o->amp_dtype), o->amp_set = true;
+        else if (!strcmp(a, "--loss-scale")) ok = train_amp_parse_scale(tool, a, v, &o->loss_scale);
         else if (!strcmp(a, "--accumulate")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->accumulate);
         else if (!strcmp(a, "--model")) ok = model_parse(tool, a, v), o->model = v;
         else if (!strcmp(a, "--logdir")) o->log.dir = v;
@@ -233,17 +243,14 @@ static int parse(int argc, char **argv, train_opts *o) {
         fprintf(stderr, "%s: --device and --devices cannot go together (the model lives on the first of --devices)\n", tool);
         return 2;
     }
-    if (o->ndevices && o->amp_set) {
-        fprintf(stderr, "%s: --amp and --devices cannot go together yet (DataParallel steps in float32)\n", tool);
-        return 2;
-    }
     if (o->ckpt_act && (o->ndevices || o->amp_set)) {
         fprintf(stderr, "%s: --checkpoint-activations cannot go together with %s yet\n", tool,
                 o->ndevices ? "--devices" : "--amp");
         return 2;
     }
-    if (o->accumulate > 1 && (o->ndevices || o->amp_set)) {
-        fprintf(stderr, "%s: --accumulate cannot go together with %s yet\n", tool, o->ndevices ? "--devices" : "--amp");
+    if (o->loss_scale > 0 && !(o->amp_set && o->amp_dtype == EM_F16)) {
+        fprintf(stderr, "%s: --loss-scale sets the loss scaler of --amp f16, got %s\n", tool,
+                o->amp_set ? "--amp bf16 (bfloat16 needs no loss scaling)" : "no --amp");
         return 2;
     }
     if (o->ndevices) o->device = o->devices[0], device_set = true;
@@ -280,7 +287,7 @@ static em_optimizer *make_optimizer(const train_opts *o, em_module *m) {
 
 static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, const position *pos) {
     if (!o->checkpoint || !train_dist_is_main()) return EM_OK;
-    char v[7][40];
+    char v[8][40];
     snprintf(v[0], sizeof v[0], "%" PRId64, pos->epoch);
     snprintf(v[1], sizeof v[1], "%" PRId64, pos->batch);
     snprintf(v[2], sizeof v[2], "%.17g", pos->loss_sum);
@@ -288,10 +295,14 @@ static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, cons
     snprintf(v[4], sizeof v[4], "%" PRId64, o->batch_size);
     snprintf(v[5], sizeof v[5], "%s", o->model);
     snprintf(v[6], sizeof v[6], "%d", train_dist_world());
-    const char *keys[] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed", "train.batch_size", "model",
-                          "train.world_size"};
-    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
-    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 7);
+    snprintf(v[7], sizeof v[7], "%" PRId64, pos->steps);   /* batches: with --accumulate, not the optimizer's */
+    const char *keys[8 + TRAIN_AMP_META] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed",
+                                            "train.batch_size", "model", "train.world_size", "train.steps"};
+    const char *vals[8 + TRAIN_AMP_META] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+    train_amp_meta am;   /* the loss scaler's state (train_amp.c) */
+    if (train_amp_meta_of(&o->amp, &am) != EM_OK) return em_last_status();
+    for (int i = 0; i < am.n; i++) keys[8 + i] = am.keys[i], vals[8 + i] = am.vals[i];
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 8 + am.n);
 }
 
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
@@ -328,6 +339,10 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
     int64_t world = 1; /* written by DDP runs; absent: one process */
     if (ok && em_safetensors_metadata(meta, "train.world_size"))
         ok = meta_i64(meta, o->checkpoint, "train.world_size", 1, 1 << 24, &world);
+    pos->steps = -1;   /* train.steps: absent before it was written; then the optimizer's count */
+    if (ok && em_safetensors_metadata(meta, "train.steps"))
+        ok = meta_i64(meta, o->checkpoint, "train.steps", 0, INT64_MAX, &pos->steps);
+    if (ok) ok = train_amp_resume(tool, &o->amp, meta, o->checkpoint);   /* the loss scaler's state */
     em_safetensors_free(meta);
     if (!ok) return 1;
     train_dist_convert_position(world, &pos->batch, &pos->loss_sum);
@@ -345,7 +360,7 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
         printf("--lr %g replaces the checkpoint's learning rate %g\n", o->lr, em_optim_lr(opt));
         em_optim_set_lr(opt, o->lr);
     }
-    pos->steps = em_optim_steps(opt);
+    if (pos->steps < 0) pos->steps = em_optim_steps(opt);
     return 0;
 }
 
@@ -368,18 +383,18 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
     int64_t micro = 0;   /* --accumulate: batches since the last step */
     while (ok && !*stop && em_loader_next(l, &b)) {
         em_scope step = em_scope_begin();
-        em_tensor *loss = dp ? train_parallel_step(dp, opt, b.x, b.y) : train_amp_loss(&o->amp, o->device, m, b.x, b.y);
-        ok = (dp ? loss != NULL
-                 : o->accumulate > 1 ? loss && train_accum_step(opt, loss, o->accumulate, &micro) == EM_OK
-                 : em_zero_grad(opt) == EM_OK && train_amp_step(&o->amp, opt, loss) == EM_OK) &&
-             em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
+        /* --amp, --devices and --accumulate in any combination (train_amp.c) */
+        em_tensor *loss = train_amp_batch(&o->amp, o->device, m, dp, opt, b.x, b.y, o->accumulate, &micro);
+        ok = loss && em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
         ok = ok && train_log_step(&o->log, tool, pos->steps + 1, loss);
         em_scope_end(step);
         if (!ok) break;
         pos->batch = b.index + 1;
         pos->steps++;
         *samples += b.size;
-        if (interrupted || (o->max_steps && pos->steps >= o->max_steps)) *stop = true;
+        /* --accumulate: only between groups (a checkpoint keeps no partial gradients), so a
+         * resumed run goes on as an uninterrupted one */
+        if ((interrupted || (o->max_steps && pos->steps >= o->max_steps)) && micro == 0) *stop = true;
         if (train_dist_active()) *stop = train_dist_agree_stop(*stop);   /* every rank stops at one step */
         if (progress_due(&bar, pos->batch)) {
             double mean = em_item(loss_sum) / (double)pos->batch;
@@ -387,7 +402,7 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
         }
     }
     if (ok && em_failed()) ok = false;   /* the loader stopped on an error */
-    if (ok && train_accum_flush(opt, &micro) != EM_OK) ok = false;   /* a short last group */
+    if (ok && train_amp_flush(&o->amp, dp, opt, &micro) != EM_OK) ok = false;   /* a short last group */
     if (ok) pos->loss_sum = em_item(loss_sum);
     ok = ok && !em_failed();
     *seconds = mlp_now() - bar.t0;
@@ -431,7 +446,7 @@ static int run(train_opts *o) {
     em_dp *dp = NULL;
     em_module *fwd = model, *ckpt = NULL;   /* the training forward's module (train_ckpt.c) */
     position pos = {0};
-    if (!opt || !train_amp_start(&o->amp, o->amp_set, o->amp_dtype)) {
+    if (!opt || !train_amp_start(&o->amp, o->amp_set, o->amp_dtype, o->loss_scale)) {
         fail("cannot build the model");
         goto done;
     }
@@ -465,9 +480,11 @@ static int run(train_opts *o) {
            em_dataset_len(train), em_dataset_len(test), o->batch_size, o->optimizer, em_optim_lr(opt),
            em_get_num_threads(), em_get_num_threads() == 1 ? "" : "s", o->resume ? " (resumed)" : "");
     if (ckpt) printf("activation checkpointing: %d segments\n", segments);
-    if (o->amp.on)
-        printf("mixed precision: autocast %s, float32 weights and optimizer%s\n", em_dtype_name(o->amp.dtype),
-               o->amp.scaler ? ", loss scaling (initial scale 65536)" : "");
+    if (o->amp.on && o->amp.scaler)
+        printf("mixed precision: autocast %s, float32 weights and optimizer, loss scaling (scale %g)\n",
+               em_dtype_name(o->amp.dtype), em_grad_scaler_get_scale(o->amp.scaler));
+    else if (o->amp.on)
+        printf("mixed precision: autocast %s, float32 weights and optimizer\n", em_dtype_name(o->amp.dtype));
     if (o->resume)
         printf("resumed from %s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps done)\n", o->checkpoint,
                pos.epoch + 1, pos.batch, pos.steps);

@@ -14,20 +14,49 @@ typedef struct train_amp {
     int64_t skipped_before;    /* skipped steps before the current epoch */
 } train_amp;
 
+/* The checkpoint's metadata for the scaler: TRAIN_AMP_META (key, value) pairs at most. */
+#define TRAIN_AMP_META 7
+typedef struct train_amp_meta {
+    const char *keys[TRAIN_AMP_META];
+    char vals[TRAIN_AMP_META][40];
+    int n;
+} train_amp_meta;
+
 /* "bf16"/"bfloat16" or "f16"/"fp16"/"float16" (opt names the option in messages); prints why
  * not and returns false otherwise. */
 bool train_amp_parse(const char *tool, const char *opt, const char *v, em_dtype *out);
-/* Starts mixed precision in dtype (the scaler for f16); a.on stays false without --amp. */
-bool train_amp_start(train_amp *a, bool on, em_dtype dtype);
+/* --loss-scale X: a finite number > 0 within float32's range; prints why not. */
+bool train_amp_parse_scale(const char *tool, const char *opt, const char *v, double *out);
+/* Starts mixed precision in dtype (the scaler for f16, from init_scale when > 0, else
+ * PyTorch's 65536); a.on stays false without --amp. */
+bool train_amp_start(train_amp *a, bool on, em_dtype dtype, double init_scale);
 void train_amp_free(train_amp *a);
-/* The loss of model on (x, y), computed under an autocast region for device when on. */
-em_tensor *train_amp_loss(const train_amp *a, em_device device, em_module *model, em_tensor *x, em_tensor *y);
-/* backward and the optimizer step, through the scaler when there is one. */
-em_status train_amp_step(const train_amp *a, em_optimizer *opt, em_tensor *loss);
 /* Region for evaluation in the same precision (a failed-begin handle when off). */
 em_autocast train_amp_begin(const train_amp *a, em_device device);
 /* "amp bfloat16: no loss scaling" or "amp float16: scale 32768, 3 skipped steps (1 this epoch)";
  * reading the scale waits for the device once. */
 void train_amp_epoch_line(train_amp *a, char *buf, size_t size);
+
+/* One training batch, every combination of --amp, --devices and --accumulate n: zero the
+ * gradients at the start of a group, the forward (over dp's replicas when dp is not NULL)
+ * under autocast regions for each device type it runs on, the cross-entropy, backward of
+ * loss / n (scaled by the f16 scaler); after the n-th micro-batch of a group the step
+ * (train_amp_flush). Returns the batch's loss (scoped) or NULL on error. *micro counts the
+ * micro-batches since the last step. */
+em_tensor *train_amp_batch(const train_amp *a, em_device device, em_module *model, em_dp *dp, em_optimizer *opt,
+                           em_tensor *x, em_tensor *y, int64_t accumulate, int64_t *micro);
+/* The step on the group so far (none when *micro is 0): through the scaler (unscale, inf
+ * check, step, update) or em_step, then em_dp_sync so that every replica takes the model's
+ * parameters. */
+em_status train_amp_flush(const train_amp *a, em_dp *dp, em_optimizer *opt, int64_t *micro);
+
+/* The scaler's state (em_grad_scaler_state_dict) as "amp.scaler.*" metadata for the
+ * checkpoint; m->n = 0 without a scaler. An error status (em_last_error says why) if the
+ * state cannot be read. */
+em_status train_amp_meta_of(const train_amp *a, train_amp_meta *m);
+/* --resume: the scaler takes the checkpoint's "amp.scaler.*" state; a checkpoint without it
+ * starts from the initial scale and says so; a scaler state without a scaler (no --amp f16)
+ * is left, with a note. False after printing why the state cannot be used. */
+bool train_amp_resume(const char *tool, train_amp *a, em_safetensors *meta, const char *path);
 
 #endif

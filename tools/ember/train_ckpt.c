@@ -1,8 +1,8 @@
 /* `ember train --checkpoint-activations`: the training forward goes through
  * em_checkpoint_sequential, so the activations inside each segment but the last are
  * recomputed in backward instead of kept (nn.h, "activation checkpointing").
- * `ember train --accumulate N`: gradient accumulation, the other memory remedy that trades
- * steps for batch size: N micro-batches of B give the gradient of one batch of N * B. */
+ * (`--accumulate N`, the other memory remedy, lives in train_amp.c's train_amp_batch, where
+ * it combines with --amp and --devices.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include "train_ckpt.h"
@@ -57,21 +57,4 @@ em_module *train_ckpt_wrap(const char *tool, em_module *model, int *segments) {
     }
     *segments = seg;
     return m;
-}
-
-/* ---- --accumulate N ---- */
-
-em_status train_accum_step(em_optimizer *opt, em_tensor *loss, int64_t n, int64_t *micro) {
-    /* mean over n micro-batches of equal size = the mean loss of their union */
-    em_status st = em_backward(em_div_scalar(loss, (double)n));
-    if (st != EM_OK) return st;
-    if (++*micro < n) return EM_OK;
-    return train_accum_flush(opt, micro);
-}
-
-em_status train_accum_flush(em_optimizer *opt, int64_t *micro) {
-    if (*micro == 0) return EM_OK;
-    *micro = 0;
-    em_status st = em_step(opt);
-    return st == EM_OK ? em_zero_grad(opt) : st;
 }

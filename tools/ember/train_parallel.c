@@ -66,10 +66,3 @@ void train_devices_str(const em_device *devs, int n, char *buf, size_t size) {
         used += (size_t)w;
     }
 }
-
-em_tensor *train_parallel_step(em_dp *dp, em_optimizer *opt, em_tensor *x, em_tensor *y) {
-    if (em_zero_grad(opt) != EM_OK) return NULL;
-    em_tensor *loss = em_cross_entropy(em_dp_forward(dp, x), y, 0.0);
-    if (em_dp_backward(dp, loss) != EM_OK || em_dp_step(dp, opt) != EM_OK) return NULL;
-    return loss;
-}

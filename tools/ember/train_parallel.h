@@ -13,9 +13,5 @@
 bool train_parse_devices(const char *tool, const char *v, em_device *devs, int *n);
 /* "opencl:0,opencl:1" into buf. */
 void train_devices_str(const em_device *devs, int n, char *buf, size_t size);
-/* One training step over the devices: zero_grad, forward split over the replicas, the
- * cross-entropy on the gathered output, backward on every replica at once, the step on the
- * model and the replicas kept identical. Returns the loss (scoped) or NULL on error. */
-em_tensor *train_parallel_step(em_dp *dp, em_optimizer *opt, em_tensor *x, em_tensor *y);
 
 #endif
