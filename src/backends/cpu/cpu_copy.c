@@ -130,20 +130,32 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *o, const 
 /* f32 <-> bf16, 16 at a time with AVX-512 integer ops: the scalar rounding exactly (nearest
  * even, NaN made quiet, subnormals kept; VCVTNEPS2BF16 would flush them). bf16 matmul's casts
  * of float32 master weights each step are memory-bound passes this makes several times faster. */
-__attribute__((target("avx512f,avx512bw"))) static void f32_to_bf16_avx512(uint16_t *o, const float *i, int64_t n) {
+/* bf16 -> f32 outputs of at least NT_BYTES go past the caches with streaming stores: a whole
+ * weight's gradient (tens of MB) is then written once instead of read for ownership first
+ * (measured 8.1 -> 5.7 ms for 4096x4096 on one thread). f32 -> bf16 measured slower with
+ * them (its input read dominates), so it keeps plain stores. */
+#define NT_BYTES (1 << 20)
+__attribute__((target("avx512f,avx512bw"))) static inline __m256i f32_to_bf16_16(__m512 f) {
     const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x400000);
+    __m512i u = _mm512_castps_si512(f);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), u, quiet);
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+__attribute__((target("avx512f,avx512bw"))) static void f32_to_bf16_avx512(uint16_t *o, const float *i, int64_t n) {
     int64_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-        __m512 f = _mm512_loadu_ps(i + k);
-        __m512i u = _mm512_castps_si512(f);
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-        r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), u, quiet);
-        _mm256_storeu_si256((__m256i *)(o + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
-    }
+    for (; k + 16 <= n; k += 16) _mm256_storeu_si256((__m256i *)(o + k), f32_to_bf16_16(_mm512_loadu_ps(i + k)));
     for (; k < n; k++) o[k] = f32_to_bf16(i[k]);
 }
 __attribute__((target("avx512f,avx512bw"))) static void bf16_to_f32_avx512(float *o, const uint16_t *i, int64_t n) {
     int64_t k = 0;
+    if (n * 4 >= NT_BYTES) {
+        for (; k < n && ((uintptr_t)(o + k) & 63); k++) o[k] = bf16_to_f32(i[k]);
+        for (; k + 16 <= n; k += 16)
+            _mm512_stream_si512((void *)(o + k),
+                                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(i + k))), 16));
+        _mm_sfence();
+    }
     for (; k + 16 <= n; k += 16)
         _mm512_storeu_si512((void *)(o + k),
                             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(i + k))), 16));
