@@ -161,6 +161,17 @@ __attribute__((target("avx512f,avx512bw"))) static void bf16_to_f32_avx512(float
                             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(i + k))), 16));
     for (; k < n; k++) o[k] = bf16_to_f32(i[k]);
 }
+/* The fused Adam step's bf16 weight copy (cpu_optim.c): streaming stores, as that copy is
+ * read only by the next step's GEMMs; returns false (nothing written) where it cannot. */
+__attribute__((target("avx512f,avx512bw"))) static bool f32_to_bf16_stream_avx512(uint16_t *o, const float *i,
+                                                                                  int64_t n) {
+    if ((uintptr_t)o & 31) return false;
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) _mm256_stream_si256((__m256i *)(o + k), f32_to_bf16_16(_mm512_loadu_ps(i + k)));
+    _mm_sfence();
+    for (; k < n; k++) o[k] = f32_to_bf16(i[k]);
+    return true;
+}
 static bool have_avx512bw(void) {
     static atomic_int have = -1;
     int h = atomic_load_explicit(&have, memory_order_relaxed);
@@ -185,6 +196,7 @@ static bool have_f16c(void) { return false; }
 static bool have_avx512bw(void) { return false; }
 static void f32_to_bf16_avx512(uint16_t *o, const float *i, int64_t n) { (void)o, (void)i, (void)n; }
 static void bf16_to_f32_avx512(float *o, const uint16_t *i, int64_t n) { (void)o, (void)i, (void)n; }
+static bool f32_to_bf16_stream_avx512(uint16_t *o, const float *i, int64_t n) { return (void)o, (void)i, (void)n, false; }
 static void f32_to_f16_f16c(uint16_t *o, const float *i, int64_t n) { (void)o, (void)i, (void)n; }
 static void f16_to_f32_f16c(float *o, const uint16_t *i, int64_t n) { (void)o, (void)i, (void)n; }
 #endif
@@ -207,6 +219,11 @@ void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_
         return;
     }
     g_cast[dti][dto](o, so, i, si, n);
+}
+
+void em__cpu_cast_f32_stream(char *o, em_dtype dto, const float *i, int64_t n) {
+    if (dto == EM_BF16 && have_avx512bw() && f32_to_bf16_stream_avx512((uint16_t *)o, i, n)) return;
+    em__cpu_cast_block(o, (int64_t)em_dtype_size(dto), dto, (const char *)i, 4, EM_F32, n);
 }
 
 void em__cpu_load_block(void *buf, const char *p, int64_t stride, int64_t n, em_dtype dt) {

@@ -196,7 +196,7 @@ static void optim_range(void *ctx, int64_t begin, int64_t end) {
             char *ptr[5];
             for (int k = 0; k < 5; k++) ptr[k] = j->ptr[k] ? j->ptr[k] + (size_t)b * es : NULL;
             run_block(j, ptr, n);
-            em__cpu_cast_block(j->low + (size_t)b * 2, 2, j->low_dt, ptr[0], (int64_t)es, EM_F32, n);
+            em__cpu_cast_f32_stream(j->low + (size_t)b * 2, j->low_dt, (const float *)ptr[0], n);
         }
         return;
     }
