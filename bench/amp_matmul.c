@@ -13,7 +13,9 @@
  *     (lr 1e-3) on one fixed random batch: DTYPE f32, or bf16 as autocast does it by hand:
  *     float32 master weights cast to bf16 in the forward (the casts are recorded, so the
  *     float32 weights get float32 gradients), bf16 linear layers, the loss in float32.
- *     Prints the median step time in ms after two warm-up steps. */
+ *     Prints the median step time in ms after two warm-up steps, and the median and least
+ *     CPU time of a step (all threads; the steadier number while other programs load the
+ *     machine). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +31,15 @@
 #define BENCH_X86 0
 #endif
 
-static double now(void) {
+static double clock_s(clockid_t c) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(c, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
+/* CPU time of the whole process (all threads): on a shared machine, what one step cost
+ * without the time other programs held the cores */
+static double cpu_now(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 /* ---- peaks ---- */
 #if BENCH_X86
@@ -246,10 +252,10 @@ static int mlp(int threads, const char *dtype, int64_t batch, int steps, const c
         fprintf(stderr, "bench_amp_matmul: %s\n", em_last_error());
         return 1;
     }
-    double *ms = malloc(sizeof(double) * (size_t)steps);
+    double *ms = malloc(sizeof(double) * (size_t)steps), *cpu = malloc(sizeof(double) * (size_t)steps);
     double loss = 0;
     for (int s = 0; s < steps + 2; s++) {
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         em_scope sc = em_scope_begin();
         em_zero_grad(opt);
         em_tensor *h = bf16 ? em_to_dtype(x, EM_BF16) : x;
@@ -268,14 +274,19 @@ static int mlp(int threads, const char *dtype, int64_t batch, int steps, const c
             fprintf(stderr, "bench_amp_matmul: step %d: %s\n", s, em_last_error());
             return 1;
         }
-        if (s >= 2) ms[s - 2] = (now() - t0) * 1e3;
+        if (s >= 2) {
+            ms[s - 2] = (now() - t0) * 1e3;
+            cpu[s - 2] = (cpu_now() - c0) * 1e3;
+        }
     }
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+    qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
     char dd[128] = "";
     for (int i = 0; i < nd; i++) snprintf(dd + strlen(dd), sizeof dd - strlen(dd), "%s%lld", i ? "-" : "", (long long)dims[i]);
-    printf("mlp dims=%s batch=%lld dtype=%s threads=%d step_ms=%.2f loss=%.4f\n", dd, (long long)batch, dtype, threads,
-           ms[steps / 2], loss);
+    printf("mlp dims=%s batch=%lld dtype=%s threads=%d step_ms=%.2f loss=%.4f cpu_ms=%.2f min_cpu_ms=%.2f\n", dd,
+           (long long)batch, dtype, threads, ms[steps / 2], loss, cpu[steps / 2], cpu[0]);
     free(ms);
+    free(cpu);
     em_optim_free(opt);
     em_module_free(seq);
     em_release(x);

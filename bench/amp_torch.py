@@ -8,7 +8,8 @@ bench/amp_matmul.c, whose modes and output lines this mirrors):
       a training step of Linear(D0,D1), ReLU, ..., Linear(Dn-1,Dn), cross-entropy, Adam
       (lr 1e-3) on one fixed random batch; bf16 runs the forward and the loss under
       torch.autocast('cpu', dtype=torch.bfloat16) (float32 master weights, as Ember's bf16 step
-      casts them by hand). Median step time in ms after two warm-up steps.
+      casts them by hand). Median step time in ms after two warm-up steps, and the median
+      and least CPU time of a step (all threads), as bench_amp_matmul prints them.
 """
 import sys
 import time
@@ -49,9 +50,11 @@ def mlp(threads, dtype, batch, steps, dims):
     x = torch.randn(batch, dims[0])
     y = torch.randint(0, dims[-1], (batch,))
     times = []
+    cpu = []
     loss = None
     for s in range(steps + 2):
         t0 = time.perf_counter()
+        c0 = time.process_time()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
             loss = F.cross_entropy(model(x), y)
@@ -59,9 +62,12 @@ def mlp(threads, dtype, batch, steps, dims):
         opt.step()
         if s >= 2:
             times.append((time.perf_counter() - t0) * 1e3)
+            cpu.append((time.process_time() - c0) * 1e3)
     times.sort()
+    cpu.sort()
     print(f"mlp dims={'-'.join(map(str, dims))} batch={batch} dtype={dtype} threads={threads} "
-          f"step_ms={times[steps // 2]:.2f} loss={loss.item():.4f}")
+          f"step_ms={times[steps // 2]:.2f} loss={loss.item():.4f} cpu_ms={cpu[steps // 2]:.2f} "
+          f"min_cpu_ms={cpu[0]:.2f}")
 
 
 def main():

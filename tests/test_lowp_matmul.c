@@ -73,7 +73,10 @@ static double *ref_mm(em_tensor *a, em_tensor *b, int64_t M, int64_t K, int64_t 
 
 typedef struct shape3 { int64_t M, K, N; } shape3;
 static const shape3 shapes[] = {{1, 1, 1}, {1, 784, 512}, {7, 13, 5}, {65, 300, 129}, {130, 300, 260}, {3, 1, 70},
-                                 {1100, 8, 1030}}; /* 1030 > 1024: column panels, each with a row tail */
+                                 {1100, 8, 1030},  /* 1030 > 1024: column panels, each with a row tail */
+                                 /* wider than tall, >= 1024 rows: each thread's columns in panels
+                                  * (1 thread: 512, 512, 76; 2 threads: 5 panels shared) */
+                                 {1024, 8, 1100}, {1030, 8, 2300}};
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
 static void check_matmul_dtype(em_dtype dt) {

@@ -225,6 +225,8 @@ typedef struct em_backend {
                            em_tensor *buf);
     em_status (*fused_adam)(const em_optim_args *a, em_tensor *p, const em_tensor *g,
                             em_tensor *m, em_tensor *v, em_tensor *vmax);
+    /* fused_adam honours a->lowp_out (float32 p): the mixed-precision weight copy (issue 14) */
+    bool fused_adam_lowp;
 
     /* ---- loss scaling (optional: NULL, core unscales with ops; update needs it) ----
      * state: a contiguous float32 [4] {scale, growth tracker, found_inf, skipped steps}

@@ -27,6 +27,18 @@ bool em__is_contiguous_raw(int ndim, const int64_t *shape, const int64_t *stride
 char *em__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 int64_t em__numel_raw(int ndim, const int64_t *shape);
 
+/* ---- low-precision shadows of float32 parameters (lowp_shadow.c) ---- */
+/* The cast of t to dt from its storage's shadow (a new tensor header over it with t's
+ * strides, not scoped), when t is a float32 parameter, or a dense view of all of one, whose
+ * shadow in dt is current and held by nobody else; else NULL, noting that casts of t's
+ * storage to dt are wanted (the next fused Adam step writes one). */
+em_tensor *em__shadow_take(em_tensor *t, em_dtype dt);
+/* For a fused step that can emit: a contiguous tensor of p's shape in the wanted dtype to
+ * write p's new value into, or NULL (none wanted, or no memory: the step runs without).
+ * Give it to em__shadow_install after the step (p's version bumped) or em_release it. */
+em_tensor *em__shadow_target(em_tensor *p);
+void em__shadow_install(em_tensor *p, em_tensor *target);
+
 /* Fill a struct as a non-owning view of t's storage (no reference taken: only for
  * temporaries that never leave the calling function). */
 static inline void em__stack_view(em_tensor *dst, const em_tensor *t, int ndim, const int64_t *shape,

@@ -148,7 +148,10 @@ em_tensor *em__to_raw(em_tensor *t, em_device d, em_dtype dt, bool non_blocking)
     em_device from = t->storage->device;
     bool same_device = from.type == d.type && from.index == d.index;
     if (same_device && t->dtype == dt) return em_retain(t);
-    if (same_device) return em__copy_raw(t, dt);
+    if (same_device) { /* a parameter's low-precision copy from the last fused Adam step */
+        em_tensor *shadow = em__shadow_take(t, dt);
+        return shadow ? shadow : em__copy_raw(t, dt);
+    }
     if (from.type == EM_CPU) return host_to_device(t, be, d, dt, non_blocking);
     if (d.type == EM_CPU) return device_to_host(t, dt);
     return device_to_device(t, be, d, dt);

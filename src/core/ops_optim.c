@@ -50,11 +50,24 @@ em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_ten
     if (!a || (a->amsgrad && !vmax)) return em_error(EM_ERR_ARGUMENT, "fused Adam step: NULL argument");
     if (!em__fused_adam_applies(p, g, m, v, a->amsgrad ? vmax : NULL)) return not_fused("fused Adam step");
     if (a->amp && !em__amp_state_fits(a->amp, p)) return not_fused("fused Adam step (scaler state)");
+    /* p's low-precision copy for the next cast, written in the same pass (lowp_shadow.c);
+     * not under a scaler, whose skipped steps would leave it unwritten */
+    em_optim_args with_copy;
+    em_tensor *copy = NULL;
+    if (!a->amp && p->storage->backend->fused_adam_lowp && (copy = em__shadow_target(p)) != NULL) {
+        with_copy = *a;
+        with_copy.lowp_out = copy;
+        a = &with_copy;
+    }
     em_status st = p->storage->backend->fused_adam(a, p, g, m, v, a->amsgrad ? vmax : NULL);
-    if (st != EM_OK) return st;
+    if (st != EM_OK) {
+        em_release(copy);
+        return st;
+    }
     em__bump_version(m);
     em__bump_version(v);
     if (a->amsgrad) em__bump_version(vmax);
     em__bump_version(p);
+    if (copy) em__shadow_install(p, copy);
     return EM_OK;
 }

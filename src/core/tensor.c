@@ -25,6 +25,9 @@ em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bo
     s->read_only = false;
     s->external_release = NULL;
     s->external_ctx = NULL;
+    s->shadow = NULL;
+    s->shadow_dtype = EM_F32;
+    s->shadow_of = s->shadow_version = 0;
     em_status st = pinned ? em__mem_alloc_pinned(nbytes, &s->block) : em__mem_alloc(be, d, nbytes, &s->block);
     if (st != EM_OK) {
         if (!em_failed())
@@ -37,6 +40,7 @@ em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bo
 
 void em__storage_release(em_storage *s) {
     if (!s || atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+    em__storage_release(s->shadow); /* a shadow has no shadow: one level deep */
     if (!s->external) {
         if (s->pinned) em__mem_free_pinned(&s->block);
         else em__mem_free(s->backend, s->device, &s->block);

@@ -47,6 +47,13 @@ typedef struct em_storage {
     bool read_only;
     void (*external_release)(void *ctx);
     void *external_ctx;
+    /* A float32 parameter's low-precision copy, written by the fused Adam step and handed out
+     * by the next cast (src/core/lowp_shadow.c). shadow_dtype: what casts asked for (EM_F32:
+     * nothing); shadow (retained) was made from this storage's version shadow_of and had its
+     * own version shadow_version then. */
+    struct em_storage *shadow;
+    em_dtype shadow_dtype;
+    unsigned shadow_of, shadow_version;
 } em_storage;
 
 struct em_tensor {

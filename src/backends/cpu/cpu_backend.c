@@ -175,6 +175,7 @@ const em_backend em_cpu_backend = {
     .rng = em__cpu_rng,
     .fused_sgd = em__cpu_fused_sgd,
     .fused_adam = em__cpu_fused_adam,
+    .fused_adam_lowp = true, /* issue 14: Adam also writes the bf16/f16 weight copy */
     .amp_unscale = em__cpu_amp_unscale,
     .amp_update = em__cpu_amp_update,
 

@@ -103,6 +103,9 @@ void em__cpu_load_block(void *buf, const char *p, int64_t stride, int64_t n, em_
 void em__cpu_store_block(char *p, int64_t stride, int64_t n, em_dtype dt, const void *buf);
 /* Convert n elements of dtype dti (stride si bytes) to dto (stride so bytes). */
 void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_t si, em_dtype dti, int64_t n);
+/* n contiguous float32 values cast to dto at o (contiguous), bf16 with streaming stores where
+ * it can (the fused Adam step's weight copy, issue 14); the same roundings as the cast. */
+void em__cpu_cast_f32_stream(char *o, em_dtype dto, const float *i, int64_t n);
 /* Saturating double -> int64 for scalar parameters (NaN gives 0). */
 static inline int64_t em__cpu_param_i64(double v) {
     if (v != v) return 0;

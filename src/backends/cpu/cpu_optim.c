@@ -24,6 +24,7 @@
  * elementwise ops. */
 #define OPTIM_GRAIN (EM_CPU_PARALLEL_ELEMS / 4)
 #define OPTIM_BLOCK 512
+#define LOWP_BLOCK 2048 /* float32 elements stepped, then cast to lowp_out, per block */
 /* The library is built for x86-64-v2 (SSE4.2) to run anywhere; these loops are bound by
  * sqrt and division, whose AVX2 forms do twice the elements per instruction, so GCC also
  * compiles an AVX2 clone and the loader picks it on CPUs that have it (same IEEE results:
@@ -164,6 +165,8 @@ typedef struct optim_job {
     int flags;
     em_dtype dt;
     char *ptr[5];        /* p, g, then states (NULL when unused) */
+    char *low;           /* Adam, float32 p: p's new value cast to low_dt here too, or NULL */
+    em_dtype low_dt;
     float cf[EM_OPT_NCONST];
     double cd[EM_OPT_NCONST];
 } optim_job;
@@ -187,6 +190,16 @@ static void run_block(const optim_job *j, char *const *ptr, int64_t n) {
 static void optim_range(void *ctx, int64_t begin, int64_t end) {
     const optim_job *j = ctx;
     size_t es = em__cpu_esize(j->dt);
+    if (j->low) { /* float32 Adam with the low-precision copy: each block cast while in L1 */
+        for (int64_t b = begin; b < end; b += LOWP_BLOCK) {
+            int64_t n = end - b < LOWP_BLOCK ? end - b : LOWP_BLOCK;
+            char *ptr[5];
+            for (int k = 0; k < 5; k++) ptr[k] = j->ptr[k] ? j->ptr[k] + (size_t)b * es : NULL;
+            run_block(j, ptr, n);
+            em__cpu_cast_f32_stream(j->low + (size_t)b * 2, j->low_dt, (const float *)ptr[0], n);
+        }
+        return;
+    }
     if (j->dt == EM_F32 || j->dt == EM_F64) {
         char *ptr[5];
         for (int k = 0; k < 5; k++) ptr[k] = j->ptr[k] ? j->ptr[k] + (size_t)begin * es : NULL;
@@ -233,6 +246,11 @@ static em_status run(bool adam, const em_optim_args *args, em_tensor *const ts[5
         j.cf[k] = (float)c[k];
     }
     for (int k = 0; k < 5; k++) j.ptr[k] = ts[k] ? (char *)em__host_ptr(ts[k]) : NULL;
+    const em_tensor *low = adam ? args->lowp_out : NULL;
+    if (low && dt == EM_F32 && (low->dtype == EM_BF16 || low->dtype == EM_F16)) {
+        j.low = em__host_ptr(low);
+        j.low_dt = low->dtype;
+    }
     int64_t n = em__cpu_numel(ts[0]);
     if (n > 0) em__cpu_parallel_for(n, OPTIM_GRAIN, optim_range, &j);
     return EM_OK;

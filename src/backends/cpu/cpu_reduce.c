@@ -220,12 +220,26 @@ static void col_init(const red_ctx *c, col_state *s, int64_t n) {
     for (int64_t j = 0; j < n; j++) { s->d[j] = a.d; s->i[j] = a.i; s->idx[j] = -1; }
 }
 
+/* bf16 bits as a float (exact) */
+static inline float bf16_bits(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+
 /* Fold one row (n values of the tile at reduced index r) into the column state. */
 static void col_acc(const red_ctx *c, col_state *s, const char *p, int64_t stride, int64_t n, int64_t r) {
     if (c->dt == EM_F32 && stride == 4 && (c->op == EM_OP_SUM || c->op == EM_OP_MEAN)) {
         const float *restrict x = (const float *)p;
         double *restrict acc = s->d;
         EM_CPU_VLOOP(n, acc[i] += x[i];)
+        return;
+    }
+    /* bf16 rows (a bf16 Linear's bias gradient: the batch summed): the same sums, vectorized
+     * rather than one cast call per element (6% of a bf16 step of the seed MLP at batch 1024) */
+    if (c->dt == EM_BF16 && stride == 2 && (c->op == EM_OP_SUM || c->op == EM_OP_MEAN)) {
+        const uint16_t *restrict x = (const uint16_t *)p;
+        double *restrict acc = s->d;
+        EM_CPU_VLOOP(n, acc[i] += bf16_bits(x[i]);)
         return;
     }
     unsigned char *buf = s->conv;
