@@ -13,6 +13,7 @@
 /* What the layers of a model keep per sample, in elements (see the header). */
 typedef struct model_walk {
     double params, largest, lora_in_out;   /* lora_in_out: sum of in + out over Linears */
+    double first_params;                   /* the first Linear's weight and bias */
     int64_t input, width, widest, widest_out, saved;
     int linears;
     em_dtype dt;
@@ -30,7 +31,7 @@ static void walk_dtype(model_walk *walk, em_tensor *t) {
 }
 
 static void walk_linear(model_walk *walk, int64_t in, int64_t out) {
-    if (!walk->linears++) walk->input = in;
+    if (!walk->linears++) walk->input = in, walk->first_params = (double)in * (double)out + (double)out;
     walk->width = out;
     walk->saved += out;
     walk->lora_in_out += (double)(in + out);
@@ -122,6 +123,24 @@ static em_status estimate_walk(const char *fn, model_walk *walk, const em_estima
                      (long long)walk->widest_out, elem_bytes);
     } else if (o->batch <= 0) {
         snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "not counted: give a batch size");
+    }
+    /* Training's peak is one of two moments. The widest layer's backward (where the activations
+     * above peak) comes before the first Linear's gradient exists: backward makes it last. The
+     * step's end has every gradient and, of the activations, only the input. The activation
+     * line absorbs the difference so the lines still sum to the total. */
+    if (counted && o->mode == EM_ESTIMATE_FULL && walk->first_params > 0 && out->trainable_params > 0 &&
+        out->bytes[EM_ESTIMATE_WORKSPACE] == 0) {
+        double total = out->bytes[EM_ESTIMATE_TOTAL];
+        double first_grad = walk->first_params * out->bytes[EM_ESTIMATE_GRADIENTS] / out->trainable_params;
+        double input = (double)o->batch * mo.input_bytes_per_sample;
+        double backward = total - first_grad, end = total - out->bytes[EM_ESTIMATE_ACTIVATIONS] + input;
+        double peak = backward > end ? backward : end;
+        out->bytes[EM_ESTIMATE_ACTIVATIONS] -= total - peak;
+        out->bytes[EM_ESTIMATE_TOTAL] = peak;
+        size_t len = strlen(out->why[EM_ESTIMATE_ACTIVATIONS]);
+        snprintf(out->why[EM_ESTIMATE_ACTIVATIONS] + len, 256 - len, backward > end
+                 ? "; at the peak (the widest layer's backward) less the first Linear's gradient, not made yet"
+                 : "; the peak is the step's end: every gradient, only the input");
     }
     return EM_OK;
 }

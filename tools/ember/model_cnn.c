@@ -101,14 +101,17 @@ bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, bool ckpt, c
          * kept: the second segment's input (ReLU 1's output) and the last segment's tensors */
         double kept = r1 + p2 * (1 + idx) + h + 2 * out;
         double fwd = in + 2 * r1;                      /* segment 1 without autograd */
-        double bwd = in + 4 * r1 + p1;                 /* segment 1 recomputed and backpropagated */
+        /* segment 1 recomputed and backpropagated: ReLU 1's kept output (segment 2's input), its
+         * recomputed output, the gradient coming in and the one going out (ReLU's one-pass
+         * backward makes no mask) */
+        double bwd = in + 4 * r1;
         peak = fwd > bwd ? fwd : bwd;
         if (kept + h > peak) peak = kept + h;
         moment = "segment 1 recomputed in backward: its conv1 and ReLU outputs, both their gradients";
     } else {
         double kept = in + r1 + p1 * (1 + idx) + r2 + p2 * (1 + idx) + h + 2 * out;
         double fwd = kept + r1 + r2 + h;               /* conv1, conv2, fc1 outputs until the Sequential returns */
-        double bwd = in + 3 * r1 + p1;                 /* ReLU 1's backward */
+        double bwd = in + 3 * r1;                      /* ReLU 1's backward: output, gradient in and out */
         peak = fwd > bwd ? fwd : bwd;
         moment = "forward's end, kept for backward + conv1, conv2, fc1 outputs (freed as the Sequential returns)";
     }

@@ -731,7 +731,7 @@ static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, dou
     double g_mlp = rank ? 4 * adapters : 4 * (p_head + p_mlp), g_attn = rank ? 4 * adapters : 4 * (p_head + p_block);
     double fwd = fixed + g_fwd + N * 4 * (kept + 3 * V);
     double mlp = fixed + g_mlp + N * 4 * (held - (2 * V + 2 * d + 2) + d + 6 * d);
-    double attn = fixed + g_attn + N * 4 * (held - (2 * V + 11 * d + 4) + 3 * H * T + 8 * d);
+    double attn = fixed + g_attn + N * 4 * (held - (2 * V + 11 * d + 4) + 2 * H * T + 8 * d);
     gpt_peak p = {.kept = kept * T * 4, .total = fwd, .moment = "the forward's end"};
     if (mlp > p.total) p.total = mlp, p.moment = "the last block's MLP backward";
     if (attn > p.total) p.total = attn, p.moment = "the last block's attention backward";
