@@ -64,7 +64,7 @@ static void usage(FILE *f) {
             "  --max-steps N        stop after N optimizer steps in total, saving a checkpoint as Ctrl-C does\n"
             "  --train-samples N    train on the first N samples only (default: all 60000)\n"
             "  --test-samples N     test on the first N samples only (default: all 10000)\n"
-            "  --amp bf16|f16       mixed precision: autocast regions (Linear in the low dtype, the loss\n"
+            "  --amp bf16|f16       mixed precision: autocast regions (Linear, Conv2d in the low dtype, the loss\n"
             "                       in float32), float32 weights and optimizer; f16 adds loss scaling\n"
             "  --checkpoint-activations  recompute activations in backward instead of keeping them\n"
             "                       (em_checkpoint_sequential over about sqrt(layers) segments)\n"
