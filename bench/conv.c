@@ -4,15 +4,18 @@
  * oneDNN picks itself (format "any", reorders not timed: its best case). Also the pools.
  * Usage: bench_conv [threads] [reps]   (bench/run_cnn.sh runs it with 1 and 2 threads)
  * Prints one "conv NAME IMPL ..." line per implementation: milliseconds and GFLOP/s of the
- * forward, the backward to the data and the backward to the weights (medians), and of all
- * three; FLOPs count 2 per multiply-add, 2 N O OH OW C/G KH KW for each pass. (The CNN's first
- * layer needs no backward to the data: its input is the batch.) */
+ * forward, the backward to the data and the backward to the weights (medians), of all three,
+ * and of the passes training runs ("training": the CNN's first layer needs no backward to the
+ * data, its input being the batch); FLOPs count 2 per multiply-add, 2 N O OH OW C/G KH KW for
+ * each pass. Ember's weight pass also gives the bias's gradient (as in training); oneDNN's
+ * alone does not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <ember/ember.h>
 #include "core/internal_api.h"
+#include "backends/cpu/cpu_pool_simd.h"
 #ifdef EMBER_HAVE_DNNL
 #include <dlfcn.h>
 #include <dnnl.h>
@@ -21,10 +24,11 @@
 typedef struct shape {
     const char *name;
     int64_t n, c, h, w, o, k, pad;
+    bool data_grad; /* training computes the input's gradient (not for the first layer: the batch) */
 } shape;
 
-static const shape shapes[] = {{"conv1 64x1x28x28 -> 16, k5 p2", 64, 1, 28, 28, 16, 5, 2},
-                               {"conv2 64x16x14x14 -> 32, k5", 64, 16, 14, 14, 32, 5, 0}};
+static const shape shapes[] = {{"conv1 64x1x28x28 -> 16, k5 p2", 64, 1, 28, 28, 16, 5, 2, false},
+                               {"conv2 64x16x14x14 -> 32, k5", 64, 16, 14, 14, 32, 5, 0, true}};
 
 static double now(void) {
     struct timespec t;
@@ -47,12 +51,14 @@ static double flops_fwd(const shape *s) {
     return 2.0 * (double)(s->n * s->o * oh * ow * s->c * s->k * s->k);
 }
 
-/* milliseconds of forward, backward to the data, backward to the weights */
+/* milliseconds of forward, backward to the data, backward to the weights; "training": the
+ * passes a training step runs (no data gradient for the first layer) */
 static void report(const shape *s, const char *impl, const double *t) {
-    double f = flops_fwd(s);
+    double f = flops_fwd(s), train = s->data_grad ? t[0] + t[1] + t[2] : t[0] + t[2];
     printf("conv %-30s %-34s fwd %6.3f ms %6.2f GF/s | bwd data %6.3f ms %6.2f GF/s | bwd weights %6.3f ms %6.2f GF/s"
-           " | all %6.2f GFLOP/s\n", s->name, impl, 1e3 * t[0], f / t[0] / 1e9, 1e3 * t[1], f / t[1] / 1e9,
-           1e3 * t[2], f / t[2] / 1e9, 3 * f / (t[0] + t[1] + t[2]) / 1e9);
+           " | all %6.2f GFLOP/s | training %6.2f GFLOP/s\n", s->name, impl, 1e3 * t[0], f / t[0] / 1e9, 1e3 * t[1],
+           f / t[1] / 1e9, 1e3 * t[2], f / t[2] / 1e9, 3 * f / (t[0] + t[1] + t[2]) / 1e9,
+           (s->data_grad ? 3 : 2) * f / train / 1e9);
 }
 
 /* Ember's three passes as autograd runs them (the backward functions its formulas call) */
@@ -73,7 +79,8 @@ static void bench_ember(const shape *s, int reps, bool portable) {
         double t1 = now();
         em__conv2d_backward_input(y, w, xs, win);
         double t2 = now();
-        em__conv2d_backward_weight(y, x, ws, win);
+        em_tensor *gb; /* the bias's gradient with the weight's, as training asks */
+        em__conv2d_backward_weight_bias(y, x, ws, win, &gb);
         double t3 = now();
         if (r >= 0) t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2;
         em_scope_end(it);
@@ -176,25 +183,82 @@ static void bench_dnnl(const shape *s, int reps, bool any, int threads) {
 }
 #endif
 
+/* the CNN's two MaxPool2d(2), with the vector kernels (cpu_pool_simd.c) and the scalar loops */
 static void bench_pools(int reps) {
+    static const int64_t pool_shapes[2][4] = {{64, 16, 28, 28}, {64, 32, 10, 10}};
     em_scope sc = em_scope_begin();
-    em_tensor *x = em_randn(EM_SHAPE(64, 16, 28, 28), EM_OPTS(0));
-    em_set_requires_grad(x, true);
-    double tf[64], tb[64];
+    for (int s = 0; s < 2; s++) {
+        const int64_t *d = pool_shapes[s];
+        em_tensor *x = em_randn(EM_SHAPE(d[0], d[1], d[2], d[3]), EM_OPTS(0));
+        em_set_requires_grad(x, true);
+        static const char *names[] = {"scalar loops", "AVX2", "AVX-512"};
+        for (int level = EM_POOL_AVX512; level >= EM_POOL_SCALAR; level--) {
+            int prev = em__cpu_pool_simd(level);
+            if (em__cpu_pool_simd_active() != level) { /* this CPU lacks it */
+                em__cpu_pool_simd(prev);
+                continue;
+            }
+            double tf[64], tb[64];
+            for (int r = -2; r < reps; r++) {
+                em_scope it = em_scope_begin();
+                double t0 = now();
+                em_tensor *y = em_max_pool2d(x, EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false);
+                double t1 = now();
+                em_tensor *gy = em_randn(em_shape_of(y), EM_OPTS(0));
+                double t2 = now();
+                em_backward_with(y, gy, false);
+                double t3 = now();
+                if (r >= 0) tf[r] = t1 - t0, tb[r] = t3 - t2;
+                em_set_grad(x, NULL);
+                em_scope_end(it);
+            }
+            em__cpu_pool_simd(prev);
+            printf("max_pool2d %lldx%lldx%lldx%lld k2 (%s): fwd %.3f ms, bwd %.3f ms\n", (long long)d[0],
+                   (long long)d[1], (long long)d[2], (long long)d[3], names[level],
+                   1e3 * median(tf, reps), 1e3 * median(tb, reps));
+        }
+    }
+    em_scope_end(sc);
+}
+
+/* the step's other cuts (issue 16): ReLU's backward in one pass against the gt + where it
+ * replaced, and the bias's gradient inside oneDNN's weight pass against a separate sum */
+static void bench_relu_bias(int reps) {
+    em_scope sc = em_scope_begin();
+    em_grad_mode gm = em_no_grad_begin();
+    em_tensor *y = em_relu(em_randn(EM_SHAPE(64, 16, 28, 28), EM_OPTS(0))), *g = em_randn(em_shape_of(y), EM_OPTS(0));
+    double t[2][64];
     for (int r = -2; r < reps; r++) {
         em_scope it = em_scope_begin();
         double t0 = now();
-        em_tensor *y = em_max_pool2d(x, EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false);
+        em__relu_backward(g, y);
         double t1 = now();
-        em_tensor *gy = em_ones_like(y);
+        em_where(em_gt(y, em_zeros(EM_SHAPE(1), EM_OPTS(0))), g, em_zeros(EM_SHAPE(1), EM_OPTS(0)));
         double t2 = now();
-        em_backward_with(y, gy, false);
-        double t3 = now();
-        if (r >= 0) tf[r] = t1 - t0, tb[r] = t3 - t2;
-        em_set_grad(x, NULL);
+        if (r >= 0) t[0][r] = t1 - t0, t[1][r] = t2 - t1;
         em_scope_end(it);
     }
-    printf("max_pool2d 64x16x28x28 k2: fwd %.3f ms, bwd %.3f ms\n", 1e3 * median(tf, reps), 1e3 * median(tb, reps));
+    printf("relu backward 64x16x28x28: one pass %.3f ms, gt + where %.3f ms\n", 1e3 * median(t[0], reps),
+           1e3 * median(t[1], reps));
+    const shape *s = &shapes[1];
+    em_tensor *x = em_randn(EM_SHAPE(s->n, s->c, s->h, s->w), EM_OPTS(0));
+    em_tensor *gy = em_randn(EM_SHAPE(s->n, s->o, s->h - s->k + 1, s->w - s->k + 1), EM_OPTS(0));
+    int64_t ws[4] = {s->o, s->c, s->k, s->k}, win[11] = {s->k, s->k, 1, 1, 0, 0, 1, 1, 1, 0, 0};
+    for (int r = -2; r < reps; r++) {
+        em_scope it = em_scope_begin();
+        em_tensor *gb;
+        double t0 = now();
+        em__conv2d_backward_weight_bias(gy, x, ws, win, &gb);
+        double t1 = now();
+        em__conv2d_backward_weight(gy, x, ws, win);
+        em_sum(gy, EM_DIMS(0, 2, 3), false);
+        double t2 = now();
+        if (r >= 0) t[0][r] = t1 - t0, t[1][r] = t2 - t1;
+        em_scope_end(it);
+    }
+    printf("%s weight + bias gradients: one oneDNN pass %.3f ms, weight pass then sum %.3f ms\n", s->name,
+           1e3 * median(t[0], reps), 1e3 * median(t[1], reps));
+    em_no_grad_end(gm);
     em_scope_end(sc);
 }
 
@@ -213,5 +277,6 @@ int main(int argc, char **argv) {
         printf("conv_flops %s %.0f\n", shapes[i].name, 3 * flops_fwd(&shapes[i]));
     }
     bench_pools(reps);
+    bench_relu_bias(reps);
     return 0;
 }

@@ -126,18 +126,24 @@ static void test_library_and_portable_agree(void) {
     em_tensor *b = em_randn(EM_SHAPE(8), EM_OPTS(0));
     CHECK_OK(em_set_requires_grad(x, true));
     CHECK_OK(em_set_requires_grad(w, true));
+    CHECK_OK(em_set_requires_grad(b, true)); /* oneDNN sums its gradient with the weight's */
     em_tensor *gy = em_randn(EM_SHAPE(700, 8, 28, 28), EM_OPTS(0));
-    em_tensor *out[2][3];
+    em_tensor *out[2][4];
     for (int p = 0; p < 2; p++) {
         bool prev = em__conv_force_portable(p == 1);
         em_tensor *y = em_conv2d(x, w, b, EM_HW1(1), EM_HW1(1), EM_HW1(1), 1);
         CHECK_OK(em_backward_with(y, gy, false));
         out[p][0] = y, out[p][1] = em_clone(em_grad(x)), out[p][2] = em_clone(em_grad(w));
+        out[p][3] = em_clone(em_grad(b));
         CHECK_OK(em_zero_grad_tensor(x));
         CHECK_OK(em_zero_grad_tensor(w));
+        CHECK_OK(em_zero_grad_tensor(b));
         em__conv_force_portable(prev);
     }
-    for (int k = 0; k < 3; k++) {
+    /* the bias's gradient as its definition: gy summed over N, H, W */
+    double bdiff = em_item(em_max(em_abs(em_sub(out[0][3], em_sum(gy, EM_DIMS(0, 2, 3), false))), EM_ALL_DIMS, false));
+    CHECK(bdiff <= 1e-4 * em_item(em_max(em_abs(out[1][3]), EM_ALL_DIMS, false)));
+    for (int k = 0; k < 4; k++) {
         double diff = em_item(em_max(em_abs(em_sub(out[0][k], out[1][k])), EM_ALL_DIMS, false));
         double scale = em_item(em_max(em_abs(out[1][k]), EM_ALL_DIMS, false));
         CHECK(diff <= 1e-4 * scale);
@@ -168,6 +174,66 @@ static void expect_error(em_tensor *r, em_status code, const char *const *subs, 
         em_scope_end(s_);                                                                  \
         CHECK(em_memory_allocated(EM_DEVICE_CPU) == b_);                                   \
     } while (0)
+
+/* The input's gradient is computed only where one is needed (as PyTorch: the CNN's first layer
+ * reads the batch, which needs none): x without requires_grad gets none while w and b still
+ * get theirs, unchanged; a leaf x that requires grad and a non-leaf one both get it, against
+ * the definition written here (stride 1, padding 1). Library and portable paths both. */
+static void test_input_gradient_only_when_needed(void) {
+    enum { QN = 2, QC = 3, QH = 6, QW = 5, QO = 4, QK = 3, QP = 1 };
+    em_scope s = em_scope_begin();
+    em_manual_seed(11);
+    em_tensor *x0 = em_randn(EM_SHAPE(QN, QC, QH, QW), EM_OPTS(0));
+    em_tensor *w = em_randn(EM_SHAPE(QO, QC, QK, QK), EM_OPTS(.requires_grad = true));
+    em_tensor *b = em_randn(EM_SHAPE(QO), EM_OPTS(.requires_grad = true));
+    em_tensor *gy = em_randn(EM_SHAPE(QN, QO, QH, QW), EM_OPTS(0));
+    const float *wp = em_data_ptr(w), *gp = em_data_ptr(gy);
+    double ref[QN * QC * QH * QW] = {0};
+    for (int n = 0; n < QN; n++)
+        for (int c = 0; c < QC; c++)
+            for (int i = 0; i < QH; i++)
+                for (int j = 0; j < QW; j++)
+                    for (int o = 0; o < QO; o++)
+                        for (int ki = 0; ki < QK; ki++)
+                            for (int kj = 0; kj < QK; kj++) {
+                                int oy = i + QP - ki, ox = j + QP - kj;
+                                if (oy < 0 || oy >= QH || ox < 0 || ox >= QW) continue;
+                                double gv = gp[((n * QO + o) * QH + oy) * QW + ox];
+                                ref[((n * QC + c) * QH + i) * QW + j] += gv * wp[((o * QC + c) * QK + ki) * QK + kj];
+                            }
+    for (int p = 0; p < 2; p++) {
+        bool prev = em__conv_force_portable(p == 1);
+        em_tensor *gw[3] = {NULL}, *gb[3] = {NULL};
+        for (int mode = 0; mode < 3; mode++) { /* x: no grad, a leaf with grad, a non-leaf from a leaf */
+            em_tensor *a = mode ? em_clone(x0) : x0;
+            if (mode) CHECK_OK(em_set_requires_grad(a, true));
+            em_tensor *x = mode == 2 ? em_div_scalar(em_mul_scalar(a, 4), 4) : a; /* = a exactly */
+            em_tensor *y = em_conv2d(x, w, b, EM_HW1(1), EM_HW1(QP), EM_HW1(1), 1);
+            CHECK_OK(em_backward_with(y, gy, false));
+            CHECK(mode ? em_grad(a) != NULL : em_grad(a) == NULL);
+            CHECK(mode != 2 || em_grad(x) == NULL); /* a non-leaf keeps no .grad */
+            gw[mode] = em_clone(em_grad(w)), gb[mode] = em_clone(em_grad(b));
+            CHECK(gw[mode] && gb[mode]);
+            if (mode && em_grad(a)) {
+                const float *gx = em_data_ptr(em_contiguous(em_grad(a)));
+                double worst = 0;
+                for (int i = 0; i < QN * QC * QH * QW; i++) {
+                    double e = fabs(gx[i] - ref[i]);
+                    worst = e > worst ? e : worst;
+                }
+                CHECK(worst < 1e-4);
+            }
+            CHECK_OK(em_zero_grad_tensor(w));
+            CHECK_OK(em_zero_grad_tensor(b));
+        }
+        for (int mode = 1; mode < 3; mode++) { /* the weight's and bias's gradients do not depend on x's */
+            CHECK(em_item(em_max(em_abs(em_sub(gw[mode], gw[0])), EM_ALL_DIMS, false)) == 0);
+            CHECK(em_item(em_max(em_abs(em_sub(gb[mode], gb[0])), EM_ALL_DIMS, false)) == 0);
+        }
+        em__conv_force_portable(prev);
+    }
+    em_scope_end(s);
+}
 
 static void test_bad_input(void) {
     em_scope s = em_scope_begin();
@@ -279,6 +345,7 @@ int main(void) {
     RUN(test_gradcheck_conv);
     RUN(test_gradcheck_pools);
     RUN(test_library_and_portable_agree);
+    RUN(test_input_gradient_only_when_needed);
     RUN(test_bad_input);
     RUN(test_layers);
     return test_summary();

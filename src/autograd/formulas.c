@@ -72,6 +72,13 @@ static em_tensor *ag_gelu_backward(em_tensor *g, em_tensor *x) {
     return fused ? fused : em_mul(g, ag_gelu_grad(x));
 }
 
+/* ReLU's: g where the output a > 0; one kernel where the backend has it (the CNN's speed,
+ * issue 16), else gt and where */
+static em_tensor *ag_relu_backward(em_tensor *g, em_tensor *a) {
+    em_tensor *fused = em__relu_backward(g, a);
+    return fused ? fused : ag_keep_where(em_gt(a, ag_scalar_like(a, 0.0)), g);
+}
+
 /* d(a^b): exponent == 0 gives 0 even where a^(b-1) is inf; for b, a == 0 with b >= 0
  * gives 0 instead of 0 * -inf */
 static void ag_pow_grad(em_tensor *g, em_tensor *a, em_tensor *b, bool need0, bool need1,

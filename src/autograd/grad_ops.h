@@ -47,7 +47,7 @@
     X(TANH, TanhBackward0, OUT, out[0] = em_mul(g, em_add_scalar(em_neg(em_mul(a, a)), 1.0));) \
     X(SIGMOID, SigmoidBackward0, OUT,                                                     \
       out[0] = em_mul(g, em_mul(a, em_add_scalar(em_neg(a), 1.0)));)                      \
-    X(RELU, ReluBackward0, OUT, out[0] = ag_keep_where(em_gt(a, ag_scalar_like(a, 0.0)), g);) \
+    X(RELU, ReluBackward0, OUT, out[0] = ag_relu_backward(g, a);)                        \
     X(GELU, GeluBackward0, IN0, out[0] = ag_gelu_backward(g, a);)                         \
     X(WHERE, WhereBackward0, IN0, /* a is the saved condition */                          \
       if (need1) out[1] = ag_keep_where(a, g);                                            \

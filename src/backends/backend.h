@@ -201,6 +201,11 @@ typedef struct em_backend {
     /* GELU's (exact, erf) backward in one pass: dx = g * (Phi(x) + x * phi(x)); dx, g, x
      * contiguous, one shape, f32 or f64. */
     em_status (*gelu_backward)(em_tensor *dx, const em_tensor *g, const em_tensor *x);
+    /* ---- ReLU's backward in one pass (the CNN's speed, issue 16; optional: NULL, and
+     * autograd composes gt and where) ----
+     * dx = g where y > 0, else 0 (y: ReLU's output; NaN gives 0); dx, g, y contiguous, one
+     * shape, f32 or f64. */
+    em_status (*relu_backward)(em_tensor *dx, const em_tensor *g, const em_tensor *y);
     /* Counter-based Philox 4x32-10: element i (row-major) of out uses counter offset + i
      * and key seed, so every backend produces the same numbers. See src/core/philox.h. */
     em_status (*rng)(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,
@@ -251,6 +256,11 @@ typedef struct em_backend {
                                        const em_window2d *g, int64_t groups);
     em_status (*conv2d_backward_weight)(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
                                         const em_window2d *g, int64_t groups);
+    /* Optional (the CNN's speed, issue 16; NULL: core sums the bias's gradient itself): the
+     * backward to the weight that also gives the bias's gradient gbias [O] (gout summed over
+     * N, H and W) from the same read of gout; otherwise as conv2d_backward_weight. */
+    em_status (*conv2d_backward_weight_bias)(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
+                                             const em_tensor *in, const em_window2d *g, int64_t groups);
 } em_backend;
 
 /* Host waits (src/core/device.c): every backend's synchronize, event_synchronize and copy to

@@ -62,6 +62,10 @@ em_status em__amp_update_(em_tensor *state, double growth, double backoff, int64
  * (0 max, which needs the forward's indices; 1 avg; 2 adaptive avg). */
 em_tensor *em__conv2d_backward_input(em_tensor *g, em_tensor *weight, const int64_t *input_shape, const int64_t *win);
 em_tensor *em__conv2d_backward_weight(em_tensor *g, em_tensor *input, const int64_t *weight_shape, const int64_t *win);
+/* the same and, when gbias is not NULL, the bias's gradient [O] into *gbias (g summed over N, H
+ * and W; oneDNN reads g once for both); both NULL on failure */
+em_tensor *em__conv2d_backward_weight_bias(em_tensor *g, em_tensor *input, const int64_t *weight_shape,
+                                           const int64_t *win, em_tensor **gbias);
 em_tensor *em__pool2d_backward(int kind, em_tensor *g, em_tensor *indices, const int64_t *input_shape,
                                const int64_t *win);
 /* Force the portable im2col + matmul convolution instead of the backend's library (oneDNN),
@@ -82,6 +86,10 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
  * error where the backend lacks it or the operands do not fit (f32/f64, one shape): the
  * caller then composes it. */
 em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x);
+/* ReLU's backward in one pass from its output y (ops_relu.c; the CNN's speed, issue 16):
+ * g where y > 0, else 0; NULL without an error where the backend has no such kernel (or
+ * dtypes, shapes or devices differ): the caller composes. */
+em_tensor *em__relu_backward(em_tensor *g, em_tensor *y);
 
 /* ---- for src/dist's NCCL path (src/core/dist_seam.c): what NCCL needs of a CUDA tensor
  * without dist seeing a storage or a backend ---- */

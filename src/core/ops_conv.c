@@ -109,6 +109,28 @@ static int64_t chunk_of(const conv_dims *d) {
     return c < d->N ? c : d->N;
 }
 
+/* The portable path's views of samples n0 .. n0 + nc - 1, the same in all three passes: the
+ * image (or its gradient) [nc, C, H, W], its columns [nc, CK, L] (rows of a group contiguous),
+ * the output (or its gradient) per group [nc, G, Og, L], and the window with n = nc. The
+ * passes add their own views of the weight and of the columns per group. */
+typedef struct chunk_views {
+    em_tensor img, cols, out;
+    em_window2d g;
+} chunk_views;
+
+static void chunk_views_of(chunk_views *v, const conv_dims *d, const em_window2d *g, const em_tensor *img,
+                           const em_tensor *cols, const em_tensor *out, int64_t n0, int64_t nc) {
+    int64_t hw = g->h * g->w;
+    int64_t xs[4] = {nc, d->C, g->h, g->w}, xst[4] = {d->C * hw, hw, g->w, 1};
+    int64_t cs[3] = {nc, d->CK, d->L}, cst[3] = {d->CK * d->L, d->L, 1};
+    int64_t os[4] = {nc, d->G, d->Og, d->L}, ost[4] = {d->O * d->L, d->Og * d->L, d->L, 1};
+    view(&v->img, img, 4, xs, xst, n0 * d->C * hw);
+    view(&v->cols, cols, 3, cs, cst, 0);
+    view(&v->out, out, 4, os, ost, n0 * d->O * d->L);
+    v->g = *g;
+    v->g.n = nc;
+}
+
 /* out [N, O, oh, ow] = conv(x, w) + bias; everything contiguous */
 static em_status conv_forward(const em_backend *be, em_tensor *out, const em_tensor *x, const em_tensor *w,
                               const em_tensor *bias, em_window2d g, int64_t G) {
@@ -125,22 +147,16 @@ static em_status conv_forward(const em_backend *be, em_tensor *out, const em_ten
     em_status st = EM_OK;
     for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
-        em_window2d gc = g;
-        gc.n = nc;
-        em_tensor xv, cv, ov, wv, cgv;
-        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
-        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
-        view(&xv, x, 4, xs, xst, n0 * d.C * g.h * g.w);
-        view(&cv, cols, 3, cs, cst, 0);
-        st = be->im2col(&cv, &xv, &gc);
+        chunk_views v;
+        chunk_views_of(&v, &d, &g, x, cols, out, n0, nc);
+        st = be->im2col(&v.cols, &v.img, &v.g);
         /* out[n, grp] = w[grp] @ cols[n, grp] */
-        int64_t os[4] = {nc, G, d.Og, d.L}, ost[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
+        em_tensor wv, cgv;
         int64_t ws[4] = {nc, G, d.Og, d.K}, wst[4] = {0, d.Og * d.K, d.K, 1};
         int64_t gs[4] = {nc, G, d.K, d.L}, gst[4] = {d.CK * d.L, d.K * d.L, d.L, 1};
-        view(&ov, out, 4, os, ost, n0 * d.O * d.L);
         view(&wv, w, 4, ws, wst, 0);
         view(&cgv, cols, 4, gs, gst, 0);
-        if (st == EM_OK) st = be->matmul(&ov, &wv, &cgv);
+        if (st == EM_OK) st = be->matmul(&v.out, &wv, &cgv);
     }
     em_release(cols);
     if (st == EM_OK && bias) {
@@ -153,9 +169,10 @@ static em_status conv_forward(const em_backend *be, em_tensor *out, const em_ten
     return st;
 }
 
-/* gx [N, C, H, W] from gy [N, O, oh, ow] and w */
-static em_status conv_backward_input(const em_backend *be, em_tensor *gx, const em_tensor *gy, const em_tensor *w,
-                                     em_window2d g, int64_t G) {
+/* gx [N, C, H, W] from gy [N, O, oh, ow] and w (unused: no second output) */
+static em_status conv_backward_input(const em_backend *be, em_tensor *gx, em_tensor *unused, const em_tensor *gy,
+                                     const em_tensor *w, em_window2d g, int64_t G) {
+    (void)unused;
     conv_dims d = dims_of(&g, w->shape[0], G);
     if (d.N == 0 || d.C == 0) return EM_OK;
     if (d.O == 0 || d.L == 0) return be->fill(gx, 0.0);
@@ -170,35 +187,48 @@ static em_status conv_backward_input(const em_backend *be, em_tensor *gx, const 
     em_status st = EM_OK;
     for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
-        em_window2d gc = g;
-        gc.n = nc;
-        em_tensor xv, cv, yv, wv, cgv;
+        chunk_views v;
+        chunk_views_of(&v, &d, &g, gx, cols, gy, n0, nc);
         /* cols[n, grp] = w[grp]^T @ gy[n, grp] */
+        em_tensor wv, cgv;
         int64_t gs[4] = {nc, G, d.K, d.L}, gst[4] = {d.CK * d.L, d.K * d.L, d.L, 1};
         int64_t ws[4] = {nc, G, d.K, d.Og}, wst[4] = {0, d.Og * d.K, 1, d.K};
-        int64_t ys[4] = {nc, G, d.Og, d.L}, yst[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
         view(&cgv, cols, 4, gs, gst, 0);
         view(&wv, w, 4, ws, wst, 0);
-        view(&yv, gy, 4, ys, yst, n0 * d.O * d.L);
-        st = be->matmul(&cgv, &wv, &yv);
-        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
-        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
-        view(&xv, gx, 4, xs, xst, n0 * d.C * g.h * g.w);
-        view(&cv, cols, 3, cs, cst, 0);
-        if (st == EM_OK) st = be->col2im(&xv, &cv, &gc);
+        st = be->matmul(&cgv, &wv, &v.out);
+        if (st == EM_OK) st = be->col2im(&v.img, &v.cols, &v.g);
     }
     em_release(cols);
     return st;
 }
 
-/* gw [O, Cg, kh, kw] from gy and x */
-static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, const em_tensor *gy, const em_tensor *x,
-                                      em_window2d g, int64_t G) {
+/* gb [O] = gy summed over N, H and W */
+static em_status bias_grad(const em_backend *be, em_tensor *gb, const em_tensor *gy) {
+    em_tensor bv;
+    int64_t bs[4] = {1, gb->shape[0], 1, 1}, bst[4] = {0, 1, 0, 0};
+    bool reduce[4] = {true, false, true, true};
+    view(&bv, gb, 4, bs, bst, 0);
+    return be->reduce(EM_OP_SUM, &bv, gy, reduce);
+}
+
+/* gw [O, Cg, kh, kw] from gy and x; and gb [O] when not NULL (oneDNN sums it in the same
+ * pass over gy: the separate sum took 4% of the CNN's step) */
+static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, em_tensor *gb, const em_tensor *gy,
+                                      const em_tensor *x, em_window2d g, int64_t G) {
     conv_dims d = dims_of(&g, gw->shape[0], G);
-    if (d.O == 0 || d.K == 0) return EM_OK;
-    if (d.N == 0 || d.L == 0) return be->fill(gw, 0.0);
-    if (be->conv2d_backward_weight && gw->dtype != EM_F64 && !use_portable()) {
-        em_status st = be->conv2d_backward_weight(gw, gy, x, &g, G);
+    if (d.O == 0) return EM_OK;
+    if (d.N == 0 || d.L == 0) {
+        em_status st = d.K ? be->fill(gw, 0.0) : EM_OK;
+        return st == EM_OK && gb ? be->fill(gb, 0.0) : st;
+    }
+    if (d.K == 0) return gb ? bias_grad(be, gb, gy) : EM_OK;
+    if (gw->dtype != EM_F64 && !use_portable()) { /* the library: with the bias's gradient, else without */
+        em_status st = EM_ERR_NOT_SUPPORTED;
+        if (gb && be->conv2d_backward_weight_bias) st = be->conv2d_backward_weight_bias(gw, gb, gy, x, &g, G);
+        if (st == EM_ERR_NOT_SUPPORTED && be->conv2d_backward_weight) {
+            st = be->conv2d_backward_weight(gw, gy, x, &g, G);
+            if (st == EM_OK && gb) st = bias_grad(be, gb, gy);
+        }
         if (st != EM_ERR_NOT_SUPPORTED) return st;
     }
     int64_t chunk = chunk_of(&d);
@@ -214,22 +244,16 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, const
     bool reduce[4] = {true, false, false, false};
     for (int64_t n0 = 0; st == EM_OK && n0 < d.N; n0 += chunk) {
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
-        em_window2d gc = g;
-        gc.n = nc;
-        em_tensor xv, cv, yv, cgv, pv;
-        int64_t xs[4] = {nc, d.C, g.h, g.w}, xst[4] = {d.C * g.h * g.w, g.h * g.w, g.w, 1};
-        int64_t cs[3] = {nc, d.CK, d.L}, cst[3] = {d.CK * d.L, d.L, 1};
-        view(&xv, x, 4, xs, xst, n0 * d.C * g.h * g.w);
-        view(&cv, cols, 3, cs, cst, 0);
-        st = be->im2col(&cv, &xv, &gc);
+        chunk_views v;
+        chunk_views_of(&v, &d, &g, x, cols, gy, n0, nc);
+        st = be->im2col(&v.cols, &v.img, &v.g);
         /* part[n, grp] = gy[n, grp] @ cols[n, grp]^T, then summed over n */
-        int64_t ys[4] = {nc, G, d.Og, d.L}, yst[4] = {d.O * d.L, d.Og * d.L, d.L, 1};
+        em_tensor cgv, pv;
         int64_t gs[4] = {nc, G, d.L, d.K}, gst[4] = {d.CK * d.L, d.K * d.L, 1, d.L};
         int64_t ps[4] = {nc, G, d.Og, d.K}, pst[4] = {G * d.Og * d.K, d.Og * d.K, d.K, 1};
-        view(&yv, gy, 4, ys, yst, n0 * d.O * d.L);
         view(&cgv, cols, 4, gs, gst, 0);
         view(&pv, part, 4, ps, pst, 0);
-        if (st == EM_OK) st = be->matmul(&pv, &yv, &cgv);
+        if (st == EM_OK) st = be->matmul(&pv, &v.out, &cgv);
         if (st != EM_OK) break;
         if (n0 == 0) {
             st = be->reduce(EM_OP_SUM, &gwv, &pv, reduce);
@@ -241,7 +265,7 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, const
     em_release(sum);
     em_release(part);
     em_release(cols);
-    return st;
+    return st == EM_OK && gb ? bias_grad(be, gb, gy) : st;
 }
 
 /* ---- shapes and checks ---- */
@@ -529,27 +553,34 @@ static bool backward_args_ok(const char *op, em_tensor *g, em_tensor *other) {
     return em__check_same_device(op, 2, ts) == EM_OK;
 }
 
-/* out = the new contiguous result of fn over contiguous copies of a and b (in a's dtype) */
-typedef em_status (*conv_pass)(const em_backend *be, em_tensor *out, const em_tensor *a, const em_tensor *b,
-                               em_window2d g, int64_t G);
+/* out = the new contiguous result of fn over contiguous copies of a and b (in a's dtype);
+ * with out2, fn's second result too: a new [n2] tensor */
+typedef em_status (*conv_pass)(const em_backend *be, em_tensor *out, em_tensor *out2, const em_tensor *a,
+                               const em_tensor *b, em_window2d g, int64_t G);
 
 static em_tensor *run_pass(const char *op, conv_pass fn, em_tensor *a, em_tensor *b, const int64_t *oshape,
-                           em_window2d g, int64_t G) {
+                           em_window2d g, int64_t G, em_tensor **out2, int64_t n2) {
     const em_backend *be = a->storage->backend;
     if (need_entries(op, be, a->storage->device, true)) return NULL;
     em_tensor *out = em__tensor_new_on(be, a->storage->device, 4, oshape, a->dtype);
-    if (!out) return NULL;
+    em_tensor *o2 = out && out2 ? em__tensor_new_on(be, a->storage->device, 1, &n2, a->dtype) : NULL;
+    if (!out || (out2 && !o2)) {
+        em_release(out);
+        return NULL;
+    }
     em_tensor *ta = NULL, *tb = NULL;
     const em_tensor *ca = contig(a, &ta), *cb = NULL;
     if (ca && b->dtype != a->dtype) cb = tb = em__copy_raw(b, a->dtype);
     else if (ca) cb = contig(b, &tb);
-    em_status st = ca && cb ? fn(be, out, ca, cb, g, G) : em_last_status();
+    em_status st = ca && cb ? fn(be, out, o2, ca, cb, g, G) : em_last_status();
     em_release(ta);
     em_release(tb);
     if (st != EM_OK) {
         em_release(out);
+        em_release(o2);
         return NULL;
     }
+    if (out2) *out2 = em__scoped(o2);
     return em__scoped(out);
 }
 
@@ -557,15 +588,22 @@ em_tensor *em__conv2d_backward_input(em_tensor *g, em_tensor *weight, const int6
     const char *op = "conv2d backward (input)";
     if (!backward_args_ok(op, g, weight)) return NULL;
     em_window2d wg = win_from_args(input_shape, g->shape[2], g->shape[3], win);
-    return run_pass(op, conv_backward_input, g, weight, input_shape, wg, win[EM_GRAD_WIN_GROUPS]);
+    return run_pass(op, conv_backward_input, g, weight, input_shape, wg, win[EM_GRAD_WIN_GROUPS], NULL, 0);
+}
+
+em_tensor *em__conv2d_backward_weight_bias(em_tensor *g, em_tensor *input, const int64_t *weight_shape,
+                                           const int64_t *win, em_tensor **gbias) {
+    const char *op = "conv2d backward (weight)";
+    if (gbias) *gbias = NULL;
+    if (!backward_args_ok(op, g, input)) return NULL;
+    em_window2d wg = win_from_args(input->shape, g->shape[2], g->shape[3], win);
+    return run_pass(op, conv_backward_weight, g, input, weight_shape, wg, win[EM_GRAD_WIN_GROUPS], gbias,
+                    weight_shape[0]);
 }
 
 em_tensor *em__conv2d_backward_weight(em_tensor *g, em_tensor *input, const int64_t *weight_shape,
                                       const int64_t *win) {
-    const char *op = "conv2d backward (weight)";
-    if (!backward_args_ok(op, g, input)) return NULL;
-    em_window2d wg = win_from_args(input->shape, g->shape[2], g->shape[3], win);
-    return run_pass(op, conv_backward_weight, g, input, weight_shape, wg, win[EM_GRAD_WIN_GROUPS]);
+    return em__conv2d_backward_weight_bias(g, input, weight_shape, win, NULL);
 }
 
 em_tensor *em__pool2d_backward(int kind, em_tensor *g, em_tensor *indices, const int64_t *input_shape,

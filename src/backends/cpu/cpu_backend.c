@@ -190,9 +190,12 @@ const em_backend em_cpu_backend = {
     .conv2d = em__cpu_conv2d_any,
     .conv2d_backward_input = em__cpu_conv2d_backward_input_any,
     .conv2d_backward_weight = em__cpu_conv2d_backward_weight_any,
+    /* f32 only: core passes f16/bf16 to conv2d_backward_weight (and sums the bias itself) */
+    .conv2d_backward_weight_bias = em__cpu_conv2d_backward_weight_bias_dnnl, /* the CNN's speed (issue 16) */
 #endif
     /* norms, embedding, attention */
     .layer_norm = em__cpu_layer_norm,
     .layer_norm_backward = em__cpu_layer_norm_backward,
     .gelu_backward = em__cpu_gelu_backward,
+    .relu_backward = em__cpu_relu_backward, /* the CNN's speed (issue 16) */
 };

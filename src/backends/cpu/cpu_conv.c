@@ -4,6 +4,7 @@
  * cpu_conv_dnnl.c. */
 #include <float.h>
 #include "cpu_internal.h"
+#include "cpu_pool_simd.h"
 
 typedef struct conv_job {
     const em_window2d *g;
@@ -173,6 +174,28 @@ DEF_MAX_WINDOW(double, f64)
 DEF_MAX2X2(float, f32)
 DEF_MAX2X2(double, f64)
 
+/* the vector kernels (cpu_pool_simd.c) where the CPU has them; f32 only */
+static inline bool max2x2_simd_f32(const float *x, float *y, int64_t *ix, const em_window2d *g) {
+    return em__cpu_max2x2_f32(x, y, ix, g->h, g->w, g->oh, g->ow);
+}
+static inline bool max2x2_simd_f64(const double *x, double *y, int64_t *ix, const em_window2d *g) {
+    (void)x, (void)y, (void)ix, (void)g;
+    return false;
+}
+static inline bool max2x2_bwd_simd_f32(float *gx, const float *gy, const int64_t *ix, const em_window2d *g) {
+    return em__cpu_max2x2_backward_f32(gx, gy, ix, g->h, g->w, g->oh, g->ow);
+}
+static inline bool max2x2_bwd_simd_f64(double *gx, const double *gy, const int64_t *ix, const em_window2d *g) {
+    (void)gx, (void)gy, (void)ix, (void)g;
+    return false;
+}
+
+/* MaxPool2d(2) with every window inside the plane */
+static inline bool is_max2x2(em_pool_kind kind, const em_window2d *g) {
+    return kind == EM_POOL_MAX && g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->dh == 1 && g->dw == 1 &&
+           g->ph == 0 && g->pw == 0 && 2 * g->oh <= g->h && 2 * g->ow <= g->w;
+}
+
 #define DEF_POOL(T, SFX)                                                                          \
     static void pool_##SFX(void *ctx, int64_t begin, int64_t end) {                              \
         const conv_job *j = ctx;                                                                  \
@@ -181,10 +204,8 @@ DEF_MAX2X2(double, f64)
             const T *x = (const T *)j->in + p * g->h * g->w;                                      \
             T *y = (T *)j->out + p * g->oh * g->ow;                                               \
             int64_t *ix = j->idx ? j->idx + p * g->oh * g->ow : NULL;                             \
-            if (j->kind == EM_POOL_MAX && g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 &&      \
-                g->dh == 1 && g->dw == 1 && g->ph == 0 && g->pw == 0 && 2 * g->oh <= g->h &&            \
-                2 * g->ow <= g->w) {                                                              \
-                max2x2_##SFX(x, y, ix, g->w, g->oh, g->ow);                                       \
+            if (is_max2x2(j->kind, g)) {                                                          \
+                if (!max2x2_simd_##SFX(x, y, ix, g)) max2x2_##SFX(x, y, ix, g->w, g->oh, g->ow);      \
                 continue;                                                                         \
             }                                                                                     \
             for (int64_t oy = 0; oy < g->oh; oy++)                                                \
@@ -219,6 +240,7 @@ DEF_MAX2X2(double, f64)
             T *gx = (T *)j->out + p * g->h * g->w;                                                \
             const T *gy = (const T *)j->in + p * g->oh * g->ow;                                   \
             const int64_t *ix = j->cidx ? j->cidx + p * g->oh * g->ow : NULL;                     \
+            if (is_max2x2(j->kind, g) && max2x2_bwd_simd_##SFX(gx, gy, ix, g)) continue;          \
             memset(gx, 0, (size_t)(g->h * g->w) * sizeof(T));                                     \
             for (int64_t oy = 0; oy < g->oh; oy++)                                                \
                 for (int64_t ox = 0; ox < g->ow; ox++) {                                          \

@@ -108,7 +108,7 @@ static dnnl_primitive_desc_t forward_pd(const conv_mds *c, bool bias) {
 
 /* the pass's primitive descriptor over descriptors c */
 static dnnl_primitive_desc_t pass_pd(int pass, const conv_mds *c, bool bias) {
-    dnnl_primitive_desc_t fwd = forward_pd(c, bias && pass == PASS_FWD);
+    dnnl_primitive_desc_t fwd = forward_pd(c, bias && pass != PASS_BWD_DATA);
     if (pass == PASS_FWD || !fwd) return fwd;
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd = NULL;
@@ -117,7 +117,8 @@ static dnnl_primitive_desc_t pass_pd(int pass, const conv_mds *c, bool bias) {
                                                                              &c->wei, &c->dst, c->strides, c->dil,
                                                                              c->pad_l, c->pad_r)
                           : dnnl_dilated_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &c->src,
-                                                                                &c->wei, NULL, &c->dst, c->strides,
+                                                                                &c->wei, bias ? &c->bias : NULL,
+                                                                                &c->dst, c->strides,
                                                                                 c->dil, c->pad_l, c->pad_r);
     if (s != dnnl_success || dnnl_primitive_desc_create(&pd, &cd, NULL, g_engine, fwd) != dnnl_success) pd = NULL;
     dnnl_primitive_desc_destroy(fwd);
@@ -175,6 +176,10 @@ static conv_prim *prim_new(int pass, const em_window2d *g, int64_t O, int64_t G,
             ok = add_arg(p, pd, DNNL_ARG_SRC, false, &plain.src, dnnl_query_src_md) &&
                  add_arg(p, pd, DNNL_ARG_DIFF_DST, false, &plain.dst, dnnl_query_diff_dst_md) &&
                  add_arg(p, pd, DNNL_ARG_DIFF_WEIGHTS, true, &plain.wei, dnnl_query_diff_weights_md);
+            if (ok && bias) { /* the bias's gradient in the same pass over diff_dst; plain (x) in both */
+                prim_arg *a = &p->a[p->nargs++];
+                *a = (prim_arg){.arg = DNNL_ARG_DIFF_BIAS, .output = true, .plain = plain.bias, .chosen = plain.bias};
+            }
         }
         ok = ok && dnnl_primitive_create(&p->conv, pd) == dnnl_success;
         if (ok && p->scratch) ok = (p->buf = aligned_alloc(64, p->scratch)) != NULL;
@@ -275,8 +280,13 @@ em_status em__cpu_conv2d_backward_input_dnnl(em_tensor *gin, const em_tensor *go
 
 em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
                                               const em_window2d *g, int64_t groups) {
-    if (gw->dtype != EM_F32) return EM_ERR_NOT_SUPPORTED;
-    void *ptr[3] = {em__host_ptr(in), em__host_ptr(gout), em__host_ptr(gw)};
-    return run("conv2d backward (weight)", PASS_BWD_WEIGHTS, g, gw->shape[0], groups, false, ptr);
+    return em__cpu_conv2d_backward_weight_bias_dnnl(gw, NULL, gout, in, g, groups);
+}
+
+em_status em__cpu_conv2d_backward_weight_bias_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
+                                                   const em_tensor *in, const em_window2d *g, int64_t groups) {
+    if (gw->dtype != EM_F32 || (gbias && gbias->dtype != EM_F32)) return EM_ERR_NOT_SUPPORTED;
+    void *ptr[4] = {em__host_ptr(in), em__host_ptr(gout), em__host_ptr(gw), gbias ? em__host_ptr(gbias) : NULL};
+    return run("conv2d backward (weight)", PASS_BWD_WEIGHTS, g, gw->shape[0], groups, gbias != NULL, ptr);
 }
 #endif

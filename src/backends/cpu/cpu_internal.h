@@ -142,6 +142,8 @@ em_status em__cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, c
 em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
                                       const em_tensor *w, int64_t n, double eps);
 em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
+/* ReLU's backward (cpu_relu.c; the CNN's speed, issue 16) */
+em_status em__cpu_relu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);
 
@@ -159,6 +161,9 @@ em_status em__cpu_conv2d_backward_input_dnnl(em_tensor *gin, const em_tensor *go
                                              const em_window2d *g, int64_t groups);
 em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
                                               const em_window2d *g, int64_t groups);
+/* the same and the bias's gradient (the CNN's speed, issue 16) */
+em_status em__cpu_conv2d_backward_weight_bias_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
+                                                   const em_tensor *in, const em_window2d *g, int64_t groups);
 #endif
 
 #endif
