@@ -4,6 +4,8 @@
   ops:    every op of autocast's categories under torch.autocast("cpu", dtype=torch.bfloat16):
           "<op>" holds the result's values (as float32) and "<op>.dtype" its dtype (Ember's
           em_dtype code: 0 float32, 3 bfloat16)
+  conv:   Conv2d(3, 4, 3, padding=1) -> max_pool2d(2) under the same autocast, backward outside
+          it: both outputs' dtypes and values, the float32 parameters' gradients
   mlp:    Linear(6, 8) -> ReLU -> Linear(8, 5) and cross entropy under the same autocast,
           backward outside it: the loss, the logits' dtype and every parameter's gradient
   scaler: torch.amp.GradScaler("cpu", growth_interval=3) over 12 steps of
@@ -134,12 +136,43 @@ def scaler_run(out, name, make_opt):
     out[name + ".w"] = torch.stack(ws)
 
 
+def conv(out):
+    """conv2d is on autocast's lower-precision list (the CPU's and CUDA's), max_pool2d runs
+    in its input's dtype: Conv2d(3, 4, 3, padding=1) -> max_pool2d(2) under the CPU's bf16
+    autocast, then sum(z.float() * gy) backward outside it: the outputs' dtypes and values,
+    the float32 parameters' float32 gradients."""
+    g = torch.Generator().manual_seed(17)
+    layer = torch.nn.Conv2d(3, 4, 3, padding=1)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * 0.3)
+        layer.bias.copy_(torch.randn(4, generator=g) * 0.1)
+    # a window whose two largest outputs are within a bf16 rounding can pick either (and send
+    # the gradient there): draw inputs whose pool windows all have a clear maximum
+    while True:
+        x = torch.randn(2, 3, 6, 6, generator=g)
+        top2 = layer(x).detach().unfold(2, 2, 2).unfold(3, 2, 2).reshape(2, 4, 3, 3, 4).topk(2, -1).values
+        if ((top2[..., 0] - top2[..., 1]).min() > 0.05).item():
+            break
+    gy = torch.randn(2, 4, 3, 3, generator=g)
+    out["conv.in.x"], out["conv.in.gy"] = x, gy
+    out["conv.in.w"], out["conv.in.b"] = layer.weight.detach().clone(), layer.bias.detach().clone()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+        z = F.max_pool2d(y, 2)
+    (z.float() * gy).sum().backward()
+    for k, v in [("conv2d", y), ("max_pool2d", z), ("conv.grad.w", layer.weight.grad),
+                 ("conv.grad.b", layer.bias.grad)]:
+        out[k] = v
+        out[k + ".dtype"] = torch.tensor([CODES[v.dtype]])
+
+
 def main():
     out = {}
     ops(out)
     mlp(out)
     scaler_run(out, "sgd", lambda p: torch.optim.SGD(p, lr=0.1))
     scaler_run(out, "adam", lambda p: torch.optim.Adam(p, lr=0.1))
+    conv(out)
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(here, "..", "tests", "data", "golden_amp.bin")
     write(path, out)

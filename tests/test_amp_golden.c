@@ -1,6 +1,7 @@
 /* Mixed precision against PyTorch (scripts/golden_amp.py, tests/data/golden_amp.bin):
  * every autocast category's output dtype and values under a CPU bf16 region, a small MLP's
- * loss and gradients (float32 on the float32 weights), and GradScaler's sequence of scales,
+ * loss and gradients (float32 on the float32 weights), a Conv2d and max pool's (conv2d is on
+ * autocast's list too), and GradScaler's sequence of scales,
  * growth trackers and skipped steps with injected inf/NaN, with SGD and Adam, on the CPU and
  * on an OpenCL device (PoCL in CI). */
 #include "optim/optim_internal.h"
@@ -127,6 +128,47 @@ static void test_mlp_gradients(void) {
     em_scope_end(s);
 }
 
+/* conv2d (autocast's lower-precision list) and max_pool2d (its input's dtype) under a CPU
+ * bf16 region, backward outside it: dtypes, values and the float32 parameters' gradients */
+static void test_conv_cpu_bf16(void) {
+    em_scope s = em_scope_begin();
+    em_module *conv = em_conv2d_module_ex(3, 4, EM_HW1(3), EM_HW1(1), EM_HW1(1), EM_HW1(1), 1, true);
+    CHECK(conv != NULL);
+    em_named_tensor ps[2];
+    CHECK(conv && em_module_parameters(conv, ps, 2) == 2);
+    em_grad_mode gm = em_no_grad_begin();
+    CHECK_OK(em_copy_(ps[0].tensor, amp_get(&g, "conv.in.w")));
+    CHECK_OK(em_copy_(ps[1].tensor, amp_get(&g, "conv.in.b")));
+    em_no_grad_end(gm);
+    em_autocast ac = em_autocast_begin(EM_CPU, EM_BF16);
+    em_tensor *y = em_forward(conv, amp_get(&g, "conv.in.x"));
+    em_tensor *z = em_max_pool2d(y, EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false);
+    CHECK_OK(em_autocast_end(ac));
+    const char *names[2] = {"conv2d", "max_pool2d"};
+    em_tensor *got[2] = {y, z};
+    for (int i = 0; i < 2; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s.dtype", names[i]);
+        CHECK(got[i] && em_dtype_of(got[i]) == (em_dtype)amp_at(amp_get(&g, key), 0));
+        double e = amp_err(got[i], amp_get(&g, names[i]), BF16_ATOL, BF16_RTOL);
+        if (!(e <= 1)) fprintf(stderr, "  %s: error %g of the bf16 tolerance\n", names[i], e);
+        CHECK(e <= 1);
+    }
+    CHECK_OK(em_backward(em_sum(em_mul(em_to_dtype(z, EM_F32), amp_get(&g, "conv.in.gy")), EM_ALL_DIMS, false)));
+    const char *gnames[2] = {"conv.grad.w", "conv.grad.b"};
+    for (int i = 0; i < 2; i++) {
+        char dkey[64];
+        snprintf(dkey, sizeof dkey, "%s.dtype", gnames[i]);
+        em_tensor *gr = em_grad(ps[i].tensor);
+        CHECK(gr && em_dtype_of(gr) == EM_F32 && em_dtype_of(gr) == (em_dtype)amp_at(amp_get(&g, dkey), 0));
+        double e = amp_err(gr, amp_get(&g, gnames[i]), 3e-2, 3e-2);
+        if (!(e <= 1)) fprintf(stderr, "  %s: error %g of the tolerance\n", gnames[i], e);
+        CHECK(e <= 1);
+    }
+    em_module_free(conv);
+    em_scope_end(s);
+}
+
 /* PyTorch's GradScaler sequence (growth_interval 3, inf/NaN at steps 2, 3 and 8). */
 static void scaler_sequence(em_device dev, const char *run, bool adam, bool fused) {
     char key[64];
@@ -201,6 +243,7 @@ int main(void) {
     }
     RUN(test_ops_cpu_bf16);
     RUN(test_mlp_gradients);
+    RUN(test_conv_cpu_bf16);
     RUN(test_scaler_sgd_cpu);
     RUN(test_scaler_adam_cpu);
     RUN(test_scaler_opencl);

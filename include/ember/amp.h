@@ -13,7 +13,8 @@
  *
  * Autocast regions are per thread and nest. Inside a region for a device type, ops on
  * tensors of that type follow PyTorch's autocast lists for it (src/core/autocast.c has the
- * table): matmul and addmm (nn's Linear) run in the region's dtype; the losses
+ * table): matmul, addmm (nn's Linear) and conv2d (nn's Conv2d) run in the region's dtype
+ * (the pools run in their input's); the losses
  * (cross_entropy, nll_loss, mse_loss) and, on GPUs, exp, log, pow, softmax, log_softmax,
  * sum and mean run in float32; ops with mixed inputs (add, cat, stack, where...) promote to
  * the widest. The casts are differentiable (a float32 parameter gets a float32 gradient).

@@ -78,7 +78,7 @@ em_tensor *em_one_hot(em_tensor *index, int64_t num_classes);        /* int64 re
 
 /* ---- convolution and pooling ----
  * torch.nn.functional's conv2d and pools on NCHW input [N, C, H, W] (or unbatched [C, H, W]),
- * float32/float64. Sizes are (h, w) pairs: EM_HW(3, 3), or EM_HW1(3) for both. */
+ * float32/float64, or bfloat16/float16 (sums in float32 on every backend). Sizes are (h, w) pairs: EM_HW(3, 3), or EM_HW1(3) for both. */
 typedef struct em_hw {
     int64_t h; /* height */
     int64_t w; /* width */

@@ -240,7 +240,8 @@ typedef struct em_backend {
     em_status (*amp_update)(em_tensor *state, double growth, double backoff, int64_t interval);
 
     /* ---- convolution and pooling (src/core/ops_conv.c) ----
-     * Tensors are contiguous NCHW with the window's shapes; f32 or f64, one dtype.
+     * Tensors are contiguous NCHW with the window's shapes; f32, f64, f16 or bf16, one dtype
+     * (f16/bf16 summed in float32).
      * im2col: cols [n, c * kh * kw, oh * ow] from in [n, c, h, w] (zero padding).
      * col2im: in [n, c, h, w] = the sum of cols' entries at each input position (written,
      * not accumulated). */
@@ -252,7 +253,7 @@ typedef struct em_backend {
                         const em_window2d *g);
     em_status (*pool2d_backward)(em_pool_kind kind, em_tensor *gin, const em_tensor *gout,
                                  const em_tensor *indices, const em_window2d *g);
-    /* Optional (NULL: core runs im2col + matmul): a convolution library's f32 conv with
+    /* Optional (NULL: core runs im2col + matmul): a convolution library's f32/f16/bf16 conv with
      * groups; bias may be NULL. Forward, backward to the input, backward to the weight.
      * EM_ERR_NOT_SUPPORTED with no error recorded: the library cannot run this one, and
      * core takes the portable path. */

@@ -21,6 +21,7 @@ static const struct {
 } table[EM_AC_COUNT] = {
     [EM_AC_MATMUL] = {"matmul", P_LOW, P_LOW},
     [EM_AC_ADDMM] = {"addmm", P_LOW, P_LOW},           /* nn's Linear */
+    [EM_AC_CONV2D] = {"conv2d", P_LOW, P_LOW},         /* on both of PyTorch's lists */
     [EM_AC_EXP] = {"exp", P_NONE, P_F32},
     [EM_AC_LOG] = {"log", P_NONE, P_F32},
     [EM_AC_POW] = {"pow", P_NONE, P_F32},

@@ -13,7 +13,7 @@
 
 /* The ops that autocast knows (rows of the table in autocast.c). */
 typedef enum em_ac_op {
-    EM_AC_MATMUL, EM_AC_ADDMM,
+    EM_AC_MATMUL, EM_AC_ADDMM, EM_AC_CONV2D,
     EM_AC_EXP, EM_AC_LOG, EM_AC_POW, EM_AC_SOFTMAX, EM_AC_LOG_SOFTMAX, EM_AC_SUM, EM_AC_MEAN,
     EM_AC_CROSS_ENTROPY, EM_AC_NLL_LOSS, EM_AC_MSE_LOSS,
     EM_AC_NONE,

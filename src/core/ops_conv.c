@@ -43,10 +43,11 @@ static bool use_portable(void) {
 
 static char *shp(char *buf, size_t n, const em_tensor *t) { return em__shape_str(buf, n, t->ndim, t->shape); }
 
+/* every floating dtype: f16/bf16 run with float32 accumulation on every backend */
 static em_status check_float(const char *op, const char *what, const em_tensor *t) {
-    if (t->dtype == EM_F32 || t->dtype == EM_F64) return EM_OK;
-    return em_error(EM_ERR_DTYPE, "%s: expected %s of dtype float32 or float64, but got %s", op, what,
-                    em_dtype_name(t->dtype));
+    if (em_dtype_is_floating(t->dtype)) return EM_OK;
+    return em_error(EM_ERR_DTYPE, "%s: expected %s of a floating dtype (float32, float64, float16 or bfloat16), "
+                    "but got %s", op, what, em_dtype_name(t->dtype));
 }
 
 /* t itself when contiguous, else a new contiguous copy kept in *tmp (caller releases). */
@@ -135,7 +136,7 @@ static em_status conv_forward(const em_backend *be, em_tensor *out, const em_ten
                               const em_tensor *bias, em_window2d g, int64_t G) {
     conv_dims d = dims_of(&g, w->shape[0], G);
     if (d.N == 0 || d.O == 0 || d.L == 0) return EM_OK;
-    if (be->conv2d && x->dtype == EM_F32 && !use_portable()) {
+    if (be->conv2d && x->dtype != EM_F64 && !use_portable()) {
         em_status st = be->conv2d(out, x, w, bias, &g, G);
         if (st != EM_ERR_NOT_SUPPORTED) return st; /* unsupported: recorded nothing, go portable */
     }
@@ -175,7 +176,7 @@ static em_status conv_backward_input(const em_backend *be, em_tensor *gx, em_ten
     conv_dims d = dims_of(&g, w->shape[0], G);
     if (d.N == 0 || d.C == 0) return EM_OK;
     if (d.O == 0 || d.L == 0) return be->fill(gx, 0.0);
-    if (be->conv2d_backward_input && gx->dtype == EM_F32 && !use_portable()) {
+    if (be->conv2d_backward_input && gx->dtype != EM_F64 && !use_portable()) {
         em_status st = be->conv2d_backward_input(gx, gy, w, &g, G);
         if (st != EM_ERR_NOT_SUPPORTED) return st;
     }
@@ -221,7 +222,7 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, em_te
         return st == EM_OK && gb ? be->fill(gb, 0.0) : st;
     }
     if (d.K == 0) return gb ? bias_grad(be, gb, gy) : EM_OK;
-    if (gw->dtype == EM_F32 && !use_portable()) { /* the library: with the bias's gradient, else without */
+    if (gw->dtype != EM_F64 && !use_portable()) { /* the library: with the bias's gradient, else without */
         em_status st = EM_ERR_NOT_SUPPORTED;
         if (gb && be->conv2d_backward_weight_bias) st = be->conv2d_backward_weight_bias(gw, gb, gy, x, &g, G);
         if (st == EM_ERR_NOT_SUPPORTED && be->conv2d_backward_weight) {
@@ -392,6 +393,8 @@ em_tensor *em_conv2d(em_tensor *input, em_tensor *weight, em_tensor *bias, em_hw
     EM_CHECK_ARG(input, "em_conv2d", "input");
     EM_CHECK_ARG(weight, "em_conv2d", "weight");
     if (!bias && em_failed()) return NULL; /* a NULL bias after a failed call is a failure, not "no bias" */
+    EM_AUTOCAST3(EM_AC_CONV2D, em_conv2d(input, weight, bias, stride, padding, dilation, groups), input, weight,
+                 bias);
     bool squeeze;
     em_tensor *x = batched("conv2d", input, &squeeze);
     return unbatched(x ? conv2d_impl(x, weight, bias, stride, padding, dilation, groups) : NULL, squeeze);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include "cpu_gemm.h"
 #include "cpu_internal.h"
+#include "cpu_conv_lowp.h"
 
 static em_status cpu_init(void) {
     em__cpu_blas_init();
@@ -180,14 +181,17 @@ const em_backend em_cpu_backend = {
     .amp_update = em__cpu_amp_update,
 
     /* convolution and pooling */
-    .im2col = em__cpu_im2col,
-    .col2im = em__cpu_col2im,
-    .pool2d = em__cpu_pool2d,
-    .pool2d_backward = em__cpu_pool2d_backward,
+    /* the _any entries (cpu_conv_lowp.c) run f16/bf16 and pass f32/f64 on to cpu_conv.c and
+     * cpu_conv_dnnl.c */
+    .im2col = em__cpu_im2col_any,
+    .col2im = em__cpu_col2im_any,
+    .pool2d = em__cpu_pool2d_any,
+    .pool2d_backward = em__cpu_pool2d_backward_any,
 #ifdef EMBER_HAVE_DNNL
-    .conv2d = em__cpu_conv2d_dnnl,
-    .conv2d_backward_input = em__cpu_conv2d_backward_input_dnnl,
-    .conv2d_backward_weight = em__cpu_conv2d_backward_weight_dnnl,
+    .conv2d = em__cpu_conv2d_any,
+    .conv2d_backward_input = em__cpu_conv2d_backward_input_any,
+    .conv2d_backward_weight = em__cpu_conv2d_backward_weight_any,
+    /* f32 only: core passes f16/bf16 to conv2d_backward_weight (and sums the bias itself) */
     .conv2d_backward_weight_bias = em__cpu_conv2d_backward_weight_bias_dnnl, /* the CNN's speed (issue 16) */
 #endif
     /* norms, embedding, attention */

@@ -8,7 +8,7 @@
 _Static_assert(sizeof(em_window2d) == 16 * sizeof(int64_t), "em_window2d must match conv.k's emk_win2d");
 
 static em_status check(const char *op, const em_tensor *t) {
-    if (t->dtype == EM_F32 || t->dtype == EM_F64) return EM_OK;
+    if (em_dtype_is_floating(t->dtype)) return EM_OK; /* f16/bf16: conv.k's 16-bit kernels */
     return em_error(EM_ERR_NOT_SUPPORTED, "%s is not supported for %s on %s", op, em_dtype_name(t->dtype),
                     EM__DEVSTR(t));
 }
