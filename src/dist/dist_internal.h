@@ -41,6 +41,11 @@ void em__dist_nccl_use_fake(const em_nccl_api *api);
 /* The table, or NULL with *reason. */
 const em_nccl_api *em__dist_nccl(int *version, const char **reason);
 
+/* all_reduce's algorithms (allreduce.c): MPI's non-blocking collective, or Ember's own over
+ * point-to-point messages */
+enum { AR_MPI, AR_DIRECT, AR_RING };
+enum { AR_MAX_SEG = 16, AR_MAX_REQ = 128 };
+
 struct em_dist_work {
     em_dist_group *g;
     coll_kind kind;
@@ -71,6 +76,23 @@ struct em_dist_work {
     bool avg_done;          /* NCCL averaged already (ncclAvg) */
     void *mark;             /* NCCL: an event after the collective on the stream */
     struct em_dist_work *next_dead; /* in the group's graveyard */
+    struct em_dist_work *next_active; /* in the group's list of point-to-point works in flight */
+    /* all_reduce over point-to-point (allreduce.c) */
+    em_dtype wire;          /* the dtype in rbuf */
+    int ar_algo;            /* AR_MPI, AR_DIRECT or AR_RING */
+    int ar_step, ar_nsteps; /* the step in progress, of how many */
+    int ar_tag;             /* this collective's messages (from the sequence number) */
+    bool ar_posted;         /* the step's messages are posted */
+    bool ar_step_done, ar_count_ok;
+    int ar_nseg;            /* messages per ring reduce step */
+    int ar_in_chunk;        /* the ring chunk the step receives */
+    int ar_nreq, ar_nrecv;  /* the step's requests: receives first */
+    int ar_seg_done;        /* receive segments already reduced */
+    void *ar_tmp;           /* what the receives land in before they are reduced */
+#ifdef EMBER_HAVE_MPI
+    MPI_Request ar_req[AR_MAX_REQ];
+#endif
+    int ar_peer[AR_MAX_REQ];/* each request's peer */
 };
 
 struct em_dist_group {
@@ -83,7 +105,9 @@ struct em_dist_group {
     em_dist_work *graveyard;/* failed works whose buffers MPI may still own */
 #ifdef EMBER_HAVE_MPI
     MPI_Comm comm, hcomm;   /* data and headers */
+    int tag_ub;             /* MPI's largest tag on comm */
 #endif
+    em_dist_work *active;   /* point-to-point all_reduces in flight (every wait moves them all) */
     bool use_nccl;          /* backend "nccl": CUDA tensors through NCCL */
     void *nccl_comm;        /* made at the first CUDA collective */
     int nccl_device;        /* the CUDA device it was made for */
@@ -106,6 +130,18 @@ em_status em__dist_progress(em_dist_work *w, bool block);
 void em__dist_break(em_dist_group *g, const char *msg);
 /* The group a call names (NULL: the world), or NULL and an error naming op. */
 em_dist_group *em__dist_resolve(em_dist_group *g, const char *op);
+#ifdef EMBER_HAVE_MPI
+/* all_reduce over point-to-point (allreduce.c). The algorithm for count elements of wire. */
+int em__ar_choose(const em_dist_group *g, int64_t count, em_dtype wire);
+/* Allocate w's buffers (w->ar_algo, count, wire, rbuf set): an MPI error code. */
+int em__ar_start(em_dist_work *w);
+/* Move w along without blocking: 1 done, 0 not yet, -1 an MPI error (*mpi_rc, the call in
+ * *call). Nothing is reduced until headers_ok (every peer's header arrived and matched). */
+int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **call);
+/* The peers w waits on, as "1, 2" in buf; how many. */
+int em__ar_waiting_for(const em_dist_work *w, char *buf, size_t size);
+MPI_Datatype em__dist_mpi_type(em_dtype dt);
+#endif
 /* Frees the buffers of works that failed (at finalize). */
 void em__dist_bury(em_dist_group *g);
 

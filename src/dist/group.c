@@ -98,6 +98,7 @@ void em__dist_bury(em_dist_group *g) {
         free(w->hseen);
         free(w->hidx);
         free(w->msg);
+        free(w->ar_tmp);
         em__cuda_mark_free(w->mark);
         free(w);
     }
@@ -186,6 +187,10 @@ em_status em_dist_init(const char *backend) {
     /* errors come back as codes (Ember reports them), never MPI's abort */
     MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(g->hcomm, MPI_ERRORS_RETURN);
+    /* all_reduce's messages are tagged by sequence number, modulo the largest tag */
+    int *ub = NULL, has = 0;
+    MPI_Comm_get_attr(g->comm, MPI_TAG_UB, &ub, &has);
+    g->tag_ub = has && ub && *ub > 0 ? *ub : 32767;
     g_world = g;
     return EM_OK;
 }

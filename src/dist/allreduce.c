@@ -1,0 +1,283 @@
+/* all_reduce over MPI point-to-point (Isend/Irecv, tested without blocking): Open MPI's
+ * non-blocking all-reduce (libnbc) is slower than its blocking one at most sizes, and a
+ * blocking call cannot be given a timeout; driving the messages here keeps the deadline and
+ * costs no more than the blocking call.
+ *
+ * Two algorithms, chosen by size and rank count as Open MPI's coll/tuned does:
+ *   direct  (small buffers, few ranks): every rank sends its buffer to every other and
+ *           reduces all of them in rank order (x0 op x1 op ... op x(n-1)): one message
+ *           latency, and every rank computes the same bits in the same order.
+ *   ring    (the rest): reduce-scatter then all-gather around the ring, 2(n-1) steps of
+ *           1/n of the buffer each; each chunk is reduced once, by one rank, in one fixed
+ *           order, then copied to every rank: bit-identical everywhere. A reduce step's
+ *           chunk is split in segments, each reduced as soon as it lands (still in cache).
+ * Nothing is reduced before every peer's header has been checked, so a mismatched call
+ * (size, dtype, op, order) is reported, never mixed into the data. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dist_internal.h"
+#include "../core/internal_api.h"
+
+#ifdef EMBER_HAVE_MPI
+
+enum {
+    DIRECT_MAX_BYTES = 64 << 10, /* bytes sent by a rank (buffer x peers) up to which direct wins */
+    DIRECT_MAX_RANKS = 8,
+    RING_MAX_RANKS = 512,        /* beyond this: MPI_Iallreduce */
+    SEG_BYTES = 256 << 10,       /* a reduce step's message size: fits L2 with its reduction */
+};
+
+static size_t wire_size(em_dtype dt) {
+    switch (dt) {
+    case EM_F64: case EM_I64: return 8;
+    case EM_F32: case EM_I32: return 4;
+    default: return 1; /* uint8, bool: float16/bfloat16 reduce as float32 */
+    }
+}
+
+int em__ar_choose(const em_dist_group *g, int64_t count, em_dtype wire) {
+    if (g->size < 2) return AR_MPI;
+    const char *force = getenv("EMBER_DIST_ALLREDUCE"); /* "direct", "ring", "mpi": benchmarks and tests */
+    if (force && !strcmp(force, "mpi")) return AR_MPI;
+    if (force && !strcmp(force, "direct") && 2 * (g->size - 1) <= AR_MAX_REQ) return AR_DIRECT;
+    if (g->size > RING_MAX_RANKS) return AR_MPI;
+    if (force && !strcmp(force, "ring")) return AR_RING;
+    int64_t sent = count * (int64_t)wire_size(wire) * (g->size - 1);
+    return g->size <= DIRECT_MAX_RANKS && sent <= DIRECT_MAX_BYTES ? AR_DIRECT : AR_RING;
+}
+
+/* ---- the local reduction: acc = op(acc, in), or op(in, acc) when in_first ----
+ * One function per dtype and op, with restrict parameters and blocks of 16 of a fixed trip
+ * count, which GCC vectorizes at -O2; integer sums wrap (unsigned), max and min keep a NaN
+ * from either side. */
+#define DEF_REDUCE(NAME, T, EXPR)                                                                      \
+    static void NAME(T *restrict a, const T *restrict b, int64_t n, bool in_first) {                   \
+        int64_t i = 0;                                                                                 \
+        if (in_first) {                                                                                \
+            for (; i + 16 <= n; i += 16)                                                               \
+                for (int k = 0; k < 16; k++) { T l = b[i + k], r = a[i + k]; a[i + k] = (EXPR); }      \
+            for (; i < n; i++) { T l = b[i], r = a[i]; a[i] = (EXPR); }                                \
+        } else {                                                                                       \
+            for (; i + 16 <= n; i += 16)                                                               \
+                for (int k = 0; k < 16; k++) { T l = a[i + k], r = b[i + k]; a[i + k] = (EXPR); }      \
+            for (; i < n; i++) { T l = a[i], r = b[i]; a[i] = (EXPR); }                                \
+        }                                                                                              \
+    }
+#define DEF_FLOAT(SUF, T)                                        \
+    DEF_REDUCE(sum_##SUF, T, l + r)                              \
+    DEF_REDUCE(max_##SUF, T, (l != l || l > r) ? l : r)          \
+    DEF_REDUCE(min_##SUF, T, (l != l || l < r) ? l : r)
+#define DEF_INT(SUF, T, U)                                       \
+    DEF_REDUCE(sum_##SUF, T, (T)((U)l + (U)r))                   \
+    DEF_REDUCE(max_##SUF, T, l > r ? l : r)                      \
+    DEF_REDUCE(min_##SUF, T, l < r ? l : r)
+DEF_FLOAT(f32, float)
+DEF_FLOAT(f64, double)
+DEF_INT(i64, int64_t, uint64_t)
+DEF_INT(i32, int32_t, uint32_t)
+DEF_INT(u8, uint8_t, uint8_t)
+DEF_REDUCE(or_b8, uint8_t, (uint8_t)((l != 0) | (r != 0)))
+DEF_REDUCE(and_b8, uint8_t, (uint8_t)((l != 0) & (r != 0)))
+
+#define BY_OP(SUF, T) \
+    (op == EM_REDUCE_MAX ? max_##SUF : op == EM_REDUCE_MIN ? min_##SUF : sum_##SUF)((T *)acc, (const T *)in, n, in_first)
+
+static void reduce(void *acc, const void *in, int64_t n, em_dtype dt, em_reduce_op op, bool in_first) {
+    switch (dt) {
+    case EM_F32: BY_OP(f32, float); break;
+    case EM_F64: BY_OP(f64, double); break;
+    case EM_I64: BY_OP(i64, int64_t); break;
+    case EM_I32: BY_OP(i32, int32_t); break;
+    case EM_BOOL: /* logical or for sum, avg and max; and for min (MPI_LOR, MPI_MAX on 0/1) */
+        (op == EM_REDUCE_MIN ? and_b8 : or_b8)((uint8_t *)acc, (const uint8_t *)in, n, in_first);
+        break;
+    default: BY_OP(u8, uint8_t); break;
+    }
+}
+
+/* Chunk c of the ring: the first count % n chunks have one element more. */
+static int64_t chunk_off(const em_dist_work *w, int c) {
+    int64_t n = w->g->size, base = w->count / n, rem = w->count % n;
+    return c * base + (c < rem ? c : rem);
+}
+static int64_t chunk_len(const em_dist_work *w, int c) { return chunk_off(w, c + 1) - chunk_off(w, c); }
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+int em__ar_start(em_dist_work *w) {
+    em_dist_group *g = w->g;
+    int n = g->size;
+    size_t es = wire_size(w->wire);
+    w->ar_tag = (int)(g->seq % ((uint64_t)g->tag_ub + 1));
+    w->ar_step = 0;
+    w->ar_posted = false;
+    if (w->ar_algo == AR_DIRECT) {
+        w->ar_nsteps = 1;
+        w->ar_tmp = malloc((size_t)w->count * es * (size_t)(n - 1) + 1);
+    } else {
+        w->ar_nsteps = 2 * (n - 1);
+        int64_t maxc = chunk_len(w, 0) * (int64_t)es;
+        w->ar_nseg = (int)((maxc + SEG_BYTES - 1) / SEG_BYTES);
+        if (w->ar_nseg < 1) w->ar_nseg = 1;
+        if (w->ar_nseg > AR_MAX_SEG) w->ar_nseg = AR_MAX_SEG;
+        w->ar_tmp = malloc((size_t)maxc + 1);
+    }
+    if (!w->ar_tmp) return MPI_ERR_NO_MEM;
+    return MPI_SUCCESS;
+}
+
+/* Post the current step's messages. */
+static int post(em_dist_work *w) {
+    em_dist_group *g = w->g;
+    int n = g->size, r = g->rank, rc = MPI_SUCCESS;
+    size_t es = wire_size(w->wire);
+    MPI_Datatype ty = em__dist_mpi_type(w->wire);
+    char *buf = em_data_ptr(w->rbuf), *tmp = w->ar_tmp;
+    w->ar_nreq = 0;
+    w->ar_nrecv = 0;
+    if (w->ar_algo == AR_DIRECT) {
+        /* receives first (slot i: peer i, this rank skipped), then sends */
+        for (int i = 0; i < n - 1 && rc == MPI_SUCCESS; i++) {
+            int p = i < r ? i : i + 1;
+            w->ar_peer[w->ar_nreq] = p;
+            rc = MPI_Irecv(tmp + (size_t)i * (size_t)w->count * es, (int)w->count, ty, p, w->ar_tag, g->comm,
+                           &w->ar_req[w->ar_nreq++]);
+        }
+        w->ar_nrecv = w->ar_nreq;
+        for (int i = 0; i < n - 1 && rc == MPI_SUCCESS; i++) {
+            int p = (r + 1 + i) % n; /* staggered: not every rank sends to rank 0 first */
+            w->ar_peer[w->ar_nreq] = p;
+            rc = MPI_Isend(buf, (int)w->count, ty, p, w->ar_tag, g->comm, &w->ar_req[w->ar_nreq++]);
+        }
+        return rc;
+    }
+    int right = (r + 1) % n, left = mod(r - 1, n), s = w->ar_step;
+    bool scatter = s < n - 1;
+    /* reduce-scatter step s: chunk r-s out, chunk r-s-1 in (into tmp, then reduced);
+     * all-gather step s: chunk r+1-s out, chunk r-s in (straight into the buffer) */
+    int out = scatter ? mod(r - s, n) : mod(r + 1 - (s - (n - 1)), n);
+    int in = scatter ? mod(r - s - 1, n) : mod(r - (s - (n - 1)), n);
+    int64_t in_len = chunk_len(w, in), out_len = chunk_len(w, out);
+    int nseg = scatter ? w->ar_nseg : 1;
+    w->ar_in_chunk = in;
+    for (int k = 0; k < nseg && rc == MPI_SUCCESS; k++) {
+        int64_t lo = in_len * k / nseg, hi = in_len * (k + 1) / nseg;
+        char *dst = scatter ? tmp + (size_t)lo * es : buf + (size_t)(chunk_off(w, in) + lo) * es;
+        w->ar_peer[w->ar_nreq] = left;
+        rc = MPI_Irecv(dst, (int)(hi - lo), ty, left, w->ar_tag, g->comm, &w->ar_req[w->ar_nreq++]);
+    }
+    w->ar_nrecv = w->ar_nreq;
+    for (int k = 0; k < nseg && rc == MPI_SUCCESS; k++) {
+        int64_t lo = out_len * k / nseg, hi = out_len * (k + 1) / nseg;
+        w->ar_peer[w->ar_nreq] = right;
+        rc = MPI_Isend(buf + (size_t)(chunk_off(w, out) + lo) * es, (int)(hi - lo), ty, right, w->ar_tag, g->comm,
+                       &w->ar_req[w->ar_nreq++]);
+    }
+    w->ar_seg_done = 0;
+    return rc;
+}
+
+/* Did request i bring the elements expected? (A mismatched peer's size is caught by the
+ * headers; this guards the reduction when it slips through.) */
+static bool right_count(em_dist_work *w, MPI_Status *st, int64_t want) {
+    int got = 0;
+    MPI_Get_count(st, em__dist_mpi_type(w->wire), &got);
+    return got == want;
+}
+
+/* The direct algorithm's reduction, in rank order: x0 op x1 op ... op x(n-1). */
+static void direct_reduce(em_dist_work *w) {
+    int n = w->g->size, r = w->g->rank;
+    size_t bytes = (size_t)w->count * wire_size(w->wire);
+    char *buf = em_data_ptr(w->rbuf), *tmp = w->ar_tmp;
+    /* ranks before this one accumulate in slot 0 (rank 0's), then this rank's buffer takes
+     * it from the left, then the later ranks come in from the right */
+    for (int p = 1; p < r; p++) reduce(tmp, tmp + (size_t)p * bytes, w->count, w->wire, w->op, false);
+    if (r > 0) reduce(buf, tmp, w->count, w->wire, w->op, true);
+    for (int p = r + 1; p < n; p++) reduce(buf, tmp + (size_t)(p - 1) * bytes, w->count, w->wire, w->op, false);
+}
+
+static int fail_with(int rc, const char *what, int *mpi_rc, const char **call) {
+    *mpi_rc = rc;
+    *call = what;
+    return -1;
+}
+
+int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **call) {
+    int n = w->g->size;
+    size_t es = wire_size(w->wire);
+    while (w->ar_step < w->ar_nsteps) {
+        if (!w->ar_posted) {
+            int rc = post(w);
+            w->ar_posted = true; /* even on failure: what was posted is MPI's */
+            w->ar_step_done = false;
+            if (rc != MPI_SUCCESS) return fail_with(rc, "MPI_Isend/MPI_Irecv (data)", mpi_rc, call);
+        }
+        int nsend = w->ar_nreq - w->ar_nrecv, flag = 0, rc;
+        if (w->ar_algo == AR_RING && w->ar_step < n - 1) {
+            /* reduce each segment as it lands, once every header has matched */
+            while (headers_ok && w->ar_seg_done < w->ar_nrecv) {
+                int k = w->ar_seg_done;
+                MPI_Status st;
+                if ((rc = MPI_Test(&w->ar_req[k], &flag, &st)) != MPI_SUCCESS)
+                    return fail_with(rc, "MPI_Test (data)", mpi_rc, call);
+                if (!flag) break;
+                int c = w->ar_in_chunk;
+                int64_t len = chunk_len(w, c), lo = len * k / w->ar_nrecv, hi = len * (k + 1) / w->ar_nrecv;
+                if (!right_count(w, &st, hi - lo))
+                    return fail_with(MPI_ERR_TRUNCATE, "MPI_Test (data: a message of another size)", mpi_rc, call);
+                /* the chunk's running reduction comes from the left: acc = left op mine */
+                reduce((char *)em_data_ptr(w->rbuf) + (size_t)(chunk_off(w, c) + lo) * es, (char *)w->ar_tmp + (size_t)lo * es,
+                       hi - lo, w->wire, w->op, true);
+                w->ar_seg_done++;
+            }
+            /* the sends only: testing them moves MPI's engine, receives included */
+            if ((rc = MPI_Testall(nsend, w->ar_req + w->ar_nrecv, &flag, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
+                return fail_with(rc, "MPI_Testall (data)", mpi_rc, call);
+            if (!flag || w->ar_seg_done < w->ar_nrecv) return 0;
+        } else {
+            if (!w->ar_step_done) {
+                /* Testall completes all of them at once or none: the counts are read now */
+                MPI_Status sts[AR_MAX_REQ];
+                if ((rc = MPI_Testall(w->ar_nreq, w->ar_req, &flag, sts)) != MPI_SUCCESS)
+                    return fail_with(rc, "MPI_Testall (data)", mpi_rc, call);
+                if (!flag) return 0;
+                w->ar_step_done = true;
+                w->ar_count_ok = true;
+                int64_t want = w->ar_algo == AR_DIRECT ? w->count : chunk_len(w, w->ar_in_chunk);
+                for (int i = 0; i < w->ar_nrecv; i++)
+                    if (!right_count(w, &sts[i], want)) w->ar_count_ok = false;
+            }
+            if (!headers_ok) return 0; /* a differing header explains a wrong count best */
+            if (!w->ar_count_ok)
+                return fail_with(MPI_ERR_TRUNCATE, "MPI_Testall (data: a message of another size)", mpi_rc, call);
+            if (w->ar_algo == AR_DIRECT) direct_reduce(w);
+        }
+        w->ar_step++;
+        w->ar_posted = false;
+    }
+    return 1;
+}
+
+/* The peers this rank still waits on (a receive not arrived, or a send not taken), as "2"
+ * or "0, 2"; how many. */
+int em__ar_waiting_for(const em_dist_work *w, char *buf, size_t size) {
+    int n = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    if (w->ar_algo == AR_MPI || !w->ar_posted || w->ar_step >= w->ar_nsteps) return 0;
+    for (int pass = 0; pass < 2 && n == 0; pass++) /* receives first: a send waits on them too */
+        for (int i = pass ? w->ar_nrecv : 0; i < (pass ? w->ar_nreq : w->ar_nrecv); i++) {
+            if (w->ar_req[i] == MPI_REQUEST_NULL) continue;
+            int p = w->ar_peer[i];
+            bool dup = false;
+            for (int j = 0; j < i; j++)
+                if (w->ar_req[j] != MPI_REQUEST_NULL && w->ar_peer[j] == p && (j < w->ar_nrecv) == (i < w->ar_nrecv)) dup = true;
+            if (dup) continue;
+            if (used + 16 < size) used += (size_t)snprintf(buf + used, size - used, "%s%d", n ? ", " : "", p);
+            n++;
+        }
+    return n;
+}
+
+#endif
