@@ -66,11 +66,11 @@ static void allreduce(int rank, int world) {
         double factor = 2.0 * (world - 1) / world; /* nccl-tests' bus bandwidth */
         if (rank == 0)
             printf("allreduce bytes %lld iters %d ember_us %.2f mpi_us %.2f ember_busbw_GBs %.3f mpi_busbw_GBs %.3f overhead_pct %.1f "
-                   "iallreduce_us %.2f overhead_vs_iallreduce_pct %.1f\n",
+                   "iallreduce_us %.2f overhead_vs_iallreduce_pct %.1f ember_min_us %.2f mpi_min_us %.2f min_overhead_pct %.1f\n",
                    (long long)bytes, iters, ember[REPS / 2] * 1e6, mpi[REPS / 2] * 1e6,
                    factor * (double)bytes / ember[REPS / 2] / 1e9, factor * (double)bytes / mpi[REPS / 2] / 1e9,
                    100.0 * (ember[REPS / 2] / mpi[REPS / 2] - 1), nb[REPS / 2] * 1e6,
-                   100.0 * (ember[REPS / 2] / nb[REPS / 2] - 1));
+                   100.0 * (ember[REPS / 2] / nb[REPS / 2] - 1), ember[0] * 1e6, mpi[0] * 1e6, 100.0 * (ember[0] / mpi[0] - 1));
         em_release(t);
     }
 }

@@ -25,8 +25,11 @@ enum {
     DIRECT_MAX_BYTES = 64 << 10, /* bytes sent by a rank (buffer x peers) up to which direct wins */
     DIRECT_MAX_RANKS = 8,
     RING_MAX_RANKS = 512,        /* beyond this: MPI_Iallreduce */
-    SEG_BYTES = 256 << 10,       /* a reduce step's message size: fits L2 with its reduction */
+    SEG_BYTES = 256 << 10,       /* a reduce step's message size */
 };
+/* A ring reduce step moves its chunk in segments of about SEG_BYTES, AR_WINDOW in flight
+ * each way: the receive buffer (AR_WINDOW segments) stays in cache between the copy that
+ * fills it and the reduction that reads it. */
 
 static size_t wire_size(em_dtype dt) {
     switch (dt) {
@@ -103,6 +106,17 @@ static int64_t chunk_off(const em_dist_work *w, int c) {
 }
 static int64_t chunk_len(const em_dist_work *w, int c) { return chunk_off(w, c + 1) - chunk_off(w, c); }
 static int mod(int a, int n) { return ((a % n) + n) % n; }
+/* Segments of a reduce step moving `bytes` (sender and receiver compute the same). */
+static int64_t nsegs(int64_t bytes) { return bytes <= SEG_BYTES ? 1 : (bytes + SEG_BYTES - 1) / SEG_BYTES; }
+/* Bytes of one receive slot: the largest segment (chunk 0 is the largest chunk). */
+static int64_t seg_slot(const em_dist_work *w) {
+    int64_t bytes = chunk_len(w, 0) * (int64_t)wire_size(w->wire), k = nsegs(bytes);
+    return (bytes + k - 1) / k + (int64_t)wire_size(w->wire);
+}
+static void seg_range(int64_t len, int64_t nseg, int64_t k, int64_t *lo, int64_t *hi) {
+    *lo = len * k / nseg;
+    *hi = len * (k + 1) / nseg;
+}
 
 int em__ar_start(em_dist_work *w) {
     em_dist_group *g = w->g;
@@ -116,14 +130,24 @@ int em__ar_start(em_dist_work *w) {
         w->ar_tmp = malloc((size_t)w->count * es * (size_t)(n - 1) + 1);
     } else {
         w->ar_nsteps = 2 * (n - 1);
-        int64_t maxc = chunk_len(w, 0) * (int64_t)es;
-        w->ar_nseg = (int)((maxc + SEG_BYTES - 1) / SEG_BYTES);
-        if (w->ar_nseg < 1) w->ar_nseg = 1;
-        if (w->ar_nseg > AR_MAX_SEG) w->ar_nseg = AR_MAX_SEG;
-        w->ar_tmp = malloc((size_t)maxc + 1);
+        w->ar_tmp = malloc((size_t)seg_slot(w) * AR_WINDOW + 1);
     }
     if (!w->ar_tmp) return MPI_ERR_NO_MEM;
     return MPI_SUCCESS;
+}
+
+static int fail_with(int rc, const char *what, int *mpi_rc, const char **call) {
+    *mpi_rc = rc;
+    *call = what;
+    return -1;
+}
+
+/* Did request i bring the elements expected? (A mismatched peer's size is caught by the
+ * headers; this guards the reduction when it slips through.) */
+static bool right_count(em_dist_work *w, MPI_Status *st, int64_t want) {
+    int got = 0;
+    MPI_Get_count(st, em__dist_mpi_type(w->wire), &got);
+    return got == want;
 }
 
 /* Post the current step's messages. */
@@ -157,32 +181,84 @@ static int post(em_dist_work *w) {
      * all-gather step s: chunk r+1-s out, chunk r-s in (straight into the buffer) */
     int out = scatter ? mod(r - s, n) : mod(r + 1 - (s - (n - 1)), n);
     int in = scatter ? mod(r - s - 1, n) : mod(r - (s - (n - 1)), n);
-    int64_t in_len = chunk_len(w, in), out_len = chunk_len(w, out);
-    int nseg = scatter ? w->ar_nseg : 1;
     w->ar_in_chunk = in;
-    for (int k = 0; k < nseg && rc == MPI_SUCCESS; k++) {
-        int64_t lo = in_len * k / nseg, hi = in_len * (k + 1) / nseg;
-        char *dst = scatter ? tmp + (size_t)lo * es : buf + (size_t)(chunk_off(w, in) + lo) * es;
-        w->ar_peer[w->ar_nreq] = left;
-        rc = MPI_Irecv(dst, (int)(hi - lo), ty, left, w->ar_tag, g->comm, &w->ar_req[w->ar_nreq++]);
+    w->ar_out_chunk = out;
+    if (scatter) {
+        /* slots 0..W-1 receive, W..2W-1 send; window() posts into them */
+        for (int i = 0; i < 2 * AR_WINDOW; i++) {
+            w->ar_req[i] = MPI_REQUEST_NULL;
+            w->ar_peer[i] = i < AR_WINDOW ? left : right;
+        }
+        w->ar_nrecv = AR_WINDOW;
+        w->ar_nreq = 2 * AR_WINDOW;
+        w->ar_rpost = w->ar_rdone = w->ar_spost = w->ar_sdone = 0;
+        w->ar_rseg = nsegs(chunk_len(w, in) * (int64_t)es);
+        w->ar_sseg = nsegs(chunk_len(w, out) * (int64_t)es);
+        return MPI_SUCCESS;
     }
-    w->ar_nrecv = w->ar_nreq;
-    for (int k = 0; k < nseg && rc == MPI_SUCCESS; k++) {
-        int64_t lo = out_len * k / nseg, hi = out_len * (k + 1) / nseg;
-        w->ar_peer[w->ar_nreq] = right;
-        rc = MPI_Isend(buf + (size_t)(chunk_off(w, out) + lo) * es, (int)(hi - lo), ty, right, w->ar_tag, g->comm,
-                       &w->ar_req[w->ar_nreq++]);
-    }
-    w->ar_seg_done = 0;
+    w->ar_peer[0] = left;
+    rc = MPI_Irecv(buf + (size_t)chunk_off(w, in) * es, (int)chunk_len(w, in), ty, left, w->ar_tag, g->comm, &w->ar_req[0]);
+    w->ar_peer[1] = right;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(buf + (size_t)chunk_off(w, out) * es, (int)chunk_len(w, out), ty, right, w->ar_tag, g->comm, &w->ar_req[1]);
+    w->ar_nrecv = 1;
+    w->ar_nreq = rc == MPI_SUCCESS ? 2 : 1;
     return rc;
 }
 
-/* Did request i bring the elements expected? (A mismatched peer's size is caught by the
- * headers; this guards the reduction when it slips through.) */
-static bool right_count(em_dist_work *w, MPI_Status *st, int64_t want) {
-    int got = 0;
-    MPI_Get_count(st, em__dist_mpi_type(w->wire), &got);
-    return got == want;
+/* A ring reduce step: keep AR_WINDOW segments in flight each way; reduce the received ones
+ * in order (once the headers have matched). 1: the step is done, 0: not yet, -1: error. */
+static int scatter_step(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **call) {
+    em_dist_group *g = w->g;
+    size_t es = wire_size(w->wire);
+    MPI_Datatype ty = em__dist_mpi_type(w->wire);
+    char *buf = em_data_ptr(w->rbuf);
+    int64_t in_len = chunk_len(w, w->ar_in_chunk), out_len = chunk_len(w, w->ar_out_chunk);
+    int64_t slot = seg_slot(w);
+    int64_t lo, hi;
+    int rc, flag;
+    for (;;) {
+        bool moved = false;
+        while (w->ar_spost < w->ar_sseg && w->ar_spost - w->ar_sdone < AR_WINDOW) {
+            seg_range(out_len, w->ar_sseg, w->ar_spost, &lo, &hi);
+            rc = MPI_Isend(buf + (size_t)(chunk_off(w, w->ar_out_chunk) + lo) * es, (int)(hi - lo), ty, (g->rank + 1) % g->size,
+                           w->ar_tag, g->comm, &w->ar_req[AR_WINDOW + w->ar_spost % AR_WINDOW]);
+            if (rc != MPI_SUCCESS) return fail_with(rc, "MPI_Isend (data)", mpi_rc, call);
+            w->ar_spost++;
+        }
+        while (w->ar_rpost < w->ar_rseg && w->ar_rpost - w->ar_rdone < AR_WINDOW) {
+            seg_range(in_len, w->ar_rseg, w->ar_rpost, &lo, &hi);
+            rc = MPI_Irecv((char *)w->ar_tmp + (size_t)(w->ar_rpost % AR_WINDOW) * (size_t)slot, (int)(hi - lo), ty,
+                           mod(g->rank - 1, g->size), w->ar_tag, g->comm, &w->ar_req[w->ar_rpost % AR_WINDOW]);
+            if (rc != MPI_SUCCESS) return fail_with(rc, "MPI_Irecv (data)", mpi_rc, call);
+            w->ar_rpost++;
+        }
+        while (w->ar_sdone < w->ar_spost) {
+            if ((rc = MPI_Test(&w->ar_req[AR_WINDOW + w->ar_sdone % AR_WINDOW], &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+                return fail_with(rc, "MPI_Test (data)", mpi_rc, call);
+            if (!flag) break;
+            w->ar_sdone++;
+            moved = true;
+        }
+        while (headers_ok && w->ar_rdone < w->ar_rpost) {
+            int64_t k = w->ar_rdone;
+            MPI_Status st;
+            if ((rc = MPI_Test(&w->ar_req[k % AR_WINDOW], &flag, &st)) != MPI_SUCCESS)
+                return fail_with(rc, "MPI_Test (data)", mpi_rc, call);
+            if (!flag) break;
+            seg_range(in_len, w->ar_rseg, k, &lo, &hi);
+            if (!right_count(w, &st, hi - lo))
+                return fail_with(MPI_ERR_TRUNCATE, "MPI_Test (data: a message of another size)", mpi_rc, call);
+            /* the chunk's running reduction comes from the left: acc = left op mine */
+            reduce(buf + (size_t)(chunk_off(w, w->ar_in_chunk) + lo) * es, (char *)w->ar_tmp + (size_t)(k % AR_WINDOW) * (size_t)slot,
+                   hi - lo, w->wire, w->op, true);
+            w->ar_rdone++;
+            moved = true;
+        }
+        if (w->ar_rdone == w->ar_rseg && w->ar_sdone == w->ar_sseg) return 1;
+        if (!moved) break;
+    }
+    return 0;
 }
 
 /* The direct algorithm's reduction, in rank order: x0 op x1 op ... op x(n-1). */
@@ -197,15 +273,8 @@ static void direct_reduce(em_dist_work *w) {
     for (int p = r + 1; p < n; p++) reduce(buf, tmp + (size_t)(p - 1) * bytes, w->count, w->wire, w->op, false);
 }
 
-static int fail_with(int rc, const char *what, int *mpi_rc, const char **call) {
-    *mpi_rc = rc;
-    *call = what;
-    return -1;
-}
-
 int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **call) {
     int n = w->g->size;
-    size_t es = wire_size(w->wire);
     while (w->ar_step < w->ar_nsteps) {
         if (!w->ar_posted) {
             int rc = post(w);
@@ -213,28 +282,10 @@ int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **
             w->ar_step_done = false;
             if (rc != MPI_SUCCESS) return fail_with(rc, "MPI_Isend/MPI_Irecv (data)", mpi_rc, call);
         }
-        int nsend = w->ar_nreq - w->ar_nrecv, flag = 0, rc;
+        int flag = 0, rc;
         if (w->ar_algo == AR_RING && w->ar_step < n - 1) {
-            /* reduce each segment as it lands, once every header has matched */
-            while (headers_ok && w->ar_seg_done < w->ar_nrecv) {
-                int k = w->ar_seg_done;
-                MPI_Status st;
-                if ((rc = MPI_Test(&w->ar_req[k], &flag, &st)) != MPI_SUCCESS)
-                    return fail_with(rc, "MPI_Test (data)", mpi_rc, call);
-                if (!flag) break;
-                int c = w->ar_in_chunk;
-                int64_t len = chunk_len(w, c), lo = len * k / w->ar_nrecv, hi = len * (k + 1) / w->ar_nrecv;
-                if (!right_count(w, &st, hi - lo))
-                    return fail_with(MPI_ERR_TRUNCATE, "MPI_Test (data: a message of another size)", mpi_rc, call);
-                /* the chunk's running reduction comes from the left: acc = left op mine */
-                reduce((char *)em_data_ptr(w->rbuf) + (size_t)(chunk_off(w, c) + lo) * es, (char *)w->ar_tmp + (size_t)lo * es,
-                       hi - lo, w->wire, w->op, true);
-                w->ar_seg_done++;
-            }
-            /* the sends only: testing them moves MPI's engine, receives included */
-            if ((rc = MPI_Testall(nsend, w->ar_req + w->ar_nrecv, &flag, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
-                return fail_with(rc, "MPI_Testall (data)", mpi_rc, call);
-            if (!flag || w->ar_seg_done < w->ar_nrecv) return 0;
+            int d = scatter_step(w, headers_ok, mpi_rc, call);
+            if (d <= 0) return d;
         } else {
             if (!w->ar_step_done) {
                 /* Testall completes all of them at once or none: the counts are read now */

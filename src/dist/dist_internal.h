@@ -44,7 +44,7 @@ const em_nccl_api *em__dist_nccl(int *version, const char **reason);
 /* all_reduce's algorithms (allreduce.c): MPI's non-blocking collective, or Ember's own over
  * point-to-point messages */
 enum { AR_MPI, AR_DIRECT, AR_RING };
-enum { AR_MAX_SEG = 16, AR_MAX_REQ = 128 };
+enum { AR_WINDOW = 4, AR_MAX_REQ = 128 };
 
 struct em_dist_work {
     em_dist_group *g;
@@ -84,10 +84,11 @@ struct em_dist_work {
     int ar_tag;             /* this collective's messages (from the sequence number) */
     bool ar_posted;         /* the step's messages are posted */
     bool ar_step_done, ar_count_ok;
-    int ar_nseg;            /* messages per ring reduce step */
-    int ar_in_chunk;        /* the ring chunk the step receives */
+    int ar_in_chunk, ar_out_chunk; /* the ring chunks the step receives and sends */
     int ar_nreq, ar_nrecv;  /* the step's requests: receives first */
-    int ar_seg_done;        /* receive segments already reduced */
+    int64_t ar_rseg, ar_sseg;   /* a ring reduce step's segments received and sent */
+    int64_t ar_rpost, ar_rdone; /* receives posted, reduced */
+    int64_t ar_spost, ar_sdone; /* sends posted, completed */
     void *ar_tmp;           /* what the receives land in before they are reduced */
 #ifdef EMBER_HAVE_MPI
     MPI_Request ar_req[AR_MAX_REQ];
