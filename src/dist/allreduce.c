@@ -127,10 +127,18 @@ int em__ar_start(em_dist_work *w) {
     w->ar_posted = false;
     if (w->ar_algo == AR_DIRECT) {
         w->ar_nsteps = 1;
-        w->ar_tmp = malloc((size_t)w->count * es * (size_t)(n - 1) + 1);
+        w->ar_tmp_size = (size_t)w->count * es * (size_t)(n - 1) + 1;
     } else {
         w->ar_nsteps = 2 * (n - 1);
-        w->ar_tmp = malloc((size_t)seg_slot(w) * AR_WINDOW + 1);
+        w->ar_tmp_size = (size_t)seg_slot(w) * AR_WINDOW + 1;
+    }
+    /* the group's spare buffer when it is big enough: no fresh pages to fault in per call */
+    if (g->ar_spare && g->ar_spare_size >= w->ar_tmp_size) {
+        w->ar_tmp = g->ar_spare;
+        w->ar_tmp_size = g->ar_spare_size;
+        g->ar_spare = NULL;
+    } else {
+        w->ar_tmp = malloc(w->ar_tmp_size);
     }
     if (!w->ar_tmp) return MPI_ERR_NO_MEM;
     return MPI_SUCCESS;
@@ -308,6 +316,19 @@ int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **
         w->ar_posted = false;
     }
     return 1;
+}
+
+void em__ar_release(em_dist_work *w) {
+    em_dist_group *g = w->g;
+    if (!w->ar_tmp) return;
+    if (!g->ar_spare || g->ar_spare_size < w->ar_tmp_size) { /* keep the larger one */
+        free(g->ar_spare);
+        g->ar_spare = w->ar_tmp;
+        g->ar_spare_size = w->ar_tmp_size;
+    } else {
+        free(w->ar_tmp);
+    }
+    w->ar_tmp = NULL;
 }
 
 /* The peers this rank still waits on (a receive not arrived, or a send not taken), as "2"

@@ -195,6 +195,7 @@ static em_status work_complete(em_dist_work *w) {
     w->finished = true;
     w->status = st;
     active_remove(w);
+    em__ar_release(w);
     if (st != EM_OK) {
         free(w->msg);
         w->msg = strdup(em_last_error());

@@ -90,6 +90,7 @@ struct em_dist_work {
     int64_t ar_rpost, ar_rdone; /* receives posted, reduced */
     int64_t ar_spost, ar_sdone; /* sends posted, completed */
     void *ar_tmp;           /* what the receives land in before they are reduced */
+    size_t ar_tmp_size;
 #ifdef EMBER_HAVE_MPI
     MPI_Request ar_req[AR_MAX_REQ];
 #endif
@@ -109,6 +110,8 @@ struct em_dist_group {
     int tag_ub;             /* MPI's largest tag on comm */
 #endif
     em_dist_work *active;   /* point-to-point all_reduces in flight (every wait moves them all) */
+    void *ar_spare;         /* a finished all_reduce's receive buffer, for the next one */
+    size_t ar_spare_size;
     bool use_nccl;          /* backend "nccl": CUDA tensors through NCCL */
     void *nccl_comm;        /* made at the first CUDA collective */
     int nccl_device;        /* the CUDA device it was made for */
@@ -139,6 +142,8 @@ int em__ar_start(em_dist_work *w);
 /* Move w along without blocking: 1 done, 0 not yet, -1 an MPI error (*mpi_rc, the call in
  * *call). Nothing is reduced until headers_ok (every peer's header arrived and matched). */
 int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **call);
+/* Hands w's receive buffer back to the group (w finished: MPI no longer writes it). */
+void em__ar_release(em_dist_work *w);
 /* The peers w waits on, as "1, 2" in buf; how many. */
 int em__ar_waiting_for(const em_dist_work *w, char *buf, size_t size);
 MPI_Datatype em__dist_mpi_type(em_dtype dt);

@@ -203,6 +203,7 @@ em_status em_dist_finalize(void) {
     if (broken) em__dist_nccl_abort(g);
     else em__dist_nccl_destroy(g);
     em__dist_bury(g);
+    free(g->ar_spare);
     free(g->broken_msg);
     if (!broken) {
         MPI_Comm_free(&g->comm);
