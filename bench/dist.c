@@ -1,6 +1,7 @@
 /* Distributed benchmarks, run as MPI ranks by bench/run_dist.sh:
  *   bench_dist allreduce    all_reduce bus bandwidth 4 KB - 64 MB: Ember's em_dist_all_reduce
  *                           against Open MPI's MPI_Allreduce on the same buffer
+ *   bench_dist loop BYTES ITERS  Ember's all_reduce alone, in a loop (to profile)
  *   bench_dist ddp HIDDEN... DDP step time of an MLP (784-HIDDEN...-10, Adam, batch 64 per
  *                           rank, random data) and the share of all-reduce time hidden behind
  *                           backward (1 - wait after backward / time in flight)
@@ -149,6 +150,18 @@ int main(int argc, char **argv) {
     em_set_num_threads(1); /* one core per rank: 2 ranks on this 2-core machine */
     if (!strcmp(argv[1], "allreduce")) {
         allreduce(rank, world);
+    } else if (!strcmp(argv[1], "loop") && argc == 4) { /* for a profiler: Ember's calls alone */
+        int64_t n = atoll(argv[2]) / 4;
+        int iters = atoi(argv[3]);
+        em_tensor *t = em_zeros(EM_SHAPE(n), EM_OPTS(0));
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++)
+            if (em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) != EM_OK) {
+                fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+                return 1;
+            }
+        if (rank == 0) printf("loop bytes %lld us_per_call %.3f\n", (long long)n * 4, (now_s() - t0) / iters * 1e6);
+        em_release(t);
     } else {
         int hidden[8], nh = 0;
         for (int i = 2; i < argc && nh < 8; i++) hidden[nh++] = atoi(argv[i]);

@@ -1,6 +1,6 @@
 /* all_reduce's own algorithms over MPI point-to-point (src/dist/allreduce.c): the direct
  * exchange and the segmented ring, forced in turn with EMBER_DIST_ALLREDUCE, on 2, 3 and 4
- * ranks: every dtype and op, sizes that do not divide by the rank count, 1 element; results
+ * ranks (the parent sets the variable for each run): every dtype and op, sizes that do not divide by the rank count, 1 element; results
  * bit-identical on every rank, equal to MPI_Allreduce's for integer types, near the exact
  * value for floating ones; waits in different orders on different ranks; a rank that stalls
  * in the middle of the ring is named by the timeout. Started under mpirun as test_dist is. */
@@ -112,33 +112,30 @@ static void check_one(int64_t n, em_dtype dt, em_reduce_op op, const char *algo)
     em_scope_end(s);
 }
 
-static const char *const ALGOS[] = {"direct", "ring", "auto"};
+static const char *algo_name(void) {
+    const char *a = getenv("EMBER_DIST_ALLREDUCE");
+    return a && *a ? a : "auto";
+}
 
 static void case_every_dtype_op_size(void) {
     const em_dtype dts[] = {EM_F32, EM_F64, EM_I64, EM_I32, EM_U8, EM_BOOL, EM_F16, EM_BF16};
     /* 1 element (fewer than the ranks: empty ring chunks), sizes that do not divide by 2, 3
      * or 4, and (float32) a ring step split in several segments */
     const int64_t sizes[] = {1, 2, 5, 1001, 30011};
-    for (size_t a = 0; a < sizeof ALGOS / sizeof *ALGOS; a++) {
-        if (strcmp(ALGOS[a], "auto")) setenv("EMBER_DIST_ALLREDUCE", ALGOS[a], 1);
-        else unsetenv("EMBER_DIST_ALLREDUCE");
-        for (size_t k = 0; k < sizeof dts / sizeof *dts; k++)
-            for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
-                for (int op = EM_REDUCE_SUM; op <= EM_REDUCE_MIN; op++) {
-                    if (op == EM_REDUCE_AVG && !em_dtype_is_floating(dts[k])) continue;
-                    check_one(sizes[z], dts[k], (em_reduce_op)op, ALGOS[a]);
-                }
-        /* the ring's segments: 1.5 MB of float32 per rank */
-        check_one(393241, EM_F32, EM_REDUCE_SUM, ALGOS[a]);
-        check_one(393241, EM_F32, EM_REDUCE_MAX, ALGOS[a]);
-    }
-    unsetenv("EMBER_DIST_ALLREDUCE");
+    for (size_t k = 0; k < sizeof dts / sizeof *dts; k++)
+        for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
+            for (int op = EM_REDUCE_SUM; op <= EM_REDUCE_MIN; op++) {
+                if (op == EM_REDUCE_AVG && !em_dtype_is_floating(dts[k])) continue;
+                check_one(sizes[z], dts[k], (em_reduce_op)op, algo_name());
+            }
+    /* the ring's segments (256 KB, 4 in flight): 1.5 MB of float32 per rank */
+    check_one(393241, EM_F32, EM_REDUCE_SUM, algo_name());
+    check_one(393241, EM_F32, EM_REDUCE_MAX, algo_name());
 }
 
 /* NaN wins max and min from either side, on every rank alike. */
 static void case_nan(void) {
-    for (size_t a = 0; a < 2; a++) {
-        setenv("EMBER_DIST_ALLREDUCE", ALGOS[a], 1);
+    {
         em_scope s = em_scope_begin();
         em_tensor *t = em_full(EM_SHAPE(37), R, EM_OPTS(0));
         float *p = em_data_ptr(t);
@@ -152,13 +149,11 @@ static void case_nan(void) {
         }
         em_scope_end(s);
     }
-    unsetenv("EMBER_DIST_ALLREDUCE");
 }
 
 /* Ring all_reduces waited for in opposite orders on different ranks: each wait moves the
  * other along too, or the ranks would wait on each other until the timeout. */
 static void case_wait_orders(void) {
-    setenv("EMBER_DIST_ALLREDUCE", "ring", 1);
     CHECK_OK(em_dist_set_timeout(NULL, 30));
     em_scope s = em_scope_begin();
     em_tensor *a = em_full(EM_SHAPE(200003), 1, EM_OPTS(0)), *b = em_full(EM_SHAPE(100001), 2, EM_OPTS(0));
@@ -179,12 +174,10 @@ static void case_wait_orders(void) {
     CHECK(em_item(em_select(a, 0, 200002)) == N && em_item(em_select(b, 0, 0)) == 2.0 * N);
     em_scope_end(s);
     CHECK_OK(em_dist_set_timeout(NULL, 300));
-    unsetenv("EMBER_DIST_ALLREDUCE");
 }
 
 /* A mismatched size is reported by both algorithms (after the headers), never reduced. */
 static void case_mismatch_ring(void) {
-    setenv("EMBER_DIST_ALLREDUCE", "ring", 1);
     em_tensor *t = em_ones(EM_SHAPE(100000 + R), EM_OPTS(0));
     CHECK(em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) == EM_ERR_ARGUMENT);
     CHECK(strstr(em_last_error(), "differs across ranks") != NULL);
@@ -200,7 +193,6 @@ static void case_mismatch_ring(void) {
 /* The last rank enters the ring, then stops moving it: rank 0, its right neighbour, times
  * out naming it. */
 static void case_stall_mid_ring(void) {
-    setenv("EMBER_DIST_ALLREDUCE", "ring", 1);
     CHECK_OK(em_dist_set_timeout(NULL, 1.5));
     em_tensor *t = em_ones(EM_SHAPE(1 << 20), EM_OPTS(0));
     if (R == N - 1) {
@@ -266,22 +258,22 @@ static int rank_main(const char *mode) {
 
 static char out[1 << 20];
 
-static void expect_all_pass(int n, const char *mode) {
-    int st = dist_run(n, mode, "", out, sizeof out);
+static void expect_all_pass(int n, const char *mode, const char *env) {
+    int st = dist_run(n, mode, env, out, sizeof out);
     char want[64];
     int passed = 0;
     for (int r = 0; r < n; r++) {
         snprintf(want, sizeof want, "rank %d: PASS %s", r, mode);
         passed += dist_count(out, want) == 1;
     }
-    if (st != 0 || passed != n) fprintf(stderr, "---- %d ranks, %s: exit %d ----\n%s\n", n, mode, st, out);
+    if (st != 0 || passed != n) fprintf(stderr, "---- %d ranks, %s, %s: exit %d ----\n%s\n", n, mode, env, st, out);
     CHECK(st == 0);
     CHECK(passed == n);
 }
 
 static void expect_rank0_pass(int n, const char *mode) {
     double t0 = now_s();
-    int st = dist_run(n, mode, "", out, sizeof out);
+    int st = dist_run(n, mode, "EMBER_DIST_ALLREDUCE=ring", out, sizeof out);
     char want[64];
     snprintf(want, sizeof want, "rank 0: PASS %s", mode);
     bool ok = dist_count(out, want) == 1 && dist_count(out, "FAIL") == 0;
@@ -290,9 +282,13 @@ static void expect_rank0_pass(int n, const char *mode) {
     CHECK(now_s() - t0 < 60);
 }
 
-static void test_two_ranks(void) { expect_all_pass(2, "algo"); }
-static void test_three_ranks(void) { expect_all_pass(3, "algo"); }
-static void test_four_ranks(void) { expect_all_pass(4, "algo"); }
+static const char *const ALGOS[] = {"EMBER_DIST_ALLREDUCE=direct", "EMBER_DIST_ALLREDUCE=ring", "EMBER_DIST_ALLREDUCE="};
+static void every_algo(int n) {
+    for (int a = 0; a < 3; a++) expect_all_pass(n, "algo", ALGOS[a]);
+}
+static void test_two_ranks(void) { every_algo(2); }
+static void test_three_ranks(void) { every_algo(3); }
+static void test_four_ranks(void) { every_algo(4); }
 static void test_mismatch_in_ring(void) { expect_rank0_pass(3, "mismatch_ring"); }
 static void test_stall_two_ranks(void) { expect_rank0_pass(2, "stall"); }
 static void test_stall_three_ranks(void) { expect_rank0_pass(3, "stall"); }

@@ -41,11 +41,11 @@ static size_t wire_size(em_dtype dt) {
 
 int em__ar_choose(const em_dist_group *g, int64_t count, em_dtype wire) {
     if (g->size < 2) return AR_MPI;
-    const char *force = getenv("EMBER_DIST_ALLREDUCE"); /* "direct", "ring", "mpi": benchmarks and tests */
-    if (force && !strcmp(force, "mpi")) return AR_MPI;
-    if (force && !strcmp(force, "direct") && 2 * (g->size - 1) <= AR_MAX_REQ) return AR_DIRECT;
+    int force = g->ar_force; /* EMBER_DIST_ALLREDUCE, read at em_dist_init: benchmarks and tests */
+    if (force == AR_MPI) return AR_MPI;
+    if (force == AR_DIRECT && 2 * (g->size - 1) <= AR_MAX_REQ) return AR_DIRECT;
     if (g->size > RING_MAX_RANKS) return AR_MPI;
-    if (force && !strcmp(force, "ring")) return AR_RING;
+    if (force == AR_RING) return AR_RING;
     int64_t sent = count * (int64_t)wire_size(wire) * (g->size - 1);
     return g->size <= DIRECT_MAX_RANKS && sent <= DIRECT_MAX_BYTES ? AR_DIRECT : AR_RING;
 }

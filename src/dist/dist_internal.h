@@ -110,6 +110,7 @@ struct em_dist_group {
     int tag_ub;             /* MPI's largest tag on comm */
 #endif
     em_dist_work *active;   /* point-to-point all_reduces in flight (every wait moves them all) */
+    int ar_force;           /* EMBER_DIST_ALLREDUCE: an AR_ algorithm for every all_reduce, or -1 */
     void *ar_spare;         /* a finished all_reduce's receive buffer, for the next one */
     size_t ar_spare_size;
     bool use_nccl;          /* backend "nccl": CUDA tensors through NCCL */

@@ -191,6 +191,17 @@ em_status em_dist_init(const char *backend) {
     int *ub = NULL, has = 0;
     MPI_Comm_get_attr(g->comm, MPI_TAG_UB, &ub, &has);
     g->tag_ub = has && ub && *ub > 0 ? *ub : 32767;
+    const char *algo = getenv("EMBER_DIST_ALLREDUCE");
+    g->ar_force = -1;
+    if (algo && *algo) {
+        g->ar_force = !strcmp(algo, "mpi") ? AR_MPI : !strcmp(algo, "direct") ? AR_DIRECT : !strcmp(algo, "ring") ? AR_RING : -2;
+        if (g->ar_force == -2) {
+            MPI_Comm_free(&g->comm);
+            MPI_Comm_free(&g->hcomm);
+            free(g);
+            return em_error(EM_ERR_ARGUMENT, "em_dist_init: EMBER_DIST_ALLREDUCE must be \"direct\", \"ring\" or \"mpi\", got '%s'", algo);
+        }
+    }
     g_world = g;
     return EM_OK;
 }
