@@ -4,7 +4,8 @@
  * Each collective: (1) check the tensors; (2) find host buffers MPI can use: a contiguous
  * CPU tensor's own memory, otherwise a staging copy (pinned host memory for a device
  * tensor; float32 for a float16/bfloat16 reduction, which MPI cannot add); (3) start the
- * data collective on the group's data communicator and, on a second communicator, send
+ * data collective on the group's data communicator (all_reduce: Ember's own algorithms over
+ * point-to-point messages, allreduce.c) and, on a second communicator, send
  * this rank's header to every peer and post a receive for theirs (point to point, so that
  * on a timeout the ranks whose header never came are known: they did not answer);
  * (4) progress both until done, a header that differs, an MPI error, or the deadline. */
