@@ -108,10 +108,11 @@ static int64_t chunk_len(const em_dist_work *w, int c) { return chunk_off(w, c +
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 /* Segments of a reduce step moving `bytes` (sender and receiver compute the same). */
 static int64_t nsegs(int64_t bytes) { return bytes <= SEG_BYTES ? 1 : (bytes + SEG_BYTES - 1) / SEG_BYTES; }
-/* Bytes of one receive slot: the largest segment (chunk 0 is the largest chunk). */
+/* Bytes of one receive slot: the largest segment (chunk 0 is the largest chunk), rounded
+ * up to a cache line. */
 static int64_t seg_slot(const em_dist_work *w) {
     int64_t bytes = chunk_len(w, 0) * (int64_t)wire_size(w->wire), k = nsegs(bytes);
-    return (bytes + k - 1) / k + (int64_t)wire_size(w->wire);
+    return ((bytes + k - 1) / k + (int64_t)wire_size(w->wire) + 63) / 64 * 64; /* slots stay aligned */
 }
 static void seg_range(int64_t len, int64_t nseg, int64_t k, int64_t *lo, int64_t *hi) {
     *lo = len * k / nseg;
