@@ -26,10 +26,19 @@ enum {
     DIRECT_MAX_RANKS = 8,
     RING_MAX_RANKS = 512,        /* beyond this: MPI_Iallreduce */
     SEG_BYTES = 256 << 10,       /* a reduce step's message size */
+    /* Open MPI's shared-memory transport (vader) sends messages up to 4 KB, its header
+     * included, eagerly: one copy each side and no round trip; larger ones wait for the
+     * receiver. The direct exchange splits buffers of up to 4 pieces into eager messages. */
+    EAGER_BYTES = 4096 - 128,
 };
 /* A ring reduce step moves its chunk in segments of about SEG_BYTES, AR_WINDOW in flight
  * each way: the receive buffer (AR_WINDOW segments) stays in cache between the copy that
  * fills it and the reduction that reads it. */
+
+static int64_t direct_pieces(int64_t bytes, int npeer) {
+    int64_t k = (bytes + EAGER_BYTES - 1) / EAGER_BYTES;
+    return k >= 1 && k <= 4 && 2 * npeer * k <= AR_MAX_REQ ? k : 1;
+}
 
 static size_t wire_size(em_dtype dt) {
     switch (dt) {
@@ -46,16 +55,22 @@ int em__ar_choose(const em_dist_group *g, int64_t count, em_dtype wire) {
     if (force == AR_DIRECT && 2 * (g->size - 1) <= AR_MAX_REQ) return AR_DIRECT;
     if (g->size > RING_MAX_RANKS) return AR_MPI;
     if (force == AR_RING) return AR_RING;
-    int64_t sent = count * (int64_t)wire_size(wire) * (g->size - 1);
-    return g->size <= DIRECT_MAX_RANKS && sent <= DIRECT_MAX_BYTES ? AR_DIRECT : AR_RING;
+    int64_t bytes = count * (int64_t)wire_size(wire);
+    return g->size <= DIRECT_MAX_RANKS && bytes * (g->size - 1) <= DIRECT_MAX_BYTES ? AR_DIRECT : AR_RING;
 }
 
 /* ---- the local reduction: acc = op(acc, in), or op(in, acc) when in_first ----
  * One function per dtype and op, with restrict parameters and blocks of 16 of a fixed trip
- * count, which GCC vectorizes at -O2; integer sums wrap (unsigned), max and min keep a NaN
+ * count, which GCC vectorizes at -O2 (for SSE, AVX2 and AVX-512); integer sums wrap (unsigned), max and min keep a NaN
  * from either side. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+/* the build targets x86-64-v2 (SSE): wider versions picked at load time where the CPU has them */
+#define REDUCE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define REDUCE_CLONES
+#endif
 #define DEF_REDUCE(NAME, T, EXPR)                                                                      \
-    static void NAME(T *restrict a, const T *restrict b, int64_t n, bool in_first) {                   \
+    REDUCE_CLONES static void NAME(T *restrict a, const T *restrict b, int64_t n, bool in_first) {                   \
         int64_t i = 0;                                                                                 \
         if (in_first) {                                                                                \
             for (; i + 16 <= n; i += 16)                                                               \
@@ -128,6 +143,7 @@ int em__ar_start(em_dist_work *w) {
     w->ar_posted = false;
     if (w->ar_algo == AR_DIRECT) {
         w->ar_nsteps = 1;
+        w->ar_pieces = direct_pieces(w->count * (int64_t)es, n - 1);
         w->ar_tmp_size = (size_t)w->count * es * (size_t)(n - 1) + 1;
     } else {
         w->ar_nsteps = 2 * (n - 1);
@@ -169,19 +185,24 @@ static int post(em_dist_work *w) {
     w->ar_nreq = 0;
     w->ar_nrecv = 0;
     if (w->ar_algo == AR_DIRECT) {
-        /* receives first (slot i: peer i, this rank skipped), then sends */
-        for (int i = 0; i < n - 1 && rc == MPI_SUCCESS; i++) {
-            int p = i < r ? i : i + 1;
-            w->ar_peer[w->ar_nreq] = p;
-            rc = MPI_Irecv(tmp + (size_t)i * (size_t)w->count * es, (int)w->count, ty, p, w->ar_tag, g->comm,
-                           &w->ar_req[w->ar_nreq++]);
-        }
+        /* receives first (slot i: peer i, this rank skipped; piece by piece), then sends */
+        int64_t lo, hi, k = w->ar_pieces;
+        for (int i = 0; i < n - 1 && rc == MPI_SUCCESS; i++)
+            for (int64_t j = 0; j < k && rc == MPI_SUCCESS; j++) {
+                int p = i < r ? i : i + 1;
+                seg_range(w->count, k, j, &lo, &hi);
+                w->ar_peer[w->ar_nreq] = p;
+                rc = MPI_Irecv(tmp + ((size_t)i * (size_t)w->count + (size_t)lo) * es, (int)(hi - lo), ty, p, w->ar_tag, g->comm,
+                               &w->ar_req[w->ar_nreq++]);
+            }
         w->ar_nrecv = w->ar_nreq;
-        for (int i = 0; i < n - 1 && rc == MPI_SUCCESS; i++) {
-            int p = (r + 1 + i) % n; /* staggered: not every rank sends to rank 0 first */
-            w->ar_peer[w->ar_nreq] = p;
-            rc = MPI_Isend(buf, (int)w->count, ty, p, w->ar_tag, g->comm, &w->ar_req[w->ar_nreq++]);
-        }
+        for (int i = 0; i < n - 1 && rc == MPI_SUCCESS; i++)
+            for (int64_t j = 0; j < k && rc == MPI_SUCCESS; j++) {
+                int p = (r + 1 + i) % n; /* staggered: not every rank sends to rank 0 first */
+                seg_range(w->count, k, j, &lo, &hi);
+                w->ar_peer[w->ar_nreq] = p;
+                rc = MPI_Isend(buf + (size_t)lo * es, (int)(hi - lo), ty, p, w->ar_tag, g->comm, &w->ar_req[w->ar_nreq++]);
+            }
         return rc;
     }
     int right = (r + 1) % n, left = mod(r - 1, n), s = w->ar_step;
@@ -304,9 +325,11 @@ int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **
                 if (!flag) return 0;
                 w->ar_step_done = true;
                 w->ar_count_ok = true;
-                int64_t want = w->ar_algo == AR_DIRECT ? w->count : chunk_len(w, w->ar_in_chunk);
-                for (int i = 0; i < w->ar_nrecv; i++)
-                    if (!right_count(w, &sts[i], want)) w->ar_count_ok = false;
+                for (int i = 0; i < w->ar_nrecv; i++) {
+                    int64_t lo = 0, hi = chunk_len(w, w->ar_in_chunk);
+                    if (w->ar_algo == AR_DIRECT) seg_range(w->count, w->ar_pieces, i % w->ar_pieces, &lo, &hi);
+                    if (!right_count(w, &sts[i], hi - lo)) w->ar_count_ok = false;
+                }
             }
             if (!headers_ok) return 0; /* a differing header explains a wrong count best */
             if (!w->ar_count_ok)
