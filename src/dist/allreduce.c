@@ -285,6 +285,7 @@ static int scatter_step(em_dist_work *w, bool headers_ok, int *mpi_rc, const cha
             w->ar_rdone++;
             moved = true;
         }
+        if (moved) w->ar_moves++;
         if (w->ar_rdone == w->ar_rseg && w->ar_sdone == w->ar_sseg) return 1;
         if (!moved) break;
     }
@@ -337,6 +338,7 @@ int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **
             if (w->ar_algo == AR_DIRECT) direct_reduce(w);
         }
         w->ar_step++;
+        w->ar_moves++;
         w->ar_posted = false;
     }
     return 1;

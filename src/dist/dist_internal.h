@@ -81,6 +81,7 @@ struct em_dist_work {
     em_dtype wire;          /* the dtype in rbuf */
     int ar_algo;            /* AR_MPI, AR_DIRECT or AR_RING */
     int ar_step, ar_nsteps; /* the step in progress, of how many */
+    uint64_t ar_moves;      /* messages and steps completed (the wait loop sleeps when it stalls) */
     int64_t ar_pieces;      /* direct: messages per peer (each small enough to go eagerly) */
     int ar_tag;             /* this collective's messages (from the sequence number) */
     bool ar_posted;         /* the step's messages are posted */
