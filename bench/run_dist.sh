@@ -24,7 +24,7 @@ MPI="mpirun --oversubscribe --allow-run-as-root --mca btl self,vader"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 echo
 echo "## all_reduce, float32 sum, 2 ranks: each call timed alone, Ember / MPI_Allreduce / MPI_Iallreduce+Wait interleaved call by call"
-echo "## (median and minimum over 12-400 calls; bus bandwidth = 2(n-1)/n x bytes / time, from the minimum)"
+echo "## (median and minimum over 32-400 calls; bus bandwidth = 2(n-1)/n x bytes / time, from the minimum)"
 echo
 echo "| bytes | calls | Ember us median | MPI_Allreduce us median | Ember vs MPI median | Ember us min | MPI_Allreduce us min | Ember vs MPI min | Ember GB/s | MPI GB/s | MPI_Iallreduce+Wait us median / min |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
