@@ -25,7 +25,8 @@
  * small buffers (up to 64 KB sent per rank, up to 8 ranks) by a direct exchange, each rank
  * reducing every rank's buffer in rank order; the rest by a ring (reduce-scatter then
  * all-gather); the results are bit-identical on every rank. EMBER_DIST_ALLREDUCE ("direct",
- * "ring" or "mpi": Open MPI's MPI_Iallreduce) forces one algorithm. With 2 ranks Ember sets
+ * "ring" or "mpi": Open MPI's MPI_Iallreduce) forces one algorithm (another value: em_dist_init
+ * fails). With 2 ranks Ember sets
  * OMPI_MCA_coll_libnbc_iallreduce_algorithm=recursive_doubling for the MPI collectives
  * unless it is set already (libnbc's default for 2 ranks is a reduce then a broadcast).
  * NCCL: its communicator is made at the first collective on a CUDA tensor (rank 0's

@@ -145,6 +145,15 @@ em_status em_dist_init(const char *backend) {
                         env.rank, env.size, env.size, env.size);
     double timeout;
     if ((st = env_timeout(&timeout)) != EM_OK) return st;
+    /* EMBER_DIST_ALLREDUCE: one all_reduce algorithm for every call (benchmarks, tests) */
+    const char *algo = getenv("EMBER_DIST_ALLREDUCE");
+    int ar_force = -1;
+    if (algo && *algo) {
+        ar_force = !strcmp(algo, "mpi") ? AR_MPI : !strcmp(algo, "direct") ? AR_DIRECT : !strcmp(algo, "ring") ? AR_RING : -1;
+        if (ar_force < 0)
+            return em_error(EM_ERR_ARGUMENT, "em_dist_init: EMBER_DIST_ALLREDUCE must be \"direct\", \"ring\" or \"mpi\", got '%s'",
+                            algo);
+    }
     int inited = 0, rc;
     MPI_Initialized(&inited);
     /* Open MPI's non-blocking all-reduce (libnbc) takes its binomial algorithm for 2 ranks,
@@ -191,17 +200,7 @@ em_status em_dist_init(const char *backend) {
     int *ub = NULL, has = 0;
     MPI_Comm_get_attr(g->comm, MPI_TAG_UB, &ub, &has);
     g->tag_ub = has && ub && *ub > 0 ? *ub : 32767;
-    const char *algo = getenv("EMBER_DIST_ALLREDUCE");
-    g->ar_force = -1;
-    if (algo && *algo) {
-        g->ar_force = !strcmp(algo, "mpi") ? AR_MPI : !strcmp(algo, "direct") ? AR_DIRECT : !strcmp(algo, "ring") ? AR_RING : -2;
-        if (g->ar_force == -2) {
-            MPI_Comm_free(&g->comm);
-            MPI_Comm_free(&g->hcomm);
-            free(g);
-            return em_error(EM_ERR_ARGUMENT, "em_dist_init: EMBER_DIST_ALLREDUCE must be \"direct\", \"ring\" or \"mpi\", got '%s'", algo);
-        }
-    }
+    g->ar_force = ar_force;
     g_world = g;
     return EM_OK;
 }
