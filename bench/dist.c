@@ -1,6 +1,7 @@
 /* Distributed benchmarks, run as MPI ranks by bench/run_dist.sh:
  *   bench_dist allreduce    all_reduce bus bandwidth 4 KB - 64 MB: Ember's em_dist_all_reduce
  *                           against Open MPI's MPI_Allreduce on the same buffer
+ *   bench_dist loop BYTES ITERS  Ember's all_reduce alone, in a loop (to profile)
  *   bench_dist ddp HIDDEN... DDP step time of an MLP (784-HIDDEN...-10, Adam, batch 64 per
  *                           rank, random data) and the share of all-reduce time hidden behind
  *                           backward (1 - wait after backward / time in flight)
@@ -23,54 +24,59 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median of `reps` timings of `iters` calls (seconds per call). Ranks start together. */
-#define REPS 7
+/* Each call timed on its own, the three kinds interleaved call by call (a barrier before
+ * each, outside the timing), so that the machine's load hits all alike; the median and the
+ * minimum over the trials (the minimum: the call when neither rank waited for a core). */
+static int trials_for(int64_t bytes) {
+    int64_t t = (int64_t)(64.0 * 1024 * 1024 * 4 / (double)bytes);
+    return t > 400 ? 400 : t < 32 ? 32 : (int)t; /* at least 32: a quiet moment even under load */
+}
 
 static void allreduce(int rank, int world) {
     for (int64_t bytes = 4096; bytes <= 64 << 20; bytes *= 4) {
         int64_t n = bytes / 4;
         em_tensor *t = em_ones(EM_SHAPE(n), EM_OPTS(0));
         float *p = em_data_ptr(t);
-        int iters = (int)(256.0 * 1024 * 1024 / (double)bytes);
-        if (iters > 2000) iters = 2000;
-        if (iters < 5) iters = 5;
-        double ember[REPS], mpi[REPS], nb[REPS];
-        for (int r = 0; r < REPS; r++) {
-            /* alternate, so that drift in the machine's load hits both alike */
+        int trials = trials_for(bytes);
+        double *ember = malloc(sizeof(double) * (size_t)trials), *mpi = malloc(sizeof(double) * (size_t)trials),
+               *nb = malloc(sizeof(double) * (size_t)trials);
+        for (int r = -2; r < trials; r++) { /* two warm-up rounds */
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = now_s();
-            for (int i = 0; i < iters; i++) MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            mpi[r] = (now_s() - t0) / iters;
+            MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            double t1 = now_s();
             MPI_Barrier(MPI_COMM_WORLD);
-            t0 = now_s();
-            for (int i = 0; i < iters; i++)
-                if (em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) != EM_OK) {
-                    fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
-                    exit(1);
-                }
-            ember[r] = (now_s() - t0) / iters;
-            /* Open MPI's own non-blocking all-reduce, which Ember's timeout loop is built on */
-            MPI_Barrier(MPI_COMM_WORLD);
-            t0 = now_s();
-            for (int i = 0; i < iters; i++) {
-                MPI_Request q;
-                MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
-                MPI_Wait(&q, MPI_STATUS_IGNORE);
+            double t2 = now_s();
+            if (em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) != EM_OK) {
+                fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+                exit(1);
             }
-            nb[r] = (now_s() - t0) / iters;
-            em_fill_(t, 1.0); /* keep the values finite */
+            double t3 = now_s();
+            /* Open MPI's own non-blocking all-reduce, which Ember used before (libnbc) */
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t4 = now_s();
+            MPI_Request q;
+            MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+            MPI_Wait(&q, MPI_STATUS_IGNORE);
+            double t5 = now_s();
+            if (r >= 0) mpi[r] = t1 - t0, ember[r] = t3 - t2, nb[r] = t5 - t4;
+            if (r % 8 == 7) em_fill_(t, 1.0); /* keep the values finite */
         }
-        qsort(ember, REPS, sizeof *ember, cmp_double);
-        qsort(mpi, REPS, sizeof *mpi, cmp_double);
-        qsort(nb, REPS, sizeof *nb, cmp_double);
+        qsort(ember, (size_t)trials, sizeof *ember, cmp_double);
+        qsort(mpi, (size_t)trials, sizeof *mpi, cmp_double);
+        qsort(nb, (size_t)trials, sizeof *nb, cmp_double);
         double factor = 2.0 * (world - 1) / world; /* nccl-tests' bus bandwidth */
+        double em = ember[trials / 2], mm = mpi[trials / 2];
         if (rank == 0)
-            printf("allreduce bytes %lld iters %d ember_us %.2f mpi_us %.2f ember_busbw_GBs %.3f mpi_busbw_GBs %.3f overhead_pct %.1f "
-                   "iallreduce_us %.2f overhead_vs_iallreduce_pct %.1f\n",
-                   (long long)bytes, iters, ember[REPS / 2] * 1e6, mpi[REPS / 2] * 1e6,
-                   factor * (double)bytes / ember[REPS / 2] / 1e9, factor * (double)bytes / mpi[REPS / 2] / 1e9,
-                   100.0 * (ember[REPS / 2] / mpi[REPS / 2] - 1), nb[REPS / 2] * 1e6,
-                   100.0 * (ember[REPS / 2] / nb[REPS / 2] - 1));
+            printf("allreduce bytes %lld trials %d ember_us %.2f mpi_us %.2f ember_busbw_GBs %.3f mpi_busbw_GBs %.3f overhead_pct %.1f "
+                   "iallreduce_us %.2f overhead_vs_iallreduce_pct %.1f ember_min_us %.2f mpi_min_us %.2f min_overhead_pct %.1f "
+                   "iallreduce_min_us %.2f\n",
+                   (long long)bytes, trials, em * 1e6, mm * 1e6, factor * (double)bytes / em / 1e9, factor * (double)bytes / mm / 1e9,
+                   100.0 * (em / mm - 1), nb[trials / 2] * 1e6, 100.0 * (em / nb[trials / 2] - 1), ember[0] * 1e6, mpi[0] * 1e6,
+                   100.0 * (ember[0] / mpi[0] - 1), nb[0] * 1e6);
+        free(ember);
+        free(mpi);
+        free(nb);
         em_release(t);
     }
 }
@@ -144,6 +150,18 @@ int main(int argc, char **argv) {
     em_set_num_threads(1); /* one core per rank: 2 ranks on this 2-core machine */
     if (!strcmp(argv[1], "allreduce")) {
         allreduce(rank, world);
+    } else if (!strcmp(argv[1], "loop") && argc == 4) { /* for a profiler: Ember's calls alone */
+        int64_t n = atoll(argv[2]) / 4;
+        int iters = atoi(argv[3]);
+        em_tensor *t = em_zeros(EM_SHAPE(n), EM_OPTS(0));
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++)
+            if (em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) != EM_OK) {
+                fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+                return 1;
+            }
+        if (rank == 0) printf("loop bytes %lld us_per_call %.3f\n", (long long)n * 4, (now_s() - t0) / iters * 1e6);
+        em_release(t);
     } else {
         int hidden[8], nh = 0;
         for (int i = 2; i < argc && nh < 8; i++) hidden[nh++] = atoi(argv[i]);

@@ -5,6 +5,7 @@
 # all-reduce time hidden behind backward; (3) PyTorch DDP (gloo, 2 processes) on the same
 # MLPs and batches, one thread per process on both sides.
 # Usage: bench/run_dist.sh [build-dir]   (a Release build; default build)
+#   ONLY=allreduce: the all_reduce part alone (a second run when the first was disturbed)
 # Environment: TORCH_PYTHON (default /usr/bin/python3, Debian's PyTorch 1.13); MODELS, the
 #   hidden widths of each MLP, ";"-separated (default "256;1024 1024 1024").
 set -eu
@@ -22,12 +23,16 @@ export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1
 MPI="mpirun --oversubscribe --allow-run-as-root --mca btl self,vader"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 echo
-echo "## all_reduce, float32 sum, 2 ranks (median of 7 repetitions; bus bandwidth = 2(n-1)/n x bytes / time)"
+echo "## all_reduce, float32 sum, 2 ranks: each call timed alone, Ember / MPI_Allreduce / MPI_Iallreduce+Wait interleaved call by call"
+echo "## (median and minimum over 32-400 calls; bus bandwidth = 2(n-1)/n x bytes / time, from the minimum)"
 echo
-echo "| bytes | Ember us | MPI_Allreduce us | Ember GB/s | MPI GB/s | Ember vs MPI_Allreduce | MPI_Iallreduce+Wait us | Ember vs MPI_Iallreduce |"
-echo "|---|---|---|---|---|---|---|---|"
-$MPI -np 2 "$BUILD/bench_dist" allreduce | awk '/^allreduce/ {
-    printf "| %s | %s | %s | %s | %s | %+.1f%% | %s | %+.1f%% |\n", $3, $7, $9, $11, $13, $15, $17, $19 }'
+echo "| bytes | calls | Ember us median | MPI_Allreduce us median | Ember vs MPI median | Ember us min | MPI_Allreduce us min | Ember vs MPI min | Ember GB/s | MPI GB/s | MPI_Iallreduce+Wait us median / min |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+$MPI -np 2 "$BUILD/bench_dist" allreduce </dev/null | awk '/^allreduce/ {
+    f = 1.0 * $3 / 1e3;   # 2(n-1)/n = 1 for 2 ranks: bytes / us / 1e3 = GB/s
+    printf "| %s | %s | %s | %s | %+.1f%% | %s | %s | %+.1f%% | %.3f | %.3f | %s / %s |\n", $3, $5, $7, $9, $15, $21, $23, $25, f / $21, f / $23, $17, $27 }'
+echo "load average after the all_reduce part: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "${ONLY:-}" = allreduce ] && exit 0
 echo
 echo "## DDP step (forward, backward with bucketed all-reduce, Adam), batch 64 per rank, 1 thread per rank"
 echo
@@ -42,3 +47,5 @@ printf '%s\n' "$MODELS" | tr ';' '\n' | while read -r hidden; do
         ratio = $4 > 0 ? $5 / $4 : 0; tr = ($7 != "-" && $5 > 0) ? sprintf("%.2f", $7 / $5) : "-";
         printf "| %s | %s | %s | %.3f | %.3f | %.2f | %s%% | %s | %s |\n", $1, $2, $3, $4, $5, ratio, $6, $7, tr }'
 done
+echo
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

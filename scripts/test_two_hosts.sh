@@ -3,7 +3,8 @@
 # (10.77.x.1 and 10.77.x.2), Open MPI between them over TCP only (no shared memory), its
 # launcher reaching the second namespace through an rsh agent that runs `ip netns exec`
 # instead of ssh. Runs tests/test_dist.c's collectives + DDP checks (params bit-identical
-# after every step, 2 ranks x 32 following 1 x 64) and `ember train` with DDP across them,
+# after every step, 2 ranks x 32 following 1 x 64), tests/test_dist_allreduce.c's algorithm
+# checks, and `ember train` with DDP across them,
 # and checks the veth counters: the traffic went through the link the test made.
 #   scripts/test_two_hosts.sh [build-dir]     (root needed; skips, exit 77, when netns is not permitted)
 set -euo pipefail
@@ -62,6 +63,15 @@ sent=$(( after - before ))
 echo "second namespace sent $sent bytes over its veth"
 [ "$sent" -gt 100000 ] || { echo "FAIL: the ranks' traffic did not go over the veth pair"; fail=1; }
 [ "$fail" = 0 ] || cat "$tmp/coll.log"
+
+# all_reduce's own algorithms (direct exchange and ring, chosen by size) over TCP
+if [ -x "$build/test_dist_allreduce" ]; then
+    mpi -x EMBER_TEST_DIST_MODE=algo "$build/test_dist_allreduce" > "$tmp/algo.log" 2>&1 || true
+    for r in 0 1; do
+        if ! grep -q "rank $r: PASS algo" "$tmp/algo.log"; then echo "FAIL: rank $r of the all_reduce algorithm checks"; fail=1; fi
+    done
+    grep -q "rank 1: PASS algo" "$tmp/algo.log" && echo "all_reduce algorithms across the two namespaces: passed" || cat "$tmp/algo.log"
+fi
 
 # ember train with DDP across the two hosts
 if mpi "$build/ember" train --device cpu --epochs 1 --train-samples 2000 --test-samples 500 \

@@ -82,6 +82,11 @@ static void test_singleton(void) {
     SKIP("built without MPI");
 #else
     clear_env();
+    setenv("EMBER_DIST_ALLREDUCE", "fastest", 1); /* a forced all_reduce algorithm must be one of three */
+    CHECK(em_dist_init(NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "EMBER_DIST_ALLREDUCE must be \"direct\", \"ring\" or \"mpi\", got 'fastest'");
+    CHECK(!em_dist_is_initialized());
+    unsetenv("EMBER_DIST_ALLREDUCE");
     setenv("EMBER_DIST_TIMEOUT", "7.5", 1);
     CHECK_OK(em_dist_init(NULL));
     unsetenv("EMBER_DIST_TIMEOUT");

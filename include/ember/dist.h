@@ -21,9 +21,14 @@
  * must agree, or em_dist_init fails naming both. WORLD_SIZE=1 without any MPI launcher
  * runs as a one-process group (MPI singleton).
  * EMBER_DIST_TIMEOUT (seconds, default 300) sets every collective's timeout;
- * EMBER_DIST_BACKEND overrides "auto". With 2 ranks Ember sets Open MPI's
- * OMPI_MCA_coll_libnbc_iallreduce_algorithm=recursive_doubling unless it is set already
- * (libnbc's default for 2 ranks is a reduce then a broadcast: twice the time at 64 MB).
+ * EMBER_DIST_BACKEND overrides "auto". all_reduce runs over MPI point-to-point messages:
+ * small buffers (up to 64 KB sent per rank, up to 8 ranks) by a direct exchange, each rank
+ * reducing every rank's buffer in rank order; the rest by a ring (reduce-scatter then
+ * all-gather); the results are bit-identical on every rank. EMBER_DIST_ALLREDUCE ("direct",
+ * "ring" or "mpi": Open MPI's MPI_Iallreduce) forces one algorithm (another value: em_dist_init
+ * fails). With 2 ranks Ember sets
+ * OMPI_MCA_coll_libnbc_iallreduce_algorithm=recursive_doubling for the MPI collectives
+ * unless it is set already (libnbc's default for 2 ranks is a reduce then a broadcast).
  * NCCL: its communicator is made at the first collective on a CUDA tensor (rank 0's
  * unique id broadcast over MPI); each rank uses one CUDA device.
  *

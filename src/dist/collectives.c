@@ -4,7 +4,8 @@
  * Each collective: (1) check the tensors; (2) find host buffers MPI can use: a contiguous
  * CPU tensor's own memory, otherwise a staging copy (pinned host memory for a device
  * tensor; float32 for a float16/bfloat16 reduction, which MPI cannot add); (3) start the
- * data collective on the group's data communicator and, on a second communicator, send
+ * data collective on the group's data communicator (all_reduce: Ember's own algorithms over
+ * point-to-point messages, allreduce.c) and, on a second communicator, send
  * this rank's header to every peer and post a receive for theirs (point to point, so that
  * on a timeout the ranks whose header never came are known: they did not answer);
  * (4) progress both until done, a header that differs, an MPI error, or the deadline. */
@@ -58,7 +59,7 @@ static const char *api_name(int k) {
 
 #ifdef EMBER_HAVE_MPI
 
-static MPI_Datatype mpi_type(em_dtype dt) {
+MPI_Datatype em__dist_mpi_type(em_dtype dt) {
     switch (dt) {
     case EM_F32: return MPI_FLOAT;
     case EM_F64: return MPI_DOUBLE;
@@ -74,6 +75,18 @@ static MPI_Op mpi_op(em_reduce_op op, em_dtype dt) {
     return op == EM_REDUCE_MAX ? MPI_MAX : op == EM_REDUCE_MIN ? MPI_MIN : MPI_SUM;
 }
 
+/* The group's point-to-point works in flight: a wait moves every one of them along, so
+ * that ranks waiting on their works in different orders still finish (MPI's own
+ * non-blocking collectives progress inside any MPI call). */
+static void active_remove(em_dist_work *w) {
+    for (em_dist_work **p = &w->g->active; *p; p = &(*p)->next_active)
+        if (*p == w) {
+            *p = w->next_active;
+            w->next_active = NULL;
+            return;
+        }
+}
+
 /* Fail w: the message is kept on w (every wait raises it again) and breaks the group. */
 static em_status work_fail(em_dist_work *w, em_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static em_status work_fail(em_dist_work *w, em_status code, const char *fmt, ...) {
@@ -87,6 +100,7 @@ static em_status work_fail(em_dist_work *w, em_status code, const char *fmt, ...
     free(w->msg);
     w->msg = strdup(buf);
     w->mpi_pending = true;
+    active_remove(w);
     em__dist_break(w->g, buf);
     return em_error(code, "%s", buf);
 }
@@ -158,6 +172,15 @@ static em_status timeout_fail(em_dist_work *w) {
                          "entered this collective: stopped, stuck or calling something else)",
                          api_name(w->kind), w->g->timeout_s, w->g->rank, (long long)w->hdr[HDR_SEQ], what,
                          nmissing > 1 ? "s" : "", missing, nmissing > 1 ? "they have" : "it has");
+    char peers[256];
+    int nwait = w->ar_algo != AR_MPI ? em__ar_waiting_for(w, peers, sizeof peers) : 0;
+    if (nwait)
+        return work_fail(w, EM_ERR_BACKEND,
+                         "%s: timed out after %g s on rank %d (collective #%lld, %s): every rank entered it, but "
+                         "rank%s %s did not answer at step %d of %d (stopped or stuck during it, or waiting in turn "
+                         "for a rank that is)",
+                         api_name(w->kind), w->g->timeout_s, w->g->rank, (long long)w->hdr[HDR_SEQ], what,
+                         nwait > 1 ? "s" : "", peers, w->ar_step + 1, w->ar_nsteps);
     return work_fail(w, EM_ERR_BACKEND,
                      "%s: timed out after %g s on rank %d (collective #%lld, %s): every rank entered it but it did "
                      "not complete (a rank died during it, or the network stalled)",
@@ -172,6 +195,8 @@ static em_status work_complete(em_dist_work *w) {
     if (st == EM_OK && w->copy_back) st = em_copy_(w->dst, w->rbuf);
     w->finished = true;
     w->status = st;
+    active_remove(w);
+    em__ar_release(w);
     if (st != EM_OK) {
         free(w->msg);
         w->msg = strdup(em_last_error());
@@ -185,6 +210,8 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
         return EM_OK;
     }
     unsigned spins = 0;
+    uint64_t moves = w->ar_moves;
+    double idle_since = em__dist_now();
     for (;;) {
         int flag = 0, rc;
         if (w->peers_left > 0 || w->npeer > 0) {
@@ -196,12 +223,18 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
                 if (w->hidx[j] < w->npeer) {
                     w->hseen[w->hidx[j]] = true;
                     w->peers_left--;
+                    w->ar_moves++;
                     if (check_header(w, w->hidx[j]) != EM_OK) return w->status;
                 }
         }
         if (!w->data_done && w->nccl) {
             int d = em__dist_nccl_done(w);
             if (d < 0) return work_fail(w, EM_ERR_BACKEND, "%s: %s", api_name(w->kind), em_last_error());
+            if (d) w->data_done = true;
+        } else if (!w->data_done && w->ar_algo != AR_MPI) {
+            const char *call = NULL;
+            int d = em__ar_progress(w, w->peers_left == 0, &rc, &call);
+            if (d < 0) return mpi_error(w, call, rc);
             if (d) w->data_done = true;
         } else if (!w->data_done) {
             rc = MPI_Test(&w->req, &flag, MPI_STATUS_IGNORE);
@@ -222,16 +255,36 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
             }
         }
         if (!block) return EM_OK;
-        /* Open MPI moves a non-blocking collective along only inside MPI calls, so the
-         * loop polls as its blocking calls do (Open MPI itself yields the core when it runs
-         * oversubscribed: mpi_yield_when_idle); only
-         * after a second of waiting (a late peer, not a transfer) does it sleep between
-         * polls, 50 us, to leave the core to the ranks that are still computing */
-        if ((++spins & 63) == 0) {
+        /* the other point-to-point works in flight: a peer may be waiting on one of them
+         * before it serves this one (their failures stay on them) */
+        for (em_dist_work *o = w->g->active, *next; o; o = next) {
+            next = o->next_active;
+            if (o != w) {
+                em_error_state saved;
+                em_error_save(&saved);
+                em__dist_progress(o, false);
+                em_error_restore(&saved);
+            }
+        }
+        if (w->finished) return w->status == EM_OK ? EM_OK : em_error(w->status, "%s", w->msg ? w->msg : "collective failed");
+        if (w->g->broken) /* another collective failed: the peers are gone or will not come */
+            return work_fail(w, EM_ERR_BACKEND, "%s: abandoned on rank %d: %s", api_name(w->kind), w->g->rank,
+                             w->g->broken_msg);
+        /* MPI moves messages along only inside MPI calls, so the loop polls, as MPI's
+         * blocking calls do, while the collective moves (a message or a step completed in
+         * the last 200 us: a transfer). When nothing has moved for 200 us a peer is late
+         * (still computing): the loop then sleeps between polls (20 us asked, about 70 with
+         * the kernel's timer slack) and leaves the core to the ranks that are computing;
+         * on a machine with fewer cores than runnable processes, polling there cost a DDP
+         * step 3-10x (measured in docs/BENCHMARKS.md). */
+        if ((++spins & 7) == 0) {
             double t = em__dist_now();
             if (t > w->deadline) return timeout_fail(w);
-            if (t > w->start + 1.0) {
-                struct timespec ts = {0, 50000};
+            if (w->ar_moves != moves) {
+                moves = w->ar_moves;
+                idle_since = t;
+            } else if (t > idle_since + 200e-6) {
+                struct timespec ts = {0, 20000};
                 nanosleep(&ts, NULL);
             }
         }
@@ -268,6 +321,7 @@ static void work_free_now(em_dist_work *w) {
     free(w->hseen);
     free(w->hidx);
     free(w->msg);
+    free(w->ar_tmp);
     em__cuda_mark_free(w->mark);
     free(w);
 }
@@ -417,9 +471,33 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
     void *rb = w->rbuf ? em_data_ptr(w->rbuf) : NULL;
     void *sb = w->sbuf ? em_data_ptr(w->sbuf) : NULL;
     int n = (int)count;
-    MPI_Datatype ty = mpi_type(wire);
+    MPI_Datatype ty = em__dist_mpi_type(wire);
     switch (kind) {
-    case C_ALL_REDUCE: rc = MPI_Iallreduce(MPI_IN_PLACE, rb, n, ty, mpi_op(op, dt), g->comm, &w->req); break;
+    case C_ALL_REDUCE:
+        w->wire = wire;
+        w->ar_algo = em__ar_choose(g, count, wire);
+        if (w->ar_algo == AR_MPI) {
+            rc = MPI_Iallreduce(MPI_IN_PLACE, rb, n, ty, mpi_op(op, dt), g->comm, &w->req);
+            break;
+        }
+        if (em__ar_start(w) != MPI_SUCCESS) {
+            work_fail(w, EM_ERR_OUT_OF_MEMORY, "%s: out of host memory for a receive buffer of %lld elements", api,
+                      (long long)count);
+            w->next_dead = g->graveyard;
+            g->graveyard = w;
+            return NULL;
+        }
+        w->next_active = g->active;
+        g->active = w;
+        /* post the first messages now: the data flows while the caller computes */
+        const char *call = "all_reduce";
+        if (em__ar_progress(w, false, &rc, &call) < 0) {
+            mpi_error(w, call, rc);
+            w->next_dead = g->graveyard;
+            g->graveyard = w;
+            return NULL;
+        }
+        break;
     case C_BROADCAST: rc = MPI_Ibcast(rb, n, ty, root, g->comm, &w->req); break;
     case C_ALL_GATHER: rc = MPI_Iallgather(sb, n, ty, rb, n, ty, g->comm, &w->req); break;
     case C_REDUCE_SCATTER: rc = MPI_Ireduce_scatter_block(sb, rb, n, ty, mpi_op(op, dt), g->comm, &w->req); break;

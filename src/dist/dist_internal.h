@@ -41,6 +41,11 @@ void em__dist_nccl_use_fake(const em_nccl_api *api);
 /* The table, or NULL with *reason. */
 const em_nccl_api *em__dist_nccl(int *version, const char **reason);
 
+/* all_reduce's algorithms (allreduce.c): MPI's non-blocking collective, or Ember's own over
+ * point-to-point messages */
+enum { AR_MPI, AR_DIRECT, AR_RING };
+enum { AR_WINDOW = 4, AR_MAX_REQ = 128 };
+
 struct em_dist_work {
     em_dist_group *g;
     coll_kind kind;
@@ -71,6 +76,27 @@ struct em_dist_work {
     bool avg_done;          /* NCCL averaged already (ncclAvg) */
     void *mark;             /* NCCL: an event after the collective on the stream */
     struct em_dist_work *next_dead; /* in the group's graveyard */
+    struct em_dist_work *next_active; /* in the group's list of point-to-point works in flight */
+    /* all_reduce over point-to-point (allreduce.c) */
+    em_dtype wire;          /* the dtype in rbuf */
+    int ar_algo;            /* AR_MPI, AR_DIRECT or AR_RING */
+    int ar_step, ar_nsteps; /* the step in progress, of how many */
+    uint64_t ar_moves;      /* messages and steps completed (the wait loop sleeps when it stalls) */
+    int64_t ar_pieces;      /* direct: messages per peer (each small enough to go eagerly) */
+    int ar_tag;             /* this collective's messages (from the sequence number) */
+    bool ar_posted;         /* the step's messages are posted */
+    bool ar_step_done, ar_count_ok;
+    int ar_in_chunk, ar_out_chunk; /* the ring chunks the step receives and sends */
+    int ar_nreq, ar_nrecv;  /* the step's requests: receives first */
+    int64_t ar_rseg, ar_sseg;   /* a ring reduce step's segments received and sent */
+    int64_t ar_rpost, ar_rdone; /* receives posted, reduced */
+    int64_t ar_spost, ar_sdone; /* sends posted, completed */
+    void *ar_tmp;           /* what the receives land in before they are reduced */
+    size_t ar_tmp_size;
+#ifdef EMBER_HAVE_MPI
+    MPI_Request ar_req[AR_MAX_REQ];
+#endif
+    int ar_peer[AR_MAX_REQ];/* each request's peer */
 };
 
 struct em_dist_group {
@@ -83,7 +109,12 @@ struct em_dist_group {
     em_dist_work *graveyard;/* failed works whose buffers MPI may still own */
 #ifdef EMBER_HAVE_MPI
     MPI_Comm comm, hcomm;   /* data and headers */
+    int tag_ub;             /* MPI's largest tag on comm */
 #endif
+    em_dist_work *active;   /* point-to-point all_reduces in flight (every wait moves them all) */
+    int ar_force;           /* EMBER_DIST_ALLREDUCE: an AR_ algorithm for every all_reduce, or -1 */
+    void *ar_spare;         /* a finished all_reduce's receive buffer, for the next one */
+    size_t ar_spare_size;
     bool use_nccl;          /* backend "nccl": CUDA tensors through NCCL */
     void *nccl_comm;        /* made at the first CUDA collective */
     int nccl_device;        /* the CUDA device it was made for */
@@ -106,6 +137,20 @@ em_status em__dist_progress(em_dist_work *w, bool block);
 void em__dist_break(em_dist_group *g, const char *msg);
 /* The group a call names (NULL: the world), or NULL and an error naming op. */
 em_dist_group *em__dist_resolve(em_dist_group *g, const char *op);
+#ifdef EMBER_HAVE_MPI
+/* all_reduce over point-to-point (allreduce.c). The algorithm for count elements of wire. */
+int em__ar_choose(const em_dist_group *g, int64_t count, em_dtype wire);
+/* Allocate w's buffers (w->ar_algo, count, wire, rbuf set): an MPI error code. */
+int em__ar_start(em_dist_work *w);
+/* Move w along without blocking: 1 done, 0 not yet, -1 an MPI error (*mpi_rc, the call in
+ * *call). Nothing is reduced until headers_ok (every peer's header arrived and matched). */
+int em__ar_progress(em_dist_work *w, bool headers_ok, int *mpi_rc, const char **call);
+/* Hands w's receive buffer back to the group (w finished: MPI no longer writes it). */
+void em__ar_release(em_dist_work *w);
+/* The peers w waits on, as "1, 2" in buf; how many. */
+int em__ar_waiting_for(const em_dist_work *w, char *buf, size_t size);
+MPI_Datatype em__dist_mpi_type(em_dtype dt);
+#endif
 /* Frees the buffers of works that failed (at finalize). */
 void em__dist_bury(em_dist_group *g);
 

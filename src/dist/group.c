@@ -98,6 +98,7 @@ void em__dist_bury(em_dist_group *g) {
         free(w->hseen);
         free(w->hidx);
         free(w->msg);
+        free(w->ar_tmp);
         em__cuda_mark_free(w->mark);
         free(w);
     }
@@ -144,6 +145,15 @@ em_status em_dist_init(const char *backend) {
                         env.rank, env.size, env.size, env.size);
     double timeout;
     if ((st = env_timeout(&timeout)) != EM_OK) return st;
+    /* EMBER_DIST_ALLREDUCE: one all_reduce algorithm for every call (benchmarks, tests) */
+    const char *algo = getenv("EMBER_DIST_ALLREDUCE");
+    int ar_force = -1;
+    if (algo && *algo) {
+        ar_force = !strcmp(algo, "mpi") ? AR_MPI : !strcmp(algo, "direct") ? AR_DIRECT : !strcmp(algo, "ring") ? AR_RING : -1;
+        if (ar_force < 0)
+            return em_error(EM_ERR_ARGUMENT, "em_dist_init: EMBER_DIST_ALLREDUCE must be \"direct\", \"ring\" or \"mpi\", got '%s'",
+                            algo);
+    }
     int inited = 0, rc;
     MPI_Initialized(&inited);
     /* Open MPI's non-blocking all-reduce (libnbc) takes its binomial algorithm for 2 ranks,
@@ -186,6 +196,11 @@ em_status em_dist_init(const char *backend) {
     /* errors come back as codes (Ember reports them), never MPI's abort */
     MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(g->hcomm, MPI_ERRORS_RETURN);
+    /* all_reduce's messages are tagged by sequence number, modulo the largest tag */
+    int *ub = NULL, has = 0;
+    MPI_Comm_get_attr(g->comm, MPI_TAG_UB, &ub, &has);
+    g->tag_ub = has && ub && *ub > 0 ? *ub : 32767;
+    g->ar_force = ar_force;
     g_world = g;
     return EM_OK;
 }
@@ -198,6 +213,7 @@ em_status em_dist_finalize(void) {
     if (broken) em__dist_nccl_abort(g);
     else em__dist_nccl_destroy(g);
     em__dist_bury(g);
+    free(g->ar_spare);
     free(g->broken_msg);
     if (!broken) {
         MPI_Comm_free(&g->comm);
