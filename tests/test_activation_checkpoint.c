@@ -3,6 +3,7 @@
  * the allocator's peak drops by about the activations not kept, bad input is refused
  * cleanly. */
 #include <string.h>
+#include <ember/amp.h>
 #include <ember/memory.h>
 #include "test.h"
 
@@ -288,6 +289,55 @@ static int64_t train_blocks(bool ckpt, double *losses) {
  * dropout masks replayed, and every parameter gets its one gradient through the same ops, so
  * nothing is summed in another order. The peak is lower: two of the three blocks' activations
  * are not kept (the one being backpropagated is recomputed). */
+/* Autocast: the recomputation runs in the forward's autocast state, whatever region the
+ * backward runs in (torch.utils.checkpoint does the same). grads_of's forward under a bf16
+ * region, backward outside it: the weights' gradients must equal the un-checkpointed run's
+ * bit for bit (recomputed in float32 they would not); and a float32 forward whose backward
+ * runs inside a region must recompute in float32. */
+static em_tensor *grads_autocast(em_module *m, em_tensor *x, bool ckpt, bool region_fwd, bool region_bwd,
+                                 em_tensor **out_dtype_probe) {
+    em_named_tensor ps[MAXP];
+    int np = em_module_parameters(m, ps, MAXP);
+    for (int i = 0; i < np; i++) em_set_grad(ps[i].tensor, NULL);
+    em_manual_seed(1234);
+    em_autocast r = region_fwd ? em_autocast_begin(EM_CPU, EM_BF16) : (em_autocast){0};
+    em_tensor *y = ckpt ? em_checkpoint_sequential(m, 2, x) : em_forward(m, x);
+    if (region_fwd) CHECK_OK(em_autocast_end(r));
+    CHECK(y != NULL);
+    if (!y) return NULL;
+    if (out_dtype_probe) *out_dtype_probe = y;
+    em_tensor *loss = em_sum(em_mul(em_to_dtype(y, EM_F32), em_to_dtype(y, EM_F32)), EM_ALL_DIMS, false);
+    em_autocast rb = region_bwd ? em_autocast_begin(EM_CPU, EM_BF16) : (em_autocast){0};
+    CHECK_OK(em_backward(loss));
+    if (region_bwd) CHECK_OK(em_autocast_end(rb));
+    em_tensor *g = em_grad(ps[0].tensor);   /* the first Linear's weight: recomputed in backward */
+    CHECK(g != NULL);
+    return g ? em_retain(em_clone(g)) : NULL;
+}
+
+static void test_autocast_replayed(void) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(5);
+    em_module *m = mlp(3, 48, 0.0);
+    em_tensor *x = em_randn(EM_SHAPE(16, 48), EM_OPTS(0));
+    em_tensor *probe = NULL;
+    em_tensor *plain = grads_autocast(m, x, false, true, false, &probe);
+    CHECK(probe && em_dtype_of(probe) == EM_BF16);   /* the region really ran the Linears in bf16 */
+    em_tensor *ck = grads_autocast(m, x, true, true, false, NULL);
+    CHECK(plain && ck && em_dtype_of(ck) == EM_F32);   /* float32 leaves, float32 gradients */
+    if (plain && ck) CHECK(max_abs_diff(plain, ck) == 0.0);
+    em_tensor *f32 = grads_autocast(m, x, false, false, false, NULL);
+    if (plain && f32) CHECK(max_abs_diff(plain, f32) > 0.0);   /* bf16 and f32 differ: the check can fail */
+    em_tensor *ck_bwd_region = grads_autocast(m, x, true, false, true, NULL);
+    if (f32 && ck_bwd_region) CHECK(max_abs_diff(f32, ck_bwd_region) == 0.0);
+    em_release(plain);
+    em_release(ck);
+    em_release(f32);
+    em_release(ck_bwd_region);
+    em_module_free(m);
+    em_scope_end(s);
+}
+
 static void test_transformer_blocks(void) {
     double plain[3], ck[3];
     int64_t p_plain = train_blocks(false, plain), p_ck = train_blocks(true, ck);
@@ -308,5 +358,6 @@ int main(void) {
     RUN(test_no_grad);
     RUN(test_hooks_once);
     RUN(test_transformer_blocks);
+    RUN(test_autocast_replayed);
     return test_summary();
 }

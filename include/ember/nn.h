@@ -219,8 +219,9 @@ int64_t em_module_num_trainable_parameters(em_module *m);
 /* ---- activation checkpointing (torch.utils.checkpoint) ----
  * Trade compute for memory: the forward of a checkpointed function runs without autograd
  * and keeps only its inputs; backward runs it again with grad enabled and the random
- * generator set back to the state the forward saw (dropout draws the same masks), then
- * backpropagates through that recomputed graph. Gradients equal those without
+ * generator set back to the state the forward saw (dropout draws the same masks) and the
+ * forward's autocast regions entered again (the same dtypes, wherever backward is called),
+ * then backpropagates through that recomputed graph. Gradients equal those without
  * checkpointing; the activations inside are alive only while their segment's backward runs.
  * The function and ctx must stay valid until the backward; the inputs must not be modified
  * in place in between. In no-grad mode the function simply runs. */

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ember/amp.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
 #include "../core/errors.h"
@@ -273,6 +274,20 @@ static em_status implicit_scalar(const em_tensor *t) {
                     desc, (long long)em_numel(t));
 }
 
+/* Backward's formulas compute in the dtypes of the tensors the forward saved: an autocast
+ * region the caller has open around backward must not recast them (PyTorch: "backward ops
+ * run in the same type that autocast used for corresponding forward ops"). Switches autocast
+ * off for every device type where it is on; returns the regions to end, innermost first. */
+static int autocast_off(em_autocast *open) {
+    int n = 0;
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+        if (!em_autocast_enabled((em_device_type)t)) continue;
+        em_autocast r = em_autocast_begin_ex((em_device_type)t, em_autocast_dtype((em_device_type)t), false);
+        if (r.depth > 0) open[n++] = r;
+    }
+    return n;
+}
+
 em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph) {
     if (!t) {
         if (!em_failed()) return em_error(EM_ERR_ARGUMENT, "em_backward: tensor is NULL");
@@ -298,10 +313,13 @@ em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph) {
                             "dtype but got %s", em_dtype_name(grad->dtype));
     }
     em_grad_mode mode = em_no_grad_begin();
+    em_autocast off[EM_DEVICE_TYPE_COUNT];
+    int noff = autocast_off(off);
     em_scope s = em_scope_begin();
     em_tensor *g = grad ? em_to_dtype(grad, t->dtype) : em_ones_like(t);
     em_status st = g ? backward_impl(t, g, retain_graph) : em_last_status();
     em_scope_end(s);
+    while (noff > 0) em_autocast_end(off[--noff]);
     em_no_grad_end(mode);
     return st;
 }

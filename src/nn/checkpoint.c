@@ -1,10 +1,12 @@
 /* Activation checkpointing (torch.utils.checkpoint): a function's forward runs in no-grad
- * mode keeping only its inputs; backward runs it again with grad enabled and the random
- * generator set back to where the forward found it (so dropout draws the same masks), then
+ * mode keeping only its inputs; backward runs it again with grad enabled, the random
+ * generator set back to where the forward found it (so dropout draws the same masks) and the
+ * forward's autocast state entered again (so the recomputed ops run in the same dtypes), then
  * backpropagates the incoming gradient through that recomputed graph. The node is a custom
  * autograd node (em__grad_record_custom); the recomputation's backward is a nested one, so
  * the parameters' .grad fill exactly as without checkpointing. */
 #include <stdlib.h>
+#include <ember/amp.h>
 #include <ember/autograd.h>
 #include <ember/nn.h>
 #include <ember/ops.h>
@@ -19,8 +21,30 @@ typedef struct ckpt_ctx {
     em_tensor **inputs;          /* detached aliases of the inputs, owned; NULL once released */
     bool *needs;                 /* which inputs required grad (their aliases do not) */
     uint64_t seed, offset;       /* the generator as the forward found it */
+    bool ac_on[EM_DEVICE_TYPE_COUNT];        /* autocast as the forward found it, per device type */
+    em_dtype ac_dtype[EM_DEVICE_TYPE_COUNT];
     bool released;
 } ckpt_ctx;
+
+/* Enter the forward's autocast state for the recomputation: its regions where it had them,
+ * autocast switched off where it had none (backward may run inside a region of the caller's,
+ * as PyTorch's checkpoint also sets exactly the forward's state). Returns how many regions
+ * were opened into open (ended innermost first), -1 when one could not be. */
+static int enter_forward_autocast(const ckpt_ctx *k, em_autocast *open) {
+    int n = 0;
+    for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+        bool now = em_autocast_enabled((em_device_type)t);
+        if (!k->ac_on[t] && !now) continue;
+        if (now && k->ac_on[t] && em_autocast_dtype((em_device_type)t) == k->ac_dtype[t]) continue;
+        em_autocast r = em_autocast_begin_ex((em_device_type)t, k->ac_dtype[t], k->ac_on[t]);
+        if (r.depth == 0) {   /* begin failed (its error is recorded): undo the others */
+            while (n > 0) em_autocast_end(open[--n]);
+            return -1;
+        }
+        open[n++] = r;
+    }
+    return n;
+}
 
 static void ckpt_release(void *c) {
     ckpt_ctx *k = c;
@@ -60,7 +84,10 @@ static em_status ckpt_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
     em__rng_get_state(&seed, &offset);
     em__rng_set_state(k->seed, k->offset);   /* replay: the same dropout masks */
     em_grad_mode mode = em_set_grad_enabled(true);
-    em_tensor *y = k->fn(k->fn_ctx, leaves, k->n);
+    em_autocast open[EM_DEVICE_TYPE_COUNT];
+    int nopen = enter_forward_autocast(k, open);
+    em_tensor *y = nopen < 0 ? NULL : k->fn(k->fn_ctx, leaves, k->n);
+    while (nopen > 0) em_autocast_end(open[--nopen]);
     em_set_grad_enabled(mode.previous);
     em__rng_set_state(seed, offset);         /* the caller's stream continues as before */
     if (!y)
@@ -141,6 +168,10 @@ static em_tensor *checkpoint_impl(em_checkpoint_fn fn, void *fn_ctx, void (*free
     em_tensor *y = NULL;
     if (ok) {
         em__rng_get_state(&k->seed, &k->offset);
+        for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
+            k->ac_on[t] = em_autocast_enabled((em_device_type)t);
+            k->ac_dtype[t] = em_autocast_dtype((em_device_type)t);
+        }
         em_grad_mode mode = em_no_grad_begin();
         y = fn(fn_ctx, saved, n);
         em_no_grad_end(mode);

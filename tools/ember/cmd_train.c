@@ -77,7 +77,8 @@ static void usage(FILE *f) {
             "                       --amp, --devices and --accumulate combine in any way (the replicas\n"
             "                       run in the autocast region; the f16 scaler scales each batch's loss,\n"
             "                       unscales once per step and skips it for every replica on inf/NaN);\n"
-            "                       --checkpoint-activations goes with none of --amp and --devices yet\n"
+            "                       --checkpoint-activations goes with --amp (the recomputation runs in\n"
+            "                       the forward's autocast region), not with --devices yet\n"
             /* TensorBoard (issue 17, train_log.c) */
             "  --logdir DIR         TensorBoard event file in DIR (made if missing): the loss every\n"
             "                       --log-every steps; per epoch losses, accuracy, learning rate,\n"
@@ -243,9 +244,8 @@ static int parse(int argc, char **argv, train_opts *o) {
         fprintf(stderr, "%s: --device and --devices cannot go together (the model lives on the first of --devices)\n", tool);
         return 2;
     }
-    if (o->ckpt_act && (o->ndevices || o->amp_set)) {
-        fprintf(stderr, "%s: --checkpoint-activations cannot go together with %s yet\n", tool,
-                o->ndevices ? "--devices" : "--amp");
+    if (o->ckpt_act && o->ndevices) {   /* DataParallel replicates the model, not the checkpoint wrapper */
+        fprintf(stderr, "%s: --checkpoint-activations cannot go together with --devices yet\n", tool);
         return 2;
     }
     if (o->loss_scale > 0 && !(o->amp_set && o->amp_dtype == EM_F16)) {
