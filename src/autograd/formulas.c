@@ -68,14 +68,18 @@ static em_tensor *ag_gelu_grad(em_tensor *x) {
 /* g * gelu'(x): one kernel where the backend has it (norms, embedding, attention: the
  * transformer's MLP spends its backward here), else the composition above */
 static em_tensor *ag_gelu_backward(em_tensor *g, em_tensor *x) {
+    bool failed_before = em_failed();
     em_tensor *fused = em__gelu_backward(g, x);
+    if (!fused && !failed_before && em_failed()) return NULL;   /* it applied and failed (no memory) */
     return fused ? fused : em_mul(g, ag_gelu_grad(x));
 }
 
 /* ReLU's: g where the output a > 0; one kernel where the backend has it (the CNN's speed,
  * issue 16), else gt and where */
 static em_tensor *ag_relu_backward(em_tensor *g, em_tensor *a) {
+    bool failed_before = em_failed();
     em_tensor *fused = em__relu_backward(g, a);
+    if (!fused && !failed_before && em_failed()) return NULL;   /* it applied and failed (no memory) */
     return fused ? fused : ag_keep_where(em_gt(a, ag_scalar_like(a, 0.0)), g);
 }
 
