@@ -687,54 +687,98 @@ static double gpt_params(const gpt_cfg *c) {
     return V * d + T * d + (double)c->layers * block + 2 * d + d * V + V;
 }
 
-/* The step's peak, counted from the ops the model runs (measured op by op against the CPU
- * allocator; docs/BENCHMARKS.md has the table). Per token, float32:
- *   a block keeps 17d + HT + 4: LayerNorm 1's output (attention's input) and its mean and rstd,
- *   attention's qkv (3d), scaled queries and merged heads (d each), the softmax [H, T] per
- *   query, the residual sum (LayerNorm 2's input), LayerNorm 2's output, the MLP's hidden
- *   activation before and after GELU (4d each) and the block's output; plus the embeddings'
- *   sum d (block 1's input), the final LayerNorm's output d and stats, the logits (kept by the
- *   step), cross-entropy's log-softmax and target mask (3V).
+/* The step's peak, counted from the ops the model runs (what each autograd node saves and
+ * the allocator's bytes at each node, measured op by op; docs/BENCHMARKS.md has the table).
+ * Per token, float32 (d = d_model, H heads, T context, V vocab, L blocks, r LoRA rank):
+ *   the step's int64 tokens and targets: 4 (16 B);
+ *   a block keeps 16d + HT: LayerNorm 1's input (the block's input, kept by the previous
+ *   block as its output) and output, k and v (d each; q is freed: only the scaled queries
+ *   are saved), the scaled queries, the softmax [H, T] per query, the merged heads (out_proj's
+ *   input), the residual sum (LayerNorm 2's input), LayerNorm 2's output, the MLP's hidden
+ *   activation before and after GELU (4d each) and the block's output (LayerNorms save no
+ *   statistics: backward recomputes them); plus the embeddings' sum d (block 1's input) and
+ *   the head's d + 3V: the final LayerNorm's output, the logits (held by the step), the
+ *   log-softmax and cross-entropy's float one-hot target.
  *   --checkpoint-activations (em_checkpoint per block): a block keeps only its input.
- *   LoRA: nothing is recorded before the first adapter (block 1's out_proj): 6d + HT + 2 less;
- *   each adapter keeps x A^T and its scaled copy (2r).
- * Three moments, the largest is the peak:
- *   forward's end: every kept tensor + 3V in cross-entropy's softmax passes, the previous
- *   step's gradients still alive (zero_grad comes after the forward);
- *   the last block's MLP backward: the head's 2V + 2d + 2 freed, the block recomputed first
- *   with checkpointing (its 17d + HT + 4 again), the incoming gradient d and 6d of the MLP's
- *   gradients; gradients exist for the head, the final LayerNorm and the MLP only;
- *   the last block's attention backward: the MLP side's 9d + 2 freed too, the softmax backward
- *   holding three [H, T] gradients and 8d of q, k, v and head gradients; gradients exist for
- *   the head and the last block.
- * Not counted: the no-grad forward of a checkpointed block (its intermediates live until the
- * block returns; below the backward moments in every shape measured), the int64 tokens. */
+ *   LoRA: nothing is recorded in block 1 before its first adapter (out_proj): its input, LN1's
+ *   output, k, v, the scaled queries and the softmax (5d + HT) are not kept (also when block 1
+ *   is recomputed), it has no attention backward; each adapter
+ *   keeps its scaled x A^T (r; x A^T itself is freed).
+ * The largest of these moments is the peak:
+ *   forward's end: every kept tensor + 3V in cross-entropy (its int64 one-hot 2V and the
+ *   product q x log_p), the previous step's gradients still alive (zero_grad comes after the
+ *   forward);
+ *   the last block's attention forward at its last product: the token embedding and the
+ *   embeddings' sum (2d, alive until the model's forward returns), what the earlier blocks
+ *   keep (with checkpointing their outputs), the block's LN1 output, q, k, v, the scaled
+ *   queries and attention's output (6d), the scores, the masked scores and the softmax (3HT),
+ *   all held by their scopes until attention returns, and the causal mask [T, T] as bool and
+ *   as 0 / -inf floats (5T^2 bytes, once per step); the previous step's gradients alive (the
+ *   peak at a long context, and with LoRA in a 1-block model);
+ *   the last block's MLP backward (Linear 2's): the head's 2V + 2d (log-softmax, one-hot, the
+ *   final LayerNorm's input and output) and its adapter's r freed, the block recomputed first
+ *   with checkpointing (its 16d + HT again), the incoming gradient d and Linear 2's input
+ *   gradient 4d (LoRA: the adapter path's 4d too, summed after, and Linear 2's adapter's r
+ *   freed); gradients exist for the head, the final LayerNorm and Linear 2 only;
+ *   the last block's attention backward (the fused softmax backward): the MLP side's 10d
+ *   (GELU's input and output, LN2's input and output), the merged heads and v (2d) and the
+ *   block's adapters freed, the gradients of the block's input and of LN1's output (2d) and
+ *   the softmax's incoming and outgoing gradients (2HT); with checkpointing the block's
+ *   incoming gradient d, which the checkpoint node holds; gradients exist for the head and
+ *   the last block but its LN1;
+ *   the same two moments of each earlier block: the later blocks' activations freed (with
+ *   checkpointing only their outputs d), their gradients made (at a small batch with
+ *   checkpointing, block 1's MLP backward is the peak).
+ * Not counted: the position embedding [T, d] and the causal masks at the other moments; with
+ * LoRA in a 1-block model, the recomputed block's attention forward during backward. */
 typedef struct gpt_peak {
     double kept;              /* activation bytes per sequence kept for backward */
     double total;             /* bytes at the peak: weights, states, gradients alive, activations */
-    const char *moment;       /* which moment */
+    char moment[64];          /* which moment */
 } gpt_peak;
 
 static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, double params, double adapters) {
     double d = (double)c->d_model, T = (double)c->context, H = (double)c->heads, V = (double)c->vocab;
     double L = (double)c->layers, N = (double)batch * T, r = rank;
-    double block = 17 * d + H * T + 4, head = d + 2 + 3 * V;
+    double tok = 4, block = 16 * d + H * T, head = d + 3 * V;
     double kept = c->ckpt ? d + L * d + head : d + L * block + head;
-    if (rank && !c->ckpt) kept -= 6 * d + H * T + 2;
-    if (rank) kept += 2 * r * (3 * L + 1);
-    double held = c->ckpt ? kept + block : kept;
+    if (rank && !c->ckpt) kept -= 5 * d + H * T;
+    if (rank) kept += r * (c->ckpt ? 1 : 3 * L + 1);
+    double held = c->ckpt ? kept + block + 3 * r : kept;
+    if (rank && c->ckpt && c->layers == 1) held -= 5 * d + H * T;   /* block 1, recomputed */
     /* parameter-sized bytes: weights and AdamW's two states (adapters' only with LoRA), then
      * the gradients alive at each moment */
-    double p_head = d * V + V + 2 * d, p_mlp = 8 * d * d + 5 * d, p_block = 12 * d * d + 13 * d;
+    double p_head = d * V + V + 2 * d, p_lin2 = 4 * d * d + d, p_block = 12 * d * d + 13 * d;
     double fixed = rank ? 4 * params + 12 * adapters : 12 * params;
     double g_fwd = rank ? 4 * adapters : 4 * params;
-    double g_mlp = rank ? 4 * adapters : 4 * (p_head + p_mlp), g_attn = rank ? 4 * adapters : 4 * (p_head + p_block);
-    double fwd = fixed + g_fwd + N * 4 * (kept + 3 * V);
-    double mlp = fixed + g_mlp + N * 4 * (held - (2 * V + 2 * d + 2) + d + 6 * d);
-    double attn = fixed + g_attn + N * 4 * (held - (2 * V + 11 * d + 4) + 2 * H * T + 8 * d);
-    gpt_peak p = {.kept = kept * T * 4, .total = fwd, .moment = "the forward's end"};
-    if (mlp > p.total) p.total = mlp, p.moment = "the last block's MLP backward";
-    if (attn > p.total) p.total = attn, p.moment = "the last block's attention backward";
+    double g_mlp = rank ? 4 * adapters : 4 * (p_head + p_lin2);
+    double g_attn = rank ? 4 * adapters : 4 * (p_head + p_block - 2 * d);
+    double fwd = fixed + g_fwd + N * 4 * (tok + kept + 3 * V);
+    double before = c->ckpt ? (L - 1) * d : (L - 1) * (block + 3 * r) - (rank && L > 1 ? 5 * d + H * T : 0);
+    double fwd_attn = fixed + g_fwd + N * 4 * (tok + 8 * d + before + 3 * H * T) + 5 * T * T;
+    double mlp = fixed + g_mlp + N * 4 * (tok + held - (2 * V + 2 * d + r) + d + 4 * d + (rank ? 4 * d - r : 0));
+    double attn = fixed + g_attn + N * 4 * (tok + held - (2 * V + 2 * d + r) - 12 * d - 3 * r + 2 * d + 2 * H * T +
+                                            (c->ckpt ? d : 0));
+    gpt_peak p = {.kept = kept * T * 4, .total = fwd};
+    snprintf(p.moment, sizeof p.moment, "the forward's end");
+    if (fwd_attn > p.total) {
+        p.total = fwd_attn;
+        snprintf(p.moment, sizeof p.moment, "the last block's attention forward");
+    }
+    /* k blocks from the last: their activations are freed (with checkpointing only their
+     * outputs), their gradients made. LoRA's gradients are counted whole at every moment, so
+     * there the last block is the largest; LoRA records no attention in block 1 */
+    for (int64_t k = 0; k < (rank ? 1 : c->layers); k++) {
+        double freed = N * 4 * (double)k * (c->ckpt ? d : block), grads = 4 * (double)k * p_block;
+        if (mlp - freed + grads > p.total) {
+            p.total = mlp - freed + grads;
+            snprintf(p.moment, sizeof p.moment, "block %lld's MLP backward", (long long)(c->layers - k));
+        }
+        if (attn - freed + grads > p.total && !(rank && c->layers == 1)) {
+            p.total = attn - freed + grads;
+            snprintf(p.moment, sizeof p.moment, "block %lld's attention backward", (long long)(c->layers - k));
+        }
+    }
     return p;
 }
 
@@ -821,8 +865,8 @@ int gpt_mem_main(const gpt_mem_args *args) {
     snprintf(e.why[EM_ESTIMATE_ACTIVATIONS], sizeof e.why[0], "at the peak, %s: batch %lld x %.0f B kept for "
              "backward per sequence (%s) + that moment's transients", pk.moment, (long long)batch, pk.kept,
              c.ckpt ? "each block's input only" : "every op's saved tensors");
-    snprintf(e.why[EM_ESTIMATE_TOTAL], sizeof e.why[0], "the largest of three moments: the forward's end, the last "
-             "block's MLP and attention backward (tools/ember/model_gpt.c)");
+    snprintf(e.why[EM_ESTIMATE_TOTAL], sizeof e.why[0], "the largest of the moments: the forward's end, the last "
+             "block's attention forward, each block's MLP and attention backward (tools/ember/model_gpt.c)");
     double peak = gpt_measure(&c, batch, rank);
     double total = e.bytes[EM_ESTIMATE_TOTAL];
     if (args->json) {
