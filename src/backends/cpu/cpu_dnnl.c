@@ -409,25 +409,27 @@ static void bchunk(void *arg, int64_t begin, int64_t end) {
 /* EMBER_CPU_BATCHED_GEMM: "blas" never, "dnnl" always, else (auto) where measured faster
  * (bench_attn_bmm, 128 matrices of the GPT's attention, 1 thread): products at least as wide
  * as deep, 64x64 from depth 32, took 230 us against OpenBLAS's 385; the 64x32 ones from
- * depth 64 took 255-307 against 230-257, so those stay on BLAS. */
-static bool batch_allowed(const em_lowp_gemm *g) {
+ * depth 64 took 255-307 against 230-257, so those stay on BLAS. Batches under BATCH_MIN_MACS
+ * multiply-adds in all stay on BLAS too. */
+#define BATCH_MIN_MACS 1000000
+static bool batch_allowed(const em_lowp_gemm *g, int64_t total_macs) {
     const char *e = getenv("EMBER_CPU_BATCHED_GEMM");
     if (e && strcmp(e, "blas") == 0) return false;
     if (e && strcmp(e, "dnnl") == 0) return true;
-    return g->Q >= g->K;
+    /* and big enough to pay for creating a primitive (JIT) for a shape met once */
+    return g->Q >= g->K && total_macs >= BATCH_MIN_MACS;
 }
 
 em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b) {
-    if (g->dtype != EM_F32 || g->acc || b->nb < 1 || b->nb > EM_DNNL_MAX_BATCH || !batch_allowed(g))
-        return EM_ERR_NOT_SUPPORTED;
-    pthread_once(&g_once, init);
-    if (!g_engine) return EM_ERR_NOT_SUPPORTED;
+    if (g->dtype != EM_F32 || g->acc || b->nb < 1 || b->nb > EM_DNNL_MAX_BATCH) return EM_ERR_NOT_SUPPORTED;
     int64_t total = g->P * g->Q * g->K;
     for (int i = 0; i < b->nb; i++) {
         if (b->bshape[i] < 1 || (b->bshape[i] > 1 && b->bsz[i] == 0)) return EM_ERR_NOT_SUPPORTED;
         total *= b->bshape[i];
     }
-    if (total == 0) return EM_OK;
+    if (total == 0 || !batch_allowed(g, total)) return EM_ERR_NOT_SUPPORTED;
+    pthread_once(&g_once, init);
+    if (!g_engine) return EM_ERR_NOT_SUPPORTED;
     /* one chunk of the outer batch dim per thread, none under 2M multiply-adds */
     int64_t chunks = total / 2000000 + 1, outer = b->bshape[0];
     int threads = em__cpu_num_threads();

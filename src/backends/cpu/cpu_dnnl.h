@@ -46,7 +46,8 @@ typedef struct em_dnnl_batch {
  * per chunk. Returns EM_ERR_NOT_SUPPORTED, nothing recorded and z possibly part-written,
  * when oneDNN is not built in, refuses the layout, fails, or is not chosen: the caller then
  * runs its own GEMMs. EMBER_CPU_BATCHED_GEMM (read on every call) chooses: "blas" never,
- * "dnnl" always, unset or anything else where it was measured faster (g->Q >= g->K). */
+ * "dnnl" always, unset or anything else where it was measured faster (g->Q >= g->K, and
+ * 1M multiply-adds or more in all). */
 em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b);
 
 #endif
