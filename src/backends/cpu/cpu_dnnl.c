@@ -428,6 +428,8 @@ em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b
         total *= b->bshape[i];
     }
     if (total == 0 || !batch_allowed(g, total)) return EM_ERR_NOT_SUPPORTED;
+    const char *env = getenv("EMBER_CPU_BATCHED_GEMM");
+    bool forced = env && strcmp(env, "dnnl") == 0;
     pthread_once(&g_once, init);
     if (!g_engine) return EM_ERR_NOT_SUPPORTED;
     /* one chunk of the outer batch dim per thread, none under 2M multiply-adds */
@@ -450,6 +452,12 @@ em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b
         if (!(j.e[t] = acquire(&k, &s))) {
             if (t) release(j.e[0]);
             return EM_ERR_NOT_SUPPORTED; /* refused (or out of memory): BLAS computes it */
+        }
+        /* oneDNN's reference kernel (a layout its JIT kernels refuse) is far slower than BLAS */
+        if (!forced && strncmp(impl_of(j.e[t]->pd), "ref", 3) == 0) {
+            release(j.e[t]);
+            if (t) release(j.e[0]);
+            return EM_ERR_NOT_SUPPORTED;
         }
     }
     atomic_init(&j.status, 0);
