@@ -247,6 +247,32 @@ static void test_gradients_never_alias(void) {
     CHECK(!em_failed());
 }
 
+/* A node's gradient summed from several consumers (the engine adds in place into a sum only
+ * it holds): right values, and a gradient shared with another node (add passes its incoming
+ * gradient to both inputs) is never changed under that node. */
+static void test_node_accumulation(void) {
+    em_scope s = em_scope_begin();
+    em_tensor *x = leaf(1.0, EM_SHAPE(3, 5));
+    em_tensor *h = em_mul_scalar(x, 2.0);            /* three consumers of h */
+    em_tensor *r = em_add(em_add(h, em_mul(h, h)), em_mul_scalar(h, 3.0));
+    CHECK_OK(em_backward(em_sum(em_mul_scalar(r, 0.5), EM_ALL_DIMS, false)));
+    for (int64_t i = 0; i < 15; i += 7) {
+        double hv = 2.0 * (1.0 + 0.25 * (double)i);
+        CHECK_NEAR(grad_at(x, i), 0.5 * 2.0 * (1.0 + 2.0 * hv + 3.0), 1e-4);
+    }
+    em_tensor *y = leaf(0.5, EM_SHAPE(4, 3));
+    em_tensor *a = em_mul_scalar(y, 2.0), *k = em_mul_scalar(y, 3.0);
+    /* a and k first get one shared tensor; each gets a second gradient later */
+    em_tensor *t = em_add(em_add(em_mul(a, a), em_mul(k, k)), em_add(a, k));
+    /* (x 0.5: t's gradient a contiguous tensor of its own, not sum's expanded one) */
+    CHECK_OK(em_backward(em_sum(em_mul_scalar(t, 0.5), EM_ALL_DIMS, false)));
+    for (int64_t i = 0; i < 12; i += 5) {
+        double av = 2.0 * (0.5 + 0.25 * (double)i), kv = 1.5 * av;
+        CHECK_NEAR(grad_at(y, i), 0.5 * (2.0 * (1.0 + 2.0 * av) + 3.0 * (1.0 + 2.0 * kv)), 1e-4);
+    }
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_accumulation);
     RUN(test_retain_graph);
@@ -257,5 +283,6 @@ int main(void) {
     RUN(test_deep_chain);
     RUN(test_graph_outlives_scope);
     RUN(test_gradients_never_alias);
+    RUN(test_node_accumulation);
     return test_summary();
 }

@@ -28,6 +28,15 @@ static ttensor *make_mat(em_dtype dt, int nb, const int64_t *bshape, int64_t R, 
         st[nb + 1] = t;
         return tt_make_strided(dt, nd, shape, st, 0);
     }
+    if (layout >= 4 && nb == 2) { /* attention heads: [b0, b1, R, C] a view of [b0, R, b1, C] (5: of [b0, C, b1, R]) */
+        int64_t st[EM_MAX_DIMS];
+        st[1] = layout == 4 ? C : R;
+        st[0] = shape[0] > 0 ? R * C * shape[1] : 1;
+        st[2] = layout == 4 ? shape[1] * C : 1;
+        st[3] = layout == 4 ? 1 : shape[1] * R;
+        return tt_make_strided(dt, nd, shape, st, 0);
+    }
+    if (layout >= 4) layout = 0;
     if (layout == 3 && nb == 0) layout = 0;
     return tt_make(dt, nd, shape, layout == 0 ? L_CONTIG : layout == 2 ? L_SLICED : L_BCAST0);
 }
@@ -137,8 +146,39 @@ static void test_matmul_large_and_threads(void) {
     CHECK(bad == 0);
 }
 
+/* f32 batches through oneDNN's batched primitive (the default in a build with oneDNN) and
+ * through per-matrix BLAS calls (EMBER_CPU_BATCHED_GEMM=blas) and the per-shape choice: odd sizes, an outer batch dim
+ * of 1, an outer batch split over 2 threads unevenly, broadcast, strided, transposed and
+ * attention-head views, output transposed. */
+static void test_matmul_batched_paths(void) {
+    int bad = 0, ran = 0;
+    const mm_case shapes[] = {{17, 9, 13}, {64, 32, 64}, {1, 5, 7}, {3, 1, 2}};
+    const int64_t bs[][2] = {{5, 3}, {1, 4}, {7, 1}, {32, 4}};
+    const char *paths[] = {"dnnl", "blas", "auto"};
+    for (int p = 0; p < 3; p++) {
+        setenv("EMBER_CPU_BATCHED_GEMM", paths[p], 1);
+        for (int th = 1; th <= 2; th++) {
+            em_set_num_threads(th);
+            for (int si = 0; si < 4; si++)
+                for (int bi = 0; bi < 4; bi++) {
+                    if (bi == 3 && si != 1) continue; /* the GPT's shape only at its own size */
+                    const int lay[][3] = {{0, 0, 0}, {4, 5, 0}, {4, 4, 0}, {1, 1, 1}, {2, 3, 0}, {3, 2, 1}, {5, 4, 0}};
+                    for (int li = 0; li < 7; li++) {
+                        check_mm(EM_F32, &shapes[si], 2, bs[bi], lay[li][0], lay[li][1], lay[li][2], &bad);
+                        ran++;
+                    }
+                }
+        }
+    }
+    unsetenv("EMBER_CPU_BATCHED_GEMM");
+    em_set_num_threads(2);
+    CHECK(bad == 0);
+    CHECK(ran == 3 * 2 * 13 * 7);
+}
+
 int main(void) {
     RUN(test_matmul_all);
     RUN(test_matmul_large_and_threads);
+    RUN(test_matmul_batched_paths);
     return test_summary();
 }

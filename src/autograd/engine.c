@@ -172,12 +172,19 @@ static em_status accumulate_leaf(em_tensor *leaf, em_tensor *g, bool fresh) {
     return EM_OK;
 }
 
-/* node.grad += g */
+/* node.grad += g. A sum only the engine holds (the tensor and its storage: no view, saved
+ * tensor or user reference sees it) takes g in place, so no third buffer is allocated while
+ * the two are summed (the residual stream's gradient arrives twice per block). */
 static em_status accumulate_node(ag_node *n, em_tensor *g) {
     if (!n->grad) {
         n->grad = em_retain(g);
         return EM_OK;
     }
+    em_tensor *old = n->grad;
+    if (atomic_load(&old->refcount) == 1 && atomic_load(&old->storage->refcount) == 1 && !old->grad_fn &&
+        !old->requires_grad && !g->grad_fn && !g->requires_grad && old->dtype == g->dtype &&
+        same_shape(g, old->ndim, old->shape) && em_is_contiguous(old))
+        return em_add_(old, g, 1.0);
     em_tensor *sum = em_add(n->grad, g);
     if (!sum) return em_last_status();
     em_release(n->grad);

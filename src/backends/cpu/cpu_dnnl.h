@@ -32,4 +32,22 @@ em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g);
  * CPU, and EMBER_CPU_LOWP_GEMM not "portable". */
 bool em__cpu_dnnl_runs(em_dtype dt);
 
+/* ---- batched float32 products as one oneDNN matmul primitive (the attention's) ---- */
+#define EM_DNNL_MAX_BATCH 4
+/* Batch dims (outermost first) and each operand's element strides over them; a stride 0
+ * broadcasts x or y over that dim (never z). */
+typedef struct em_dnnl_batch {
+    int nb;
+    int64_t bshape[EM_DNNL_MAX_BATCH], bsx[EM_DNNL_MAX_BATCH], bsy[EM_DNNL_MAX_BATCH], bsz[EM_DNNL_MAX_BATCH];
+} em_dnnl_batch;
+
+/* Every matrix of the batch: Z_i = X_i * Y_i, g (dtype EM_F32, acc false) describing batch
+ * element 0. The outermost batch dim is split over Ember's threads, one primitive (cached)
+ * per chunk. Returns EM_ERR_NOT_SUPPORTED, nothing recorded and z possibly part-written,
+ * when oneDNN is not built in, refuses the layout, fails, or is not chosen: the caller then
+ * runs its own GEMMs. EMBER_CPU_BATCHED_GEMM (read on every call) chooses: "blas" never,
+ * "dnnl" always, unset or anything else where it was measured faster (g->Q >= g->K, and
+ * 1M multiply-adds or more in all). */
+em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b);
+
 #endif

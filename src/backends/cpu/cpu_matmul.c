@@ -184,6 +184,24 @@ static void batch_chunk(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* The batch as one oneDNN primitive: batch_gemm's problem for batch 0, and each operand's
+ * stride over every batch dim (0 where it is broadcast). */
+static em_status dnnl_batch(const batch_job *j) {
+    const bmm *m = j->m;
+    gemm g = batch_gemm(j, 0);
+    bool swap = j->lo == 1; /* batch_gemm computes Out^T = B^T A^T: x is b */
+    const em_tensor *tx = swap ? m->b : m->a, *ty = swap ? m->a : m->b;
+    em_dnnl_batch b = {.nb = m->nb};
+    for (int d = 0; d < m->nb; d++) {
+        b.bshape[d] = m->bshape[d];
+        b.bsx[d] = tx->shape[d] == 1 ? 0 : tx->strides[d];
+        b.bsy[d] = ty->shape[d] == 1 ? 0 : ty->strides[d];
+        b.bsz[d] = m->out->strides[d];
+    }
+    em_lowp_gemm l = {EM_F32, g.P, g.Q, g.K, g.x, g.y, g.z, g.xt, g.yt, g.ldx, g.ldy, g.ldz, false};
+    return em__cpu_dnnl_sgemm_batch(&l, &b);
+}
+
 /* f32 / f64 with a, b, out each row- or column-major per matrix. */
 static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int64_t ldb, int lo, int64_t ldo) {
     batch_job j = {m, la, lb, lo, lda, ldb, ldo, dbl, 0};
@@ -201,6 +219,9 @@ static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int
         return;
     }
     int64_t per = m->M * m->N * m->K;
+    /* many small f32 matrices (the attention's): one oneDNN batched primitive instead of a
+     * BLAS call per matrix (EMBER_CPU_BATCHED_GEMM=blas keeps the per-matrix calls) */
+    if (!dbl && per < 4 * GEMM_GRAIN_MACS && m->nb <= EM_DNNL_MAX_BATCH && dnnl_batch(&j) == EM_OK) return;
     if (per >= 4 * GEMM_GRAIN_MACS) { /* big matrices: parallel inside each */
         for (int64_t i = 0; i < m->nbatch; i++) {
             gemm g = batch_gemm(&j, i);
