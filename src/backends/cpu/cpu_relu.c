@@ -112,3 +112,58 @@ em_status em__cpu_relu_backward(em_tensor *dx, const em_tensor *g, const em_tens
     em__cpu_parallel_for(em__cpu_numel(y), EM_CPU_PARALLEL_ELEMS, relu_bwd_range, &j);
     return EM_OK;
 }
+
+/* ReLU's forward on contiguous bf16 (a bf16 Linear's output under autocast, issue 14) straight
+ * on the bits, 32 lanes with AVX-512BW, instead of converting blocks to float32 and back: the
+ * same bits as that path (v < 0 ? 0 : v in float32, then round to bf16): negative non-NaN
+ * values give +0, -0 stays -0, NaN comes back quiet (| 0x40, as emk_f32_to_bf16 makes it).
+ * With denormals flushed the float compare reads a negative subnormal as zero: the caller
+ * keeps the float32 path then (em__cpu_relu_bf16_applies). */
+static inline uint16_t relu_bf16_1(uint16_t v) {
+    uint16_t a = v & 0x7FFF;
+    if (a > 0x7F80) return v | 0x40;      /* NaN */
+    return (v & 0x8000) && a ? 0 : v;     /* negative, -0 kept */
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw"))) static void relu_bf16_avx512(uint16_t *o, const uint16_t *x, int64_t n) {
+    const __m512i mag = _mm512_set1_epi16(0x7FFF), inf = _mm512_set1_epi16(0x7F80), quiet = _mm512_set1_epi16(0x40),
+                  zero = _mm512_setzero_si512();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i v = _mm512_loadu_si512((const void *)(x + i)), a = _mm512_and_si512(v, mag);
+        __mmask32 nan = _mm512_cmpgt_epi16_mask(a, inf); /* a <= 0x7FFF: signed compare is fine */
+        __mmask32 neg = _mm512_cmplt_epi16_mask(v, zero) & _mm512_cmpgt_epi16_mask(a, zero) & ~nan;
+        v = _mm512_mask_mov_epi16(v, nan, _mm512_or_si512(v, quiet));
+        _mm512_storeu_si512((void *)(o + i), _mm512_maskz_mov_epi16(~neg, v));
+    }
+    for (; i < n; i++) o[i] = relu_bf16_1(x[i]);
+}
+#endif
+
+typedef struct relu_fwd_job {
+    uint16_t *o;
+    const uint16_t *x;
+    bool avx512;
+} relu_fwd_job;
+
+static void relu_fwd_range(void *ctx, int64_t begin, int64_t end) {
+    const relu_fwd_job *j = ctx;
+#if defined(__x86_64__)
+    if (j->avx512) {
+        relu_bf16_avx512(j->o + begin, j->x + begin, end - begin);
+        return;
+    }
+#endif
+    for (int64_t i = begin; i < end; i++) j->o[i] = relu_bf16_1(j->x[i]);
+}
+
+bool em__cpu_relu_bf16_applies(const em_tensor *out, const em_tensor *in) {
+    return in->dtype == EM_BF16 && out->dtype == EM_BF16 && !em_get_flush_denormal() && em__cpu_is_contiguous(in) &&
+           em__cpu_is_contiguous(out) && em__cpu_numel(in) == em__cpu_numel(out);
+}
+
+void em__cpu_relu_bf16(em_tensor *out, const em_tensor *in) {
+    relu_fwd_job j = {em__host_ptr(out), em__host_ptr(in), have_avx512(true)};
+    em__cpu_parallel_for(em__cpu_numel(out), EM_CPU_PARALLEL_ELEMS, relu_fwd_range, &j);
+}
