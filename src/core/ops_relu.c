@@ -4,7 +4,7 @@
 #include "internal_api.h"
 
 em_tensor *em__relu_backward(em_tensor *g, em_tensor *y) {
-    if (!g || !y || g->dtype != y->dtype || (y->dtype != EM_F32 && y->dtype != EM_F64) || !em__same_shape(g, y) ||
+    if (!g || !y || g->dtype != y->dtype || (y->dtype != EM_F32 && y->dtype != EM_F64 && y->dtype != EM_BF16 && y->dtype != EM_F16) || !em__same_shape(g, y) ||
         !em__same_device(g, y) || !y->storage->backend->relu_backward)
         return NULL;
     const em_backend *be = y->storage->backend;

@@ -294,6 +294,10 @@ em_status em__cpu_unary(em_op op, em_tensor *out, const em_tensor *in, const dou
     if (!c.uk) return not_supported(op, in->dtype);
     if (op >= EM_OP_ADD_SCALAR && !params)
         return em_error(EM_ERR_INTERNAL, "cpu: %s needs its scalar parameters", em__cpu_op_name(op));
+    if (op == EM_OP_RELU && em__cpu_relu_bf16_applies(out, in)) { /* bf16 without the float32 round trip */
+        em__cpu_relu_bf16(out, in);
+        return EM_OK;
+    }
     int64_t n = em__cpu_numel(out);
     if (n < EM_CPU_PARALLEL_ELEMS && in->dtype == c.ct && out->dtype == c.res_dt && em__cpu_is_contiguous(out) &&
         em__cpu_is_contiguous(in)) { /* small and dense: straight to the kernel */

@@ -147,6 +147,10 @@ em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_
 em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
 /* ReLU's backward (cpu_relu.c; the CNN's speed, issue 16) */
 em_status em__cpu_relu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y);
+/* ReLU on contiguous bf16 straight on the bits (cpu_relu.c), where _applies says it may run:
+ * the same bits as the float32 round trip. */
+bool em__cpu_relu_bf16_applies(const em_tensor *out, const em_tensor *in);
+void em__cpu_relu_bf16(em_tensor *out, const em_tensor *in);
 
 /* softmax's backward in one pass (cpu_softmax.c) */
 em_status em__cpu_softmax_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log);
