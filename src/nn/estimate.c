@@ -84,8 +84,9 @@ static em_status estimate_walk(const char *fn, model_walk *walk, const em_estima
     double elem_bytes = walk->dt == EM_F32 && !amp ? 4 : 2;
     /* training: + cross-entropy's log-softmax + two gradients of the widest output in backward */
     int64_t kept = training ? walk->saved + walk->width + 2 * walk->widest_out : 2 * walk->widest_out;
-    /* LoRA: an adapted Linear's base output lives next to the sum it adds the adapters to */
-    if (o->mode == EM_ESTIMATE_LORA) kept += walk->widest_out;
+    /* LoRA: an adapted Linear's base output lives next to the sum it adds the adapters to;
+     * in backward the input's two gradient parts (the frozen Linear's and the adapter's) are
+     * summed in place into the first (src/autograd/engine.c), so no third widest gradient */
     bool counted = o->batch > 0 && o->activation_bytes_per_sample <= 0 && walk->linears > 0;
     if (counted) {
         double in_bytes = walk->dt == EM_F32 ? 4 : 2;
@@ -113,10 +114,10 @@ static em_status estimate_walk(const char *fn, model_walk *walk, const em_estima
         }
         if (training)
             snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + layer outputs %lld + "
-                     "log-softmax %lld + %d x %lld gradients in backward%s) x %.0f B%s", (long long)o->batch,
+                     "log-softmax %lld + 2 x %lld gradients in backward%s) x %.0f B%s", (long long)o->batch,
                      (long long)walk->input, (long long)walk->saved, (long long)walk->width,
-                     o->mode == EM_ESTIMATE_LORA ? 3 : 2, (long long)walk->widest_out,
-                     o->mode == EM_ESTIMATE_LORA ? " and LoRA's base output" : "", elem_bytes, tail);
+                     (long long)walk->widest_out,
+                     o->mode == EM_ESTIMATE_LORA ? ", one of them LoRA's base output's sum" : "", elem_bytes, tail);
         else
             snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], 256, "batch %lld x (input %lld + 2 x the widest output "
                      "%lld: matmul and bias sum) x %.0f B", (long long)o->batch, (long long)walk->input,
