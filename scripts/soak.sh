@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 scripts/build.sh build >/dev/null
 if [ "${1:-}" = "--short" ]; then
   build/soak_train --steps 2000 --every 200 --device cpu
-  if build/ember devices 2>/dev/null | grep -q "opencl:0"; then
+  if build/ember devices 2>/dev/null | grep "opencl:0" >/dev/null; then
     build/soak_train --steps 1000 --every 100 --device opencl:0
   else
     echo "soak: no OpenCL device, opencl:0 part SKIPPED"

@@ -41,9 +41,13 @@ version="$(sed -n 's/^#define EMBER_VERSION_STRING "\([^"]*\)".*/\1/p' include/e
 echo "test_install: installed into a temporary prefix: $soname, libember.a, ember $version"
 
 check_links() { # check_links EXE shared|static
-    if ldd "$1" | grep -q 'libember\.so'; then
+    # ldd's output is read whole first: `ldd | grep -q` under pipefail fails at random when
+    # grep exits at its first match and ldd, still writing, dies of SIGPIPE
+    local libs
+    libs="$(ldd "$1")"
+    if grep -q 'libember\.so' <<<"$libs"; then
         [ "$2" = shared ] || fail "$1 is linked static but needs libember.so"
-        ldd "$1" | grep 'libember\.so' | grep -q "$prefix" || fail "$1 does not use the installed libember.so"
+        grep 'libember\.so' <<<"$libs" | grep "$prefix" >/dev/null || fail "$1 does not use the installed libember.so"
     else
         [ "$2" = static ] || fail "$1 is linked shared but does not need libember.so"
     fi
@@ -80,7 +84,7 @@ for need in zlib1g libopenblas ocl-icd-libopencl1; do
     case "$depends" in *"$need"*) ;; *) fail "the .deb does not depend on $need" ;; esac
 done
 # plots (issue 17): a command built with cairo (--plot) needs libcairo2
-if nm -D "$build/ember" 2>/dev/null | grep -q ' U cairo_create'; then
+if nm -D "$build/ember" 2>/dev/null | grep ' U cairo_create' >/dev/null; then
     case "$depends" in *libcairo2*) ;; *) fail "the command uses cairo but the .deb does not depend on libcairo2" ;; esac
 fi
 dpkg-deb -c "$deb" >"$tmp/contents.txt"

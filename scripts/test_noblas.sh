@@ -13,7 +13,7 @@ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DEMBER_BLAS=OFF -DEMBER_DNNL=OF
 grep -q "^EMBER_BLAS:BOOL=OFF" "$dir/CMakeCache.txt"
 grep -q "^EMBER_DNNL:BOOL=OFF" "$dir/CMakeCache.txt"
 cmake --build "$dir" -j"$(nproc)" --target ember_cli "${tests[@]}"
-"$dir/ember" devices | grep -q "gemm: built-in (" || { echo "test_noblas: ember devices does not report the built-in GEMM" >&2; exit 1; }
-"$dir/ember" devices | grep -q "bf16 matmul: float32 GEMM after conversion (built without oneDNN)" ||
+"$dir/ember" devices | grep "gemm: built-in (" >/dev/null || { echo "test_noblas: ember devices does not report the built-in GEMM" >&2; exit 1; }
+"$dir/ember" devices | grep "bf16 matmul: float32 GEMM after conversion (built without oneDNN)" >/dev/null ||
     { echo "test_noblas: ember devices does not report bf16 matmul's portable path" >&2; exit 1; }
 ctest --test-dir "$dir" --output-on-failure -j2 -R "^($(IFS='|'; echo "${tests[*]}"))\$"
