@@ -1,21 +1,23 @@
 /* Convolution on the CPU through oneDNN (what PyTorch uses): forward, backward to the data
- * and backward to the weights in f32. Ember's tensors are plain NCHW / (G)OIHW; oneDNN runs
- * fastest in the blocked layouts it picks itself (format "any": its jit:avx512 kernels,
- * measured 3-6x faster than its gemm path on plain layouts for the CNN's shapes), so each
- * pass reorders its operands into those layouts and its result back. The primitives (the
- * convolution and its reorders) and their buffers are built once per shape and kept in a
- * small cache (32 shapes; the oldest goes). A
+ * and backward to the weights in f32, and in bf16 for cpu_conv_lowp.c (which decides when
+ * bf16 runs here: the CPU-feature choice and the float32 copies stay there). Ember's tensors
+ * are plain NCHW / (G)OIHW; oneDNN runs fastest in the blocked layouts it picks itself
+ * (format "any": its jit:avx512 kernels, measured 3-6x faster than its gemm path on plain
+ * layouts for the CNN's shapes), so each pass reorders its operands into those layouts and
+ * its result back. The primitives (the convolution and its reorders) and their buffers are
+ * built once per shape and dtype and kept in a small cache (48 entries; the oldest goes). A
  * configuration oneDNN cannot run answers EM_ERR_NOT_SUPPORTED without recording an error,
  * and core takes the portable im2col path instead. */
 #include "cpu_internal.h"
 #ifdef EMBER_HAVE_DNNL
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <dnnl.h>
 
-enum { PASS_FWD, PASS_BWD_DATA, PASS_BWD_WEIGHTS };
-enum { MAX_ARGS = 4, CACHE_SIZE = 32 };
+/* as many shapes as the f32 (32) and bf16 (16) caches held when they were apart */
+enum { MAX_ARGS = 4, CACHE_SIZE = 48 };
 
 /* one operand of a pass: its oneDNN argument, Ember's plain layout and the pass's own */
 typedef struct prim_arg {
@@ -27,6 +29,7 @@ typedef struct prim_arg {
 
 typedef struct conv_prim {
     int pass;
+    dnnl_data_type_t dt;
     em_window2d g;
     int64_t O, G;
     bool bias;
@@ -43,6 +46,7 @@ static void (*g_omp_set_threads)(int);
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* the cache, and one execution at a time */
 static conv_prim *g_cache[CACHE_SIZE];
 static int g_next;
+static char g_bf16_desc[160] = "not probed yet"; /* the kernel the last new bf16 pass got (g_mu) */
 
 static void prim_free(conv_prim *p) {
     if (!p) return;
@@ -73,18 +77,18 @@ typedef struct conv_mds {
     dnnl_dims_t strides, dil, pad_l, pad_r;
 } conv_mds;
 
-/* descriptors of the convolution in plain layouts, or "any" ones; false when oneDNN's shape
- * rules cannot express it */
-static bool describe(conv_mds *c, const em_window2d *g, int64_t O, int64_t G, bool any) {
+/* descriptors of the convolution in dtype dt in plain layouts, or "any" ones; false when
+ * oneDNN's shape rules cannot express it */
+static bool describe(conv_mds *c, dnnl_data_type_t dt, const em_window2d *g, int64_t O, int64_t G, bool any) {
     dnnl_dims_t src = {g->n, g->c, g->h, g->w}, dst = {g->n, O, g->oh, g->ow};
     dnnl_dims_t wei = {G, O / G, g->c / G, g->kh, g->kw}, wei4 = {O, g->c / G, g->kh, g->kw}, b = {O};
     dnnl_format_tag_t act = any ? dnnl_format_tag_any : dnnl_nchw;
-    if (dnnl_memory_desc_init_by_tag(&c->src, 4, src, dnnl_f32, act) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&c->dst, 4, dst, dnnl_f32, act) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&c->bias, 1, b, dnnl_f32, dnnl_x) != dnnl_success)
+    if (dnnl_memory_desc_init_by_tag(&c->src, 4, src, dt, act) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&c->dst, 4, dst, dt, act) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&c->bias, 1, b, dt, dnnl_x) != dnnl_success)
         return false;
-    dnnl_status_t s = G == 1 ? dnnl_memory_desc_init_by_tag(&c->wei, 4, wei4, dnnl_f32, any ? dnnl_format_tag_any : dnnl_oihw)
-                             : dnnl_memory_desc_init_by_tag(&c->wei, 5, wei, dnnl_f32, any ? dnnl_format_tag_any : dnnl_goihw);
+    dnnl_status_t s = G == 1 ? dnnl_memory_desc_init_by_tag(&c->wei, 4, wei4, dt, any ? dnnl_format_tag_any : dnnl_oihw)
+                             : dnnl_memory_desc_init_by_tag(&c->wei, 5, wei, dt, any ? dnnl_format_tag_any : dnnl_goihw);
     if (s != dnnl_success) return false;
     c->strides[0] = g->sh, c->strides[1] = g->sw;
     c->dil[0] = g->dh - 1, c->dil[1] = g->dw - 1; /* oneDNN counts dilation from 0 */
@@ -108,11 +112,11 @@ static dnnl_primitive_desc_t forward_pd(const conv_mds *c, bool bias) {
 
 /* the pass's primitive descriptor over descriptors c */
 static dnnl_primitive_desc_t pass_pd(int pass, const conv_mds *c, bool bias) {
-    dnnl_primitive_desc_t fwd = forward_pd(c, bias && pass != PASS_BWD_DATA);
-    if (pass == PASS_FWD || !fwd) return fwd;
+    dnnl_primitive_desc_t fwd = forward_pd(c, bias && pass != EM_CONV_BWD_DATA);
+    if (pass == EM_CONV_FWD || !fwd) return fwd;
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t s = pass == PASS_BWD_DATA
+    dnnl_status_t s = pass == EM_CONV_BWD_DATA
                           ? dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &c->src,
                                                                              &c->wei, &c->dst, c->strides, c->dil,
                                                                              c->pad_l, c->pad_r)
@@ -123,6 +127,12 @@ static dnnl_primitive_desc_t pass_pd(int pass, const conv_mds *c, bool bias) {
     if (s != dnnl_success || dnnl_primitive_desc_create(&pd, &cd, NULL, g_engine, fwd) != dnnl_success) pd = NULL;
     dnnl_primitive_desc_destroy(fwd);
     return pd;
+}
+
+static const char *impl_of(dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl) return "unknown";
+    return impl;
 }
 
 static bool add_arg(conv_prim *p, dnnl_primitive_desc_t pd, int arg, bool output, const dnnl_memory_desc_t *plain,
@@ -146,21 +156,32 @@ static bool add_arg(conv_prim *p, dnnl_primitive_desc_t pd, int arg, bool output
     return ok;
 }
 
-/* a new pass for this shape; NULL when oneDNN cannot run it */
-static conv_prim *prim_new(int pass, const em_window2d *g, int64_t O, int64_t G, bool bias) {
+/* a new pass for this shape and dtype; NULL when oneDNN cannot run it, or for bf16 has no
+ * kernel for it other than its reference one (slower than float32 copies through the
+ * float32 kernels) */
+static conv_prim *prim_new(int pass, dnnl_data_type_t dt, const em_window2d *g, int64_t O, int64_t G, bool bias) {
     conv_mds plain, any;
-    if (!describe(&plain, g, O, G, false) || !describe(&any, g, O, G, true)) return NULL;
-    /* oneDNN's blocked kernels for the data gradient are slow with few input channels
+    if (!describe(&plain, dt, g, O, G, false) || !describe(&any, dt, g, O, G, true)) return NULL;
+    /* oneDNN's f32 blocked kernels for the data gradient are slow with few input channels
      * (measured 0.8 GFLOP/s for one channel, 10x under its gemm path; 60 GFLOP/s for six):
      * plain layouts below four */
-    bool use_any = !(pass == PASS_BWD_DATA && g->c / G < 4);
+    bool use_any = dt != dnnl_f32 || !(pass == EM_CONV_BWD_DATA && g->c / G < 4);
     dnnl_primitive_desc_t pd = pass_pd(pass, use_any ? &any : &plain, bias);
     if (!pd) return NULL;
+    if (dt == dnnl_bf16) {
+        const char *impl = impl_of(pd);
+        snprintf(g_bf16_desc, sizeof g_bf16_desc, "oneDNN %s, float32 accumulation", impl);
+        if (strncmp(impl, "ref", 3) == 0) {
+            snprintf(g_bf16_desc, sizeof g_bf16_desc, "float32 copies (oneDNN has only its reference bf16 convolution here)");
+            dnnl_primitive_desc_destroy(pd);
+            return NULL;
+        }
+    }
     conv_prim *p = calloc(1, sizeof *p);
     bool ok = p != NULL;
     if (ok) {
-        *p = (conv_prim){.pass = pass, .g = *g, .O = O, .G = G, .bias = bias};
-        if (pass == PASS_FWD) {
+        *p = (conv_prim){.pass = pass, .dt = dt, .g = *g, .O = O, .G = G, .bias = bias};
+        if (pass == EM_CONV_FWD) {
             ok = add_arg(p, pd, DNNL_ARG_SRC, false, &plain.src, dnnl_query_src_md) &&
                  add_arg(p, pd, DNNL_ARG_WEIGHTS, false, &plain.wei, dnnl_query_weights_md) &&
                  add_arg(p, pd, DNNL_ARG_DST, true, &plain.dst, dnnl_query_dst_md);
@@ -168,7 +189,7 @@ static conv_prim *prim_new(int pass, const em_window2d *g, int64_t O, int64_t G,
                 prim_arg *a = &p->a[p->nargs++];
                 *a = (prim_arg){.arg = DNNL_ARG_BIAS, .plain = plain.bias, .chosen = plain.bias};
             }
-        } else if (pass == PASS_BWD_DATA) {
+        } else if (pass == EM_CONV_BWD_DATA) {
             ok = add_arg(p, pd, DNNL_ARG_DIFF_DST, false, &plain.dst, dnnl_query_diff_dst_md) &&
                  add_arg(p, pd, DNNL_ARG_WEIGHTS, false, &plain.wei, dnnl_query_weights_md) &&
                  add_arg(p, pd, DNNL_ARG_DIFF_SRC, true, &plain.src, dnnl_query_diff_src_md);
@@ -192,12 +213,13 @@ static conv_prim *prim_new(int pass, const em_window2d *g, int64_t O, int64_t G,
 static bool same_window(const em_window2d *a, const em_window2d *b) { return !memcmp(a, b, sizeof *a); }
 
 /* the cached pass (g_mu held) */
-static conv_prim *prim_get(int pass, const em_window2d *g, int64_t O, int64_t G, bool bias) {
+static conv_prim *prim_get(int pass, dnnl_data_type_t dt, const em_window2d *g, int64_t O, int64_t G, bool bias) {
     for (int i = 0; i < CACHE_SIZE; i++) {
         conv_prim *p = g_cache[i];
-        if (p && p->pass == pass && p->O == O && p->G == G && p->bias == bias && same_window(&p->g, g)) return p;
+        if (p && p->pass == pass && p->dt == dt && p->O == O && p->G == G && p->bias == bias && same_window(&p->g, g))
+            return p;
     }
-    conv_prim *p = prim_new(pass, g, O, G, bias);
+    conv_prim *p = prim_new(pass, dt, g, O, G, bias);
     if (!p) return NULL;
     prim_free(g_cache[g_next]);
     g_cache[g_next] = p;
@@ -247,8 +269,10 @@ static em_status execute(const char *op, conv_prim *p, void *const *ptr) {
     return EM_OK;
 }
 
-static em_status run(const char *op, int pass, const em_window2d *g, int64_t O, int64_t G, bool bias,
-                     void *const *ptr) {
+em_status em__cpu_conv_dnnl_run(const char *op, em_conv_pass pass, em_dtype dtype, const em_window2d *g, int64_t O,
+                                int64_t G, bool bias, void *const *ptr) {
+    if (dtype != EM_F32 && dtype != EM_BF16) return EM_ERR_NOT_SUPPORTED;
+    dnnl_data_type_t dt = dtype == EM_F32 ? dnnl_f32 : dnnl_bf16;
     pthread_once(&g_once, engine_init);
     if (!g_engine) return EM_ERR_NOT_SUPPORTED;
     pthread_mutex_lock(&g_mu);
@@ -257,25 +281,31 @@ static em_status run(const char *op, int pass, const em_window2d *g, int64_t O, 
     /* the weights' gradient runs on one thread: oneDNN's parallel version reduces over the
      * batch with barriers, measured at 0.5 ms on one thread and 7 ms on two for the CNN's
      * convolutions on a 2-vCPU machine (forward and data gradient scale fine) */
-    if (g_omp_set_threads) g_omp_set_threads(pass == PASS_BWD_WEIGHTS ? 1 : em__cpu_num_threads());
-    conv_prim *p = prim_get(pass, g, O, G, bias);
+    if (g_omp_set_threads) g_omp_set_threads(pass == EM_CONV_BWD_WEIGHTS ? 1 : em__cpu_num_threads());
+    conv_prim *p = prim_get(pass, dt, g, O, G, bias);
     em_status st = p ? execute(op, p, ptr) : EM_ERR_NOT_SUPPORTED;
     pthread_mutex_unlock(&g_mu);
     return st;
+}
+
+void em__cpu_conv_dnnl_bf16_kernel(char *out, size_t n) {
+    pthread_mutex_lock(&g_mu);
+    snprintf(out, n, "%s", g_bf16_desc);
+    pthread_mutex_unlock(&g_mu);
 }
 
 em_status em__cpu_conv2d_dnnl(em_tensor *out, const em_tensor *in, const em_tensor *w, const em_tensor *bias,
                               const em_window2d *g, int64_t groups) {
     if (in->dtype != EM_F32) return EM_ERR_NOT_SUPPORTED;
     void *ptr[4] = {em__host_ptr(in), em__host_ptr(w), em__host_ptr(out), bias ? em__host_ptr(bias) : NULL};
-    return run("conv2d", PASS_FWD, g, w->shape[0], groups, bias != NULL, ptr);
+    return em__cpu_conv_dnnl_run("conv2d", EM_CONV_FWD, EM_F32, g, w->shape[0], groups, bias != NULL, ptr);
 }
 
 em_status em__cpu_conv2d_backward_input_dnnl(em_tensor *gin, const em_tensor *gout, const em_tensor *w,
                                              const em_window2d *g, int64_t groups) {
     if (gin->dtype != EM_F32) return EM_ERR_NOT_SUPPORTED;
     void *ptr[3] = {em__host_ptr(gout), em__host_ptr(w), em__host_ptr(gin)};
-    return run("conv2d backward (input)", PASS_BWD_DATA, g, w->shape[0], groups, false, ptr);
+    return em__cpu_conv_dnnl_run("conv2d backward (input)", EM_CONV_BWD_DATA, EM_F32, g, w->shape[0], groups, false, ptr);
 }
 
 em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
@@ -287,6 +317,6 @@ em_status em__cpu_conv2d_backward_weight_bias_dnnl(em_tensor *gw, em_tensor *gbi
                                                    const em_tensor *in, const em_window2d *g, int64_t groups) {
     if (gw->dtype != EM_F32 || (gbias && gbias->dtype != EM_F32)) return EM_ERR_NOT_SUPPORTED;
     void *ptr[4] = {em__host_ptr(in), em__host_ptr(gout), em__host_ptr(gw), gbias ? em__host_ptr(gbias) : NULL};
-    return run("conv2d backward (weight)", PASS_BWD_WEIGHTS, g, gw->shape[0], groups, gbias != NULL, ptr);
+    return em__cpu_conv_dnnl_run("conv2d backward (weight)", EM_CONV_BWD_WEIGHTS, EM_F32, g, gw->shape[0], groups, gbias != NULL, ptr);
 }
 #endif

@@ -1,6 +1,31 @@
 /* fill, fill_affine and copy/cast between all eight dtypes, plus the block converters the
  * other kernel families use to bring any dtype and layout into a contiguous compute buffer. */
 #include "cpu_internal.h"
+#include <stdlib.h>
+
+em_status em__cpu_tmp_make(em_cpu_tmp *x, em_dtype dt, int nd, const int64_t *shape, const char *op) {
+    memset(x, 0, sizeof *x);
+    x->t.dtype = dt;
+    x->t.ndim = nd;
+    int64_t n = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        x->t.shape[d] = shape[d];
+        x->t.strides[d] = n;
+        n *= shape[d];
+    }
+    size_t bytes = (size_t)(n > 0 ? n : 1) * em_dtype_size(dt);
+    x->s.block.handle = malloc(bytes);
+    if (!x->s.block.handle)
+        return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: %s: failed to allocate %zu bytes of scratch", op, bytes);
+    x->s.device = EM_DEVICE_CPU;
+    x->s.nbytes = bytes;
+    x->t.storage = &x->s;
+    return EM_OK;
+}
+
+void em__cpu_tmp_free(em_cpu_tmp *x) {
+    if (x) free(x->s.block.handle);
+}
 
 /* bfloat16 inline (the same rounding as core's em_f32_to_bf16: nearest even, NaN stays quiet). */
 static inline float bf16_to_f32(uint16_t h) {

@@ -120,6 +120,12 @@ const char *em__cpu_op_name(em_op op);
 em_status em__cpu_fill(em_tensor *out, double value);
 em_status em__cpu_fill_affine(em_tensor *out, double start, double step);
 em_status em__cpu_copy(em_tensor *out, const em_tensor *in);
+/* A contiguous scratch tensor on the host over malloc'd memory (never registered anywhere;
+ * cpu_copy.c). _make fails with EM_ERR_OUT_OF_MEMORY recorded under op's name; _free takes
+ * one that _make filled. */
+typedef struct em_cpu_tmp { em_storage s; em_tensor t; } em_cpu_tmp;
+em_status em__cpu_tmp_make(em_cpu_tmp *x, em_dtype dt, int nd, const int64_t *shape, const char *op);
+void em__cpu_tmp_free(em_cpu_tmp *x);
 em_status em__cpu_unary(em_op op, em_tensor *out, const em_tensor *in, const double *params);
 em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__cpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a, const em_tensor *b);
@@ -174,6 +180,15 @@ em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *go
 /* the same and the bias's gradient (the CNN's speed, issue 16) */
 em_status em__cpu_conv2d_backward_weight_bias_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
                                                    const em_tensor *in, const em_window2d *g, int64_t groups);
+/* One pass in dtype EM_F32 or EM_BF16 over Ember's plain (NCHW, (G)OIHW) buffers ptr:
+ * forward {in, w, out, bias}, data gradient {gout, w, gin}, weight gradient {in, gout, gw,
+ * gbias}; O output channels, G groups. EM_ERR_NOT_SUPPORTED, nothing recorded, when oneDNN
+ * cannot run it (for bf16 also when it has only its reference kernel). */
+typedef enum { EM_CONV_FWD, EM_CONV_BWD_DATA, EM_CONV_BWD_WEIGHTS } em_conv_pass;
+em_status em__cpu_conv_dnnl_run(const char *op, em_conv_pass pass, em_dtype dtype, const em_window2d *g, int64_t O,
+                                int64_t G, bool bias, void *const *ptr);
+/* which kernel the last new bf16 pass got ("oneDNN <impl>, ..." or why float32), into out */
+void em__cpu_conv_dnnl_bf16_kernel(char *out, size_t n);
 #endif
 
 #endif

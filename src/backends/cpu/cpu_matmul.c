@@ -31,28 +31,11 @@ static void blas_single_thread(void) { (void)em__cpu_gemm_isa(); } /* picks the 
 void em__cpu_blas_init(void) { pthread_once(&g_blas_once, blas_single_thread); }
 
 /* A contiguous temporary over malloc'd memory (never registered anywhere). */
-typedef struct tmp_tensor { em_storage s; em_tensor t; } tmp_tensor;
-
+typedef em_cpu_tmp tmp_tensor;
 static em_status tmp_make(tmp_tensor *x, em_dtype dt, int nd, const int64_t *shape) {
-    memset(x, 0, sizeof *x);
-    x->t.dtype = dt;
-    x->t.ndim = nd;
-    int64_t n = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        x->t.shape[d] = shape[d];
-        x->t.strides[d] = n;
-        n *= shape[d];
-    }
-    size_t bytes = (size_t)(n > 0 ? n : 1) * em_dtype_size(dt);
-    x->s.block.handle = malloc(bytes);
-    if (!x->s.block.handle)
-        return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: failed to allocate %zu bytes of scratch", bytes);
-    x->s.device = EM_DEVICE_CPU;
-    x->s.nbytes = bytes;
-    x->t.storage = &x->s;
-    return EM_OK;
+    return em__cpu_tmp_make(x, dt, nd, shape, "matmul");
 }
-static void tmp_free(tmp_tensor *x) { free(x->s.block.handle); }
+static void tmp_free(tmp_tensor *x) { em__cpu_tmp_free(x); }
 
 /* How a matrix (rows x cols, element strides sr, sc) sits in memory for BLAS:
  * 0 row-major, 1 column-major (a transposed row-major), -1 neither; *ld its leading dim. */
