@@ -255,8 +255,12 @@ static void test_kill_while_saving_keeps_old_checkpoint(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/ember_test_ckpt_%d", (int)getpid());
-    if (mkdir(dir, 0700) != 0) return 1;
+    /* a fresh folder of its own (a fixed name per pid can meet a killed run's leftover) */
+    snprintf(dir, sizeof dir, "/tmp/ember_test_ckpt_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
     RUN(test_roundtrip_continues_exactly);
     RUN(test_errors_change_nothing);
     RUN(test_kill_while_saving_keeps_old_checkpoint);

@@ -251,8 +251,12 @@ static void test_long_names_and_stale_temporaries(void) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "/tmp/ember_test_bounded_%d", (int)getpid());
-    if (mkdir(dir, 0700) != 0) return 1;
+    /* a fresh folder of its own (a fixed name per pid can meet a killed run's leftover) */
+    snprintf(dir, sizeof dir, "/tmp/ember_test_bounded_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
     RUN(test_dev_zero_and_urandom_fail_at_once);
     RUN(test_pipe_is_read_as_far_as_the_header_says);
     RUN(test_stream_without_a_size_stops_at_the_limit);

@@ -699,8 +699,12 @@ int main(void) {
         fprintf(stderr, "build/ember is missing: build the ember_cli target first\n");
         return 1;
     }
-    snprintf(dir, sizeof dir, "/tmp/ember_bad_inputs_%d", (int)getpid());
-    if (mkdir(dir, 0700) != 0) return 1;
+    /* a fresh folder of its own (a fixed name per pid can meet a killed run's leftover) */
+    snprintf(dir, sizeof dir, "/tmp/ember_bad_inputs_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
     have_opencl = em_device_available(EM_OPENCL) && em_device_count(EM_OPENCL) > 0;
     em_clear_error();
 /* RUN, then how many bad inputs the group tried */

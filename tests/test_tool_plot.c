@@ -206,8 +206,12 @@ int main(void) {
         test_skip_case("plots", "this ember was built without cairo (libcairo2-dev): --plot is refused, as checked");
         return test_summary();
     }
-    snprintf(dir, sizeof dir, "/tmp/ember_test_plot_%d", (int)getpid());
-    if (mkdir(dir, 0700) != 0) return 1;
+    /* a fresh folder of its own (a fixed name per pid can meet a killed run's leftover) */
+    snprintf(dir, sizeof dir, "/tmp/ember_test_plot_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
     have_python = system("python3 -c 'import zlib, xml.etree.ElementTree' >/dev/null 2>&1") == 0;
     em_dataset *probe = em_dataset_fashion_mnist(NULL, false);
     have_data = probe != NULL;

@@ -271,8 +271,12 @@ int main(void) {
         fprintf(stderr, "build/ember is missing: build the ember_cli target first\n");
         return 1;
     }
-    snprintf(dir, sizeof dir, "/tmp/ember_test_train_%d", (int)getpid());
-    if (mkdir(dir, 0700) != 0) return 1;
+    /* a fresh folder of its own (a fixed name per pid can meet a killed run's leftover) */
+    snprintf(dir, sizeof dir, "/tmp/ember_test_train_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
     em_dataset *probe = em_dataset_fashion_mnist(NULL, false);
     have_data = probe != NULL;
     /* scripts/setup.sh installs the data: without it this test fails rather than skips */
