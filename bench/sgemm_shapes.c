@@ -2,7 +2,8 @@
  * transposes the step uses) and a few squares, one thread: OpenBLAS, oneDNN's dnnl_sgemm and the
  * built-in AVX-512 GEMM; microseconds and GFLOP/s, the best of repeats filling 0.2 s. What
  * cpu_sgemm_dnnl.c's per-shape choice is based on; "auto" is the one it makes.
- * Usage: bench_sgemm_shapes [batch...]   (default 64 256) */
+ * Usage: bench_sgemm_shapes [batch...] [gpt]   (default 64 256; "gpt": the products of
+ * `ember train --model gpt`'s step at bench/run_gpt.sh's size, 2048 tokens, d_model 128) */
 #include <stdio.h>
 #ifdef EMBER_HAVE_BLAS
 #include <cblas.h>
@@ -71,10 +72,13 @@ static void run(const shape *s) {
 
 int main(int argc, char **argv) {
     int batches[16] = {64, 256}, nb = 2;
+    bool gpt = false;
     if (argc > 1) {
         nb = 0;
-        for (int i = 1; i < argc && nb < 16; i++)
-            if (atoi(argv[i]) > 0) batches[nb++] = atoi(argv[i]);
+        for (int i = 1; i < argc && nb < 16; i++) {
+            if (strcmp(argv[i], "gpt") == 0) gpt = true;
+            else if (atoi(argv[i]) > 0) batches[nb++] = atoi(argv[i]);
+        }
     }
     openblas_set_num_threads(1);
     printf("one thread; us = best of repeats; ratio = OpenBLAS time / oneDNN time; auto = what Ember's "
@@ -93,6 +97,18 @@ int main(int argc, char **argv) {
                       {names[2], true, false, 256, 784, B}, {names[3], true, false, 10, 256, B},
                       {names[4], false, false, B, 256, 10}};
         for (int j = 0; j < 5; j++) run(&s[j]);
+    }
+    if (gpt) { /* x@W^T forward, dx = g@W, dW = g^T@x; q/k/v fused (384), MLP 512, vocabulary 114 */
+        static const shape g[] = {
+            {"gpt fwd qkv", false, true, 2048, 384, 128},  {"gpt fwd proj", false, true, 2048, 128, 128},
+            {"gpt fwd fc1", false, true, 2048, 512, 128},  {"gpt fwd fc2", false, true, 2048, 128, 512},
+            {"gpt fwd head", false, true, 2048, 114, 128}, {"gpt dx qkv", false, false, 2048, 128, 384},
+            {"gpt dx proj", false, false, 2048, 128, 128}, {"gpt dx fc1", false, false, 2048, 128, 512},
+            {"gpt dx fc2", false, false, 2048, 512, 128},  {"gpt dx head", false, false, 2048, 128, 114},
+            {"gpt dW qkv", true, false, 384, 128, 2048},   {"gpt dW proj", true, false, 128, 128, 2048},
+            {"gpt dW fc1", true, false, 512, 128, 2048},   {"gpt dW fc2", true, false, 128, 512, 2048},
+            {"gpt dW head", true, false, 114, 128, 2048}};
+        for (size_t j = 0; j < sizeof g / sizeof g[0]; j++) run(&g[j]);
     }
     static const int squares[] = {128, 256, 512, 1024};
     for (int i = 0; i < 4; i++) {

@@ -261,6 +261,11 @@ static void test_tool_models(void) {
     tool_model_case("--model gpt --layers 2 --hidden 64 --seq 32 --batch 4", true);
     tool_model_case("--model gpt --layers 3 --hidden 64 --seq 32 --batch 4", true);
     tool_model_case("--model gpt --layers 2 --hidden 64 --seq 128 --batch 8", true);
+    /* the same with attention composed (matmul, softmax, matmul: what OpenCL and CUDA run),
+     * which keeps the softmax [H, T] per token: the estimate follows em_sdpa_fused */
+    setenv("EMBER_ATTENTION", "composed", 1);
+    tool_model_case("--model gpt --layers 2 --hidden 64 --seq 128 --batch 8", true);
+    unsetenv("EMBER_ATTENTION");
     static char out[65536];
     CHECK(run_ember("--model mlp --checkpoint-activations --lora-rank 4 --mode lora", out, sizeof out) == 2);
     CHECK(strstr(out, "recomputes the frozen layers") != NULL);

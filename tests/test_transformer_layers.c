@@ -371,7 +371,8 @@ static void test_fused_kernels(void) {
 }
 
 /* need_weights: the attention weights averaged over heads, [N, L, S], rows summing to 1,
- * zero above the diagonal under a causal mask; the output is the same with and without them */
+ * zero above the diagonal under a causal mask; the output is the same with and without them
+ * (within rounding: without them the CPU's fused kernel runs) */
 static void test_mha_attention_weights(void) {
     em_scope s = em_scope_begin();
     em_module *m = em_multihead_attention_ex(8, 2, 0.0, true, false);
@@ -384,7 +385,8 @@ static void test_mha_attention_weights(void) {
     CHECK(ws.ndim == 3 && ws.d[0] == 3 && ws.d[1] == 5 && ws.d[2] == 5);
     CHECK(em_item(em_max(em_abs(em_add_scalar(em_sum(w, EM_DIMS(-1), false), -1.0)), EM_ALL_DIMS, false)) < 1e-5);
     CHECK(em_item(em_select(em_select(em_select(w, 0, 1), 0, 1), 0, 3)) == 0.0); /* query 1 cannot see key 3 */
-    CHECK(em_item(em_max(em_abs(em_sub(y, y2)), EM_ALL_DIMS, false)) == 0.0);
+    /* without weights asked for, the CPU runs the fused kernel: the same within rounding */
+    CHECK(em_item(em_max(em_abs(em_sub(y, y2)), EM_ALL_DIMS, false)) < 1e-6);
     em_module_free(m);
     em_scope_end(s);
 }

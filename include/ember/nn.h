@@ -164,6 +164,12 @@ em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx
  * (true: may attend) or floating (added). is_causal: query i sees keys j <= i only. */
 em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *attn_mask,
                                            double dropout_p, bool is_causal);
+/* Whether em_scaled_dot_product_attention runs as one fused kernel on devices of type t when
+ * q, k, v are float32 with no attn_mask, no dropout and no autocast region: softmax(q k^T) is
+ * then never stored, backward recomputes it from each row's log-sum-exp (PyTorch's flash
+ * attention). True on the CPU unless the environment sets EMBER_ATTENTION=composed; false
+ * where the backend composes matmul, softmax and matmul (OpenCL, CUDA today). */
+bool em_sdpa_fused(em_device_type t);
 /* Modules, PyTorch's parameter and buffer names and defaults: */
 /* nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True): weight (ones), bias (zeros). */
 em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elementwise_affine);

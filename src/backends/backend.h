@@ -211,6 +211,21 @@ typedef struct em_backend {
      * Rows of n elements along the last dim; dx, g, y contiguous, one shape, f32 or f64; y is
      * the forward's output. softmax: dx = y * (g - sum(g * y)); log: dx = g - exp(y) * sum(g). */
     em_status (*softmax_backward)(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log);
+
+    /* ---- fused attention (optional: NULL, and src/nn/attention.c composes matmul, softmax
+     * and matmul) ----
+     * out = softmax(scale q k^T) v per (batch, head), query i seeing only keys j <= i when
+     * causal; q [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev], out
+     * [B, H, L, Ev]: f32, any strides with the last one 1, every size > 0; lse contiguous
+     * [B, H, L] receives each query row's log-sum-exp of its visible scaled scores. */
+    em_status (*sdpa)(em_tensor *out, em_tensor *lse, const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                      double scale, bool causal);
+    /* Its backward from the output's gradient g (out's shape, any strides with the last one 1),
+     * the forward's operands, out and lse: dq, dk, dv of q's, k's and v's shapes (any strides,
+     * the last one 1). */
+    em_status (*sdpa_backward)(em_tensor *dq, em_tensor *dk, em_tensor *dv, const em_tensor *g, const em_tensor *q,
+                               const em_tensor *k, const em_tensor *v, const em_tensor *out, const em_tensor *lse,
+                               double scale, bool causal);
     /* Counter-based Philox 4x32-10: element i (row-major) of out uses counter offset + i
      * and key seed, so every backend produces the same numbers. See src/core/philox.h. */
     em_status (*rng)(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,

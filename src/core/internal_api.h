@@ -115,6 +115,14 @@ void em__cuda_mark_free(void *mark);
 /* libnccl.so.2 (dlsym it), found as the other CUDA libraries are, or NULL with *reason. */
 void *em__nccl_library(int *version, const char **reason);
 
+/* ---- fused scaled-dot-product attention (src/core/ops_attention.c) ----
+ * Does the fused kernel apply to q [..., L, E], k [..., S, E], v [..., S, Ev] (2 to 4 dims,
+ * f32, one device whose backend has it, no autocast region there, EMBER_ATTENTION not
+ * "composed")? Records nothing. em__sdpa: softmax(scale q k^T, causal: query i sees keys
+ * j <= i) v with its autograd node; EM_ERR_INTERNAL where it does not apply. */
+bool em__sdpa_applies(const em_tensor *q, const em_tensor *k, const em_tensor *v);
+em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal);
+
 /* ---- custom autograd functions and the RNG state (activation checkpointing,
  * src/nn/checkpoint.c) ----
  * A graph node whose backward is the caller's (torch.autograd.Function). backward(ctx, g,

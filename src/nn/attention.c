@@ -1,6 +1,8 @@
 /* scaled_dot_product_attention and MultiheadAttention, written with public ops (matmul,
  * softmax, where), so they run on every backend with the composition's gradient:
  *   softmax(q k^T / sqrt(E) + mask) v
+ * and, where the backend has it (the CPU), without a mask tensor or dropout, as one fused
+ * node (src/core/ops_attention.c).
  * A causal mask keeps position i from seeing j > i (the scores there become -inf before the
  * softmax, so the future gets exactly zero weight). */
 #include <math.h>
@@ -93,6 +95,10 @@ static em_tensor *sdpa(const char *fn, em_tensor *q, em_tensor *k, em_tensor *v,
             return NULL;
         }
     }
+    /* no mask tensor, no dropout, no weights asked for: one fused node where the backend has
+     * it (src/core/ops_attention.c), the composition below elsewhere */
+    if (!attn_mask && dropout_p == 0.0 && !weights_out && em__sdpa_applies(q, k, v))
+        return em__sdpa(q, k, v, 1.0 / sqrt((double)E), is_causal);
     em_scope s = em_scope_begin();
     em_tensor *scores = em_matmul(em_mul_scalar(q, 1.0 / sqrt((double)(E > 0 ? E : 1))), em_transpose(k, -2, -1));
     em_tensor *keep = is_causal ? causal_keep(L, S, em_device_of(q))

@@ -740,12 +740,17 @@ typedef struct gpt_peak {
 static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, double params, double adapters) {
     double d = (double)c->d_model, T = (double)c->context, H = (double)c->heads, V = (double)c->vocab;
     double L = (double)c->layers, N = (double)batch * T, r = rank;
-    double tok = 4, block = 16 * d + H * T, head = d + 3 * V;
+    /* what attention keeps per token: the softmax [H, T], or with the fused kernel each row's
+     * log-sum-exp [H] (the output and q it keeps take the merged heads' and the scaled
+     * queries' places) */
+    bool fused = em_sdpa_fused(EM_CPU);
+    double att = fused ? H : H * T;
+    double tok = 4, block = 16 * d + att, head = d + 3 * V;
     double kept = c->ckpt ? d + L * d + head : d + L * block + head;
-    if (rank && !c->ckpt) kept -= 5 * d + H * T;
+    if (rank && !c->ckpt) kept -= 5 * d + att;
     if (rank) kept += r * (c->ckpt ? 1 : 3 * L + 1);
     double held = c->ckpt ? kept + block + 3 * r : kept;
-    if (rank && c->ckpt && c->layers == 1) held -= 5 * d + H * T;   /* block 1, recomputed */
+    if (rank && c->ckpt && c->layers == 1) held -= 5 * d + att;   /* block 1, recomputed */
     /* parameter-sized bytes: weights and AdamW's two states (adapters' only with LoRA), then
      * the gradients alive at each moment */
     double p_head = d * V + V + 2 * d, p_lin2 = 4 * d * d + d, p_block = 12 * d * d + 13 * d;
@@ -754,11 +759,16 @@ static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, dou
     double g_mlp = rank ? 4 * adapters : 4 * (p_head + p_lin2);
     double g_attn = rank ? 4 * adapters : 4 * (p_head + p_block - 2 * d);
     double fwd = fixed + g_fwd + N * 4 * (tok + kept + 3 * V);
-    double before = c->ckpt ? (L - 1) * d : (L - 1) * (block + 3 * r) - (rank && L > 1 ? 5 * d + H * T : 0);
-    double fwd_attn = fixed + g_fwd + N * 4 * (tok + 8 * d + before + 3 * H * T) + 5 * T * T;
+    double before = c->ckpt ? (L - 1) * d : (L - 1) * (block + 3 * r) - (rank && L > 1 ? 5 * d + att : 0);
+    /* fused: LN1's output, q, k, v and the output being written, the row statistics; no
+     * scores, no mask */
+    double fwd_attn = fused ? fixed + g_fwd + N * 4 * (tok + 7 * d + before + H)
+                            : fixed + g_fwd + N * 4 * (tok + 8 * d + before + 3 * H * T) + 5 * T * T;
     double mlp = fixed + g_mlp + N * 4 * (tok + held - (2 * V + 2 * d + r) + d + 4 * d + (rank ? 4 * d - r : 0));
-    double attn = fixed + g_attn + N * 4 * (tok + held - (2 * V + 2 * d + r) - 12 * d - 3 * r + 2 * d + 2 * H * T +
-                                            (c->ckpt ? d : 0));
+    /* fused: the output and v stay with the node until it runs; alive are the residual's
+     * gradient, the incoming one and those of q, k and v (5d) */
+    double attn = fixed + g_attn + N * 4 * (tok + held - (2 * V + 2 * d + r) - (fused ? 10 : 12) * d - 3 * r +
+                                            (fused ? 5 * d : 2 * d + 2 * H * T) + (c->ckpt ? d : 0));
     gpt_peak p = {.kept = kept * T * 4, .total = fwd};
     snprintf(p.moment, sizeof p.moment, "the forward's end");
     if (fwd_attn > p.total) {
@@ -863,8 +873,9 @@ int gpt_mem_main(const gpt_mem_args *args) {
     e.bytes[EM_ESTIMATE_ACTIVATIONS] = pk.total - others;
     e.bytes[EM_ESTIMATE_TOTAL] = pk.total;
     snprintf(e.why[EM_ESTIMATE_ACTIVATIONS], sizeof e.why[0], "at the peak, %s: batch %lld x %.0f B kept for "
-             "backward per sequence (%s) + that moment's transients", pk.moment, (long long)batch, pk.kept,
-             c.ckpt ? "each block's input only" : "every op's saved tensors");
+             "backward per sequence (%s; attention %s) + that moment's transients", pk.moment, (long long)batch,
+             pk.kept, c.ckpt ? "each block's input only" : "every op's saved tensors",
+             em_sdpa_fused(EM_CPU) ? "fused: no [T, T] scores kept" : "composed: the softmax [heads, T, T] kept");
     snprintf(e.why[EM_ESTIMATE_TOTAL], sizeof e.why[0], "the largest of the moments: the forward's end, the last "
              "block's attention forward, each block's MLP and attention backward (tools/ember/model_gpt.c)");
     double peak = gpt_measure(&c, batch, rank);

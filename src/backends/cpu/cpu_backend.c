@@ -202,4 +202,8 @@ const em_backend em_cpu_backend = {
 
     /* softmax's backward in one pass */
     .softmax_backward = em__cpu_softmax_backward,
+
+    /* fused attention (the GPT's speed, issue 16) */
+    .sdpa = em__cpu_sdpa,
+    .sdpa_backward = em__cpu_sdpa_backward,
 };

@@ -160,6 +160,12 @@ void em__cpu_relu_bf16(em_tensor *out, const em_tensor *in);
 
 /* softmax's backward in one pass (cpu_softmax.c) */
 em_status em__cpu_softmax_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log);
+/* fused scaled-dot-product attention (cpu_attention.c) */
+em_status em__cpu_sdpa(em_tensor *out, em_tensor *lse, const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                       double scale, bool causal);
+em_status em__cpu_sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, const em_tensor *g, const em_tensor *q,
+                                const em_tensor *k, const em_tensor *v, const em_tensor *out, const em_tensor *lse,
+                                double scale, bool causal);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);
 

@@ -1,0 +1,203 @@
+/* Fused scaled-dot-product attention where the backend has the kernels (the CPU:
+ * src/backends/cpu/cpu_attention.c), as PyTorch 2.x runs F.scaled_dot_product_attention on
+ * its flash kernel: one node whose backward recomputes the probabilities from q, k and each
+ * row's log-sum-exp, so no [L, S] tensor outlives the forward. src/nn/attention.c asks
+ * em__sdpa_applies and composes matmul, softmax and matmul elsewhere (masks, dropout,
+ * autocast, other dtypes, backends without the kernels, EMBER_ATTENTION=composed).
+ *
+ * The output, and the gradients of 4-d q, k and v, are laid out [B, L, H, E] in memory and
+ * handed out as [B, H, L, E] views: MultiheadAttention's merge of the heads (transpose, then
+ * reshape to [B, L, H * E]) is then a view, not a copy, and so are the split heads'
+ * gradients on their way back to the projections. */
+#include <stdlib.h>
+#include <string.h>
+#include <ember/amp.h>
+#include <ember/autograd.h>
+#include "ops_internal.h"
+#include "internal_api.h"
+
+static bool fused_wanted(void) {
+    const char *e = getenv("EMBER_ATTENTION"); /* read on every call: tests compare both */
+    return !e || strcmp(e, "composed") != 0;
+}
+
+bool em_sdpa_fused(em_device_type t) {
+    const em_backend *be = em__backend_for(t);
+    return be && be->sdpa && be->sdpa_backward && fused_wanted();
+}
+
+bool em__sdpa_applies(const em_tensor *q, const em_tensor *k, const em_tensor *v) {
+    if (!q || !k || !v || !fused_wanted()) return false;
+    const em_backend *be = q->storage->backend;
+    if (!be->sdpa || !be->sdpa_backward || !em__same_device(q, k) || !em__same_device(q, v)) return false;
+    if (em_autocast_enabled(q->storage->device.type)) return false; /* the region decides the products' dtype */
+    const em_tensor *ts[3] = {q, k, v};
+    int nd = q->ndim;
+    if (nd < 2 || nd > 4) return false;
+    for (int i = 0; i < 3; i++) {
+        const em_tensor *t = ts[i];
+        if (t->dtype != EM_F32 || t->ndim != nd || (t->shape[nd - 1] > 1 && t->strides[nd - 1] != 1)) return false;
+        for (int d = 0; d < nd; d++)
+            if (t->shape[d] <= 0 || (d < nd - 2 && t->shape[d] != q->shape[d])) return false;
+    }
+    return k->shape[nd - 1] == q->shape[nd - 1] && v->shape[nd - 2] == k->shape[nd - 2];
+}
+
+/* t as the kernels' [B, H, rows, cols]: size-1 dims in front (a new view, not scoped). */
+static em_tensor *as4(const em_tensor *t) {
+    int64_t shape[4] = {1, 1, 1, 1}, strides[4] = {0, 0, 0, 1};
+    for (int i = 0; i < t->ndim; i++) {
+        shape[4 - t->ndim + i] = t->shape[i];
+        strides[4 - t->ndim + i] = t->strides[i];
+    }
+    return em__view_of(t, 4, shape, strides, t->offset);
+}
+
+/* A new tensor of like's shape with dims 1 and 2 swapped in memory when 4-d ([B, L, H, E]
+ * stored, [B, H, L, E] seen), contiguous otherwise. Not scoped. */
+static em_tensor *heads_last(const em_tensor *like, int64_t cols) {
+    const em_backend *be = like->storage->backend;
+    em_device dev = like->storage->device;
+    int nd = like->ndim;
+    int64_t shape[4];
+    memcpy(shape, like->shape, sizeof(int64_t) * (size_t)nd);
+    shape[nd - 1] = cols;
+    if (nd != 4) return em__tensor_new_on(be, dev, nd, shape, EM_F32);
+    int64_t B = shape[0], H = shape[1], L = shape[2];
+    em_tensor *t = em__tensor_new_on(be, dev, 4, (int64_t[]){B, L, H, cols}, EM_F32);
+    if (!t) return NULL;
+    memcpy(t->shape, shape, sizeof shape);
+    int64_t strides[4] = {L * H * cols, cols, H * cols, 1};
+    memcpy(t->strides, strides, sizeof strides);
+    return t;
+}
+
+typedef struct sdpa_ctx {
+    em_tensor *q, *k, *v, *out, *lse; /* detached aliases and the row statistics */
+    unsigned version[4];              /* q, k, v, out's storages when saved */
+    double scale;
+    bool causal, needs[3], released;
+} sdpa_ctx;
+
+static void sdpa_release(void *c) {
+    sdpa_ctx *x = c;
+    em_tensor *ts[5] = {x->q, x->k, x->v, x->out, x->lse};
+    for (int i = 0; i < 5; i++) em_release(ts[i]);
+    x->q = x->k = x->v = x->out = x->lse = NULL;
+    x->released = true;
+}
+
+static void sdpa_destroy(void *c) {
+    if (!c) return;
+    sdpa_release(c);
+    free(c);
+}
+
+static em_status sdpa_backward(void *c, em_tensor *g, int n, em_tensor **grads) {
+    sdpa_ctx *x = c;
+    const char *op = "ScaledDotProductAttentionBackward";
+    if (x->released)
+        return em_error(EM_ERR_AUTOGRAD, "%s: trying to backward through the graph a second time; the saved tensors "
+                        "were freed by the first backward (use em_backward_with(..., retain_graph=true))", op);
+    const em_tensor *saved[4] = {x->q, x->k, x->v, x->out};
+    static const char *const names[4] = {"query", "key", "value", "output"};
+    for (int i = 0; i < 4; i++) {
+        unsigned now = atomic_load(&saved[i]->storage->version);
+        if (now != x->version[i])
+            return em_error(EM_ERR_AUTOGRAD, "one of the variables needed for gradient computation has been modified "
+                            "by an inplace operation: the attention's %s is at version %u; expected version %u "
+                            "instead. Hint: the tensor was saved by %s; modify a clone instead, or modify it after "
+                            "backward.", names[i], now, x->version[i], op);
+    }
+    if (!g || g->dtype != EM_F32 || !em__same_device(g, x->out) || g->ndim != x->out->ndim ||
+        memcmp(g->shape, x->out->shape, sizeof(int64_t) * (size_t)g->ndim) != 0)
+        return em_failed() ? em_last_status() : em_error(EM_ERR_INTERNAL, "%s: a gradient unlike the output", op);
+    em_tensor *gc = NULL;
+    if (g->shape[g->ndim - 1] > 1 && g->strides[g->ndim - 1] != 1) { /* the kernels read rows */
+        gc = em__copy_raw(g, EM_F32);
+        if (!gc) return em_last_status();
+        g = gc;
+    }
+    em_tensor *d[3] = {heads_last(x->q, x->q->shape[x->q->ndim - 1]), NULL, NULL};
+    d[1] = d[0] ? heads_last(x->k, x->k->shape[x->k->ndim - 1]) : NULL;
+    d[2] = d[1] ? heads_last(x->v, x->v->shape[x->v->ndim - 1]) : NULL;
+    em_tensor *v4[8] = {NULL};
+    const em_tensor *src[8] = {d[0], d[1], d[2], g, x->q, x->k, x->v, x->out};
+    em_status st = d[2] ? EM_OK : em_last_status();
+    for (int i = 0; i < 8 && st == EM_OK; i++)
+        if (!(v4[i] = as4(src[i]))) st = em_last_status();
+    if (st == EM_OK)
+        st = x->q->storage->backend->sdpa_backward(v4[0], v4[1], v4[2], v4[3], v4[4], v4[5], v4[6], v4[7], x->lse,
+                                                    x->scale, x->causal);
+    for (int i = 0; i < 8; i++) em_release(v4[i]);
+    em_release(gc);
+    for (int i = 0; i < 3; i++) {
+        if (st == EM_OK && i < n && x->needs[i]) grads[i] = em__scoped(d[i]);
+        else em_release(d[i]);
+    }
+    return st;
+}
+
+static const em_custom_grad SDPA_GRAD = {
+    .name = "ScaledDotProductAttentionBackward",
+    .backward = sdpa_backward,
+    .release = sdpa_release,
+    .destroy = sdpa_destroy,
+};
+
+em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal) {
+    if (!em__sdpa_applies(q, k, v)) {
+        em_error(EM_ERR_INTERNAL, "scaled_dot_product_attention: the fused kernel does not apply here");
+        return NULL;
+    }
+    const em_backend *be = q->storage->backend;
+    int nd = q->ndim;
+    int64_t rows = 1;
+    for (int i = 0; i < nd - 1; i++) rows *= q->shape[i];
+    em_tensor *out = heads_last(q, v->shape[nd - 1]);
+    em_tensor *lse = out ? em__tensor_new_on(be, q->storage->device, 1, &rows, EM_F32) : NULL;
+    em_tensor *v4[4] = {NULL};
+    const em_tensor *src[4] = {out, q, k, v};
+    em_status st = lse ? EM_OK : em_last_status();
+    for (int i = 0; i < 4 && st == EM_OK; i++)
+        if (!(v4[i] = as4(src[i]))) st = em_last_status();
+    if (st == EM_OK) st = be->sdpa(v4[0], lse, v4[1], v4[2], v4[3], scale, causal);
+    for (int i = 0; i < 4; i++) em_release(v4[i]);
+    em_tensor *in[3] = {q, k, v};
+    if (st != EM_OK || !em__grad_needed(3, in)) {
+        em_release(lse);
+        if (st != EM_OK) {
+            em_release(out);
+            return NULL;
+        }
+        return em__scoped(out);
+    }
+    sdpa_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        em_release(lse);
+        em_release(out);
+        em_error(EM_ERR_OUT_OF_MEMORY, "scaled_dot_product_attention: out of host memory for its autograd node");
+        return NULL;
+    }
+    c->scale = scale;
+    c->causal = causal;
+    c->lse = lse;
+    const em_tensor *keep[4] = {q, k, v, out};
+    em_tensor **dst[4] = {&c->q, &c->k, &c->v, &c->out};
+    for (int i = 0; i < 4; i++) {
+        *dst[i] = em__view_of(keep[i], keep[i]->ndim, keep[i]->shape, keep[i]->strides, keep[i]->offset);
+        if (!*dst[i]) st = em_last_status();
+        c->version[i] = atomic_load(&keep[i]->storage->version);
+        if (i < 3) c->needs[i] = em_requires_grad(in[i]);
+    }
+    if (st != EM_OK) {
+        sdpa_destroy(c);
+        em_release(out);
+        return NULL;
+    }
+    if (em__grad_record_custom(&SDPA_GRAD, c, out, 3, in) != EM_OK) { /* owns c now */
+        em_release(out);
+        return NULL;
+    }
+    return em__scoped(out);
+}
