@@ -1,7 +1,8 @@
 /* f32 matmul through oneDNN (src/backends/cpu/cpu_sgemm_dnnl.c): the wrapper against a
  * double-precision reference in every transpose, with leading dimensions past the matrix, C's
  * old contents ignored for beta = 0 (NaN) and added for beta = 1, its padding left alone; the
- * per-shape policy; and em_matmul / em_addmm giving the same products whichever GEMM runs them.
+ * per-shape policy; em_matmul / em_addmm giving the same products whichever GEMM runs them;
+ * and Linear's bias in the GEMM's epilogue.
  * Skipped in builds without oneDNN. */
 #include <dlfcn.h>
 #include <float.h>
@@ -135,6 +136,48 @@ static void test_matmul_through_dnnl(void) {
     CHECK(em__cpu_sgemm_policy(g_start));
 }
 
+/* Linear's forward with the bias in oneDNN's epilogue (em__cpu_addmm_bias, which em_addmm
+ * tries first): against OpenBLAS's product plus the bias, on 1 and 2 threads (row blocks of
+ * two sizes), with the weight transposed or not and the input transposed; and declined (so
+ * the caller's path runs) below its floor of rows, with a strided bias, under "openblas". */
+em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b);
+
+static void test_addmm_bias_epilogue(void) {
+    if (!em__cpu_sgemm_policy("auto")) SKIP("a build without oneDNN");
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f");
+    em_scope s = em_scope_begin();
+    em_manual_seed(5);
+    em_tensor *x = em_randn(EM_SHAPE(300, 200), EM_OPTS(0)), *w = em_randn(EM_SHAPE(130, 200), EM_OPTS(0));
+    em_tensor *bias = em_randn(EM_SHAPE(130), EM_OPTS(0)), *out = em_empty(EM_SHAPE(300, 130), EM_OPTS(0));
+    em_tensor *xt = em_transpose(em_contiguous(em_transpose(x, 0, 1)), 0, 1); /* x's values, column-major */
+    em_tensor *operands[3][2] = {{x, em_transpose(w, 0, 1)}, {x, em_contiguous(em_transpose(w, 0, 1))},
+                                 {xt, em_transpose(w, 0, 1)}};
+    CHECK(em__cpu_sgemm_policy("openblas"));
+    em_tensor *want = em_add(em_matmul(x, em_transpose(w, 0, 1)), bias);
+    CHECK(em__cpu_sgemm_policy("auto"));
+    for (int threads = 1; threads <= 2; threads++) {
+        em_set_num_threads(threads);
+        for (int c = 0; c < 3; c++) {
+            em_status st = em__cpu_addmm_bias(out, bias, operands[c][0], operands[c][1]);
+            CHECK(st == (avx512 ? EM_OK : EM_ERR_NOT_SUPPORTED));
+            if (st == EM_OK) CHECK(em_item(em_max(em_abs(em_sub(out, want)), EM_ALL_DIMS, false)) < 1e-3);
+            em_tensor *viaop = em_addmm(bias, operands[c][0], operands[c][1], 1.0, 1.0); /* whichever path */
+            CHECK(viaop && em_item(em_max(em_abs(em_sub(viaop, want)), EM_ALL_DIMS, false)) < 1e-3);
+        }
+    }
+    em_set_num_threads(1);
+    em_tensor *few = em_empty(EM_SHAPE(64, 130), EM_OPTS(0));
+    CHECK(em__cpu_addmm_bias(few, bias, em_narrow(x, 0, 0, 64), em_transpose(w, 0, 1)) == EM_ERR_NOT_SUPPORTED);
+    em_tensor *strided = em_select(em_reshape(em_randn(EM_SHAPE(130 * 2), EM_OPTS(0)), EM_SHAPE(130, 2)), 1, 0);
+    CHECK(em__cpu_addmm_bias(out, strided, x, em_transpose(w, 0, 1)) == EM_ERR_NOT_SUPPORTED);
+    CHECK(em__cpu_sgemm_policy("openblas"));
+    CHECK(em__cpu_addmm_bias(out, bias, x, em_transpose(w, 0, 1)) == EM_ERR_NOT_SUPPORTED);
+    CHECK(!em_failed()); /* declining records nothing */
+    em_scope_end(s);
+    CHECK(em__cpu_sgemm_policy(g_start));
+}
+
 /* Around each oneDNN call the thread's OpenMP thread count is 1 (no OpenMP team next to
  * Ember's pool), and afterwards the caller's own setting is back. */
 static void test_omp_setting_kept(void) {
@@ -164,6 +207,7 @@ int main(void) {
     RUN(test_sgemm_against_reference);
     RUN(test_sgemm_policy);
     RUN(test_matmul_through_dnnl);
+    RUN(test_addmm_bias_epilogue);
     RUN(test_omp_setting_kept);
     return test_summary();
 }

@@ -175,6 +175,11 @@ typedef struct em_backend {
      * in f32 and round once) a [M, K], b [K, N] and a contiguous out [M, N] of their dtype (addmm: core fills out with the broadcast bias first). NULL: core runs
      * matmul and then add. */
     em_status (*matmul_acc)(em_tensor *out, const em_tensor *a, const em_tensor *b);
+    /* Optional: out = a @ b + bias, bias contiguous [N] added to every row, the bias in the
+     * GEMM's epilogue (no pass writing the bias rows for the GEMM to read back); a, b, out as
+     * for matmul_acc. EM_ERR_NOT_SUPPORTED with nothing written or recorded: not for this
+     * one (core fills out with the bias and calls matmul_acc). */
+    em_status (*addmm_bias)(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b);
     /* Softmax (or log-softmax) of in along dim; out has in's shape and dtype. */
     em_status (*softmax)(em_tensor *out, const em_tensor *in, int dim, bool log);
     /* out = in.index_select(dim, index): index is 1-d EM_I64 with values already checked

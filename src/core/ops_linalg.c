@@ -142,9 +142,16 @@ em_tensor *em_addmm(em_tensor *input, em_tensor *mat1, em_tensor *mat2, double b
         em_tensor *out = em__tensor_new_on(be, mat1->storage->device, 2, shape, dt);
         if (!out) return NULL;
         em_tensor bias;
-        em__stack_view(&bias, input, 2, shape, bstr, input->offset);
-        em_status st = M * N > 0 ? be->copy(out, &bias) : EM_OK;
-        if (st == EM_OK) st = be->matmul_acc(out, mat1, mat2);
+        em_status st = EM_ERR_NOT_SUPPORTED;
+        if (be->addmm_bias && bstr[0] == 0 && (N == 1 || bstr[1] == 1) && M * N > 0) { /* a Linear's bias row */
+            em__stack_view(&bias, input, 1, &N, &bstr[1], input->offset);
+            st = be->addmm_bias(out, &bias, mat1, mat2);
+        }
+        if (st == EM_ERR_NOT_SUPPORTED) {
+            em__stack_view(&bias, input, 2, shape, bstr, input->offset);
+            st = M * N > 0 ? be->copy(out, &bias) : EM_OK;
+            if (st == EM_OK) st = be->matmul_acc(out, mat1, mat2);
+        }
         if (st != EM_OK) {
             em_release(out);
             return NULL;

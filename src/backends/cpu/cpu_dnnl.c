@@ -1,4 +1,6 @@
-/* bf16/f16 GEMM through oneDNN's matmul primitive (float32 accumulation), see cpu_dnnl.h.
+/* bf16/f16 GEMM through oneDNN's matmul primitive (float32 accumulation), see cpu_dnnl.h;
+ * also float32 products with a bias row in the epilogue (Linear's forward) and batches of
+ * float32 products (attention's).
  *
  * Which kernel: oneDNN picks the best ISA it is allowed (dnnl_get_effective_cpu_isa: AMX
  * tiles, avx512_core_amx, where the CPU has them and Linux grants the tile state, which
@@ -23,6 +25,7 @@
 #include <ember/device.h>
 #include "../../core/errors.h"
 #include "cpu_gemm.h"
+#include "cpu_sgemm_dnnl.h"
 
 #ifdef EMBER_HAVE_DNNL
 #include <dlfcn.h>
@@ -40,6 +43,7 @@ typedef struct key {            /* all int64_t: compared with memcmp, no padding
     /* batched float32 (em__cpu_dnnl_sgemm_batch): batch dims and each operand's element
      * strides over them (0: broadcast); nb = 0 for one matrix */
     int64_t nb, bshape[EM_DNNL_MAX_BATCH], bsx[EM_DNNL_MAX_BATCH], bsy[EM_DNNL_MAX_BATCH], bsz[EM_DNNL_MAX_BATCH];
+    int64_t bias;               /* a [Q] bias added to every row (one matrix only) */
 } key;
 
 typedef struct entry {
@@ -106,7 +110,7 @@ static dnnl_status_t create(const key *k, dnnl_primitive_desc_t *pd, dnnl_primit
     sx[nb] = k->xt ? 1 : k->ldx, sx[nb + 1] = k->xt ? k->ldx : 1;
     sy[nb] = k->yt ? 1 : k->ldy, sy[nb + 1] = k->yt ? k->ldy : 1;
     sz[nb] = k->ldz, sz[nb + 1] = 1;
-    dnnl_memory_desc_t mx, my, mz;
+    dnnl_memory_desc_t mx, my, mz, mb;
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
@@ -116,7 +120,8 @@ static dnnl_status_t create(const key *k, dnnl_primitive_desc_t *pd, dnnl_primit
     dnnl_status_t s = dnnl_memory_desc_init_by_strides(&mx, nd, dx, dt, sx);
     if (!s) s = dnnl_memory_desc_init_by_strides(&my, nd, dy, dt, sy);
     if (!s) s = dnnl_memory_desc_init_by_strides(&mz, nd, dz, dt, sz);
-    if (!s) s = dnnl_matmul_desc_init(&md, &mx, &my, NULL, &mz);
+    if (!s && k->bias) s = dnnl_memory_desc_init_by_strides(&mb, 2, (dnnl_dims_t){1, k->Q}, dt, (dnnl_dims_t){k->Q, 1});
+    if (!s) s = dnnl_matmul_desc_init(&md, &mx, &my, k->bias ? &mb : NULL, &mz);
     if (!s) s = dnnl_primitive_attr_create(&attr);
     if (!s) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
     if (!s && k->acc) { /* Z += X Y: the sum post-op reads Z (the bias) before rounding once */
@@ -155,7 +160,7 @@ static void probe(em_dtype dt, dnnl_cpu_isa_t isa) {
                  v->major, v->minor, v->patch, isa_name(isa));
         return;
     }
-    key k = {dt, 64, 64, 64, 0, 0, 64, 64, 64, 0, 0, {0}, {0}, {0}, {0}};
+    key k = {dt, 64, 64, 64, 0, 0, 64, 64, 64, 0, 0, {0}, {0}, {0}, {0}, 0};
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     size_t scratch;
@@ -266,9 +271,9 @@ static void release(entry *e) {
     pthread_mutex_unlock(&g_lock);
 }
 
-static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z) {
+static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z, const void *bias) {
     dnnl_status_t s = dnnl_success;
-    dnnl_memory_t mx = NULL, my = NULL, mz = NULL, ms = NULL;
+    dnnl_memory_t mx = NULL, my = NULL, mz = NULL, ms = NULL, mb = NULL;
     void *scratch = e->scratch ? malloc(e->scratch) : NULL;
     if (e->scratch && !scratch) return dnnl_out_of_memory;
     int omp = one_omp_thread();
@@ -279,11 +284,17 @@ static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z) {
     if (!s) s = dnnl_memory_create(&mz, dnnl_primitive_desc_query_md(e->pd, dnnl_query_dst_md, 0), g_engine, z);
     if (!s && e->scratch)
         s = dnnl_memory_create(&ms, dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0), g_engine, scratch);
+    if (!s && bias)
+        s = dnnl_memory_create(&mb, dnnl_primitive_desc_query_md(e->pd, dnnl_query_weights_md, 1), g_engine, (void *)bias);
     if (!s) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, my}, {DNNL_ARG_DST, mz}, {DNNL_ARG_SCRATCHPAD, ms}};
-        s = dnnl_primitive_execute(e->prim, str, ms ? 4 : 3, args);
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, my}, {DNNL_ARG_DST, mz}};
+        int n = 3;
+        if (ms) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
+        if (mb) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mb};
+        s = dnnl_primitive_execute(e->prim, str, n, args);
         if (!s) s = dnnl_stream_wait(str);
     }
+    if (mb) dnnl_memory_destroy(mb);
     if (mx) dnnl_memory_destroy(mx);
     if (my) dnnl_memory_destroy(my);
     if (mz) dnnl_memory_destroy(mz);
@@ -311,10 +322,11 @@ typedef struct job {
 static void run_block(job *j, int64_t r, int64_t c) {
     const em_lowp_gemm *g = j->g;
     int64_t r0 = r * j->rper, c0 = c * j->qper;
-    const char *x = (const char *)g->x + (size_t)(r0 * (g->xt ? 1 : g->ldx)) * 2;
-    const char *y = (const char *)g->y + (size_t)(c0 * (g->yt ? g->ldy : 1)) * 2;
-    char *z = (char *)g->z + (size_t)(r0 * g->ldz + c0) * 2;
-    dnnl_status_t s = execute(j->e[r == j->nr - 1][c == j->nc - 1], x, y, z);
+    size_t es = g->dtype == EM_F32 ? 4 : 2;
+    const char *x = (const char *)g->x + (size_t)(r0 * (g->xt ? 1 : g->ldx)) * es;
+    const char *y = (const char *)g->y + (size_t)(c0 * (g->yt ? g->ldy : 1)) * es;
+    char *z = (char *)g->z + (size_t)(r0 * g->ldz + c0) * es;
+    dnnl_status_t s = execute(j->e[r == j->nr - 1][c == j->nc - 1], x, y, z, g->bias ? g->bias + c0 : NULL);
     if (s) atomic_store(&j->status, (int)s);
 }
 
@@ -328,8 +340,27 @@ static void chunk(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+static em_status run_gemm(const em_lowp_gemm *g);
+
 em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g) {
-    if (!em__cpu_dnnl_runs(g->dtype)) return EM_ERR_NOT_SUPPORTED;
+    if (!em__cpu_dnnl_runs(g->dtype) || g->bias) return EM_ERR_NOT_SUPPORTED;
+    return run_gemm(g);
+}
+
+em_status em__cpu_dnnl_sgemm_bias(const em_lowp_gemm *g) {
+    if (g->dtype != EM_F32 || !g->bias || g->acc || g->P < EM_SGEMM_BIAS_MIN_ROWS ||
+        g->P * g->Q * g->K < EM_SGEMM_BIAS_MIN_MACS ||
+        strcmp(em__cpu_sgemm_policy_name(), "openblas") == 0)
+        return EM_ERR_NOT_SUPPORTED;
+    pthread_once(&g_once, init);
+    __builtin_cpu_init();
+    if (!g_engine || !__builtin_cpu_supports("avx512f")) return EM_ERR_NOT_SUPPORTED;
+    em_status st = run_gemm(g);
+    if (st != EM_OK && st != EM_ERR_NOT_SUPPORTED) em_clear_error(); /* the caller's path computes it */
+    return st == EM_OK ? EM_OK : EM_ERR_NOT_SUPPORTED;
+}
+
+static em_status run_gemm(const em_lowp_gemm *g) {
     if (g->P == 0 || g->Q == 0) return EM_OK;
     job j = {.g = g, .split_rows = g->P >= g->Q};
     int64_t len = j.split_rows ? g->P : g->Q;
@@ -360,7 +391,7 @@ em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g) {
             j.e[rt][ct] = NULL;
             if ((rt == 0 && j.nr == 1) || (ct == 0 && j.nc == 1) || !ok) continue; /* never used */
             key k = {g->dtype, rt ? rlast : j.rper, ct ? clast : j.qper, g->K, g->xt, g->yt,
-                     g->ldx, g->ldy, g->ldz, g->acc, 0, {0}, {0}, {0}, {0}};
+                     g->ldx, g->ldy, g->ldz, g->acc, 0, {0}, {0}, {0}, {0}, g->bias != NULL};
             if (!(j.e[rt][ct] = acquire(&k, &s))) ok = false;
         }
     if (!ok) {
@@ -401,7 +432,7 @@ static void bchunk(void *arg, int64_t begin, int64_t end) {
         const float *x = (const float *)j->g->x + i0 * j->b->bsx[0];
         const float *y = (const float *)j->g->y + i0 * j->b->bsy[0];
         float *z = (float *)j->g->z + i0 * j->b->bsz[0];
-        dnnl_status_t s = execute(j->e[c == j->n - 1], x, y, z);
+        dnnl_status_t s = execute(j->e[c == j->n - 1], x, y, z, NULL);
         if (s) atomic_store(&j->status, (int)s);
     }
 }
@@ -442,7 +473,7 @@ em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b
     int64_t last = outer - (j.n - 1) * j.per;
     dnnl_status_t s = dnnl_success;
     for (int t = 0; t < 2; t++) {
-        key k = {EM_F32, g->P, g->Q, g->K, g->xt, g->yt, g->ldx, g->ldy, g->ldz, 0, b->nb, {0}, {0}, {0}, {0}};
+        key k = {EM_F32, g->P, g->Q, g->K, g->xt, g->yt, g->ldx, g->ldy, g->ldz, 0, b->nb, {0}, {0}, {0}, {0}, 0};
         for (int i = 0; i < b->nb; i++) {
             k.bshape[i] = b->bshape[i];
             k.bsx[i] = b->bsx[i], k.bsy[i] = b->bsy[i], k.bsz[i] = b->bsz[i];
@@ -477,6 +508,11 @@ const char *em_cpu_matmul_impl(em_dtype dt) {
 }
 
 #else /* without oneDNN: always the float32 path */
+
+em_status em__cpu_dnnl_sgemm_bias(const em_lowp_gemm *g) {
+    (void)g;
+    return EM_ERR_NOT_SUPPORTED;
+}
 
 em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b) {
     (void)g, (void)b;

@@ -181,7 +181,7 @@ static em_status dnnl_batch(const batch_job *j) {
         b.bsy[d] = ty->shape[d] == 1 ? 0 : ty->strides[d];
         b.bsz[d] = m->out->strides[d];
     }
-    em_lowp_gemm l = {EM_F32, g.P, g.Q, g.K, g.x, g.y, g.z, g.xt, g.yt, g.ldx, g.ldy, g.ldz, false};
+    em_lowp_gemm l = {EM_F32, g.P, g.Q, g.K, g.x, g.y, g.z, g.xt, g.yt, g.ldx, g.ldy, g.ldz, false, NULL};
     return em__cpu_dnnl_sgemm_batch(&l, &b);
 }
 
@@ -217,7 +217,7 @@ static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int
 
 /* ---- bf16/f16 on oneDNN: the layouts and batch folding of blas_matmul ---- */
 static em_lowp_gemm lowp_of(const gemm *g, em_dtype dt, bool acc) {
-    return (em_lowp_gemm){dt, g->P, g->Q, g->K, g->x, g->y, g->z, g->xt, g->yt, g->ldx, g->ldy, g->ldz, acc};
+    return (em_lowp_gemm){dt, g->P, g->Q, g->K, g->x, g->y, g->z, g->xt, g->yt, g->ldx, g->ldy, g->ldz, acc, NULL};
 }
 
 /* batches 1 + [begin, end): the first ran on the calling thread */
@@ -411,7 +411,7 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
                               (const char *)ua->storage->block.handle + ua->storage->block.offset + ua->offset * (int64_t)es,
                               (const char *)ub->storage->block.handle + ub->storage->block.offset + ub->offset * (int64_t)es,
                               (char *)out->storage->block.handle + out->storage->block.offset + out->offset * (int64_t)es,
-                              la == 1, lb == 1, lda, ldb, N, true};
+                              la == 1, lb == 1, lda, ldb, N, true, NULL};
             st = em__cpu_dnnl_gemm(&g);
         }
         if (ua != a) tmp_free(&ta);
@@ -436,6 +436,20 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
 
 /* out += a @ b (2-d f32/f64, out contiguous): BLAS with beta = 1 on an out core pre-filled
  * with the bias, which saves the pass that zeroes C and the pass that adds the bias. */
+/* out = a @ b + bias with the bias in oneDNN's epilogue (float32, big enough: cpu_dnnl.h) */
+em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b) {
+    if (out->dtype != EM_F32 || a->dtype != EM_F32 || b->dtype != EM_F32 || bias->dtype != EM_F32 ||
+        out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || bias->ndim != 1 || !em__cpu_is_contiguous(out) ||
+        !em__cpu_is_contiguous(bias))
+        return EM_ERR_NOT_SUPPORTED;
+    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1], lda = 0, ldb = 0;
+    int la = mat_layout(M, K, a->strides[0], a->strides[1], &lda), lb = mat_layout(K, N, b->strides[0], b->strides[1], &ldb);
+    if (la < 0 || lb < 0 || bias->shape[0] != N || K == 0) return EM_ERR_NOT_SUPPORTED;
+    em_lowp_gemm g = {EM_F32, M, N, K, em__host_ptr(a), em__host_ptr(b), em__host_ptr(out), la == 1, lb == 1,
+                      lda, ldb, N, false, em__host_ptr(bias)};
+    return em__cpu_dnnl_sgemm_bias(&g);
+}
+
 em_status em__cpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
     em_dtype dt = out->dtype;
     if ((dt == EM_F16 || dt == EM_BF16) && out->ndim == 2 && a->ndim == 2 && b->ndim == 2 && a->dtype == dt &&
