@@ -196,18 +196,22 @@ static void sdpa_bwd_heads(void *arg, int64_t t0, int64_t t1) {
             for (; e < Ev; e++) lane[0] += gi[e] * oi[e];
             dsum[i] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
         }
-        /* dk and dv sum over the row blocks */
-        for (int64_t s = 0; s < S; s++) {
+        /* dk and dv sum over the row blocks, the last first: it sees every key any block
+         * sees, so its products write them (beta 0) and the others add; keys no query sees
+         * (causal, L < S) get zeros */
+        for (int64_t s = block_keys(j, L); s < S; s++) {
             memset(at(&j->dk, b, h, s), 0, sizeof(float) * (size_t)E);
             memset(at(&j->dv, b, h, s), 0, sizeof(float) * (size_t)Ev);
         }
-        for (int64_t i0 = 0; i0 < L; i0 += SDPA_ROWS) {
-            int64_t rows = L - i0 < SDPA_ROWS ? L - i0 : SDPA_ROWS, sc = block_keys(j, i0 + rows);
+        int64_t nblk = (L + SDPA_ROWS - 1) / SDPA_ROWS;
+        for (int64_t bi = nblk - 1; bi >= 0; bi--) {
+            int64_t i0 = bi * SDPA_ROWS, rows = L - i0 < SDPA_ROWS ? L - i0 : SDPA_ROWS, sc = block_keys(j, i0 + rows);
+            float beta = bi == nblk - 1 ? 0.0f : 1.0f;
             scores(j, b, h, i0, rows, sc, kt, p, tmp);
             for (int64_t r = 0; r < rows; r++) shift_row(p + r * sc, visible(j, i0 + r, sc), sc, &lse[i0 + r]);
             em__cpu_vexp_f32(p, p, rows * sc); /* P = e^(s - lse) where visible, else 0 */
             const float *gb = at(&j->g, b, h, i0);
-            gemm(true, false, sc, Ev, rows, 1.0f, p, sc, gb, j->g.sr, 1.0f, at(&j->dv, b, h, 0), j->dv.sr, tmp);
+            gemm(true, false, sc, Ev, rows, 1.0f, p, sc, gb, j->g.sr, beta, at(&j->dv, b, h, 0), j->dv.sr, tmp);
             gemm(false, false, rows, sc, Ev, 1.0f, gb, j->g.sr, vt, S, 0.0f, ds, sc, tmp);
             for (int64_t r = 0; r < rows; r++) { /* dS = P (dP - rowsum(g out)), times the scale */
                 float *restrict dr = ds + r * sc;
@@ -217,7 +221,7 @@ static void sdpa_bwd_heads(void *arg, int64_t t0, int64_t t1) {
             }
             gemm(false, false, rows, E, sc, 1.0f, ds, sc, at(&j->k, b, h, 0), j->k.sr, 0.0f, at(&j->dq, b, h, i0),
                  j->dq.sr, tmp);
-            gemm(true, false, sc, E, rows, 1.0f, ds, sc, at(&j->q, b, h, i0), j->q.sr, 1.0f, at(&j->dk, b, h, 0),
+            gemm(true, false, sc, E, rows, 1.0f, ds, sc, at(&j->q, b, h, i0), j->q.sr, beta, at(&j->dk, b, h, 0),
                  j->dk.sr, tmp);
         }
     }
