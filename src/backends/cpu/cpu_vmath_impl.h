@@ -179,9 +179,10 @@ ATTR static bool VF(softmax_row)(const float *x, float *y, int64_t n, bool lg) {
     }
     double s = VDSUM(acc0) + VDSUM(acc1);
     if (lg) { /* (x - max) - log(sum) */
-        V ls = VSET((float)log(s));
+        float lsf = (float)log(s);
+        V ls = VSET(lsf);
         for (int64_t i = 0; i < full; i += W) VSTORE(y + i, VSUB(VSUB(VLOAD(x + i), vm), ls));
-        for (int64_t i = full; i < n; i++) y[i] = (x[i] - mx) - (float)log(s);
+        for (int64_t i = full; i < n; i++) y[i] = (x[i] - mx) - lsf;
         return true;
     }
     V inv = VSET((float)(1 / s));
@@ -285,10 +286,13 @@ ATTR static void VF(softmax_bwd_row)(const float *g, const float *y, float *dx, 
         V gv = VLOAD(g + i), yv = VLOAD(y + i);
         VSTORE(dx + i, lg ? VSUB(gv, VMUL(VF(exp_v)(yv), vs)) : VMUL(yv, VSUB(gv, vs)));
     }
-    for (int64_t i = full; i < n; i++) {
-        float e;
-        if (lg) VF(exp_n)(y + i, &e, 1);
-        dx[i] = lg ? g[i] - e * fs : y[i] * (g[i] - fs);
+    if (full < n) { /* the last n % W as one padded vector (a class head's 10 columns are all tail) */
+        float pg[W] = {0}, py[W] = {0};
+        memcpy(pg, g + full, sizeof(float) * (size_t)(n - full));
+        memcpy(py, y + full, sizeof(float) * (size_t)(n - full));
+        V gv = VLOAD(pg), yv = VLOAD(py);
+        VSTORE(pg, lg ? VSUB(gv, VMUL(VF(exp_v)(yv), vs)) : VMUL(yv, VSUB(gv, vs)));
+        memcpy(dx + full, pg, sizeof(float) * (size_t)(n - full));
     }
 }
 
