@@ -1,6 +1,6 @@
 /* bf16/f16 GEMM through oneDNN's matmul primitive (float32 accumulation), see cpu_dnnl.h;
- * also float32 products with a bias row in the epilogue (Linear's forward) and batches of
- * float32 products (attention's).
+ * also products with a bias row in the epilogue (Linear's forward, float32 too) and batches
+ * of float32 products (attention's).
  *
  * Which kernel: oneDNN picks the best ISA it is allowed (dnnl_get_effective_cpu_isa: AMX
  * tiles, avx512_core_amx, where the CPU has them and Linux grants the tile state, which
@@ -326,7 +326,7 @@ static void run_block(job *j, int64_t r, int64_t c) {
     const char *x = (const char *)g->x + (size_t)(r0 * (g->xt ? 1 : g->ldx)) * es;
     const char *y = (const char *)g->y + (size_t)(c0 * (g->yt ? g->ldy : 1)) * es;
     char *z = (char *)g->z + (size_t)(r0 * g->ldz + c0) * es;
-    dnnl_status_t s = execute(j->e[r == j->nr - 1][c == j->nc - 1], x, y, z, g->bias ? g->bias + c0 : NULL);
+    dnnl_status_t s = execute(j->e[r == j->nr - 1][c == j->nc - 1], x, y, z, g->bias ? (const char *)g->bias + (size_t)c0 * es : NULL);
     if (s) atomic_store(&j->status, (int)s);
 }
 
@@ -347,14 +347,17 @@ em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g) {
     return run_gemm(g);
 }
 
-em_status em__cpu_dnnl_sgemm_bias(const em_lowp_gemm *g) {
-    if (g->dtype != EM_F32 || !g->bias || g->acc || g->P < EM_SGEMM_BIAS_MIN_ROWS ||
-        g->P * g->Q * g->K < EM_SGEMM_BIAS_MIN_MACS ||
-        strcmp(em__cpu_sgemm_policy_name(), "openblas") == 0)
+em_status em__cpu_dnnl_gemm_bias(const em_lowp_gemm *g) {
+    if (!g->bias || g->acc || g->P < EM_SGEMM_BIAS_MIN_ROWS || g->P * g->Q * g->K < EM_SGEMM_BIAS_MIN_MACS)
         return EM_ERR_NOT_SUPPORTED;
-    pthread_once(&g_once, init);
-    __builtin_cpu_init();
-    if (!g_engine || !__builtin_cpu_supports("avx512f")) return EM_ERR_NOT_SUPPORTED;
+    if (g->dtype == EM_F32) {
+        if (strcmp(em__cpu_sgemm_policy_name(), "openblas") == 0) return EM_ERR_NOT_SUPPORTED;
+        pthread_once(&g_once, init);
+        __builtin_cpu_init();
+        if (!g_engine || !__builtin_cpu_supports("avx512f")) return EM_ERR_NOT_SUPPORTED;
+    } else if (!em__cpu_dnnl_runs(g->dtype)) {
+        return EM_ERR_NOT_SUPPORTED;
+    }
     em_status st = run_gemm(g);
     if (st != EM_OK && st != EM_ERR_NOT_SUPPORTED) em_clear_error(); /* the caller's path computes it */
     return st == EM_OK ? EM_OK : EM_ERR_NOT_SUPPORTED;
@@ -509,7 +512,7 @@ const char *em_cpu_matmul_impl(em_dtype dt) {
 
 #else /* without oneDNN: always the float32 path */
 
-em_status em__cpu_dnnl_sgemm_bias(const em_lowp_gemm *g) {
+em_status em__cpu_dnnl_gemm_bias(const em_lowp_gemm *g) {
     (void)g;
     return EM_ERR_NOT_SUPPORTED;
 }

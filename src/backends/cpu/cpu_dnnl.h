@@ -21,7 +21,7 @@ typedef struct em_lowp_gemm {
     bool xt, yt;
     int64_t ldx, ldy, ldz;
     bool acc;
-    const float *bias;  /* float32 only (em__cpu_dnnl_sgemm_bias): [Q] added to every row, or NULL */
+    const void *bias;   /* em__cpu_dnnl_gemm_bias: [Q] of dtype added to every row; else NULL */
 } em_lowp_gemm;
 
 /* Runs g on Ember's threads through oneDNN. EM_ERR_NOT_SUPPORTED, nothing recorded: oneDNN
@@ -33,18 +33,20 @@ em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g);
  * CPU, and EMBER_CPU_LOWP_GEMM not "portable". */
 bool em__cpu_dnnl_runs(em_dtype dt);
 
-/* Z = X Y + bias (g->bias: Q floats added to every row) in float32 with the bias in the
- * GEMM's epilogue (oneDNN's matmul primitive), where a separate pass would write the bias
- * rows and the GEMM read them back (Linear's forward: 5-13% of its time at the GPT's sizes).
- * Runs on Ember's threads. EM_ERR_NOT_SUPPORTED, z untouched and nothing recorded: not built
- * with oneDNN, EMBER_CPU_SGEMM=openblas, a CPU without AVX-512, a product under
+/* Z = X Y + bias (g->bias: Q values of g->dtype added to every row), the bias in the GEMM's
+ * epilogue (oneDNN's matmul primitive), where a separate pass would write the bias rows and
+ * the GEMM read them back (Linear's forward: 5-13% of its time at the GPT's sizes). float32
+ * on AVX-512, and bf16/f16 where em__cpu_dnnl_runs (float32 accumulation, the bias added
+ * before the one rounding, as the sum post-op did). Runs on Ember's threads.
+ * EM_ERR_NOT_SUPPORTED, z untouched and nothing recorded: not built with oneDNN,
+ * EMBER_CPU_SGEMM=openblas (float32), no such kernel here, a product under
  * EM_SGEMM_BIAS_MIN_MACS multiply-adds or EM_SGEMM_BIAS_MIN_ROWS rows, or a layout oneDNN
  * refuses; the caller then writes the bias rows and accumulates the product. Measured: the
  * GPT's step (2048 rows) 52.5 -> 49.9 ms; the seed MLP at batch 256 the same, at batch 64
  * 3% slower epochs (the primitive's per-call cost), hence the rows' floor. */
 #define EM_SGEMM_BIAS_MIN_MACS (1 << 22)
 #define EM_SGEMM_BIAS_MIN_ROWS 256
-em_status em__cpu_dnnl_sgemm_bias(const em_lowp_gemm *g);
+em_status em__cpu_dnnl_gemm_bias(const em_lowp_gemm *g);
 
 /* ---- batched float32 products as one oneDNN matmul primitive (the attention's) ---- */
 #define EM_DNNL_MAX_BATCH 4

@@ -436,18 +436,19 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
 
 /* out += a @ b (2-d f32/f64, out contiguous): BLAS with beta = 1 on an out core pre-filled
  * with the bias, which saves the pass that zeroes C and the pass that adds the bias. */
-/* out = a @ b + bias with the bias in oneDNN's epilogue (float32, big enough: cpu_dnnl.h) */
+/* out = a @ b + bias with the bias in oneDNN's epilogue (big enough products: cpu_dnnl.h) */
 em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b) {
-    if (out->dtype != EM_F32 || a->dtype != EM_F32 || b->dtype != EM_F32 || bias->dtype != EM_F32 ||
+    em_dtype dt = out->dtype;
+    if ((dt != EM_F32 && dt != EM_BF16 && dt != EM_F16) || a->dtype != dt || b->dtype != dt || bias->dtype != dt ||
         out->ndim != 2 || a->ndim != 2 || b->ndim != 2 || bias->ndim != 1 || !em__cpu_is_contiguous(out) ||
         !em__cpu_is_contiguous(bias))
         return EM_ERR_NOT_SUPPORTED;
     int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1], lda = 0, ldb = 0;
     int la = mat_layout(M, K, a->strides[0], a->strides[1], &lda), lb = mat_layout(K, N, b->strides[0], b->strides[1], &ldb);
     if (la < 0 || lb < 0 || bias->shape[0] != N || K == 0) return EM_ERR_NOT_SUPPORTED;
-    em_lowp_gemm g = {EM_F32, M, N, K, em__host_ptr(a), em__host_ptr(b), em__host_ptr(out), la == 1, lb == 1,
+    em_lowp_gemm g = {dt, M, N, K, em__host_ptr(a), em__host_ptr(b), em__host_ptr(out), la == 1, lb == 1,
                       lda, ldb, N, false, em__host_ptr(bias)};
-    return em__cpu_dnnl_sgemm_bias(&g);
+    return em__cpu_dnnl_gemm_bias(&g);
 }
 
 em_status em__cpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
