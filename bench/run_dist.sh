@@ -6,11 +6,13 @@
 # MLPs and batches, one thread per process on both sides.
 # Usage: bench/run_dist.sh [build-dir]   (a Release build; default build)
 #   ONLY=allreduce: the all_reduce part alone (a second run when the first was disturbed)
-# Environment: TORCH_PYTHON (default /usr/bin/python3, Debian's PyTorch 1.13); MODELS, the
-#   hidden widths of each MLP, ";"-separated (default "256;1024 1024 1024").
+# Environment: TORCH_PYTHON, the PyTorch interpreters, space-separated, one column pair each
+#   (default "/usr/bin/python3 /work/venv-torch/bin/python": Debian's 1.13 and 2.x from PyPI;
+#   one without torch is left out); MODELS, the hidden widths of each MLP, ";"-separated
+#   (default "256;1024 1024 1024").
 set -eu
 BUILD=${1:-build}
-TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
+TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3 /work/venv-torch/bin/python}
 MODELS=${MODELS:-256;1024 1024 1024}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -36,16 +38,31 @@ echo "load average after the all_reduce part: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "## DDP step (forward, backward with bucketed all-reduce, Adam), batch 64 per rank, 1 thread per rank"
 echo
-echo "| MLP hidden | parameters | buckets | 1 rank ms | 2 ranks ms | 2 / 1 | all-reduce hidden | PyTorch DDP gloo 2 procs ms | PyTorch / Ember |"
-echo "|---|---|---|---|---|---|---|---|---|"
+# the PyTorch interpreters that have torch, and their versions for the header
+PYS="" HEAD="" RULE=""
+for py in $TORCH_PYTHON; do
+    v=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) || { echo "$py: no torch (left out)"; continue; }
+    PYS="$PYS $py"
+    HEAD="$HEAD PyTorch $v DDP gloo 2 procs ms | PyTorch $v / Ember |"
+    RULE="$RULE---|---|"
+done
+echo "| MLP hidden | parameters | buckets | 1 rank ms | 2 ranks ms | 2 / 1 | all-reduce hidden |$HEAD"
+echo "|---|---|---|---|---|---|---|$RULE"
 printf '%s\n' "$MODELS" | tr ';' '\n' | while read -r hidden; do
     one=$($MPI -np 1 "$BUILD/bench_dist" ddp $hidden </dev/null | awk '/^ddp/ {print $11}')
     two=$($MPI -np 2 "$BUILD/bench_dist" ddp $hidden </dev/null | awk '/^ddp/ {print $7, $9, $11, $13}')
-    torch=$("$TORCH_PYTHON" bench/dist_ddp_torch.py 2 $hidden </dev/null 2>/dev/null | awk '/^torch_ddp/ {print $7}') || torch=""
+    torch=""
+    for py in $PYS; do
+        t=$("$py" bench/dist_ddp_torch.py 2 $hidden </dev/null 2>/dev/null | awk '/^torch_ddp/ {print $7}') || t=""
+        torch="$torch|${t:--}"
+    done
     set -- $two
-    echo "$hidden|$1|$2|$one|$3|$4|${torch:--}" | awk -F'|' '{
-        ratio = $4 > 0 ? $5 / $4 : 0; tr = ($7 != "-" && $5 > 0) ? sprintf("%.2f", $7 / $5) : "-";
-        printf "| %s | %s | %s | %.3f | %.3f | %.2f | %s%% | %s | %s |\n", $1, $2, $3, $4, $5, ratio, $6, $7, tr }'
+    echo "$hidden|$1|$2|$one|$3|$4$torch" | awk -F'|' '{
+        ratio = $4 > 0 ? $5 / $4 : 0;
+        line = sprintf("| %s | %s | %s | %.3f | %.3f | %.2f | %s%% |", $1, $2, $3, $4, $5, ratio, $6);
+        for (i = 7; i <= NF; i++)
+            line = line sprintf(" %s | %s |", $i, ($i != "-" && $5 > 0) ? sprintf("%.2f", $i / $5) : "-");
+        print line }'
 done
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
