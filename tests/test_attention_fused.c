@@ -4,7 +4,8 @@
  * 2-, 3- and 4-d operands, L != S both ways, causal or not, several row blocks, batch 1,
  * strided views (MultiheadAttention's split heads); which path ran is checked by the node's
  * name, so a test cannot pass on the composition twice. Also: NaN rows, a saved operand
- * modified in place, a second backward, and where the fused path must not apply. (The
+ * modified in place, a second backward, where the fused path must not apply, out of memory
+ * forward and backward, and em_sdpa_fused. (The
  * golden values against PyTorch, test_transformer_golden, run through the fused path too.) */
 #include <math.h>
 #include <stdio.h>
@@ -174,6 +175,39 @@ static void test_no_grad(void) {
     em_scope_end(s);
 }
 
+/* Out of memory in the fused forward and backward (the allocator's cap): a clear error,
+ * nothing half-made or leaked (the sanitizer build checks the leaks), and the next call
+ * works once the cap is gone; em_sdpa_fused for every device type and a bad one. */
+static void test_out_of_memory_and_queries(void) {
+    CHECK(em_sdpa_fused(EM_CPU));
+    CHECK(!em_sdpa_fused(EM_OPENCL)); /* composed on the GPUs */
+    CHECK(!em_sdpa_fused(EM_CUDA));
+    CHECK(!em_sdpa_fused((em_device_type)99));
+    use(false);
+    CHECK(!em_sdpa_fused(EM_CPU));
+    use(true);
+    em_scope s = em_scope_begin();
+    em_tensor *q = em_randn(EM_SHAPE(8, 4, 512, 64), (em_opts){0}); /* 4 MB: past the cached 2 MB segments */
+    CHECK_OK(em_set_requires_grad(q, true));
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    int64_t used = em_memory_reserved(EM_DEVICE_CPU);
+    CHECK_OK(em_memory_set_cap(EM_DEVICE_CPU, used + 4096)); /* no room for the output */
+    em_tensor *y = em_scaled_dot_product_attention(q, q, q, NULL, 0.0, true);
+    CHECK(y == NULL && em_last_status() == EM_ERR_OUT_OF_MEMORY);
+    em_clear_error();
+    CHECK_OK(em_memory_set_cap(EM_DEVICE_CPU, -1));
+    y = em_scaled_dot_product_attention(q, q, q, NULL, 0.0, true);
+    CHECK(y != NULL);
+    em_tensor *l = y ? em_sum(y, EM_ALL_DIMS, false) : NULL;
+    used = em_memory_reserved(EM_DEVICE_CPU);
+    CHECK_OK(em_memory_set_cap(EM_DEVICE_CPU, used + 4096)); /* no room for the gradients */
+    em_memory_empty_cache(EM_DEVICE_CPU);
+    CHECK(l && em_backward(l) == EM_ERR_OUT_OF_MEMORY);
+    em_clear_error();
+    CHECK_OK(em_memory_set_cap(EM_DEVICE_CPU, -1));
+    em_scope_end(s);
+}
+
 int main(void) {
     em_manual_seed(7);
     RUN(test_matches_composition);
@@ -181,5 +215,6 @@ int main(void) {
     RUN(test_saved_tensor_rules);
     RUN(test_composed_where_fused_does_not_apply);
     RUN(test_no_grad);
+    RUN(test_out_of_memory_and_queries);
     return test_summary();
 }
