@@ -2,13 +2,15 @@
 # Ember without OpenBLAS (CMake -DEMBER_BLAS=OFF: the built-in GEMM of src/backends/cpu/cpu_gemm.c)
 # and without oneDNN (-DEMBER_DNNL=OFF: bf16/f16 matmul converts to float32, the portable path)
 # builds and passes the matmul tests: the direct GEMM test, the CPU matmul test, the golden
-# ops (against PyTorch), linear algebra, nn and the bf16/f16 matmul test. Only those targets
-# are built, to stay short.
+# ops (against PyTorch), linear algebra, nn, the bf16/f16 matmul test and the fused attention
+# (its small per-head GEMMs take the built-in one, with its own alpha and beta). Only those
+# targets are built, to stay short.
 # Usage: scripts/test_noblas.sh [build-dir]   (default build-noblas)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build-noblas}
-tests=(test_cpu_gemm test_cpu_matmul test_golden_ops test_core_linalg test_nn test_optim_golden test_lowp_matmul)
+tests=(test_cpu_gemm test_cpu_matmul test_golden_ops test_core_linalg test_nn test_optim_golden test_lowp_matmul
+       test_attention_fused)
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DEMBER_BLAS=OFF -DEMBER_DNNL=OFF >/dev/null
 grep -q "^EMBER_BLAS:BOOL=OFF" "$dir/CMakeCache.txt"
 grep -q "^EMBER_DNNL:BOOL=OFF" "$dir/CMakeCache.txt"
