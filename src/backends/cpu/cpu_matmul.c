@@ -434,8 +434,6 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
     return st;
 }
 
-/* out += a @ b (2-d f32/f64, out contiguous): BLAS with beta = 1 on an out core pre-filled
- * with the bias, which saves the pass that zeroes C and the pass that adds the bias. */
 /* out = a @ b + bias with the bias in oneDNN's epilogue (big enough products: cpu_dnnl.h) */
 em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b) {
     em_dtype dt = out->dtype;
@@ -451,6 +449,8 @@ em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_ten
     return em__cpu_dnnl_gemm_bias(&g);
 }
 
+/* out += a @ b (2-d f32/f64, out contiguous): BLAS with beta = 1 on an out core pre-filled
+ * with the bias, which saves the pass that zeroes C and the pass that adds the bias. */
 em_status em__cpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
     em_dtype dt = out->dtype;
     if ((dt == EM_F16 || dt == EM_BF16) && out->ndim == 2 && a->ndim == 2 && b->ndim == 2 && a->dtype == dt &&
