@@ -23,7 +23,19 @@
 
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 #ifdef EMBER_HAVE_BLAS
-static void blas_single_thread(void) { openblas_set_num_threads(1); }
+#include <dlfcn.h>
+static void blas_single_thread(void) {
+    openblas_set_num_threads(1);
+    /* OpenBLAS's pthreads build starts its workers when it loads, and an idle worker spins on
+     * sched_yield for 2^28 cycles before it sleeps: a second core busy for the first ~0.1 s of
+     * every program (seen as twice the CPU time of a one-thread bench_amp_matmul run). Ember
+     * never gives them work, so they stop here, as OpenBLAS's own fork handler stops them;
+     * OpenBLAS starts them again itself if a caller later asks it for threads. OpenMP builds
+     * have no such function: nothing to do. */
+    void (*shutdown)(void);
+    *(void **)&shutdown = dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+    if (shutdown) shutdown();
+}
 #else
 static void blas_single_thread(void) { (void)em__cpu_gemm_isa(); } /* picks the instruction set once */
 #endif
