@@ -1,6 +1,6 @@
 /* bf16/f16 matmul, addmm and Linear forward + backward against a float64 reference computed
- * from the same low-precision inputs: on the CPU through oneDNN (when this CPU and build
- * have its kernel: reported as a skip otherwise) and through the portable float32 path
+ * from the same low-precision inputs: on the CPU through Ember's AMX kernel and through oneDNN
+ * (when this CPU and build have them: reported as skips otherwise) and through the portable float32 path
  * (EMBER_CPU_LOWP_GEMM=portable), on 1 and 2 threads, and on OpenCL (PoCL) when present.
  * Odd shapes, batch 1, transposed, sliced (non-contiguous) and batched operands. The tolerance
  * is one rounding of the result to the low dtype plus float32 accumulation error; a sum of
@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include "backends/cpu/cpu_amx.h"
 #include "test.h"
 
 static em_device g_dev;
@@ -231,6 +232,8 @@ static void cpu_path(const char *path, int threads) {
 
 static void test_cpu_portable_1(void) { cpu_path("portable", 1); }
 static void test_cpu_portable_2(void) { cpu_path("portable", 2); }
+static void test_cpu_amx_1(void) { cpu_path("AMX", 1); }
+static void test_cpu_amx_2(void) { cpu_path("AMX", 2); }
 static void test_cpu_onednn_1(void) { cpu_path("oneDNN", 1); }
 static void test_cpu_onednn_2(void) { cpu_path("oneDNN", 2); }
 
@@ -243,15 +246,25 @@ static void test_impl_report(void) {
     unsetenv("EMBER_CPU_LOWP_GEMM");
     const char *impl = em_cpu_matmul_impl(EM_BF16);
     printf("  bf16: %s\n  f16:  %s\n", impl, em_cpu_matmul_impl(EM_F16));
-#ifdef EMBER_HAVE_DNNL
     const char *f = em_cpu_features();
+    /* Ember's AMX kernel by default where the CPU and OS give AMX; oneDNN when asked for */
+    bool amx = em__cpu_amx_runs(EM_BF16);
+    if (amx) {
+        CHECK(strstr(impl, "AMX kernel") != NULL);
+        CHECK(strstr(f, "amx_bf16") != NULL);
+    }
+    setenv("EMBER_CPU_LOWP_GEMM", "onednn", 1);
+    const char *d = em_cpu_matmul_impl(EM_BF16);
+    if (!amx) CHECK(strcmp(d, impl) == 0); /* the default without AMX */
+#ifdef EMBER_HAVE_DNNL
     bool bf16_hw = strstr(f, "avx512_bf16") || strstr(f, "amx_bf16");
-    if (bf16_hw) CHECK(strncmp(impl, "oneDNN", 6) == 0);              /* the CPU has a bf16 unit */
-    if (strstr(f, "amx_bf16")) CHECK(strstr(impl, "amx") != NULL);     /* and AMX is used */
-    if (!bf16_hw) CHECK(strstr(impl, "float32 GEMM after conversion") != NULL);
+    if (bf16_hw) CHECK(strncmp(d, "oneDNN", 6) == 0);              /* the CPU has a bf16 unit */
+    if (strstr(f, "amx_bf16")) CHECK(strstr(d, "amx") != NULL);     /* and oneDNN uses AMX */
+    if (!bf16_hw) CHECK(strstr(d, "float32 GEMM after conversion") != NULL);
 #else
-    CHECK(strstr(impl, "built without oneDNN") != NULL);
+    CHECK(strstr(d, "built without oneDNN") != NULL);
 #endif
+    unsetenv("EMBER_CPU_LOWP_GEMM");
 }
 
 /* The CPU's f32 <-> bf16 casts (vectorized where the CPU has AVX-512) against the scalar rule:
@@ -370,6 +383,14 @@ int main(void) {
     RUN(test_impl_report);
     RUN(test_bf16_casts);
     RUN(test_openmp_setting_kept);
+    if (em__cpu_amx_runs(EM_BF16)) { /* bf16 on Ember's AMX kernel, f16 as by default */
+        setenv("EMBER_CPU_LOWP_GEMM", "amx", 1);
+        RUN(test_cpu_amx_1);
+        RUN(test_cpu_amx_2);
+    } else {
+        test_skip_case("test_cpu_amx", "no AMX here: bf16 matmul is the %s", em_cpu_matmul_impl(EM_BF16));
+    }
+    setenv("EMBER_CPU_LOWP_GEMM", "onednn", 1);
     bool onednn = strncmp(em_cpu_matmul_impl(EM_BF16), "oneDNN", 6) == 0;
     if (onednn) {
         RUN(test_cpu_onednn_1);

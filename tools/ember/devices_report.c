@@ -114,7 +114,7 @@ int devrep_write_text(FILE *f, const devrep_report *r) {
         }
         if (t->type == EM_CPU && r->cpu_features[0]) /* what the FP32 peak and the kernels rest on */
             fprintf(f, "  features: %s\n", r->cpu_features);
-        if (t->type == EM_CPU && r->cpu_bf16[0]) /* oneDNN's ISA (AMX, AVX512-BF16) or float32 */
+        if (t->type == EM_CPU && r->cpu_bf16[0]) /* Ember's AMX kernel, oneDNN's ISA (AMX, AVX512-BF16) or float32 */
             fprintf(f, "  bf16 matmul: %s\n  f16 matmul: %s\n", r->cpu_bf16, r->cpu_f16);
         for (int j = 0; j < t->ndevices; j++) write_device_text(f, t, &t->devices[j]);
         if (t->count > t->ndevices)

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <ember/device.h>
 #include "../../core/errors.h"
+#include "cpu_amx.h"
 #include "cpu_gemm.h"
 #include "cpu_sgemm_dnnl.h"
 
@@ -505,6 +506,7 @@ em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b
 const char *em_cpu_matmul_impl(em_dtype dt) {
     if (dt == EM_F32 || dt == EM_F64) return em__cpu_gemm_name();
     if (dt != EM_BF16 && dt != EM_F16) return NULL;
+    if (dt == EM_BF16 && em__cpu_amx_name()) return em__cpu_amx_name();
     pthread_once(&g_once, init);
     if (!allowed()) return "float32 GEMM after conversion (EMBER_CPU_LOWP_GEMM=portable)";
     return g_desc[dt];
@@ -535,6 +537,7 @@ bool em__cpu_dnnl_runs(em_dtype dt) {
 const char *em_cpu_matmul_impl(em_dtype dt) {
     if (dt == EM_F32 || dt == EM_F64) return em__cpu_gemm_name();
     if (dt != EM_BF16 && dt != EM_F16) return NULL;
+    if (dt == EM_BF16 && em__cpu_amx_name()) return em__cpu_amx_name();
     return "float32 GEMM after conversion (built without oneDNN)";
 }
 

@@ -1,8 +1,9 @@
 /* bf16/f16 GEMM on the CPU: oneDNN's matmul (float32 accumulation; AMX tiles or
  * AVX512-BF16 as oneDNN finds them) where this CPU and build have a fast kernel for the
  * dtype, else cpu_matmul.c converts to float32 and runs the float32 GEMM (the portable path).
- * EMBER_CPU_LOWP_GEMM=portable forces the portable path, =onednn (or unset) allows oneDNN;
- * it is read on every call, so a test can run both paths in one process. */
+ * Where the CPU has AMX, bf16 goes to Ember's own kernel first (cpu_amx.h).
+ * EMBER_CPU_LOWP_GEMM=portable forces the portable path; =onednn, =amx or unset allow oneDNN;
+ * it is read on every call, so a test can run every path in one process. */
 #ifndef EM_BACKENDS_CPU_DNNL_H
 #define EM_BACKENDS_CPU_DNNL_H
 

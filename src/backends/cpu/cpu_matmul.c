@@ -3,14 +3,16 @@
  * which), else through a contiguous copy; a weight broadcast over the batch folds the batch
  * into M (one big GEMM); large GEMMs are split across Ember's sleeping thread pool while
  * OpenBLAS itself runs single-threaded (its own idle threads spin); large f32 products go to
- * oneDNN's sgemm instead where it is faster (cpu_sgemm_dnnl.c). f16/bf16 go to oneDNN
- * (cpu_dnnl.c: AMX / AVX512-BF16, float32 accumulation) with the same layouts and batch
- * folding, or, where it has no fast kernel, are converted to f32 and run as f32 (the
- * portable path); integers use int64 wrapping sums. */
+ * oneDNN's sgemm instead where it is faster (cpu_sgemm_dnnl.c). bf16 goes to Ember's AMX
+ * kernel where the CPU has AMX (cpu_amx.c), f16/bf16 otherwise to oneDNN (cpu_dnnl.c: AMX /
+ * AVX512-BF16, float32 accumulation), with the same layouts and batch folding, or, where
+ * neither has a fast kernel, are converted to f32 and run as f32 (the portable path);
+ * integers use int64 wrapping sums. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include "cpu_amx.h"
 #include "cpu_dnnl.h"
 #include "cpu_gemm.h"
 #include "cpu_internal.h"
@@ -227,7 +229,18 @@ static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int
     }
 }
 
-/* ---- bf16/f16 on oneDNN: the layouts and batch folding of blas_matmul ---- */
+/* ---- bf16/f16 on Ember's AMX kernel or oneDNN: the layouts and batch folding of blas_matmul ---- */
+
+/* A fast bf16/f16 GEMM here: Ember's AMX kernel (bf16), else oneDNN's. */
+static bool lowp_runs(em_dtype dt) {
+    return em__cpu_amx_runs(dt) || em__cpu_dnnl_runs(dt);
+}
+
+static em_status lowp_gemm(const em_lowp_gemm *g) {
+    em_status st = em__cpu_amx_gemm(g);
+    return st == EM_ERR_NOT_SUPPORTED ? em__cpu_dnnl_gemm(g) : st;
+}
+
 static em_lowp_gemm lowp_of(const gemm *g, em_dtype dt, bool acc) {
     return (em_lowp_gemm){dt, g->P, g->Q, g->K, g->x, g->y, g->z, g->xt, g->yt, g->ldx, g->ldy, g->ldz, acc, NULL};
 }
@@ -240,7 +253,7 @@ static void lowp_batch_chunk_from1(void *arg, int64_t begin, int64_t end) {
         em_lowp_gemm l = lowp_of(&g, j->m->out->dtype, false);
         em_error_state saved; /* a worker's own error state stays clean: the caller reports */
         em_error_save(&saved);
-        em_status st = em__cpu_dnnl_gemm(&l);
+        em_status st = lowp_gemm(&l);
         em_error_restore(&saved);
         if (st != EM_OK) atomic_store(&j->lowp_status, (int)st);
     }
@@ -258,14 +271,14 @@ static em_status lowp_matmul(const bmm *m, int la, int64_t lda, int lb, int64_t 
         /* the first matrix on the calling thread: a refusal (no kernel) comes before any work
          * on other threads, and f32 then overwrites every output */
         em_lowp_gemm l = lowp_of(&g, dt, false);
-        em_status st = em__cpu_dnnl_gemm(&l);
+        em_status st = lowp_gemm(&l);
         if (st != EM_OK) return st;
         int64_t per = m->M * m->N * m->K;
         if (per >= 4 * GEMM_GRAIN_MACS) {
             for (int64_t i = 1; i < m->nbatch && st == EM_OK; i++) {
                 g = batch_gemm(&j, i);
                 l = lowp_of(&g, dt, false);
-                st = em__cpu_dnnl_gemm(&l);
+                st = lowp_gemm(&l);
             }
             return st;
         }
@@ -279,7 +292,7 @@ static em_status lowp_matmul(const bmm *m, int la, int64_t lda, int lb, int64_t 
                                                        em_dtype_name(dt));
     }
     em_lowp_gemm l = lowp_of(&g, dt, false);
-    return em__cpu_dnnl_gemm(&l);
+    return lowp_gemm(&l);
 }
 
 /* ---- integers: int64 wrapping sums, i-k-j order over converted rows ---- */
@@ -352,7 +365,7 @@ em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b)
     if (m.K == 0) return em__cpu_fill(out, 0);
     em_dtype dt = out->dtype;
     bool lowp = dt == EM_F16 || dt == EM_BF16;
-    if (lowp && !em__cpu_dnnl_runs(dt)) return via_f32(&m, out, a, b);
+    if (lowp && !lowp_runs(dt)) return via_f32(&m, out, a, b);
     if (!lowp && dt != EM_F32 && dt != EM_F64) {
         if (m.K * m.N + m.K + m.N + 1 > (int64_t)(SIZE_MAX / 8 / 2))
             return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: integer matrices too large");
@@ -400,7 +413,7 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
     int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1];
     if (M == 0 || N == 0 || K == 0) return EM_OK;
     em_status st = EM_ERR_NOT_SUPPORTED;
-    if (em__cpu_dnnl_runs(dt) && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) {
+    if (lowp_runs(dt) && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) {
         tmp_tensor ta, tb;
         const em_tensor *ua = a, *ub = b;
         int64_t lda = 0, ldb = 0;
@@ -424,7 +437,7 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
                               (const char *)ub->storage->block.handle + ub->storage->block.offset + ub->offset * (int64_t)es,
                               (char *)out->storage->block.handle + out->storage->block.offset + out->offset * (int64_t)es,
                               la == 1, lb == 1, lda, ldb, N, true, NULL};
-            st = em__cpu_dnnl_gemm(&g);
+            st = lowp_gemm(&g);
         }
         if (ua != a) tmp_free(&ta);
         if (ub != b) tmp_free(&tb);
@@ -446,7 +459,8 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
     return st;
 }
 
-/* out = a @ b + bias with the bias in oneDNN's epilogue (big enough products: cpu_dnnl.h) */
+/* out = a @ b + bias with the bias in the GEMM's epilogue: Ember's AMX kernel (bf16, any
+ * size), else oneDNN's (big enough products: cpu_dnnl.h) */
 em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b) {
     em_dtype dt = out->dtype;
     if ((dt != EM_F32 && dt != EM_BF16 && dt != EM_F16) || a->dtype != dt || b->dtype != dt || bias->dtype != dt ||
@@ -458,7 +472,8 @@ em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_ten
     if (la < 0 || lb < 0 || bias->shape[0] != N || K == 0) return EM_ERR_NOT_SUPPORTED;
     em_lowp_gemm g = {dt, M, N, K, em__host_ptr(a), em__host_ptr(b), em__host_ptr(out), la == 1, lb == 1,
                       lda, ldb, N, false, em__host_ptr(bias)};
-    return em__cpu_dnnl_gemm_bias(&g);
+    em_status st = em__cpu_amx_gemm(&g); /* any size: no per-call cost to amortize */
+    return st == EM_ERR_NOT_SUPPORTED ? em__cpu_dnnl_gemm_bias(&g) : st;
 }
 
 /* out += a @ b (2-d f32/f64, out contiguous): BLAS with beta = 1 on an out core pre-filled
