@@ -240,21 +240,23 @@ TARGET static void micro(const uint16_t *a, const uint16_t *b, int64_t kt, float
 /* z rows [r, r + mr), columns [q, q + nq) = round(c + bias [+ z]) */
 TARGET static void write_block(const float *c, const em_lowp_gemm *g, const float *bias, int64_t r, int64_t mr,
                                int64_t q, int64_t nq) {
-    uint16_t *z = g->z;
-    for (int h = 0; h < 2 && h * 16 < nq; h++) {
-        int64_t cols = nq - h * 16 < 16 ? nq - h * 16 : 16;
-        __mmask16 m = (__mmask16)((1u << cols) - 1);
-        __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + q + h * 16) : _mm512_setzero_ps();
-        for (int64_t i = 0; i < mr; i++) {
-            __m512 v = _mm512_add_ps(_mm512_loadu_ps(c + i * 32 + h * 16), bv);
-            uint16_t *zp = z + (r + i) * g->ldz + q + h * 16;
-            if (g->acc) {
-                __m512i old = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, zp));
-                v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(old, 16)));
-            }
-            __m256bh o = _mm512_cvtneps_pbh(v);
-            _mm256_mask_storeu_epi16(zp, m, (__m256i)o);
+    __mmask32 m = mask32(nq); /* a row's 32 columns in one store */
+    __mmask16 lo = (__mmask16)(m & 0xFFFFu), hi = (__mmask16)(m >> 16);
+    __m512 b0 = bias ? _mm512_maskz_loadu_ps(lo, bias + q) : _mm512_setzero_ps();
+    __m512 b1 = bias ? _mm512_maskz_loadu_ps(hi, bias + q + 16) : _mm512_setzero_ps();
+    for (int64_t i = 0; i < mr; i++) {
+        __m512 v0 = _mm512_add_ps(_mm512_loadu_ps(c + i * 32), b0);
+        __m512 v1 = _mm512_add_ps(_mm512_loadu_ps(c + i * 32 + 16), b1);
+        uint16_t *zp = (uint16_t *)g->z + (r + i) * g->ldz + q;
+        if (g->acc) {
+            __m512i old = _mm512_maskz_loadu_epi16(m, zp);
+            __m512i o0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(old));
+            __m512i o1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(old, 1));
+            v0 = _mm512_add_ps(v0, _mm512_castsi512_ps(_mm512_slli_epi32(o0, 16)));
+            v1 = _mm512_add_ps(v1, _mm512_castsi512_ps(_mm512_slli_epi32(o1, 16)));
         }
+        __m512bh o = _mm512_cvtne2ps_pbh(v1, v0); /* v0 in the low half */
+        _mm512_mask_storeu_epi16(zp, m, (__m512i)o);
     }
 }
 
