@@ -16,8 +16,25 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+/* bf16 <-> float32 on the host, written apart from Ember's own conversions: round to nearest
+ * even, a NaN stays a (quiet) NaN */
+static inline uint16_t test_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+static inline float test_bf16_to_f32(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
 #include <ember/ember.h>
 
 #define TEST_SKIP_CODE 77

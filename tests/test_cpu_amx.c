@@ -23,21 +23,11 @@ static uint32_t next_u32(void) {
     return (uint32_t)(g_rng >> 32);
 }
 
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+static float from_bf16(uint16_t h) { return test_bf16_to_f32(h); }
 
-static uint16_t to_bf16(double d) { /* round to nearest even, as the kernel's one rounding */
-    float f = (float)d;       /* exact for the integer cases: |sums| < 2^24 */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x7FFFFFu)) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+/* round to nearest even, as the kernel's one rounding; (float) is exact for the integer cases
+ * (|sums| < 2^24) */
+static uint16_t to_bf16(double d) { return test_f32_to_bf16((float)d); }
 
 /* -4..4 (ints), else +-[0, 1] times 2^-10..2^10 */
 static float rand_val(bool ints) {
