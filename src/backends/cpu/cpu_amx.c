@@ -40,7 +40,11 @@ static int choice(void) {
 
 #define TILE 512                /* bf16 in one packed tile: 16 rows x 32 */
 #define STRIP 32                /* rows of A (and columns of B) per micro-kernel call */
-#define SERIAL_MACS 4000000     /* below this a GEMM runs on the calling thread only */
+/* Below this many multiply-adds a GEMM runs on the calling thread only: split in two, a
+ * 256 x 784 x 256 product (51M) took as long as on one thread (each thread packs the whole
+ * weight, the second starts 10-20 us later), and the seed MLP's bf16 step at batch 256 on 2
+ * threads went 0.83-0.89 -> 0.74-0.84 ms (five alternated runs) with this floor at 60M, not 4M */
+#define SERIAL_MACS 60000000
 
 /* Blocking, measured on Sapphire Rapids (2 MB L2, 48 KB L1; bench_lowp_shapes, 1024-4096 squares):
  * KC 128-1024 and panels of 256 KB-1.5 MB tried */
