@@ -144,9 +144,10 @@ static void test_exact_1(void) {
 static void test_exact_2(void) {
     em_set_num_threads(2);
     all_layouts(true);
-    /* big enough to be split: rows (P >= Q) and columns (Q > P) over the two threads */
-    CHECK(run_case((gcase){300, 200, 130}, false, true, 0, false, true, true) == 0);
-    CHECK(run_case((gcase){130, 200, 300}, true, false, 0, true, false, true) == 0);
+    /* big enough to be split (60M multiply-adds and up): rows (P >= Q) and columns (Q > P)
+     * over the two threads, with tails in each thread's block */
+    CHECK(run_case((gcase){610, 400, 270}, false, true, 0, false, true, true) == 0);
+    CHECK(run_case((gcase){270, 400, 610}, true, false, 0, true, false, true) == 0);
     em_set_num_threads(1);
 }
 
