@@ -336,8 +336,10 @@ static void test_openmp_setting_kept(void) {
     set(before);
 }
 
-/* Several program threads multiplying bf16 at once (shared primitive cache and stream pool,
- * shapes that evict each other): each result equals the same product computed alone. */
+/* Several program threads multiplying bf16 at once (oneDNN: the shared primitive cache and
+ * stream pool, shapes that evict each other; the AMX kernel: its shared buffer pool, each
+ * thread's tile configuration, and, in the last job, products split over the pool's two
+ * threads while the other callers run): each result equals the same product computed alone. */
 typedef struct mt_job { em_tensor *a, *b, *want; int bad; } mt_job;
 
 static void *mt_run(void *arg) {
@@ -359,8 +361,10 @@ static void test_threads_share_the_cache(void) {
     mt_job jobs[NT];
     pthread_t th[NT];
     em_scope sc = em_scope_begin();
+    em_set_num_threads(2);
     for (int i = 0; i < NT; i++) {
         int64_t M = 40 + 37 * i, K = 64 + 11 * i, N = 96 - 9 * i;
+        if (i == NT - 1) M = 700, K = 300, N = 330; /* 69M multiply-adds: split */
         jobs[i] = (mt_job){rnd(EM_BF16, M, K), em_transpose(rnd(EM_BF16, N, K), 0, 1), NULL, 0};
         jobs[i].want = em_matmul(jobs[i].a, jobs[i].b);
         CHECK(jobs[i].want != NULL);
@@ -369,7 +373,10 @@ static void test_threads_share_the_cache(void) {
     for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < NT; i++) CHECK(jobs[i].bad == 0);
     em_scope_end(sc);
+    em_set_num_threads(1);
 }
+
+static void test_amx_concurrent_callers(void) { test_threads_share_the_cache(); }
 
 static void test_opencl(void) {
     if (!em_device_available(EM_OPENCL)) SKIP("no OpenCL: %s", em_device_unavailable_reason(EM_OPENCL));
@@ -387,6 +394,7 @@ int main(void) {
         setenv("EMBER_CPU_LOWP_GEMM", "amx", 1);
         RUN(test_cpu_amx_1);
         RUN(test_cpu_amx_2);
+        RUN(test_amx_concurrent_callers);
     } else {
         test_skip_case("test_cpu_amx", "no AMX here: bf16 matmul is the %s", em_cpu_matmul_impl(EM_BF16));
     }
