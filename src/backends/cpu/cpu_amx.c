@@ -146,11 +146,11 @@ TARGET static void pack_a(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64
     if (!g->xt) { /* X[r][k] at x[r * ldx + k]: along each row */
         for (int64_t i = 0; i < STRIP; i++) {
             uint16_t *out = dst + (i / 16) * TILE + (i % 16) * 32;
-            const uint16_t *row = x + (r + i) * ldx;
+            const uint16_t *row = i < mr ? x + (r + i) * ldx : NULL; /* rows past mr: zeros */
             for (int64_t t = 0; t < kt; t++) {
                 int64_t k = (t0 + t) * 32;
-                _mm512_storeu_si512(out + t * 2 * TILE, i < mr ? _mm512_maskz_loadu_epi16(mask32(K - k), row + k)
-                                                               : _mm512_setzero_si512());
+                _mm512_storeu_si512(out + t * 2 * TILE, row ? _mm512_maskz_loadu_epi16(mask32(K - k), row + k)
+                                                            : _mm512_setzero_si512());
             }
         }
         return;
@@ -173,21 +173,21 @@ TARGET static void pack_a(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64
         }
 }
 
-/* Y's k in [k0, k0 + kc), columns [q0, q0 + nc) into VNNI tiles: per 32-column pair, kt
+/* All of Y's k, columns [q0, q0 + nc) into VNNI tiles: per 32-column pair, kt
  * k-tiles of two tiles (columns 0-15, 16-31), each 16 k pairs x 16 columns x 2. */
-TARGET static void pack_b(uint16_t *dst, const em_lowp_gemm *g, int64_t k0, int64_t kc, int64_t q0, int64_t nc,
-                          int64_t kt) {
+TARGET static void pack_b(uint16_t *dst, const em_lowp_gemm *g, int64_t q0, int64_t nc, int64_t kt) {
     const uint16_t *y = g->y;
-    int64_t ldy = g->ldy, ncp = (nc + 31) / 32;
+    int64_t K = g->K, ldy = g->ldy, ncp = (nc + 31) / 32;
     if (!g->yt) { /* Y[k][q] at y[k * ldy + q]: rows k, k+1 interleaved, along the rows */
         for (int64_t t = 0; t < kt; t++)
             for (int p = 0; p < 16; p++) {
                 int64_t k = t * 32 + 2 * p;
-                const uint16_t *ra = y + (k0 + k) * ldy + q0, *rb = ra + ldy;
+                /* rows past K: zeros */
+                const uint16_t *ra = k < K ? y + k * ldy + q0 : NULL, *rb = k + 1 < K ? y + (k + 1) * ldy + q0 : NULL;
                 for (int64_t cp = 0; cp < ncp; cp++) {
                     __mmask32 cm = mask32(nc - cp * 32);
-                    __m512i a = k < kc ? _mm512_maskz_loadu_epi16(cm, ra + cp * 32) : _mm512_setzero_si512();
-                    __m512i b = k + 1 < kc ? _mm512_maskz_loadu_epi16(cm, rb + cp * 32) : _mm512_setzero_si512();
+                    __m512i a = ra ? _mm512_maskz_loadu_epi16(cm, ra + cp * 32) : _mm512_setzero_si512();
+                    __m512i b = rb ? _mm512_maskz_loadu_epi16(cm, rb + cp * 32) : _mm512_setzero_si512();
                     uint16_t *out = dst + (cp * kt + t) * 2 * TILE + p * 32;
                     _mm512_storeu_si512(out, pairs_lo(a, b));
                     _mm512_storeu_si512(out + TILE, pairs_hi(a, b));
@@ -199,11 +199,11 @@ TARGET static void pack_b(uint16_t *dst, const em_lowp_gemm *g, int64_t k0, int6
     for (int64_t cp = 0; cp < ncp; cp++)
         for (int h = 0; h < 2; h++)
             for (int64_t t = 0; t < kt; t++) {
-                __mmask32 km = mask32(kc - t * 32);
+                __mmask32 km = mask32(K - t * 32);
                 __m512i v[16];
                 for (int j = 0; j < 16; j++) {
                     int64_t q = cp * 32 + h * 16 + j;
-                    v[j] = q < nc ? _mm512_maskz_loadu_epi16(km, y + (q0 + q) * ldy + k0 + t * 32) : _mm512_setzero_si512();
+                    v[j] = q < nc ? _mm512_maskz_loadu_epi16(km, y + (q0 + q) * ldy + t * 32) : _mm512_setzero_si512();
                 }
                 transpose16(v);
                 uint16_t *out = dst + (cp * kt + t) * 2 * TILE + h * TILE;
@@ -324,7 +324,7 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
             pack_a(ap + (ic - r0) / STRIP * j->KT * 2 * TILE, g, ic, r1 - ic < STRIP ? r1 - ic : STRIP, 0, j->KT);
     for (int64_t jc = c0; jc < c1; jc += j->nc) {
         int64_t nc = c1 - jc < j->nc ? c1 - jc : j->nc, ncp = (nc + 31) / 32;
-        pack_b(bp, g, 0, g->K, jc, nc, j->KT);
+        pack_b(bp, g, jc, nc, j->KT);
         for (int64_t ic = r0; ic < r1; ic += STRIP) {
             int64_t mr = r1 - ic < STRIP ? r1 - ic : STRIP;
             for (int64_t pc = 0; pc < j->KT; pc += j->kt) {
