@@ -26,41 +26,68 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Each call timed on its own, the three kinds interleaved call by call (a barrier before
  * each, outside the timing), so that the machine's load hits all alike; the median and the
- * minimum over the trials (the minimum: the call when neither rank waited for a core). */
+ * minimum over the trials (the minimum: the call when neither rank waited for a core).
+ * Before each call every rank writes its buffer afresh (untimed), as DDP fills a bucket
+ * with new gradients: each call then finds the buffer's lines in this core's cache, owned,
+ * whatever the previous call did. Without that, a call's time depends on the kind that ran
+ * before it (a peer that has just read a line makes this rank's next write to it wait):
+ * at 64 KB Open MPI's own all-reduce measured 11.9-12.2 us (minimum) right after one
+ * pattern and 16.5-17.7 us right after another (docs/BENCHMARKS.md, session 8). */
 static int trials_for(int64_t bytes) {
     int64_t t = (int64_t)(64.0 * 1024 * 1024 * 4 / (double)bytes);
     return t > 400 ? 400 : t < 32 ? 32 : (int)t; /* at least 32: a quiet moment even under load */
 }
 
+enum { K_MPI, K_EMBER, K_IALLREDUCE };
+static double timed_call(int kind, em_tensor *t, int rank) {
+    float *p = em_data_ptr(t);
+    int n = (int)em_numel(t);
+    if (em_fill_(t, 1.0) != EM_OK) { /* new data, as a bucket's gradients: see above */
+        fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+        exit(1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now_s();
+    if (kind == K_MPI) {
+        MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    } else if (kind == K_EMBER) {
+        if (em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) != EM_OK) {
+            fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
+            exit(1);
+        }
+    } else { /* Open MPI's own non-blocking all-reduce, which Ember used before (libnbc) */
+        MPI_Request q;
+        MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+        MPI_Wait(&q, MPI_STATUS_IGNORE);
+    }
+    return now_s() - t0;
+}
+
+/* BENCH_DIST_BYTES="32768 65536": those sizes instead of 4 KB to 64 MB by 4x */
 static void allreduce(int rank, int world) {
-    for (int64_t bytes = 4096; bytes <= 64 << 20; bytes *= 4) {
-        int64_t n = bytes / 4;
+    int64_t sizes[32];
+    int ns = 0;
+    const char *e = getenv("BENCH_DIST_BYTES");
+    for (char *end; e && *e && ns < 32; e = end) {
+        long long v = strtoll(e, &end, 10);
+        if (end == e || v < 4 || v % 4) {
+            if (rank == 0) fprintf(stderr, "bench_dist: BENCH_DIST_BYTES: expected multiples of 4 separated by spaces\n");
+            exit(2);
+        }
+        sizes[ns++] = v;
+    }
+    if (ns == 0)
+        for (int64_t bytes = 4096; bytes <= 64 << 20; bytes *= 4) sizes[ns++] = bytes;
+    for (int si = 0; si < ns; si++) {
+        int64_t bytes = sizes[si], n = bytes / 4;
         em_tensor *t = em_ones(EM_SHAPE(n), EM_OPTS(0));
-        float *p = em_data_ptr(t);
         int trials = trials_for(bytes);
         double *ember = malloc(sizeof(double) * (size_t)trials), *mpi = malloc(sizeof(double) * (size_t)trials),
                *nb = malloc(sizeof(double) * (size_t)trials);
         for (int r = -2; r < trials; r++) { /* two warm-up rounds */
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = now_s();
-            MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            double t1 = now_s();
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t2 = now_s();
-            if (em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) != EM_OK) {
-                fprintf(stderr, "rank %d: %s\n", rank, em_last_error());
-                exit(1);
-            }
-            double t3 = now_s();
-            /* Open MPI's own non-blocking all-reduce, which Ember used before (libnbc) */
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t4 = now_s();
-            MPI_Request q;
-            MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
-            MPI_Wait(&q, MPI_STATUS_IGNORE);
-            double t5 = now_s();
-            if (r >= 0) mpi[r] = t1 - t0, ember[r] = t3 - t2, nb[r] = t5 - t4;
-            if (r % 8 == 7) em_fill_(t, 1.0); /* keep the values finite */
+            double dt[3];
+            for (int k = 0; k < 3; k++) dt[k] = timed_call(k, t, rank);
+            if (r >= 0) mpi[r] = dt[K_MPI], ember[r] = dt[K_EMBER], nb[r] = dt[K_IALLREDUCE];
         }
         qsort(ember, (size_t)trials, sizeof *ember, cmp_double);
         qsort(mpi, (size_t)trials, sizeof *mpi, cmp_double);

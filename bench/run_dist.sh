@@ -5,7 +5,8 @@
 # all-reduce time hidden behind backward; (3) PyTorch DDP (gloo, 2 processes) on the same
 # MLPs and batches, one thread per process on both sides.
 # Usage: bench/run_dist.sh [build-dir]   (a Release build; default build)
-#   ONLY=allreduce: the all_reduce part alone (a second run when the first was disturbed)
+#   ONLY=allreduce: the all_reduce part alone (a second run when the first was disturbed);
+#   BENCH_DIST_BYTES="32768 65536": those all_reduce sizes instead of 4 KB to 64 MB by 4x
 # Environment: TORCH_PYTHON, the PyTorch interpreters, space-separated, one column pair each
 #   (default "/usr/bin/python3 /work/venv-torch/bin/python": Debian's 1.13 and 2.x from PyPI;
 #   one without torch is left out); MODELS, the hidden widths of each MLP, ";"-separated
@@ -25,12 +26,12 @@ export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1
 MPI="mpirun --oversubscribe --allow-run-as-root --mca btl self,vader"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"
 echo
-echo "## all_reduce, float32 sum, 2 ranks: each call timed alone, Ember / MPI_Allreduce / MPI_Iallreduce+Wait interleaved call by call"
+echo "## all_reduce, float32 sum, 2 ranks: each call timed alone on freshly written data, Ember / MPI_Allreduce / MPI_Iallreduce+Wait interleaved call by call"
 echo "## (median and minimum over 32-400 calls; bus bandwidth = 2(n-1)/n x bytes / time, from the minimum)"
 echo
 echo "| bytes | calls | Ember us median | MPI_Allreduce us median | Ember vs MPI median | Ember us min | MPI_Allreduce us min | Ember vs MPI min | Ember GB/s | MPI GB/s | MPI_Iallreduce+Wait us median / min |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
-$MPI -np 2 "$BUILD/bench_dist" allreduce </dev/null | awk '/^allreduce/ {
+$MPI ${BENCH_DIST_BYTES:+-x BENCH_DIST_BYTES} -np 2 "$BUILD/bench_dist" allreduce </dev/null | awk '/^allreduce/ {
     f = 1.0 * $3 / 1e3;   # 2(n-1)/n = 1 for 2 ranks: bytes / us / 1e3 = GB/s
     printf "| %s | %s | %s | %s | %+.1f%% | %s | %s | %+.1f%% | %.3f | %.3f | %s / %s |\n", $3, $5, $7, $9, $15, $21, $23, $25, f / $21, f / $23, $17, $27 }'
 echo "load average after the all_reduce part: $(cut -d' ' -f1-3 /proc/loadavg)"
