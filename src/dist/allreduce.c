@@ -22,7 +22,12 @@
 #ifdef EMBER_HAVE_MPI
 
 enum {
-    DIRECT_MAX_BYTES = 64 << 10, /* bytes sent by a rank (buffer x peers) up to which direct wins */
+    /* bytes sent by a rank (buffer x peers) up to which direct wins. Above it the ring's
+     * second message costs less than what direct pays for writing the whole result over a
+     * buffer every peer has just read (each line's write waits for the peers' copies to be
+     * invalidated; the ring's reduction writes the half no peer read): at 64 KB on 2 ranks
+     * direct took 17-18 us, the ring 13 (fresh data each call, docs/BENCHMARKS.md). */
+    DIRECT_MAX_BYTES = 16 << 10,
     DIRECT_MAX_RANKS = 8,
     RING_MAX_RANKS = 512,        /* beyond this: MPI_Iallreduce */
     SEG_BYTES = 256 << 10,       /* a reduce step's message size */
