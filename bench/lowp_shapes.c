@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) {
             const shape *s = &shapes[i];
             em_lowp_gemm g = {EM_BF16, s->P, s->Q, s->K, x, y, z, s->xt, s->yt, s->xt ? s->P : s->K,
-                              s->yt ? s->K : s->Q, s->Q, false, NULL};
+                              s->yt ? s->K : s->Q, s->Q, false, NULL, false};
             double a = timed(em__cpu_amx_gemm, &g), d = timed(em__cpu_dnnl_gemm, &g);
             double fl = 2.0 * (double)s->P * (double)s->Q * (double)s->K;
             if (a < 0) /* under 32 rows or columns: the AMX kernel leaves these to oneDNN */

@@ -6,6 +6,8 @@
  *   pieces and B into several panels (A then packed once), 1 and 2 threads;
  * - random inputs of a wide range against a float64 reference (one rounding plus float32
  *   accumulation error);
+ * - a float32 z (z_f32: a master weight's gradient): the exact sum, never rounded, the same
+ *   layouts, bias, accumulation and splits, and a z of 8 MB and more (streaming stores);
  * - NaN and infinity propagate; z's padding (past Q in each row) is never written;
  * - what the kernel declines: other dtypes, EMBER_CPU_LOWP_GEMM=onednn/portable, and (unless
  *   asked for by name) fewer than 32 rows or columns where oneDNN runs bf16; K = 0.
@@ -39,15 +41,35 @@ typedef struct gcase {
     int64_t P, K, Q;
 } gcase;
 
+/* z's element i: bf16 bits widened, or the float32 itself (f32z) */
+static float z_get(const void *z, bool f32z, int64_t i) {
+    return f32z ? ((const float *)z)[i] : from_bf16(((const uint16_t *)z)[i]);
+}
+static void z_set(void *z, bool f32z, int64_t i, float v) {
+    if (f32z) ((float *)z)[i] = v;
+    else ((uint16_t *)z)[i] = to_bf16(v);
+}
+static bool z_is_sentinel(const void *z, bool f32z, int64_t i) {
+    if (f32z) {
+        uint32_t u;
+        memcpy(&u, (const float *)z + i, 4);
+        return u == 0x7FC00001u;
+    }
+    return ((const uint16_t *)z)[i] == 0x7FC1;
+}
+
 /* one product: X (P x K, xt: stored column-major), Y (K x Q, yt), leading dims padded by pad;
- * z has pad columns past Q per row, filled with a sentinel that must survive. ints: inputs in
- * -4..4 and an exact comparison, else normal values of a wide range and a tolerance.
+ * z (bf16, or float32 with f32z) has pad columns past Q per row, filled with a sentinel that
+ * must survive. ints: inputs in -4..4 and an exact comparison (bf16 z: the sum rounded once;
+ * float32 z: the sum itself), else normal values of a wide range and a tolerance.
  * Returns the number of wrong elements (-1 when refused). */
-static int run_case(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bias, bool ints) {
+static int run_case_z(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bias, bool ints, bool f32z) {
     int64_t P = c.P, K = c.K, Q = c.Q;
     int64_t ldx = (xt ? P : K) + pad, ldy = (yt ? K : Q) + pad, ldz = Q + pad;
     uint16_t *x = calloc((size_t)((xt ? K : P) * ldx + 1), 2), *y = calloc((size_t)((yt ? Q : K) * ldy + 1), 2);
-    uint16_t *z = malloc((size_t)(P * ldz + 1) * 2), *b = malloc((size_t)(Q + 1) * 2);
+    void *z = NULL; /* 64-byte aligned, as tensors are: a big float32 z is then streamed */
+    if (posix_memalign(&z, 64, (size_t)(P * ldz + 1) * (f32z ? 4 : 2))) z = NULL;
+    uint16_t *b = malloc((size_t)(Q + 1) * 2);
     double *ref = calloc((size_t)(P * Q + 1), sizeof(double)), *mag = calloc((size_t)(P * Q + 1), sizeof(double));
     int bad = 0;
     if (!x || !y || !z || !b || !ref || !mag) {
@@ -63,10 +85,17 @@ static int run_case(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bias,
             y[yt ? j * ldy + k : k * ldy + j] = to_bf16(rand_val(ints));
         }
     for (int64_t j = 0; j < Q; j++) b[j] = to_bf16(ints ? rand_val(true) : 0.5);
-    for (int64_t i = 0; i < P * ldz; i++) z[i] = 0x7FC1; /* a NaN: ignored unless acc */
+    for (int64_t i = 0; i < P * ldz; i++) { /* a NaN: ignored unless acc */
+        if (f32z) {
+            uint32_t u = 0x7FC00001u;
+            memcpy((float *)z + i, &u, 4);
+        } else {
+            ((uint16_t *)z)[i] = 0x7FC1;
+        }
+    }
     for (int64_t i = 0; i < P; i++)
         for (int64_t j = 0; j < Q; j++) {
-            if (acc) z[i * ldz + j] = to_bf16(ints ? rand_val(true) : 1.0);
+            if (acc) z_set(z, f32z, i * ldz + j, ints ? rand_val(true) : 1.0f);
             double s = 0, m = 0;
             for (int64_t k = 0; k < K; k++) {
                 double p = (double)from_bf16(x[xt ? k * ldx + i : i * ldx + k]) *
@@ -75,11 +104,11 @@ static int run_case(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bias,
                 m += fabs(p);
             }
             if (bias) s += from_bf16(b[j]);
-            if (acc) s += from_bf16(z[i * ldz + j]);
+            if (acc) s += z_get(z, f32z, i * ldz + j);
             ref[i * Q + j] = s;
             mag[i * Q + j] = m;
         }
-    em_lowp_gemm g = {EM_BF16, P, Q, K, x, y, z, xt, yt, ldx, ldy, ldz, acc, bias ? b : NULL};
+    em_lowp_gemm g = {EM_BF16, P, Q, K, x, y, z, xt, yt, ldx, ldy, ldz, acc, bias ? b : NULL, f32z};
     em_status st = em__cpu_amx_gemm(&g);
     CHECK_OK(st);
     if (st != EM_OK) {
@@ -88,22 +117,21 @@ static int run_case(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bias,
     }
     for (int64_t i = 0; i < P; i++) {
         for (int64_t j = 0; j < Q; j++) {
-            uint16_t got = z[i * ldz + j];
+            float got = z_get(z, f32z, i * ldz + j);
             bool ok;
             if (ints) {
-                ok = got == to_bf16(ref[i * Q + j]);
+                ok = f32z ? got == (float)ref[i * Q + j] : to_bf16(got) == to_bf16(ref[i * Q + j]);
             } else {
-                double r = ref[i * Q + j], tol = fabs(r) / 256 + mag[i * Q + j] * 6e-8 * (double)K + 1e-30;
-                ok = fabs((double)from_bf16(got) - r) <= tol;
+                double r = ref[i * Q + j], tol = (f32z ? 0 : fabs(r) / 256) + mag[i * Q + j] * 6e-8 * (double)K + 1e-30;
+                ok = fabs((double)got - r) <= tol;
             }
             if (!ok && bad++ < 3)
-                fprintf(stderr, "  [%lld x %lld x %lld] xt %d yt %d pad %lld acc %d bias %d: (%lld, %lld) got %g "
-                        "(0x%04x), expected %.9g\n", (long long)P, (long long)K, (long long)Q, xt, yt,
-                        (long long)pad, acc, bias, (long long)i, (long long)j, (double)from_bf16(got), got,
-                        ref[i * Q + j]);
+                fprintf(stderr, "  [%lld x %lld x %lld] xt %d yt %d pad %lld acc %d bias %d f32z %d: (%lld, %lld) got %.9g, "
+                        "expected %.9g\n", (long long)P, (long long)K, (long long)Q, xt, yt, (long long)pad, acc, bias,
+                        f32z, (long long)i, (long long)j, (double)got, ref[i * Q + j]);
         }
         for (int64_t j = Q; j < ldz; j++)
-            if (z[i * ldz + j] != 0x7FC1 && bad++ < 3)
+            if (!z_is_sentinel(z, f32z, i * ldz + j) && bad++ < 3)
                 fprintf(stderr, "  padding written at (%lld, %lld)\n", (long long)i, (long long)j);
     }
 out:
@@ -116,25 +144,31 @@ out:
     return bad;
 }
 
+static int run_case(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bias, bool ints) {
+    return run_case_z(c, xt, yt, pad, acc, bias, ints, false);
+}
+
 /* shapes: tails everywhere; K of several pieces (KC 256: K 1000 splits into 4 even pieces);
  * K 4100 makes B panels 128 columns wide, so Q 300 needs three (A packed once, both layouts) */
 static const gcase cases[] = {{32, 32, 32},  {33, 31, 47},   {64, 256, 64}, {100, 1000, 70},
                               {257, 96, 129}, {40, 4100, 300}, {1, 5, 40},    {45, 7, 1}};
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
-static void all_layouts(bool ints) {
+static void all_layouts_z(bool ints, bool f32z) {
     setenv("EMBER_CPU_LOWP_GEMM", "amx", 1); /* the narrow cases too (else oneDNN's) */
     for (int c = 0; c < NCASES; c++)
         for (int l = 0; l < 4; l++) {
             bool xt = l & 1, yt = l & 2;
             int64_t pad = c % 2 ? 3 : 0;
-            CHECK(run_case(cases[c], xt, yt, pad, false, false, ints) == 0);
-            if (c % 3 == 0) CHECK(run_case(cases[c], xt, yt, pad, true, false, ints) == 0);
-            if (c % 3 == 1) CHECK(run_case(cases[c], xt, yt, pad, false, true, ints) == 0);
-            if (c % 3 == 2) CHECK(run_case(cases[c], xt, yt, pad, true, true, ints) == 0);
+            CHECK(run_case_z(cases[c], xt, yt, pad, false, false, ints, f32z) == 0);
+            if (c % 3 == 0) CHECK(run_case_z(cases[c], xt, yt, pad, true, false, ints, f32z) == 0);
+            if (c % 3 == 1) CHECK(run_case_z(cases[c], xt, yt, pad, false, true, ints, f32z) == 0);
+            if (c % 3 == 2) CHECK(run_case_z(cases[c], xt, yt, pad, true, true, ints, f32z) == 0);
         }
     unsetenv("EMBER_CPU_LOWP_GEMM");
 }
+
+static void all_layouts(bool ints) { all_layouts_z(ints, false); }
 
 static void test_exact_1(void) {
     em_set_num_threads(1);
@@ -157,6 +191,25 @@ static void test_wide_range(void) {
     em_set_num_threads(1);
 }
 
+/* a float32 z: the exact sums (ints), a wide range within float32 accumulation, the splits
+ * over 2 threads, and z of 8 MB (streaming stores: aligned rows, no accumulation) and more */
+static void test_f32_out(void) {
+    em_set_num_threads(1);
+    all_layouts_z(true, true);
+    em_set_num_threads(2);
+    all_layouts_z(true, true);
+    all_layouts_z(false, true);
+    CHECK(run_case_z((gcase){610, 400, 270}, false, true, 0, false, true, true, true) == 0);
+    CHECK(run_case_z((gcase){270, 400, 610}, true, false, 0, true, false, true, true) == 0);
+    for (int t = 1; t <= 2; t++) {
+        em_set_num_threads(t);
+        CHECK(run_case_z((gcase){1024, 32, 2048}, true, false, 0, false, false, true, true) == 0);
+        CHECK(run_case_z((gcase){2048, 40, 1056}, false, false, 0, false, true, true, true) == 0);
+        CHECK(run_case_z((gcase){1024, 32, 2048}, true, false, 0, true, false, true, true) == 0); /* acc: not streamed */
+    }
+    em_set_num_threads(1);
+}
+
 /* NaN and infinity in the inputs reach exactly the outputs they touch */
 static void test_special_values(void) {
     int64_t P = 40, K = 64, Q = 48;
@@ -166,7 +219,7 @@ static void test_special_values(void) {
     for (int64_t i = 0; i < K * Q; i++) y[i] = to_bf16(0.5);
     x[3 * K + 5] = 0x7FC0;      /* NaN in row 3 */
     y[7 * Q + 11] = 0x7F80;     /* +inf in column 11 */
-    em_lowp_gemm g = {EM_BF16, P, Q, K, x, y, z, false, false, K, Q, Q, false, NULL};
+    em_lowp_gemm g = {EM_BF16, P, Q, K, x, y, z, false, false, K, Q, Q, false, NULL, false};
     CHECK_OK(em__cpu_amx_gemm(&g));
     for (int64_t i = 0; i < P; i++)
         for (int64_t j = 0; j < Q; j++) {
@@ -184,7 +237,7 @@ static void test_special_values(void) {
 static void test_declines(void) {
     uint16_t x[64 * 64] = {0}, y[64 * 64] = {0}, z[64 * 64];
     for (int i = 0; i < 64 * 64; i++) z[i] = 0x1234;
-    em_lowp_gemm g = {EM_F16, 64, 64, 64, x, y, z, false, false, 64, 64, 64, false, NULL};
+    em_lowp_gemm g = {EM_F16, 64, 64, 64, x, y, z, false, false, 64, 64, 64, false, NULL, false};
     CHECK(em__cpu_amx_gemm(&g) == EM_ERR_NOT_SUPPORTED);
     CHECK(!em__cpu_amx_runs(EM_F16) && !em__cpu_amx_runs(EM_F32));
     g.dtype = EM_BF16;
@@ -222,6 +275,7 @@ int main(void) {
     RUN(test_exact_1);
     RUN(test_exact_2);
     RUN(test_wide_range);
+    RUN(test_f32_out);
     RUN(test_special_values);
     RUN(test_declines);
     return test_summary();

@@ -180,6 +180,10 @@ typedef struct em_backend {
      * for matmul_acc. EM_ERR_NOT_SUPPORTED with nothing written or recorded: not for this
      * one (core fills out with the bias and calls matmul_acc). */
     em_status (*addmm_bias)(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b);
+    /* Optional: out (float32, 2-d, contiguous) = a @ b for 2-d bf16/f16 a, b, accumulated in
+     * float32 and stored without rounding to the inputs' dtype (a float32 master weight's
+     * gradient). NULL: core runs matmul in the low dtype and autograd casts the result. */
+    em_status (*matmul_widen)(em_tensor *out, const em_tensor *a, const em_tensor *b);
     /* Softmax (or log-softmax) of in along dim; out has in's shape and dtype. */
     em_status (*softmax)(em_tensor *out, const em_tensor *in, int dim, bool log);
     /* out = in.index_select(dim, index): index is 1-d EM_I64 with values already checked

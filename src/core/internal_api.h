@@ -91,6 +91,14 @@ em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x);
  * dtypes, shapes or devices differ): the caller composes. */
 em_tensor *em__relu_backward(em_tensor *g, em_tensor *y);
 
+/* a @ b for 2-d bf16/f16 a, b into a new float32 tensor (scoped), the float32 accumulators
+ * not rounded to the inputs' dtype (ops_linalg.c): autograd's gradient of a float32 tensor's
+ * low-precision cast (a master weight's), which matmul would round and the cast's backward
+ * widen again. NULL without an error where it does not apply (other dtypes or ranks, devices
+ * differ, the backend has no such kernel): the caller runs matmul. Records no history
+ * (autograd's formulas run without grad). */
+em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b);
+
 /* Softmax's (log: log-softmax's) backward from its output y along the last dim in one kernel
  * (scoped result), or NULL without an error where the backend lacks it or the operands do
  * not fit (f32/f64, one shape, dim the last): the caller then composes it. */

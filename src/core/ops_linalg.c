@@ -98,6 +98,21 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
     return em__finish(out, EM_GRAD_MATMUL, 2, in, &em__no_args);
 }
 
+em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b) {
+    if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->dtype != b->dtype || (a->dtype != EM_BF16 && a->dtype != EM_F16) ||
+        a->shape[1] != b->shape[0] || !em__same_device(a, b) || !a->storage->backend->matmul_widen)
+        return NULL;
+    const em_backend *be = a->storage->backend;
+    int64_t shape[2] = {a->shape[0], b->shape[1]};
+    em_tensor *out = em__tensor_new_on(be, a->storage->device, 2, shape, EM_F32);
+    em_status st = out ? be->matmul_widen(out, a, b) : em_last_status();
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return em__scoped(out);
+}
+
 /* torch.addmm: beta * input + alpha * (mat1 @ mat2), input broadcast to [M, N]. With
  * beta = alpha = 1 on one floating dtype and a backend that accumulates (matmul_acc), out is
  * filled with the broadcast input and the GEMM adds into it (PyTorch's linear on the CPU):

@@ -50,6 +50,7 @@ static int choice(void) {
  * KC 128-1024 and panels of 256 KB-1.5 MB tried */
 #define KC 256                  /* k per micro-kernel call: A's 32 x KC piece (16 KB) stays in L1 */
 #define PANEL_BYTES (1 << 20)   /* packed B per column panel (all of K), kept in L2 */
+#define STREAM_MIN_BYTES ((int64_t)8 << 20) /* a float32 z at least this big is streamed */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_have;
 
@@ -241,9 +242,10 @@ TARGET static void micro(const uint16_t *a, const uint16_t *b, int64_t kt, float
     _tile_stored(3, c + 528, 128);
 }
 
-/* z rows [r, r + mr), columns [q, q + nq) = round(c + bias [+ z]) */
+/* z rows [r, r + mr), columns [q, q + nq) = round(c + bias [+ z]); float32 z (z_f32):
+ * c + bias [+ z], not rounded, full rows with streaming stores when `stream` */
 TARGET static void write_block(const float *c, const em_lowp_gemm *g, const float *bias, int64_t r, int64_t mr,
-                               int64_t q, int64_t nq) {
+                               int64_t q, int64_t nq, bool stream) {
     __mmask32 m = mask32(nq); /* a row's 32 columns in one store */
     __mmask16 lo = (__mmask16)(m & 0xFFFFu), hi = (__mmask16)(m >> 16);
     __m512 b0 = bias ? _mm512_maskz_loadu_ps(lo, bias + q) : _mm512_setzero_ps();
@@ -251,6 +253,21 @@ TARGET static void write_block(const float *c, const em_lowp_gemm *g, const floa
     for (int64_t i = 0; i < mr; i++) {
         __m512 v0 = _mm512_add_ps(_mm512_loadu_ps(c + i * 32), b0);
         __m512 v1 = _mm512_add_ps(_mm512_loadu_ps(c + i * 32 + 16), b1);
+        if (g->z_f32) {
+            float *zf = (float *)g->z + (r + i) * g->ldz + q;
+            if (stream && nq == 32) {
+                _mm512_stream_ps(zf, v0);
+                _mm512_stream_ps(zf + 16, v1);
+                continue;
+            }
+            if (g->acc) {
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(lo, zf));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(hi, zf + 16));
+            }
+            _mm512_mask_storeu_ps(zf, lo, v0);
+            _mm512_mask_storeu_ps(zf + 16, hi, v1);
+            continue;
+        }
         uint16_t *zp = (uint16_t *)g->z + (r + i) * g->ldz + q;
         if (g->acc) {
             __m512i old = _mm512_maskz_loadu_epi16(m, zp);
@@ -306,6 +323,7 @@ typedef struct job {
     const em_lowp_gemm *g;
     const float *bias;       /* g->bias in float32, or NULL */
     bool split_rows, prepack;  /* prepack: A's rows packed once per chunk (run_region) */
+    bool stream;             /* a big float32 z: written with streaming stores (write_block) */
     int64_t per, nchunks;    /* rows (or columns) per chunk, a multiple of 32 */
     int64_t KT, kt, nc;      /* k-tiles of K and per micro-kernel call; the B panel's columns */
     size_t a_len, b_len;     /* bf16 per chunk: packed A rows, one B panel (all of K) */
@@ -352,11 +370,13 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
                         for (int64_t l = cp * lper; l < (cp + 1) * lper && l < lines; l++)
                             _mm_prefetch((const char *)(as + kt * 2 * TILE) + l * 64, _MM_HINT_T0);
                     micro(as, bp + (cp * j->KT + pc) * 2 * TILE, kt, cb, pc > 0);
-                    if (last) write_block(cb, g, j->bias, ic, mr, jc + cp * 32, nc - cp * 32 < 32 ? nc - cp * 32 : 32);
+                    if (last)
+                        write_block(cb, g, j->bias, ic, mr, jc + cp * 32, nc - cp * 32 < 32 ? nc - cp * 32 : 32, j->stream);
                 }
             }
         }
     }
+    if (j->stream) _mm_sfence(); /* the streamed rows are visible before the job ends */
     _tile_release();
 }
 
@@ -379,6 +399,10 @@ em_status em__cpu_amx_gemm(const em_lowp_gemm *g) {
      * unless this kernel is asked for by name */
     if ((g->P < 32 || g->Q < 32) && choice() == 1 && em__cpu_dnnl_runs(EM_BF16)) return EM_ERR_NOT_SUPPORTED;
     job j = {.g = g, .split_rows = g->P >= g->Q};
+    /* a float32 result far bigger than the caches (a weight's gradient, read next by the
+     * optimizer): streaming stores skip reading each line before writing it, which made the
+     * product write-bound (bf16 step of the 4096-wide MLP, batch 256) */
+    j.stream = g->z_f32 && !g->acc && g->P * g->Q * 4 >= STREAM_MIN_BYTES && ((uintptr_t)g->z & 63) == 0 && g->ldz % 16 == 0;
     int64_t len = j.split_rows ? g->P : g->Q;
     int64_t chunks = g->P * g->Q * g->K >= SERIAL_MACS ? em__cpu_num_threads() : 1;
     if (chunks > 256) chunks = 256;

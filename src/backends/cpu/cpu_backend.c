@@ -168,6 +168,7 @@ const em_backend em_cpu_backend = {
     .reduce = em__cpu_reduce,
     .matmul = em__cpu_matmul,
     .matmul_acc = em__cpu_matmul_acc,
+    .matmul_widen = em__cpu_matmul_widen,
     .addmm_bias = em__cpu_addmm_bias,
     .softmax = em__cpu_softmax,
     .index_select = em__cpu_index_select,

@@ -45,6 +45,7 @@ typedef struct key {            /* all int64_t: compared with memcmp, no padding
      * strides over them (0: broadcast); nb = 0 for one matrix */
     int64_t nb, bshape[EM_DNNL_MAX_BATCH], bsx[EM_DNNL_MAX_BATCH], bsy[EM_DNNL_MAX_BATCH], bsz[EM_DNNL_MAX_BATCH];
     int64_t bias;               /* a [Q] bias added to every row (one matrix only) */
+    int64_t zf32;               /* Z float32 for bf16/f16 X, Y (em_lowp_gemm.z_f32) */
 } key;
 
 typedef struct entry {
@@ -120,7 +121,7 @@ static dnnl_status_t create(const key *k, dnnl_primitive_desc_t *pd, dnnl_primit
     int omp = one_omp_thread(); /* oneDNN sizes its blocking by the creating thread's OpenMP threads */
     dnnl_status_t s = dnnl_memory_desc_init_by_strides(&mx, nd, dx, dt, sx);
     if (!s) s = dnnl_memory_desc_init_by_strides(&my, nd, dy, dt, sy);
-    if (!s) s = dnnl_memory_desc_init_by_strides(&mz, nd, dz, dt, sz);
+    if (!s) s = dnnl_memory_desc_init_by_strides(&mz, nd, dz, k->zf32 ? dnnl_f32 : dt, sz);
     if (!s && k->bias) s = dnnl_memory_desc_init_by_strides(&mb, 2, (dnnl_dims_t){1, k->Q}, dt, (dnnl_dims_t){k->Q, 1});
     if (!s) s = dnnl_matmul_desc_init(&md, &mx, &my, k->bias ? &mb : NULL, &mz);
     if (!s) s = dnnl_primitive_attr_create(&attr);
@@ -161,7 +162,7 @@ static void probe(em_dtype dt, dnnl_cpu_isa_t isa) {
                  v->major, v->minor, v->patch, isa_name(isa));
         return;
     }
-    key k = {dt, 64, 64, 64, 0, 0, 64, 64, 64, 0, 0, {0}, {0}, {0}, {0}, 0};
+    key k = {dt, 64, 64, 64, 0, 0, 64, 64, 64, 0, 0, {0}, {0}, {0}, {0}, 0, 0};
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
     size_t scratch;
@@ -323,10 +324,10 @@ typedef struct job {
 static void run_block(job *j, int64_t r, int64_t c) {
     const em_lowp_gemm *g = j->g;
     int64_t r0 = r * j->rper, c0 = c * j->qper;
-    size_t es = g->dtype == EM_F32 ? 4 : 2;
+    size_t es = g->dtype == EM_F32 ? 4 : 2, zes = g->z_f32 ? 4 : es;
     const char *x = (const char *)g->x + (size_t)(r0 * (g->xt ? 1 : g->ldx)) * es;
     const char *y = (const char *)g->y + (size_t)(c0 * (g->yt ? g->ldy : 1)) * es;
-    char *z = (char *)g->z + (size_t)(r0 * g->ldz + c0) * es;
+    char *z = (char *)g->z + (size_t)(r0 * g->ldz + c0) * zes;
     dnnl_status_t s = execute(j->e[r == j->nr - 1][c == j->nc - 1], x, y, z, g->bias ? (const char *)g->bias + (size_t)c0 * es : NULL);
     if (s) atomic_store(&j->status, (int)s);
 }
@@ -349,7 +350,7 @@ em_status em__cpu_dnnl_gemm(const em_lowp_gemm *g) {
 }
 
 em_status em__cpu_dnnl_gemm_bias(const em_lowp_gemm *g) {
-    if (!g->bias || g->acc || g->P < EM_SGEMM_BIAS_MIN_ROWS || g->P * g->Q * g->K < EM_SGEMM_BIAS_MIN_MACS)
+    if (!g->bias || g->acc || g->z_f32 || g->P < EM_SGEMM_BIAS_MIN_ROWS || g->P * g->Q * g->K < EM_SGEMM_BIAS_MIN_MACS)
         return EM_ERR_NOT_SUPPORTED;
     if (g->dtype == EM_F32) {
         if (strcmp(em__cpu_sgemm_policy_name(), "openblas") == 0) return EM_ERR_NOT_SUPPORTED;
@@ -395,7 +396,7 @@ static em_status run_gemm(const em_lowp_gemm *g) {
             j.e[rt][ct] = NULL;
             if ((rt == 0 && j.nr == 1) || (ct == 0 && j.nc == 1) || !ok) continue; /* never used */
             key k = {g->dtype, rt ? rlast : j.rper, ct ? clast : j.qper, g->K, g->xt, g->yt,
-                     g->ldx, g->ldy, g->ldz, g->acc, 0, {0}, {0}, {0}, {0}, g->bias != NULL};
+                     g->ldx, g->ldy, g->ldz, g->acc, 0, {0}, {0}, {0}, {0}, g->bias != NULL, g->z_f32};
             if (!(j.e[rt][ct] = acquire(&k, &s))) ok = false;
         }
     if (!ok) {
@@ -477,7 +478,7 @@ em_status em__cpu_dnnl_sgemm_batch(const em_lowp_gemm *g, const em_dnnl_batch *b
     int64_t last = outer - (j.n - 1) * j.per;
     dnnl_status_t s = dnnl_success;
     for (int t = 0; t < 2; t++) {
-        key k = {EM_F32, g->P, g->Q, g->K, g->xt, g->yt, g->ldx, g->ldy, g->ldz, 0, b->nb, {0}, {0}, {0}, {0}, 0};
+        key k = {EM_F32, g->P, g->Q, g->K, g->xt, g->yt, g->ldx, g->ldy, g->ldz, 0, b->nb, {0}, {0}, {0}, {0}, 0, 0};
         for (int i = 0; i < b->nb; i++) {
             k.bshape[i] = b->bshape[i];
             k.bsx[i] = b->bsx[i], k.bsy[i] = b->bsy[i], k.bsz[i] = b->bsz[i];

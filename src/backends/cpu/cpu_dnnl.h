@@ -13,7 +13,8 @@
 #include <ember/error.h>
 
 /* Z (P x Q, row-major, row stride ldz) = X (P x K) * Y (K x Q), or Z += X * Y with acc, all
- * of one dtype; X and Y each row-major (xt/yt false) or column-major, leading dims ldx, ldy. */
+ * of one dtype (Z float32 with z_f32); X and Y each row-major (xt/yt false) or column-major,
+ * leading dims ldx, ldy. */
 typedef struct em_lowp_gemm {
     em_dtype dtype;
     int64_t P, Q, K;
@@ -23,6 +24,8 @@ typedef struct em_lowp_gemm {
     int64_t ldx, ldy, ldz;
     bool acc;
     const void *bias;   /* em__cpu_dnnl_gemm_bias: [Q] of dtype added to every row; else NULL */
+    bool z_f32;         /* Z is float32, never rounded (a weight's gradient for float32 master
+                         * weights: em__cpu_matmul_widen); the AMX kernel and em__cpu_dnnl_gemm */
 } em_lowp_gemm;
 
 /* Runs g on Ember's threads through oneDNN. EM_ERR_NOT_SUPPORTED, nothing recorded: oneDNN

@@ -133,6 +133,7 @@ em_status em__cpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bo
 em_status em__cpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__cpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b); /* out += a @ b */
 em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b);
+em_status em__cpu_matmul_widen(em_tensor *out, const em_tensor *a, const em_tensor *b); /* f32 out = bf16/f16 a @ b */
 em_status em__cpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log);
 em_status em__cpu_index_select(em_tensor *out, const em_tensor *in, int dim, const em_tensor *index);
 em_status em__cpu_index_add(em_tensor *out, int dim, const em_tensor *index, const em_tensor *src);

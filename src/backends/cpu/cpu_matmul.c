@@ -195,7 +195,7 @@ static em_status dnnl_batch(const batch_job *j) {
         b.bsy[d] = ty->shape[d] == 1 ? 0 : ty->strides[d];
         b.bsz[d] = m->out->strides[d];
     }
-    em_lowp_gemm l = {EM_F32, g.P, g.Q, g.K, g.x, g.y, g.z, g.xt, g.yt, g.ldx, g.ldy, g.ldz, false, NULL};
+    em_lowp_gemm l = {EM_F32, g.P, g.Q, g.K, g.x, g.y, g.z, g.xt, g.yt, g.ldx, g.ldy, g.ldz, false, NULL, false};
     return em__cpu_dnnl_sgemm_batch(&l, &b);
 }
 
@@ -242,7 +242,7 @@ static em_status lowp_gemm(const em_lowp_gemm *g) {
 }
 
 static em_lowp_gemm lowp_of(const gemm *g, em_dtype dt, bool acc) {
-    return (em_lowp_gemm){dt, g->P, g->Q, g->K, g->x, g->y, g->z, g->xt, g->yt, g->ldx, g->ldy, g->ldz, acc, NULL};
+    return (em_lowp_gemm){dt, g->P, g->Q, g->K, g->x, g->y, g->z, g->xt, g->yt, g->ldx, g->ldy, g->ldz, acc, NULL, false};
 }
 
 /* batches 1 + [begin, end): the first ran on the calling thread */
@@ -436,7 +436,7 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
                               (const char *)ua->storage->block.handle + ua->storage->block.offset + ua->offset * (int64_t)es,
                               (const char *)ub->storage->block.handle + ub->storage->block.offset + ub->offset * (int64_t)es,
                               (char *)out->storage->block.handle + out->storage->block.offset + out->offset * (int64_t)es,
-                              la == 1, lb == 1, lda, ldb, N, true, NULL};
+                              la == 1, lb == 1, lda, ldb, N, true, NULL, false};
             st = lowp_gemm(&g);
         }
         if (ua != a) tmp_free(&ta);
@@ -459,6 +459,40 @@ static em_status lowp_matmul_acc(em_tensor *out, const em_tensor *a, const em_te
     return st;
 }
 
+/* out (float32) = a @ b for 2-d bf16/f16 a, b, the float32 accumulators stored as they are:
+ * Ember's AMX kernel or oneDNN, else the float32 GEMM on converted copies straight into out
+ * (where matmul would convert, multiply, round, and autograd widen the rounded result). */
+em_status em__cpu_matmul_widen(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    em_dtype dt = a->dtype;
+    if ((dt != EM_BF16 && dt != EM_F16) || b->dtype != dt || out->dtype != EM_F32 || out->ndim != 2 || a->ndim != 2 ||
+        b->ndim != 2 || a->shape[1] != b->shape[0] || out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1] ||
+        !em__cpu_is_contiguous(out))
+        return em_error(EM_ERR_INTERNAL, "cpu: matmul_widen expects 2-d bf16/f16 a, b and a contiguous float32 out");
+    int64_t M = out->shape[0], N = out->shape[1], K = a->shape[1], lda = 0, ldb = 0;
+    if (M == 0 || N == 0) return EM_OK;
+    if (K == 0) return em__cpu_fill(out, 0);
+    int la = mat_layout(M, K, a->strides[0], a->strides[1], &lda), lb = mat_layout(K, N, b->strides[0], b->strides[1], &ldb);
+    if (lowp_runs(dt) && la >= 0 && lb >= 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) {
+        em_lowp_gemm g = {dt, M, N, K, em__host_ptr(a), em__host_ptr(b), em__host_ptr(out), la == 1, lb == 1,
+                          lda, ldb, N, false, NULL, true};
+        em_status st = lowp_gemm(&g);
+        if (st != EM_ERR_NOT_SUPPORTED) return st;
+    }
+    tmp_tensor ta, tb;
+    em_status st = tmp_make(&ta, EM_F32, 2, a->shape);
+    if (st) return st;
+    if ((st = tmp_make(&tb, EM_F32, 2, b->shape))) {
+        tmp_free(&ta);
+        return st;
+    }
+    em__cpu_copy(&ta.t, a);
+    em__cpu_copy(&tb.t, b);
+    st = em__cpu_matmul(out, &ta.t, &tb.t);
+    tmp_free(&ta);
+    tmp_free(&tb);
+    return st;
+}
+
 /* out = a @ b + bias with the bias in the GEMM's epilogue: Ember's AMX kernel (bf16, any
  * size), else oneDNN's (big enough products: cpu_dnnl.h) */
 em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b) {
@@ -471,7 +505,7 @@ em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_ten
     int la = mat_layout(M, K, a->strides[0], a->strides[1], &lda), lb = mat_layout(K, N, b->strides[0], b->strides[1], &ldb);
     if (la < 0 || lb < 0 || bias->shape[0] != N || K == 0) return EM_ERR_NOT_SUPPORTED;
     em_lowp_gemm g = {dt, M, N, K, em__host_ptr(a), em__host_ptr(b), em__host_ptr(out), la == 1, lb == 1,
-                      lda, ldb, N, false, em__host_ptr(bias)};
+                      lda, ldb, N, false, em__host_ptr(bias), false};
     em_status st = em__cpu_amx_gemm(&g); /* any size: no per-call cost to amortize */
     return st == EM_ERR_NOT_SUPPORTED ? em__cpu_dnnl_gemm_bias(&g) : st;
 }
