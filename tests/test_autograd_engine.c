@@ -170,6 +170,24 @@ static void test_explicit_grad(void) {
     em_scope_end(s);
 }
 
+/* The caller's gradient, passed along unchanged by nodes whose formula is the identity
+ * (add_scalar, twice here), never becomes a leaf's .grad itself: writing into the caller's
+ * tensor afterwards must not change the leaf's gradient. (The engine takes a gradient
+ * without a copy only when it made it and holds the only references; here the caller's
+ * references alone already forbid it.) */
+static void test_passed_through_grad_not_taken(void) {
+    em_scope s = em_scope_begin();
+    em_tensor *x = leaf(1.0, EM_SHAPE(2, 3));
+    em_tensor *gv = em_full(EM_SHAPE(2, 3), 2.0, (em_opts){0});
+    CHECK_OK(em_backward_with(em_add_scalar(em_add_scalar(x, 1.0), 2.0), gv, false));
+    CHECK_OK(em_fill_(gv, 7.0));
+    CHECK_NEAR(grad_at(x, 4), 2.0, 0);
+    CHECK_OK(em_backward_with(em_add_scalar(em_add_scalar(x, 1.0), 2.0), gv, false));
+    CHECK_NEAR(grad_at(x, 4), 9.0, 0);
+    CHECK_NEAR(em_item(em_select(em_select(gv, 0, 1), 0, 1)), 7.0, 0);
+    em_scope_end(s);
+}
+
 /* A long chain: the walk and the release are iterative, so depth is not limited by the stack. */
 static void test_deep_chain(void) {
     const int depth = 100000;
@@ -280,6 +298,7 @@ int main(void) {
     RUN(test_version_counter);
     RUN(test_errors);
     RUN(test_explicit_grad);
+    RUN(test_passed_through_grad_not_taken);
     RUN(test_deep_chain);
     RUN(test_graph_outlives_scope);
     RUN(test_gradients_never_alias);

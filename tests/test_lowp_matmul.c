@@ -211,6 +211,50 @@ static void check_linear(em_dtype dt) {
     }
 }
 
+/* A float32 master weight cast to dt for the product (a bf16 step, an autocast region): its
+ * gradient is float32, and where the device multiplies straight into float32 (the CPU's
+ * matmul_widen, every path) it carries float32 accumulation error only: under 1% of the
+ * elements may be off by more than 2^-12 relative, where a gradient rounded to bf16 (2^-9 at
+ * most) would put most of them there (f16: 2^-14 against 2^-11). Elsewhere (OpenCL) it is
+ * rounded to dt first: one rounding's tolerance. The second shape's weight gradient is 8 MB of
+ * float32, which the AMX kernel writes with streaming stores. */
+static void check_master_grad(em_dtype dt) {
+    static const shape3 ms[] = {{64, 100, 70}, {32, 1024, 2048}};
+    bool widened = g_dev.type == EM_CPU;
+    double fine = dt == EM_BF16 ? 1.0 / 4096 : 1.0 / 16384;
+    for (int s = 0; s < (int)(sizeof ms / sizeof ms[0]); s++) {
+        int64_t M = ms[s].M, K = ms[s].K, N = ms[s].N;
+        em_scope sc = em_scope_begin();
+        em_tensor *W = em_to(em_randn(EM_SHAPE(N, K), EM_OPTS(0)), g_dev), *b = em_to(em_randn(EM_SHAPE(N), EM_OPTS(0)), g_dev);
+        CHECK_OK(em_set_requires_grad(W, true));
+        CHECK_OK(em_set_requires_grad(b, true));
+        em_tensor *x = rnd(dt, M, K), *G = rnd(dt, M, N);
+        em_tensor *y = em_addmm(em_to_dtype(b, dt), x, em_transpose(em_to_dtype(W, dt), 0, 1), 1.0, 1.0);
+        CHECK(y && em_dtype_of(y) == dt);
+        CHECK_OK(em_backward(em_sum(em_mul(y, G), EM_ALL_DIMS, false)));
+        em_tensor *gw = em_grad(W);
+        CHECK(gw && em_dtype_of(gw) == EM_F32 && em_dtype_of(em_grad(b)) == EM_F32);
+        double scale;
+        double *r = ref_mm(em_transpose(G, 0, 1), x, N, M, K, &scale), *h = gw ? host(gw) : NULL;
+        int64_t off = 0, bad = 0;
+        for (int64_t i = 0; h && i < N * K; i++) {
+            double e = fabs(h[i] - r[i]);
+            if (e > fabs(r[i]) * fine + 1e-7 * scale) off++;
+            if (!(e <= fabs(r[i]) * ulp_rel(dt) + 1e-6 * (double)M * scale) && bad++ < 3)
+                fprintf(stderr, "  %s master grad [%lld x %lld] elem %lld: got %.8g, expected %.8g\n", g_ctx,
+                        (long long)N, (long long)K, (long long)i, h[i], r[i]);
+        }
+        CHECK(h && bad == 0);
+        if (widened && off * 100 >= N * K)
+            fprintf(stderr, "  %s master grad [%lld x %lld]: %lld of %lld elements off by more than float32 accumulation "
+                    "(rounded to %s?)\n", g_ctx, (long long)N, (long long)K, (long long)off, (long long)(N * K), em_dtype_name(dt));
+        CHECK(!widened || off * 100 < N * K);
+        free(r);
+        free(h);
+        em_scope_end(sc);
+    }
+}
+
 static void run_all(void) {
     em_manual_seed(14);
     em_dtype dts[2] = {EM_BF16, EM_F16};
@@ -220,6 +264,7 @@ static void run_all(void) {
         check_batched(dts[i]);
         check_addmm(dts[i]);
         check_linear(dts[i]);
+        check_master_grad(dts[i]);
     }
 }
 

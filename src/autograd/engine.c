@@ -112,6 +112,7 @@ static em_status collect(ag_node *root, node_vec *all) {
     root->mark = epoch;
     root->deps = 0;
     root->grad = NULL;
+    root->grad_fresh = false;
     if (!vec_push(all, root) || !vec_push(&stack, root)) goto oom;
     while (stack.n) {
         ag_node *x = stack.v[--stack.n];
@@ -123,6 +124,7 @@ static em_status collect(ag_node *root, node_vec *all) {
                 c->mark = epoch;
                 c->deps = 0;
                 c->grad = NULL;
+                c->grad_fresh = false;
                 if (!vec_push(all, c) || !vec_push(&stack, c)) goto oom;
             }
             c->deps++;
@@ -144,10 +146,11 @@ static bool same_shape(const em_tensor *a, int ndim, const int64_t *shape) {
 
 /* leaf.grad += g. A .grad nobody else holds is updated in place; otherwise (a reference
  * the user took with em_grad) it is replaced, so the user's tensor does not change. */
-/* leaf.grad += g. `fresh`: g was made by this node's formula (not passed through from the
- * node's own incoming gradient), so the engine and the formula's scope may be its only
- * holders: then the first gradient takes g itself instead of a copy, as PyTorch's
- * AccumulateGrad steals a gradient nobody else references. */
+/* leaf.grad += g. `fresh`: g was made by this backward (by this node's formula, or passed
+ * through from an incoming gradient a formula or a sum made: never the caller's gradient),
+ * so the engine and a formula's scope may be its only holders: then the first gradient takes
+ * g itself instead of a copy, as PyTorch's AccumulateGrad steals a gradient nobody else
+ * references (a float32 master weight's gradient passes through its cast's node). */
 static em_status accumulate_leaf(em_tensor *leaf, em_tensor *g, bool fresh) {
     if (!same_shape(g, leaf->ndim, leaf->shape) || g->dtype != leaf->dtype)
         return em_error(EM_ERR_INTERNAL, "backward: gradient of the wrong shape or dtype for a leaf");
@@ -174,12 +177,15 @@ static em_status accumulate_leaf(em_tensor *leaf, em_tensor *g, bool fresh) {
 
 /* node.grad += g. A sum only the engine holds (the tensor and its storage: no view, saved
  * tensor or user reference sees it) takes g in place, so no third buffer is allocated while
- * the two are summed (the residual stream's gradient arrives twice per block). */
-static em_status accumulate_node(ag_node *n, em_tensor *g) {
+ * the two are summed (the residual stream's gradient arrives twice per block). fresh: as
+ * for accumulate_leaf; a sum is always fresh. */
+static em_status accumulate_node(ag_node *n, em_tensor *g, bool fresh) {
     if (!n->grad) {
         n->grad = em_retain(g);
+        n->grad_fresh = fresh;
         return EM_OK;
     }
+    n->grad_fresh = true;
     em_tensor *old = n->grad;
     if (atomic_load(&old->refcount) == 1 && atomic_load(&old->storage->refcount) == 1 && !old->grad_fn &&
         !old->requires_grad && !g->grad_fn && !g->requires_grad && old->dtype == g->dtype &&
@@ -211,6 +217,7 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
         em_scope s = em_scope_begin();
         if (x->grad) st = ag_node_backward(x, x->grad, outs);
         const em_tensor *incoming = x->grad;   /* only compared with, never used after release */
+        bool incoming_fresh = x->grad_fresh;
         em_release(x->grad);
         x->grad = NULL;
         if (!retain_graph) {
@@ -224,12 +231,13 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
         for (int i = 0; i < x->n; i++) {
             ag_input *in = &x->in[i];
             if (st == EM_OK && outs[i]) {
+                bool fresh = outs[i] != incoming || incoming_fresh;
                 if (in->leaf) {
-                    st = accumulate_leaf(in->leaf, outs[i], outs[i] != incoming);
+                    st = accumulate_leaf(in->leaf, outs[i], fresh);
                     if (st == EM_OK) st = run_hooks(in->leaf);
                 }
                 else if (in->node)
-                    st = accumulate_node(in->node, outs[i]);
+                    st = accumulate_node(in->node, outs[i], fresh);
             }
             em_release(outs[i]);
             if (in->node && --in->node->deps == 0 && st == EM_OK && !vec_push(&ready, in->node))

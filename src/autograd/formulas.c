@@ -39,9 +39,23 @@ em_tensor *ag_reduce_to(em_tensor *g, int ndim, const int64_t *shape) {
     return g;
 }
 
+bool ag_grad_widens(const ag_input *in) {
+    if (in->dtype != EM_BF16 && in->dtype != EM_F16) return false;
+    const ag_node *n = in->node;
+    for (int hops = 0; n && !n->custom && n->n == 1 && hops < 8; hops++) {
+        const ag_input *src = &n->in[0];
+        if (n->op == EM_GRAD_COPY)
+            return src->dtype == EM_F32 && src->device.type == in->device.type && src->device.index == in->device.index;
+        if ((n->op != EM_GRAD_PERMUTE && n->op != EM_GRAD_VIEW) || src->dtype != in->dtype) return false;
+        n = src->node; /* a bf16 leaf (no node) ends the walk: it wants its own dtype */
+    }
+    return false;
+}
+
 em_tensor *ag_finish(em_tensor *g, const ag_input *in) {
     g = ag_reduce_to(g, in->ndim, in->shape);
-    if (g && em_dtype_of(g) != in->dtype) g = em_to_dtype(g, in->dtype);
+    if (g && em_dtype_of(g) != in->dtype && !(em_dtype_of(g) == EM_F32 && ag_grad_widens(in)))
+        g = em_to_dtype(g, in->dtype);
     return g;
 }
 

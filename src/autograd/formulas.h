@@ -15,8 +15,16 @@ em_tensor *ag_scalar_like(const em_tensor *like, double v);
 /* Sum g over the dims that were broadcast to reach g's shape from (ndim, shape), and give it
  * that shape. */
 em_tensor *ag_reduce_to(em_tensor *g, int ndim, const int64_t *shape);
-/* g reduced to input in's shape and cast to its dtype. */
+/* g reduced to input in's shape and cast to its dtype (a float32 g stays float32 where
+ * ag_grad_widens(in)). */
 em_tensor *ag_finish(em_tensor *g, const ag_input *in);
+/* May input in's gradient be float32 though in is bf16/f16? Yes where in is a float32
+ * tensor's cast on the same device (em_to_dtype: autocast's and a bf16 step's cast of a
+ * master weight), seen through reshapes and permutes (Linear's transposed weight): the cast's
+ * backward widens the gradient to float32 anyway, so a product can store its float32
+ * accumulators and skip the rounding and that pass. Nothing else sees the dtype: hooks and
+ * .grad exist on leaves only. */
+bool ag_grad_widens(const ag_input *in);
 /* Insert size-1 dims where a reduction without keepdim removed them. */
 em_tensor *ag_restore_dims(em_tensor *g, const em_grad_args *args, int ndim);
 /* The reduced dims of an input of ndim dims as an em_dims (n = 0 when none). */

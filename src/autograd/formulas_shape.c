@@ -69,8 +69,21 @@ static bool is_transposed_matrix(em_tensor *b) {
     return b && em_ndim(b) == 2 && !em_is_contiguous(b) && em_is_contiguous(em_transpose(b, 0, 1));
 }
 
-/* the gradients of a @ b into out[0] (a) and out[1] (b), for those need0 / need1 ask */
-static void matmul_grads(em_tensor *a, em_tensor *b, em_tensor *g, bool need0, bool need1, em_tensor **out) {
+/* x @ y, in float32 when widen (ag_grad_widens: the gradient of a float32 tensor's bf16/f16
+ * cast) and the backend can: no rounding to bf16 for the cast's backward to undo */
+static em_tensor *product(em_tensor *x, em_tensor *y, bool widen) {
+    if (widen) {
+        bool failed_before = em_failed();
+        em_tensor *w = em__matmul_widen(x, y);
+        if (w || (!failed_before && em_failed())) return w; /* done, or it applied and failed */
+    }
+    return em_matmul(x, y);
+}
+
+/* the gradients of a @ b into out[0] (a) and out[1] (b), for those need0 / need1 ask; widen0,
+ * widen1: that gradient may be float32 (product) */
+static void matmul_grads(em_tensor *a, em_tensor *b, em_tensor *g, bool need0, bool need1, bool widen0, bool widen1,
+                         em_tensor **out) {
     int an = em_ndim(a), bn = em_ndim(b);
     em_tensor *a2 = an == 1 ? em_unsqueeze(a, 0) : a;
     em_tensor *b2 = bn == 1 ? em_unsqueeze(b, -1) : b;
@@ -78,7 +91,7 @@ static void matmul_grads(em_tensor *a, em_tensor *b, em_tensor *g, bool need0, b
     if (bn == 1) g2 = em_unsqueeze(g2, -1);
     if (an == 1) g2 = em_unsqueeze(g2, -2);
     if (need0) {
-        em_tensor *ga = em_matmul(g2, em_transpose(b2, -1, -2));
+        em_tensor *ga = product(g2, em_transpose(b2, -1, -2), widen0);
         em_shape s2 = em_shape_of(a2);
         out[0] = a2 ? shaped_like(ag_reduce_to(ga, s2.ndim, s2.d), a) : NULL;
     }
@@ -86,22 +99,24 @@ static void matmul_grads(em_tensor *a, em_tensor *b, em_tensor *g, bool need0, b
         /* x @ w.t(): w's gradient is g.t() @ x computed in w's own layout, so that it comes
          * out of the transpose's backward contiguous (as PyTorch's linear does) */
         em_tensor *gb = an == 2 && is_transposed_matrix(b)
-                            ? em_transpose(em_matmul(em_transpose(g2, 0, 1), a2), 0, 1)
-                            : em_matmul(em_transpose(a2, -1, -2), g2);
+                            ? em_transpose(product(em_transpose(g2, 0, 1), a2, widen1), 0, 1)
+                            : product(em_transpose(a2, -1, -2), g2, widen1);
         em_shape s2 = em_shape_of(b2);
         out[1] = b2 ? shaped_like(ag_reduce_to(gb, s2.ndim, s2.d), b) : NULL;
     }
 }
 
 static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
-    matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[0]), ag_input_needs(&n->in[1]), out);
+    matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[0]), ag_input_needs(&n->in[1]),
+                 ag_grad_widens(&n->in[0]), ag_grad_widens(&n->in[1]), out);
 }
 
 /* addmm: input's gradient is g (the engine sums it back to input's broadcast shape), the
  * matrices' those of matmul */
 static void backward_addmm(ag_node *n, em_tensor *g, em_tensor **out) {
     if (ag_input_needs(&n->in[0])) out[0] = g;
-    matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[1]), ag_input_needs(&n->in[2]), out + 1);
+    matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[1]), ag_input_needs(&n->in[2]),
+                 ag_grad_widens(&n->in[1]), ag_grad_widens(&n->in[2]), out + 1);
 }
 
 static void backward_softmax(ag_node *n, em_tensor *g, em_tensor **out) {

@@ -43,6 +43,8 @@ typedef struct ag_node {
     int deps;                /* gradients still to arrive */
     unsigned mark;           /* traversal epoch */
     em_tensor *grad;         /* gradient of the output, summed so far */
+    bool grad_fresh;         /* grad was made by this backward (a formula or a sum), not the
+                              * caller's tensor passed along: a leaf may take it (engine.c) */
     struct ag_node *free_next;
     int n;
     ag_input in[];           /* n inputs */
