@@ -10,12 +10,17 @@
  *   layouts, bias, accumulation and splits, and a z of 8 MB and more (streaming stores);
  * - NaN and infinity propagate; z's padding (past Q in each row) is never written;
  * - what the kernel declines: other dtypes, EMBER_CPU_LOWP_GEMM=onednn/portable, and (unless
- *   asked for by name) fewer than 32 rows or columns where oneDNN runs bf16; K = 0.
+ *   asked for by name) fewer than 32 rows or columns where oneDNN runs bf16; K = 0;
+ * - no memory for its packing buffers: a clear error, z untouched.
  * Skipped where the CPU or the OS gives no AMX. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "backends/cpu/cpu_amx.h"
 #include "test.h"
 
@@ -264,6 +269,53 @@ static void test_declines(void) {
     CHECK(em__cpu_amx_gemm(&g) == EM_ERR_NOT_SUPPORTED && z[0] == 0 && !em_failed());
 }
 
+/* No memory for the packing buffers: in a child process under an address-space limit 32 MB
+ * above what it uses, a product whose buffers need 66 MB (A packed once: 8192 rows x 4096;
+ * more than the pool ever keeps, so none is reused) fails with EM_ERR_OUT_OF_MEMORY and a
+ * message, and z keeps its sentinel. Not under sanitizers, whose shadow memory needs the
+ * address space. */
+static void test_out_of_memory(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    SKIP("an address-space limit under a sanitizer");
+#else
+    int64_t P = 8192, K = 4096, Q = 1024;
+    uint16_t *x = calloc((size_t)(P * K), 2), *y = calloc((size_t)(K * Q), 2), *z = malloc((size_t)(P * Q) * 2);
+    CHECK(x && y && z);
+    if (!x || !y || !z) goto out;
+    for (int64_t i = 0; i < P * Q; i++) z[i] = 0x1234;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        em_set_num_threads(1);
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+        fclose(f);
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_AS, &rl)) _exit(3);
+        rl.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)32 << 20);
+        if (setrlimit(RLIMIT_AS, &rl)) _exit(3);
+        em_lowp_gemm g = {EM_BF16, P, Q, K, x, y, z, false, false, K, Q, Q, false, NULL, false};
+        em_status st = em__cpu_amx_gemm(&g);
+        bool untouched = true;
+        for (int64_t i = 0; i < P * Q; i++) untouched &= z[i] == 0x1234;
+        if (st != EM_ERR_OUT_OF_MEMORY || !untouched || !strstr(em_last_error(), "out of memory")) {
+            fprintf(stderr, "  status %d, z untouched %d, message: %s\n", (int)st, untouched, em_last_error());
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+out:
+    free(x);
+    free(y);
+    free(z);
+#endif
+}
+
 int main(void) {
     unsetenv("EMBER_CPU_LOWP_GEMM");
     if (!em__cpu_amx_runs(EM_BF16)) {
@@ -277,6 +329,7 @@ int main(void) {
     RUN(test_wide_range);
     RUN(test_f32_out);
     RUN(test_special_values);
+    RUN(test_out_of_memory);
     RUN(test_declines);
     return test_summary();
 }
