@@ -3,7 +3,9 @@
  * compiled PTX) and a fake cuBLAS that really multiplies bf16/f16 on host memory with a
  * float32 accumulator: the calls carry CUDA_R_16BF / CUDA_R_16F operands, CUBLAS_COMPUTE_32F
  * and float alpha/beta (beta 1 for addmm into the bias), transposed operands included; when
- * cuBLAS refuses, Ember's own matmul kernel runs (its accum argument marshalled too). */
+ * cuBLAS refuses, Ember's own matmul kernel runs (its accum argument marshalled too).
+ * matmul_widen (a master weight's gradient) asks cuBLAS for a CUDA_R_32F C, unrounded, and
+ * declines without a kernel or an error where cuBLAS refuses. */
 #include "test.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
@@ -20,7 +22,7 @@ static bool g_have_nvrtc;
 
 /* what the last GEMM call carried */
 static int gemm_calls;
-static cudaDataType last_type;
+static cudaDataType last_type, last_ctype;
 static cublasComputeType_t last_compute;
 static float last_beta;
 static bool refuse_next;
@@ -53,11 +55,13 @@ static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
         refuse_next = false;
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (at != bt || at != ct || (at != CUDA_R_16BF && at != CUDA_R_16F)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (at != bt || (ct != at && ct != CUDA_R_32F) || (at != CUDA_R_16BF && at != CUDA_R_16F))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     if (lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m)
         return CUBLAS_STATUS_INVALID_VALUE;
     gemm_calls++;
     last_type = at;
+    last_ctype = ct;
     last_compute = compute;
     float al = *(const float *)alpha, be = *(const float *)beta; /* float scalars for COMPUTE_32F */
     last_beta = be;
@@ -69,6 +73,10 @@ static cublasStatus_t b_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOpera
                     acc += ld(A, bi * sa + (ta == CUBLAS_OP_N ? i + l * lda : l + i * lda), at) *
                            ld(B, bi * sb + (tb == CUBLAS_OP_N ? l + j * ldb : j + l * ldb), bt);
                 long long ci = bi * sc + i + (long long)j * ldc;
+                if (ct == CUDA_R_32F) {
+                    ((float *)C)[ci] = al * acc + (be != 0 ? be * ((float *)C)[ci] : 0);
+                    continue;
+                }
                 float v = al * acc + (be != 0 ? be * ld(C, ci, ct) : 0);
                 ((uint16_t *)C)[ci] = ct == CUDA_R_16BF ? f2bf(v) : f2h(v);
             }
@@ -207,6 +215,41 @@ static void test_refusal_runs_the_kernel(void) {
         }
 }
 
+/* matmul_widen: a float32 C from bf16/f16 operands, the weight gradient's layout (a^T), not
+ * rounded: sums past bf16's 8 bits come out exact; refused, it declines (no kernel, no
+ * error) and core multiplies in the low dtype instead */
+static void test_widen(void) {
+    if (!g_have_nvrtc) SKIP("no NVRTC to compile the real kernels");
+    install();
+    em_dtype dts[2] = {EM_BF16, EM_F16};
+    for (int d = 0; d < 2; d++) {
+        int64_t M = 6, K = 40, N = 5;
+        em_tensor *a = tensor(dts[d], 2, (int64_t[]){M, K}, (int64_t[]){1, M}, (size_t)(M * K));
+        em_tensor *b = tensor(dts[d], 2, (int64_t[]){K, N}, NULL, (size_t)(K * N));
+        em_tensor *o = tensor(EM_F32, 2, (int64_t[]){M, N}, NULL, (size_t)(M * N));
+        for (int64_t i = 0; i < M * K; i++) set(a, i, (float)(i % 7) + 1.0f);
+        for (int64_t i = 0; i < K * N; i++) set(b, i, (float)(i % 5) + 3.0f);
+        int calls = gemm_calls, launches = F.launches;
+        CHECK_OK(B->matmul_widen(o, a, b));
+        CHECK(gemm_calls == calls + 1 && F.launches == launches);
+        CHECK(last_type == (dts[d] == EM_BF16 ? CUDA_R_16BF : CUDA_R_16F) && last_ctype == CUDA_R_32F);
+        CHECK(last_compute == CUBLAS_COMPUTE_32F && last_beta == 0.0f);
+        float *of = (float *)o->storage->block.handle;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double want = 0;
+                for (int64_t l = 0; l < K; l++) want += (double)get(a, i + l * M) * get(b, l * N + j);
+                CHECK_NEAR(of[i * N + j], want, 0.0); /* integers below 2^24: exact, never rounded */
+            }
+        refuse_next = true;
+        CHECK(B->matmul_widen(o, a, b) == EM_ERR_NOT_SUPPORTED && F.launches == launches && !em_failed());
+        drop(a);
+        drop(b);
+        drop(o);
+    }
+    CHECK(em_opencl_backend.matmul_widen == NULL); /* its GEMM has no f16/bf16: not offered */
+}
+
 /* the elementwise ops a Linear layer's forward and backward run, in bf16 and f16 */
 static void test_linear_elementwise(void) {
     if (!g_have_nvrtc) SKIP("no NVRTC to compile the real kernels");
@@ -243,6 +286,7 @@ int main(void) {
     RUN(test_cublas_bf16_f16);
     RUN(test_float32_accumulation);
     RUN(test_refusal_runs_the_kernel);
+    RUN(test_widen);
     RUN(test_linear_elementwise);
     em__cuda_backend_reset();
     for (int i = 0; i < MAX_FAKE_MODULES; i++) free(module_images[i]);

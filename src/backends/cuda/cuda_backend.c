@@ -530,6 +530,7 @@ const em_backend em_cuda_backend = {
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
     EM_GPU_OPS(&em__cuda_gpu),
+    .matmul_widen = em__gpu_matmul_widen, /* cuBLAS only: OpenCL's GEMM has no f16/bf16 */
     /* cuDNN when found at run time; else (EM_ERR_NOT_SUPPORTED) core's im2col + matmul */
     .conv2d = em__cuda_conv2d,
     .conv2d_backward_input = em__cuda_conv2d_backward_input,

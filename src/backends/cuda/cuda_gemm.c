@@ -4,7 +4,8 @@
  * column-major, its N x M transpose with the same ld; so C = A B (row-major) is computed
  * as C^T = B^T A^T (column-major): swap the operands and M with N, keep every ld.
  * Dtypes: f32 (FP32, or TF32 tensor cores when EMBER_CUDA_ALLOW_TF32=1, as PyTorch's
- * allow_tf32), f64, f16 and bf16 (tensor cores, FP32 accumulation). Everything else, sizes
+ * allow_tf32), f64, f16 and bf16 (tensor cores, FP32 accumulation; C float32 instead for
+ * matmul_widen, a master weight's gradient, stored unrounded). Everything else, sizes
  * beyond int, a missing libcublas, or cuBLAS refusing the call (not supported, built for
  * another architecture, out of memory after the cache was emptied): EM_ERR_NOT_SUPPORTED,
  * nothing recorded, and the op layer runs Ember's own matmul kernel. */
@@ -71,6 +72,8 @@ static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 static cublasStatus_t call_gemm(const em_cublas_api *cb, cublasHandle_t h, const em_gemm_args *g,
                                 cudaDataType type, cublasComputeType_t compute, size_t elem) {
+    cudaDataType ctype = g->c_f32 ? CUDA_R_32F : type;
+    size_t celem = g->c_f32 ? 4 : elem;
     /* alpha = 1, beta = 0 (1 to add into C: addmm's bias) in the compute type's scalar type,
      * float for f16/bf16 (CUBLAS_COMPUTE_32F): C is read, summed and rounded once */
     double one64 = 1.0, beta64 = g->accumulate ? 1.0 : 0.0;
@@ -79,7 +82,7 @@ static cublasStatus_t call_gemm(const em_cublas_api *cb, cublasHandle_t h, const
     const void *beta = g->dtype == EM_F64 ? (const void *)&beta64 : (const void *)&beta32;
     CUdeviceptr a = (CUdeviceptr)(uintptr_t)g->a + (CUdeviceptr)g->a_off * elem;
     CUdeviceptr b = (CUdeviceptr)(uintptr_t)g->b + (CUdeviceptr)g->b_off * elem;
-    CUdeviceptr c = (CUdeviceptr)(uintptr_t)g->c + (CUdeviceptr)g->c_off * elem;
+    CUdeviceptr c = (CUdeviceptr)(uintptr_t)g->c + (CUdeviceptr)g->c_off * celem;
     /* C^T (N x M) = op(B)^T-side first: B's row-major K x N is column-major N x K */
     cublasOperation_t op_b = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_a = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -87,7 +90,7 @@ static cublasStatus_t call_gemm(const em_cublas_api *cb, cublasHandle_t h, const
     cublasStatus_t s = cb->cublasGemmStridedBatchedEx(
         h, op_b, op_a, (int)g->n, (int)g->m, (int)g->k, alpha, (const void *)(uintptr_t)b, type,
         (int)g->ldb, g->stride_b, (const void *)(uintptr_t)a, type, (int)g->lda, g->stride_a, beta,
-        (void *)(uintptr_t)c, type, (int)g->ldc, g->stride_c, (int)g->batch, compute,
+        (void *)(uintptr_t)c, ctype, (int)g->ldc, g->stride_c, (int)g->batch, compute,
         CUBLAS_GEMM_DEFAULT);
     pthread_mutex_unlock(&g_glock);
     return s;
@@ -108,6 +111,7 @@ static em_status gemm_in(int dev, const em_gemm_args *g) {
     case EM_BF16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; elem = 2; break;
     default: return EM_ERR_NOT_SUPPORTED;
     }
+    if (g->c_f32 && g->dtype != EM_F16 && g->dtype != EM_BF16) return EM_ERR_NOT_SUPPORTED;
     if (!fits_int(g->m) || !fits_int(g->n) || !fits_int(g->k) || !fits_int(g->batch) ||
         !fits_int(g->lda) || !fits_int(g->ldb) || !fits_int(g->ldc))
         return EM_ERR_NOT_SUPPORTED;

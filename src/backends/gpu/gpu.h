@@ -67,6 +67,7 @@ typedef struct em_gemm_args {
     int64_t stride_a, stride_b, stride_c; /* elements between batches */
     bool trans_a, trans_b;
     bool accumulate;               /* C += A B (beta = 1): addmm into the bias */
+    bool c_f32;                    /* C is float32 while A, B are dtype (f16/bf16): no rounding */
 } em_gemm_args;
 
 typedef struct em_gpu {
@@ -115,6 +116,9 @@ em_status em__gpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *
 em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce);
 em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__gpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b);
+/* backend.h's matmul_widen through the launcher's vendor GEMM only (CUDA: cuBLAS with a
+ * float32 C); EM_ERR_NOT_SUPPORTED, nothing recorded, where it has none or it declines. */
+em_status em__gpu_matmul_widen(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__gpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log);
 em_status em__gpu_index_select(em_tensor *out, const em_tensor *in, int dim,
                                const em_tensor *index);

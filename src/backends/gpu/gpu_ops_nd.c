@@ -131,25 +131,34 @@ static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor
 }
 
 static em_status matmul_impl(const em_gpu *g, em_tensor *out, const em_tensor *a, const em_tensor *b,
-                             bool acc);
+                             bool acc, bool widen);
 
 em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b) {
-    return matmul_impl(em__gpu_of(out), out, a, b, false);
+    return matmul_impl(em__gpu_of(out), out, a, b, false, false);
+}
+
+em_status em__gpu_matmul_widen(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    if ((a->dtype != EM_BF16 && a->dtype != EM_F16) || b->dtype != a->dtype || out->dtype != EM_F32)
+        return em_error(EM_ERR_INTERNAL, "matmul_widen: expects bf16/f16 operands and a float32 result, got %s, %s, %s",
+                        em_dtype_name(a->dtype), em_dtype_name(b->dtype), em_dtype_name(out->dtype));
+    return matmul_impl(em__gpu_of(out), out, a, b, false, true);
 }
 
 em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *a,
                               const em_tensor *b) {
-    return matmul_impl(g, out, a, b, false);
+    return matmul_impl(g, out, a, b, false, false);
 }
 
 /* out += a @ b (addmm with out pre-filled with the bias): the vendor GEMM with beta = 1 or
  * Ember's kernels with accum, so f16/bf16 add the bias in f32 and round once. */
 em_status em__gpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b) {
-    return matmul_impl(em__gpu_of(out), out, a, b, true);
+    return matmul_impl(em__gpu_of(out), out, a, b, true, false);
 }
 
+/* widen: out float32 from f16/bf16 a, b (matmul_widen), on the vendor GEMM only: anything
+ * else is EM_ERR_NOT_SUPPORTED (core then multiplies in the low dtype and casts) */
 static em_status matmul_impl(const em_gpu *g, em_tensor *out, const em_tensor *a, const em_tensor *b,
-                             bool acc) {
+                             bool acc, bool widen) {
     if (out->dtype == EM_BOOL)
         return em_error(EM_ERR_NOT_SUPPORTED, "matmul is not supported for bool on %s",
                         EM__DEVSTR(out));
@@ -164,6 +173,7 @@ static em_status matmul_impl(const em_gpu *g, em_tensor *out, const em_tensor *a
     int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[nd - 1];
     if (M == 0 || N == 0) return EM_OK;
     if (K == 0) return acc ? EM_OK : em__gpu_fill(out, 0.0);
+    if (widen && !g->gemm) return EM_ERR_NOT_SUPPORTED;
     emk_shape bsh;
     emk_strides bst[3];
     const int64_t *sp[3] = {out->strides, a->strides, b->strides};
@@ -178,12 +188,12 @@ static em_status matmul_impl(const em_gpu *g, em_tensor *out, const em_tensor *a
     if (g->gemm && bsh.ndim == 1 && (son == 1 || N == 1) && (sak == 1 || sam == 1) &&
         (sbn == 1 || sbk == 1)) {
         em_gemm_args ga = {
-            .dtype = out->dtype, .m = M, .n = N, .k = K, .batch = bsh.numel,
+            .dtype = a->dtype, .m = M, .n = N, .k = K, .batch = bsh.numel,
             .a = a->storage->block.handle, .b = b->storage->block.handle,
             .c = out->storage->block.handle,
             .a_off = bst[1].offset, .b_off = bst[2].offset, .c_off = bst[0].offset,
             .trans_a = sak != 1, .trans_b = sbn != 1, .accumulate = acc,
-            .stride_a = bst[1].s[0], .stride_b = bst[2].s[0], .stride_c = bst[0].s[0],
+            .stride_a = bst[1].s[0], .stride_b = bst[2].s[0], .stride_c = bst[0].s[0], .c_f32 = widen,
         };
         ga.lda = ga.trans_a ? sak : sam;
         ga.ldb = ga.trans_b ? sbn : sbk;
@@ -201,6 +211,7 @@ static em_status matmul_impl(const em_gpu *g, em_tensor *out, const em_tensor *a
             if (s != EM_ERR_NOT_SUPPORTED) return s;
         }
     }
+    if (widen) return EM_ERR_NOT_SUPPORTED; /* Ember's kernels store in the operands' dtype */
 
     em_gpu_info info = {0}; /* fields a launcher does not know stay zero */
     g->info(dev, &info);

@@ -69,7 +69,7 @@ em_status em__ocl_clblast_gemm(int dev, const em_gemm_args *g) {
     if (!em__ocl_clblast_enabled() && g_bad_mode[0])
         return em_error(EM_ERR_ARGUMENT, "EMBER_OPENCL_GEMM='%s' is not understood: expected 'clblast', 'ember' "
                         "or unset (the default)", g_bad_mode);
-    if (!em__ocl_clblast_enabled() || (g->dtype != EM_F32 && g->dtype != EM_F64))
+    if (!em__ocl_clblast_enabled() || (g->dtype != EM_F32 && g->dtype != EM_F64) || g->c_f32)
         return EM_ERR_NOT_SUPPORTED;
     ocl_device *d = em__ocl_device(dev);
     if (!d || (g->dtype == EM_F64 && !d->has_f64)) return EM_ERR_NOT_SUPPORTED;
