@@ -78,9 +78,65 @@ static void test_pinned_memory(void) {
     em_cpu_backend.host_free_pinned(NULL);
 }
 
+/* The VmFlags of the mapping holding p in /proc/self/smaps ("rd wr mr mw me ac hg"), or ""
+ * when none holds it. */
+static void vm_flags_of(const void *p, char *out, size_t size) {
+    out[0] = '\0';
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return;
+    char line[512];
+    bool inside = false;
+    uintptr_t a = (uintptr_t)p;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = a >= lo && a < hi;
+        } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            size_t n = strlen(line + 8);
+            n = n < size ? n : size - 1;
+            memcpy(out, line + 8, n);
+            out[n] = '\0';
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* Large blocks are 2 MiB-aligned and advised as transparent huge pages ("hg" in the
+ * mapping's flags); EMBER_CPU_HUGE_PAGES=0 leaves them alone; small blocks never get it. */
+static void test_huge_pages(void) {
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0)
+        SKIP("this kernel has no transparent huge pages (/sys/kernel/mm/transparent_hugepage)");
+    char flags[256];
+    const size_t big = (size_t)8 << 20;
+    void *h = NULL;
+    /* first, before anything of this process is advised: the switch */
+    CHECK(setenv("EMBER_CPU_HUGE_PAGES", "0", 1) == 0);
+    CHECK_OK(em_cpu_backend.raw_alloc(0, big, &h));
+    vm_flags_of(h, flags, sizeof flags);
+    CHECK(flags[0] != '\0' && strstr(flags, " hg") == NULL);
+    em_cpu_backend.raw_free(0, h);
+    CHECK(unsetenv("EMBER_CPU_HUGE_PAGES") == 0);
+
+    CHECK_OK(em_cpu_backend.raw_alloc(0, big, &h));
+    CHECK(((uintptr_t)h & (((uintptr_t)2 << 20) - 1)) == 0);
+    memset(h, 1, big);
+    vm_flags_of(h, flags, sizeof flags);
+    CHECK(strstr(flags, " hg") != NULL);
+    vm_flags_of((char *)h + big - 1, flags, sizeof flags);
+    CHECK(strstr(flags, " hg") != NULL);
+    void *small = NULL;
+    CHECK_OK(em_cpu_backend.raw_alloc(0, (size_t)1 << 20, &small));
+    vm_flags_of(small, flags, sizeof flags);
+    CHECK(flags[0] != '\0' && strstr(flags, " hg") == NULL);
+    em_cpu_backend.raw_free(0, small);
+    em_cpu_backend.raw_free(0, h);
+}
+
 int main(void) {
     RUN(test_device_props);
     RUN(test_raw_memory_and_copies);
     RUN(test_pinned_memory);
+    RUN(test_huge_pages);
     return test_summary();
 }
