@@ -1,4 +1,5 @@
 /* The CPU backend's table: device properties, host memory, copies and the kernel families. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -68,15 +69,24 @@ static em_status cpu_device_props(int index, em_device_props *out) {
 /* ---- memory ---- */
 #define CPU_ALIGN 64
 
-/* Blocks from HUGE_MIN up (the caching allocator's large segments, 2 MiB multiples) are
- * aligned to 2 MiB and advised as transparent huge pages, unless EMBER_CPU_HUGE_PAGES=0.
- * With 4 KiB pages a training step's streams over weights, gradients and Adam's moments
- * (hundreds of MB) miss the TLB at every page and the prefetchers restart at every page:
- * the 4096-wide MLP's bf16 step on 2 threads went 89-93 -> 82-83 ms and its float32 step
- * 246 -> 234 ms (docs/BENCHMARKS.md). Smaller blocks keep 4 KiB pages: a huge page would
- * commit 2 MiB for a few touched bytes. PyTorch has this behind THP_MEM_ALLOC_ENABLE. */
+/* Blocks from BIG_MIN up (the caching allocator's large segments, 2 MiB multiples):
+ * - aligned to 2 MiB and advised as transparent huge pages, unless EMBER_CPU_HUGE_PAGES=0.
+ *   With 4 KiB pages a training step's streams over weights, gradients and Adam's moments
+ *   (hundreds of MB) miss the TLB at every page and the prefetchers restart at every page:
+ *   the 4096-wide MLP's bf16 step on 2 threads went 89-93 -> 82-83 ms, its float32 step
+ *   246 -> 234 ms (docs/BENCHMARKS.md). Smaller blocks keep 4 KiB pages: a huge page would
+ *   commit 2 MiB for a few touched bytes. PyTorch has this behind THP_MEM_ALLOC_ENABLE.
+ * - started 256 B x (1..16) into their first page, in turn (jemalloc's cache-oblivious
+ *   offset). Page-aligned buffers put Adam's p, g, m and v at the same address modulo 4 KiB,
+ *   so a load from one looks like it may depend on an earlier store to another ("4K
+ *   aliasing") and waits: a loop with Adam's streams ran 8% slower aligned than staggered
+ *   (bench_optim big).
+ * Every block has a header in the 64 bytes before it holding what free() takes. */
+#define CPU_HEADER 64
+#define BIG_MIN ((size_t)4 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
-#define HUGE_MIN ((size_t)4 << 20)
+#define STAGGER_STEP 256
+#define STAGGER_SLOTS 16
 
 static bool huge_pages_enabled(void) {
     const char *e = getenv("EMBER_CPU_HUGE_PAGES");
@@ -84,20 +94,29 @@ static bool huge_pages_enabled(void) {
 }
 
 static em_status cpu_raw_alloc(int index, size_t bytes, void **handle) {
+    static atomic_uint turn;
     size_t size = bytes ? (bytes + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1) : CPU_ALIGN;
-    void *p = NULL;
-    bool huge = size >= HUGE_MIN && huge_pages_enabled();
-    if (size < bytes || posix_memalign(&p, huge ? HUGE_PAGE : CPU_ALIGN, size) != 0) {
+    bool big = size >= BIG_MIN;
+    size_t lead = big ? STAGGER_STEP * (1 + atomic_fetch_add(&turn, 1) % STAGGER_SLOTS) : CPU_HEADER;
+    void *base = NULL;
+    if (size < bytes || size + lead < size || posix_memalign(&base, big ? HUGE_PAGE : CPU_ALIGN, size + lead) != 0) {
         *handle = NULL;
         return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: failed to allocate %zu bytes of host memory", bytes);
     }
     /* advice only: a kernel without transparent huge pages says EINVAL and 4 KiB pages serve */
-    if (huge) (void)madvise(p, size, MADV_HUGEPAGE);
+    if (big && huge_pages_enabled()) (void)madvise(base, size + lead, MADV_HUGEPAGE);
+    char *p = (char *)base + lead;
+    memcpy(p - CPU_HEADER, &base, sizeof base);
     *handle = p;
     return EM_OK;
 }
 
-static void cpu_raw_free(int index, void *handle) { free(handle); }
+static void cpu_raw_free(int index, void *handle) {
+    if (!handle) return;
+    void *base;
+    memcpy(&base, (char *)handle - CPU_HEADER, sizeof base);
+    free(base);
+}
 
 /* Pinned blocks own whole pages (so munlock cannot unlock a neighbour); the size is kept
  * in a header just before the pointer handed out. */
