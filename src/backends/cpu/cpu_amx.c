@@ -351,14 +351,14 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
                 const uint16_t *as = ap;
                 if (j->prepack) as = ap + ((ic - r0) / STRIP * j->KT + pc) * 2 * TILE;
                 else pack_a(ap, g, ic, mr, pc, kt);
-                /* the next piece's source rows (or its packed tiles, when A was packed once) are
-                 * fetched while the tiles work: packing and first use waited on memory (+2-5% at
-                 * 1024 square, +5% at 4096; fetching the output rows too measured slower) */
+                /* the next piece's source rows are fetched while the tiles work: packing waited
+                 * on memory (+2-5% at 1024 square). A's tiles packed once are not: fetching the
+                 * next piece of them cost the 4096-wide MLP's bf16 step 3-5 ms of 80 and the
+                 * 4096 square 5% (session 9; the prefetches wait for fill buffers the panel's
+                 * and the output's traffic hold) */
                 int64_t nic = last ? ic + STRIP : ic, npc = last ? 0 : pc + kt;
                 int64_t nkt = j->KT - npc < j->kt ? j->KT - npc : j->kt, per = (STRIP + ncp - 1) / ncp;
                 bool pf_a = !j->prepack && !g->xt && nic < r1;
-                bool pf_p = j->prepack && nic < r1;
-                int64_t lines = nkt * 2 * TILE * 2 / 64, lper = (lines + ncp - 1) / ncp;
                 for (int64_t cp = 0; cp < ncp; cp++) {
                     float *cb = cacc + cp * (1024 + 16) + 16; /* off 4 KB strides */
                     if (pf_a)
@@ -366,9 +366,6 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
                             const uint16_t *row = (const uint16_t *)g->x + (nic + i) * g->ldx + npc * 32;
                             for (int64_t t = 0; t < nkt; t++) _mm_prefetch((const char *)(row + t * 32), _MM_HINT_T0);
                         }
-                    if (pf_p) /* packed A: the next piece follows this one */
-                        for (int64_t l = cp * lper; l < (cp + 1) * lper && l < lines; l++)
-                            _mm_prefetch((const char *)(as + kt * 2 * TILE) + l * 64, _MM_HINT_T0);
                     micro(as, bp + (cp * j->KT + pc) * 2 * TILE, kt, cb, pc > 0);
                     if (last)
                         write_block(cb, g, j->bias, ic, mr, jc + cp * 32, nc - cp * 32 < 32 ? nc - cp * 32 : 32, j->stream);
