@@ -88,7 +88,7 @@ static em_status cpu_device_props(int index, em_device_props *out) {
 #define STAGGER_STEP 256
 #define STAGGER_SLOTS 16
 
-static bool huge_pages_enabled(void) {
+bool em__cpu_huge_pages(void) {
     const char *e = getenv("EMBER_CPU_HUGE_PAGES");
     return !e || strcmp(e, "0") != 0;
 }
@@ -104,7 +104,7 @@ static em_status cpu_raw_alloc(int index, size_t bytes, void **handle) {
         return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: failed to allocate %zu bytes of host memory", bytes);
     }
     /* advice only: a kernel without transparent huge pages says EINVAL and 4 KiB pages serve */
-    if (big && huge_pages_enabled()) (void)madvise(base, size + lead, MADV_HUGEPAGE);
+    if (big && em__cpu_huge_pages()) (void)madvise(base, size + lead, MADV_HUGEPAGE);
     char *p = (char *)base + lead;
     memcpy(p - CPU_HEADER, &base, sizeof base);
     *handle = p;

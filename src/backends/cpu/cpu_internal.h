@@ -115,6 +115,9 @@ static inline int64_t em__cpu_param_i64(double v) {
 }
 /* "add", "sum", ... for messages. */
 const char *em__cpu_op_name(em_op op);
+/* Whether big host buffers are advised as transparent huge pages (EMBER_CPU_HUGE_PAGES is not
+ * "0"): the allocator's large segments (cpu_backend.c) and the AMX kernel's packing buffers. */
+bool em__cpu_huge_pages(void);
 
 /* ---- kernels (one file per family) ---- */
 em_status em__cpu_fill(em_tensor *out, double value);
