@@ -127,7 +127,9 @@ static int run_case_z(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bia
             if (ints) {
                 ok = f32z ? got == (float)ref[i * Q + j] : to_bf16(got) == to_bf16(ref[i * Q + j]);
             } else {
-                double r = ref[i * Q + j], tol = (f32z ? 0 : fabs(r) / 256) + mag[i * Q + j] * 6e-8 * (double)K + 1e-30;
+                /* bf16 z: its one rounding; float32 z: the rounding of adding bias and old z
+                 * (2 x 2^-24 of the result), which the products' magnitude does not cover */
+                double r = ref[i * Q + j], tol = fabs(r) * (f32z ? 1.2e-7 : 1.0 / 256) + mag[i * Q + j] * 6e-8 * (double)K + 1e-30;
                 ok = fabs((double)got - r) <= tol;
             }
             if (!ok && bad++ < 3)
@@ -154,9 +156,12 @@ static int run_case(gcase c, bool xt, bool yt, int64_t pad, bool acc, bool bias,
 }
 
 /* shapes: tails everywhere; K of several pieces (KC 256: K 1000 splits into 4 even pieces);
- * K 4100 makes B panels 128 columns wide, so Q 300 needs three (A packed once, both layouts) */
+ * K 4100 makes B panels 128 columns wide, so Q 300 needs three (A packed once, both layouts);
+ * K 1000 makes them 512 wide, so Q 530 needs two (a row-major A's pieces packed ahead, the
+ * last piece of the first panel packing the second's first) */
 static const gcase cases[] = {{32, 32, 32},  {33, 31, 47},   {64, 256, 64}, {100, 1000, 70},
-                              {257, 96, 129}, {40, 4100, 300}, {1, 5, 40},    {45, 7, 1}};
+                              {257, 96, 129}, {40, 4100, 300}, {1, 5, 40},    {45, 7, 1},
+                              {33, 1000, 530}};
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
 static void all_layouts_z(bool ints, bool f32z) {

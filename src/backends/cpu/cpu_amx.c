@@ -143,11 +143,16 @@ TARGET static __m512i pairs_hi(__m512i a, __m512i b) {
 /* Rows [r, r + mr) of X (mr <= 32), k-tiles [t0, t0 + kt), into tile order: per k-tile two
  * tiles (rows 0-15, 16-31) of 16 rows x 32 k; zero beyond mr and K. Packed just before use,
  * so the piece (16 KB at KC 256) is in L1 for the whole B panel. */
-TARGET static void pack_a(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64_t mr, int64_t t0, int64_t kt) {
+/* Units [u0, u1) of the piece only (pack_a_units: rows for row-major X, k-tile halves for a
+ * transposed one), so that packing the next piece can be spread between micro-kernel calls. */
+static int64_t pack_a_units(const em_lowp_gemm *g, int64_t kt) { return g->xt ? 2 * kt : STRIP; }
+
+TARGET static void pack_a_part(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64_t mr, int64_t t0, int64_t kt,
+                               int64_t u0, int64_t u1) {
     const uint16_t *x = g->x;
     int64_t K = g->K, ldx = g->ldx;
     if (!g->xt) { /* X[r][k] at x[r * ldx + k]: along each row */
-        for (int64_t i = 0; i < STRIP; i++) {
+        for (int64_t i = u0; i < u1; i++) {
             uint16_t *out = dst + (i / 16) * TILE + (i % 16) * 32;
             const uint16_t *row = i < mr ? x + (r + i) * ldx : NULL; /* rows past mr: zeros */
             for (int64_t t = 0; t < kt; t++) {
@@ -160,8 +165,9 @@ TARGET static void pack_a(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64
     }
     /* X[r][k] at x[k * ldx + r]: rows k, k+1 paired (16 rows' (X[i][k], X[i][k+1]) words), then
      * 16 x 16 words transposed */
-    for (int64_t t = 0; t < kt; t++)
-        for (int h = 0; h < 2; h++) {
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t t = u / 2, h = u % 2;
+        {
             __mmask32 rm = mask32(mr - h * 16);
             __m512i v[16];
             for (int p = 0; p < 16; p++) {
@@ -174,6 +180,11 @@ TARGET static void pack_a(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64
             uint16_t *out = dst + t * 2 * TILE + h * TILE;
             for (int i = 0; i < 16; i++) _mm512_storeu_si512(out + i * 32, v[i]);
         }
+    }
+}
+
+TARGET static void pack_a(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64_t mr, int64_t t0, int64_t kt) {
+    pack_a_part(dst, g, r, mr, t0, kt, 0, pack_a_units(g, kt));
 }
 
 /* All of Y's k, columns [q0, q0 + nc) into VNNI tiles: per 32-column pair, kt
@@ -349,11 +360,17 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
     uint16_t *ap = buf, *bp = buf + j->a_len;
     float *cacc = (float *)(bp + j->b_len);
     tiles_configure();
-    /* A's rows are packed once when the B panels are many (a long K makes them narrow),
-     * else each 32 x KC piece just before use */
+    /* A's rows are packed once when the B panels are many (a long K makes them narrow);
+     * else each 32 x KC piece: a row-major A's into one of two buffers while the tiles work
+     * on the other (ahead), a transposed A's just before use */
+    uint16_t *abuf[2] = {ap, ap + j->kt * 2 * TILE};
+    int sel = 0;
+    bool ahead = !j->prepack && !g->xt;
     if (j->prepack)
         for (int64_t ic = r0; ic < r1; ic += STRIP)
             pack_a(ap + (ic - r0) / STRIP * j->KT * 2 * TILE, g, ic, r1 - ic < STRIP ? r1 - ic : STRIP, 0, j->KT);
+    else if (ahead)
+        pack_a(abuf[0], g, r0, r1 - r0 < STRIP ? r1 - r0 : STRIP, 0, j->KT < j->kt ? j->KT : j->kt);
     for (int64_t jc = c0; jc < c1; jc += j->nc) {
         int64_t nc = c1 - jc < j->nc ? c1 - jc : j->nc, ncp = (nc + 31) / 32;
         pack_b(bp, g, jc, nc, j->KT);
@@ -362,28 +379,33 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
             for (int64_t pc = 0; pc < j->KT; pc += j->kt) {
                 int64_t kt = j->KT - pc < j->kt ? j->KT - pc : j->kt;
                 bool last = pc + kt >= j->KT;
-                const uint16_t *as = ap;
-                if (j->prepack) as = ap + ((ic - r0) / STRIP * j->KT + pc) * 2 * TILE;
-                else pack_a(ap, g, ic, mr, pc, kt);
-                /* the next piece's source rows are fetched while the tiles work: packing waited
-                 * on memory (+2-5% at 1024 square). A's tiles packed once are not: fetching the
-                 * next piece of them cost the 4096-wide MLP's bf16 step 3-5 ms of 80 and the
-                 * 4096 square 5% (session 9; the prefetches wait for fill buffers the panel's
-                 * and the output's traffic hold) */
-                int64_t nic = last ? ic + STRIP : ic, npc = last ? 0 : pc + kt;
-                int64_t nkt = j->KT - npc < j->kt ? j->KT - npc : j->kt, per = (STRIP + ncp - 1) / ncp;
-                bool pf_a = !j->prepack && !g->xt && nic < r1;
+                const uint16_t *as = j->prepack ? ap + ((ic - r0) / STRIP * j->KT + pc) * 2 * TILE : abuf[sel];
+                if (!j->prepack && !ahead) pack_a(abuf[0], g, ic, mr, pc, kt);
+                /* the next piece: along k, then the next strip, then the next panel's first */
+                int64_t nic = !last ? ic : ic + STRIP < r1 ? ic + STRIP : jc + j->nc < c1 ? r0 : -1;
+                int64_t npc = !last ? pc + kt : 0, nkt = j->KT - npc < j->kt ? j->KT - npc : j->kt;
+                int64_t nmr = r1 - nic < STRIP ? r1 - nic : STRIP;
+                int64_t units = !ahead || nic < 0 ? 0 : pack_a_units(g, nkt), per = (units + ncp - 1) / ncp;
                 for (int64_t cp = 0; cp < ncp; cp++) {
                     float *cb = cacc + cp * (1024 + 16) + 16; /* off 4 KB strides */
-                    if (pf_a)
-                        for (int64_t i = cp * per; i < (cp + 1) * per && i < STRIP && nic + i < r1; i++) {
+                    micro(as, bp + (cp * j->KT + pc) * 2 * TILE, kt, cb, pc > 0);
+                    /* a part of the next piece is packed while the tiles work on this one (the
+                     * packing is loads and stores the core runs beside them), and the source rows
+                     * of the part after it are fetched: the 1024 square on 1 thread faster in 8
+                     * of 8 alternated runs than packing the whole piece after the last call
+                     * (medians +5-9%); the prefetch won 6 of 8 more. A transposed A's pieces
+                     * packed so were 2-3% slower (512 x 1024 x 784, five alternated runs) */
+                    int64_t u0 = cp * per, u1 = u0 + per < units ? u0 + per : units;
+                    if (ahead)
+                        for (int64_t i = u1; i < u1 + per && i < units && nic + i < r1; i++) {
                             const uint16_t *row = (const uint16_t *)g->x + (nic + i) * g->ldx + npc * 32;
                             for (int64_t t = 0; t < nkt; t++) _mm_prefetch((const char *)(row + t * 32), _MM_HINT_T0);
                         }
-                    micro(as, bp + (cp * j->KT + pc) * 2 * TILE, kt, cb, pc > 0);
+                    if (u0 < u1) pack_a_part(abuf[!sel], g, nic, nmr, npc, nkt, u0, u1);
                     if (last)
                         write_block(cb, g, j->bias, ic, mr, jc + cp * 32, nc - cp * 32 < 32 ? nc - cp * 32 : 32, j->stream);
                 }
+                if (ahead) sel = !sel;
             }
         }
     }
@@ -429,7 +451,7 @@ em_status em__cpu_amx_gemm(const em_lowp_gemm *g) {
     int64_t strips = (rows + STRIP - 1) / STRIP;
     int64_t panels = (cols + j.nc - 1) / j.nc;
     j.prepack = panels > 2 || (g->xt && panels > 1); /* transposing pieces again costs more */
-    j.a_len = (size_t)((j.prepack ? strips * j.KT : j.kt) * 2 * TILE);
+    j.a_len = (size_t)((j.prepack ? strips * j.KT : 2 * j.kt) * 2 * TILE); /* two pieces in turn */
     j.b_len = (size_t)(j.nc / 32 * j.KT * 2 * TILE);
     size_t c_len = (size_t)(j.nc / 32 * (1024 + 16) + 16);
     size_t each = (j.a_len + j.b_len) * 2 + c_len * 4;
