@@ -9,9 +9,10 @@
  * so that it fills about 1 MB) is packed into VNNI tiles and stays in L2; for each 32-row strip
  * of A, a KC-long piece is packed into tile order (16 KB, in L1) and runs along the panel's
  * 32-column pairs, the 32 x 32 blocks waiting in a float32 buffer between pieces; after the
- * last piece they are rounded once to bf16 (bias and the old z added first). When a long K
- * makes the panels many, A's rows are packed once instead of once per panel. Zero padding
- * means the micro-kernel never branches on a tail; only the write masks. */
+ * last piece they are rounded once to bf16 (bias and the old z added first). A row-major A's
+ * next piece is packed in parts between this piece's micro-kernel calls, into a second
+ * buffer. When a long K makes the panels many, A's rows are packed once instead of once per
+ * panel. Zero padding means the micro-kernel never branches on a tail; only the write masks. */
 #include "cpu_amx.h"
 
 #include <limits.h>
