@@ -393,9 +393,10 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
                     /* a part of the next piece is packed while the tiles work on this one (the
                      * packing is loads and stores the core runs beside them), and the source rows
                      * of the part after it are fetched: the 1024 square on 1 thread faster in 8
-                     * of 8 alternated runs than packing the whole piece after the last call
+                     * of 8 alternated runs than packing the whole piece just before its use
                      * (medians +5-9%); the prefetch won 6 of 8 more. A transposed A's pieces
-                     * packed so were 2-3% slower (512 x 1024 x 784, five alternated runs) */
+                     * packed so were 1-2% slower (the means of five alternated medians at
+                     * 512 x 1024 x 512 and x 784; slower in 6 of the 10 pairs) */
                     int64_t u0 = cp * per, u1 = u0 + per < units ? u0 + per : units;
                     if (ahead)
                         for (int64_t i = u1; i < u1 + per && i < units && nic + i < r1; i++) {
