@@ -143,9 +143,9 @@ TARGET static __m512i pairs_hi(__m512i a, __m512i b) {
 
 /* Rows [r, r + mr) of X (mr <= 32), k-tiles [t0, t0 + kt), into tile order: per k-tile two
  * tiles (rows 0-15, 16-31) of 16 rows x 32 k; zero beyond mr and K. Packed just before use,
- * so the piece (16 KB at KC 256) is in L1 for the whole B panel. */
-/* Units [u0, u1) of the piece only (pack_a_units: rows for row-major X, k-tile halves for a
- * transposed one), so that packing the next piece can be spread between micro-kernel calls. */
+ * or during the previous piece's micro-kernel calls, so the piece (16 KB at KC 256) is in L1
+ * for the whole B panel. pack_a_part packs units [u0, u1) of it only (pack_a_units: rows for
+ * a row-major X, k-tile halves for a transposed one). */
 static int64_t pack_a_units(const em_lowp_gemm *g, int64_t kt) { return g->xt ? 2 * kt : STRIP; }
 
 TARGET static void pack_a_part(uint16_t *dst, const em_lowp_gemm *g, int64_t r, int64_t mr, int64_t t0, int64_t kt,
@@ -168,19 +168,17 @@ TARGET static void pack_a_part(uint16_t *dst, const em_lowp_gemm *g, int64_t r, 
      * 16 x 16 words transposed */
     for (int64_t u = u0; u < u1; u++) {
         int64_t t = u / 2, h = u % 2;
-        {
-            __mmask32 rm = mask32(mr - h * 16);
-            __m512i v[16];
-            for (int p = 0; p < 16; p++) {
-                int64_t k = (t0 + t) * 32 + 2 * p;
-                __m512i a = k < K ? _mm512_maskz_loadu_epi16(rm, x + k * ldx + r + h * 16) : _mm512_setzero_si512();
-                __m512i b = k + 1 < K ? _mm512_maskz_loadu_epi16(rm, x + (k + 1) * ldx + r + h * 16) : _mm512_setzero_si512();
-                v[p] = pairs_lo(a, b);
-            }
-            transpose16(v);
-            uint16_t *out = dst + t * 2 * TILE + h * TILE;
-            for (int i = 0; i < 16; i++) _mm512_storeu_si512(out + i * 32, v[i]);
+        __mmask32 rm = mask32(mr - h * 16);
+        __m512i v[16];
+        for (int p = 0; p < 16; p++) {
+            int64_t k = (t0 + t) * 32 + 2 * p;
+            __m512i a = k < K ? _mm512_maskz_loadu_epi16(rm, x + k * ldx + r + h * 16) : _mm512_setzero_si512();
+            __m512i b = k + 1 < K ? _mm512_maskz_loadu_epi16(rm, x + (k + 1) * ldx + r + h * 16) : _mm512_setzero_si512();
+            v[p] = pairs_lo(a, b);
         }
+        transpose16(v);
+        uint16_t *out = dst + t * 2 * TILE + h * TILE;
+        for (int i = 0; i < 16; i++) _mm512_storeu_si512(out + i * 32, v[i]);
     }
 }
 
