@@ -311,48 +311,19 @@ static em_tensor *host_buffer(em_tensor *t, em_dtype wire, bool fill, bool *stag
     return s;
 }
 
-/* A work for g: the group's spare (a finished one, kept with its header arrays) or a new
- * one, zeroed as calloc leaves it. Reusing it spares a collective a 1.8 KB calloc, four small
- * allocations and their frees: with glibc's fastbin consolidation they held 12% of the
- * samples of a 4-byte all_reduce (docs/BENCHMARKS.md). */
-static em_dist_work *work_new(em_dist_group *g) {
-    em_dist_work *w = g->spare_work;
-    int npeer = g->size - 1;
-    if (w) {
-        g->spare_work = NULL;
-        MPI_Request *hreq = w->hreq;
-        int64_t *hin = w->hin;
-        bool *hseen = w->hseen;
-        int *hidx = w->hidx;
-        memset(w, 0, sizeof *w);
-        memset(hseen, 0, sizeof *hseen * (size_t)(npeer + 1));
-        w->hreq = hreq, w->hin = hin, w->hseen = hseen, w->hidx = hidx;
-    } else {
-        if (!(w = calloc(1, sizeof *w))) return NULL;
-        w->hreq = malloc(sizeof *w->hreq * (size_t)(2 * npeer + 1));
-        w->hin = malloc(sizeof *w->hin * (size_t)(npeer * HDR_WORDS + 1));
-        w->hseen = calloc((size_t)npeer + 1, sizeof *w->hseen);
-        w->hidx = malloc(sizeof *w->hidx * (size_t)(2 * npeer + 1));
-        if (!w->hreq || !w->hin || !w->hseen || !w->hidx) {
-            em__dist_work_destroy(w);
-            return NULL;
-        }
-    }
-    w->g = g;
-    w->npeer = npeer;
-    return w;
-}
-
 static void work_free_now(em_dist_work *w) {
     em_release(w->dst);
     em_release(w->src);
     em_release(w->rbuf);
     em_release(w->sbuf);
+    free(w->hreq);
+    free(w->hin);
+    free(w->hseen);
+    free(w->hidx);
     free(w->msg);
     free(w->ar_tmp);
     em__cuda_mark_free(w->mark);
-    if (!w->g->spare_work) w->g->spare_work = w; /* its header arrays stay with it */
-    else em__dist_work_destroy(w);
+    free(w);
 }
 
 /* A contiguous tensor on t's device NCCL can use: t itself or a copy. */
@@ -415,22 +386,33 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
     bool use_nccl = g->use_nccl && kind != C_BARRIER && em_device_of(dst).type == EM_CUDA &&
                     (!src || em_device_of(src).type == EM_CUDA);
     if (use_nccl && em__dist_nccl_ensure(g, em_device_of(dst).index) != EM_OK) return NULL;
-    em_dist_work *w = work_new(g);
+    em_dist_work *w = calloc(1, sizeof *w);
     if (!w) {
         em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
         return NULL;
     }
     w->nccl = use_nccl;
+    w->g = g;
     w->kind = kind;
     w->op = op;
     w->root = root;
     w->dtype = dt;
     w->count = count;
+    w->npeer = g->size - 1;
     w->peers_left = w->npeer;
     w->req = MPI_REQUEST_NULL;
     int64_t h[HDR_WORDS] = {[HDR_SEQ] = (int64_t)g->seq, [HDR_KIND] = kind, [HDR_DTYPE] = dt, [HDR_COUNT] = count,
                             [HDR_ROOT] = kind == C_BROADCAST ? root : 0, [HDR_OP] = reduces ? op : 0};
     memcpy(w->hdr, h, sizeof h);
+    w->hreq = malloc(sizeof *w->hreq * (size_t)(2 * w->npeer + 1));
+    w->hin = malloc(sizeof *w->hin * (size_t)(w->npeer * HDR_WORDS + 1));
+    w->hseen = calloc((size_t)w->npeer + 1, sizeof *w->hseen);
+    w->hidx = malloc(sizeof *w->hidx * (size_t)(2 * w->npeer + 1));
+    if (!w->hreq || !w->hin || !w->hseen || !w->hidx) {
+        work_free_now(w);
+        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
+        return NULL;
+    }
     /* host buffers */
     em_dtype wire = dt;
     if ((dt == EM_F16 || dt == EM_BF16) && reduces) wire = EM_F32;

@@ -115,7 +115,6 @@ struct em_dist_group {
     int ar_force;           /* EMBER_DIST_ALLREDUCE: an AR_ algorithm for every all_reduce, or -1 */
     void *ar_spare;         /* a finished all_reduce's receive buffer, for the next one */
     size_t ar_spare_size;
-    em_dist_work *spare_work; /* a finished work with its header arrays, for the next one */
     bool use_nccl;          /* backend "nccl": CUDA tensors through NCCL */
     void *nccl_comm;        /* made at the first CUDA collective */
     int nccl_device;        /* the CUDA device it was made for */
@@ -152,9 +151,7 @@ void em__ar_release(em_dist_work *w);
 int em__ar_waiting_for(const em_dist_work *w, char *buf, size_t size);
 MPI_Datatype em__dist_mpi_type(em_dtype dt);
 #endif
-/* Frees the buffers of works that failed, and the spare work (at finalize). */
+/* Frees the buffers of works that failed (at finalize). */
 void em__dist_bury(em_dist_group *g);
-/* Frees a work's own memory: its header arrays and itself (not its tensors or buffers). */
-void em__dist_work_destroy(em_dist_work *w);
 
 #endif

@@ -83,16 +83,6 @@ static em_status env_timeout(double *out) {
     return EM_OK;
 }
 
-void em__dist_work_destroy(em_dist_work *w) {
-#ifdef EMBER_HAVE_MPI
-    free(w->hreq);
-#endif
-    free(w->hin);
-    free(w->hseen);
-    free(w->hidx);
-    free(w);
-}
-
 void em__dist_bury(em_dist_group *g) {
     while (g->graveyard) {
         em_dist_work *w = g->graveyard;
@@ -101,13 +91,17 @@ void em__dist_bury(em_dist_group *g) {
         em_release(w->src);
         em_release(w->rbuf);
         em_release(w->sbuf);
+#ifdef EMBER_HAVE_MPI
+        free(w->hreq);
+#endif
+        free(w->hin);
+        free(w->hseen);
+        free(w->hidx);
         free(w->msg);
         free(w->ar_tmp);
         em__cuda_mark_free(w->mark);
-        em__dist_work_destroy(w);
+        free(w);
     }
-    if (g->spare_work) em__dist_work_destroy(g->spare_work);
-    g->spare_work = NULL;
 }
 
 #ifdef EMBER_HAVE_MPI
