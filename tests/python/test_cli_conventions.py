@@ -253,12 +253,19 @@ class ManPageAndCompletion(unittest.TestCase):
             if c != "help":
                 self.assertIn(f"\n.SS ember {c}\n", page)
         self.assertIn("130", page.split(".SH EXIT STATUS")[1])
-        if shutil.which("man"):
-            r = subprocess.run(["man", "-l", "--warnings", MAN], capture_output=True, text=True,
-                               env={**os.environ, "MANWIDTH": "100", "MANPAGER": "cat"})
-            self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(r.stderr.strip(), "", "roff warnings")
-            self.assertIn("ember help COMMAND", r.stdout)
+
+    def test_man_page_renders(self):
+        if not shutil.which("man"):
+            self.skipTest("man is not installed")
+        self.assertTrue(os.path.exists(MAN), f"no man page at {MAN} (the build writes it)")
+        r = subprocess.run(["man", "-l", "--warnings", MAN], capture_output=True, text=True,
+                           env={**os.environ, "MANWIDTH": "100", "MANPAGER": "cat"})
+        if "system has been minimized" in r.stdout:
+            # Ubuntu's minimized images replace man with a script that prints this and exits 0
+            self.skipTest("man is the minimized system's placeholder (unminimize restores it)")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.strip(), "", "roff warnings")
+        self.assertIn("ember help COMMAND", r.stdout)
 
     def complete(self, *words):
         script = (f"source '{ROOT}/tools/completion/ember.bash'; COMP_WORDS=({' '.join(repr(w) for w in words)}); "
