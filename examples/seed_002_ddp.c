@@ -8,7 +8,7 @@
  *
  * Started alone (as CI runs the examples), it starts itself as 2 ranks with
  * `mpirun -np 2` (what `torchrun --nproc_per_node=2` or `ember launch -n 2` does), each
- * with its own device: cuda:LOCAL_RANK where CUDA exists, else opencl:LOCAL_RANK over two
+ * with its own device: cuda:LOCAL_RANK where there is a GPU per rank, else opencl:LOCAL_RANK over two
  * PoCL devices (POCL_DEVICES="pthread pthread"), else the CPU. Every rank trains the same
  * model on its own shard of the data; after each step the ranks check that their weights
  * agree bit for bit, and rank 0 prints. Without mpirun it trains as one rank. */
@@ -39,9 +39,15 @@ static int spawn_ranks(char **argv) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
-/* torch.cuda.set_device(local_rank): this rank's device. */
-static em_device rank_device(int local_rank) {
-    if (em_device_available(EM_CUDA)) return (em_device){EM_CUDA, local_rank};
+/* torch.cuda.set_device(local_rank): this rank's device. NCCL wants a GPU per rank, so CUDA
+ * only when there are enough GPUs for every rank (this one-host job's world); every rank
+ * decides alike, so all use CUDA or none does. */
+static em_device rank_device(int local_rank, int world) {
+    if (em_device_available(EM_CUDA) && em_device_count(EM_CUDA) >= world)
+        return (em_device){EM_CUDA, local_rank};
+    if (em_device_available(EM_CUDA) && local_rank == 0)
+        printf("%d CUDA device(s) for %d ranks: NCCL needs one per rank, so the ranks use another device\n",
+               em_device_count(EM_CUDA), world);
     if (em_device_available(EM_OPENCL)) return (em_device){EM_OPENCL, local_rank % em_device_count(EM_OPENCL)};
     return EM_DEVICE_CPU;
 }
@@ -54,7 +60,7 @@ int main(int argc, char **argv) {
     /* dist.init_process_group(backend) with rank and world size from the launcher */
     SEED_CHECK(em_dist_init("auto") == EM_OK);
     int rank = em_dist_rank(NULL), world = em_dist_world_size(NULL);
-    em_device dev = rank_device(em_dist_local_rank());
+    em_device dev = rank_device(em_dist_local_rank(), world);
     printf("rank %d of %d on %s (backend %s)\n", rank, world, em_device_str(dev).s, em_dist_backend(NULL));
 
     /* model = DDP(model): every rank builds it with its own seed; DDP broadcasts rank 0's */

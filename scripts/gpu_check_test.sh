@@ -96,8 +96,10 @@ grep -q "| bf16 | 8192 | 494.8 | 989.5 | 50.0% |" "$T/r.md" || fail "r.md lacks 
 F=name,index,memory.total,memory.used,temperature.gpu,compute_cap
 echo 'NVIDIA H200, 0, 143771, 600, 31, 9.0' >"$T/n.csv"
 echo 'NVIDIA H200, 0, 143771, 1000, 33, 9.0' >"$T/e.csv"
-echo '{"types": [{"type": "cuda", "devices": [{"name": "NVIDIA H200", "total_memory": 150754820096, "compute_capability": 90}]}]}' >"$T/d.json"
+echo '{"types": [{"type": "cuda", "devices": [{"name": "NVIDIA H200", "total_memory": 150754820096, "compute_capability": "9.0"}]}]}' >"$T/d.json"
 "$PY" scripts/gpu_report.py compare-smi "$F" "$T/e.csv" "$T/n.csv" "$T/d.json" >"$T/c.txt" || { cat "$T/c.txt"; fail "agreeing tools rejected"; }
+echo '{"types": [{"type": "cuda", "devices": [{"name": "NVIDIA H200", "total_memory": 150754820096, "compute_capability": "8.0"}]}]}' >"$T/d8.json"
+if "$PY" scripts/gpu_report.py compare-smi "$F" "$T/e.csv" "$T/n.csv" "$T/d8.json" >"$T/c.txt"; then fail "a differing compute capability accepted"; fi
 echo 'NVIDIA H100, 0, 143771, 600, 31, 9.0' >"$T/e.csv"
 if "$PY" scripts/gpu_report.py compare-smi "$F" "$T/e.csv" "$T/n.csv" >"$T/c.txt"; then fail "a differing name accepted"; fi
 grep -q "gpu 0 name .*MISMATCH" "$T/c.txt" || fail "the mismatch is not shown"

@@ -104,8 +104,10 @@ def compare_smi(fields, ember_csv, nvidia_csv, devices_json=None):
             g = gpus[i]
             pairs = [("name", str(g.get("name")), n[fields.index("name")], "")]
             if "compute_cap" in fields and g.get("compute_capability") is not None:
-                cc = g["compute_capability"]
-                pairs.append(("compute_cap", f"{cc // 10}.{cc % 10}", n[fields.index("compute_cap")], ""))
+                cc = g["compute_capability"]  # "9.0", as `ember devices --json` writes it
+                if isinstance(cc, int):
+                    cc = f"{cc // 10}.{cc % 10}"
+                pairs.append(("compute_cap", str(cc), n[fields.index("compute_cap")], ""))
             if "memory.total" in fields and g.get("total_memory"):
                 mib = g["total_memory"] / 1048576
                 nv = num(n[fields.index("memory.total")]) or 0
