@@ -29,6 +29,7 @@ static struct {
     int modules_loaded;
     char last_image[128];
     int peer_copies, waits, records;
+    int d2d_copies;                  /* cuMemcpyDtoDAsync calls */
     size_t free_mem;
     int cc_major, cc_minor;          /* 8.6 unless a test says otherwise */
     int driver_version;              /* cuDriverGetVersion: 12040 unless a test says otherwise */
@@ -154,6 +155,7 @@ static CUresult f_d2h(void *d, CUdeviceptr s, size_t n, CUstream st) {
 }
 static CUresult f_d2d(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
     if (!ctx_ok(st)) return CUDA_ERROR_INVALID_CONTEXT;
+    F.d2d_copies++;
     memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
     return CUDA_SUCCESS;
 }

@@ -171,7 +171,14 @@ static void test_elementwise_ops(void) {
     OP(B->fill_affine(a, 0, 0.5));
     OP(B->fill_affine(i32, 3, 2));
     OP(B->fill_affine(d, 0, 0.25));
-    OP(B->copy(o, a));
+    /* same dtype, both dense: the driver's device copy, not a kernel */
+    int launches = F.launches, d2d = F.d2d_copies;
+    CHECK_OK(B->copy(o, a));
+    CHECK(F.launches == launches && F.d2d_copies == d2d + 1);
+    em_tensor *a_t = tensor(EM_F32, 2, (int64_t[]){4, 3}, (int64_t[]){1, 4}, 12), *ot = T(EM_F32, 4, 3);
+    OP(B->copy(ot, a_t)); /* a transposed source: the copy kernel */
+    CHECK(!strcmp(fake_func_name(F.last_func), "copy_4"));
+    drop(a_t); drop(ot);
     OP(B->copy(h, a));
     OP(B->copy(i64, d));
     OP(B->copy(m, u8));

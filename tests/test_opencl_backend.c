@@ -96,6 +96,43 @@ static void test_copies(void) {
     for (int r = 0; r < 3; r++)
         for (int c = 0; c < 8; c++) ok = ok && got[r * 8 + c] == ((c >= 2 && c < 6) ? (float)(r * 4 + c - 2) : 0.f);
     CHECK(ok);
+    /* dense on one device, at an offset: the driver's buffer copy (em__gpu_copy) */
+    em_tensor *rows = em_zeros(EM_SHAPE(4, 4), EM_OPTS(.device = D0));
+    CHECK_OK(em_copy_(em_narrow(rows, 0, 1, 3), em_view(a, EM_SHAPE(3, 4))));
+    float rg[16];
+    CHECK_OK(em_copy_to_host(rows, rg, sizeof rg));
+    ok = true;
+    for (int i = 0; i < 16; i++) ok = ok && rg[i] == (i < 4 ? 0.f : (float)(i - 4));
+    CHECK(ok);
+    /* em_copy_ between host and device straight into the destination (no staging tensor),
+     * into and out of views at an offset, pinned and pageable; then a strided destination,
+     * which goes through the staging path */
+    for (int pin = 0; pin < 2; pin++) {
+        em_tensor *host = em_full(EM_SHAPE(5, 4), -1.0, EM_OPTS(.pin_memory = pin));
+        CHECK_OK(em_copy_(em_narrow(host, 0, 1, 3), em_view(a, EM_SHAPE(3, 4)))); /* device -> host */
+        const float *hp2 = em_data_ptr(host);
+        ok = hp2 != NULL;
+        for (int i = 0; ok && i < 20; i++) ok = hp2[i] == (i < 4 || i >= 16 ? -1.f : (float)(i - 4));
+        CHECK(ok);
+        em_tensor *dev = em_zeros(EM_SHAPE(2, 4, 4), EM_OPTS(.device = D0));
+        CHECK_OK(em_copy_(em_select(dev, 0, 1), em_narrow(host, 0, 1, 4))); /* host -> device */
+        float dg[32];
+        CHECK_OK(em_copy_to_host(dev, dg, sizeof dg));
+        ok = true;
+        for (int i = 0; i < 32; i++) ok = ok && dg[i] == (i < 16 ? 0.f : i < 28 ? (float)(i - 16) : -1.f);
+        CHECK(ok);
+        em_tensor *ht = em_zeros(EM_SHAPE(4, 3), EM_OPTS(.pin_memory = pin));
+        CHECK_OK(em_copy_(em_transpose(ht, 0, 1), em_view(a, EM_SHAPE(3, 4)))); /* strided: staged */
+        const float *tp = em_data_ptr(ht);
+        ok = tp != NULL;
+        for (int i = 0; ok && i < 12; i++) ok = tp[i] == (float)((i % 3) * 4 + i / 3);
+        CHECK(ok);
+        /* a dtype change is not a plain copy either: staged, then cast */
+        em_tensor *hd = em_zeros(EM_SHAPE(12), EM_OPTS(.dtype = EM_F64, .pin_memory = pin));
+        CHECK_OK(em_copy_(hd, a));
+        const double *dp = em_data_ptr(hd);
+        CHECK(dp && dp[0] == 0 && dp[11] == 11);
+    }
     CHECK_OK(em_device_synchronize(D0));
     em_scope_end(s);
 }

@@ -68,6 +68,10 @@ void em__store_f64(void *p, em_dtype dt, double v);
 em_tensor *em__copy_raw(const em_tensor *t, em_dtype dt);
 /* t moved to device d and dtype dt; a new reference to t itself when nothing changes. */
 em_tensor *em__to_raw(em_tensor *t, em_device d, em_dtype dt, bool non_blocking);
+/* em_copy_ between the CPU and a device straight into dst (PyTorch's copy_ into pinned or
+ * pageable host memory): same dtype, both contiguous, one shape, one side the CPU. Returns
+ * false, with nothing done and no error, when that does not apply; else true with *st. */
+bool em__copy_host_device(em_tensor *dst, const em_tensor *src, em_status *st);
 /* Copy t's elements (row-major, dtype dt) into host memory dst; waits for the device. */
 em_status em__to_host(const em_tensor *t, em_dtype dt, void *dst);
 

@@ -7,6 +7,7 @@
 #include "../memory/allocator.h"
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const em_grad_args no_args;
 
@@ -94,6 +95,31 @@ static em_tensor *device_to_host_raw(em_tensor *t, em_dtype keep) {
         return NULL;
     }
     return host;
+}
+
+bool em__copy_host_device(em_tensor *dst, const em_tensor *src, em_status *st) {
+    em_device dd = dst->storage->device, sd = src->storage->device;
+    if ((dd.type == EM_CPU) == (sd.type == EM_CPU) || dst->dtype != src->dtype || dst->ndim != src->ndim ||
+        memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->ndim) ||
+        !em__is_contiguous_raw(dst->ndim, dst->shape, dst->strides) ||
+        !em__is_contiguous_raw(src->ndim, src->shape, src->strides))
+        return false;
+    size_t bytes = tensor_bytes(src);
+    if (dd.type == EM_CPU) {
+        const em_backend *be = src->storage->backend;
+        if (!be->copy_d2h) return false;
+        *st = sync_cpu(); /* the CPU may still be reading or writing dst */
+        if (*st == EM_OK && bytes > 0)
+            *st = be->copy_d2h(sd.index, em__host_ptr(dst), src->storage->block.handle, block_offset(src), bytes);
+    } else {
+        const em_backend *be = dst->storage->backend;
+        if (!be->copy_h2d) return false;
+        *st = sync_cpu(); /* the CPU may still be writing src */
+        if (*st == EM_OK && bytes > 0)
+            *st = be->copy_h2d(dd.index, dst->storage->block.handle, block_offset(dst), em__host_ptr(src), bytes,
+                               false);
+    }
+    return true;
 }
 
 /* Cast on the device when that shrinks the transfer, otherwise after it. */

@@ -54,6 +54,11 @@ em_status em_copy_(em_tensor *dst, em_tensor *src) {
     EM_CHECK_ARG_STATUS(dst, op, "dst");
     EM_CHECK_ARG_STATUS(src, op, "src");
     if (check_writable(op, dst) || check_broadcasts_to(op, src, dst)) return em_last_status();
+    em_status direct;
+    if (em__copy_host_device(dst, src, &direct)) { /* no staging tensor between host and device */
+        if (direct == EM_OK) em__bump_version(dst);
+        return direct;
+    }
     const em_backend *be = dst->storage->backend;
     if (!be->copy) return em__missing_kernel(op, be, dst->storage->device);
     em_tensor *s = source_for(dst, src, src->dtype);
