@@ -54,10 +54,25 @@ char *em__cuda_compile(const em_cuda_source *main, const em_cuda_source *headers
                  nv->nvrtcGetErrorString(r));
         return NULL;
     }
-    const char *opts[MAX_OPTS];
+    const char *opts[MAX_OPTS + 1];
     char arch_opt[64];
     int nopts = build_options(arch, cubin, extra_opts, nextra, arch_opt, sizeof arch_opt, opts);
-    r = nv->nvrtcCompileProgram(prog, nopts, opts);
+    /* NVRTC's optimizer and code generator work on the program's kernels in parallel, on
+     * every core (--split-compile=0; the code is the same, so the cache key leaves it out):
+     * on 2 cores the nine library programs took 12.7 s instead of 19.4 (docs/BENCHMARKS.md).
+     * An NVRTC that does not know the option is asked again without it, on a new program. */
+    opts[nopts] = "--split-compile=0";
+    r = nv->nvrtcCompileProgram(prog, nopts + 1, opts);
+    if (r == NVRTC_ERROR_INVALID_OPTION) {
+        nv->nvrtcDestroyProgram(&prog);
+        r = nv->nvrtcCreateProgram(&prog, main->text, main->name, nheaders, hsrc, hname);
+        if (r != NVRTC_SUCCESS) {
+            em_error(EM_ERR_BACKEND, "cuda: nvrtcCreateProgram(%s) failed: %s", main->name,
+                     nv->nvrtcGetErrorString(r));
+            return NULL;
+        }
+        r = nv->nvrtcCompileProgram(prog, nopts, opts);
+    }
     char *ptx = NULL;
     if (r != NVRTC_SUCCESS) {
         size_t log_size = 0;
