@@ -170,7 +170,12 @@ s_preflight() {
     echo "== date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname), $(uname -srm)"
     echo "== cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $NPROC cores; $(grep MemTotal /proc/meminfo)"
     echo "== commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
-    git -C "$ROOT" rev-parse HEAD >"$FACTS/commit" 2>/dev/null
+    # the device tool copies the working tree, whose .git may be older than the files in it:
+    # say when they differ from the commit named
+    local changed
+    changed=$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
+    { git -C "$ROOT" rev-parse HEAD 2>/dev/null | tr -d '\n'
+      ((changed > 0)) && printf ' + %s changed files' "$changed"; echo; } >"$FACTS/commit"
     for tool in cmake cc gcc nvcc compute-sanitizer ncu nvidia-smi "$PY"; do
         p=$(command -v "$tool" 2>/dev/null || true)
         [ -z "$p" ] && [ -x "/usr/local/cuda/bin/$tool" ] && p=/usr/local/cuda/bin/$tool
