@@ -22,7 +22,8 @@
 #         launch latency, crossover; f32 again with TF32), copy_d2d (device-to-device bandwidth
 #         through Ember), roofline_torch (the same GPU through PyTorch), train_cuda,
 #         train_torch, train_cpu (ember train on cuda:0, the same MLP and batches in PyTorch on
-#         the GPU, ember train on the CPU), bench_cpu, racecheck, synccheck.
+#         the GPU, ember train on the CPU), bench_cpu, train_amp (--amp bf16 and f16 on cuda:0),
+#         nccl (the DDP seed twin as one rank over NCCL), racecheck, synccheck.
 # --only STEP,...: those steps, from either part, after preflight, deps, build and devices;
 #   e.g. what a part had to skip for time: --part 2 --only racecheck,synccheck
 # --dry-run: on a machine without a GPU, every step that needs one is reported "skip" with
@@ -334,6 +335,28 @@ train_ember() { # device epochs extra...
     "$EMBER" train --device "$1" --epochs "$2" --checkpoint none --seed 0 --batch-size 64 ${DATA:+--data "$DATA"} "${@:3}"
 }
 s_train_cuda() { export STEP_NAME=train_cuda; train_ember cuda:0 "$EPOCHS" | tee "$FACTS/train_cuda.log"; return "${PIPESTATUS[0]}"; }
+# Mixed precision on the GPU (issue 14): bf16 autocast, and f16 with the loss scaler whose
+# inf/NaN check and skip stay on the device
+s_train_amp() {
+    export STEP_NAME=train_amp
+    local rc=0
+    for dt in bf16 f16; do
+        train_ember cuda:0 "$EPOCHS" --amp "$dt" | tee "$FACTS/train_amp_$dt.log"
+        ((PIPESTATUS[0] == 0)) || { note "ember train --amp $dt failed"; rc=1; }
+    done
+    return $rc
+}
+# NCCL for real (issue 15): the DDP seed twin as one rank under mpirun on cuda:0 (backend "auto"
+# picks NCCL; one GPU is one rank's worth), its all-reduces through libnccl
+s_nccl() {
+    export STEP_NAME=nccl
+    command -v mpirun >/dev/null || { note "mpirun not found"; return 1; }
+    OMPI_MCA_plm=isolated mpirun --allow-run-as-root --oversubscribe -np 1 "$BUILD/example_seed_002_ddp" |
+        tee "$FACTS/nccl.log"
+    local rc=${PIPESTATUS[0]}
+    grep -q "on cuda:0 (backend nccl)" "$FACTS/nccl.log" || { note "the rank did not train on cuda:0 with NCCL"; rc=1; }
+    return "$rc"
+}
 s_train_cpu() {
     export STEP_NAME=train_cpu
     if ((DRY)); then train_ember cpu 1 --train-samples 6000 --test-samples 1000
@@ -350,7 +373,7 @@ export SMI_FIELDS EPOCHS
 export -f train_ember
 
 for f in preflight deps build devices ctest blocking memcheck racecheck synccheck smi bench bench_cpu copy_d2d \
-    roofline_torch train_cuda train_cpu train_torch; do
+    roofline_torch train_cuda train_cpu train_torch train_amp nccl; do
     export -f "s_$f"
 done
 
@@ -378,6 +401,8 @@ if ((P2)); then # the figures first; the slow sanitizers last, where the budget 
     step train_torch gpu,torch,data 120 s_train_torch
     step train_cpu build,data 120 s_train_cpu
     step bench_cpu build 90 s_bench_cpu
+    step train_amp gpu,build,data 150 s_train_amp
+    step nccl gpu,build 90 s_nccl
     step racecheck gpu,sanitizer,build 150 s_racecheck
     step synccheck gpu,sanitizer,build 100 s_synccheck
 fi

@@ -166,6 +166,9 @@ def copy_rows(bench):
     return rows
 
 
+TRAIN_RUNS = ("ember_cuda", "torch_cuda", "ember_cpu", "ember_cuda_amp_bf16", "ember_cuda_amp_f16")
+
+
 def parse_ember_train(text):
     """Epoch lines of `ember train`: seconds (the printed figure), accuracy."""
     eps = []
@@ -224,8 +227,11 @@ def figures(facts):
                               "fraction_of_spec": frac(gb, SPEC["hbm_GBps"]), "torch_traffic_GBps": measured,
                               "fraction_of_torch": frac(gb, measured)}
     train = {}
-    for key, parse in (("ember_cuda", parse_ember_train), ("ember_cpu", parse_ember_train), ("torch_cuda", parse_torch_train)):
-        r = parse(t({"ember_cuda": "train_cuda.log", "ember_cpu": "train_cpu.log", "torch_cuda": "train_torch.log"}[key]))
+    logs = {"ember_cuda": "train_cuda.log", "ember_cpu": "train_cpu.log", "torch_cuda": "train_torch.log",
+            "ember_cuda_amp_bf16": "train_amp_bf16.log", "ember_cuda_amp_f16": "train_amp_f16.log"}
+    for key, log in logs.items():
+        parse = parse_torch_train if key == "torch_cuda" else parse_ember_train
+        r = parse(t(log))
         if r:
             train[key] = r
     if "ember_cuda" in train and "torch_cuda" in train and train["ember_cuda"]["s_per_epoch"]:
@@ -289,7 +295,7 @@ def write_md(rep, path):
             a(f"- matmul {r['dtype']} 8192: {fmt(r['tflops'])} TFLOP/s = {pct(r['fraction_of_spec'])} of spec, "
               f"{pct(r['fraction_of_torch'])} of PyTorch")
     tr = fig.get("train", {})
-    for k in ("ember_cuda", "torch_cuda", "ember_cpu"):
+    for k in TRAIN_RUNS:
         if k in tr:
             a(f"- train {k}: {fmt(tr[k]['s_per_epoch'], 2)} s/epoch (best {fmt(tr[k]['best_s_per_epoch'], 2)}), "
               f"accuracy {fmt(tr[k]['accuracy'], 2)}%")
@@ -330,7 +336,7 @@ def write_md(rep, path):
         a("## Training (784-256-10 MLP, Adam, batch 64, same batches)\n")
         a("| run | epochs | s/epoch | best | after the first | accuracy |")
         a("|---|---:|---:|---:|---:|---:|")
-        for k in ("ember_cuda", "torch_cuda", "ember_cpu"):
+        for k in TRAIN_RUNS:
             if k in tr:
                 r = tr[k]
                 a(f"| {k} | {r['epochs']} | {fmt(r['s_per_epoch'], 3)} | {fmt(r['best_s_per_epoch'], 3)} | "
