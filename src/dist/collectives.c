@@ -316,11 +316,7 @@ static void work_free_now(em_dist_work *w) {
     em_release(w->src);
     em_release(w->rbuf);
     em_release(w->sbuf);
-    free(w->hreq);
-    free(w->hin);
-    free(w->hseen);
-    free(w->hidx);
-    free(w->msg);
+    free(w->msg); /* the header arrays live in w's own block */
     free(w->ar_tmp);
     em__cuda_mark_free(w->mark);
     free(w);
@@ -386,11 +382,29 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
     bool use_nccl = g->use_nccl && kind != C_BARRIER && em_device_of(dst).type == EM_CUDA &&
                     (!src || em_device_of(src).type == EM_CUDA);
     if (use_nccl && em__dist_nccl_ensure(g, em_device_of(dst).index) != EM_OK) return NULL;
-    em_dist_work *w = calloc(1, sizeof *w);
+    /* The work and its header arrays in one allocation: five mallocs and frees per
+     * collective were a tenth of a 4-byte all_reduce's time. In order of alignment: the
+     * requests, the received headers (int64), Testsome's indices (int), the seen flags. */
+    int npeer = g->size - 1;
+#ifdef EMBER_HAVE_MPI
+    size_t req_bytes = sizeof(MPI_Request) * (size_t)(2 * npeer + 1);
+#else
+    size_t req_bytes = 0;
+#endif
+    size_t hin_bytes = sizeof(int64_t) * (size_t)(npeer * HDR_WORDS + 1);
+    size_t idx_bytes = sizeof(int) * (size_t)(2 * npeer + 1);
+    em_dist_work *w = calloc(1, sizeof *w + req_bytes + hin_bytes + idx_bytes + (size_t)npeer + 1);
     if (!w) {
         em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
         return NULL;
     }
+    char *tail = (char *)(w + 1);
+#ifdef EMBER_HAVE_MPI
+    w->hreq = (MPI_Request *)(void *)tail;
+#endif
+    w->hin = (int64_t *)(void *)(tail + req_bytes);
+    w->hidx = (int *)(void *)(tail + req_bytes + hin_bytes);
+    w->hseen = (bool *)(tail + req_bytes + hin_bytes + idx_bytes);
     w->nccl = use_nccl;
     w->g = g;
     w->kind = kind;
@@ -398,21 +412,12 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
     w->root = root;
     w->dtype = dt;
     w->count = count;
-    w->npeer = g->size - 1;
+    w->npeer = npeer;
     w->peers_left = w->npeer;
     w->req = MPI_REQUEST_NULL;
     int64_t h[HDR_WORDS] = {[HDR_SEQ] = (int64_t)g->seq, [HDR_KIND] = kind, [HDR_DTYPE] = dt, [HDR_COUNT] = count,
                             [HDR_ROOT] = kind == C_BROADCAST ? root : 0, [HDR_OP] = reduces ? op : 0};
     memcpy(w->hdr, h, sizeof h);
-    w->hreq = malloc(sizeof *w->hreq * (size_t)(2 * w->npeer + 1));
-    w->hin = malloc(sizeof *w->hin * (size_t)(w->npeer * HDR_WORDS + 1));
-    w->hseen = calloc((size_t)w->npeer + 1, sizeof *w->hseen);
-    w->hidx = malloc(sizeof *w->hidx * (size_t)(2 * w->npeer + 1));
-    if (!w->hreq || !w->hin || !w->hseen || !w->hidx) {
-        work_free_now(w);
-        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
-        return NULL;
-    }
     /* host buffers */
     em_dtype wire = dt;
     if ((dt == EM_F16 || dt == EM_BF16) && reduces) wire = EM_F32;

@@ -67,7 +67,7 @@ struct em_dist_work {
     int peers_left;         /* headers not yet received */
 #ifdef EMBER_HAVE_MPI
     MPI_Request req;
-    MPI_Request *hreq;      /* npeer receives, then npeer sends */
+    MPI_Request *hreq;      /* npeer receives, then npeer sends (this and the next three in w's own block) */
 #endif
     int64_t *hin;           /* npeer headers received */
     bool *hseen;

@@ -91,13 +91,7 @@ void em__dist_bury(em_dist_group *g) {
         em_release(w->src);
         em_release(w->rbuf);
         em_release(w->sbuf);
-#ifdef EMBER_HAVE_MPI
-        free(w->hreq);
-#endif
-        free(w->hin);
-        free(w->hseen);
-        free(w->hidx);
-        free(w->msg);
+        free(w->msg); /* the header arrays live in w's own block */
         free(w->ar_tmp);
         em__cuda_mark_free(w->mark);
         free(w);
