@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda:N (scripts/gpu_check.sh)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-samples", type=int, default=0, help="the first N training samples only (0: all)")
     ap.add_argument("--data", default=os.environ.get("EMBER_DATA_DIR", "/usr/share/datasets/fashion-mnist"))
@@ -57,16 +58,18 @@ def main():
     n = len(xtr)
     if a.check_order:
         check_order(a.check_order, n, a.seed, range(min(a.epochs, 2)))
-    model = cnn()
+    dev = torch.device(a.device)
+    xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
+    model = cnn().to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    print(f"pytorch {torch.__version__} on cpu, {torch.get_num_threads()} thread(s), batch {a.batch_size}, "
+    print(f"pytorch {torch.__version__} on {dev}, {torch.get_num_threads()} thread(s), batch {a.batch_size}, "
           f"{a.epochs} epochs, mkldnn {torch.backends.mkldnn.is_available()}, "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     times, acc = [], 0.0
     for epoch in range(a.epochs):
-        order = torch.tensor(ember_order(n, a.seed, epoch), dtype=torch.int64)
+        order = torch.tensor(ember_order(n, a.seed, epoch), dtype=torch.int64, device=dev)
         model.train()
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         nb = 0
         t0 = time.perf_counter()
         for start in range(0, n, a.batch_size):
@@ -88,7 +91,7 @@ def main():
         print(f"epoch {epoch + 1}/{a.epochs}: train loss {train_loss:.4f}, test accuracy {acc:.2f}%, "
               f"test loss {test_loss:.4f}, {n / seconds:.0f} samples/s ({seconds:.2f} s)", flush=True)
     mean = sum(times) / len(times)
-    print(f"result device=cpu batch={a.batch_size} threads={a.threads} epochs={a.epochs} s_per_epoch={mean:.4f} "
+    print(f"result device={dev} batch={a.batch_size} threads={a.threads} epochs={a.epochs} s_per_epoch={mean:.4f} "
           f"best_s_per_epoch={min(times):.4f} samples_per_s={n / mean:.0f} accuracy={acc:.2f} "
           f"epoch_s={','.join(f'{t:.3f}' for t in times)} version={torch.__version__}")
 

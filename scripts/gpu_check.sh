@@ -23,7 +23,8 @@
 #         through Ember), roofline_torch (the same GPU through PyTorch), train_cuda,
 #         train_torch, train_cpu (ember train on cuda:0, the same MLP and batches in PyTorch on
 #         the GPU, ember train on the CPU), bench_cpu, train_amp (--amp bf16 and f16 on cuda:0),
-#         nccl (the DDP seed twin as one rank over NCCL), racecheck, synccheck.
+#         nccl (the DDP seed twin as one rank over NCCL), train_cnn, train_cnn_torch (the CNN
+#         through cuDNN, and in PyTorch on the GPU), racecheck, synccheck.
 # --only STEP,...: those steps, from either part, after preflight, deps, build and devices;
 #   e.g. what a part had to skip for time: --part 2 --only racecheck,synccheck
 # --dry-run: on a machine without a GPU, every step that needs one is reported "skip" with
@@ -346,6 +347,18 @@ s_train_amp() {
     done
     return $rc
 }
+# The CNN (issue 16: conv2d through cuDNN), Ember's and PyTorch's, the same batches
+s_train_cnn() {
+    export STEP_NAME=train_cnn
+    train_ember cuda:0 2 --model cnn | tee "$FACTS/train_cnn_cuda.log"
+    return "${PIPESTATUS[0]}"
+}
+s_train_cnn_torch() {
+    export STEP_NAME=train_cnn_torch
+    LD_LIBRARY_PATH=$ORIG_LD "$PY" "$ROOT/bench/train_cnn_torch.py" --device cuda:0 --epochs 2 --batch-size 64 --seed 0 \
+        --threads "$NPROC" --data "${DATA:-/usr/share/datasets/fashion-mnist}" | tee "$FACTS/train_cnn_torch.log"
+    return "${PIPESTATUS[0]}"
+}
 # NCCL for real (issue 15): the DDP seed twin as one rank under mpirun on cuda:0 (backend "auto"
 # picks NCCL; one GPU is one rank's worth), its all-reduces through libnccl
 s_nccl() {
@@ -373,7 +386,7 @@ export SMI_FIELDS EPOCHS
 export -f train_ember
 
 for f in preflight deps build devices ctest blocking memcheck racecheck synccheck smi bench bench_cpu copy_d2d \
-    roofline_torch train_cuda train_cpu train_torch train_amp nccl; do
+    roofline_torch train_cuda train_cpu train_torch train_amp nccl train_cnn train_cnn_torch; do
     export -f "s_$f"
 done
 
@@ -403,6 +416,8 @@ if ((P2)); then # the figures first; the slow sanitizers last, where the budget 
     step bench_cpu build 90 s_bench_cpu
     step train_amp gpu,build,data 150 s_train_amp
     step nccl gpu,build 90 s_nccl
+    step train_cnn gpu,build,data 150 s_train_cnn
+    step train_cnn_torch gpu,torch,data 150 s_train_cnn_torch
     step racecheck gpu,sanitizer,build 150 s_racecheck
     step synccheck gpu,sanitizer,build 100 s_synccheck
 fi

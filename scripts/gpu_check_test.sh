@@ -25,7 +25,7 @@ scripts/gpu_check.sh "$T/out" --dry-run --build-dir "$BUILD" >"$T/dry.log" 2>&1 
 import json, sys
 r = json.load(open(sys.argv[1]))
 gpu = {"ctest", "blocking", "memcheck", "racecheck", "synccheck", "smi", "bench", "copy_d2d", "roofline_torch",
-       "train_cuda", "train_torch", "train_amp", "nccl"}
+       "train_cuda", "train_torch", "train_amp", "nccl", "train_cnn", "train_cnn_torch"}
 cpu = {"preflight", "deps", "build", "devices", "bench_cpu", "train_cpu"}
 names = [s["name"] for s in r["steps"]]
 assert set(names) == gpu | cpu, f"steps {names}"

@@ -166,7 +166,8 @@ def copy_rows(bench):
     return rows
 
 
-TRAIN_RUNS = ("ember_cuda", "torch_cuda", "ember_cpu", "ember_cuda_amp_bf16", "ember_cuda_amp_f16")
+TRAIN_RUNS = ("ember_cuda", "torch_cuda", "ember_cpu", "ember_cuda_amp_bf16", "ember_cuda_amp_f16", "ember_cuda_cnn",
+              "torch_cuda_cnn")
 
 
 def parse_ember_train(text):
@@ -228,9 +229,10 @@ def figures(facts):
                               "fraction_of_torch": frac(gb, measured)}
     train = {}
     logs = {"ember_cuda": "train_cuda.log", "ember_cpu": "train_cpu.log", "torch_cuda": "train_torch.log",
-            "ember_cuda_amp_bf16": "train_amp_bf16.log", "ember_cuda_amp_f16": "train_amp_f16.log"}
+            "ember_cuda_amp_bf16": "train_amp_bf16.log", "ember_cuda_amp_f16": "train_amp_f16.log",
+            "ember_cuda_cnn": "train_cnn_cuda.log", "torch_cuda_cnn": "train_cnn_torch.log"}
     for key, log in logs.items():
-        parse = parse_torch_train if key == "torch_cuda" else parse_ember_train
+        parse = parse_torch_train if key.startswith("torch_") else parse_ember_train
         r = parse(t(log))
         if r:
             train[key] = r
@@ -240,6 +242,10 @@ def figures(facts):
         e, p = train["ember_cuda"].get("s_per_epoch_after_first"), train["torch_cuda"].get("s_per_epoch_after_first")
         if e and p:
             train["torch_over_ember_after_first"] = round(p / e, 3)
+    if "ember_cuda_cnn" in train and "torch_cuda_cnn" in train:
+        e, p = train["ember_cuda_cnn"].get("s_per_epoch_after_first"), train["torch_cuda_cnn"].get("s_per_epoch_after_first")
+        if e and p:
+            train["cnn_torch_over_ember_after_first"] = round(p / e, 3)
     if train:
         fig["train"] = train
     san = t("sanitizers")
@@ -337,7 +343,7 @@ def write_md(rep, path):
             a(f"- {r['dtype']} n={r['n']}: {fmt(r['gflops'])} GFLOP/s")
         a("")
     if tr:
-        a("## Training (784-256-10 MLP, Adam, batch 64, same batches)\n")
+        a("## Training (Adam, batch 64, same batches; the 784-256-10 MLP, or the CNN where named)\n")
         a("| run | epochs | s/epoch | best | after the first | accuracy |")
         a("|---|---:|---:|---:|---:|---:|")
         for k in TRAIN_RUNS:
@@ -349,6 +355,8 @@ def write_md(rep, path):
             after = tr.get("torch_over_ember_after_first")
             a(f"\nPyTorch s/epoch over Ember's: {tr['torch_over_ember_s_per_epoch']} over all epochs"
               + (f", {after} after the first (which holds Ember's kernel compiles when the cache is empty)" if after else ""))
+        if "cnn_torch_over_ember_after_first" in tr:
+            a(f"\nThe CNN: PyTorch's s/epoch over Ember's after the first: {tr['cnn_torch_over_ember_after_first']}")
         a("")
     for key, title in (("sanitizers", "compute-sanitizer"), ("smi_compare", "ember smi / devices against nvidia-smi")):
         if fig.get(key):
