@@ -327,7 +327,17 @@ static void test_algorithm_and_workspace_sequence(void) {
     CHECK(em_memory_max_allocated(cuda0) >= allocated + 4096);
     CHECK(em_memory_allocated(cuda0) == allocated);
 
-    /* no memory for algorithm 1's workspace: the next one, which needs none, runs */
+    /* the same convolution again: the algorithm and its workspace size are remembered, cuDNN
+     * is not asked again (as PyTorch keeps them per ConvolutionParams) */
+    operands again = make(&k_cases[1], EM_F32);
+    K.log[0] = '\0';
+    CHECK_OK(B->conv2d(again.y, again.x, again.w, NULL, &again.win, 2));
+    CHECK(!strcmp(K.log, "fwd(algo 1, ws 4096) "));
+    drop_all(&again);
+
+    /* no memory for algorithm 1's workspace (the allocator's cache emptied): cuDNN is asked
+     * again, and the next one, which needs none, runs */
+    em_memory_empty_cache(cuda0);
     K.ws_of_algo[1] = (size_t)1 << 40;
     F.alloc_result = CUDA_ERROR_OUT_OF_MEMORY;
     operands o = make(&k_cases[1], EM_F32);
