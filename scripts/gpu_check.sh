@@ -264,7 +264,12 @@ s_ctest() {
     export STEP_NAME=ctest
     ctest_run 240 "$(( NPROC > 8 ? 8 : NPROC ))"
     local rc=$?
-    note "$(grep -E '^[0-9]+% tests passed' "$LOGS/ctest.log" 2>/dev/null | tail -n1)"
+    local pocl=""
+    # PoCL before 7.0 can abort in its dlhandle cache when two devices run one kernel
+    # (pocl/pocl c9ac4c0c3; docs/BENCHMARKS.md, "CUDA on an NVIDIA H200"): named, still a failure
+    grep -q "pocl_release_dlhandle_cache: Assertion" "$LOGS/ctest.log" 2>/dev/null &&
+        pocl="; a PoCL abort among them (its dlhandle-cache bug, fixed in PoCL 7.0)"
+    note "$(grep -E '^[0-9]+% tests passed' "$LOGS/ctest.log" 2>/dev/null | tail -n1)$pocl"
     return $rc
 }
 GOLDEN='^(test_golden_ops|test_backend_ops|test_backend_ops_nd|test_optim_golden)$'
