@@ -72,6 +72,17 @@ struct em_tensor {
     unsigned saved_version;           /* storage version when saved for backward */
 };
 
+/* Row-major and dense: its elements are one block from its offset on (dims of size 1 may
+ * have any stride). What a backend checks before a flat copy or a library call. */
+static inline bool em__tensor_dense(const em_tensor *t) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != want) return false;
+        want *= t->shape[d];
+    }
+    return true;
+}
+
 /* Host address of element 0 of a CPU (or pinned) tensor. Only for CPU storages. */
 static inline void *em__host_ptr(const em_tensor *t) {
     return (char *)t->storage->block.handle + t->storage->block.offset +

@@ -64,14 +64,7 @@ static inline int64_t em__cpu_numel(const em_tensor *t) {
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
-static inline bool em__cpu_is_contiguous(const em_tensor *t) {
-    int64_t expect = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->strides[i] != expect) return false;
-        expect *= t->shape[i];
-    }
-    return true;
-}
+static inline bool em__cpu_is_contiguous(const em_tensor *t) { return em__tensor_dense(t); }
 
 /* ---- conversions with defined results (no UB for NaN or out-of-range values) ----
  * Like x86 (and so PyTorch there): NaN or out of range gives the type's minimum. */

@@ -320,15 +320,6 @@ static bool sizes_fit(const em_tensor *t) {
     return true;
 }
 
-static bool contiguous(const em_tensor *t) {
-    int64_t st = 1;
-    for (int i = 3; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->strides[i] != st) return false;
-        st *= t->shape[i];
-    }
-    return true;
-}
-
 /* out [N, O, oh, ow] += bias [O] broadcast, on Ember's elementwise kernel */
 static em_status add_bias(em_tensor *out, const em_tensor *bias) {
     em_tensor bv;
@@ -361,7 +352,7 @@ static em_status conv_in(conv_pass p, const em_tensor *x, const em_tensor *w, co
     int64_t geo[] = {g->ph, g->pw, g->sh, g->sw, g->dh, g->dw, groups};
     bool fit = sizes_fit(x) && sizes_fit(w) && sizes_fit(y);
     for (size_t i = 0; i < sizeof geo / sizeof geo[0]; i++) fit = fit && fits_int(geo[i]);
-    if (!fit || !contiguous(w)) { /* cuDNN's legacy descriptors take int; a filter has no strides */
+    if (!fit || !em__tensor_dense(w)) { /* cuDNN's legacy descriptors take int; a filter has no strides */
         if (trace)
             fprintf(stderr, "ember: cuda:%d: %s: %s; Ember's kernels run it\n", dev, op,
                     fit ? "the weight is not contiguous" : "a size is past cuDNN's int");

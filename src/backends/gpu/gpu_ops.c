@@ -116,16 +116,6 @@ em_status em__gpu_fill_affine(em_tensor *out, double start, double step) {
 
 /* ---- copy / cast ---- */
 
-/* Row-major and dense (dims of size 1 may have any stride). */
-static bool dense(const em_tensor *t) {
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->strides[d] != want) return false;
-        want *= t->shape[d];
-    }
-    return true;
-}
-
 em_status em__gpu_copy(em_tensor *out, const em_tensor *in) {
     const em_gpu *g = em__gpu_of(out);
     if (EM__DEV(out) != EM__DEV(in))
@@ -136,7 +126,7 @@ em_status em__gpu_copy(em_tensor *out, const em_tensor *in) {
      * 2.77 for the strided copy kernel (1 GiB, docs/BENCHMARKS.md). */
     const em_backend *be = out->storage->backend;
     if (out->dtype == in->dtype && be->copy_d2d && out->ndim == in->ndim &&
-        !memcmp(out->shape, in->shape, sizeof(int64_t) * (size_t)out->ndim) && dense(out) && dense(in)) {
+        !memcmp(out->shape, in->shape, sizeof(int64_t) * (size_t)out->ndim) && em__tensor_dense(out) && em__tensor_dense(in)) {
         size_t elem = em_dtype_size(out->dtype), n = 1;
         for (int d = 0; d < out->ndim; d++) n *= (size_t)out->shape[d];
         if (n == 0) return EM_OK;
