@@ -176,27 +176,30 @@ for w in $(awk '{ print $1 }' "$LOG/torches"); do
                    (e >= p && p > 0) ? "MET" : "NOT MET", e, p, won, rounds }'
     done
 done
-# per round (the k-th line of one side against the k-th of the other): how many rounds have
-# first / second >= need (ge 1) or <= need (ge 0)
-rounds_met() {
-    printf '%s\n' "$2" >"$LOG/pair"
-    printf '%s\n' "$1" | paste - "$LOG/pair" | awk -v need="$3" -v ge="$4" '
+# Two training steps of one MLP, batch and thread count (WHO_A WHO_B DIMS BATCH DTYPE_A DTYPE_B
+# THREADS as the bench lines print them), compared on A / B against NEED (GE 1: >=, 0: <=):
+# prints A's and B's median step, their median CPU ms per step, and in how many rounds (the k-th
+# line of A against the k-th of B) the ratio passed
+pair_stats() {
+    for side in a b; do
+        if [ "$side" = a ]; then who=$1 dt=$5; else who=$2 dt=$6; fi
+        awk -v w="$who" -v d="$3" -v b="$4" -v dt="$dt" -v t="$7" \
+            '$1 == w && $2 == "mlp" && $3 == d && $4 == b && $5 == dt && $6 == t' "$LOG/results" >"$LOG/$side"
+        val step_ms <"$LOG/$side" >"$LOG/$side.steps"
+    done
+    ma=$(median <"$LOG/a.steps") mb=$(median <"$LOG/b.steps")
+    ca=$(val " cpu_ms" <"$LOG/a" | median) cb=$(val " cpu_ms" <"$LOG/b" | median)
+    printf '%s %s %s %s ' "${ma:-0}" "${mb:-0}" "${ca:-0}" "${cb:-0}" # 0: no such run (reported as not met)
+    paste "$LOG/a.steps" "$LOG/b.steps" | awk -v need="$8" -v ge="$9" '
         $1 > 0 && $2 > 0 { r = $1 / $2; if ((ge && r >= need) || (!ge && r <= need)) k++ } END { print k + 0 }'
 }
 for t in $THREADS; do
     for bt in 256 1024; do
-        sel="\$3 == \"dims=4096-4096-4096-4096\" && \$4 == \"batch=$bt\" && \$6 == \"threads=$t\""
-        fs=$(awk "\$1 == \"ember\" && $sel && \$5 == \"dtype=f32\"" "$LOG/results" | val step_ms)
-        hs=$(awk "\$1 == \"ember\" && $sel && \$5 == \"dtype=bf16\"" "$LOG/results" | val step_ms)
-        f=$(printf '%s\n' "$fs" | median)
-        h=$(printf '%s\n' "$hs" | median)
-        fc=$(awk "\$1 == \"ember\" && $sel && \$5 == \"dtype=f32\"" "$LOG/results" | val " cpu_ms" | median)
-        hc=$(awk "\$1 == \"ember\" && $sel && \$5 == \"dtype=bf16\"" "$LOG/results" | val " cpu_ms" | median)
         need=1.6
         [ "$amx" -gt 0 ] && need=3
-        met=$(rounds_met "$fs" "$hs" "$need" 1)
-        awk -v f="${f:-0}" -v h="${h:-0}" -v fc="${fc:-0}" -v hc="${hc:-0}" -v t="$t" -v bt="$bt" -v need="$need" \
-            -v met="$met" -v rounds="$MLP_ROUNDS" 'BEGIN {
+        set -- $(pair_stats ember ember dims=4096-4096-4096-4096 "batch=$bt" dtype=f32 dtype=bf16 "threads=$t" "$need" 1)
+        awk -v f="${1:-0}" -v h="${2:-0}" -v fc="${3:-0}" -v hc="${4:-0}" -v met="${5:-0}" -v t="$t" -v bt="$bt" \
+            -v need="$need" -v rounds="$MLP_ROUNDS" 'BEGIN {
             x = (f > 0 && h > 0) ? f / h : 0
             xc = (fc > 0 && hc > 0) ? fc / hc : 0
             printf "4096-wide MLP batch %s, %s thread(s), Ember bf16 step >= %sx faster than Ember float32: %s (%.2fx: %.1f vs %.1f ms; CPU time %.2fx; met in %d of %d rounds)\n",
@@ -206,15 +209,9 @@ done
 for w in $(awk '{ print $1 }' "$LOG/torches"); do
     v=$(awk -v w="$w" '$1 == w { print $3 }' "$LOG/torches")
     grep "^ember mlp .* dtype=bf16" "$LOG/results" | awk '{ print $3, $4, $6 }' | sort -u | while read -r d b t; do
-        es=$(grep "^ember mlp $d $b dtype=bf16 $t " "$LOG/results" | val step_ms)
-        ps=$(grep "^$w mlp $d $b dtype=bf16 $t " "$LOG/results" | val step_ms)
-        e=$(printf '%s\n' "$es" | median)
-        p=$(printf '%s\n' "$ps" | median)
-        ec=$(grep "^ember mlp $d $b dtype=bf16 $t " "$LOG/results" | val " cpu_ms" | median)
-        pc=$(grep "^$w mlp $d $b dtype=bf16 $t " "$LOG/results" | val " cpu_ms" | median)
-        met=$(rounds_met "$es" "$ps" 0.7 0)
-        awk -v e="${e:-0}" -v p="${p:-0}" -v ec="${ec:-0}" -v pc="${pc:-0}" -v d="${d#dims=}" -v b="${b#batch=}" -v t="${t#threads=}" -v v="$v" \
-            -v met="$met" -v rounds="$MLP_ROUNDS" 'BEGIN {
+        set -- $(pair_stats ember "$w" "$d" "$b" dtype=bf16 dtype=bf16 "$t" 0.7 0)
+        awk -v e="${1:-0}" -v p="${2:-0}" -v ec="${3:-0}" -v pc="${4:-0}" -v met="${5:-0}" -v d="${d#dims=}" \
+            -v b="${b#batch=}" -v t="${t#threads=}" -v v="$v" -v rounds="$MLP_ROUNDS" 'BEGIN {
             r = p > 0 ? e / p : 0
             rc = pc > 0 ? ec / pc : 0
             printf "MLP %s batch %s, %s thread(s): Ember bf16 step <= 0.7x PyTorch %s autocast: %s (%.2fx: %.2f vs %.2f ms; CPU time %.2fx; met in %d of %d rounds)\n",
