@@ -127,37 +127,27 @@ for n in $SIZES; do
 done
 echo
 
-echo "== training step, median ms (bf16 speedup over float32 of the same implementation) =="
-printf '%-20s %-5s %-3s' mlp batch thr
-for w in $whos; do printf ' %12s %12s %6s' "$w-f32" "$w-bf16" "x"; done
-echo
-grep ' mlp ' "$LOG/results" | awk '{ print $3, $4, $6 }' | sort -u | while read -r d b t; do
-    printf '%-20s %-5s %-3s' "${d#dims=}" "${b#batch=}" "${t#threads=}"
-    for w in $whos; do
-        f=$(awk -v w="$w" -v d="$d" -v b="$b" -v t="$t" '$1 == w && $3 == d && $4 == b && $6 == t && $5 == "dtype=f32"' "$LOG/results" | val step_ms | median)
-        h=$(awk -v w="$w" -v d="$d" -v b="$b" -v t="$t" '$1 == w && $3 == d && $4 == b && $6 == t && $5 == "dtype=bf16"' "$LOG/results" | val step_ms | median)
-        x=$(awk -v f="${f:-0}" -v h="${h:-0}" 'BEGIN { if (f > 0 && h > 0) printf "%.2f", f / h; else printf "-" }')
-        printf ' %12s %12s %6s' "${f:--}" "${h:--}" "$x"
+# step_table TITLE FIELD: per MLP, batch and threads, each side's median FIELD (over its rounds)
+# in float32 and bf16, and the bf16 speedup
+step_table() {
+    echo "== training step, $1 (bf16 speedup over float32 of the same implementation) =="
+    printf '%-20s %-5s %-3s' mlp batch thr
+    for w in $whos; do printf ' %12s %12s %6s' "$w-f32" "$w-bf16" "x"; done
+    echo
+    grep ' mlp ' "$LOG/results" | awk '{ print $3, $4, $6 }' | sort -u | while read -r d b t; do
+        printf '%-20s %-5s %-3s' "${d#dims=}" "${b#batch=}" "${t#threads=}"
+        for w in $whos; do
+            f=$(awk -v w="$w" -v d="$d" -v b="$b" -v t="$t" '$1 == w && $3 == d && $4 == b && $6 == t && $5 == "dtype=f32"' "$LOG/results" | val "$2" | median)
+            h=$(awk -v w="$w" -v d="$d" -v b="$b" -v t="$t" '$1 == w && $3 == d && $4 == b && $6 == t && $5 == "dtype=bf16"' "$LOG/results" | val "$2" | median)
+            x=$(awk -v f="${f:-0}" -v h="${h:-0}" 'BEGIN { if (f > 0 && h > 0) printf "%.2f", f / h; else printf "-" }')
+            printf ' %12s %12s %6s' "${f:--}" "${h:--}" "$x"
+        done
+        echo
     done
     echo
-done
-echo
-
-echo "== training step, median CPU ms per step, all threads (bf16 speedup over float32) =="
-printf '%-20s %-5s %-3s' mlp batch thr
-for w in $whos; do printf ' %12s %12s %6s' "$w-f32" "$w-bf16" "x"; done
-echo
-grep ' mlp ' "$LOG/results" | awk '{ print $3, $4, $6 }' | sort -u | while read -r d b t; do
-    printf '%-20s %-5s %-3s' "${d#dims=}" "${b#batch=}" "${t#threads=}"
-    for w in $whos; do
-        f=$(awk -v w="$w" -v d="$d" -v b="$b" -v t="$t" '$1 == w && $3 == d && $4 == b && $6 == t && $5 == "dtype=f32"' "$LOG/results" | val " cpu_ms" | median)
-        h=$(awk -v w="$w" -v d="$d" -v b="$b" -v t="$t" '$1 == w && $3 == d && $4 == b && $6 == t && $5 == "dtype=bf16"' "$LOG/results" | val " cpu_ms" | median)
-        x=$(awk -v f="${f:-0}" -v h="${h:-0}" 'BEGIN { if (f > 0 && h > 0) printf "%.2f", f / h; else printf "-" }')
-        printf ' %12s %12s %6s' "${f:--}" "${h:--}" "$x"
-    done
-    echo
-done
-echo
+}
+step_table "median ms" step_ms
+step_table "median CPU ms per step, all threads" " cpu_ms"
 
 echo "== targets =="
 amx=$(grep -c 'amx' "$LOG/peaks" || true)
