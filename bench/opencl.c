@@ -63,11 +63,11 @@ static void bench_latency(em_device d) {
     const em_backend *be = &em_opencl_backend;
     int n = 10000;
     /* warm: compile the kernels used below */
-    be->fill(x, 1.0);
+    be->run(&(em_op_call){.op = EM_OP_FILL, .dtype = x->dtype, .dst = {x}, .f = {1.0}});
     em_add_(x, one, 1.0);
     em_device_synchronize(d);
     double t0 = now();
-    for (int i = 0; i < n; i++) be->fill(x, (double)i);
+    for (int i = 0; i < n; i++) be->run(&(em_op_call){.op = EM_OP_FILL, .dtype = x->dtype, .dst = {x}, .f = {(double)i}});
     em_device_synchronize(d);
     double backend_us = (now() - t0) / n * 1e6;
     t0 = now();
@@ -76,7 +76,7 @@ static void bench_latency(em_device d) {
     double api_us = (now() - t0) / n * 1e6;
     t0 = now();
     for (int i = 0; i < 1000; i++) {
-        be->fill(x, (double)i);
+        be->run(&(em_op_call){.op = EM_OP_FILL, .dtype = x->dtype, .dst = {x}, .f = {(double)i}});
         em_device_synchronize(d);
     }
     double sync_us = (now() - t0) / 1000 * 1e6;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "backends/backend.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backend_calls.h"
 #include "core/tensor_impl.h"
 #include "required_ops.h"
 #include "test.h"
@@ -381,7 +382,7 @@ static bool check_out(outbuf *ob, const double *ref, double limit) {
 }
 
 /* em_op's names, as tests/required_ops.txt spells them: the op list's (src/kernels/op_list.h) */
-#define TEST_OP_NAME_(NAME, name, dtypes) #name,
+#define TEST_OP_NAME_(NAME, name, dtypes, gpu) #name,
 static const char *op_name(em_op op) {
     static const char *const names[] = {EMK_OPS_ALL(TEST_OP_NAME_)};
     _Static_assert(sizeof names / sizeof names[0] == EM_OP_COUNT, "one name per em_op");
@@ -393,15 +394,15 @@ static const char *op_name(em_op op) {
  * the op of the backend, else reported as skipped. Never counted as passing. */
 static int g_declined_pairs;
 static bool op_supported(const target *tg, em_op op, em_dtype dt) {
-    if (tg->be->supports_op && tg->be->supports_op(op, dt)) return true;
-    if (em__cpu_supports_op(op, dt)) {
+    if (be_has(tg->be, op, dt)) return true;
+    if (em__op_dtype_ok(op, dt)) { /* the CPU reference's dtypes */
         char ctx[96], float_only[40];
         snprintf(ctx, sizeof ctx, "%s %s %s", tg->name, op_name(op), em_dtype_name(dt));
         /* "op:float" in the list: required on the floating dtypes only */
         snprintf(float_only, sizeof float_only, "%s:float", op_name(op));
         bool required = op_required(tg->be->name, op_name(op)) ||
                         (em_dtype_is_floating(dt) && op_required(tg->be->name, float_only));
-        op_declined_as(tg->be->name, op_name(op), required, ctx, "supports_op answers false");
+        op_declined_as(tg->be->name, op_name(op), required, ctx, "supports answers false");
         g_declined_pairs++;
     }
     return false;

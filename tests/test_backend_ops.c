@@ -12,6 +12,7 @@
  * with POCL_DEVICES="pthread pthread" for two OpenCL devices: copies opencl:0 -> opencl:1,
  * the device-mismatch error, and the whole suite on opencl:1. */
 #include "backend_ops_util.h"
+#include "backend_calls.h"
 
 #define FOR_TARGETS for (int ti = 0; ti < g_ntargets; ti++)
 #define TG (&g_targets[ti])
@@ -31,7 +32,7 @@ static void test_fill(void) {
             em_dtype dt = ALL_DTYPES[di];
             em_shape sh = SHAPES[si];
             int64_t n = shape_numel(sh);
-            if (!has_entry(TG, TG->be->fill && TG->be->fill_affine, "fill")) continue;
+            if (!has_entry(TG, be_has(TG->be, EM_OP_FILL, dt) && be_has(TG->be, EM_OP_FILL_AFFINE, dt), "fill")) continue;
             em_scope s = em_scope_begin();
             double value = is_float(dt) ? -2.25 : dt == EM_BOOL ? 1 : 7;
             double start = is_float(dt) ? -3 : dt == EM_U8 ? 1 : -3, step = is_float(dt) ? 0.5 : 2;
@@ -39,12 +40,12 @@ static void test_fill(void) {
             snprintf(g_ctx, sizeof g_ctx, "%s fill %s %s", TG->name, em_dtype_name(dt), layout_name(l));
             outbuf ob = make_out(TG, dt, sh, (layout)l);
             for (int64_t i = 0; i < n; i++) ref[i] = dt_round(dt, value);
-            CHECK(backend_ok(TG->be->fill(ob.view, value)) && check_out(&ob, ref, 0));
+            CHECK(backend_ok(be_fill(TG->be, ob.view, value)) && check_out(&ob, ref, 0));
             snprintf(g_ctx, sizeof g_ctx, "%s fill_affine %s %s", TG->name, em_dtype_name(dt),
                      layout_name(l));
             outbuf oa = make_out(TG, dt, sh, (layout)l);
             for (int64_t i = 0; i < n; i++) ref[i] = dt_round(dt, start + (double)i * step);
-            CHECK(backend_ok(TG->be->fill_affine(oa.view, start, step)) &&
+            CHECK(backend_ok(be_fill_affine(TG->be, oa.view, start, step)) &&
                   check_out(&oa, ref, nmse_limit(dt)));
             free(ob.before);
             free(oa.before);
@@ -63,7 +64,7 @@ static void test_copy_cast(void) {
         for (int si = 0; si < 3; si++) for (int li = 0; li < 4; li++) {
             em_dtype src = ALL_DTYPES[a], dst = ALL_DTYPES[b];
             em_shape sh = shapes[si];
-            if (!has_entry(TG, TG->be->copy != NULL, "copy")) continue;
+            if (!has_entry(TG, be_has(TG->be, EM_OP_COPY, dst), "copy")) continue;
             int64_t n = shape_numel(sh);
             em_scope s = em_scope_begin();
             snprintf(g_ctx, sizeof g_ctx, "%s copy %s -> %s, %s -> %s", TG->name, em_dtype_name(src),
@@ -73,7 +74,7 @@ static void test_copy_cast(void) {
             for (int64_t i = 0; i < n; i++) ref[i] = dt_round(dst, v[i]);
             em_tensor *in = make_tensor(TG, src, sh, v, in_l[li]);
             outbuf ob = make_out(TG, dst, sh, out_l[li]);
-            CHECK(backend_ok(TG->be->copy(ob.view, in)) && check_out(&ob, ref, nmse_limit(dst)));
+            CHECK(backend_ok(be_copy(TG->be, ob.view, in)) && check_out(&ob, ref, nmse_limit(dst)));
             free(v);
             free(ref);
             em_scope_end(s);
@@ -153,7 +154,7 @@ static void unary_case(const target *tg, em_op op, em_dtype dt, em_shape sh, em_
         ref[i] = dt_round(dt, ref_unary(op, x, p[0], p[1], fl));
     }
     outbuf ob = make_out(tg, dt, sh, l == L_TRANSPOSED ? L_CONTIG : l);
-    CHECK(backend_ok(tg->be->unary(op, ob.view, in, p)) && check_out(&ob, ref, nmse_limit(dt)));
+    CHECK(backend_ok(be_unary(tg->be, op, ob.view, in, p)) && check_out(&ob, ref, nmse_limit(dt)));
     free(v);
     free(ref);
     em_scope_end(s);
@@ -163,7 +164,7 @@ static void test_unary(void) {
     static const double special[] = {NAN, -INFINITY, INFINITY, -0.0, 0.0, 2.5, -2.5, 1.0};
     FOR_TARGETS for (int op = EM_OP_NEG; op <= EM_OP_CLAMP; op++) for (int di = 0; di < N_DTYPES; di++) {
         em_dtype dt = ALL_DTYPES[di];
-        if (!has_entry(TG, TG->be->unary != NULL, "unary") || !supported(TG, (em_op)op, dt)) continue;
+        if (!supported(TG, (em_op)op, dt)) continue;
         for (int si = 0; si < N_SHAPES; si++) for (int l = 0; l < L_COUNT; l++) {
             snprintf(g_ctx, sizeof g_ctx, "%s unary op %d %s shape#%d", TG->name, op,
                      layout_name(l), si);
@@ -244,7 +245,7 @@ static void binary_case(const target *tg, em_op op, em_dtype dt, const bcase *c,
         ref[i] = dt_round(odt, ref_binary(op, va[ia], vb[ib], fl));
     }
     outbuf ob = make_out(tg, odt, c->out, c->lo);
-    CHECK(backend_ok(tg->be->binary(op, ob.view, a, b)) && check_out(&ob, ref, nmse_limit(odt)));
+    CHECK(backend_ok(be_binary(tg->be, op, ob.view, a, b)) && check_out(&ob, ref, nmse_limit(odt)));
     free(va);
     free(vb);
     free(ref);
@@ -267,7 +268,7 @@ static void test_binary(void) {
     static const double sb[] = {1, NAN, 3, -INFINITY, 2, 0.0};
     FOR_TARGETS for (int op = EM_OP_ADD; op <= EM_OP_LOGICAL_AND; op++) for (int di = 0; di < N_DTYPES; di++) {
         em_dtype dt = ALL_DTYPES[di];
-        if (!has_entry(TG, TG->be->binary != NULL, "binary") || !supported(TG, (em_op)op, dt)) continue;
+        if (!supported(TG, (em_op)op, dt)) continue;
         for (size_t ci = 0; ci < sizeof BCASES / sizeof BCASES[0]; ci++) {
             snprintf(g_ctx, sizeof g_ctx, "%s binary op %d case %zu", TG->name, op, ci);
             binary_case(TG, (em_op)op, dt, &BCASES[ci], NULL, NULL, 0);
@@ -291,7 +292,7 @@ static void test_where(void) {
         em_dtype dt = ALL_DTYPES[di];
         const bcase *c = &BCASES[ci];
         int64_t n = shape_numel(c->out), na = shape_numel(c->a), nb = shape_numel(c->b);
-        if (!has_entry(TG, TG->be->where != NULL, "where")) continue;
+        if (!has_entry(TG, be_has(TG->be, EM_OP_WHERE, dt), "where")) continue;
         em_scope s = em_scope_begin();
         snprintf(g_ctx, sizeof g_ctx, "%s where %s case %zu", TG->name, em_dtype_name(dt), ci);
         double *vc = gen(EM_BOOL, V_GENERAL, na), *va = gen(dt, V_GENERAL, nb), *vb = gen(dt, V_GENERAL, n);
@@ -315,7 +316,7 @@ static void test_where(void) {
             ref[i] = vc[ic] ? va[ia] : vb[i];
         }
         outbuf ob = make_out(TG, dt, c->out, c->lo);
-        CHECK(backend_ok(TG->be->where(ob.view, cond, a, b)) && check_out(&ob, ref, 0));
+        CHECK(backend_ok(be_where(TG->be, ob.view, cond, a, b)) && check_out(&ob, ref, 0));
         free(vc);
         free(va);
         free(vb);
@@ -331,8 +332,8 @@ static void test_where(void) {
 static void test_rng_matches_cpu(void) {
     const target *cpu = &g_targets[0];
     FOR_TARGETS for (int di = 0; di < N_DTYPES; di++) for (int kind = 0; kind < 4; kind++) {
-        if (ti == 0 || !has_entry(TG, TG->be->rng && cpu->be->rng, "rng")) continue;
         em_dtype dt = ALL_DTYPES[di];
+        if (ti == 0 || !has_entry(TG, be_has(TG->be, EM_OP_RNG, dt) && be_has(cpu->be, EM_OP_RNG, dt), "rng")) continue;
         em_scope s = em_scope_begin();
         double p0 = kind == EM_RNG_RANDINT ? -5 : kind == EM_RNG_BERNOULLI ? 0.3 : 0.5;
         double p1 = kind == EM_RNG_RANDINT ? (dt == EM_U8 || dt == EM_BOOL ? 2 : 1000) : 2.0;
@@ -341,8 +342,8 @@ static void test_rng_matches_cpu(void) {
         snprintf(g_ctx, sizeof g_ctx, "%s rng kind %d %s vs cpu", TG->name, kind, em_dtype_name(dt));
         em_shape sh = EM_SHAPE(37, 29);
         outbuf oc = make_out(cpu, dt, sh, L_CONTIG), od = make_out(TG, dt, sh, L_STRIDED);
-        bool ok = backend_ok(cpu->be->rng(oc.view, (em_rng_kind)kind, 1234567, 4096 + 3, p0, p1)) &&
-                  backend_ok(TG->be->rng(od.view, (em_rng_kind)kind, 1234567, 4096 + 3, p0, p1));
+        bool ok = backend_ok(be_rng(cpu->be, oc.view, (em_rng_kind)kind, 1234567, 4096 + 3, p0, p1)) &&
+                  backend_ok(be_rng(TG->be, od.view, (em_rng_kind)kind, 1234567, 4096 + 3, p0, p1));
         if (ok) {
             double *want = read_tensor(oc.view);
             ok = check_out(&od, want, 0);

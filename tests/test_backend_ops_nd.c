@@ -2,6 +2,7 @@
  * matmul, softmax and the indexing ops, on every device, dtype and layout, against naive
  * double-precision references, with sentinel outputs; and again on two PoCL devices. */
 #include "backend_ops_util.h"
+#include "backend_calls.h"
 
 #define FOR_TARGETS for (int ti = 0; ti < g_ntargets; ti++)
 #define TG (&g_targets[ti])
@@ -99,7 +100,7 @@ static void reduce_case(const target *tg, em_op op, em_dtype dt, const rcase *c,
     memcpy(red, c->red, sizeof red);
     /* bf16 and f16 sums round once at the end; the large case accumulates 70000 values */
     double limit = nmse_limit(odt);
-    if (run_ok(tg, "reduce", tg->be->reduce(op, ob.view, in, red))) CHECK(check_out(&ob, ref, limit));
+    if (run_ok(tg, "reduce", be_reduce(tg->be, op, ob.view, in, red))) CHECK(check_out(&ob, ref, limit));
     else free(ob.before);
     free(v);
     free(ref);
@@ -109,7 +110,6 @@ static void reduce_case(const target *tg, em_op op, em_dtype dt, const rcase *c,
 static void test_reduce(void) {
     FOR_TARGETS for (int op = EM_OP_SUM; op <= EM_OP_ARGMIN; op++) for (int di = 0; di < N_DTYPES; di++) {
         em_dtype dt = ALL_DTYPES[di];
-        if (!has_entry(TG, TG->be->reduce != NULL, "reduce")) continue;
         if (!op_supported(TG, (em_op)op, dt)) continue;
         for (size_t ci = 0; ci < sizeof RCASES / sizeof RCASES[0]; ci++) for (int l = 0; l < 3; l++) {
             if (RCASES[ci].sh.d[1] == 70000 && (l != 0 || (!is_float(dt) && dt != EM_I64))) continue;
@@ -145,7 +145,7 @@ static void test_matmul(void) {
     FOR_TARGETS for (int di = 0; di < N_DTYPES; di++) for (size_t ci = 0; ci < sizeof MCASES / sizeof MCASES[0]; ci++) {
         em_dtype dt = ALL_DTYPES[di];
         const mcase *c = &MCASES[ci];
-        if (dt == EM_BOOL || !has_entry(TG, TG->be->matmul != NULL, "matmul")) continue;
+        if (dt == EM_BOOL || !has_entry(TG, be_has(TG->be, EM_OP_MATMUL, dt), "matmul")) continue;
         int nd = c->a.ndim;
         int64_t M = c->a.d[nd - 2], K = c->a.d[nd - 1], N = c->b.d[nd - 1];
         em_shape os = c->a;
@@ -176,7 +176,7 @@ static void test_matmul(void) {
                 }
         }
         outbuf ob = make_out(TG, dt, os, c->lo);
-        if (run_ok(TG, "matmul", TG->be->matmul(ob.view, a, b))) CHECK(check_out(&ob, ref, nmse_limit(dt)));
+        if (run_ok(TG, "matmul", be_matmul(TG->be, ob.view, a, b))) CHECK(check_out(&ob, ref, nmse_limit(dt)));
         else free(ob.before);
         free(va);
         free(vb);
@@ -198,7 +198,7 @@ static void test_softmax(void) {
         for (int lg = 0; lg < 2; lg++) for (int l = 0; l < 3; l++) {
             em_dtype dt = ALL_DTYPES[di];
             const scase *c = &SCASES[ci];
-            if (!has_entry(TG, TG->be->softmax != NULL, "softmax")) continue;
+            if (!has_entry(TG, be_has(TG->be, EM_OP_SOFTMAX, dt), "softmax")) continue;
             int64_t n = shape_numel(c->sh), L = c->sh.d[c->dim];
             em_scope s = em_scope_begin();
             snprintf(g_ctx, sizeof g_ctx, "%s %ssoftmax %s case %zu %s", TG->name, lg ? "log_" : "",
@@ -221,7 +221,7 @@ static void test_softmax(void) {
                 ref[i] = dt_round(dt, lg ? v[i] - m - log(sum) : exp(v[i] - m) / sum);
             }
             outbuf ob = make_out(TG, dt, c->sh, l == L_CONTIG ? L_STRIDED : L_CONTIG);
-            if (run_ok(TG, lg ? "log_softmax" : "softmax", TG->be->softmax(ob.view, in, c->dim, lg)))
+            if (run_ok(TG, lg ? "log_softmax" : "softmax", be_softmax(TG->be, ob.view, in, c->dim, lg)))
                 CHECK(check_out(&ob, ref, nmse_limit(dt)));
             else free(ob.before);
             free(v);
@@ -245,7 +245,7 @@ static void test_index_select(void) {
     };
     FOR_TARGETS for (int di = 0; di < N_DTYPES; di++) for (int ci = 0; ci < 5; ci++) for (int l = 0; l < 3; l++) {
         em_dtype dt = ALL_DTYPES[di];
-        if (!has_entry(TG, TG->be->index_select != NULL, "index_select")) continue;
+        if (!has_entry(TG, be_has(TG->be, EM_OP_INDEX_SELECT, dt), "index_select")) continue;
         em_shape sh = cases[ci].sh, osh = sh;
         int dim = cases[ci].dim;
         osh.d[dim] = cases[ci].n;
@@ -264,7 +264,7 @@ static void test_index_select(void) {
             ref[i] = v[index_of(cc, sh)];
         }
         outbuf ob = make_out(TG, dt, osh, l == L_CONTIG ? L_STRIDED : L_CONTIG);
-        if (run_ok(TG, "index_select", TG->be->index_select(ob.view, in, dim, ix))) CHECK(check_out(&ob, ref, 0));
+        if (run_ok(TG, "index_select", be_index_select(TG->be, ob.view, in, dim, ix))) CHECK(check_out(&ob, ref, 0));
         else free(ob.before);
         free(v);
         free(ref);
@@ -278,7 +278,7 @@ static void test_gather(void) {
     };
     FOR_TARGETS for (int di = 0; di < N_DTYPES; di++) for (int ci = 0; ci < 3; ci++) for (int l = 0; l < 3; l++) {
         em_dtype dt = ALL_DTYPES[di];
-        if (!has_entry(TG, TG->be->gather != NULL, "gather")) continue;
+        if (!has_entry(TG, be_has(TG->be, EM_OP_GATHER, dt), "gather")) continue;
         em_shape sh = cases[ci].in, xs = cases[ci].ix;
         int dim = cases[ci].dim;
         int64_t n = shape_numel(sh), on = shape_numel(xs);
@@ -296,7 +296,7 @@ static void test_gather(void) {
             ref[i] = v[index_of(cc, sh)];
         }
         outbuf ob = make_out(TG, dt, xs, l == L_CONTIG ? L_STRIDED : L_CONTIG);
-        if (run_ok(TG, "gather", TG->be->gather(ob.view, in, dim, ix))) CHECK(check_out(&ob, ref, 0));
+        if (run_ok(TG, "gather", be_gather(TG->be, ob.view, in, dim, ix))) CHECK(check_out(&ob, ref, 0));
         else free(ob.before);
         free(v);
         free(xv);
@@ -314,7 +314,7 @@ static void test_accumulate(bool scatter) {
     FOR_TARGETS for (int di = 0; di < N_DTYPES; di++) for (int ci = 0; ci < 4; ci++) for (int l = 0; l < 2; l++) {
         em_dtype dt = ALL_DTYPES[di];
         if (dt == EM_BOOL) continue;
-        if (!has_entry(TG, scatter ? TG->be->scatter_add != NULL : TG->be->index_add != NULL,
+        if (!has_entry(TG, scatter ? be_has(TG->be, EM_OP_SCATTER_ADD, dt) : be_has(TG->be, EM_OP_INDEX_ADD, dt),
                        scatter ? "scatter_add" : "index_add"))
             continue;
         em_shape os = cases[ci].out, ss = cases[ci].src;
@@ -342,8 +342,8 @@ static void test_accumulate(bool scatter) {
             int64_t o = index_of(cc, os);
             ref[o] = dt_round(dt, ref[o] + sv[i]);
         }
-        em_status st = scatter ? TG->be->scatter_add(ob.view, dim, ix, src)
-                               : TG->be->index_add(ob.view, dim, ix, src);
+        em_status st = scatter ? be_scatter_add(TG->be, ob.view, dim, ix, src)
+                               : be_index_add(TG->be, ob.view, dim, ix, src);
         if (run_ok(TG, scatter ? "scatter_add" : "index_add", st)) CHECK(check_out(&ob, ref, nmse_limit(dt)));
         else free(ob.before);
         (void)on;

@@ -82,8 +82,8 @@ static void test_availability(void) {
     CHECK(!em_failed());
 }
 
-/* The registry: each built backend under its own type and name; GPU backends take every op
- * entry from the shared GPU op layer and name their launcher, which users' kernels use. */
+/* The registry: each built backend under its own type and name; GPU backends run every op
+ * of the shared GPU op layer and name their launcher, which users' kernels use. */
 static void test_registry(void) {
     for (int t = 0; t < EM_DEVICE_TYPE_COUNT; t++) {
         const em_backend *be = em__backend_for((em_device_type)t);
@@ -91,10 +91,13 @@ static void test_registry(void) {
         CHECK(be->type == (em_device_type)t);
         CHECK(!strcmp(be->name, em_device_type_name((em_device_type)t)));
         if (!be->gpu) continue;
-        CHECK(be->supports_op == em__gpu_supports_op);
-        CHECK(be->fill == em__gpu_fill && be->copy == em__gpu_copy && be->unary == em__gpu_unary);
-        CHECK(be->matmul == em__gpu_matmul && be->rng == em__gpu_rng);
-        CHECK(be->fused_sgd == em__gpu_fused_sgd && be->fused_adam == em__gpu_fused_adam);
+        /* every (op, dtype) the shared layer runs, the backend runs */
+        for (int op = 0; op < EM_OP_COUNT; op++)
+            for (int dt = 0; dt < EM_DTYPE_COUNT; dt++) {
+                em_op_call c = {.op = (em_op)op, .dtype = (em_dtype)dt};
+                if (em__gpu_supports(be->gpu, &c)) CHECK(be->supports(&c));
+            }
+        CHECK(be->run != NULL);
         CHECK(be->gpu->launch && be->gpu->info && be->gpu->compile && be->gpu->launch_compiled &&
               be->gpu->release);
         CHECK(!strcmp(be->gpu->name, be->name));
@@ -103,7 +106,7 @@ static void test_registry(void) {
 #ifdef EMBER_HAVE_CUDA_HEADERS
     CHECK(em_cuda_backend.gpu != NULL);
 #else
-    CHECK(em_cuda_backend.gpu == NULL && em_cuda_backend.unary == NULL);
+    CHECK(em_cuda_backend.gpu == NULL && em_cuda_backend.run == NULL);
 #endif
 #ifdef EMBER_HAVE_OPENCL
     CHECK(em__backend_for(EM_OPENCL) == &em_opencl_backend && em_opencl_backend.gpu != NULL);

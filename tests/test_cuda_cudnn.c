@@ -17,6 +17,7 @@
 #include "kernels/layout.h"
 #include "memory/allocator.h"
 #include <ember/memory.h>
+#include "backend_calls.h"
 
 static em_cu_api g_cu;
 static em_nvrtc_api g_nvrtc; /* the real one, for the kernels' path */
@@ -190,9 +191,9 @@ static void check_pass(int p, const shape_case *c, em_dtype dt) {
     memcpy(want, out->storage->block.handle, bytes);
     memcpy(out->storage->block.handle, saved, bytes); /* Ember's call starts from the old contents */
     int runs = K.runs;
-    em_status st = p == 0 ? B->conv2d(o.y, o.x, o.w, NULL, &o.win, c->G)
-                 : p == 1 ? B->conv2d_backward_input(o.x, o.y, o.w, &o.win, c->G)
-                          : B->conv2d_backward_weight(o.w, o.y, o.x, &o.win, c->G);
+    em_status st = p == 0 ? be_conv2d(B, o.y, o.x, o.w, NULL, &o.win, c->G)
+                 : p == 1 ? be_conv2d_backward_input(B, o.x, o.y, o.w, &o.win, c->G)
+                          : be_conv2d_backward_weight(B, o.w, o.y, o.x, &o.win, c->G);
     if (st != EM_OK || K.bad[0]) printf("     %s, pass %d: %s %s\n", c->what, p, em_last_error(), K.bad);
     CHECK_OK(st);
     CHECK(K.runs == runs + 1 && K.pass == p && !K.bad[0]);
@@ -286,7 +287,7 @@ static void test_descriptors_and_results(void) {
     install(FAKE_DIR "/libcudnn.so.9");
     setenv("EMBER_CUDA_ALLOW_TF32", "1", 1);
     operands o = make(&k_cases[0], EM_F32);
-    CHECK_OK(B->conv2d(o.y, o.x, o.w, NULL, &o.win, 1));
+    CHECK_OK(be_conv2d(B, o.y, o.x, o.w, NULL, &o.win, 1));
     CHECK(K.c.math == EM_CUDNN_DEFAULT_MATH);
     unsetenv("EMBER_CUDA_ALLOW_TF32");
     drop_all(&o);
@@ -294,7 +295,7 @@ static void test_descriptors_and_results(void) {
     operands d64 = make(&k_cases[0], EM_F32);
     d64.x->dtype = d64.w->dtype = d64.y->dtype = EM_F64; /* only the dtype is read before refusing */
     install(FAKE_DIR "/libcudnn.so.9");
-    CHECK(B->conv2d(d64.y, d64.x, d64.w, NULL, &d64.win, 1) == EM_ERR_NOT_SUPPORTED);
+    CHECK(be_conv2d(B, d64.y, d64.x, d64.w, NULL, &d64.win, 1) == EM_ERR_NOT_SUPPORTED);
     CHECK(K.calls == 0 && g_cudnn_opens == 0 && !em_failed());
     drop_all(&d64);
 }
@@ -312,9 +313,9 @@ static void test_algorithm_and_workspace_sequence(void) {
     for (int p = 0; p < 3; p++) {
         operands o = make(&k_cases[1], EM_F32);
         K.log[0] = '\0';
-        em_status st = p == 0 ? B->conv2d(o.y, o.x, o.w, NULL, &o.win, 2)
-                     : p == 1 ? B->conv2d_backward_input(o.x, o.y, o.w, &o.win, 2)
-                              : B->conv2d_backward_weight(o.w, o.y, o.x, &o.win, 2);
+        em_status st = p == 0 ? be_conv2d(B, o.y, o.x, o.w, NULL, &o.win, 2)
+                     : p == 1 ? be_conv2d_backward_input(B, o.x, o.y, o.w, &o.win, 2)
+                              : be_conv2d_backward_weight(B, o.w, o.y, o.x, &o.win, 2);
         CHECK_OK(st);
         char want[160];
         snprintf(want, sizeof want, "%1$s_algos(8) %1$s_ws(1) %1$s(algo 1, ws 4096) ", k_pass_name[p]);
@@ -331,7 +332,7 @@ static void test_algorithm_and_workspace_sequence(void) {
      * is not asked again (as PyTorch keeps them per ConvolutionParams) */
     operands again = make(&k_cases[1], EM_F32);
     K.log[0] = '\0';
-    CHECK_OK(B->conv2d(again.y, again.x, again.w, NULL, &again.win, 2));
+    CHECK_OK(be_conv2d(B, again.y, again.x, again.w, NULL, &again.win, 2));
     CHECK(!strcmp(K.log, "fwd(algo 1, ws 4096) "));
     drop_all(&again);
 
@@ -342,7 +343,7 @@ static void test_algorithm_and_workspace_sequence(void) {
     F.alloc_result = CUDA_ERROR_OUT_OF_MEMORY;
     operands o = make(&k_cases[1], EM_F32);
     K.log[0] = '\0';
-    CHECK_OK(B->conv2d(o.y, o.x, o.w, NULL, &o.win, 2));
+    CHECK_OK(be_conv2d(B, o.y, o.x, o.w, NULL, &o.win, 2));
     CHECK(!strcmp(K.log, "fwd_algos(8) fwd_ws(1) fwd_ws(0) fwd(algo 0, ws 0) "));
     CHECK(!em_failed()); /* the allocator's out-of-memory was not left recorded */
     F.alloc_result = CUDA_SUCCESS;
@@ -361,13 +362,13 @@ static void test_failures_fall_back(void) {
         operands o = make(&k_cases[2], EM_F32);
         K.fail_fn = fns[i];
         K.fail_status = K_NOT_SUPPORTED;
-        CHECK(B->conv2d(o.y, o.x, o.w, NULL, &o.win, 1) == EM_ERR_NOT_SUPPORTED);
+        CHECK(be_conv2d(B, o.y, o.x, o.w, NULL, &o.win, 1) == EM_ERR_NOT_SUPPORTED);
         CHECK(!em_failed() && K.live_descs == 0 && K.runs == 0);
         /* a handle is kept only once it is bound to the stream; a half-made one is destroyed */
         bool made = strcmp(fns[i], "cudnnCreate") && strcmp(fns[i], "cudnnSetStream");
         CHECK(K.handles_created - K.handles_destroyed == (made ? 1 : 0));
         K.fail_fn = NULL;
-        CHECK_OK(B->conv2d(o.y, o.x, o.w, NULL, &o.win, 1));
+        CHECK_OK(be_conv2d(B, o.y, o.x, o.w, NULL, &o.win, 1));
         CHECK(K.runs == 1 && K.handles_created - K.handles_destroyed == 1);
         drop_all(&o);
     }
@@ -375,12 +376,12 @@ static void test_failures_fall_back(void) {
     install(FAKE_DIR "/libcudnn.so.9");
     operands o = make(&k_cases[3], EM_F32);
     K.outdim_lies = true;
-    CHECK(B->conv2d(o.y, o.x, o.w, NULL, &o.win, 1) == EM_ERR_NOT_SUPPORTED);
+    CHECK(be_conv2d(B, o.y, o.x, o.w, NULL, &o.win, 1) == EM_ERR_NOT_SUPPORTED);
     CHECK(K.runs == 0 && K.live_descs == 0 && !em_failed());
     K.outdim_lies = false;
     /* no algorithm it offers can run */
     K.perf[0].status = K_NOT_SUPPORTED;
-    CHECK(B->conv2d_backward_weight(o.w, o.y, o.x, &o.win, 1) == EM_ERR_NOT_SUPPORTED);
+    CHECK(be_conv2d_backward_weight(B, o.w, o.y, o.x, &o.win, 1) == EM_ERR_NOT_SUPPORTED);
     CHECK(K.runs == 0 && !em_failed());
     drop_all(&o);
 }

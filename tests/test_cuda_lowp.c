@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/cuda_launch.h"
 #include "memory/allocator.h"
+#include "backend_calls.h"
 
 static em_cu_api g_cu;
 static em_nvrtc_api g_nvrtc;
@@ -152,7 +153,7 @@ static void check(em_dtype dt, int64_t M, int64_t K, int64_t N, bool a_t, bool b
             want[i * N + j] = (float)s;
         }
     int calls = gemm_calls;
-    CHECK_OK(acc ? B->matmul_acc(o, a, b) : B->matmul(o, a, b));
+    CHECK_OK(acc ? be_matmul_acc(B, o, a, b) : be_matmul(B, o, a, b));
     CHECK(gemm_calls == calls + 1);
     CHECK(last_type == (dt == EM_BF16 ? CUDA_R_16BF : CUDA_R_16F));
     CHECK(last_compute == CUBLAS_COMPUTE_32F); /* tensor cores, float32 accumulation */
@@ -185,7 +186,7 @@ static void test_float32_accumulation(void) {
     em_tensor *b = tensor(EM_BF16, 2, (int64_t[]){4096, 1}, NULL, 4096);
     em_tensor *o = tensor(EM_BF16, 2, (int64_t[]){1, 1}, NULL, 1);
     for (int i = 0; i < 4096; i++) { set(a, i, 1); set(b, i, 1); }
-    CHECK_OK(B->matmul(o, a, b));
+    CHECK_OK(be_matmul(B, o, a, b));
     CHECK_NEAR(get(o, 0), 4096.0, 0.0);
     drop(a);
     drop(b);
@@ -205,7 +206,7 @@ static void test_refusal_runs_the_kernel(void) {
             em_tensor *o = tensor(dts[d], 2, (int64_t[]){3, 5}, NULL, 15);
             refuse_next = true;
             int launches = F.launches, calls = gemm_calls;
-            CHECK_OK(acc ? B->matmul_acc(o, a, b) : B->matmul(o, a, b));
+            CHECK_OK(acc ? be_matmul_acc(B, o, a, b) : be_matmul(B, o, a, b));
             CHECK(F.launches == launches + 1 && gemm_calls == calls);
             CHECK(!strcmp(fake_func_name(F.last_func), dts[d] == EM_BF16 ? "matmul_bf16" : "matmul_f16"));
             em_clear_error();
@@ -230,7 +231,7 @@ static void test_widen(void) {
         for (int64_t i = 0; i < M * K; i++) set(a, i, (float)(i % 7) + 1.0f);
         for (int64_t i = 0; i < K * N; i++) set(b, i, (float)(i % 5) + 3.0f);
         int calls = gemm_calls, launches = F.launches;
-        CHECK_OK(B->matmul_widen(o, a, b));
+        CHECK_OK(be_matmul_widen(B, o, a, b));
         CHECK(gemm_calls == calls + 1 && F.launches == launches);
         CHECK(last_type == (dts[d] == EM_BF16 ? CUDA_R_16BF : CUDA_R_16F) && last_ctype == CUDA_R_32F);
         CHECK(last_compute == CUBLAS_COMPUTE_32F && last_beta == 0.0f);
@@ -242,12 +243,12 @@ static void test_widen(void) {
                 CHECK_NEAR(of[i * N + j], want, 0.0); /* integers below 2^24: exact, never rounded */
             }
         refuse_next = true;
-        CHECK(B->matmul_widen(o, a, b) == EM_ERR_NOT_SUPPORTED && F.launches == launches && !em_failed());
+        CHECK(be_matmul_widen(B, o, a, b) == EM_ERR_NOT_SUPPORTED && F.launches == launches && !em_failed());
         drop(a);
         drop(b);
         drop(o);
     }
-    CHECK(em_opencl_backend.matmul_widen == NULL); /* its GEMM has no f16/bf16: not offered */
+    CHECK(!be_has(&em_opencl_backend, EM_OP_MATMUL_WIDEN, EM_BF16)); /* its GEMM has no f16/bf16: not offered */
 }
 
 /* the elementwise ops a Linear layer's forward and backward run, in bf16 and f16 */
@@ -261,11 +262,11 @@ static void test_linear_elementwise(void) {
         em_tensor *bias = tensor(dts[d], 2, (int64_t[]){4, 8}, (int64_t[]){0, 1}, 8);
         em_tensor *sum = tensor(dts[d], 2, (int64_t[]){1, 8}, NULL, 8);
         int launches = F.launches;
-        CHECK_OK(B->copy(y, bias));                              /* addmm's bias broadcast */
-        CHECK_OK(B->binary(EM_OP_ADD, y, y, x));
-        CHECK_OK(B->unary(EM_OP_RELU, y, y, p));
-        CHECK_OK(B->binary(EM_OP_MUL, y, y, x));
-        CHECK_OK(B->reduce(EM_OP_SUM, sum, y, (bool[]){true, false})); /* the bias gradient */
+        CHECK_OK(be_copy(B, y, bias));                              /* addmm's bias broadcast */
+        CHECK_OK(be_binary(B, EM_OP_ADD, y, y, x));
+        CHECK_OK(be_unary(B, EM_OP_RELU, y, y, p));
+        CHECK_OK(be_binary(B, EM_OP_MUL, y, y, x));
+        CHECK_OK(be_reduce(B, EM_OP_SUM, sum, y, (bool[]){true, false})); /* the bias gradient */
         CHECK(F.launches >= launches + 5);
         drop(x);
         drop(y);

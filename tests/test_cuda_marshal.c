@@ -15,6 +15,7 @@
 #include "kernels/layout.h"
 #include "memory/allocator.h"
 #include "backends/cuda/cuda_launch.h"
+#include "backend_calls.h"
 #include <ember/memory.h>
 #include <ember/kernel.h>
 
@@ -165,42 +166,42 @@ static void test_elementwise_ops(void) {
     em_tensor *i64 = T(EM_I64, 3, 4), *i32 = T(EM_I32, 3, 4), *u8 = T(EM_U8, 3, 4);
     em_tensor *m = T(EM_BOOL, 3, 4), *m2 = T(EM_BOOL, 3, 4);
     double p[2] = {-1, 2};
-    OP(B->fill(a, 1.5));
-    OP(B->fill(bf, -2));
-    OP(B->fill(i64, 7));
-    OP(B->fill_affine(a, 0, 0.5));
-    OP(B->fill_affine(i32, 3, 2));
-    OP(B->fill_affine(d, 0, 0.25));
+    OP(be_fill(B, a, 1.5));
+    OP(be_fill(B, bf, -2));
+    OP(be_fill(B, i64, 7));
+    OP(be_fill_affine(B, a, 0, 0.5));
+    OP(be_fill_affine(B, i32, 3, 2));
+    OP(be_fill_affine(B, d, 0, 0.25));
     /* same dtype, both dense: the driver's device copy, not a kernel */
     int launches = F.launches, d2d = F.d2d_copies;
-    CHECK_OK(B->copy(o, a));
+    CHECK_OK(be_copy(B, o, a));
     CHECK(F.launches == launches && F.d2d_copies == d2d + 1);
     em_tensor *a_t = tensor(EM_F32, 2, (int64_t[]){4, 3}, (int64_t[]){1, 4}, 12), *ot = T(EM_F32, 4, 3);
-    OP(B->copy(ot, a_t)); /* a transposed source: the copy kernel */
+    OP(be_copy(B, ot, a_t)); /* a transposed source: the copy kernel */
     CHECK(!strcmp(fake_func_name(F.last_func), "copy_4"));
     drop(a_t); drop(ot);
-    OP(B->copy(h, a));
-    OP(B->copy(i64, d));
-    OP(B->copy(m, u8));
-    OP(B->unary(EM_OP_NEG, o, a, p));
-    OP(B->unary(EM_OP_EXP, d, d, p));
-    OP(B->unary(EM_OP_GELU, h, h, p));
-    OP(B->unary(EM_OP_CLAMP, bf, bf, p));
-    OP(B->unary(EM_OP_POW_SCALAR, i32, i32, p));
-    OP(B->unary(EM_OP_RELU, u8, u8, p));
-    OP(B->binary(EM_OP_ADD, o, a, b));
-    OP(B->binary(EM_OP_MAXIMUM, d, d, d));
-    OP(B->binary(EM_OP_MUL, i64, i64, i64));
-    OP(B->binary(EM_OP_LT, m, i32, i32));
-    OP(B->binary(EM_OP_EQ, m, h, h));
-    OP(B->binary(EM_OP_LOGICAL_AND, m, m2, m));
-    OP(B->where(o, m, a, b));
-    OP(B->where(h, m, h, h));
+    OP(be_copy(B, h, a));
+    OP(be_copy(B, i64, d));
+    OP(be_copy(B, m, u8));
+    OP(be_unary(B, EM_OP_NEG, o, a, p));
+    OP(be_unary(B, EM_OP_EXP, d, d, p));
+    OP(be_unary(B, EM_OP_GELU, h, h, p));
+    OP(be_unary(B, EM_OP_CLAMP, bf, bf, p));
+    OP(be_unary(B, EM_OP_POW_SCALAR, i32, i32, p));
+    OP(be_unary(B, EM_OP_RELU, u8, u8, p));
+    OP(be_binary(B, EM_OP_ADD, o, a, b));
+    OP(be_binary(B, EM_OP_MAXIMUM, d, d, d));
+    OP(be_binary(B, EM_OP_MUL, i64, i64, i64));
+    OP(be_binary(B, EM_OP_LT, m, i32, i32));
+    OP(be_binary(B, EM_OP_EQ, m, h, h));
+    OP(be_binary(B, EM_OP_LOGICAL_AND, m, m2, m));
+    OP(be_where(B, o, m, a, b));
+    OP(be_where(B, h, m, h, h));
     /* a transposed view: the layout does not collapse to one dim */
     em_tensor *at = tensor(EM_F32, 2, (int64_t[]){4, 3}, (int64_t[]){1, 4}, 12);
     em_tensor *o43 = T(EM_F32, 4, 3);
-    OP(B->copy(o43, at));
-    OP(B->binary(EM_OP_SUB, o43, at, o43));
+    OP(be_copy(B, o43, at));
+    OP(be_binary(B, EM_OP_SUB, o43, at, o43));
     em_tensor *all[] = {a, b, o, h, bf, d, i64, i32, u8, m, m2, at, o43};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
 }
@@ -213,27 +214,27 @@ static void test_reduce_softmax_index_rng(void) {
     em_tensor *big = T(EM_BF16, 2, 8192), *bigmean = T(EM_BF16, 2, 1), *bm = T(EM_BOOL, 4, 300);
     em_tensor *bmax = T(EM_BOOL, 4, 1);
     bool last[2] = {false, true}, first[2] = {true, false}, both[2] = {true, true};
-    OP(B->reduce(EM_OP_SUM, rowsum, x, last));
-    OP(B->reduce(EM_OP_MAX, colmax, x, first));
-    OP(B->reduce(EM_OP_ARGMAX, arg, x, last));
-    OP(B->reduce(EM_OP_MEAN, hs, h, both));
-    OP(B->reduce(EM_OP_MEAN, bigmean, big, last));
-    OP(B->reduce(EM_OP_MAX, bmax, bm, last));
-    OP(B->softmax(x, x, 1, false));
-    OP(B->softmax(h, h, 0, true));
+    OP(be_reduce(B, EM_OP_SUM, rowsum, x, last));
+    OP(be_reduce(B, EM_OP_MAX, colmax, x, first));
+    OP(be_reduce(B, EM_OP_ARGMAX, arg, x, last));
+    OP(be_reduce(B, EM_OP_MEAN, hs, h, both));
+    OP(be_reduce(B, EM_OP_MEAN, bigmean, big, last));
+    OP(be_reduce(B, EM_OP_MAX, bmax, bm, last));
+    OP(be_softmax(B, x, x, 1, false));
+    OP(be_softmax(B, h, h, 0, true));
 
     em_tensor *idx = T(EM_I64, 3), *sel = T(EM_F32, 4, 3), *src = T(EM_F32, 4, 3);
     em_tensor *gidx = T(EM_I64, 4, 2), *gout = T(EM_F32, 4, 2), *gi64 = T(EM_I64, 4, 2);
     em_tensor *xi = T(EM_I64, 4, 300);
-    OP(B->index_select(sel, x, 1, idx));
-    OP(B->index_add(x, 1, idx, src));
-    OP(B->gather(gout, x, 1, gidx));
-    OP(B->gather(gi64, xi, 1, gidx));
-    OP(B->scatter_add(x, 1, gidx, gout));
-    OP(B->rng(x, EM_RNG_NORMAL, 42, 0, 0, 1));
-    OP(B->rng(h, EM_RNG_UNIFORM, 42, 1200, -1, 1));
-    OP(B->rng(xi, EM_RNG_RANDINT, 7, 0, 0, 10));
-    OP(B->rng(bm, EM_RNG_BERNOULLI, 7, 0, 0.5, 0));
+    OP(be_index_select(B, sel, x, 1, idx));
+    OP(be_index_add(B, x, 1, idx, src));
+    OP(be_gather(B, gout, x, 1, gidx));
+    OP(be_gather(B, gi64, xi, 1, gidx));
+    OP(be_scatter_add(B, x, 1, gidx, gout));
+    OP(be_rng(B, x, EM_RNG_NORMAL, 42, 0, 0, 1));
+    OP(be_rng(B, h, EM_RNG_UNIFORM, 42, 1200, -1, 1));
+    OP(be_rng(B, xi, EM_RNG_RANDINT, 7, 0, 0, 10));
+    OP(be_rng(B, bm, EM_RNG_BERNOULLI, 7, 0, 0.5, 0));
     em_tensor *all[] = {x, rowsum, colmax, arg, h, hs, big, bigmean, bm, bmax, idx, sel, src,
                         gidx, gout, gi64, xi};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
@@ -250,11 +251,11 @@ static void test_fused_optimizer_steps(void) {
                           .bias_correction1 = 0.1, .bias_correction2 = 0.001, .decoupled = true,
                           .amsgrad = true};
     em_optim_args sgd = {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4, .nesterov = true};
-    OP(B->fused_adam(&adam, p, g, m, v, vm));
-    OP(B->fused_adam(&adam, d, dg, d, d, NULL));
-    OP(B->fused_sgd(&sgd, p, g, m));
-    OP(B->fused_sgd(&sgd, d, dg, d));
-    OP(B->fused_sgd(&sgd, h, hg, h));
+    OP(be_fused_adam(B, &adam, p, g, m, v, vm));
+    OP(be_fused_adam(B, &adam, d, dg, d, d, NULL));
+    OP(be_fused_sgd(B, &sgd, p, g, m));
+    OP(be_fused_sgd(B, &sgd, d, dg, d));
+    OP(be_fused_sgd(B, &sgd, h, hg, h));
     em_tensor *all[] = {p, g, m, v, vm, d, dg, h, hg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
 }
@@ -264,7 +265,7 @@ static void test_integer_matmul_uses_the_kernel(void) {
     install();
     em_tensor *a = T(EM_I64, 2, 3, 4), *b = T(EM_I64, 2, 4, 5), *o = T(EM_I64, 2, 3, 5);
     int before = gemm_calls;
-    OP(B->matmul(o, a, b));
+    OP(be_matmul(B, o, a, b));
     CHECK(gemm_calls == before); /* cuBLAS has no int64 GEMM */
     drop(a); drop(b); drop(o);
 }
@@ -276,19 +277,19 @@ static void test_1d_grid_from_occupancy(void) {
     em_tensor *a = T(EM_F32, 1 << 20), *o = T(EM_F32, 1 << 20); /* 4096 blocks of work */
     g_resident = 0;
     install();
-    OP(B->unary(EM_OP_NEG, o, a, NULL));
+    OP(be_unary(B, EM_OP_NEG, o, a, NULL));
     CHECK(F.last_grid[0] == 84 * 8); /* the fake has 84 SMs */
     g_resident = 3;
     install();
     int calls = g_occupancy_calls;
-    OP(B->unary(EM_OP_NEG, o, a, NULL));
+    OP(be_unary(B, EM_OP_NEG, o, a, NULL));
     CHECK(F.last_grid[0] == 84 * 3 && F.last_block[0] == 256);
-    OP(B->unary(EM_OP_EXP, o, a, NULL));
+    OP(be_unary(B, EM_OP_EXP, o, a, NULL));
     CHECK(F.last_grid[0] == 84 * 3);
     CHECK(g_occupancy_calls == calls + 1); /* the same kernel: asked once */
     /* fewer elements than that: one block per 256 */
     em_tensor *s = T(EM_F32, 1000), *so = T(EM_F32, 1000);
-    OP(B->unary(EM_OP_NEG, so, s, NULL));
+    OP(be_unary(B, EM_OP_NEG, so, s, NULL));
     CHECK(F.last_grid[0] == 4);
     g_resident = 0;
     drop(a); drop(o); drop(s); drop(so);
@@ -301,7 +302,7 @@ static void test_tall_matmul_fits_the_grid(void) {
     install();
     int64_t M = 2100000;
     em_tensor *a = T(EM_I64, M, 2), *b = T(EM_I64, 2, 3), *o = T(EM_I64, M, 3);
-    OP(B->matmul(o, a, b));
+    OP(be_matmul(B, o, a, b));
     CHECK(!strcmp(fake_func_name(F.last_func), "matmul_i64"));
     CHECK(F.last_grid[1] == 65535 && F.last_grid[0] == 1 && F.last_grid[2] == 1);
     CHECK((int64_t)F.last_grid[1] * EMK_MM_TILE < M); /* so the kernel must loop */
@@ -352,7 +353,7 @@ static void check_matmul(em_tensor *a, em_tensor *b, em_tensor *o, size_t na, si
     float *want = calloc(no, sizeof *want);
     reference(a, b, want);
     int before = gemm_calls;
-    OP(B->matmul(o, a, b));
+    OP(be_matmul(B, o, a, b));
     CHECK(gemm_calls == before + 1);
     for (size_t i = 0; i < no; i++) CHECK_NEAR(f32(o)[i], want[i], 1e-4);
     free(want);
@@ -400,7 +401,7 @@ static void test_cublas_failures_fall_back_or_retry(void) {
         gemm_fail[0] = refusals[i];
         gemm_nfail = 1;
         int calls = gemm_calls, launches = F.launches;
-        CHECK_OK(B->matmul(o, a, b));
+        CHECK_OK(be_matmul(B, o, a, b));
         CHECK(gemm_calls == calls && F.launches == launches + 1);
         CHECK(!strcmp(fake_func_name(F.last_func), "matmul_f32")); /* Ember's kernel instead */
         CHECK(!em_failed());
@@ -420,12 +421,12 @@ static void test_cublas_failures_fall_back_or_retry(void) {
     gemm_fail[0] = gemm_fail[1] = CUBLAS_STATUS_ALLOC_FAILED;
     gemm_nfail = 2;
     int launches = F.launches;
-    CHECK_OK(B->matmul(o, a, b));
+    CHECK_OK(be_matmul(B, o, a, b));
     CHECK(F.launches == launches + 1 && !strcmp(fake_func_name(F.last_func), "matmul_f32"));
     /* a real failure is an error that says what failed */
     gemm_fail[0] = CUBLAS_STATUS_EXECUTION_FAILED;
     gemm_nfail = 1;
-    CHECK(B->matmul(o, a, b) == EM_ERR_BACKEND);
+    CHECK(be_matmul(B, o, a, b) == EM_ERR_BACKEND);
     CHECK_ERROR(EM_ERR_BACKEND, "cuda:0: matmul: cublasGemmStridedBatchedEx (float32, 3x4x5, batch 1) failed");
     drop(a); drop(b); drop(o);
 }
@@ -473,7 +474,7 @@ static void test_cubin_for_a_known_architecture(void) {
     F.cc_major = 9;
     F.cc_minor = 0;
     em_tensor *x = T(EM_F32, 4, 300);
-    OP(B->softmax(x, x, 1, false));
+    OP(be_softmax(B, x, x, 1, false));
     CHECK(!strncmp(F.last_image, "\177ELF", 4));
     drop(x);
 }
@@ -485,16 +486,16 @@ static void test_launch_blocking(void) {
     install();
     em_tensor *x = T(EM_F32, 4, 300), *y = T(EM_F32, 4, 300);
     int syncs = F.stream_syncs;
-    OP(B->unary(EM_OP_EXP, y, x, NULL));
+    OP(be_unary(B, EM_OP_EXP, y, x, NULL));
     CHECK(F.stream_syncs == syncs + 1);
     F.sync_result = CUDA_ERROR_ILLEGAL_ADDRESS;
-    CHECK(B->softmax(y, x, 1, false) == EM_ERR_BACKEND);
+    CHECK(be_softmax(B, y, x, 1, false) == EM_ERR_BACKEND);
     CHECK_ERROR(EM_ERR_BACKEND, "cuda:0: softmax: queued work failed; the last op queued on this device was 'softmax'");
     F.sync_result = CUDA_SUCCESS;
     unsetenv("EMBER_CUDA_LAUNCH_BLOCKING");
     install();
     syncs = F.stream_syncs;
-    OP(B->unary(EM_OP_EXP, y, x, NULL));
+    OP(be_unary(B, EM_OP_EXP, y, x, NULL));
     CHECK(F.stream_syncs == syncs); /* without it, launches are not waited for */
     drop(x); drop(y);
 }
@@ -578,7 +579,7 @@ int main(void) {
 #include "backends/backend.h"
 static void test_unavailable_without_headers(void) {
     CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
-    CHECK(em_cuda_backend.matmul == NULL && em_cuda_backend.unary == NULL);
+    CHECK(em_cuda_backend.supports == NULL && em_cuda_backend.run == NULL);
 }
 int main(void) {
     printf("built without CUDA headers: there are no CUDA ops to marshal\n");

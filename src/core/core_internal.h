@@ -94,4 +94,34 @@ static inline em_tensor *em__finish(em_tensor *out, em_grad_op op, int n, em_ten
 /* ---- scopes (scope.c) ---- */
 bool em__scope_active(void);
 
+/* ---- the one dispatch path: every op reaches its backend as an em_op_call ---- */
+/* Run c on the backend of its tensors' device (dst[0]'s). em__op_run is for the ops every
+ * backend runs: a decline records EM_ERR_NOT_SUPPORTED "op: not supported for dtype X on
+ * device D". em__op_try is for ops core can compose otherwise: a decline (the backend's
+ * supports, or its run answering EM_ERR_NOT_SUPPORTED) returns EM_ERR_NOT_SUPPORTED with
+ * nothing recorded. */
+em_status em__op_run(const em_op_call *c, const char *op);
+em_status em__op_try(const em_op_call *c);
+/* A unary op's f[] from its params (NULL: none): one scalar, two for clamp. */
+#define EM_UNARY_PARAMS(kop, params)                                                              \
+    {(params) ? (params)[0] : 0.0, (params) && (kop) == EM_OP_CLAMP ? (params)[1] : 0.0}
+/* Would be run (op, dtype) at all? Asked before outputs are allocated. */
+bool em__op_supported(const em_backend *be, em_op op, em_dtype dt);
+/* A reduction's dims (reduce[d] for d < ndim) as the bits of its call's i[0]. */
+static inline int64_t em__reduce_bits(int ndim, const bool *reduce) {
+    int64_t bits = 0;
+    for (int d = 0; d < ndim; d++)
+        if (reduce[d]) bits |= (int64_t)1 << d;
+    return bits;
+}
+/* The calls core makes most: out = in (any dtypes: a cast), out filled with v. */
+static inline em_status em__run_copy(em_tensor *out, const em_tensor *in, const char *op) {
+    return em__op_run(&(em_op_call){.op = EM_OP_COPY, .dtype = out->dtype, .dst = {out}, .src = {in}}, op);
+}
+static inline em_status em__run_fill(em_tensor *out, double v, const char *op) {
+    return em__op_run(&(em_op_call){.op = EM_OP_FILL, .dtype = out->dtype, .dst = {out}, .f = {v}}, op);
+}
+/* EM_ERR_NOT_SUPPORTED "op: not supported for dtype X on device D" unless be runs (kop, dt). */
+em_status em__check_support(const char *op, const em_backend *be, em_op kop, em_dtype dt, em_device d);
+
 #endif

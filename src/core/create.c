@@ -42,10 +42,8 @@ static em_tensor *create(const char *op, int ndim, const int64_t *shape, em_opts
 }
 
 static em_status fill(const char *op, em_tensor *t, double v) {
-    const em_backend *be = t->storage->backend;
     if (em__numel_raw(t->ndim, t->shape) == 0) return EM_OK;
-    return be->fill ? be->fill(t, v)
-                    : em_error(EM_ERR_NOT_SUPPORTED, "%s: the %s backend has no fill kernel yet", op, be->name);
+    return em__run_fill(t, v, op);
 }
 
 static em_tensor *filled_raw(const char *op, int ndim, const int64_t *shape, double v, em_opts o) {
@@ -87,10 +85,7 @@ em_tensor *em_empty_like(const em_tensor *t) {
 
 /* out[i] = start + i * step, through the backend's fill_affine. */
 static em_status affine(const char *op, em_tensor *t, double start, double step) {
-    const em_backend *be = t->storage->backend;
-    if (!be->fill_affine)
-        return em_error(EM_ERR_NOT_SUPPORTED, "%s: the %s backend has no fill_affine kernel yet", op, be->name);
-    return be->fill_affine(t, start, step);
+    return em__op_run(&(em_op_call){.op = EM_OP_FILL_AFFINE, .dtype = t->dtype, .dst = {t}, .f = {start, step}}, op);
 }
 
 em_tensor *em_arange(double start, double end, double step, em_opts o) {
@@ -127,17 +122,16 @@ em_tensor *em_linspace(double start, double end, int64_t steps, em_opts o) {
     }
     em_tensor *t = create("em_linspace", 1, &steps, o);
     if (!t || steps == 0) return em__scoped(t);
-    const em_backend *be = t->storage->backend;
     em_status st;
     if (steps == 1) {
-        st = be->fill ? be->fill(t, start) : affine("em_linspace", t, start, 0.0);
+        st = em__run_fill(t, start, "em_linspace");
     } else {
         st = affine("em_linspace", t, start, (end - start) / (double)(steps - 1));
-        if (st == EM_OK && be->fill) { /* make the last element exactly `end`, as PyTorch does */
+        if (st == EM_OK) { /* make the last element exactly `end`, as PyTorch does */
             em_tensor last;
             int64_t one = 1;
             em__stack_view(&last, t, 1, &one, t->strides, t->offset + (steps - 1));
-            st = be->fill(&last, end);
+            st = em__run_fill(&last, end, "em_linspace");
         }
     }
     if (st != EM_OK) {
@@ -186,9 +180,7 @@ em_tensor *em_from_data(const void *data, em_dtype src_dtype, em_shape shape, em
                                            : em__to_raw(&src, o.device, o.dtype, false);
     if (!t) return NULL;
     if (t->storage->device.type == EM_CPU && numel > 0) {
-        const em_backend *be = t->storage->backend;
-        em_status st = be->copy ? be->copy(t, &src)
-                                : em_error(EM_ERR_NOT_SUPPORTED, "em_from_data: the cpu backend has no copy kernel yet");
+        em_status st = em__run_copy(t, &src, "em_from_data");
         if (st != EM_OK) {
             em_release(t);
             return NULL;
@@ -239,15 +231,11 @@ static em_tensor *random_tensor(const char *op, em_shape shape, em_opts o, em_rn
     em_tensor *t = create(op, shape.ndim, shape.d, o);
     int64_t numel = t ? em__numel_raw(shape.ndim, shape.d) : 0;
     if (!t || numel == 0) return em__scoped(t);
-    const em_backend *be = t->storage->backend;
-    if (!be->rng) {
-        em_error(EM_ERR_NOT_SUPPORTED, "%s: the %s backend has no random number kernel yet", op, be->name);
-        em_release(t);
-        return NULL;
-    }
     uint64_t seed, offset;
     em__rng_reserve(numel, &seed, &offset);
-    if (be->rng(t, kind, seed, offset, p0, p1) != EM_OK) {
+    em_op_call c = {.op = EM_OP_RNG, .dtype = t->dtype, .dst = {t}, .i = {kind, (int64_t)seed, (int64_t)offset},
+                    .f = {p0, p1}};
+    if (em__op_run(&c, op) != EM_OK) {
         em_release(t);
         return NULL;
     }

@@ -19,17 +19,13 @@ static size_t tensor_bytes(const em_tensor *t) {
     return (size_t)em__numel_raw(t->ndim, t->shape) * em_dtype_size(t->dtype);
 }
 
-static em_status backend_copy(const em_backend *be, em_tensor *out, const em_tensor *in) {
-    if (!be->copy)
-        return em_error(EM_ERR_NOT_SUPPORTED, "copy: the %s backend has no copy kernel yet", be->name);
-    return be->copy(out, in);
-}
+static em_status backend_copy(em_tensor *out, const em_tensor *in) { return em__run_copy(out, in, "copy"); }
 
 em_tensor *em__copy_raw(const em_tensor *t, em_dtype dt) {
     const em_backend *be = t->storage->backend;
     em_tensor *out = em__tensor_new_on(be, t->storage->device, t->ndim, t->shape, dt);
     if (!out) return NULL;
-    if (em__numel_raw(t->ndim, t->shape) > 0 && backend_copy(be, out, t) != EM_OK) {
+    if (em__numel_raw(t->ndim, t->shape) > 0 && backend_copy(out, t) != EM_OK) {
         em_release(out);
         return NULL;
     }
@@ -219,7 +215,7 @@ em_status em__to_host(const em_tensor *t, em_dtype dt, void *dst) {
     if (em__numel_raw(t->ndim, t->shape) == 0) return EM_OK;
     if (t->storage->device.type == EM_CPU) {
         em__wrap_host(&wrap, &wrap_storage, dst, dt, t->ndim, t->shape);
-        em_status st = backend_copy(t->storage->backend, &wrap, t);
+        em_status st = backend_copy(&wrap, t);
         return st == EM_OK ? sync_cpu() : st;
     }
     em_tensor *host = device_to_host((em_tensor *)t, dt);

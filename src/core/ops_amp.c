@@ -20,9 +20,10 @@ em_status em__amp_unscale_(em_tensor *g, em_tensor *state) {
     if (!em_dtype_is_floating(g->dtype))
         return em_error(EM_ERR_DTYPE, "grad scaler unscale: expected a floating gradient, got %s",
                         em_dtype_name(g->dtype));
-    const em_backend *be = g->storage->backend;
-    if (be->amp_unscale && em__is_contiguous_raw(g->ndim, g->shape, g->strides)) {
-        em_status st = be->amp_unscale(g, state);
+    if (em__is_contiguous_raw(g->ndim, g->shape, g->strides) &&
+        em__op_supported(g->storage->backend, EM_OP_AMP_UNSCALE, g->dtype)) {
+        em_status st = em__op_run(&(em_op_call){.op = EM_OP_AMP_UNSCALE, .dtype = g->dtype, .dst = {g, state}},
+                                  "grad scaler unscale");
         if (st == EM_OK) em__bump_version(g);
         return st;
     }
@@ -46,7 +47,6 @@ em_status em__amp_update_(em_tensor *state, double growth, double backoff, int64
     if (!em__amp_state_fits(state, state))
         return em_error(EM_ERR_INTERNAL, "grad scaler update: the state must be a contiguous float32 [%d]",
                         EM_AMP_NSTATE);
-    const em_backend *be = state->storage->backend;
-    if (!be->amp_update) return em__missing_kernel("grad scaler update", be, state->storage->device);
-    return be->amp_update(state, growth, backoff, interval);
+    return em__op_run(&(em_op_call){.op = EM_OP_AMP_UPDATE, .dtype = EM_F32, .dst = {state}, .f = {growth, backoff},
+                                    .i = {interval}}, "grad scaler update");
 }

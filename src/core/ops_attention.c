@@ -23,13 +23,16 @@ static bool fused_wanted(void) {
 
 bool em_sdpa_fused(em_device_type t) {
     const em_backend *be = em__backend_for(t);
-    return be && be->sdpa && be->sdpa_backward && fused_wanted();
+    return be && em__op_supported(be, EM_OP_SDPA, EM_F32) && em__op_supported(be, EM_OP_SDPA_BACKWARD, EM_F32) &&
+           fused_wanted();
 }
 
 bool em__sdpa_applies(const em_tensor *q, const em_tensor *k, const em_tensor *v) {
     if (!q || !k || !v || !fused_wanted()) return false;
     const em_backend *be = q->storage->backend;
-    if (!be->sdpa || !be->sdpa_backward || !em__same_device(q, k) || !em__same_device(q, v)) return false;
+    if (!em__op_supported(be, EM_OP_SDPA, EM_F32) || !em__op_supported(be, EM_OP_SDPA_BACKWARD, EM_F32) ||
+        !em__same_device(q, k) || !em__same_device(q, v))
+        return false;
     if (em_autocast_enabled(q->storage->device.type)) return false; /* the region decides the products' dtype */
     const em_tensor *ts[3] = {q, k, v};
     int nd = q->ndim;
@@ -127,8 +130,9 @@ static em_status sdpa_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
     for (int i = 0; i < 8 && st == EM_OK; i++)
         if (!(v4[i] = as4(src[i]))) st = em_last_status();
     if (st == EM_OK)
-        st = x->q->storage->backend->sdpa_backward(v4[0], v4[1], v4[2], v4[3], v4[4], v4[5], v4[6], v4[7], x->lse,
-                                                    x->scale, x->causal);
+        st = em__op_run(&(em_op_call){.op = EM_OP_SDPA_BACKWARD, .dtype = EM_F32, .dst = {v4[0], v4[1], v4[2]},
+                                      .src = {v4[3], v4[4], v4[5], v4[6], v4[7], x->lse}, .f = {x->scale},
+                                      .i = {x->causal}}, op);
     for (int i = 0; i < 8; i++) em_release(v4[i]);
     em_release(gc);
     for (int i = 0; i < 3; i++) {
@@ -161,7 +165,9 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool
     em_status st = lse ? EM_OK : em_last_status();
     for (int i = 0; i < 4 && st == EM_OK; i++)
         if (!(v4[i] = as4(src[i]))) st = em_last_status();
-    if (st == EM_OK) st = be->sdpa(v4[0], lse, v4[1], v4[2], v4[3], scale, causal);
+    if (st == EM_OK)
+        st = em__op_run(&(em_op_call){.op = EM_OP_SDPA, .dtype = EM_F32, .dst = {v4[0], lse}, .src = {v4[1], v4[2], v4[3]},
+                                      .f = {scale}, .i = {causal}}, "scaled_dot_product_attention");
     for (int i = 0; i < 4; i++) em_release(v4[i]);
     em_tensor *in[3] = {q, k, v};
     if (st != EM_OK || !em__grad_needed(3, in)) {

@@ -88,13 +88,44 @@ const em_tensor *em__prepare(const em_tensor *t, em_dtype dt, int ndim, const in
     return view;
 }
 
+bool em__op_supported(const em_backend *be, em_op op, em_dtype dt) {
+    em_op_call c = {.op = op, .dtype = dt};
+    return be->supports && be->supports(&c);
+}
+
 em_status em__check_support(const char *op, const em_backend *be, em_op kop, em_dtype dt, em_device d) {
-    if (be->supports_op && be->supports_op(kop, dt)) return EM_OK;
+    if (em__op_supported(be, kop, dt)) return EM_OK;
     return em_error(EM_ERR_NOT_SUPPORTED, "%s: not supported for dtype %s on device %s", op, em_dtype_name(dt),
                     em_device_str(d).s);
 }
 
-em_status em__missing_kernel(const char *op, const em_backend *be, em_device d) {
-    return em_error(EM_ERR_NOT_SUPPORTED, "%s: the %s backend has no kernel for it yet (device %s)", op, be->name,
-                    em_device_str(d).s);
+/* The backend of dst[0]'s device, once every tensor of the call is seen to be on it (core's
+ * ops check devices first, with PyTorch's messages; this catches a core path that did not). */
+static const em_backend *call_backend(const em_op_call *c) {
+    const em_storage *s0 = c->dst[0]->storage;
+    for (int k = 0; k < EM_OP_MAX_DST + EM_OP_MAX_SRC; k++) {
+        const em_tensor *t = k < EM_OP_MAX_DST ? c->dst[k] : c->src[k - EM_OP_MAX_DST];
+        if (t && (t->storage->backend != s0->backend || t->storage->device.index != s0->device.index)) {
+            em_error(EM_ERR_INTERNAL, "op %d: operands on %s and %s reached the backend", (int)c->op,
+                     em_device_str(s0->device).s, em_device_str(t->storage->device).s);
+            return NULL;
+        }
+    }
+    return s0->backend;
+}
+
+em_status em__op_try(const em_op_call *c) {
+    const em_backend *be = call_backend(c);
+    if (!be) return em_last_status();
+    if (!be->supports || !be->supports(c)) return EM_ERR_NOT_SUPPORTED;
+    return be->run(c);
+}
+
+em_status em__op_run(const em_op_call *c, const char *op) {
+    const em_backend *be = call_backend(c);
+    if (!be) return em_last_status();
+    if (!be->supports || !be->supports(c))
+        return em_error(EM_ERR_NOT_SUPPORTED, "%s: not supported for dtype %s on device %s", op,
+                        em_dtype_name(c->dtype), em_device_str(c->dst[0]->storage->device).s);
+    return be->run(c);
 }

@@ -83,9 +83,37 @@ static em_window2d win_from_args(const int64_t *in_shape, int64_t oh, int64_t ow
     return g;
 }
 
-static em_status need_entries(const char *op, const em_backend *be, em_device d, bool conv) {
-    if (conv ? be->im2col && be->col2im && be->matmul : be->pool2d && be->pool2d_backward) return EM_OK;
-    return em__missing_kernel(op, be, d);
+/* The ops each path needs of the backend, asked before anything is allocated. */
+static em_status need_ops(const char *op, const em_backend *be, em_device d, em_dtype dt, bool conv) {
+    static const em_op conv_ops[] = {EM_OP_IM2COL, EM_OP_COL2IM, EM_OP_MATMUL};
+    static const em_op pool_ops[] = {EM_OP_POOL2D, EM_OP_POOL2D_BACKWARD};
+    const em_op *ops = conv ? conv_ops : pool_ops;
+    for (int k = 0; k < (conv ? 3 : 2); k++)
+        if (em__check_support(op, be, ops[k], dt, d)) return em_last_status();
+    return EM_OK;
+}
+
+/* The backend calls of the three passes. */
+static em_status run_window(em_op op, em_tensor *out, const em_tensor *in, const em_window2d *g) {
+    return em__op_run(&(em_op_call){.op = op, .dtype = in->dtype, .dst = {out}, .src = {in}, .arg = g}, "conv2d");
+}
+static em_status run_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    return em__op_run(&(em_op_call){.op = EM_OP_MATMUL, .dtype = a->dtype, .dst = {out}, .src = {a, b}}, "conv2d");
+}
+static em_status run_add(em_tensor *out, const em_tensor *a, const em_tensor *b) {
+    return em__op_run(&(em_op_call){.op = EM_OP_ADD, .dtype = a->dtype, .dst = {out}, .src = {a, b}}, "conv2d");
+}
+/* out = in summed over the first four dims where reduce says so */
+static em_status run_sum4(em_tensor *out, const em_tensor *in, const bool reduce[4]) {
+    return em__op_run(&(em_op_call){.op = EM_OP_SUM, .dtype = in->dtype, .dst = {out}, .src = {in},
+                                    .i = {em__reduce_bits(4, reduce)}}, "conv2d");
+}
+/* A convolution library's pass: EM_ERR_NOT_SUPPORTED, nothing recorded, where the backend
+ * has none or it declines this one. */
+static em_status run_library(em_op op, em_tensor *out, em_tensor *out2, const em_tensor *a, const em_tensor *b,
+                             const em_tensor *c, const em_window2d *g, int64_t G) {
+    return em__op_try(&(em_op_call){.op = op, .dtype = a->dtype, .dst = {out, out2}, .src = {a, b, c}, .i = {G},
+                                    .arg = g});
 }
 
 /* ---- the convolution's three passes on contiguous operands ---- */
@@ -136,8 +164,8 @@ static em_status conv_forward(const em_backend *be, em_tensor *out, const em_ten
                               const em_tensor *bias, em_window2d g, int64_t G) {
     conv_dims d = dims_of(&g, w->shape[0], G);
     if (d.N == 0 || d.O == 0 || d.L == 0) return EM_OK;
-    if (be->conv2d && x->dtype != EM_F64 && !use_portable()) {
-        em_status st = be->conv2d(out, x, w, bias, &g, G);
+    if (x->dtype != EM_F64 && !use_portable()) {
+        em_status st = run_library(EM_OP_CONV2D, out, NULL, x, w, bias, &g, G);
         if (st != EM_ERR_NOT_SUPPORTED) return st; /* unsupported: recorded nothing, go portable */
     }
     int64_t chunk = chunk_of(&d);
@@ -149,14 +177,14 @@ static em_status conv_forward(const em_backend *be, em_tensor *out, const em_ten
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
         chunk_views v;
         chunk_views_of(&v, &d, &g, x, cols, out, n0, nc);
-        st = be->im2col(&v.cols, &v.img, &v.g);
+        st = run_window(EM_OP_IM2COL, &v.cols, &v.img, &v.g);
         /* out[n, grp] = w[grp] @ cols[n, grp] */
         em_tensor wv, cgv;
         int64_t ws[4] = {nc, G, d.Og, d.K}, wst[4] = {0, d.Og * d.K, d.K, 1};
         int64_t gs[4] = {nc, G, d.K, d.L}, gst[4] = {d.CK * d.L, d.K * d.L, d.L, 1};
         view(&wv, w, 4, ws, wst, 0);
         view(&cgv, cols, 4, gs, gst, 0);
-        if (st == EM_OK) st = be->matmul(&v.out, &wv, &cgv);
+        if (st == EM_OK) st = run_matmul(&v.out, &wv, &cgv);
     }
     em_release(cols);
     if (st == EM_OK && bias) {
@@ -164,7 +192,7 @@ static em_status conv_forward(const em_backend *be, em_tensor *out, const em_ten
         int64_t s3[3] = {d.N, d.O, d.L}, ost[3] = {d.O * d.L, d.L, 1}, bst[3] = {0, 1, 0};
         view(&ov, out, 3, s3, ost, 0);
         view(&bv, bias, 3, s3, bst, 0);
-        st = be->binary(EM_OP_ADD, &ov, &ov, &bv);
+        st = run_add(&ov, &ov, &bv);
     }
     return st;
 }
@@ -175,9 +203,9 @@ static em_status conv_backward_input(const em_backend *be, em_tensor *gx, em_ten
     (void)unused;
     conv_dims d = dims_of(&g, w->shape[0], G);
     if (d.N == 0 || d.C == 0) return EM_OK;
-    if (d.O == 0 || d.L == 0) return be->fill(gx, 0.0);
-    if (be->conv2d_backward_input && gx->dtype != EM_F64 && !use_portable()) {
-        em_status st = be->conv2d_backward_input(gx, gy, w, &g, G);
+    if (d.O == 0 || d.L == 0) return em__run_fill(gx, 0.0, "conv2d");
+    if (gx->dtype != EM_F64 && !use_portable()) {
+        em_status st = run_library(EM_OP_CONV2D_BACKWARD_INPUT, gx, NULL, gy, w, NULL, &g, G);
         if (st != EM_ERR_NOT_SUPPORTED) return st;
     }
     int64_t chunk = chunk_of(&d);
@@ -195,20 +223,20 @@ static em_status conv_backward_input(const em_backend *be, em_tensor *gx, em_ten
         int64_t ws[4] = {nc, G, d.K, d.Og}, wst[4] = {0, d.Og * d.K, 1, d.K};
         view(&cgv, cols, 4, gs, gst, 0);
         view(&wv, w, 4, ws, wst, 0);
-        st = be->matmul(&cgv, &wv, &v.out);
-        if (st == EM_OK) st = be->col2im(&v.img, &v.cols, &v.g);
+        st = run_matmul(&cgv, &wv, &v.out);
+        if (st == EM_OK) st = run_window(EM_OP_COL2IM, &v.img, &v.cols, &v.g);
     }
     em_release(cols);
     return st;
 }
 
 /* gb [O] = gy summed over N, H and W */
-static em_status bias_grad(const em_backend *be, em_tensor *gb, const em_tensor *gy) {
+static em_status bias_grad(em_tensor *gb, const em_tensor *gy) {
     em_tensor bv;
     int64_t bs[4] = {1, gb->shape[0], 1, 1}, bst[4] = {0, 1, 0, 0};
     bool reduce[4] = {true, false, true, true};
     view(&bv, gb, 4, bs, bst, 0);
-    return be->reduce(EM_OP_SUM, &bv, gy, reduce);
+    return run_sum4(&bv, gy, reduce);
 }
 
 /* gw [O, Cg, kh, kw] from gy and x; and gb [O] when not NULL (oneDNN sums it in the same
@@ -218,16 +246,16 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, em_te
     conv_dims d = dims_of(&g, gw->shape[0], G);
     if (d.O == 0) return EM_OK;
     if (d.N == 0 || d.L == 0) {
-        em_status st = d.K ? be->fill(gw, 0.0) : EM_OK;
-        return st == EM_OK && gb ? be->fill(gb, 0.0) : st;
+        em_status st = d.K ? em__run_fill(gw, 0.0, "conv2d") : EM_OK;
+        return st == EM_OK && gb ? em__run_fill(gb, 0.0, "conv2d") : st;
     }
-    if (d.K == 0) return gb ? bias_grad(be, gb, gy) : EM_OK;
+    if (d.K == 0) return gb ? bias_grad(gb, gy) : EM_OK;
     if (gw->dtype != EM_F64 && !use_portable()) { /* the library: with the bias's gradient, else without */
         em_status st = EM_ERR_NOT_SUPPORTED;
-        if (gb && be->conv2d_backward_weight_bias) st = be->conv2d_backward_weight_bias(gw, gb, gy, x, &g, G);
-        if (st == EM_ERR_NOT_SUPPORTED && be->conv2d_backward_weight) {
-            st = be->conv2d_backward_weight(gw, gy, x, &g, G);
-            if (st == EM_OK && gb) st = bias_grad(be, gb, gy);
+        if (gb) st = run_library(EM_OP_CONV2D_BACKWARD_WEIGHT_BIAS, gw, gb, gy, x, NULL, &g, G);
+        if (st == EM_ERR_NOT_SUPPORTED) {
+            st = run_library(EM_OP_CONV2D_BACKWARD_WEIGHT, gw, NULL, gy, x, NULL, &g, G);
+            if (st == EM_OK && gb) st = bias_grad(gb, gy);
         }
         if (st != EM_ERR_NOT_SUPPORTED) return st;
     }
@@ -246,26 +274,26 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, em_te
         int64_t nc = d.N - n0 < chunk ? d.N - n0 : chunk;
         chunk_views v;
         chunk_views_of(&v, &d, &g, x, cols, gy, n0, nc);
-        st = be->im2col(&v.cols, &v.img, &v.g);
+        st = run_window(EM_OP_IM2COL, &v.cols, &v.img, &v.g);
         /* part[n, grp] = gy[n, grp] @ cols[n, grp]^T, then summed over n */
         em_tensor cgv, pv;
         int64_t gs[4] = {nc, G, d.L, d.K}, gst[4] = {d.CK * d.L, d.K * d.L, 1, d.L};
         int64_t ps[4] = {nc, G, d.Og, d.K}, pst[4] = {G * d.Og * d.K, d.Og * d.K, d.K, 1};
         view(&cgv, cols, 4, gs, gst, 0);
         view(&pv, part, 4, ps, pst, 0);
-        if (st == EM_OK) st = be->matmul(&pv, &v.out, &cgv);
+        if (st == EM_OK) st = run_matmul(&pv, &v.out, &cgv);
         if (st != EM_OK) break;
         if (n0 == 0) {
-            st = be->reduce(EM_OP_SUM, &gwv, &pv, reduce);
+            st = run_sum4(&gwv, &pv, reduce);
         } else {
-            st = be->reduce(EM_OP_SUM, sum, &pv, reduce);
-            if (st == EM_OK) st = be->binary(EM_OP_ADD, &gwv, &gwv, sum);
+            st = run_sum4(sum, &pv, reduce);
+            if (st == EM_OK) st = run_add(&gwv, &gwv, sum);
         }
     }
     em_release(sum);
     em_release(part);
     em_release(cols);
-    return st == EM_OK && gb ? bias_grad(be, gb, gy) : st;
+    return st == EM_OK && gb ? bias_grad(gb, gy) : st;
 }
 
 /* ---- shapes and checks ---- */
@@ -367,7 +395,7 @@ static em_tensor *conv2d_impl(em_tensor *x, em_tensor *w, em_tensor *b, em_hw st
     g.ow = conv_out(g.w, kw, g.sw, g.pw, g.dw);
     const em_backend *be = x->storage->backend;
     em_device dev = x->storage->device;
-    if (need_entries(op, be, dev, true)) return NULL;
+    if (need_ops(op, be, dev, x->dtype, true)) return NULL;
     int64_t oshape[4] = {g.n, O, g.oh, g.ow};
     em_tensor *out = em__tensor_new_on(be, dev, 4, oshape, x->dtype);
     if (!out) return NULL;
@@ -432,14 +460,16 @@ static em_tensor *pool_impl(const char *op, em_pool_kind kind, em_tensor *x, em_
     }
     const em_backend *be = x->storage->backend;
     em_device dev = x->storage->device;
-    if (need_entries(op, be, dev, false)) return NULL;
+    if (need_ops(op, be, dev, x->dtype, false)) return NULL;
     int64_t oshape[4] = {g.n, g.c, g.oh, g.ow};
     em_tensor *out = em__tensor_new_on(be, dev, 4, oshape, x->dtype);
     em_tensor *idx = out && kind == EM_POOL_MAX ? em__tensor_new_on(be, dev, 4, oshape, EM_I64) : NULL;
     em_tensor *tx = NULL;
     const em_tensor *cx = out && (idx || kind != EM_POOL_MAX) ? contig(x, &tx) : NULL;
     em_status st = cx ? EM_OK : em_last_status();
-    if (st == EM_OK && g.n * g.c * g.oh * g.ow > 0) st = be->pool2d(kind, out, idx, cx, &g);
+    if (st == EM_OK && g.n * g.c * g.oh * g.ow > 0)
+        st = em__op_run(&(em_op_call){.op = EM_OP_POOL2D, .dtype = x->dtype, .dst = {out, idx}, .src = {cx},
+                                      .i = {kind}, .arg = &g}, op);
     em_release(tx);
     if (st != EM_OK) {
         em_release(out);
@@ -561,7 +591,7 @@ typedef em_status (*conv_pass)(const em_backend *be, em_tensor *out, em_tensor *
 static em_tensor *run_pass(const char *op, conv_pass fn, em_tensor *a, em_tensor *b, const int64_t *oshape,
                            em_window2d g, int64_t G, em_tensor **out2, int64_t n2) {
     const em_backend *be = a->storage->backend;
-    if (need_entries(op, be, a->storage->device, true)) return NULL;
+    if (need_ops(op, be, a->storage->device, a->dtype, true)) return NULL;
     em_tensor *out = em__tensor_new_on(be, a->storage->device, 4, oshape, a->dtype);
     em_tensor *o2 = out && out2 ? em__tensor_new_on(be, a->storage->device, 1, &n2, a->dtype) : NULL;
     if (!out || (out2 && !o2)) {
@@ -616,7 +646,7 @@ em_tensor *em__pool2d_backward(int kind, em_tensor *g, em_tensor *indices, const
     }
     const em_backend *be = g->storage->backend;
     em_device dev = g->storage->device;
-    if (need_entries(op, be, dev, false)) return NULL;
+    if (need_ops(op, be, dev, g->dtype, false)) return NULL;
     em_window2d wg = win_from_args(input_shape, g->shape[2], g->shape[3], win);
     em_tensor *gin = em__tensor_new_on(be, dev, 4, input_shape, g->dtype);
     if (!gin) return NULL;
@@ -624,7 +654,9 @@ em_tensor *em__pool2d_backward(int kind, em_tensor *g, em_tensor *indices, const
     const em_tensor *cg = contig(g, &tg), *ci = cg && indices ? contig(indices, &ti) : NULL;
     em_status st = cg && (ci || !indices) ? EM_OK : em_last_status();
     if (st == EM_OK && em__numel_raw(4, input_shape) > 0)
-        st = wg.oh * wg.ow > 0 ? be->pool2d_backward((em_pool_kind)kind, gin, cg, ci, &wg) : be->fill(gin, 0.0);
+        st = wg.oh * wg.ow > 0 ? em__op_run(&(em_op_call){.op = EM_OP_POOL2D_BACKWARD, .dtype = g->dtype, .dst = {gin},
+                                                          .src = {cg, ci}, .i = {kind}, .arg = &wg}, op)
+                               : em__run_fill(gin, 0.0, op);
     em_release(tg);
     em_release(ti);
     if (st != EM_OK) {

@@ -29,17 +29,14 @@ static em_tensor *binary(const char *op, em_op kop, int gop, binary_kind kind, e
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
     if (em__check_support(op, be, kop, compute, dev)) return NULL;
-    if (!be->binary) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     em_tensor *out = em__tensor_new_on(be, dev, ndim, shape, kind == COMPARE ? EM_BOOL : compute);
     if (!out) return NULL;
     em_tensor va, vb, *ta = NULL, *tb = NULL;
     const em_tensor *pa = em__prepare(a, compute, ndim, shape, &va, &ta);
     const em_tensor *pb = pa ? em__prepare(b, compute, ndim, shape, &vb, &tb) : NULL;
     em_status st = pa && pb ? EM_OK : em_last_status();
-    if (st == EM_OK && em__numel_raw(ndim, shape) > 0) st = be->binary(kop, out, pa, pb);
+    if (st == EM_OK && em__numel_raw(ndim, shape) > 0)
+        st = em__op_run(&(em_op_call){.op = kop, .dtype = compute, .dst = {out}, .src = {pa, pb}}, op);
     em_release(ta);
     em_release(tb);
     if (st != EM_OK) {
@@ -76,10 +73,6 @@ static em_tensor *unary(const char *op, em_op kop, int gop, em_tensor *a, em_dty
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
     if (em__check_support(op, be, kop, compute, dev)) return NULL;
-    if (!be->unary) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     em_tensor *out = em__tensor_new_on(be, dev, a->ndim, a->shape, compute);
     if (!out) return NULL;
     em_tensor *tmp = NULL;
@@ -89,7 +82,8 @@ static em_tensor *unary(const char *op, em_op kop, int gop, em_tensor *a, em_dty
         pa = tmp = em__copy_raw(a, compute);
         if (!tmp) st = em_last_status();
     }
-    if (st == EM_OK && em__numel_raw(a->ndim, a->shape) > 0) st = be->unary(kop, out, pa, params);
+    if (st == EM_OK && em__numel_raw(a->ndim, a->shape) > 0)
+        st = em__op_run(&(em_op_call){.op = kop, .dtype = compute, .dst = {out}, .src = {pa}, .f = EM_UNARY_PARAMS(kop, params)}, op);
     em_release(tmp);
     if (st != EM_OK) {
         em_release(out);
@@ -217,10 +211,6 @@ em_tensor *em_where(em_tensor *cond, em_tensor *a, em_tensor *b) {
     if (em__broadcast("em_where", 3, in, &ndim, shape)) return NULL;
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
-    if (!be->where) {
-        em__missing_kernel("em_where", be, dev);
-        return NULL;
-    }
     em_tensor *out = em__tensor_new_on(be, dev, ndim, shape, dt);
     if (!out) return NULL;
     em_tensor vc, va, vb, *tc = NULL, *ta = NULL, *tb = NULL;
@@ -228,7 +218,8 @@ em_tensor *em_where(em_tensor *cond, em_tensor *a, em_tensor *b) {
     const em_tensor *pa = pc ? em__prepare(a, dt, ndim, shape, &va, &ta) : NULL;
     const em_tensor *pb = pa ? em__prepare(b, dt, ndim, shape, &vb, &tb) : NULL;
     em_status st = pb ? EM_OK : em_last_status();
-    if (st == EM_OK && em__numel_raw(ndim, shape) > 0) st = be->where(out, pc, pa, pb);
+    if (st == EM_OK && em__numel_raw(ndim, shape) > 0)
+        st = em__op_run(&(em_op_call){.op = EM_OP_WHERE, .dtype = dt, .dst = {out}, .src = {pc, pa, pb}}, "em_where");
     em_release(tc);
     em_release(ta);
     em_release(tb);

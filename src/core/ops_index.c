@@ -73,10 +73,6 @@ em_tensor *em_index_select(em_tensor *a, int dim, em_tensor *index) {
     if (check_range(op, index, dim, src->shape[dim])) return NULL;
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
-    if (!be->index_select) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     int64_t n = em__numel_raw(index->ndim, index->shape);
     int64_t shape[EM_MAX_DIMS];
     memcpy(shape, src->shape, sizeof shape);
@@ -90,7 +86,7 @@ em_tensor *em_index_select(em_tensor *a, int dim, em_tensor *index) {
         em__stack_view(&i_view, idx, 1, &one, &st1, idx->offset);
         idx = &i_view;
     }
-    if (st == EM_OK && em__numel_raw(src->ndim, shape) > 0) st = be->index_select(out, src, dim, idx);
+    if (st == EM_OK && em__numel_raw(src->ndim, shape) > 0) st = em__op_run(&(em_op_call){.op = EM_OP_INDEX_SELECT, .dtype = src->dtype, .dst = {out}, .src = {src, idx}, .i = {dim}}, op);
     em_release(tmp);
     if (st != EM_OK) {
         em_release(out);
@@ -147,10 +143,6 @@ em_tensor *em_gather(em_tensor *a, int dim, em_tensor *index) {
     if (check_range(op, index, dim, src->shape[dim])) return NULL;
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
-    if (!be->gather) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     em_tensor *out = em__tensor_new_on(be, dev, index->ndim, index->shape, a->dtype);
     if (!out) return NULL;
     em_tensor *tmp, i64_view, out_view;
@@ -166,7 +158,7 @@ em_tensor *em_gather(em_tensor *a, int dim, em_tensor *index) {
                 idx = &i64_view;
             }
         }
-        st = be->gather(dst, src, dim, idx);
+        st = em__op_run(&(em_op_call){.op = EM_OP_GATHER, .dtype = src->dtype, .dst = {dst}, .src = {src, idx}, .i = {dim}}, op);
     }
     em_release(tmp);
     if (st != EM_OK) {
@@ -226,10 +218,6 @@ em_tensor *em_cat(em_tensor *const *tensors, int n, int dim) {
     em_dtype dt = em__result_type(n, tensors);
     const em_backend *be = r->storage->backend;
     em_device dev = r->storage->device;
-    if (!be->copy) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     em_tensor *out = em__tensor_new_on(be, dev, r->ndim, shape, dt);
     if (!out) return NULL;
     /* Each input is copied (and cast) into its slice of out. */
@@ -244,7 +232,7 @@ em_tensor *em_cat(em_tensor *const *tensors, int n, int dim) {
         if (em__numel_raw(t->ndim, t->shape) > 0) {
             em_tensor slot;
             em__stack_view(&slot, out, out->ndim, t->shape, out->strides, at * out->strides[dim]);
-            st = be->copy(&slot, t);
+            st = em__run_copy(&slot, t, op);
         }
         at += t->shape[dim];
     }
@@ -396,18 +384,14 @@ em_tensor *em_index_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src,
         em_scope_end(s);
         return em__scoped(r);
     }
-    const em_backend *be = a->storage->backend;
-    if (!be->index_add) {
-        em__missing_kernel(op, be, a->storage->device);
-        return NULL;
-    }
     em_tensor *out = em__copy_raw(a, a->dtype);
     if (!out) return NULL;
     em_tensor *tmp, ov;
     const em_tensor *idx = index_i64(index, &tmp);
     em_status st = idx ? EM_OK : em_last_status();
     if (st == EM_OK && n > 0 && em__numel_raw(s1->ndim, s1->shape) > 0)
-        st = be->index_add((em_tensor *)as_1d(out, &ov), dim, as_1d(idx, &iv), s1);
+        st = em__op_run(&(em_op_call){.op = EM_OP_INDEX_ADD, .dtype = out->dtype, .dst = {(em_tensor *)as_1d(out, &ov)},
+                                      .src = {as_1d(idx, &iv), s1}, .i = {dim}}, op);
     em_release(tmp);
     if (st != EM_OK) {
         em_release(out);
@@ -441,11 +425,6 @@ em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *sr
         return NULL;
     }
     if (check_range(op, index, dim, a1->shape[dim])) return NULL;
-    const em_backend *be = a->storage->backend;
-    if (!be->scatter_add) {
-        em__missing_kernel(op, be, a->storage->device);
-        return NULL;
-    }
     em_tensor *out = em__copy_raw(a, a->dtype);
     if (!out) return NULL;
     em_tensor *tmp, ov, sn, xv;
@@ -454,7 +433,8 @@ em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *sr
     if (st == EM_OK && em__numel_raw(i1->ndim, i1->shape) > 0) {
         /* the backend wants src of index's shape: its leading corner */
         em__stack_view(&sn, s1, s1->ndim, i1->shape, s1->strides, s1->offset);
-        st = be->scatter_add((em_tensor *)as_1d(out, &ov), dim, as_1d(idx, &xv), &sn);
+        st = em__op_run(&(em_op_call){.op = EM_OP_SCATTER_ADD, .dtype = out->dtype, .dst = {(em_tensor *)as_1d(out, &ov)},
+                                      .src = {as_1d(idx, &xv), &sn}, .i = {dim}}, op);
     }
     em_release(tmp);
     if (st != EM_OK) {

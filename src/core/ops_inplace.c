@@ -59,14 +59,12 @@ em_status em_copy_(em_tensor *dst, em_tensor *src) {
         if (direct == EM_OK) em__bump_version(dst);
         return direct;
     }
-    const em_backend *be = dst->storage->backend;
-    if (!be->copy) return em__missing_kernel(op, be, dst->storage->device);
     em_tensor *s = source_for(dst, src, src->dtype);
     if (!s) return em_last_status();
     em_tensor view, *tmp;
     const em_tensor *p = em__prepare(s, s->dtype, dst->ndim, dst->shape, &view, &tmp);
     em_status st = p ? EM_OK : em_last_status();
-    if (st == EM_OK && em__numel_raw(dst->ndim, dst->shape) > 0 && p != dst) st = be->copy(dst, p);
+    if (st == EM_OK && em__numel_raw(dst->ndim, dst->shape) > 0 && p != dst) st = em__run_copy(dst, p, op);
     em_release(tmp);
     em_release(s);
     if (st == EM_OK) em__bump_version(dst);
@@ -76,9 +74,7 @@ em_status em_copy_(em_tensor *dst, em_tensor *src) {
 em_status em_fill_(em_tensor *t, double value) {
     EM_CHECK_ARG_STATUS(t, "em_fill_", "t");
     if (check_writable("em_fill_", t)) return em_last_status();
-    const em_backend *be = t->storage->backend;
-    if (!be->fill) return em__missing_kernel("em_fill_", be, t->storage->device);
-    em_status st = em__numel_raw(t->ndim, t->shape) > 0 ? be->fill(t, value) : EM_OK;
+    em_status st = em__numel_raw(t->ndim, t->shape) > 0 ? em__run_fill(t, value, "em_fill_") : EM_OK;
     if (st == EM_OK) em__bump_version(t);
     return st;
 }
@@ -109,7 +105,6 @@ em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
     const em_backend *be = t->storage->backend;
     em_device dev = t->storage->device;
     if (em__check_support(op, be, EM_OP_ADD, compute, dev)) return em_last_status();
-    if (!be->binary || !be->unary || !be->copy) return em__missing_kernel(op, be, dev);
     if (em__numel_raw(t->ndim, t->shape) == 0) return EM_OK;
     em_tensor *src = source_for(t, other, other->dtype), *scaled = NULL, *tcast = NULL, *res = NULL;
     em_tensor vo, *to = NULL;
@@ -118,8 +113,9 @@ em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
     if (st == EM_OK && alpha != 1) { /* alpha * other at other's size, in the compute dtype */
         const em_tensor *pc = em__prepare(src, compute, src->ndim, src->shape, &vo, &to);
         scaled = pc ? em__tensor_new_on(be, dev, src->ndim, src->shape, compute) : NULL;
-        double params[2] = {alpha, 0};
-        st = scaled ? be->unary(EM_OP_MUL_SCALAR, scaled, pc, params) : em_last_status();
+        st = scaled ? em__op_run(&(em_op_call){.op = EM_OP_MUL_SCALAR, .dtype = compute, .dst = {scaled},
+                                               .src = {pc}, .f = {alpha}}, op)
+                    : em_last_status();
         em_release(to);
         to = NULL;
     }
@@ -128,12 +124,14 @@ em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
         if (!po) st = em_last_status();
     }
     if (st == EM_OK && compute == t->dtype) {
-        st = be->binary(EM_OP_ADD, t, t, po); /* out is exactly a: allowed by the contract */
+        /* out is exactly a: allowed by the contract */
+        st = em__op_run(&(em_op_call){.op = EM_OP_ADD, .dtype = compute, .dst = {t}, .src = {t, po}}, op);
     } else if (st == EM_OK) { /* compute in the wider dtype, then cast back into t */
         tcast = em__copy_raw(t, compute);
         res = tcast ? em__tensor_new_on(be, dev, t->ndim, t->shape, compute) : NULL;
-        st = res ? be->binary(EM_OP_ADD, res, tcast, po) : em_last_status();
-        if (st == EM_OK) st = be->copy(t, res);
+        st = res ? em__op_run(&(em_op_call){.op = EM_OP_ADD, .dtype = compute, .dst = {res}, .src = {tcast, po}}, op)
+                 : em_last_status();
+        if (st == EM_OK) st = em__run_copy(t, res, op);
     }
     em_release(to);
     em_release(scaled);
@@ -153,9 +151,10 @@ em_status em_mul_scalar_(em_tensor *t, double s) {
     const em_backend *be = t->storage->backend;
     em_device dev = t->storage->device;
     if (em__check_support(op, be, EM_OP_MUL_SCALAR, compute, dev)) return em_last_status();
-    if (!be->unary) return em__missing_kernel(op, be, dev);
-    double params[2] = {s, 0};
-    em_status st = em__numel_raw(t->ndim, t->shape) > 0 ? be->unary(EM_OP_MUL_SCALAR, t, t, params) : EM_OK;
+    em_status st = em__numel_raw(t->ndim, t->shape) > 0
+                       ? em__op_run(&(em_op_call){.op = EM_OP_MUL_SCALAR, .dtype = compute, .dst = {t}, .src = {t},
+                                                  .f = {s}}, op)
+                       : EM_OK;
     if (st == EM_OK) em__bump_version(t);
     return st;
 }

@@ -31,11 +31,6 @@ em_status em__broadcast(const char *op, int n, em_tensor *const *ts, int *ndim, 
 const em_tensor *em__prepare(const em_tensor *t, em_dtype dt, int ndim, const int64_t *shape,
                              em_tensor *view, em_tensor **tmp);
 
-/* EM_ERR_NOT_SUPPORTED "op: not supported for dtype X on device D" unless the backend says it can. */
-em_status em__check_support(const char *op, const em_backend *be, em_op kop, em_dtype dt, em_device d);
-/* Same for a missing entry point (a backend still being written). */
-em_status em__missing_kernel(const char *op, const em_backend *be, em_device d);
-
 /* After an in-place write to t: autograd's version counter moves on (ops_inplace.c). */
 void em__bump_version(em_tensor *t);
 

@@ -42,10 +42,6 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
     em_dtype dt = a->dtype == b->dtype ? a->dtype : em__result_type(2, in);
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
-    if (!be->matmul) {
-        em__missing_kernel("em_matmul", be, dev);
-        return NULL;
-    }
     int nd = nbatch + 2;
     shape[nbatch] = M;
     shape[nbatch + 1] = N;
@@ -58,7 +54,7 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
     if (st == EM_OK && b->dtype != dt && !(cb = tb = em__copy_raw(b, dt))) st = em_last_status();
     if (st == EM_OK && em__numel_raw(nd, shape) > 0) {
         if (K == 0) {
-            st = be->fill ? be->fill(out, 0.0) : em__missing_kernel("em_matmul", be, dev);
+            st = em__run_fill(out, 0.0, "em_matmul");
         } else {
             /* Stack views [batch..., M, K] and [batch..., K, N] with stride 0 on broadcast dims. */
             int64_t sa[EM_MAX_DIMS], sb[EM_MAX_DIMS], ash[EM_MAX_DIMS], bsh[EM_MAX_DIMS];
@@ -79,7 +75,7 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
             em_tensor va, vb;
             em__stack_view(&va, ca, nd, ash, sa, ca->offset);
             em__stack_view(&vb, cb, nd, bsh, sb, cb->offset);
-            st = be->matmul(out, &va, &vb);
+            st = em__op_run(&(em_op_call){.op = EM_OP_MATMUL, .dtype = dt, .dst = {out}, .src = {&va, &vb}}, "em_matmul");
         }
     }
     em_release(ta);
@@ -100,12 +96,14 @@ em_tensor *em_matmul(em_tensor *a, em_tensor *b) {
 
 em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b) {
     if (!a || !b || a->ndim != 2 || b->ndim != 2 || a->dtype != b->dtype || (a->dtype != EM_BF16 && a->dtype != EM_F16) ||
-        a->shape[1] != b->shape[0] || !em__same_device(a, b) || !a->storage->backend->matmul_widen)
+        a->shape[1] != b->shape[0] || !em__same_device(a, b) ||
+        !em__op_supported(a->storage->backend, EM_OP_MATMUL_WIDEN, a->dtype))
         return NULL;
     const em_backend *be = a->storage->backend;
     int64_t shape[2] = {a->shape[0], b->shape[1]};
     em_tensor *out = em__tensor_new_on(be, a->storage->device, 2, shape, EM_F32);
-    em_status st = out ? be->matmul_widen(out, a, b) : em_last_status();
+    em_status st = out ? em__op_try(&(em_op_call){.op = EM_OP_MATMUL_WIDEN, .dtype = a->dtype, .dst = {out}, .src = {a, b}})
+                       : em_last_status();
     if (st != EM_OK) {
         em_release(out);
         return NULL;
@@ -152,20 +150,22 @@ em_tensor *em_addmm(em_tensor *input, em_tensor *mat1, em_tensor *mat2, double b
     }
     const em_backend *be = mat1->storage->backend;
     em_dtype dt = mat1->dtype;
-    if (beta == 1.0 && alpha == 1.0 && be->matmul_acc && be->copy && em_dtype_is_floating(dt) &&
+    if (beta == 1.0 && alpha == 1.0 && em_dtype_is_floating(dt) && em__op_supported(be, EM_OP_MATMUL_ACC, dt) &&
         mat2->dtype == dt && input->dtype == dt) {
         em_tensor *out = em__tensor_new_on(be, mat1->storage->device, 2, shape, dt);
         if (!out) return NULL;
         em_tensor bias;
         em_status st = EM_ERR_NOT_SUPPORTED;
-        if (be->addmm_bias && bstr[0] == 0 && (N == 1 || bstr[1] == 1) && M * N > 0) { /* a Linear's bias row */
+        if (bstr[0] == 0 && (N == 1 || bstr[1] == 1) && M * N > 0) { /* a Linear's bias row */
             em__stack_view(&bias, input, 1, &N, &bstr[1], input->offset);
-            st = be->addmm_bias(out, &bias, mat1, mat2);
+            st = em__op_try(&(em_op_call){.op = EM_OP_ADDMM_BIAS, .dtype = dt, .dst = {out}, .src = {&bias, mat1, mat2}});
         }
         if (st == EM_ERR_NOT_SUPPORTED) {
             em__stack_view(&bias, input, 2, shape, bstr, input->offset);
-            st = M * N > 0 ? be->copy(out, &bias) : EM_OK;
-            if (st == EM_OK) st = be->matmul_acc(out, mat1, mat2);
+            st = M * N > 0 ? em__run_copy(out, &bias, "em_addmm") : EM_OK;
+            if (st == EM_OK)
+                st = em__op_run(&(em_op_call){.op = EM_OP_MATMUL_ACC, .dtype = dt, .dst = {out}, .src = {mat1, mat2}},
+                                "em_addmm");
         }
         if (st != EM_OK) {
             em_release(out);

@@ -15,7 +15,8 @@ static const em_tensor *contiguous_of(const em_tensor *t, em_tensor **tmp) {
 bool em__layer_norm_applies(const em_tensor *x, const em_tensor *w, const em_tensor *b, int64_t n) {
     if (!x || !w || !b || n <= 0 || (x->dtype != EM_F32 && x->dtype != EM_F64)) return false;
     const em_backend *be = x->storage->backend;
-    if (!be->layer_norm || !be->layer_norm_backward) return false;
+    if (!em__op_supported(be, EM_OP_LAYER_NORM, x->dtype) || !em__op_supported(be, EM_OP_LAYER_NORM_BACKWARD, x->dtype))
+        return false;
     const em_tensor *p[2] = {w, b};
     for (int k = 0; k < 2; k++)
         if (p[k]->dtype != x->dtype || !em__same_device(p[k], x) || em__numel_raw(p[k]->ndim, p[k]->shape) != n ||
@@ -39,7 +40,9 @@ em_tensor *em__layer_norm(em_tensor *x, int64_t n, em_tensor *w, em_tensor *b, d
     em_tensor *tmp = NULL;
     const em_tensor *xc = rstd ? contiguous_of(x, &tmp) : NULL;
     em_status st = xc ? EM_OK : em_last_status();
-    if (st == EM_OK && rows > 0) st = be->layer_norm(out, mean, rstd, xc, w, b, n, eps);
+    if (st == EM_OK && rows > 0)
+        st = em__op_run(&(em_op_call){.op = EM_OP_LAYER_NORM, .dtype = x->dtype, .dst = {out, mean, rstd},
+                                      .src = {xc, w, b}, .i = {n}, .f = {eps}}, op);
     em_release(tmp);
     em_release(mean);
     em_release(rstd);
@@ -68,7 +71,9 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
     if (st == EM_OK && g->dtype != x->dtype)
         st = em_error(EM_ERR_INTERNAL, "LayerNorm backward: gradient %s for a %s input", em_dtype_name(g->dtype),
                       em_dtype_name(x->dtype));
-    if (st == EM_OK && em__numel_raw(x->ndim, x->shape) > 0) st = be->layer_norm_backward(a, c, gc, xc, w, n, eps);
+    if (st == EM_OK && em__numel_raw(x->ndim, x->shape) > 0)
+        st = em__op_run(&(em_op_call){.op = EM_OP_LAYER_NORM_BACKWARD, .dtype = x->dtype, .dst = {a, c},
+                                      .src = {gc, xc, w}, .i = {n}, .f = {eps}}, "LayerNorm backward");
     em_release(tg);
     em_release(tx);
     if (st != EM_OK) {
@@ -84,7 +89,8 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
 /* Softmax's backward in one pass along the last dim (see internal_api.h) */
 em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log) {
     if (!g || !y || g->dtype != y->dtype || (y->dtype != EM_F32 && y->dtype != EM_F64) || !em__same_shape(g, y) ||
-        !em__same_device(g, y) || !y->storage->backend->softmax_backward || y->ndim == 0 || dim != y->ndim - 1)
+        !em__same_device(g, y) || !em__op_supported(y->storage->backend, EM_OP_SOFTMAX_BACKWARD, y->dtype) ||
+        y->ndim == 0 || dim != y->ndim - 1)
         return NULL;
     const em_backend *be = y->storage->backend;
     em_tensor *tg = NULL, *ty = NULL;
@@ -92,7 +98,8 @@ em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log) {
     em_tensor *out = yc ? em__tensor_new_on(be, y->storage->device, y->ndim, y->shape, y->dtype) : NULL;
     em_status st = out ? EM_OK : em_last_status();
     if (st == EM_OK && em__numel_raw(y->ndim, y->shape) > 0)
-        st = be->softmax_backward(out, gc, yc, y->shape[y->ndim - 1], log);
+        st = em__op_run(&(em_op_call){.op = EM_OP_SOFTMAX_BACKWARD, .dtype = y->dtype, .dst = {out}, .src = {gc, yc},
+                                      .i = {y->shape[y->ndim - 1], log}}, "softmax backward");
     em_release(tg);
     em_release(ty);
     if (st != EM_OK) {
@@ -106,14 +113,16 @@ em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log) {
  * without an error otherwise: the caller composes. No gradient of its own (no double backward). */
 em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x) {
     if (!g || !x || g->dtype != x->dtype || (x->dtype != EM_F32 && x->dtype != EM_F64) || !em__same_shape(g, x) ||
-        !em__same_device(g, x) || !x->storage->backend->gelu_backward)
+        !em__same_device(g, x) || !em__op_supported(x->storage->backend, EM_OP_GELU_BACKWARD, x->dtype))
         return NULL;
     const em_backend *be = x->storage->backend;
     em_tensor *tg = NULL, *tx = NULL;
     const em_tensor *gc = contiguous_of(g, &tg), *xc = gc ? contiguous_of(x, &tx) : NULL;
     em_tensor *out = xc ? em__tensor_new_on(be, x->storage->device, x->ndim, x->shape, x->dtype) : NULL;
     em_status st = out ? EM_OK : em_last_status();
-    if (st == EM_OK && em__numel_raw(x->ndim, x->shape) > 0) st = be->gelu_backward(out, gc, xc);
+    if (st == EM_OK && em__numel_raw(x->ndim, x->shape) > 0)
+        st = em__op_run(&(em_op_call){.op = EM_OP_GELU_BACKWARD, .dtype = x->dtype, .dst = {out}, .src = {gc, xc}},
+                        "GELU backward");
     em_release(tg);
     em_release(tx);
     if (st != EM_OK) {

@@ -20,13 +20,13 @@ static bool operands_fit(const em_tensor *p, int n, const em_tensor *const *ts) 
 
 bool em__fused_sgd_applies(const em_tensor *p, const em_tensor *g, const em_tensor *buf) {
     const em_tensor *ts[] = {g, buf};
-    return operands_fit(p, buf ? 2 : 1, ts) && p->storage->backend->fused_sgd;
+    return operands_fit(p, buf ? 2 : 1, ts) && em__op_supported(p->storage->backend, EM_OP_SGD_STEP, p->dtype);
 }
 
 bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_tensor *m, const em_tensor *v,
                             const em_tensor *vmax) {
     const em_tensor *ts[] = {g, m, v, vmax};
-    return operands_fit(p, vmax ? 4 : 3, ts) && p->storage->backend->fused_adam;
+    return operands_fit(p, vmax ? 4 : 3, ts) && em__op_supported(p->storage->backend, EM_OP_ADAM_STEP, p->dtype);
 }
 
 static em_status not_fused(const char *op) {
@@ -38,7 +38,9 @@ em_status em__fused_sgd_step(const em_optim_args *a, em_tensor *p, const em_tens
     if (!a || (a->momentum != 0 && !buf)) return em_error(EM_ERR_ARGUMENT, "fused SGD step: NULL argument");
     if (!em__fused_sgd_applies(p, g, buf)) return not_fused("fused SGD step");
     if (a->amp && !em__amp_state_fits(a->amp, p)) return not_fused("fused SGD step (scaler state)");
-    em_status st = p->storage->backend->fused_sgd(a, p, g, buf);
+    em_status st =
+        em__op_run(&(em_op_call){.op = EM_OP_SGD_STEP, .dtype = p->dtype, .dst = {p, buf}, .src = {g}, .arg = a},
+                   "fused SGD step");
     if (st != EM_OK) return st;
     em__bump_version(p);
     if (buf) em__bump_version(buf);
@@ -54,12 +56,18 @@ em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_ten
      * not under a scaler, whose skipped steps would leave it unwritten */
     em_optim_args with_copy;
     em_tensor *copy = NULL;
-    if (!a->amp && p->storage->backend->fused_adam_lowp && (copy = em__shadow_target(p)) != NULL) {
+    if (!a->amp) {
         with_copy = *a;
-        with_copy.lowp_out = copy;
-        a = &with_copy;
+        with_copy.lowp_out = p; /* asks whether the backend writes the copy; any tensor will do */
+        em_op_call ask = {.op = EM_OP_ADAM_STEP, .dtype = p->dtype, .arg = &with_copy};
+        if (p->storage->backend->supports && p->storage->backend->supports(&ask) && (copy = em__shadow_target(p)) != NULL) {
+            with_copy.lowp_out = copy;
+            a = &with_copy;
+        }
     }
-    em_status st = p->storage->backend->fused_adam(a, p, g, m, v, a->amsgrad ? vmax : NULL);
+    em_op_call c = {.op = EM_OP_ADAM_STEP, .dtype = p->dtype, .dst = {p, m, v, a->amsgrad ? vmax : NULL},
+                    .src = {g}, .arg = a};
+    em_status st = em__op_run(&c, "fused Adam step");
     if (st != EM_OK) {
         em_release(copy);
         return st;

@@ -31,11 +31,8 @@ static em_tensor *reduce_run(const char *torch_name, em_op kop, em_tensor *a, em
                              bool keepdim, const char *op) {
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
-    if (em__check_support(op, be, kop, kop == EM_OP_ARGMAX || kop == EM_OP_ARGMIN ? a->dtype : dt, dev)) return NULL;
-    if (!be->reduce) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
+    em_dtype compute = kop == EM_OP_ARGMAX || kop == EM_OP_ARGMIN ? a->dtype : dt;
+    if (em__check_support(op, be, kop, compute, dev)) return NULL;
     /* The backend's view of the input: a itself, or a 0-d a as shape [1]. */
     em_tensor in_view;
     bool reduce[EM_MAX_DIMS];
@@ -58,7 +55,7 @@ static em_tensor *reduce_run(const char *torch_name, em_op kop, em_tensor *a, em
     if (em__numel_raw(in->ndim, in->shape) == 0) {
         if (out_n > 0) { /* an empty reduced dim: sum is 0, mean NaN, max/min/argmax undefined */
             if (kop == EM_OP_SUM || kop == EM_OP_MEAN) {
-                st = be->fill ? be->fill(out, kop == EM_OP_SUM ? 0.0 : NAN) : em__missing_kernel(op, be, dev);
+                st = em__run_fill(out, kop == EM_OP_SUM ? 0.0 : NAN, op);
             } else {
                 int zero_dim = 0;
                 for (int i = 0; i < in->ndim; i++)
@@ -74,7 +71,9 @@ static em_tensor *reduce_run(const char *torch_name, em_op kop, em_tensor *a, em
             src = tmp = em__copy_raw(in, dt);
             if (!tmp) st = em_last_status();
         }
-        if (st == EM_OK) st = be->reduce(kop, out, src, reduce);
+        if (st == EM_OK)
+            st = em__op_run(&(em_op_call){.op = kop, .dtype = compute, .dst = {out}, .src = {src},
+                                          .i = {em__reduce_bits(in->ndim, reduce)}}, op);
         em_release(tmp);
     }
     if (st != EM_OK) {
@@ -148,10 +147,6 @@ static em_tensor *softmax_impl(const char *op, em_tensor *a, int dim, bool log) 
     if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
     const em_backend *be = a->storage->backend;
     em_device dev = a->storage->device;
-    if (!be->softmax) {
-        em__missing_kernel(op, be, dev);
-        return NULL;
-    }
     em_dtype dt = em_dtype_is_floating(a->dtype) ? a->dtype : EM_F32;
     em_tensor *out = em__tensor_new_on(be, dev, a->ndim, a->shape, dt);
     if (!out) return NULL;
@@ -171,7 +166,7 @@ static em_tensor *softmax_impl(const char *op, em_tensor *a, int dim, bool log) 
             src = &in_view;
             dst = &out_view;
         }
-        st = be->softmax(dst, src, dim, log);
+        st = em__op_run(&(em_op_call){.op = EM_OP_SOFTMAX, .dtype = dt, .dst = {dst}, .src = {src}, .i = {dim, log}}, op);
     }
     em_release(tmp);
     if (st != EM_OK) {

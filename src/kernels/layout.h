@@ -41,11 +41,29 @@ typedef struct emk_strides {
     EMK_I64 s[EMK_MAX_DIMS];
 } emk_strides;
 
+/* The params of a fused op's kernel (op_list.h's GPU_ELEMS and GPU_ROWS ops), after its
+ * buffers: the work items, each tensor's element offset from its buffer (the outputs', then
+ * the inputs'), and the call's integer and float params. A float param arrives rounded to
+ * float32 in f and whole, as float64 bits, in fd: read it with EMK_PF_<dtype>(c, k). */
+#define EMK_CALL_TENSORS 10
+#define EMK_CALL_PARAMS 4
+typedef struct emk_call {
+    EMK_I64 items;
+    EMK_I64 off[EMK_CALL_TENSORS];
+    EMK_I64 i[EMK_CALL_PARAMS];
+    EMK_I64 fd[EMK_CALL_PARAMS];
+    float f[EMK_CALL_PARAMS];
+} emk_call;
+#define EMK_PF_f32(c, k) ((c).f[k])
+#define EMK_PF_f16(c, k) ((c).f[k])
+#define EMK_PF_bf16(c, k) ((c).f[k])
+#define EMK_PF_f64(c, k) AS_F64((c).fd[k])
+
 /* op codes, generated from op_list.h in em_op's order: unary, binary (arithmetic, then the
  * comparisons that write bool), reductions */
-#define EMK_U_CODE_(NAME, name, dtypes) EMK_U_##NAME,
-#define EMK_B_CODE_(NAME, name, dtypes) EMK_B_##NAME,
-#define EMK_R_CODE_(NAME, name, dtypes) EMK_R_##NAME,
+#define EMK_U_CODE_(NAME, name, dtypes, gpu) EMK_U_##NAME,
+#define EMK_B_CODE_(NAME, name, dtypes, gpu) EMK_B_##NAME,
+#define EMK_R_CODE_(NAME, name, dtypes, gpu) EMK_R_##NAME,
 enum { EMK_OPS_UNARY(EMK_U_CODE_) EMK_U_COUNT_ };
 enum { EMK_OPS_BINARY(EMK_B_CODE_) EMK_OPS_COMPARE(EMK_B_CODE_) EMK_B_COUNT_ };
 enum { EMK_OPS_REDUCE(EMK_R_CODE_) EMK_R_COUNT_ };

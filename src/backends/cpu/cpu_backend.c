@@ -1,4 +1,5 @@
-/* The CPU backend's table: device properties, host memory, copies and the kernel families. */
+/* The CPU backend's table: device properties, host memory, copies, and the one switch that
+ * runs every op call on the kernel families. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,16 +169,86 @@ static em_status cpu_synchronize(int index) {
     return EM_OK;
 }
 
-/* Float-only math stays float-only (core casts integers first, as PyTorch promotes them);
- * bool supports only what PyTorch allows on bool without promotion. */
-bool em__cpu_supports_op(em_op op, em_dtype dt) {
-    bool fl = em_dtype_is_floating(dt), is_bool = dt == EM_BOOL;
-    if ((int)op < 0 || op >= EM_OP_COUNT || (int)dt < 0 || dt >= EM_DTYPE_COUNT) return false;
-    switch (em__op_dtypes(op)) { /* the op list's dtypes (src/kernels/op_list.h) */
-    case EM_OPDT_FLOAT: return fl;
-    case EM_OPDT_NUMERIC: case EM_OPDT_TRUEDIV: return !is_bool; /* integer division too */
+/* What the CPU runs: every op of the list in the dtypes its DTYPES column gives, except the
+ * convolution library's passes where Ember is built without oneDNN. */
+static bool cpu_supports(const em_op_call *c) {
+    if (!em__op_dtype_ok(c->op, c->dtype)) return false;
+    switch (c->op) {
+    case EM_OP_CONV2D:
+    case EM_OP_CONV2D_BACKWARD_INPUT:
+    case EM_OP_CONV2D_BACKWARD_WEIGHT:
+    case EM_OP_CONV2D_BACKWARD_WEIGHT_BIAS:
+#ifdef EMBER_HAVE_DNNL
+        return true;
+#else
+        return false;
+#endif
     default: return true;
     }
+}
+
+#define CPU_CASE_(NAME, name, dtypes, gpu) case EM_OP_##NAME:
+#define CPU_FUSED_CASE_(NAME, name, dtypes, gpu) case EM_OP_##NAME: return em__cpu_##name(c);
+
+/* The one switch: each op's call unpacked into its kernel family's entry. The _any entries
+ * of convolution and pooling (cpu_conv_lowp.c) run f16/bf16 and pass f32/f64 on to
+ * cpu_conv.c and cpu_conv_dnnl.c. */
+static em_status cpu_run(const em_op_call *c) {
+    em_tensor *const *d = c->dst;
+    const em_tensor *const *s = c->src;
+    const em_window2d *win = c->arg;
+    switch (c->op) {
+    EMK_OPS_UNARY(CPU_CASE_) return em__cpu_unary(c->op, d[0], s[0], c->f);
+    EMK_OPS_BINARY(CPU_CASE_) EMK_OPS_COMPARE(CPU_CASE_) return em__cpu_binary(c->op, d[0], s[0], s[1]);
+    EMK_OPS_REDUCE(CPU_CASE_) {
+        bool reduce[EM_MAX_DIMS];
+        for (int k = 0; k < EM_MAX_DIMS; k++) reduce[k] = em__op_reduces(c, k);
+        return em__cpu_reduce(c->op, d[0], s[0], reduce);
+    }
+    case EM_OP_FILL: return em__cpu_fill(d[0], c->f[0]);
+    case EM_OP_FILL_AFFINE: return em__cpu_fill_affine(d[0], c->f[0], c->f[1]);
+    case EM_OP_COPY: return em__cpu_copy(d[0], s[0]);
+    case EM_OP_WHERE: return em__cpu_where(d[0], s[0], s[1], s[2]);
+    case EM_OP_MATMUL: return em__cpu_matmul(d[0], s[0], s[1]);
+    case EM_OP_MATMUL_ACC: return em__cpu_matmul_acc(d[0], s[0], s[1]);
+    case EM_OP_ADDMM_BIAS: return em__cpu_addmm_bias(d[0], s[0], s[1], s[2]);
+    case EM_OP_MATMUL_WIDEN: return em__cpu_matmul_widen(d[0], s[0], s[1]);
+    case EM_OP_SOFTMAX: return em__cpu_softmax(d[0], s[0], (int)c->i[0], c->i[1] != 0);
+    case EM_OP_INDEX_SELECT: return em__cpu_index_select(d[0], s[0], (int)c->i[0], s[1]);
+    case EM_OP_INDEX_ADD: return em__cpu_index_add(d[0], (int)c->i[0], s[0], s[1]);
+    case EM_OP_GATHER: return em__cpu_gather(d[0], s[0], (int)c->i[0], s[1]);
+    case EM_OP_SCATTER_ADD: return em__cpu_scatter_add(d[0], (int)c->i[0], s[0], s[1]);
+    case EM_OP_RNG:
+        return em__cpu_rng(d[0], (em_rng_kind)c->i[0], (uint64_t)c->i[1], (uint64_t)c->i[2], c->f[0], c->f[1]);
+    case EM_OP_SDPA: return em__cpu_sdpa(d[0], d[1], s[0], s[1], s[2], c->f[0], c->i[0] != 0);
+    case EM_OP_SDPA_BACKWARD:
+        return em__cpu_sdpa_backward(d[0], d[1], d[2], s[0], s[1], s[2], s[3], s[4], s[5], c->f[0], c->i[0] != 0);
+    case EM_OP_IM2COL: return em__cpu_im2col_any(d[0], s[0], win);
+    case EM_OP_COL2IM: return em__cpu_col2im_any(d[0], s[0], win);
+    case EM_OP_POOL2D: return em__cpu_pool2d_any((em_pool_kind)c->i[0], d[0], d[1], s[0], win);
+    case EM_OP_POOL2D_BACKWARD: return em__cpu_pool2d_backward_any((em_pool_kind)c->i[0], d[0], s[0], s[1], win);
+#ifdef EMBER_HAVE_DNNL
+    case EM_OP_CONV2D: return em__cpu_conv2d_any(d[0], s[0], s[1], s[2], win, c->i[0]);
+    case EM_OP_CONV2D_BACKWARD_INPUT: return em__cpu_conv2d_backward_input_any(d[0], s[0], s[1], win, c->i[0]);
+    case EM_OP_CONV2D_BACKWARD_WEIGHT: return em__cpu_conv2d_backward_weight_any(d[0], s[0], s[1], win, c->i[0]);
+    /* f32 only: EM_ERR_NOT_SUPPORTED, nothing recorded, for f16/bf16 (core then asks for the
+     * weight's gradient alone and sums the bias's itself) */
+    case EM_OP_CONV2D_BACKWARD_WEIGHT_BIAS:
+        return em__cpu_conv2d_backward_weight_bias_dnnl(d[0], d[1], s[0], s[1], win, c->i[0]);
+#else
+    case EM_OP_CONV2D: case EM_OP_CONV2D_BACKWARD_INPUT: case EM_OP_CONV2D_BACKWARD_WEIGHT:
+    case EM_OP_CONV2D_BACKWARD_WEIGHT_BIAS:
+        return EM_ERR_NOT_SUPPORTED;
+#endif
+    case EM_OP_SGD_STEP: return em__cpu_fused_sgd(c->arg, d[0], s[0], d[1]);
+    /* the optimizer args' lowp_out (the mixed-precision weight copy) is honoured here */
+    case EM_OP_ADAM_STEP: return em__cpu_fused_adam(c->arg, d[0], s[0], d[1], d[2], d[3]);
+    case EM_OP_AMP_UNSCALE: return em__cpu_amp_unscale(d[0], d[1]);
+    case EM_OP_AMP_UPDATE: return em__cpu_amp_update(d[0], c->f[0], c->f[1], c->i[0]);
+    EMK_OPS_FUSED(CPU_FUSED_CASE_)
+    case EM_OP_COUNT: break;
+    }
+    return em_error(EM_ERR_INTERNAL, "cpu: no op %d", (int)c->op);
 }
 
 const em_backend em_cpu_backend = {
@@ -195,54 +266,6 @@ const em_backend em_cpu_backend = {
     .copy_d2h = cpu_copy_d2h,
     .copy_d2d = cpu_copy_d2d,
     .synchronize = cpu_synchronize,
-    .supports_op = em__cpu_supports_op,
-    .fill = em__cpu_fill,
-    .fill_affine = em__cpu_fill_affine,
-    .copy = em__cpu_copy,
-    .unary = em__cpu_unary,
-    .binary = em__cpu_binary,
-    .where = em__cpu_where,
-    .reduce = em__cpu_reduce,
-    .matmul = em__cpu_matmul,
-    .matmul_acc = em__cpu_matmul_acc,
-    .matmul_widen = em__cpu_matmul_widen,
-    .addmm_bias = em__cpu_addmm_bias,
-    .softmax = em__cpu_softmax,
-    .index_select = em__cpu_index_select,
-    .index_add = em__cpu_index_add,
-    .gather = em__cpu_gather,
-    .scatter_add = em__cpu_scatter_add,
-    .rng = em__cpu_rng,
-    .fused_sgd = em__cpu_fused_sgd,
-    .fused_adam = em__cpu_fused_adam,
-    .fused_adam_lowp = true, /* issue 14: Adam also writes the bf16/f16 weight copy */
-    .amp_unscale = em__cpu_amp_unscale,
-    .amp_update = em__cpu_amp_update,
-
-    /* convolution and pooling */
-    /* the _any entries (cpu_conv_lowp.c) run f16/bf16 and pass f32/f64 on to cpu_conv.c and
-     * cpu_conv_dnnl.c */
-    .im2col = em__cpu_im2col_any,
-    .col2im = em__cpu_col2im_any,
-    .pool2d = em__cpu_pool2d_any,
-    .pool2d_backward = em__cpu_pool2d_backward_any,
-#ifdef EMBER_HAVE_DNNL
-    .conv2d = em__cpu_conv2d_any,
-    .conv2d_backward_input = em__cpu_conv2d_backward_input_any,
-    .conv2d_backward_weight = em__cpu_conv2d_backward_weight_any,
-    /* f32 only: core passes f16/bf16 to conv2d_backward_weight (and sums the bias itself) */
-    .conv2d_backward_weight_bias = em__cpu_conv2d_backward_weight_bias_dnnl, /* the CNN's speed (issue 16) */
-#endif
-    /* norms, embedding, attention */
-    .layer_norm = em__cpu_layer_norm,
-    .layer_norm_backward = em__cpu_layer_norm_backward,
-    .gelu_backward = em__cpu_gelu_backward,
-    .relu_backward = em__cpu_relu_backward, /* the CNN's speed (issue 16) */
-
-    /* softmax's backward in one pass */
-    .softmax_backward = em__cpu_softmax_backward,
-
-    /* fused attention (the GPT's speed, issue 16) */
-    .sdpa = em__cpu_sdpa,
-    .sdpa_backward = em__cpu_sdpa_backward,
+    .supports = cpu_supports,
+    .run = cpu_run,
 };

@@ -9,7 +9,7 @@
 typedef void (*un_kernel)(const void *in, void *out, int64_t n, const double *p);
 typedef void (*bin_kernel)(const void *a, const void *b, void *out, int64_t n);
 
-#define OP_NAME(NAME, name, dtypes) #name,
+#define OP_NAME(NAME, name, dtypes, gpu) #name,
 static const char *const g_op_names[EM_OP_COUNT] = {EMK_OPS_ALL(OP_NAME)};
 #undef OP_NAME
 
@@ -287,7 +287,7 @@ static em_status not_supported(em_op op, em_dtype dt) {
 }
 
 em_status em__cpu_unary(em_op op, em_tensor *out, const em_tensor *in, const double *params) {
-    if (op > EM_OP_CLAMP || !em__cpu_supports_op(op, in->dtype)) return not_supported(op, in->dtype);
+    if (op > EM_OP_CLAMP || !em__op_dtype_ok(op, in->dtype)) return not_supported(op, in->dtype);
     ew_ctx c = {in->dtype, out->dtype, em__cpu_compute_type(in->dtype), em__cpu_compute_type(in->dtype),
                 NULL, NULL, params};
     c.uk = c.ct == EM_F32 ? g_un_f32[op] : c.ct == EM_F64 ? g_un_f64[op] : g_un_i64[op];
@@ -331,7 +331,7 @@ static __attribute__((noinline)) void binary_scalar(const ew_ctx *c, const em_te
 }
 
 em_status em__cpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
-    if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__cpu_supports_op(op, a->dtype))
+    if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__op_dtype_ok(op, a->dtype))
         return not_supported(op, a->dtype);
     if (a->dtype != b->dtype)
         return em_error(EM_ERR_INTERNAL, "cpu: %s got inputs of dtypes %s and %s (core casts them to one)",

@@ -1,5 +1,5 @@
 /* Shared pieces of the CPU backend: the strided N-d iterator, dtype load/store helpers
- * and the kernel entry points that cpu_backend.c puts in the table. */
+ * and the kernels that cpu_backend.c's run dispatches to. */
 #ifndef EM_BACKENDS_CPU_INTERNAL_H
 #define EM_BACKENDS_CPU_INTERNAL_H
 
@@ -97,7 +97,7 @@ void em__cpu_store_block(char *p, int64_t stride, int64_t n, em_dtype dt, const 
 /* Convert n elements of dtype dti (stride si bytes) to dto (stride so bytes). */
 void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_t si, em_dtype dti, int64_t n);
 /* n contiguous float32 values cast to dto at o (contiguous), bf16 with streaming stores where
- * it can (the fused Adam step's weight copy, issue 14); the same roundings as the cast. */
+ * it can (the fused Adam step's weight copy); the same roundings as the cast. */
 void em__cpu_cast_f32_stream(char *o, em_dtype dto, const float *i, int64_t n);
 /* Saturating double -> int64 for scalar parameters (NaN gives 0). */
 static inline int64_t em__cpu_param_i64(double v) {
@@ -142,22 +142,15 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
 /* Loss scaling (cpu_amp.c). */
 em_status em__cpu_amp_unscale(em_tensor *g, em_tensor *state);
 em_status em__cpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
-bool em__cpu_supports_op(em_op op, em_dtype dt);
-/* norms, embedding, attention (cpu_norm.c) */
-em_status em__cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
-                             const em_tensor *w, const em_tensor *b, int64_t n, double eps);
-em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
-                                      const em_tensor *w, int64_t n, double eps);
-em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
-/* ReLU's backward (cpu_relu.c; the CNN's speed, issue 16) */
-em_status em__cpu_relu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y);
+/* The fused ops (op_list.h's EMK_OPS_FUSED), each taking its call as it is: declared here from
+ * the list and dispatched by cpu_backend.c's switch, so a new one is a function in any file. */
+#define EM_CPU_FUSED_DECL_(NAME, name, dtypes, gpu) em_status em__cpu_##name(const em_op_call *call);
+EMK_OPS_FUSED(EM_CPU_FUSED_DECL_)
 /* ReLU on contiguous bf16 straight on the bits (cpu_relu.c), where _applies says it may run:
  * the same bits as the float32 round trip. */
 bool em__cpu_relu_bf16_applies(const em_tensor *out, const em_tensor *in);
 void em__cpu_relu_bf16(em_tensor *out, const em_tensor *in);
 
-/* softmax's backward in one pass (cpu_softmax.c) */
-em_status em__cpu_softmax_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log);
 /* fused scaled-dot-product attention (cpu_attention.c) */
 em_status em__cpu_sdpa(em_tensor *out, em_tensor *lse, const em_tensor *q, const em_tensor *k, const em_tensor *v,
                        double scale, bool causal);
@@ -181,7 +174,7 @@ em_status em__cpu_conv2d_backward_input_dnnl(em_tensor *gin, const em_tensor *go
                                              const em_window2d *g, int64_t groups);
 em_status em__cpu_conv2d_backward_weight_dnnl(em_tensor *gw, const em_tensor *gout, const em_tensor *in,
                                               const em_window2d *g, int64_t groups);
-/* the same and the bias's gradient (the CNN's speed, issue 16) */
+/* the same and the bias's gradient from the same read of gout */
 em_status em__cpu_conv2d_backward_weight_bias_dnnl(em_tensor *gw, em_tensor *gbias, const em_tensor *gout,
                                                    const em_tensor *in, const em_window2d *g, int64_t groups);
 /* One pass in dtype EM_F32 or EM_BF16 over Ember's plain (NCHW, (G)OIHW) buffers ptr:

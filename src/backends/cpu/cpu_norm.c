@@ -82,8 +82,11 @@ static em_status ln_check(const char *op, const em_tensor *x, int64_t n) {
     return EM_OK;
 }
 
-em_status em__cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
-                             const em_tensor *w, const em_tensor *b, int64_t n, double eps) {
+em_status em__cpu_layer_norm(const em_op_call *call) {
+    em_tensor *out = call->dst[0], *mean = call->dst[1], *rstd = call->dst[2];
+    const em_tensor *x = call->src[0], *w = call->src[1], *b = call->src[2];
+    int64_t n = call->i[0];
+    double eps = call->f[0];
     if (ln_check("layer_norm", x, n)) return em_last_status();
     ln_ctx c = {em__host_ptr(out), em__host_ptr(mean), em__host_ptr(rstd), NULL,
                 em__host_ptr(x), em__host_ptr(w), em__host_ptr(b), NULL, n, eps};
@@ -92,8 +95,11 @@ em_status em__cpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, c
     return EM_OK;
 }
 
-em_status em__cpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
-                                      const em_tensor *w, int64_t n, double eps) {
+em_status em__cpu_layer_norm_backward(const em_op_call *call) {
+    em_tensor *dx = call->dst[0], *gxhat = call->dst[1];
+    const em_tensor *g = call->src[0], *x = call->src[1], *w = call->src[2];
+    int64_t n = call->i[0];
+    double eps = call->f[0];
     if (ln_check("layer_norm_backward", x, n)) return em_last_status();
     ln_ctx c = {em__host_ptr(dx), NULL, NULL, em__host_ptr(gxhat), em__host_ptr(x), em__host_ptr(w), NULL,
                 em__host_ptr(g), n, eps};
@@ -122,7 +128,9 @@ static void gelu_bwd_f32(void *arg, int64_t i0, int64_t i1) {
     em__cpu_vgelu_backward_f32((const float *)c->g + i0, (const float *)c->x + i0, (float *)c->out + i0, i1 - i0);
 }
 
-em_status em__cpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x) {
+em_status em__cpu_gelu_backward(const em_op_call *call) {
+    em_tensor *dx = call->dst[0];
+    const em_tensor *g = call->src[0], *x = call->src[1];
     if ((x->dtype != EM_F32 && x->dtype != EM_F64) || g->dtype != x->dtype || dx->dtype != x->dtype)
         return em_error(EM_ERR_INTERNAL, "cpu: gelu_backward expects f32/f64 operands of one dtype");
     ln_ctx c = {em__host_ptr(dx), NULL, NULL, NULL, em__host_ptr(x), NULL, NULL, em__host_ptr(g), 0, 0};

@@ -386,7 +386,7 @@ static int merge_dims(const em_tensor *in, const em_tensor *out, const int *dims
 }
 
 em_status em__cpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce) {
-    if (op < EM_OP_SUM || op > EM_OP_ARGMIN || !em__cpu_supports_op(op, in->dtype))
+    if (op < EM_OP_SUM || op > EM_OP_ARGMIN || !em__op_dtype_ok(op, in->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "cpu: %s is not supported for dtype %s", em__cpu_op_name(op),
                         em_dtype_name(in->dtype));
     red_ctx c = {.op = op, .dt = in->dtype, .isf = em_dtype_is_floating(in->dtype), .in = em__host_ptr(in),

@@ -100,7 +100,9 @@ static bool have_avx512(bool bw) {
 #endif
 }
 
-em_status em__cpu_relu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y) {
+em_status em__cpu_relu_backward(const em_op_call *call) {
+    em_tensor *dx = call->dst[0];
+    const em_tensor *g = call->src[0], *y = call->src[1];
     em_dtype dt = y->dtype;
     if ((dt != EM_F32 && dt != EM_F64 && dt != EM_BF16 && dt != EM_F16) || g->dtype != dt || dx->dtype != dt)
         return em_error(EM_ERR_INTERNAL, "cpu: relu_backward expects f32/f64/bf16/f16 operands of one dtype");

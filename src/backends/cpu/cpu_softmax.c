@@ -116,7 +116,11 @@ static void smb_rows_f64(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
-em_status em__cpu_softmax_backward(em_tensor *dx, const em_tensor *g, const em_tensor *y, int64_t n, bool log) {
+em_status em__cpu_softmax_backward(const em_op_call *call) {
+    em_tensor *dx = call->dst[0];
+    const em_tensor *g = call->src[0], *y = call->src[1];
+    int64_t n = call->i[0];
+    bool log = call->i[1] != 0;
     if ((y->dtype != EM_F32 && y->dtype != EM_F64) || g->dtype != y->dtype || dx->dtype != y->dtype || n <= 0 ||
         em__cpu_numel(y) % n != 0)
         return em_error(EM_ERR_INTERNAL, "cpu: softmax_backward expects f32/f64 operands of one dtype in rows of n > 0");

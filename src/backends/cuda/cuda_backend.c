@@ -508,6 +508,31 @@ void em__cuda_backend_reset(void) {
     em__cuda_loader_reset();
 }
 
+/* CUDA's own ops: cuBLAS's GEMM with a float32 C (OpenCL's GEMM has no f16/bf16) and cuDNN's
+ * convolution when it is found at run time (else EM_ERR_NOT_SUPPORTED, and core runs im2col +
+ * matmul); every other op through the shared GPU op layer. */
+static bool cuda_supports(const em_op_call *call) {
+    switch (call->op) {
+    case EM_OP_MATMUL_WIDEN: return call->dtype == EM_BF16 || call->dtype == EM_F16;
+    case EM_OP_CONV2D: case EM_OP_CONV2D_BACKWARD_INPUT: case EM_OP_CONV2D_BACKWARD_WEIGHT:
+        return em__op_dtype_ok(call->op, call->dtype);
+    default: return em__gpu_supports(&em__cuda_gpu, call);
+    }
+}
+
+static em_status cuda_run(const em_op_call *c) {
+    const em_window2d *win = c->arg;
+    switch (c->op) {
+    case EM_OP_MATMUL_WIDEN: return em__gpu_matmul_widen(c->dst[0], c->src[0], c->src[1]);
+    case EM_OP_CONV2D: return em__cuda_conv2d(c->dst[0], c->src[0], c->src[1], c->src[2], win, c->i[0]);
+    case EM_OP_CONV2D_BACKWARD_INPUT:
+        return em__cuda_conv2d_backward_input(c->dst[0], c->src[0], c->src[1], win, c->i[0]);
+    case EM_OP_CONV2D_BACKWARD_WEIGHT:
+        return em__cuda_conv2d_backward_weight(c->dst[0], c->src[0], c->src[1], win, c->i[0]);
+    default: return em__gpu_run(&em__cuda_gpu, c);
+    }
+}
+
 const em_backend em_cuda_backend = {
     .name = "cuda",
     .type = EM_CUDA,
@@ -529,12 +554,9 @@ const em_backend em_cuda_backend = {
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
-    EM_GPU_OPS(&em__cuda_gpu),
-    .matmul_widen = em__gpu_matmul_widen, /* cuBLAS only: OpenCL's GEMM has no f16/bf16 */
-    /* cuDNN when found at run time; else (EM_ERR_NOT_SUPPORTED) core's im2col + matmul */
-    .conv2d = em__cuda_conv2d,
-    .conv2d_backward_input = em__cuda_conv2d_backward_input,
-    .conv2d_backward_weight = em__cuda_conv2d_backward_weight,
+    .gpu = &em__cuda_gpu,
+    .supports = cuda_supports,
+    .run = cuda_run,
 };
 
 #else /* built without the CUDA headers */

@@ -331,7 +331,8 @@ static em_status add_bias(em_tensor *out, const em_tensor *bias) {
     bv.is_leaf = true;
     for (int i = 0; i < 4; i++) bv.shape[i] = out->shape[i];
     bv.strides[1] = bias->strides[0];
-    return em__gpu_binary(EM_OP_ADD, out, out, &bv);
+    em_op_call add = {.op = EM_OP_ADD, .dtype = out->dtype, .dst = {out}, .src = {out, &bv}};
+    return em__gpu_run(&em__cuda_gpu, &add);
 }
 
 /* Pass p of the convolution x * w = y; the operand p writes is y, x or w. */

@@ -1,6 +1,6 @@
 /* The CUDA launcher (cuda_launch.c) under the shared GPU op layer (src/backends/gpu/gpu.h):
- * NVRTC-compiled library kernels, cuBLAS for GEMM, users' kernels. The backend table takes
- * its op entries from EM_GPU_OPS(&em__cuda_gpu). */
+ * NVRTC-compiled library kernels, cuBLAS for GEMM, users' kernels. The backend's supports
+ * and run pass the ops it does not run itself to em__gpu_supports / em__gpu_run on it. */
 #ifndef EM_BACKENDS_CUDA_LAUNCH_H
 #define EM_BACKENDS_CUDA_LAUNCH_H
 

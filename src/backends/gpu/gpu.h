@@ -1,11 +1,12 @@
 /* The GPU op layer: the host side of Ember's GPU kernels (src/kernels/NAME.k), written once
  * for every GPU backend.
  *
- * gpu_ops.c, gpu_ops_nd.c and gpu_optim.c implement the backend.h op entry points (layouts,
- * kernel choice, launch geometry) on top of a small launcher (em_gpu below) that each GPU
- * backend provides: OpenCL in src/backends/opencl/, CUDA (NVRTC + driver API) in
- * src/backends/cuda/. A backend fills its table's op entries with EM_GPU_OPS(&launcher);
- * the entries find the launcher again through the tensors' backend (em__gpu_of). The same
+ * gpu_run.c's switch runs every op call (layouts, kernel choice, launch geometry; the op
+ * families in gpu_ops.c, gpu_ops_nd.c, gpu_optim.c and gpu_conv.c, the fused ops by one
+ * generic launch) on top of a small launcher (em_gpu below) that each GPU backend provides:
+ * OpenCL in src/backends/opencl/, CUDA (NVRTC + driver API) in src/backends/cuda/. A
+ * backend's supports and run pass their calls to em__gpu_supports / em__gpu_run; the
+ * families find the launcher again through the tensors' backend (em__gpu_of). The same
  * launcher compiles and runs users' kernels (custom.c, include/ember/kernel.h).
  *
  * Kernel arguments are typed values; a buffer is the block's base handle (cl_mem or
@@ -100,82 +101,21 @@ static inline const em_gpu *em__gpu_of(const em_tensor *t) {
     return t->storage->backend->gpu;
 }
 
-/* Which ops the library kernels implement (backend supports_op). f64 also needs a device
- * with double precision; without it the op fails with a clear error when launched. */
-bool em__gpu_supports_op(em_op op, em_dtype dt);
+/* The GPU op layer's two op entries, for a backend's `supports` and `run` (backend.h):
+ * every op of the list whose GPU column is not GPU_NONE, on launcher g. A backend with ops
+ * of its own (CUDA's cuDNN convolution, cuBLAS's float32-output GEMM) handles those in its
+ * own switch and passes the rest here. f64 also needs a device with double precision;
+ * without it the op fails with a clear error when launched. */
+bool em__gpu_supports(const em_gpu *g, const em_op_call *call);
+em_status em__gpu_run(const em_gpu *g, const em_op_call *call);
 
-/* The backend.h op entry points, shared by every backend whose table names a launcher: each
- * finds the launcher through its output tensor's backend (em__gpu_of). */
-em_status em__gpu_fill(em_tensor *out, double value);
-em_status em__gpu_fill_affine(em_tensor *out, double start, double step);
-em_status em__gpu_copy(em_tensor *out, const em_tensor *in);
-em_status em__gpu_unary(em_op op, em_tensor *out, const em_tensor *in, const double *params);
-em_status em__gpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b);
-em_status em__gpu_where(em_tensor *out, const em_tensor *cond, const em_tensor *a,
-                        const em_tensor *b);
-em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce);
-em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b);
-em_status em__gpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b);
-/* backend.h's matmul_widen through the launcher's vendor GEMM only (CUDA: cuBLAS with a
+/* backend.h's MATMUL_WIDEN through the launcher's vendor GEMM only (CUDA: cuBLAS with a
  * float32 C); EM_ERR_NOT_SUPPORTED, nothing recorded, where it has none or it declines. */
 em_status em__gpu_matmul_widen(em_tensor *out, const em_tensor *a, const em_tensor *b);
-em_status em__gpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log);
-em_status em__gpu_index_select(em_tensor *out, const em_tensor *in, int dim,
-                               const em_tensor *index);
-em_status em__gpu_index_add(em_tensor *out, int dim, const em_tensor *index,
-                            const em_tensor *src);
-em_status em__gpu_gather(em_tensor *out, const em_tensor *in, int dim, const em_tensor *index);
-em_status em__gpu_scatter_add(em_tensor *out, int dim, const em_tensor *index,
-                              const em_tensor *src);
-em_status em__gpu_rng(em_tensor *out, em_rng_kind kind, uint64_t seed, uint64_t offset,
-                      double p0, double p1);
-/* Fused optimizer steps (gpu_optim.c, kernels in optim.k). */
-em_status em__gpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tensor *grad,
-                            em_tensor *buf);
-em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *grad,
-                             em_tensor *m, em_tensor *v, em_tensor *vmax);
-/* Loss scaling (gpu_optim.c, kernels in optim.k). */
-em_status em__gpu_amp_unscale(em_tensor *grad, em_tensor *state);
-em_status em__gpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
-
-/* Convolution and pooling (gpu_conv.c, kernels in conv.k). */
-em_status em__gpu_im2col(em_tensor *cols, const em_tensor *in, const em_window2d *g);
-em_status em__gpu_col2im(em_tensor *in, const em_tensor *cols, const em_window2d *g);
-em_status em__gpu_pool2d(em_pool_kind kind, em_tensor *out, em_tensor *indices, const em_tensor *in,
-                         const em_window2d *g);
-em_status em__gpu_pool2d_backward(em_pool_kind kind, em_tensor *gin, const em_tensor *gout,
-                                  const em_tensor *indices, const em_window2d *g);
-
-/* norms, embedding, attention: LayerNorm (gpu_norm.c, kernels in norm.k). */
-em_status em__gpu_layer_norm(em_tensor *out, em_tensor *mean, em_tensor *rstd, const em_tensor *x,
-                             const em_tensor *w, const em_tensor *b, int64_t n, double eps);
-em_status em__gpu_layer_norm_backward(em_tensor *dx, em_tensor *gxhat, const em_tensor *g, const em_tensor *x,
-                                      const em_tensor *w, int64_t n, double eps);
-em_status em__gpu_gelu_backward(em_tensor *dx, const em_tensor *g, const em_tensor *x);
-
 /* Matmul with a given launcher (benchmarks compare Ember's kernel with the vendor GEMM by
  * passing a copy whose gemm is NULL). */
 em_status em__gpu_matmul_with(const em_gpu *g, em_tensor *out, const em_tensor *a,
                               const em_tensor *b);
-
-/* The op entries of a backend table, written once for every GPU backend: a backend's table
- * is its device plumbing plus EM_GPU_OPS(&its_launcher). A new op slot in backend.h gets
- * its one line here. */
-#define EM_GPU_OPS(launcher)                                                                  \
-    .gpu = (launcher), .supports_op = em__gpu_supports_op, .fill = em__gpu_fill,              \
-    .fill_affine = em__gpu_fill_affine, .copy = em__gpu_copy, .unary = em__gpu_unary,         \
-    .binary = em__gpu_binary, .where = em__gpu_where, .reduce = em__gpu_reduce,               \
-    .matmul = em__gpu_matmul, .matmul_acc = em__gpu_matmul_acc, .softmax = em__gpu_softmax,  \
-    .index_select = em__gpu_index_select,                                                     \
-    .index_add = em__gpu_index_add, .gather = em__gpu_gather, .scatter_add = em__gpu_scatter_add, \
-    .rng = em__gpu_rng, .fused_sgd = em__gpu_fused_sgd, .fused_adam = em__gpu_fused_adam,      \
-    .amp_unscale = em__gpu_amp_unscale, .amp_update = em__gpu_amp_update,                      \
-    /* convolution and pooling */                                                            \
-    .im2col = em__gpu_im2col, .col2im = em__gpu_col2im, .pool2d = em__gpu_pool2d,             \
-    .pool2d_backward = em__gpu_pool2d_backward,                     \
-    /* norms, embedding, attention */                                                        \
-    .layer_norm = em__gpu_layer_norm, .layer_norm_backward = em__gpu_layer_norm_backward,    \
-    .gelu_backward = em__gpu_gelu_backward
 
 /* ---- layout helpers (gpu_layout.c), also used by backends' own fast paths ---- */
 /* Element offset of t's first element from its block's buffer handle; EM_ERR_INTERNAL

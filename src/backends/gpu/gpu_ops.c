@@ -8,16 +8,6 @@
 #include "../../core/errors.h"
 #include "gpu_internal.h"
 
-bool em__gpu_supports_op(em_op op, em_dtype dt) {
-    bool fl = em_dtype_is_floating(dt), is_bool = dt == EM_BOOL;
-    if ((int)op < 0 || op >= EM_OP_COUNT || dt < 0 || dt >= EM_DTYPE_COUNT) return false;
-    switch (em__op_dtypes(op)) { /* the op list's dtypes (src/kernels/op_list.h) */
-    case EM_OPDT_FLOAT: case EM_OPDT_TRUEDIV: return fl; /* no integer division kernel */
-    case EM_OPDT_NUMERIC: return !is_bool;
-    default: return true;
-    }
-}
-
 /* ---- shared helpers (gpu_internal.h) ---- */
 
 em_status em__gpu_launch_1d(const em_gpu *g, int dev, const char *kernel, int64_t n, int nargs,
@@ -155,7 +145,7 @@ em_status em__gpu_copy(em_tensor *out, const em_tensor *in) {
 
 em_status em__gpu_unary(em_op op, em_tensor *out, const em_tensor *in, const double *params) {
     const em_gpu *g = em__gpu_of(out);
-    if (op < EM_OP_NEG || op > EM_OP_CLAMP || !em__gpu_supports_op(op, in->dtype))
+    if (op < EM_OP_NEG || op > EM_OP_CLAMP || !em__gpu_dtype_ok(op, in->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "unary op %d is not supported for %s on %s", (int)op,
                         em_dtype_name(in->dtype), EM__DEVSTR(out));
     emk_shape sh;
@@ -188,7 +178,7 @@ em_status em__gpu_unary(em_op op, em_tensor *out, const em_tensor *in, const dou
 
 em_status em__gpu_binary(em_op op, em_tensor *out, const em_tensor *a, const em_tensor *b) {
     const em_gpu *g = em__gpu_of(out);
-    if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__gpu_supports_op(op, a->dtype))
+    if (op < EM_OP_ADD || op > EM_OP_LOGICAL_AND || !em__gpu_dtype_ok(op, a->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "binary op %d is not supported for %s on %s",
                         (int)op, em_dtype_name(a->dtype), EM__DEVSTR(out));
     bool cmp = op >= EM_OP_EQ;

@@ -17,7 +17,7 @@ static int64_t block_cap(const em_gpu *g, int dev) {
 
 em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bool *reduce) {
     const em_gpu *g = em__gpu_of(out);
-    if (op < EM_OP_SUM || op > EM_OP_ARGMIN || !em__gpu_supports_op(op, in->dtype))
+    if (op < EM_OP_SUM || op > EM_OP_ARGMIN || !em__gpu_dtype_ok(op, in->dtype))
         return em_error(EM_ERR_NOT_SUPPORTED, "reduction %d is not supported for %s on %s",
                         (int)op, em_dtype_name(in->dtype), EM__DEVSTR(out));
     bool arg = op == EM_OP_ARGMAX || op == EM_OP_ARGMIN;

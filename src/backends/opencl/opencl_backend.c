@@ -337,6 +337,10 @@ static em_status ocl_sync(int index) {
                     index, d->props.name, em__ocl_err_name(e), recent[0] ? recent : "none");
 }
 
+/* OpenCL runs every op through the shared GPU op layer over its launcher (opencl_program.c). */
+static bool ocl_supports(const em_op_call *call) { return em__gpu_supports(&em__ocl_gpu, call); }
+static em_status ocl_run(const em_op_call *call) { return em__gpu_run(&em__ocl_gpu, call); }
+
 const em_backend em_opencl_backend = {
     .name = "opencl",
     .type = EM_OPENCL,
@@ -354,6 +358,7 @@ const em_backend em_opencl_backend = {
     .event_query = em__ocl_event_query,
     .event_synchronize = em__ocl_event_synchronize,
     .event_destroy = em__ocl_event_destroy,
-    /* the ops: the shared GPU op layer over the OpenCL launcher (opencl_program.c) */
-    EM_GPU_OPS(&em__ocl_gpu),
+    .gpu = &em__ocl_gpu,
+    .supports = ocl_supports,
+    .run = ocl_run,
 };
