@@ -31,6 +31,18 @@ em_status em__broadcast(const char *op, int n, em_tensor *const *ts, int *ndim, 
 const em_tensor *em__prepare(const em_tensor *t, em_dtype dt, int ndim, const int64_t *shape,
                              em_tensor *view, em_tensor **tmp);
 
+/* ---- fused ops over inputs of one shape (ops_fused.c) ---- */
+/* Fused op kop over n inputs of one shape, dtype and device (views copied contiguous first),
+ * giving one new output like in[0] (scoped); i and f (EM_OP_MAX_PARAMS each, or NULL) are
+ * the call's params. NULL with nothing recorded where the inputs differ or the backend
+ * declines; an error is recorded only when the kernel fails. */
+em_tensor *em__fused_map(em_op kop, int n, em_tensor *const *in, const int64_t *i, const double *f);
+/* A public fused op: NULL arguments, devices, shapes and dtypes (floating, one of each)
+ * checked with clear messages, then kop with gradient node gop where the backend has it,
+ * else compose(in), whose public ops record their own gradient. */
+em_tensor *em__fused_op(const char *op, em_op kop, em_grad_op gop, int n, em_tensor *const *in,
+                        em_tensor *(*compose)(em_tensor *const *in));
+
 /* After an in-place write to t: autograd's version counter moves on (ops_inplace.c). */
 void em__bump_version(em_tensor *t);
 

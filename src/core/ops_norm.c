@@ -1,7 +1,6 @@
-/* norms, embedding, attention: the fused LayerNorm (one kernel forward, one backward) that
- * src/nn/norm.c uses when the backend has it, with NativeLayerNormBackward0 as its node.
- * Elsewhere (other dtypes, no affine parameters, a backend without the kernels) LayerNorm is
- * composed from ops. */
+/* The fused LayerNorm (one kernel forward, one backward) that src/nn/norm.c uses when the
+ * backend has it, with NativeLayerNormBackward0 as its node. Elsewhere (other dtypes, no
+ * affine parameters, a backend without the kernels) LayerNorm is composed from ops. */
 #include "ops_internal.h"
 #include "internal_api.h"
 
@@ -84,50 +83,4 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
     *dx = em__scoped(a);
     *gxhat = em__scoped(c);
     return EM_OK;
-}
-
-/* Softmax's backward in one pass along the last dim (see internal_api.h) */
-em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log) {
-    if (!g || !y || g->dtype != y->dtype || (y->dtype != EM_F32 && y->dtype != EM_F64) || !em__same_shape(g, y) ||
-        !em__same_device(g, y) || !em__op_supported(y->storage->backend, EM_OP_SOFTMAX_BACKWARD, y->dtype) ||
-        y->ndim == 0 || dim != y->ndim - 1)
-        return NULL;
-    const em_backend *be = y->storage->backend;
-    em_tensor *tg = NULL, *ty = NULL;
-    const em_tensor *gc = contiguous_of(g, &tg), *yc = gc ? contiguous_of(y, &ty) : NULL;
-    em_tensor *out = yc ? em__tensor_new_on(be, y->storage->device, y->ndim, y->shape, y->dtype) : NULL;
-    em_status st = out ? EM_OK : em_last_status();
-    if (st == EM_OK && em__numel_raw(y->ndim, y->shape) > 0)
-        st = em__op_run(&(em_op_call){.op = EM_OP_SOFTMAX_BACKWARD, .dtype = y->dtype, .dst = {out}, .src = {gc, yc},
-                                      .i = {y->shape[y->ndim - 1], log}}, "softmax backward");
-    em_release(tg);
-    em_release(ty);
-    if (st != EM_OK) {
-        em_release(out);
-        return NULL;
-    }
-    return em__scoped(out);
-}
-
-/* GELU's backward in one pass where the backend has it (f32/f64, g and x of one shape), NULL
- * without an error otherwise: the caller composes. No gradient of its own (no double backward). */
-em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x) {
-    if (!g || !x || g->dtype != x->dtype || (x->dtype != EM_F32 && x->dtype != EM_F64) || !em__same_shape(g, x) ||
-        !em__same_device(g, x) || !em__op_supported(x->storage->backend, EM_OP_GELU_BACKWARD, x->dtype))
-        return NULL;
-    const em_backend *be = x->storage->backend;
-    em_tensor *tg = NULL, *tx = NULL;
-    const em_tensor *gc = contiguous_of(g, &tg), *xc = gc ? contiguous_of(x, &tx) : NULL;
-    em_tensor *out = xc ? em__tensor_new_on(be, x->storage->device, x->ndim, x->shape, x->dtype) : NULL;
-    em_status st = out ? EM_OK : em_last_status();
-    if (st == EM_OK && em__numel_raw(x->ndim, x->shape) > 0)
-        st = em__op_run(&(em_op_call){.op = EM_OP_GELU_BACKWARD, .dtype = x->dtype, .dst = {out}, .src = {gc, xc}},
-                        "GELU backward");
-    em_release(tg);
-    em_release(tx);
-    if (st != EM_OK) {
-        em_release(out);
-        return NULL;
-    }
-    return em__scoped(out);
 }
