@@ -43,7 +43,6 @@ em_tensor *em_sqrt(em_tensor *a);    /* square root (integers give float) */
 em_tensor *em_tanh(em_tensor *a);    /* hyperbolic tangent */
 em_tensor *em_sigmoid(em_tensor *a); /* 1 / (1 + e ** -a) */
 em_tensor *em_relu(em_tensor *a);    /* max(a, 0) */
-em_tensor *em_swiglu(em_tensor *gate, em_tensor *up); /* silu(gate) * up (throwaway) */
 em_tensor *em_gelu(em_tensor *a);                   /* exact (erf) form, PyTorch's default */
 
 /* cond ? a : b, broadcasting all three; cond must be EM_BOOL. */

@@ -49,10 +49,6 @@
       out[0] = em_mul(g, em_mul(a, em_add_scalar(em_neg(a), 1.0)));)                      \
     X(RELU, ReluBackward0, OUT, out[0] = ag_relu_backward(g, a);)                        \
     X(GELU, GeluBackward0, IN0, out[0] = ag_gelu_backward(g, a);)                         \
-    X(SWIGLU, SwigluBackward0, IN01,                                                      \
-      if (need1) out[1] = em_mul(g, em_mul(a, em_sigmoid(a)));                            \
-      if (need0) out[0] = em_mul(em_mul(g, b), em_mul(em_sigmoid(a),                      \
-          em_add_scalar(em_mul(a, em_add_scalar(em_neg(em_sigmoid(a)), 1.0)), 1.0)));)           \
     X(WHERE, WhereBackward0, IN0, /* a is the saved condition */                          \
       if (need1) out[1] = ag_keep_where(a, g);                                            \
       if (n->n > 2 && ag_input_needs(&n->in[2])) out[2] = ag_zero_where(a, g);)

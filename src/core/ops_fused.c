@@ -75,13 +75,6 @@ em_tensor *em__fused_op(const char *op, em_op kop, em_grad_op gop, int n, em_ten
     return em__finish(out, gop, n, in, &em__no_args);
 }
 
-static em_tensor *swiglu_composed(em_tensor *const *in) {
-    return em_mul(em_mul(in[0], em_sigmoid(in[0])), in[1]);
-}
-em_tensor *em_swiglu(em_tensor *gate, em_tensor *up) {
-    return em__fused_op("em_swiglu", EM_OP_SWIGLU, EM_GRAD_SWIGLU, 2, (em_tensor *[]){gate, up}, swiglu_composed);
-}
-
 /* ---- autograd's one-pass backward helpers (internal_api.h): NULL without an error where
  * they do not apply, and the caller composes. No gradient of their own. ---- */
 

@@ -214,9 +214,7 @@
     /* softmax's backward over rows of i[0] = n elements along the last dim: dst {dx},    \
      * src {g, y (the forward's output)}; i {n, log}: softmax: dx = y (g - sum(g y));     \
      * log: dx = g - exp(y) sum(g) */                                                     \
-    X(SOFTMAX_BACKWARD, softmax_backward, F32_F64, GPU_NONE)                                   \
-    /* dst {out}, src {gate, up}: out = silu(gate) * up (throwaway) */                         \
-    X(SWIGLU, swiglu, F32_F64, GPU_ELEMS(1, 2))
+    X(SOFTMAX_BACKWARD, softmax_backward, F32_F64, GPU_NONE)
 
 /* every op, in em_op order */
 #define EMK_OPS_ALL(X)                                                                    \

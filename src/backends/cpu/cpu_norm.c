@@ -128,21 +128,6 @@ static void gelu_bwd_f32(void *arg, int64_t i0, int64_t i1) {
     em__cpu_vgelu_backward_f32((const float *)c->g + i0, (const float *)c->x + i0, (float *)c->out + i0, i1 - i0);
 }
 
-em_status em__cpu_swiglu(const em_op_call *call) {
-    const em_tensor *a = call->src[0], *b = call->src[1];
-    int64_t n = em__cpu_numel(a);
-    if (a->dtype == EM_F64) {
-        double *o = em__host_ptr(call->dst[0]);
-        const double *x = em__host_ptr(a), *y = em__host_ptr(b);
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] / (1 + exp(-x[i])) * y[i];
-    } else {
-        float *o = em__host_ptr(call->dst[0]);
-        const float *x = em__host_ptr(a), *y = em__host_ptr(b);
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] / (1 + expf(-x[i])) * y[i];
-    }
-    return EM_OK;
-}
-
 em_status em__cpu_gelu_backward(const em_op_call *call) {
     em_tensor *dx = call->dst[0];
     const em_tensor *g = call->src[0], *x = call->src[1];
