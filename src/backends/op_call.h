@@ -124,7 +124,7 @@ static inline void em__optim_consts(const em_optim_args *a, bool adam, double c[
 
 #define EM_OP_MAX_DST 4
 #define EM_OP_MAX_SRC 6
-#define EM_OP_MAX_PARAMS 4
+#define EM_OP_MAX_PARAMS 8
 
 typedef struct em_op_call {
     em_op op;

@@ -46,7 +46,7 @@ typedef struct emk_strides {
  * the inputs'), and the call's integer and float params. A float param arrives rounded to
  * float32 in f and whole, as float64 bits, in fd: read it with EMK_PF_<dtype>(c, k). */
 #define EMK_CALL_TENSORS 10
-#define EMK_CALL_PARAMS 4
+#define EMK_CALL_PARAMS 8
 typedef struct emk_call {
     EMK_I64 items;
     EMK_I64 off[EMK_CALL_TENSORS];
