@@ -286,8 +286,8 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
          * the last 200 us: a transfer). When nothing has moved for 200 us a peer is late
          * (still computing): the loop then sleeps between polls (20 us asked, about 70 with
          * the kernel's timer slack) and leaves the core to the ranks that are computing;
-         * on a machine with fewer cores than runnable processes, polling there cost a DDP
-         * step 3-10x (measured in docs/BENCHMARKS.md). */
+         * on a machine with fewer cores than runnable processes, polling there made DDP
+         * steps several times slower (docs/BENCHMARKS.md, "Distributed"). */
         if ((++spins & 7) == 0) {
             double t = em__dist_now();
             if (t > w->deadline) return timeout_fail(w);
