@@ -32,7 +32,7 @@ static int cmp_double(const void *a, const void *b) {
  * whatever the previous call did. Without that, a call's time depends on the kind that ran
  * before it (a peer that has just read a line makes this rank's next write to it wait):
  * at 64 KB Open MPI's own all-reduce measured 11.9-12.2 us (minimum) right after one
- * pattern and 16.5-17.7 us right after another (docs/BENCHMARKS.md, session 8). */
+ * pattern and 16.5-17.7 us right after another (docs/BENCHMARKS.md, "Distributed"). */
 static int trials_for(int64_t bytes) {
     int64_t t = (int64_t)(64.0 * 1024 * 1024 * 4 / (double)bytes);
     return t > 400 ? 400 : t < 32 ? 32 : (int)t; /* at least 32: a quiet moment even under load */

@@ -92,6 +92,14 @@ static void case_broadcast_gather_scatter(void) {
     for (int r = 0; r < N; r++) CHECK_NEAR(em_item(em_select(em_select(out, 0, r), 0, 2)), r * 10, 0);
     CHECK(em_dist_all_gather(NULL, em_zeros(EM_SHAPE(N + 1, 3), EM_OPTS(.dtype = EM_I32)), in) == EM_ERR_SHAPE);
     CHECK_ERROR(EM_ERR_SHAPE, "world size");
+    /* the other argument checks: each fails on every rank before anything is sent, so the
+     * group stays usable and the collectives below still match */
+    CHECK(em_dist_all_gather(NULL, out, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dist_all_gather: a tensor argument is NULL");
+    CHECK(em_dist_all_gather(NULL, em_zeros(EM_SHAPE(N, 3), EM_OPTS(.dtype = EM_I64)), in) == EM_ERR_DTYPE);
+    CHECK_ERROR(EM_ERR_DTYPE, "em_dist_all_gather: input and output dtypes differ: int32 and int64");
+    CHECK(em_dist_all_reduce(NULL, in, (em_reduce_op)7) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_dist_all_reduce: expected a reduce op (EM_REDUCE_SUM, _AVG, _MAX, _MIN), got 7");
 
     /* reduce_scatter: rank r's input is r + j at element j; part p of the result is sum_r (r + p*2 + k) */
     em_tensor *rin = em_add_scalar(em_arange(0, 2.0 * N, 1, EM_OPTS(0)), R);

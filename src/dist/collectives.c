@@ -57,6 +57,17 @@ static const char *api_name(int k) {
     }
 }
 
+void em__dist_work_free_now(em_dist_work *w) {
+    em_release(w->dst);
+    em_release(w->src);
+    em_release(w->rbuf);
+    em_release(w->sbuf);
+    free(w->msg); /* the header arrays live in w's own block */
+    free(w->ar_tmp);
+    em__cuda_mark_free(w->mark);
+    free(w);
+}
+
 #ifdef EMBER_HAVE_MPI
 
 MPI_Datatype em__dist_mpi_type(em_dtype dt) {
@@ -275,8 +286,8 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
          * the last 200 us: a transfer). When nothing has moved for 200 us a peer is late
          * (still computing): the loop then sleeps between polls (20 us asked, about 70 with
          * the kernel's timer slack) and leaves the core to the ranks that are computing;
-         * on a machine with fewer cores than runnable processes, polling there cost a DDP
-         * step 3-10x (measured in docs/BENCHMARKS.md). */
+         * on a machine with fewer cores than runnable processes, polling there made DDP
+         * steps several times slower (docs/BENCHMARKS.md, "Distributed"). */
         if ((++spins & 7) == 0) {
             double t = em__dist_now();
             if (t > w->deadline) return timeout_fail(w);
@@ -311,17 +322,6 @@ static em_tensor *host_buffer(em_tensor *t, em_dtype wire, bool fill, bool *stag
     return s;
 }
 
-static void work_free_now(em_dist_work *w) {
-    em_release(w->dst);
-    em_release(w->src);
-    em_release(w->rbuf);
-    em_release(w->sbuf);
-    free(w->msg); /* the header arrays live in w's own block */
-    free(w->ar_tmp);
-    em__cuda_mark_free(w->mark);
-    free(w);
-}
-
 /* A contiguous tensor on t's device NCCL can use: t itself or a copy. */
 static em_tensor *device_buffer(em_tensor *t, bool *staged) {
     *staged = !em_is_contiguous(t);
@@ -329,30 +329,29 @@ static em_tensor *device_buffer(em_tensor *t, bool *staged) {
     return b ? em_retain(b) : NULL;
 }
 
-/* Start a collective. dst receives (in place for all_reduce and broadcast), src is the
- * input of all_gather and reduce_scatter. */
-static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, em_tensor *src, em_reduce_op op, int root) {
+static bool reduces(coll_kind kind) { return kind == C_ALL_REDUCE || kind == C_REDUCE_SCATTER; }
+static bool takes_input(coll_kind kind) { return kind == C_ALL_GATHER || kind == C_REDUCE_SCATTER; }
+
+/* The call's arguments, checked before anything is allocated: false with an error set. On
+ * success *count is the elements per rank that the header carries. */
+static bool check_call(const em_dist_group *g, coll_kind kind, em_tensor *dst, em_tensor *src, em_reduce_op op,
+                       int root, em_dtype dt, int64_t *count) {
     const char *api = api_name(kind);
-    em_dist_group *g = em__dist_resolve(gin, api);
-    if (!g) return NULL;
-    if (kind != C_BARRIER) {
-        if (!dst || ((kind == C_ALL_GATHER || kind == C_REDUCE_SCATTER) && !src)) {
-            if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: a tensor argument is NULL", api);
-            return NULL;
-        }
+    if (kind != C_BARRIER && (!dst || (takes_input(kind) && !src))) {
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: a tensor argument is NULL", api);
+        return false;
     }
     if ((unsigned)op > EM_REDUCE_MIN) {
         em_error(EM_ERR_ARGUMENT, "%s: expected a reduce op (EM_REDUCE_SUM, _AVG, _MAX, _MIN), got %d", api, (int)op);
-        return NULL;
+        return false;
     }
-    em_dtype dt = dst ? em_dtype_of(dst) : EM_F32;
-    int64_t count = 0;
-    if (kind == C_ALL_REDUCE || kind == C_BROADCAST) count = em_numel(dst);
-    if (kind == C_ALL_GATHER || kind == C_REDUCE_SCATTER) {
+    *count = 0;
+    if (kind == C_ALL_REDUCE || kind == C_BROADCAST) *count = em_numel(dst);
+    if (takes_input(kind)) {
         if (em_dtype_of(src) != dt) {
             em_error(EM_ERR_DTYPE, "%s: input and output dtypes differ: %s and %s", api, em_dtype_name(em_dtype_of(src)),
                      em_dtype_name(dt));
-            return NULL;
+            return false;
         }
         int64_t small = kind == C_ALL_GATHER ? em_numel(src) : em_numel(dst);
         int64_t big = kind == C_ALL_GATHER ? em_numel(dst) : em_numel(src);
@@ -360,48 +359,43 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
             em_error(EM_ERR_SHAPE, "%s: the %s must have world size (%d) times the %s's elements: expected %lld, found %lld", api,
                      kind == C_ALL_GATHER ? "output" : "input", g->size, kind == C_ALL_GATHER ? "input" : "output",
                      (long long)(small * g->size), (long long)big);
-            return NULL;
+            return false;
         }
-        count = small;
+        *count = small;
     }
     if (kind == C_BROADCAST && (root < 0 || root >= g->size)) {
         em_error(EM_ERR_ARGUMENT, "%s: root must be in [0, %d), got %d", api, g->size, root);
-        return NULL;
+        return false;
     }
-    bool reduces = kind == C_ALL_REDUCE || kind == C_REDUCE_SCATTER;
-    if (reduces && op == EM_REDUCE_AVG && !em_dtype_is_floating(dt)) {
+    if (reduces(kind) && op == EM_REDUCE_AVG && !em_dtype_is_floating(dt)) {
         em_error(EM_ERR_DTYPE, "%s: EM_REDUCE_AVG needs a floating dtype, got %s", api, em_dtype_name(dt));
-        return NULL;
+        return false;
     }
-    if (count > (int64_t)2147483647) {
-        em_error(EM_ERR_NOT_SUPPORTED, "%s: %lld elements is more than MPI's count allows (2^31 - 1)", api, (long long)count);
-        return NULL;
+    if (*count > (int64_t)2147483647) {
+        em_error(EM_ERR_NOT_SUPPORTED, "%s: %lld elements is more than MPI's count allows (2^31 - 1)", api, (long long)*count);
+        return false;
     }
-    /* CUDA tensors through NCCL when the group has it; its communicator is made now, at
-     * the first such collective (every rank reaches it at the same call) */
-    bool use_nccl = g->use_nccl && kind != C_BARRIER && em_device_of(dst).type == EM_CUDA &&
-                    (!src || em_device_of(src).type == EM_CUDA);
-    if (use_nccl && em__dist_nccl_ensure(g, em_device_of(dst).index) != EM_OK) return NULL;
-    /* The work and its header arrays in one allocation: five mallocs and frees per
-     * collective were a tenth of a 4-byte all_reduce's time. In order of alignment: the
-     * requests, the received headers (int64), Testsome's indices (int), the seen flags. */
+    return true;
+}
+
+/* A new work for one collective, its header filled in. The work and its header arrays are
+ * one allocation: five mallocs and frees per collective were a tenth of a 4-byte
+ * all_reduce's time. In order of alignment after the record: the requests, the received
+ * headers (int64), Testsome's indices (int), the seen flags. NULL with an error when host
+ * memory runs out. */
+static em_dist_work *work_new(em_dist_group *g, coll_kind kind, em_reduce_op op, int root, em_dtype dt, int64_t count,
+                              bool use_nccl) {
     int npeer = g->size - 1;
-#ifdef EMBER_HAVE_MPI
     size_t req_bytes = sizeof(MPI_Request) * (size_t)(2 * npeer + 1);
-#else
-    size_t req_bytes = 0;
-#endif
     size_t hin_bytes = sizeof(int64_t) * (size_t)(npeer * HDR_WORDS + 1);
     size_t idx_bytes = sizeof(int) * (size_t)(2 * npeer + 1);
     em_dist_work *w = calloc(1, sizeof *w + req_bytes + hin_bytes + idx_bytes + (size_t)npeer + 1);
     if (!w) {
-        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api);
+        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", api_name(kind));
         return NULL;
     }
     char *tail = (char *)(w + 1);
-#ifdef EMBER_HAVE_MPI
     w->hreq = (MPI_Request *)(void *)tail;
-#endif
     w->hin = (int64_t *)(void *)(tail + req_bytes);
     w->hidx = (int *)(void *)(tail + req_bytes + hin_bytes);
     w->hseen = (bool *)(tail + req_bytes + hin_bytes + idx_bytes);
@@ -416,16 +410,21 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
     w->peers_left = w->npeer;
     w->req = MPI_REQUEST_NULL;
     int64_t h[HDR_WORDS] = {[HDR_SEQ] = (int64_t)g->seq, [HDR_KIND] = kind, [HDR_DTYPE] = dt, [HDR_COUNT] = count,
-                            [HDR_ROOT] = kind == C_BROADCAST ? root : 0, [HDR_OP] = reduces ? op : 0};
+                            [HDR_ROOT] = kind == C_BROADCAST ? root : 0, [HDR_OP] = reduces(kind) ? op : 0};
     memcpy(w->hdr, h, sizeof h);
-    /* host buffers */
-    em_dtype wire = dt;
-    if ((dt == EM_F16 || dt == EM_BF16) && reduces) wire = EM_F32;
+    return w;
+}
+
+/* The buffers the data moves through: the user's tensors, retained, and what the transport
+ * reads and writes. For NCCL a contiguous tensor on the same device; for MPI a host buffer
+ * of dtype `wire` (host_buffer). false, with the error set, when one could not be made. */
+static bool stage_buffers(em_dist_work *w, em_tensor *dst, em_tensor *src, em_dtype wire) {
+    coll_kind kind = w->kind;
     bool staged = false;
     if (dst) w->dst = em_retain(dst);
     if (src) w->src = em_retain(src);
     em_scope s = em_scope_begin();
-    if (use_nccl) {
+    if (w->nccl) {
         w->rbuf = device_buffer(dst, &staged);
         w->copy_back = staged;
         if (src && w->rbuf) {
@@ -442,79 +441,117 @@ static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, e
         w->copy_back = staged;
     }
     em_scope_end(s);
-    if (kind != C_BARRIER && (!w->rbuf || ((kind == C_ALL_GATHER || kind == C_REDUCE_SCATTER) && !w->sbuf))) {
-        work_free_now(w);
+    return kind == C_BARRIER || (w->rbuf && (!takes_input(kind) || w->sbuf));
+}
+
+/* A work that failed after MPI was handed its buffers: MPI may still write them, so the
+ * group keeps it until finalize. NULL, for the caller to return. */
+static em_dist_work *to_graveyard(em_dist_work *w) {
+    w->next_dead = w->g->graveyard;
+    w->g->graveyard = w;
+    return NULL;
+}
+
+/* This rank's header to every peer, and a receive for each of theirs: MPI's error code. */
+static int post_headers(em_dist_work *w) {
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < w->npeer && rc == MPI_SUCCESS; i++)
+        rc = MPI_Irecv(w->hin + (size_t)i * HDR_WORDS, HDR_WORDS, MPI_INT64_T, peer_of(w, i), 0, w->g->hcomm, &w->hreq[i]);
+    for (int i = 0; i < w->npeer && rc == MPI_SUCCESS; i++)
+        rc = MPI_Isend(w->hdr, HDR_WORDS, MPI_INT64_T, peer_of(w, i), 0, w->g->hcomm, &w->hreq[w->npeer + i]);
+    return rc;
+}
+
+/* The data through NCCL on the tensors' stream: w, or NULL with the failure recorded. */
+static em_dist_work *post_nccl(em_dist_work *w) {
+    if (em__dist_nccl_start(w) == EM_OK) return w;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", em_last_error());
+    em_clear_error();
+    work_fail(w, EM_ERR_BACKEND, "%s: %s", api_name(w->kind), msg);
+    return to_graveyard(w);
+}
+
+/* all_reduce over Ember's own point-to-point algorithms (allreduce.c): its receive buffer,
+ * its place among the group's works in flight, and its first messages, posted now so that
+ * the data flows while the caller computes. w, or NULL with the failure recorded. */
+static em_dist_work *post_own_all_reduce(em_dist_work *w) {
+    if (em__ar_start(w) != MPI_SUCCESS) {
+        work_fail(w, EM_ERR_OUT_OF_MEMORY, "%s: out of host memory for a receive buffer of %lld elements", api_name(w->kind),
+                  (long long)w->count);
+        return to_graveyard(w);
+    }
+    w->next_active = w->g->active;
+    w->g->active = w;
+    int rc = MPI_SUCCESS;
+    const char *call = "all_reduce";
+    if (em__ar_progress(w, false, &rc, &call) < 0) {
+        mpi_error(w, call, rc);
+        return to_graveyard(w);
+    }
+    return w;
+}
+
+/* The data through MPI, in the host buffers of dtype `wire`: all_reduce by the algorithm
+ * em__ar_choose picks, the others by MPI's non-blocking collectives. w, or NULL with the
+ * failure recorded. */
+static em_dist_work *post_mpi(em_dist_work *w, em_dtype wire) {
+    em_dist_group *g = w->g;
+    void *rb = w->rbuf ? em_data_ptr(w->rbuf) : NULL;
+    void *sb = w->sbuf ? em_data_ptr(w->sbuf) : NULL;
+    int n = (int)w->count;
+    MPI_Datatype ty = em__dist_mpi_type(wire);
+    int rc = MPI_SUCCESS;
+    switch (w->kind) {
+    case C_ALL_REDUCE:
+        w->wire = wire;
+        w->ar_algo = em__ar_choose(g, w->count, wire);
+        if (w->ar_algo != AR_MPI) return post_own_all_reduce(w);
+        rc = MPI_Iallreduce(MPI_IN_PLACE, rb, n, ty, mpi_op(w->op, w->dtype), g->comm, &w->req);
+        break;
+    case C_BROADCAST: rc = MPI_Ibcast(rb, n, ty, w->root, g->comm, &w->req); break;
+    case C_ALL_GATHER: rc = MPI_Iallgather(sb, n, ty, rb, n, ty, g->comm, &w->req); break;
+    case C_REDUCE_SCATTER: rc = MPI_Ireduce_scatter_block(sb, rb, n, ty, mpi_op(w->op, w->dtype), g->comm, &w->req); break;
+    case C_BARRIER: rc = MPI_Ibarrier(g->comm, &w->req); break;
+    }
+    if (rc != MPI_SUCCESS) {
+        mpi_error(w, kind_name(w->kind), rc);
+        return to_graveyard(w);
+    }
+    return w;
+}
+
+/* Start a collective. dst receives (in place for all_reduce and broadcast), src is the
+ * input of all_gather and reduce_scatter. */
+static em_dist_work *start(em_dist_group *gin, coll_kind kind, em_tensor *dst, em_tensor *src, em_reduce_op op, int root) {
+    em_dist_group *g = em__dist_resolve(gin, api_name(kind));
+    if (!g) return NULL;
+    em_dtype dt = dst ? em_dtype_of(dst) : EM_F32;
+    int64_t count = 0;
+    if (!check_call(g, kind, dst, src, op, root, dt, &count)) return NULL;
+    /* CUDA tensors through NCCL when the group has it; its communicator is made now, at
+     * the first such collective (every rank reaches it at the same call) */
+    bool use_nccl = g->use_nccl && kind != C_BARRIER && em_device_of(dst).type == EM_CUDA &&
+                    (!src || em_device_of(src).type == EM_CUDA);
+    if (use_nccl && em__dist_nccl_ensure(g, em_device_of(dst).index) != EM_OK) return NULL;
+    em_dist_work *w = work_new(g, kind, op, root, dt, count, use_nccl);
+    if (!w) return NULL;
+    /* MPI cannot add float16 or bfloat16: over MPI those reductions travel as float32 */
+    em_dtype wire = (dt == EM_F16 || dt == EM_BF16) && reduces(kind) ? EM_F32 : dt;
+    if (!stage_buffers(w, dst, src, wire)) {
+        em__dist_work_free_now(w);
         return NULL;
     }
     /* headers first, then the data */
-    int rc = MPI_SUCCESS;
-    for (int i = 0; i < w->npeer && rc == MPI_SUCCESS; i++)
-        rc = MPI_Irecv(w->hin + (size_t)i * HDR_WORDS, HDR_WORDS, MPI_INT64_T, peer_of(w, i), 0, g->hcomm, &w->hreq[i]);
-    for (int i = 0; i < w->npeer && rc == MPI_SUCCESS; i++)
-        rc = MPI_Isend(w->hdr, HDR_WORDS, MPI_INT64_T, peer_of(w, i), 0, g->hcomm, &w->hreq[w->npeer + i]);
+    int rc = post_headers(w);
     g->seq++;
     w->start = em__dist_now();
     w->deadline = w->start + g->timeout_s;
     if (rc != MPI_SUCCESS) {
         mpi_error(w, "MPI_Isend/MPI_Irecv (headers)", rc);
-        w->next_dead = g->graveyard;
-        g->graveyard = w;
-        return NULL;
+        return to_graveyard(w);
     }
-    if (w->nccl) {
-        if (em__dist_nccl_start(w) != EM_OK) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", em_last_error());
-            em_clear_error();
-            work_fail(w, EM_ERR_BACKEND, "%s: %s", api, msg);
-            w->next_dead = g->graveyard;
-            g->graveyard = w;
-            return NULL;
-        }
-        return w;
-    }
-    void *rb = w->rbuf ? em_data_ptr(w->rbuf) : NULL;
-    void *sb = w->sbuf ? em_data_ptr(w->sbuf) : NULL;
-    int n = (int)count;
-    MPI_Datatype ty = em__dist_mpi_type(wire);
-    switch (kind) {
-    case C_ALL_REDUCE:
-        w->wire = wire;
-        w->ar_algo = em__ar_choose(g, count, wire);
-        if (w->ar_algo == AR_MPI) {
-            rc = MPI_Iallreduce(MPI_IN_PLACE, rb, n, ty, mpi_op(op, dt), g->comm, &w->req);
-            break;
-        }
-        if (em__ar_start(w) != MPI_SUCCESS) {
-            work_fail(w, EM_ERR_OUT_OF_MEMORY, "%s: out of host memory for a receive buffer of %lld elements", api,
-                      (long long)count);
-            w->next_dead = g->graveyard;
-            g->graveyard = w;
-            return NULL;
-        }
-        w->next_active = g->active;
-        g->active = w;
-        /* post the first messages now: the data flows while the caller computes */
-        const char *call = "all_reduce";
-        if (em__ar_progress(w, false, &rc, &call) < 0) {
-            mpi_error(w, call, rc);
-            w->next_dead = g->graveyard;
-            g->graveyard = w;
-            return NULL;
-        }
-        break;
-    case C_BROADCAST: rc = MPI_Ibcast(rb, n, ty, root, g->comm, &w->req); break;
-    case C_ALL_GATHER: rc = MPI_Iallgather(sb, n, ty, rb, n, ty, g->comm, &w->req); break;
-    case C_REDUCE_SCATTER: rc = MPI_Ireduce_scatter_block(sb, rb, n, ty, mpi_op(op, dt), g->comm, &w->req); break;
-    case C_BARRIER: rc = MPI_Ibarrier(g->comm, &w->req); break;
-    }
-    if (rc != MPI_SUCCESS) {
-        mpi_error(w, kind_name(kind), rc);
-        w->next_dead = g->graveyard;
-        g->graveyard = w;
-        return NULL;
-    }
-    return w;
+    return w->nccl ? post_nccl(w) : post_mpi(w, wire);
 }
 
 em_status em_dist_wait(em_dist_work *w) {
@@ -541,11 +578,10 @@ void em_dist_work_free(em_dist_work *w) {
         em_error_restore(&saved);
     }
     if (w->mpi_pending) {
-        w->next_dead = w->g->graveyard;
-        w->g->graveyard = w;
+        to_graveyard(w);
         return;
     }
-    work_free_now(w);
+    em__dist_work_free_now(w);
 }
 
 #else /* no MPI in this build */

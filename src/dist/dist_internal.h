@@ -151,6 +151,8 @@ void em__ar_release(em_dist_work *w);
 int em__ar_waiting_for(const em_dist_work *w, char *buf, size_t size);
 MPI_Datatype em__dist_mpi_type(em_dtype dt);
 #endif
+/* Releases w's tensors and frees w with its arrays, now: MPI must no longer own its buffers. */
+void em__dist_work_free_now(em_dist_work *w);
 /* Frees the buffers of works that failed (at finalize). */
 void em__dist_bury(em_dist_group *g);
 

@@ -87,14 +87,7 @@ void em__dist_bury(em_dist_group *g) {
     while (g->graveyard) {
         em_dist_work *w = g->graveyard;
         g->graveyard = w->next_dead;
-        em_release(w->dst);
-        em_release(w->src);
-        em_release(w->rbuf);
-        em_release(w->sbuf);
-        free(w->msg); /* the header arrays live in w's own block */
-        free(w->ar_tmp);
-        em__cuda_mark_free(w->mark);
-        free(w);
+        em__dist_work_free_now(w);
     }
 }
 
