@@ -28,6 +28,7 @@ static const opt_spec bench_table[] = {
                              "and matmul GFLOPS by dtype into FILE, a .png or .svg picture; its folder is checked "
                              "before measuring"),
 };
+OPT_TABLE_FITS(bench_table);
 
 const opt_command bench_options = {
     .name = "ember bench",

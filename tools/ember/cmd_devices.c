@@ -12,6 +12,7 @@ enum { D_JSON };
 static const opt_spec devices_table[] = {
     [D_JSON] = OPTION_FLAG("--json", "one JSON object instead of text (memory in bytes, null when unknown)"),
 };
+OPT_TABLE_FITS(devices_table);
 
 const opt_command devices_options = {
     .name = "ember devices",

@@ -22,6 +22,7 @@ static const opt_spec eval_table[] = {
                              "a GPT checkpoint's text: the validation loss is over its last 10% (default: the "
                              "text `ember train --model gpt` trains on by default)"),
 };
+OPT_TABLE_FITS(eval_table);
 
 const opt_command eval_options = {
     .name = "ember eval",

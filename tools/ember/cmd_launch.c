@@ -70,6 +70,7 @@ static const opt_spec launch_table[] = {
     [L_RANK_OF_MPI] = {.name = "--rank-of-mpi", .kind = OPT_FLAG, .flags = OPT_HIDDEN,
                        .help = "this process is one rank under mpirun: set torchrun's variables from Open MPI's"},
 };
+OPT_TABLE_FITS(launch_table);
 
 const opt_command launch_options = {
     .name = "ember launch",

@@ -67,6 +67,7 @@ static const opt_spec mem_table[] = {
                        "in the low dtype plus the weights' casts"},
     [M_JSON] = OPTION_FLAG("--json", "machine-readable output"),
 };
+OPT_TABLE_FITS(mem_table);
 
 const opt_command mem_options = {
     .name = "ember mem",

@@ -303,6 +303,7 @@ static const opt_spec smi_table[] = {
                              "the values (nounits)"),
     [S_FIELDS] = OPTION_FLAG("--help-query-gpu", "the fields --query-gpu knows, with their units"),
 };
+OPT_TABLE_FITS(smi_table);
 
 const opt_command smi_options = {
     .name = "ember smi",

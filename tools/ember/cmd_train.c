@@ -113,6 +113,7 @@ static const opt_spec train_table[] = {
                              "every epoch (the loss every --log-every steps too); its folder is checked before "
                              "training starts"),
 };
+OPT_TABLE_FITS(train_table);
 
 const opt_command train_options = {
     .name = "ember train",

@@ -41,15 +41,16 @@ static void usage(FILE *f) {
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-8s %s\n", "help", "the options of a command: ember help <command>");
     fprintf(f, "\n  ember help --options <command>   its options as a table, one per line (tab-separated: name,\n"
-               "                                  alias, kind, metavar, min, max, flags, choices) for scripts\n"
+               "                                   alias, kind, metavar, min, max, flags, choices) for scripts\n"
                "  ember help --man [<command>]     the man page's section of a command (roff), or every one\n");
     /* ---- command conventions (issue 17): exit status, the same for every command ---- */
     fprintf(f, "\nexit status:\n"
                "  0    done\n"
                "  1    failed: a file that cannot be read or written, a device error, a measurement\n"
                "       that failed; the message on stderr says what and why\n"
-               "  2    usage: an unknown command or option, a bad or missing value (ember train also\n"
-               "       checks its files and folders before it starts: one it cannot use is a usage error)\n"
+               "  2    usage: an unknown command or option, an option given twice, a bad or missing\n"
+               "       value, an argument too many (ember train also checks its files and folders before\n"
+               "       it starts: one it cannot use is a usage error)\n"
                "  130  interrupted by Ctrl-C (SIGINT); ember train saves its checkpoint first, and\n"
                "       exits with 128 + N for SIGTERM (143) and SIGHUP (129) as well\n");
 }

@@ -353,6 +353,7 @@ static const opt_spec gpt_table[] = {
                              "train and validation loss curves drawn into FILE, a .png or .svg picture, rewritten "
                              "after every epoch (the loss every " STRINGIFY(GPT_PLOT_EVERY) " steps too)"),
 };
+OPT_TABLE_FITS(gpt_table);
 
 const opt_command gpt_train_options = {
     .name = "ember train",

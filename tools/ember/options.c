@@ -42,8 +42,6 @@ static int find(const opt_command *c, const char *name, size_t len) {
     return -1;
 }
 
-int opt_index(const opt_command *c, const char *name) { return find(c, name, strlen(name)); }
-
 static bool is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
 
 /* The name part of an option argument: up to '=' for "--name=value". */

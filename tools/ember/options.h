@@ -71,7 +71,7 @@ typedef struct opt_spec {
 #define OPTION_DEVICE(name_, help_) {.name = name_, .kind = OPT_DEVICE, .metavar = "D", .help = help_}
 #define OPTION_LIST(name_, metavar_, help_) {.name = name_, .kind = OPT_LIST, .metavar = metavar_, .help = help_}
 
-/* The most options one command has room for (ember train has 23). */
+/* The most options one command has room for (ember train has the most, 24). */
 #define OPT_MAX 40
 
 /* A command: its usage, its options and the text around them. Texts are lines separated by
@@ -95,6 +95,8 @@ typedef struct opt_command {
 #define OPT_NBSP "\x1f"
 
 #define OPT_COUNT(table) ((int)(sizeof table / sizeof table[0]))
+/* After each table: a table too long for opt_result fails the build. */
+#define OPT_TABLE_FITS(table) _Static_assert(OPT_COUNT(table) <= OPT_MAX, #table " has more options than OPT_MAX")
 
 /* One option's value after parsing. */
 typedef struct opt_value {
@@ -117,9 +119,6 @@ typedef struct opt_result {
 /* Reads argv[1..argc-1] against c. Returns -1 when the command goes on (r filled), 0 after
  * printing the help to out (-h, --help), or 2 after printing a usage error to err. */
 int opt_parse(const opt_command *c, int argc, char **argv, opt_result *r, FILE *out, FILE *err);
-
-/* The index of the option named name (or alias) in c, or -1. */
-int opt_index(const opt_command *c, const char *name);
 
 /* A usage error: "NAME: message\n" on err; returns 2, the usage status. */
 int opt_usage_error(const opt_command *c, FILE *err, const char *fmt, ...)
