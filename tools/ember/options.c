@@ -118,7 +118,7 @@ static void choice_words(const opt_spec *s, const char *sep, const char *last_se
                 continue;
             }
             const char *before = shown == 0 ? "" : shown == total - 1 ? last_sep : sep;
-            int w = snprintf(buf + n, n < size ? size - n : 0, "%s%s", before, ch->word);
+            int w = snprintf(n < size ? buf + n : NULL, n < size ? size - n : 0, "%s%s", before, ch->word);
             if (w > 0) n += (size_t)w;
             shown++;
         }
