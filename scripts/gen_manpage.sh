@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Writes ember(1) from the command's own help texts: `ember --help` (commands, exit status)
-# and `ember help COMMAND` for each command it lists, so the page never drifts from them.
+# Writes ember(1) from the command's own texts: `ember --help` (commands, exit status) and
+# `ember help --man`, each command's section written from the option table that its --help
+# and its parser use, so the page never drifts from them.
 # Usage: scripts/gen_manpage.sh path/to/ember OUT.1   (the build runs it: build/ember.1)
 set -euo pipefail
 ember="$1"; out="$2"
@@ -9,8 +10,13 @@ roff() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/" -e 's/-/\\-/g'; }
 version="$("$ember" --version | head -1 | sed 's/^ember //')"
 commands="$("$ember" --help | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && $1 != "" && $1 != "help" {print $1}')"
 [ -n "$commands" ] || { echo "gen_manpage: no commands in '$ember --help'" >&2; exit 1; }
+sections="$("$ember" help --man)"
+for c in $commands; do   # a command without a section would be a command without a table
+    grep -qx ".SS ember $c" <<<"$sections" || { echo "gen_manpage: no section for ember $c" >&2; exit 1; }
+done
 {
     echo ".TH EMBER 1 \"\" \"ember $version\" \"User Commands\""
+    echo ".nh"   # option names are not hyphenated across lines
     echo ".SH NAME"
     echo "ember \\- PyTorch's device model in C: devices, training, evaluation, benchmarks, memory estimates"
     echo ".SH SYNOPSIS"
@@ -27,12 +33,8 @@ commands="$("$ember" --help | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && $1 !=
     "$ember" --help | sed '/^exit status:/,$d' | roff
     echo ".fi"
     echo ".SH COMMANDS"
-    for c in $commands; do
-        echo ".SS ember $c"
-        echo ".nf"
-        "$ember" help "$c" | roff
-        echo ".fi"
-    done
+    # each command's section from its option table (tools/ember/options.c), as --help is
+    printf '%s\n' "$sections"
     echo ".SH EXIT STATUS"
     echo ".nf"
     "$ember" --help | sed -n '/^exit status:/,$p' | tail -n +2 | roff

@@ -284,7 +284,7 @@ static void test_options(void) {
         {"eval a.safetensors b.safetensors", NULL, 2, "unexpected argument 'b.safetensors': one CHECKPOINT only", 0},
         {"eval --device cpu --device cpu", NULL, 2, "--device is given twice", 0},
         {"eval --bogus x", NULL, 2, "unknown option '--bogus'", 0},
-        {"eval --data", NULL, 2, "missing value or unknown option '--data'", 0},
+        {"eval --data", NULL, 2, "option --data needs a value", 0},
         {"eval ''", NULL, 2, "the CHECKPOINT path is empty", 0},
         {"eval @/missing.safetensors --device cpu --data @/data", NULL, 1, "@/missing.safetensors: cannot open", 0},
         {"eval @ --device cpu --data @/data", NULL, 1, "is a directory, expected a file", 0},
@@ -304,8 +304,8 @@ static void test_options(void) {
         {"mem 1K --lora-rank 8 --mode lora", NULL, 2, "would hold more parameters than the model's 1000", 0},
         {"mem 7X", NULL, 2, "cannot read the parameter count '7X'", 0},
         {"mem 0", NULL, 2, "the parameter count must be at least 1", 0},
-        {"mem 7B --dtype f8", NULL, 2, "unknown dtype 'f8'", 0},
-        {"mem 7B --mode half", NULL, 2, "unknown mode 'half'", 0},
+        {"mem 7B --dtype f8", NULL, 2, "--dtype expects f16, bf16 or f32, got 'f8'", 0},
+        {"mem 7B --mode half", NULL, 2, "--mode expects all, inference, full or lora, got 'half'", 0},
         {"mem 7B --optim lion", NULL, 2, "lion", 0},
         {"mem 7B --act-bytes 0 --batch 1", NULL, 2, "--act-bytes expects a size above 0 bytes", 0},
         {"mem 7B --act-bytes 12QB --batch 1", NULL, 2, "--act-bytes: cannot read the size '12QB'", 0},
@@ -335,11 +335,11 @@ static void test_options(void) {
         {"bench --dtype f8", NULL, 2, "unknown dtype 'f8'", 0},
         {"bench --dtype i32", NULL, 2, "unknown dtype 'i32'", 0},
         {"bench --only everything", NULL, 2, "unknown section 'everything'", 0},
-        {"bench --min-time 0", NULL, 2, "bad --min-time '0': expected seconds from 0.001 to 60", 0},
-        {"bench --min-time 61", NULL, 2, "expected seconds from 0.001 to 60", 0},
-        {"bench --json --json", NULL, 2, "option given twice: '--json'", 0},
-        {"bench --device cpu --device cpu", NULL, 2, "option given twice: '--device'", 0},
-        {"bench --device", NULL, 2, "option needs a value: '--device'", 0},
+        {"bench --min-time 0", NULL, 2, "--min-time expects a number >= 0.001 and <= 60, got '0' (out of range)", 0},
+        {"bench --min-time 61", NULL, 2, "--min-time expects a number >= 0.001 and <= 60, got '61'", 0},
+        {"bench --json --json", NULL, 2, "--json is given twice", 0},
+        {"bench --device cpu --device cpu", NULL, 2, "--device is given twice", 0},
+        {"bench --device", NULL, 2, "option --device needs a value", 0},
         {"bench stray", NULL, 2, "unexpected argument 'stray'", 0},
     };
     RUN_CASES(cases);
@@ -349,6 +349,66 @@ static void test_options(void) {
     strcat(args, "namx");
     const bad_case long_list[] = {{args, NULL, 2, "Field \"namx\" is not a valid field", 0}};
     RUN_CASES(long_list);
+}
+
+/* The rules one option parser (tools/ember/options.c) gives every command: each option once,
+ * values read whole and in decimal, in range and not underflowing, no value taken from the
+ * next option, nothing silently left unused; tests/test_tool_options.c probes every option of
+ * every table the same way. */
+static void test_option_rules(void) {
+    static const bad_case cases[] = {
+        {"--version x", NULL, 2, "--version takes no arguments, got 'x'", 0},
+        {"--help x", NULL, 2, "--help takes no arguments, got 'x'", 0},
+        {"help train extra", NULL, 2, "unexpected argument 'extra'", 0},
+        {"devices --json --json", NULL, 2, "--json is given twice: give each option once", 0},
+        {"devices --json=yes", NULL, 2, "--json takes no value, got '--json=yes'", 0},
+        {"devices extra", NULL, 2, "unexpected argument 'extra'", 0},
+        {"smi --format=csv", NULL, 2, "--format formats --query-gpu's output: it needs --query-gpu", 0},
+        {"smi --format csv,noheader", NULL, 2, "it needs --query-gpu", 0},
+        {"smi -L --query-gpu=name --format=csv", NULL, 2, "-L and --query-gpu cannot go together", 0},
+        {"smi --list-gpus -L", NULL, 2, "-L is given twice (first as --list-gpus)", 0},
+        {"smi --query-gpu=name --format", NULL, 2, "option --format needs a value", 0},
+        {"train --lr 1e-400", NULL, 2, "--lr expects a number >= 0 and <= 1e+06, got '1e-400' (underflows to 0)", 0},
+        {"train --momentum=1e-320", NULL, 2, "got '1e-320' (underflows: below the smallest normal double", 0},
+        {"train --weight-decay 0x10", NULL, 2, "got '0x10' (not a number)", 0},
+        {"train --lr 0x1p-3", NULL, 2, "got '0x1p-3' (not a number)", 0},
+        {"train --seed 0x10", NULL, 2, "--seed expects an integer >= 0, got '0x10' (not a number)", 0},
+        {"train --epochs 3e0", NULL, 2, "got '3e0' (not a number)", 0},
+        {"train --epochs=5x", NULL, 2, "got '5x' (not a number)", 0},
+        {"train --epoch 3", NULL, 2, "unknown option '--epoch' (did you mean --epochs?)", 0},
+        {"train --checkpoint --resume", NULL, 2,
+         "option --checkpoint needs a value (the next argument, '--resume', is an option)", 0},
+        {"train --resume=yes", NULL, 2, "--resume takes no value", 0},
+        {"train --amp=f32", NULL, 2, "--amp expects bf16 or f16, got 'f32'", 0},
+        {"train --amp f16 --loss-scale 1e-50", NULL, 2, "got '1e-50' (underflows to 0 in float32", 0},
+        {"train --model gpt --lr 1e-400", NULL, 2, "(underflows to 0)", 0},
+        {"train --model gpt --epochs 1 --epochs=2", NULL, 2, "--epochs is given twice", 0},
+        {"train --model gpt --contxt 8", NULL, 2, "unknown option '--contxt' (did you mean --context?)", 0},
+        {"eval --threads 0x4", NULL, 2, "got '0x4' (not a number)", 0},
+        {"eval --threads=4 --threads 4", NULL, 2, "--threads is given twice", 0},
+        {"eval --test-sample 3", NULL, 2, "did you mean --test-samples?", 0},
+        {"eval @/good.safetensors --text x --device cpu", NULL, 2, "--text goes with a GPT checkpoint", 0},
+        {"mem 7B --act-bytes 0x10 --batch 1", NULL, 2, "--act-bytes: cannot read the size '0x10'", 0},
+        {"mem 7B --act-bytes ' 5MB' --batch 1", NULL, 2, "--act-bytes: cannot read the size ' 5MB'", 0},
+        {"mem 7B --act-bytes 1e-400GB --batch 1", NULL, 2, "got '1e-400GB' (underflows to 0)", 0},
+        {"mem 0x10", NULL, 2, "cannot read the parameter count '0x10'", 0},
+        {"mem ' 7B'", NULL, 2, "cannot read the parameter count ' 7B'", 0},
+        {"mem 7B --lora-rank 0x8", NULL, 2, "got '0x8' (not a number)", 0},
+        {"mem 7B --dtype bf16 --dtype=f16", NULL, 2, "--dtype is given twice", 0},
+        {"mem 7B --master-weights --master-weights", NULL, 2, "--master-weights is given twice", 0},
+        {"bench --min-time 1e-400", NULL, 2, "got '1e-400' (underflows to 0)", 0},
+        {"bench --min-time 0x1", NULL, 2, "got '0x1' (not a number)", 0},
+        {"bench --quick --quick", NULL, 2, "--quick is given twice", 0},
+        {"bench --sizes 64 --sizes=128", NULL, 2, "--sizes is given twice", 0},
+        {"bench --plot", NULL, 2, "option --plot needs a value", 0},
+        {"launch -n 0x2 -- true", NULL, 2, "-n expects an integer from 1 to 1024, got '0x2' (not a number)", 0},
+        {"launch -n 2 --grace 1e1 -- true", NULL, 2, "got '1e1' (not a number)", 0},
+        {"launch -n 2 --mpi --mpi -- true", NULL, 2, "--mpi is given twice", 0},
+        {"launch -n 2 --master-addr -- true", NULL, 2,
+         "option --master-addr needs a value (the next argument, '--', is an option)", 0},
+        {"launch -n 2 --master-port=99999 -- true", NULL, 2, "--master-port expects an integer from 1 to 65535", 0},
+    };
+    RUN_CASES(cases);
 }
 
 static void test_devices_and_environment(void) {
@@ -716,6 +776,7 @@ int main(void) {
     } while (0)
     RUN(test_setup_trains_on_the_small_data);
     RUN_GROUP(test_options);
+    RUN_GROUP(test_option_rules);
     RUN_GROUP(test_devices_and_environment);
     RUN_GROUP(test_output_paths_fail_before_training);
     RUN_GROUP(test_corrupt_checkpoints);

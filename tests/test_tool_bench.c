@@ -9,6 +9,7 @@
 #include "../tools/ember/bench_run.c"
 #include "../tools/ember/bench_report.c"
 #include "../tools/ember/cmd_bench.c"
+#include "../tools/ember/options.c"       /* the option parser cmd_bench.c uses */
 #include "../tools/ember/plot.c"         /* --plot (tests/test_tool_plot.c checks the pictures) */
 #include "../tools/ember/plot_bench.c"
 
@@ -213,8 +214,8 @@ static void test_bad_arguments(void) {
     check_bad(run("--dtype", "i32", NULL), "unknown dtype 'i32'");
     check_bad(run("--dtype", "f32,f16,bf16,f64,f32", NULL), "bad dtype list");
     check_bad(run("--only", "matmul,gemm", NULL), "unknown section 'gemm'");
-    check_bad(run("--min-time", "-1", NULL), "bad --min-time");
-    check_bad(run("--min-time", "nan", NULL), "bad --min-time");
+    check_bad(run("--min-time", "-1", NULL), "--min-time expects a number >= 0.001 and <= 60, got '-1' (out of range)");
+    check_bad(run("--min-time", "nan", NULL), "--min-time expects a number >= 0.001 and <= 60, got 'nan' (not a number)");
     check_bad(run("--frobnicate", NULL), "unknown option '--frobnicate'");
     check_bad(run("extra", NULL), "unexpected argument 'extra'");
     if (!em_device_available(EM_CUDA)) check_bad(run("--device", "cuda:0", NULL), "not available");

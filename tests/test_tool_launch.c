@@ -86,6 +86,9 @@ static void test_bad_arguments(void) {
                     cases[i].want);
         CHECK(rc == 2 && strstr(out, cases[i].want));
     }
+    /* after '--' every argument is the program's, ember's own options and --help included */
+    CHECK(tool_run("launch -n 1 --no-mpi -- sh -c 'echo child got $1 $2' sh --help --epochs", out, sizeof out) == 0);
+    CHECK(strstr(out, "[rank 0] child got --help --epochs") != NULL);
     CHECK(tool_run("launch --help", out, sizeof out) == 0 && strstr(out, "Exit status: 0"));
     CHECK(tool_run("--help", out, sizeof out) == 0 && strstr(out, "launch"));
 }

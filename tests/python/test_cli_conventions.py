@@ -253,6 +253,10 @@ class ManPageAndCompletion(unittest.TestCase):
             if c != "help":
                 self.assertIn(f"\n.SS ember {c}\n", page)
         self.assertIn("130", page.split(".SH EXIT STATUS")[1])
+        # the sections come from the option tables: one entry per option, ember train --model gpt's too
+        self.assertIn("\n.SS ember train \\-\\-model gpt\n", page)
+        self.assertIn("\n.TP\n\\fB\\-\\-epochs\\fR \\fIN\\fR\n", page)
+        self.assertIn("\n.TP\n\\fB\\-n\\fR, \\fB\\-\\-nproc\\fR \\fIN\\fR\n", page)
 
     def test_man_page_renders(self):
         if not shutil.which("man"):
@@ -279,6 +283,12 @@ class ManPageAndCompletion(unittest.TestCase):
         self.assertIn("--quick", self.complete(EMBER, "bench", "--q"))
         self.assertIn("--resume", self.complete(EMBER, "train", "--re"))
         self.assertIn("opencl:0", self.complete(EMBER, "train", "--device", "open"))
+        # values and options from the command's option table (ember help --options)
+        self.assertEqual(self.complete(EMBER, "train", "--optimizer", "ad"), ["adam", "adamw"])
+        self.assertEqual(self.complete(EMBER, "mem", "--mode", "l"), ["lora"])
+        self.assertEqual(self.complete(EMBER, "train", "--model", "gpt", "--te"), ["--text"])
+        self.assertNotIn("--rank-of-mpi", self.complete(EMBER, "launch", "--"))  # hidden: the launcher's own
+        self.assertEqual(self.complete(EMBER, "train", "--epochs", ""), [])  # a number: nothing to offer
 
 
 if __name__ == "__main__":

@@ -7,26 +7,40 @@
 #include <unistd.h>
 #include "bench.h"
 #include "commands.h"
+#include "options.h"
 #include "plot.h"   /* --plot */
 #include <ember/parse.h>
 
-static const char usage_text[] =
-    "usage: ember bench [options]\n"
-    "Measure a device: matmul throughput, host <-> device copies, launch latency, and the\n"
-    "size from which it beats the CPU. Each number is a median over repeats after warm-up,\n"
-    "with the device synchronized before every clock read.\n\n"
-    "  --device D          auto (default: CUDA, then MPS, then an OpenCL GPU, then the CPU;\n"
-    "                      EMBER_DEVICE overrides), cpu, cuda:N, opencl:N\n"
-    "  --dtype LIST        matmul dtypes, from f32,f16,bf16,f64 (default f32,f16,bf16)\n"
-    "  --sizes LIST        matmul sizes n, e.g. 64,256,1024 (default: by device, up to 8192 on a GPU)\n"
-    "  --only LIST         sections, from matmul,copy,launch,crossover (default all)\n"
-    "  --quick             shorter: 0.05 s per number, fewer sizes (default 0.2 s)\n"
-    "  --min-time S        seconds of repeats per number (0.001 to 60)\n"
-    "  --json              one JSON object instead of text\n"
-    "  --plot FILE         also draw the crossover (time per op against size: cpu, device,\n"
-    "                      device with copies) and matmul GFLOPS by dtype into FILE, a .png\n"
-    "                      or .svg picture; its folder is checked before measuring\n"
-    "  --help              this text\n";
+enum { B_DEVICE, B_DTYPE, B_SIZES, B_ONLY, B_QUICK, B_MIN_TIME, B_JSON, B_PLOT };
+static const opt_spec bench_table[] = {
+    [B_DEVICE] = OPTION_DEVICE("--device", "auto (default: CUDA, then MPS, then an OpenCL GPU, then the CPU; "
+                                           "EMBER_DEVICE overrides), cpu, cuda:N, opencl:N"),
+    [B_DTYPE] = OPTION_LIST("--dtype", "LIST", "matmul dtypes, up to 4 of f32,f16,bf16,f64 (default f32,f16,bf16)"),
+    [B_SIZES] = OPTION_LIST("--sizes", "LIST",
+                            "matmul sizes n, up to 32 of 1 to 32768, e.g. 64,256,1024 (default: by device, up to "
+                            "8192 on a GPU)"),
+    [B_ONLY] = OPTION_LIST("--only", "LIST", "sections, from matmul,copy,launch,crossover (default all)"),
+    [B_QUICK] = OPTION_FLAG("--quick", "shorter: 0.05 s per number, fewer sizes (default 0.2 s)"),
+    [B_MIN_TIME] = OPTION_DOUBLE("--min-time", "S", 0.001, 60, "seconds of repeats per number"),
+    [B_JSON] = OPTION_FLAG("--json", "one JSON object instead of text"),
+    [B_PLOT] = OPTION_STRING("--plot", "FILE",
+                             "also draw the crossover (time per op against size: cpu, device, device with copies) "
+                             "and matmul GFLOPS by dtype into FILE, a .png or .svg picture; its folder is checked "
+                             "before measuring"),
+};
+OPT_TABLE_FITS(bench_table);
+
+const opt_command bench_options = {
+    .name = "ember bench",
+    .usage = "ember bench [options]",
+    .about = "Measure a device: matmul throughput, host <-> device copies, launch latency, and the size from which "
+             "it beats the CPU. Each number is a median over repeats after warm-up, with the device synchronized "
+             "before every clock read.",
+    .options = bench_table,
+    .count = OPT_COUNT(bench_table),
+    .exit_status = "0 done; 1 a measurement failed (the report says why) or the report or picture could not be "
+                   "written; 2 bad arguments; 130 interrupted",
+};
 
 static int bad(FILE *err, const char *what, const char *arg, const char *expected) {
     fprintf(err, "ember bench: %s '%s'%s%s\n(ember bench --help for the options)\n", what, arg,
@@ -94,76 +108,57 @@ static bool parse_device(const char *s, bench_opts *o, FILE *err, const char *sr
 
 int bench_parse(int argc, char **argv, bench_opts *o, FILE *out, FILE *err) {
     *o = (bench_opts){.dtypes = {EM_F32, EM_F16, EM_BF16}, .ndtypes = 3, .sections = BENCH_ALL};
-    const char *device = "auto";
-    double min_time = 0;
+    opt_result opts;
+    int status = opt_parse(&bench_options, argc, argv, &opts, out, err);
+    if (status >= 0) return status == 0 ? 1 : status;   /* 1: the help was printed */
+    const opt_value *v = opts.v;
     char items[BENCH_MAX_SIZES][32];
     int n;
-    const char *seen[16];
-    int nseen = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        for (int k = 0; k < nseen; k++)
-            if (!strcmp(seen[k], a)) return bad(err, "option given twice:", a, "give each option once");
-        if (a[0] == '-' && nseen < 16) seen[nseen++] = a;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, out);
-            return 1;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        } else if (!strcmp(a, "--quick")) {
-            o->quick = true;
-            continue;
-        } else if (strcmp(a, "--device") && strcmp(a, "--dtype") && strcmp(a, "--sizes") && strcmp(a, "--only") &&
-                   strcmp(a, "--min-time") && strcmp(a, "--plot")) {
-            return bad(err, a[0] == '-' ? "unknown option" : "unexpected argument", a, NULL);
-        } else if (!v) {
-            return bad(err, "option needs a value:", a, NULL);
-        }
-        i++;
-        if (!strcmp(a, "--device")) {
-            device = v;
-        } else if (!strcmp(a, "--plot")) {
-            if (!plot_check_output(err, "ember bench", "--plot", v)) return 2;   /* before a minute of measuring */
-            o->plot = v;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!split(v, items, BENCH_MAX_DTYPES, &n))
-                return bad(err, "bad dtype list", v, "expected up to 4 of f32,f16,bf16,f64 separated by commas");
-            o->ndtypes = n;
-            for (int k = 0; k < n; k++)
-                if (em_dtype_parse(items[k], &o->dtypes[k]) != EM_OK || !em_dtype_is_floating(o->dtypes[k])) {
-                    em_clear_error();
-                    return bad(err, "unknown dtype", items[k], "expected f32, f16, bf16 or f64");
-                }
-        } else if (!strcmp(a, "--sizes")) {
-            if (!split(v, items, BENCH_MAX_SIZES, &n))
-                return bad(err, "bad size list", v, "expected up to 32 whole numbers separated by commas, e.g. 64,256,1024");
-            o->nsizes = n;
-            for (int k = 0; k < n; k++) {
-                uint64_t s;
-                if (em_parse_u64(items[k], 32768, &s) != EM_NUM_OK || s < 1)
-                    return bad(err, "bad size", items[k], "expected a whole number from 1 to 32768");
-                o->sizes[k] = (int64_t)s;
+    o->json = v[B_JSON].given;
+    o->quick = v[B_QUICK].given;
+    if (v[B_PLOT].given) {
+        if (!plot_check_output(err, "ember bench", "--plot", v[B_PLOT].text)) return 2;   /* before a minute of measuring */
+        o->plot = v[B_PLOT].text;
+    }
+    if (v[B_DTYPE].given) {
+        const char *list = v[B_DTYPE].text;
+        if (!split(list, items, BENCH_MAX_DTYPES, &n))
+            return bad(err, "bad dtype list", list, "expected up to 4 of f32,f16,bf16,f64 separated by commas");
+        o->ndtypes = n;
+        for (int k = 0; k < n; k++)
+            if (em_dtype_parse(items[k], &o->dtypes[k]) != EM_OK || !em_dtype_is_floating(o->dtypes[k])) {
+                em_clear_error();
+                return bad(err, "unknown dtype", items[k], "expected f32, f16, bf16 or f64");
             }
-        } else if (!strcmp(a, "--only")) {
-            if (!split(v, items, BENCH_MAX_SIZES, &n))
-                return bad(err, "bad section list", v, "expected some of matmul,copy,launch,crossover separated by commas");
-            o->sections = 0;
-            for (int k = 0; k < n; k++) {
-                static const char *names[] = {"matmul", "copy", "launch", "crossover"};
-                int bit = -1;
-                for (int s = 0; s < 4; s++)
-                    if (!strcmp(items[k], names[s])) bit = s;
-                if (bit < 0) return bad(err, "unknown section", items[k], "expected matmul, copy, launch or crossover");
-                o->sections |= 1u << bit;
-            }
-        } else {
-            if (em_parse_f64(v, 0.001, 60, &min_time) != EM_NUM_OK)
-                return bad(err, "bad --min-time", v, "expected seconds from 0.001 to 60");
+    }
+    if (v[B_SIZES].given) {
+        const char *list = v[B_SIZES].text;
+        if (!split(list, items, BENCH_MAX_SIZES, &n))
+            return bad(err, "bad size list", list, "expected up to 32 whole numbers separated by commas, e.g. 64,256,1024");
+        o->nsizes = n;
+        for (int k = 0; k < n; k++) {
+            uint64_t s;
+            if (em_parse_u64(items[k], 32768, &s) != EM_NUM_OK || s < 1)
+                return bad(err, "bad size", items[k], "expected a whole number from 1 to 32768");
+            o->sizes[k] = (int64_t)s;
         }
     }
-    if (!parse_device(device, o, err, "")) return 2;
-    o->min_time = min_time > 0 ? min_time : o->quick ? 0.05 : 0.2;
+    if (v[B_ONLY].given) {
+        const char *list = v[B_ONLY].text;
+        if (!split(list, items, BENCH_MAX_SIZES, &n))
+            return bad(err, "bad section list", list, "expected some of matmul,copy,launch,crossover separated by commas");
+        o->sections = 0;
+        for (int k = 0; k < n; k++) {
+            static const char *names[] = {"matmul", "copy", "launch", "crossover"};
+            int bit = -1;
+            for (int s = 0; s < 4; s++)
+                if (!strcmp(items[k], names[s])) bit = s;
+            if (bit < 0) return bad(err, "unknown section", items[k], "expected matmul, copy, launch or crossover");
+            o->sections |= 1u << bit;
+        }
+    }
+    if (!parse_device(v[B_DEVICE].given ? v[B_DEVICE].text : "auto", o, err, "")) return 2;
+    o->min_time = v[B_MIN_TIME].given ? v[B_MIN_TIME].d : o->quick ? 0.05 : 0.2;
     return 0;
 }
 

@@ -6,36 +6,32 @@
 #include <string.h>
 #include "commands.h"
 #include "devices_report.h"
+#include "options.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ember devices [--json]\n"
-            "\n"
-            "For each device type (cpu, cuda, mps, opencl): whether it is available and, if not,\n"
-            "why; how many devices it has; each device's name, total and free memory, compute\n"
-            "units (and compute capability for CUDA); then the device auto-selection picks\n"
-            "(CUDA, then MPS, then an OpenCL GPU, then the CPU) and why.\n"
-            "\n"
-            "  --json   one JSON object instead of text (memory in bytes, null when unknown)\n"
-            "  --help   this text\n"
-            "\n"
-            "Environment: EMBER_DEVICE=<device> (e.g. cpu, cuda:1, opencl:0) overrides auto-selection.\n");
-}
+enum { D_JSON };
+static const opt_spec devices_table[] = {
+    [D_JSON] = OPTION_FLAG("--json", "one JSON object instead of text (memory in bytes, null when unknown)"),
+};
+OPT_TABLE_FITS(devices_table);
+
+const opt_command devices_options = {
+    .name = "ember devices",
+    .usage = "ember devices [--json]",
+    .about = "For each device type (cpu, cuda, mps, opencl): whether it is available and, if not, why; how many "
+             "devices it has; each device's name, total and free memory, compute units (and compute capability "
+             "for CUDA); then the device auto-selection picks (CUDA, then MPS, then an OpenCL GPU, then the CPU) "
+             "and why.",
+    .options = devices_table,
+    .count = OPT_COUNT(devices_table),
+    .epilogue = "Environment: EMBER_DEVICE=<device> (e.g. cpu, cuda:1, opencl:0) overrides auto-selection.",
+    .exit_status = "0 done, whether or not there is a GPU; 1 the report could not be written; 2 bad arguments",
+};
 
 int cmd_devices(int argc, char **argv) {
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            json = true;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "ember devices: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    opt_result opts;
+    int status = opt_parse(&devices_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    bool json = opts.v[D_JSON].given;
     devrep_report *r = calloc(1, sizeof *r);
     if (!r) {
         fprintf(stderr, "ember devices: out of memory\n");

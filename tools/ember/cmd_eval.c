@@ -7,64 +7,59 @@
 #include "mlp.h"
 #include "model_cnn.h"
 #include "model_gpt.h"
+#include "options.h"
 
 static const char *const tool = "ember eval";
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ember eval [CHECKPOINT] [options]\n"
-            "Test accuracy, loss and throughput of a model `ember train` wrote (the seed's MLP or the\n"
-            "CNN, as the checkpoint's \"model\" metadata says) on Fashion-MNIST.\n\n"
-            "  CHECKPOINT           safetensors file from `ember train` (default ember-mlp.safetensors)\n"
-            "  --device D           auto (default), cpu, cuda:N, opencl:N\n"
-            "  --batch-size N       samples per forward pass (default 1000)\n"
-            "  --threads N          CPU threads (default: every core)\n"
-            "  --data DIR           directory of the IDX files (default: the Debian package's)\n"
-            "  --test-samples N     the first N test samples only\n");
-}
+enum { E_DEVICE, E_BATCH_SIZE, E_THREADS, E_DATA, E_TEST_SAMPLES, E_TEXT };
+static const opt_spec eval_table[] = {
+    [E_DEVICE] = OPTION_DEVICE("--device", "auto (default), cpu, cuda:N, opencl:N"),
+    [E_BATCH_SIZE] = OPTION_INT("--batch-size", "N", 1, (int64_t)1 << 30, "samples per forward pass (default 1000)"),
+    [E_THREADS] = OPTION_INT("--threads", "N", 1, 4096, "CPU threads (default: every core)"),
+    [E_DATA] = OPTION_STRING("--data", "DIR", "directory of the IDX files (default: the Debian package's)"),
+    [E_TEST_SAMPLES] = OPTION_INT("--test-samples", "N", 1, (int64_t)1 << 50, "the first N test samples only"),
+    [E_TEXT] = OPTION_STRING("--text", "PATH",
+                             "a GPT checkpoint's text: the validation loss is over its last 10% (default: the "
+                             "text `ember train --model gpt` trains on by default)"),
+};
+OPT_TABLE_FITS(eval_table);
+
+const opt_command eval_options = {
+    .name = "ember eval",
+    .usage = "ember eval [CHECKPOINT] [options]",
+    .about = "Test accuracy, loss and throughput of a model `ember train` wrote (the seed's MLP or the CNN, as the "
+             "checkpoint's \"model\" metadata says) on Fashion-MNIST; for a GPT checkpoint (ember train --model "
+             "gpt), the validation loss on its text and a sample.",
+    .positional = "CHECKPOINT",
+    .positional_help = "safetensors file from `ember train` (default ember-mlp.safetensors)",
+    .extra = "one CHECKPOINT only",
+    .options = eval_table,
+    .count = OPT_COUNT(eval_table),
+    .epilogue = "A GPT checkpoint takes --text, --device and --threads; the others are for the MLP and the CNN.",
+    .exit_status = "0 done; 1 the checkpoint or the data cannot be read, or the evaluation failed; 2 bad arguments",
+};
 
 int cmd_eval(int argc, char **argv) {
-    const char *path = NULL, *dir = NULL;
+    opt_result opts;
+    int status = opt_parse(&eval_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    const opt_value *v = opts.v;
+    const char *path = opts.positional, *dir = v[E_DATA].text;
     em_device dev = EM_DEVICE_CPU;
-    bool device_set = false;
-    int64_t batch = 1000, threads = 0, limit = 0;
-    mlp_seen seen = {0};
-    for (int i = 1; i < argc; i++) { /* a GPT checkpoint (ember train --model gpt) has its own evaluation */
-        if (argv[i][0] == '-' && argv[i][1]) {
-            i++;
-            continue;
-        }
-        if (gpt_is_checkpoint(argv[i])) return gpt_eval_main(argv[i], argc, argv);
-        break;
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool ok = true;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (a[0] != '-' || !a[1]) {
-            if (path) {   /* one checkpoint: a second one is a mistake, not a replacement */
-                fprintf(stderr, "%s: unexpected argument '%s': one CHECKPOINT only (already '%s')\n", tool, a, path);
+    bool device_set = v[E_DEVICE].given;
+    int64_t batch = v[E_BATCH_SIZE].given ? v[E_BATCH_SIZE].i : 1000;
+    int64_t threads = v[E_THREADS].given ? v[E_THREADS].i : 0, limit = v[E_TEST_SAMPLES].i;
+    if (path && *path && gpt_is_checkpoint(path)) {   /* a GPT checkpoint (ember train --model gpt) has its own evaluation */
+        static const int mlp_only[] = {E_BATCH_SIZE, E_DATA, E_TEST_SAMPLES};
+        for (size_t k = 0; k < sizeof mlp_only / sizeof mlp_only[0]; k++)
+            if (v[mlp_only[k]].given) {
+                fprintf(stderr, "%s: %s is a GPT checkpoint: options are --text PATH, --device D, --threads N "
+                        "(got '%s')\n", tool, path, v[mlp_only[k]].as);
                 return 2;
             }
-            path = a;
-            continue;
-        } else if (i + 1 >= argc || (strcmp(a, "--device") && strcmp(a, "--batch-size") && strcmp(a, "--threads") &&
-                                     strcmp(a, "--data") && strcmp(a, "--test-samples"))) {
-            fprintf(stderr, "%s: %s '%s'\n", tool, i + 1 >= argc ? "missing value or unknown option" : "unknown option", a);
-            usage(stderr);
-            return 2;
-        }
-        if (!mlp_once(tool, &seen, a)) return 2;
-        const char *v = argv[++i];
-        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, a, v, &dev), device_set = true;
-        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 30, &batch);
-        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, 4096, &threads);
-        else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 50, &limit);
-        else dir = v;
-        if (!ok) return 2;
+        return gpt_eval_main(path, v[E_TEXT].text, v[E_DEVICE].text, threads);
     }
+    if (device_set && !mlp_parse_device(tool, "--device", v[E_DEVICE].text, &dev)) return 2;
     if (!path) path = "ember-mlp.safetensors";
     if (!*path) {
         fprintf(stderr, "%s: the CHECKPOINT path is empty\n", tool);
@@ -75,6 +70,11 @@ int cmd_eval(int argc, char **argv) {
     int rc = 1;
     /* the checkpoint first: a bad one is reported before the data is read */
     const char *kind = model_of_checkpoint(path);
+    if (kind && v[E_TEXT].given) {
+        fprintf(stderr, "%s: --text goes with a GPT checkpoint (ember train --model gpt); %s is the %s's\n", tool, path,
+                !strcmp(kind, "cnn") ? "CNN" : "MLP");
+        return 2;
+    }
     em_module *model = kind ? model_new(kind) : NULL;
     em_dataset *test = NULL;
     if (!model) {

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "commands.h"
-#include "mlp.h"
+#include "options.h"
 
 static const char *const tool = "ember launch";
 
@@ -47,32 +47,50 @@ static const char *const tool = "ember launch";
 /* The line an inner launcher prints when its rank dies; the outer one looks for it. */
 #define DEATH_MARK "ember launch: rank "
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ember launch -n N [options] -- PROGRAM [ARGS...]\n"
-            "Ember's torchrun: start N processes of PROGRAM with torchrun's variables set (RANK,\n"
-            "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each line of their\n"
-            "output prefixed with \"[rank R] \".\n\n"
-            "  -n, --nproc N        processes in all (1 to %d)\n"
-            "  --hosts A,B          spread them over these hosts (through mpirun, in blocks: ranks\n"
-            "                       0..N/H-1 on A, ...); MASTER_ADDR is the first host\n"
-            "  --mpi                start them through mpirun (the default when mpirun is installed;\n"
-            "                       Open MPI's OMPI_COMM_WORLD_* variables are then set too)\n"
-            "  --no-mpi             start them directly (fork and exec), on this host: for programs that\n"
-            "                       do not use Ember's distributed layer (em_dist_init needs one MPI job)\n"
-            "  --master-addr ADDR   MASTER_ADDR (default 127.0.0.1, or the first of --hosts)\n"
-            "  --master-port P      MASTER_PORT (default: a free port here; 29500 with --hosts)\n"
-            "  --grace S            seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
-            "  --help               this text\n\n"
-            "When a rank exits with a non-zero status or is killed by a signal, the others get SIGTERM\n"
-            "(SIGKILL after the grace period) and launch exits naming the rank and how it ended.\n"
-            "Ctrl-C (SIGINT) and SIGTERM go to every rank; a second one kills them at once.\n"
-            "Under mpirun, SIGUSR2 is how Ctrl-C reaches the ranks: a program must leave it alone.\n"
-            "mpirun's own settings come from the environment (OMPI_MCA_*, e.g. OMPI_MCA_plm_rsh_agent);\n"
-            "EMBER_*, POCL_* and OMP_NUM_THREADS are passed on to every host.\n\n"
-            "Exit status: 0 every rank exited 0; 1 a rank failed (or could not be started);\n"
-            "2 bad arguments; 128 + N stopped by signal N (130 for Ctrl-C).\n", MAX_RANKS);
-}
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+enum { L_NPROC, L_HOSTS, L_MPI, L_NO_MPI, L_MASTER_ADDR, L_MASTER_PORT, L_GRACE, L_RANK_OF_MPI };
+static const opt_spec launch_table[] = {
+    [L_NPROC] = {.name = "--nproc", .alias = "-n", .kind = OPT_INT, .metavar = "N", .imin = 1, .imax = MAX_RANKS,
+                 .help = "processes in all"},
+    [L_HOSTS] = OPTION_LIST("--hosts", "A,B",
+                            "spread them over these hosts (through mpirun, in blocks: ranks 0..N/H-1 on A, ...); "
+                            "MASTER_ADDR is the first host"),
+    [L_MPI] = OPTION_FLAG("--mpi", "start them through mpirun (the default when mpirun is installed; Open MPI's "
+                                   "OMPI_COMM_WORLD_* variables are then set too)"),
+    [L_NO_MPI] = OPTION_FLAG("--no-mpi", "start them directly (fork and exec), on this host: for programs that do "
+                                         "not use Ember's distributed layer (em_dist_init needs one MPI job)"),
+    [L_MASTER_ADDR] = OPTION_STRING("--master-addr", "ADDR", "MASTER_ADDR (default 127.0.0.1, or the first of --hosts)"),
+    [L_MASTER_PORT] = OPTION_INT("--master-port", "P", 1, 65535,
+                                 "MASTER_PORT (default: a free port here; 29500 with --hosts)"),
+    [L_GRACE] = OPTION_INT("--grace", "S", 0, 3600,
+                           "seconds between SIGTERM and SIGKILL when stopping ranks (default 5)"),
+    /* the launcher mpirun starts once per rank (see the top of this file) */
+    [L_RANK_OF_MPI] = {.name = "--rank-of-mpi", .kind = OPT_FLAG, .flags = OPT_HIDDEN,
+                       .help = "this process is one rank under mpirun: set torchrun's variables from Open MPI's"},
+};
+OPT_TABLE_FITS(launch_table);
+
+const opt_command launch_options = {
+    .name = "ember launch",
+    .usage = "ember launch -n N [options] -- PROGRAM [ARGS...]",
+    .about = "Ember's torchrun: start N processes of PROGRAM with torchrun's variables set (RANK, WORLD_SIZE, "
+             "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each line of their output prefixed with "
+             "\"[rank R] \". Everything after '--' is PROGRAM's.",
+    .extra = "the program and its arguments go after '--' (ember launch -n 2 -- PROGRAM ARGS)",
+    .rest_after_dashdash = true,
+    .options = launch_table,
+    .count = OPT_COUNT(launch_table),
+    .epilogue =
+        "When a rank exits with a non-zero status or is killed by a signal, the others get SIGTERM (SIGKILL after "
+        "the grace period) and launch exits naming the rank and how it ended. Ctrl-C (SIGINT) and SIGTERM go to "
+        "every rank; a second one kills them at once. Under mpirun, SIGUSR2 is how Ctrl-C reaches the ranks: a "
+        "program must leave it alone. mpirun's own settings come from the environment (OMPI_MCA_*, e.g. "
+        "OMPI_MCA_plm_rsh_agent); EMBER_*, POCL_* and OMP_NUM_THREADS are passed on to every host.",
+    .exit_status = "0 every rank exited 0; 1 a rank failed (or could not be started); 2 bad arguments; 128" OPT_NBSP
+                   "+" OPT_NBSP "N stopped by signal N (130 for Ctrl-C)",
+};
 
 /* ---- signals: a self-pipe the poll loop reads ---- */
 
@@ -510,63 +528,37 @@ static bool parse_hosts(const char *v, launch_opts *o) {
 }
 
 static int parse(int argc, char **argv, launch_opts *o) {
-    mlp_seen seen = {0};
     *o = (launch_opts){.grace = 5, .mpi = -1};
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--")) break;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--mpi") || !strcmp(a, "--no-mpi") || !strcmp(a, "--rank-of-mpi")) {
-            if (!mlp_once(tool, &seen, a)) return 2;
-            if (!strcmp(a, "--rank-of-mpi")) o->rank_of_mpi = true;
-            else if (o->mpi != -1) {
-                fprintf(stderr, "%s: --mpi and --no-mpi contradict each other\n", tool);
-                return 2;
-            } else o->mpi = !strcmp(a, "--mpi");
-            continue;
-        }
-        static const char *const valued[] = {"-n", "--nproc", "--hosts", "--master-addr", "--master-port", "--grace"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
-        if (!known) {
-            if (a[0] == '-') fprintf(stderr, "%s: unknown option '%s'\n", tool, a);
-            else fprintf(stderr, "%s: unexpected argument '%s': the program and its arguments go after '--' "
-                         "(ember launch -n 2 -- %s ...)\n", tool, a, a);
-            usage(stderr);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "%s: %s needs a value\n", tool, a);
-            return 2;
-        }
-        if (!mlp_once(tool, &seen, !strcmp(a, "--nproc") ? "-n" : a)) return 2;
-        const char *v = argv[++i];
-        bool ok = true;
-        if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) ok = mlp_parse_int(tool, a, v, 1, MAX_RANKS, &o->nproc);
-        else if (!strcmp(a, "--grace")) ok = mlp_parse_int(tool, a, v, 0, 3600, &o->grace);
-        else if (!strcmp(a, "--master-port")) ok = mlp_parse_int(tool, a, v, 1, 65535, &o->master_port);
-        else if (!strcmp(a, "--master-addr")) {
-            o->master_addr = v;
-            if (!valid_host_name(v)) {
-                fprintf(stderr, "%s: --master-addr expects a host name or address, got '%s'\n", tool, v);
-                ok = false;
-            }
-        } else if (!strcmp(a, "--hosts")) ok = parse_hosts(v, o);
-        if (!ok) return 2;
+    opt_result opts;
+    int status = opt_parse(&launch_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    const opt_value *v = opts.v;
+    if (v[L_MPI].given && v[L_NO_MPI].given) {
+        fprintf(stderr, "%s: --mpi and --no-mpi contradict each other\n", tool);
+        return 2;
     }
-    if (i >= argc) {
+    o->mpi = v[L_MPI].given ? 1 : v[L_NO_MPI].given ? 0 : -1;
+    o->rank_of_mpi = v[L_RANK_OF_MPI].given;
+    o->nproc = v[L_NPROC].i;
+    if (v[L_GRACE].given) o->grace = v[L_GRACE].i;
+    o->master_port = v[L_MASTER_PORT].i;
+    if (v[L_MASTER_ADDR].given) {
+        o->master_addr = v[L_MASTER_ADDR].text;
+        if (!valid_host_name(o->master_addr)) {
+            fprintf(stderr, "%s: --master-addr expects a host name or address, got '%s'\n", tool, o->master_addr);
+            return 2;
+        }
+    }
+    if (v[L_HOSTS].given && !parse_hosts(v[L_HOSTS].text, o)) return 2;
+    if (!opts.dashdash) {
         fprintf(stderr, "%s: missing '--' before the program to run (ember launch -n 2 -- PROGRAM ARGS)\n", tool);
         return 2;
     }
-    if (i + 1 >= argc) {
+    if (opts.nrest == 0) {
         fprintf(stderr, "%s: no program after '--' (ember launch -n 2 -- PROGRAM ARGS)\n", tool);
         return 2;
     }
-    o->argv = argv + i + 1;
+    o->argv = opts.rest;
     if (o->rank_of_mpi) return -1;
     if (o->nproc == 0) {
         fprintf(stderr, "%s: -n N (the number of processes) is required\n", tool);

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <ember/ember.h>
 #include <ember/estimate.h>
 #include "commands.h"
@@ -13,38 +12,75 @@
 #include "model_cnn.h"
 #include "model_gpt.h"
 #include "mem_measured.h"
+#include "options.h"
 
-static const char usage_text[] =
-    "usage: ember mem PARAMS [options]\n"
-    "       ember mem --model FILE.safetensors [options]\n"
-    "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.\n\n"
-    "  PARAMS                 parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)\n"
-    "  --model mlp|cnn        `ember train --model mlp|cnn`'s network (float32 unless --dtype;\n"
-    "                         --batch default 64); the training estimates print the CPU\n"
-    "                         allocator's measured peak over two real steps of the same training\n"
-    "  --model gpt            the GPT of `ember train --model gpt` (--layers, --hidden = d_model,\n"
-    "                         --seq = context, --batch), the step's peak counted op by op and the\n"
-    "                         measured peak alongside; --lora-rank R: LoRA on every Linear\n"
-    "  --checkpoint-activations   with --model mlp, cnn or gpt: as `ember train\n"
-    "                         --checkpoint-activations` (mlp/cnn: em_checkpoint_sequential over\n"
-    "                         sqrt(layers) segments; gpt: each block): only segment inputs are\n"
-    "                         kept, the segment being backpropagated is recomputed and counted\n"
-    "  --model FILE           an Ember checkpoint (em_module_save): parameters, dtype and the\n"
-    "                         Linear layers' widths come from its tensors; with --batch the\n"
-    "                         activations and the optimizer's workspace are counted too\n"
-    "  --dtype f16|bf16|f32   the weights' dtype (default f16)\n"
-    "  --mode all|inference|full|lora   which estimates to print (default all)\n"
-    "  --optim sgd|sgd-momentum|adam|adamw   optimizer for fine-tuning (default adam)\n"
-    "  --master-weights       full fine-tuning keeps float32 master weights and optimizer\n"
-    "                         states (mixed precision); default: everything in --dtype\n"
-    "  --lora-rank R          LoRA rank (default 8)\n"
-    "  --lora-targets M       adapted hidden x hidden matrices per layer (default 2: q, v)\n"
-    "  --hidden H --layers L  the model's shape (default: inferred as a transformer)\n"
-    "  --batch B --seq S      also count activations for this batch\n"
-    "  --act-bytes SIZE       activation bytes per sample instead of the formula (e.g. 300MB)\n"
-    "  --amp bf16|f16         training under autocast (ember train --amp): float32 weights (unless\n"
-    "                         --dtype), activations in the low dtype plus the weights' casts\n"
-    "  --json                 machine-readable output\n";
+enum { M_PARAMS, M_MODEL, M_CKPT_ACT, M_DTYPE, M_MODE, M_OPTIM, M_MASTER_WEIGHTS, M_LORA_RANK, M_LORA_TARGETS,
+       M_HIDDEN, M_LAYERS, M_BATCH, M_SEQ, M_ACT_BYTES, M_AMP, M_JSON };
+static const opt_choice dtype_choices[] = {
+    {"f16", EM_F16}, {"fp16", EM_F16}, {"float16", EM_F16}, {"half", EM_F16},
+    {"bf16", EM_BF16}, {"bfloat16", EM_BF16},
+    {"f32", EM_F32}, {"fp32", EM_F32}, {"float32", EM_F32}, {"float", EM_F32},
+    {NULL, 0},
+};
+static const opt_choice mode_choices[] = {{"all", 0}, {"inference", 1}, {"full", 2}, {"lora", 3}, {NULL, 0}};
+static const char *const mode_names[] = {"all", "inference", "full", "lora"};
+static const opt_choice optim_choices[] = {
+    {"sgd", EM_ESTIMATE_SGD}, {"sgd-momentum", EM_ESTIMATE_SGD_MOMENTUM}, {"adam", EM_ESTIMATE_ADAM},
+    {"adamw", EM_ESTIMATE_ADAMW}, {NULL, 0},
+};
+#define MEM_MAX_SHAPE 1000000000
+static const opt_spec mem_table[] = {
+    [M_PARAMS] = OPTION_STRING("--params", "PARAMS", "the parameter count, as PARAMS"),
+    [M_MODEL] = OPTION_STRING("--model", "NAME|FILE",
+                              "mlp or cnn: `ember train --model mlp|cnn`'s network (float32 unless --dtype; --batch "
+                              "default 64); the training estimates print the CPU allocator's measured peak over two "
+                              "real steps of the same training.\n"
+                              "gpt: the GPT of `ember train --model gpt` (--layers, --hidden = d_model, --seq = "
+                              "context, --batch), the step's peak counted op by op and the measured peak alongside; "
+                              "--lora-rank R: LoRA on every Linear.\n"
+                              "FILE: an Ember checkpoint (em_module_save): parameters, dtype and the Linear layers' "
+                              "widths come from its tensors; with --batch the activations and the optimizer's "
+                              "workspace are counted too"),
+    [M_CKPT_ACT] = OPTION_FLAG("--checkpoint-activations",
+                               "with --model mlp, cnn or gpt: as `ember train --checkpoint-activations` (mlp/cnn: "
+                               "em_checkpoint_sequential over sqrt(layers) segments; gpt: each block): only segment "
+                               "inputs are kept, the segment being backpropagated is recomputed and counted"),
+    [M_DTYPE] = {.name = "--dtype", .kind = OPT_CHOICE, .choices = dtype_choices, .flags = OPT_NOCASE,
+                 .help = "the weights' dtype (default f16)"},
+    [M_MODE] = OPTION_CHOICE("--mode", mode_choices, "which estimates to print (default all)"),
+    [M_OPTIM] = {.name = "--optim", .kind = OPT_CHOICE, .choices = optim_choices, .flags = OPT_NOCASE,
+                 .help = "optimizer for fine-tuning (default adam)"},
+    [M_MASTER_WEIGHTS] = OPTION_FLAG("--master-weights",
+                                     "full fine-tuning keeps float32 master weights and optimizer states (mixed "
+                                     "precision); default: everything in --dtype"),
+    [M_LORA_RANK] = OPTION_INT("--lora-rank", "R", 1, MEM_MAX_SHAPE, "LoRA rank (default 8)"),
+    [M_LORA_TARGETS] = OPTION_INT("--lora-targets", "M", 1, MEM_MAX_SHAPE,
+                                  "adapted hidden x hidden matrices per layer (default 2: q, v)"),
+    [M_HIDDEN] = OPTION_INT("--hidden", "H", 1, MEM_MAX_SHAPE, "the model's width (default: inferred as a transformer)"),
+    [M_LAYERS] = OPTION_INT("--layers", "L", 1, MEM_MAX_SHAPE, "the model's layers (default: inferred as a transformer)"),
+    [M_BATCH] = OPTION_INT("--batch", "B", 1, MEM_MAX_SHAPE, "also count activations for this batch (with --seq)"),
+    [M_SEQ] = OPTION_INT("--seq", "S", 1, MEM_MAX_SHAPE, "the sequence length of --batch's samples"),
+    [M_ACT_BYTES] = OPTION_SIZE("--act-bytes", "SIZE", 1, INT64_MAX,
+                                "activation bytes per sample instead of the formula (e.g. 300MB)"),
+    [M_AMP] = {.name = "--amp", .kind = OPT_CHOICE, .choices = train_amp_choices, .flags = OPT_NOCASE,
+               .help = "training under autocast (ember train --amp): float32 weights (unless --dtype), activations "
+                       "in the low dtype plus the weights' casts"},
+    [M_JSON] = OPTION_FLAG("--json", "machine-readable output"),
+};
+OPT_TABLE_FITS(mem_table);
+
+const opt_command mem_options = {
+    .name = "ember mem",
+    .usage = "ember mem PARAMS [options]\n"
+             "ember mem --model mlp|cnn|gpt|FILE.safetensors [options]",
+    .about = "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.",
+    .positional = "PARAMS",
+    .positional_help = "parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)",
+    .extra = "one parameter count only",
+    .options = mem_table,
+    .count = OPT_COUNT(mem_table),
+    .exit_status = "0 done; 1 a checkpoint that cannot be read; 2 bad arguments",
+};
 
 typedef struct ref_device { const char *name; double bytes; } ref_device;
 static const ref_device reference[] = {
@@ -93,6 +129,17 @@ static int bad(const char *fmt, const char *arg) {
     return 2;
 }
 
+/* The parameter count as a decimal number with an optional suffix (em_estimate_parse_params
+ * reads it; strtod there would also take "0x10", "inf" and " 7B"). */
+static bool strict_count(const char *s) {
+    const char *p = s + (*s == '-' || *s == '+');   /* a sign: em_estimate_parse_params says what is wrong */
+    size_t n = opt_decimal_prefix(p);
+    if (n && (!p[n] || (strchr("KkMmBbGgTt", p[n]) && !p[n + 1]))) return true;
+    bad("cannot read the parameter count '%s': expected a decimal number with an optional suffix K, M, B (or G) "
+        "or T, e.g. 7B, 125M, 1.3e9", s);
+    return false;
+}
+
 /* An estimate from a checkpoint failed: a bad request is a usage error (exit 2); a file that
  * cannot be read or holds what Ember cannot read is a failure (exit 1), as `ember --help` says. */
 static int estimate_failed(void) {
@@ -119,20 +166,6 @@ static bool lora_fits(const em_estimate_opts *o, const em_estimate *e, bool from
     else
         return true;
     bad("%s", msg);
-    return false;
-}
-
-static bool parse_dtype(const char *s, em_dtype *out) {
-    static const struct { const char *name; em_dtype dt; } names[] = {
-        {"f16", EM_F16}, {"fp16", EM_F16}, {"float16", EM_F16}, {"half", EM_F16},
-        {"bf16", EM_BF16}, {"bfloat16", EM_BF16},
-        {"f32", EM_F32}, {"fp32", EM_F32}, {"float32", EM_F32}, {"float", EM_F32},
-    };
-    for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
-        if (!strcasecmp(s, names[i].name)) {
-            *out = names[i].dt;
-            return true;
-        }
     return false;
 }
 
@@ -282,67 +315,30 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
 
 int cmd_mem(int argc, char **argv) {
     em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
-    const char *params = NULL, *mode = "all", *model = NULL;
-    bool shape_given = false, dtype_given = false;
-    bool json = false, ckpt = false;
-    mlp_seen seen = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
-        if (a[0] == '-' && a[1] == '-' && !mlp_once("ember mem", &seen, a)) return 2;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-            takes = false;
-        } else if (!strcmp(a, "--master-weights")) {
-            o.master_weights = true;
-            takes = false;
-        } else if (!strcmp(a, "--checkpoint-activations")) {
-            ckpt = true;
-            takes = false;
-        } else if (a[0] == '-' && a[1] == '-' && !v) {
-            return bad("option %s needs a value", a);
-        } else if (!strcmp(a, "--params")) {
-            if (params) return bad("the parameter count is given twice ('%s' and --params)", params);
-            params = v;
-        } else if (!strcmp(a, "--model")) {
-            model = v;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!parse_dtype(v, &o.dtype)) return bad("unknown dtype '%s': expected f16, bf16 or f32", v);
-            shape_given = dtype_given = true;
-        } else if (!strcmp(a, "--amp")) {
-            if (!train_amp_parse("ember mem", a, v, &o.autocast_dtype)) return 2;
-        } else if (!strcmp(a, "--mode")) {
-            mode = v;
-        } else if (!strcmp(a, "--optim")) {
-            if (em_estimate_parse_optimizer(v, &o.optimizer) != EM_OK) return bad("%s", em_last_error());
-        } else if (!strcmp(a, "--lora-rank") || !strcmp(a, "--lora-targets") || !strcmp(a, "--hidden") ||
-                   !strcmp(a, "--layers") || !strcmp(a, "--batch") || !strcmp(a, "--seq")) {
-            int64_t n;
-            if (!mlp_parse_int("ember mem", a, v, 1, 1000000000, &n)) return 2;
-            if (!strcmp(a, "--lora-rank")) o.lora_rank = (int)n;
-            else if (!strcmp(a, "--lora-targets")) o.lora_targets = (int)n;
-            else if (!strcmp(a, "--hidden")) o.hidden = n, shape_given = true;
-            else if (!strcmp(a, "--layers")) o.layers = n, shape_given = true;
-            else if (!strcmp(a, "--batch")) o.batch = n;
-            else o.seq = n, shape_given = true;
-        } else if (!strcmp(a, "--act-bytes")) {
-            int64_t b;
-            if (em_memory_parse_size(v, &b) != EM_OK) return bad("--act-bytes: %s", em_last_error());
-            if (b <= 0) return bad("--act-bytes expects a size above 0 bytes, got '%s'", v);
-            o.activation_bytes_per_sample = (double)b;
-        } else if (a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
-            return bad("unknown option '%s'", a);
-        } else if (!params) {
-            params = a;
-            takes = false;
-        } else {
-            return bad("unexpected argument '%s': one parameter count only", a);
-        }
-        if (takes) i++;
+    opt_result opts;
+    int status = opt_parse(&mem_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    const opt_value *v = opts.v;
+    const char *params = opts.positional, *model = v[M_MODEL].text;
+    const char *mode = v[M_MODE].given ? mode_names[v[M_MODE].choice] : "all";
+    bool dtype_given = v[M_DTYPE].given, json = v[M_JSON].given, ckpt = v[M_CKPT_ACT].given;
+    bool shape_given = dtype_given || v[M_HIDDEN].given || v[M_LAYERS].given || v[M_SEQ].given;
+    if (v[M_PARAMS].given) {
+        if (params) return bad("the parameter count is given twice ('%s' and --params)", params);
+        params = v[M_PARAMS].text;
     }
+    if (params && !strict_count(params)) return 2;
+    if (dtype_given) o.dtype = (em_dtype)v[M_DTYPE].choice;
+    if (v[M_AMP].given) o.autocast_dtype = (em_dtype)v[M_AMP].choice;
+    if (v[M_OPTIM].given) o.optimizer = (em_estimate_optimizer)v[M_OPTIM].choice;
+    o.master_weights = v[M_MASTER_WEIGHTS].given;
+    o.lora_rank = (int)v[M_LORA_RANK].i;
+    o.lora_targets = (int)v[M_LORA_TARGETS].i;
+    o.hidden = v[M_HIDDEN].i;
+    o.layers = v[M_LAYERS].i;
+    o.batch = v[M_BATCH].i;
+    o.seq = v[M_SEQ].i;
+    o.activation_bytes_per_sample = (double)v[M_ACT_BYTES].i;
     if (o.autocast_dtype != EM_F32 && !dtype_given) o.dtype = EM_F32;   /* autocast keeps float32 weights */
     /* ember train's models: --model cnn counts the CNN from its layers, --model mlp walks the
      * MLP (em_estimate_module); both print the measured peak of real steps alongside */

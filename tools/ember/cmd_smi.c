@@ -17,6 +17,7 @@
 #include <time.h>
 #include <ember/ember.h>
 #include "commands.h"
+#include "options.h"
 
 #define MAX_ROWS 64
 
@@ -291,49 +292,49 @@ static void list_devices(void) {
     for (int i = 0; i < m; i++) printf("%s: %s\n", rows[i].device, rows[i].name);
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: ember smi [-L] [--query-gpu=FIELD,... --format=csv[,noheader][,nounits]]\n"
-               "       ember smi --help-query-gpu\n"
-               "With no options: a table of every device. Without NVIDIA GPUs, --query-gpu answers\n"
-               "for the OpenCL devices and the CPU (index is then the Ember device).\n");
-}
+enum { S_LIST, S_QUERY, S_FORMAT, S_FIELDS };
+static const opt_spec smi_table[] = {
+    [S_LIST] = {.name = "--list-gpus", .alias = "-L", .kind = OPT_FLAG, .help = "one line per device"},
+    [S_QUERY] = OPTION_LIST("--query-gpu", "FIELD,...",
+                            "nvidia-smi's CSV query: the fields of each device, in this order (repeats allowed; "
+                            "ember smi --help-query-gpu lists them); needs --format"),
+    [S_FORMAT] = OPTION_LIST("--format", "csv[,noheader][,nounits]",
+                             "--query-gpu's output: csv, without the header line (noheader), without units in "
+                             "the values (nounits)"),
+    [S_FIELDS] = OPTION_FLAG("--help-query-gpu", "the fields --query-gpu knows, with their units"),
+};
+OPT_TABLE_FITS(smi_table);
+
+const opt_command smi_options = {
+    .name = "ember smi",
+    .usage = "ember smi [-L] [--query-gpu=FIELD,... --format=csv[,noheader][,nounits]]\n"
+             "ember smi --help-query-gpu",
+    .about = "With no options: a table of every device (NVIDIA GPUs from NVML, OpenCL devices, the CPU). Without "
+             "NVIDIA GPUs, --query-gpu answers for the OpenCL devices and the CPU (index is then the Ember device).",
+    .options = smi_table,
+    .count = OPT_COUNT(smi_table),
+    .exit_status = "0 done; 2 bad arguments",
+};
 
 int cmd_smi(int argc, char **argv) {
-    const char *q = NULL, *format = NULL;
-    bool list = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool is_q = !strncmp(a, "--query-gpu=", 12) || !strcmp(a, "--query-gpu");
-        bool is_f = !strncmp(a, "--format=", 9) || !strcmp(a, "--format");
-        if ((is_q && q) || (is_f && format)) {   /* the last one would silently win */
-            fprintf(stderr, "ember smi: %s is given twice: give each option once\n", is_q ? "--query-gpu" : "--format");
-            return 2;
-        }
-        if ((!strcmp(a, "--query-gpu") || !strcmp(a, "--format")) && i + 1 >= argc) {
-            fprintf(stderr, "ember smi: %s needs a value\n", a);
-            return 2;
-        }
-        if (!strncmp(a, "--query-gpu=", 12)) q = a + 12;
-        else if (!strcmp(a, "--query-gpu")) q = argv[++i];
-        else if (!strncmp(a, "--format=", 9)) format = a + 9;
-        else if (!strcmp(a, "--format")) format = argv[++i];
-        else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus")) list = true;
-        else if (!strcmp(a, "--help-query-gpu")) {
-            for (int f = 0; f < NFIELDS; f++)
-                printf("\"%s\"%s%s%s\n    %s\n", fields[f].name, fields[f].unit ? " [" : "",
-                       fields[f].unit ? fields[f].unit : "", fields[f].unit ? "]" : "", fields[f].help);
-            return 0;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "ember smi: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+    opt_result opts;
+    int status = opt_parse(&smi_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    if (opts.v[S_FIELDS].given) {
+        for (int f = 0; f < NFIELDS; f++)
+            printf("\"%s\"%s%s%s\n    %s\n", fields[f].name, fields[f].unit ? " [" : "",
+                   fields[f].unit ? fields[f].unit : "", fields[f].unit ? "]" : "", fields[f].help);
+        return 0;
     }
+    const char *q = opts.v[S_QUERY].text, *format = opts.v[S_FORMAT].text;
+    /* what one option would silently leave unused is a usage error */
+    if (format && !q)
+        return opt_usage_error(&smi_options, stderr, "--format formats --query-gpu's output: it needs --query-gpu");
+    if (q && opts.v[S_LIST].given)
+        return opt_usage_error(&smi_options, stderr, "%s and --query-gpu cannot go together: give one",
+                               opts.v[S_LIST].as);
     if (q) return query(q, format);
-    if (list) list_devices();
+    if (opts.v[S_LIST].given) list_devices();
     else table();
     return 0;
 }

@@ -25,6 +25,7 @@
 #include "plot.h"         /* --plot */
 #include "train_parallel.h"
 #include "train_dist.h"   /* DDP under mpirun / ember launch */
+#include "options.h"
 #include <ember/parse.h>
 
 static const char *const tool = "ember train";
@@ -33,75 +34,113 @@ static const char *const tool = "ember train";
  * Slurm (KillWait) and Kubernetes (terminationGracePeriodSeconds) wait before SIGKILL. */
 #define GRACE_SECONDS 20
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ember train [options]\n"
-            "Train the seed's MLP (784-256-10, ReLU) on Fashion-MNIST and report, after each epoch,\n"
-            "the train loss, test accuracy, samples/s and the device's memory.\n\n"
-            "  --model NAME         mlp (default: the seed's), cnn (LeNet-5 style, tools/ember/model_cnn.c)\n"
-            "                       or gpt (a character-level transformer on --text, tools/ember/model_gpt.c;\n"
-            "                       `ember train --model gpt --help` lists its options)\n"
-            "  --device D           auto (default: CUDA, then an OpenCL GPU, then the CPU), cpu, cuda:N, opencl:N\n"
-            "  --devices A,B        DataParallel over these devices (opencl:0,opencl:1 or cpu,opencl:0): each\n"
-            "                       batch split across them, one model replica on each\n"
-            "  --epochs N           epochs to train (default 5)\n"
-            "  --batch-size N       samples per step (default 64)\n"
-            "  --optimizer NAME     adam (default), adamw or sgd\n"
-            "  --lr X               learning rate (default 0.001 for adam/adamw, 0.01 for sgd)\n"
-            "  --momentum X         SGD momentum (default 0.9)\n"
-            "  --weight-decay X     weight decay (default 0; adamw's decoupled default is 0.01)\n"
-            "  --seed N             initial weights and batch order (default 0)\n"
-            "  --threads N          CPU threads (default: every core)\n"
-            "  --data DIR           directory of the IDX files (default: the Debian package's,\n"
-            "                       or EMBER_DATA_DIR)\n"
-            "  --checkpoint PATH    safetensors checkpoint written after every epoch and on Ctrl-C,\n"
-            "                       SIGTERM or SIGHUP (default ember-MODEL.safetensors; 'none' to write\n"
-            "                       nothing); its folder is checked before training starts\n"
-            "  --resume             continue from --checkpoint with its seed, batch size, optimizer\n"
-            "                       state and learning rate; --lr given with --resume replaces the\n"
-            "                       checkpoint's learning rate (and says so); --seed or --batch-size\n"
-            "                       unlike the checkpoint's are an error\n"
-            "  --max-steps N        stop after N batches in total, saving a checkpoint as Ctrl-C does\n"
-            "                       (with --accumulate N, at the end of that group of N batches, as\n"
-            "                       on a signal: a checkpoint keeps no partial gradients)\n"
-            "  --train-samples N    train on the first N samples only (default: all 60000)\n"
-            "  --test-samples N     test on the first N samples only (default: all 10000)\n"
-            "  --amp bf16|f16       mixed precision: autocast regions (Linear and Conv2d in the low dtype,\n"
-            "                       the loss in float32), float32 weights and optimizer; f16 adds loss\n"
-            "                       scaling, whose state the checkpoint keeps for --resume\n"
-            "  --loss-scale X       --amp f16's initial loss scale (default 65536, as PyTorch's GradScaler)\n"
-            "  --checkpoint-activations  recompute activations in backward instead of keeping them\n"
-            "                       (em_checkpoint_sequential over about sqrt(layers) segments)\n"
-            "  --accumulate N       gradient accumulation: backward of loss / N per batch, one optimizer\n"
-            "                       step per N batches (the gradient of one batch of N * --batch-size)\n"
-            "                       --amp, --devices and --accumulate combine in any way (the replicas\n"
-            "                       run in the autocast region; the f16 scaler scales each batch's loss,\n"
-            "                       unscales once per step and skips it for every replica on inf/NaN);\n"
-            "                       --checkpoint-activations goes with --amp (the recomputation runs in\n"
-            "                       the forward's autocast region), not with --devices yet\n"
-            /* TensorBoard (issue 17, train_log.c) */
-            "  --logdir DIR         TensorBoard event file in DIR (made if missing): the loss every\n"
-            "                       --log-every steps; per epoch losses, accuracy, learning rate,\n"
-            "                       samples/s, device memory and parameter histograms\n"
-            "  --log-every N        steps between logged losses (default 10)\n"
-            /* plots (issue 17, plot_train.c) */
-            "  --plot FILE          loss and test accuracy curves drawn into FILE, a .png or .svg\n"
-            "                       picture, rewritten after every epoch (the loss every --log-every\n"
-            "                       steps too); its folder is checked before training starts\n"
-            "  --help               this text\n\n"
-            "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto.\n"
-            "A progress bar with rate and ETA is drawn on a terminal; otherwise a plain line is printed\n"
-            "every quarter epoch.\n\n"
-            "Signals: SIGINT (Ctrl-C), SIGTERM (what Slurm and Kubernetes send before SIGKILL) and\n"
-            "SIGHUP stop after the current step, save the checkpoint and exit with 128 + the signal\n"
-            "(130, 143, 129). If the checkpoint is not saved within %d s of the signal, or a second\n"
-            "signal comes, the process exits at once with the same status, without it.\n\n"
-            "Distributed: started by mpirun -np N, srun or `ember launch -n N`, each rank trains with\n"
-            "DistributedDataParallel on its own shard of every epoch (--batch-size per rank) and its own\n"
-            "device (cuda:LOCAL_RANK); rank 0 alone prints and writes the checkpoint, which any number\n"
-            "of ranks can --resume.\n\n"
-            "Exit status: 0 done, 1 failed, 2 bad arguments, 128 + N stopped by signal N.\n", GRACE_SECONDS);
-}
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+/* Upper limits: far beyond any real run, low enough that no counter derived from them
+ * overflows (epoch + 1, steps, threads as an int). */
+#define MAX_EPOCHS 1000000000
+#define MAX_BATCH ((int64_t)1 << 30)
+#define MAX_THREADS 4096
+#define MAX_COUNT ((int64_t)1 << 50)
+
+enum { T_MODEL, T_DEVICE, T_DEVICES, T_EPOCHS, T_BATCH_SIZE, T_OPTIMIZER, T_LR, T_MOMENTUM, T_WEIGHT_DECAY, T_SEED,
+       T_THREADS, T_DATA, T_CHECKPOINT, T_RESUME, T_MAX_STEPS, T_TRAIN_SAMPLES, T_TEST_SAMPLES, T_AMP, T_LOSS_SCALE,
+       T_CKPT_ACT, T_ACCUMULATE, T_LOGDIR, T_LOG_EVERY, T_PLOT };
+enum { MODEL_MLP, MODEL_CNN, MODEL_GPT };
+static const opt_choice model_choices[] = {{"mlp", MODEL_MLP}, {"cnn", MODEL_CNN}, {"gpt", MODEL_GPT}, {NULL, 0}};
+static const char *const model_names[] = {[MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", [MODEL_GPT] = "gpt"};
+static const opt_choice optimizer_choices[] = {{"adam", 0}, {"adamw", 1}, {"sgd", 2}, {NULL, 0}};
+static const char *const optimizer_names[] = {"adam", "adamw", "sgd"};
+static const opt_spec train_table[] = {
+    [T_MODEL] = OPTION_CHOICE("--model", model_choices,
+                              "mlp (default: the seed's), cnn (LeNet-5 style, tools/ember/model_cnn.c) or gpt (a "
+                              "character-level transformer on --text, tools/ember/model_gpt.c; `ember train --model "
+                              "gpt --help` lists its options)"),
+    [T_DEVICE] = OPTION_DEVICE("--device", "auto (default: CUDA, then an OpenCL GPU, then the CPU), cpu, cuda:N, opencl:N"),
+    [T_DEVICES] = OPTION_LIST("--devices", "A,B",
+                              "DataParallel over these devices (opencl:0,opencl:1 or cpu,opencl:0): each batch split "
+                              "across them, one model replica on each"),
+    [T_EPOCHS] = OPTION_INT("--epochs", "N", 0, MAX_EPOCHS, "epochs to train (default 5)"),
+    [T_BATCH_SIZE] = OPTION_INT("--batch-size", "N", 1, MAX_BATCH, "samples per step (default 64)"),
+    [T_OPTIMIZER] = OPTION_CHOICE("--optimizer", optimizer_choices, "the optimizer (default adam)"),
+    [T_LR] = OPTION_DOUBLE("--lr", "X", 0, 1e6, "learning rate (default 0.001 for adam/adamw, 0.01 for sgd)"),
+    [T_MOMENTUM] = OPTION_DOUBLE("--momentum", "X", 0, 1, "SGD momentum (default 0.9)"),
+    [T_WEIGHT_DECAY] = OPTION_DOUBLE("--weight-decay", "X", 0, 1e6,
+                                     "weight decay (default 0; adamw's decoupled default is 0.01)"),
+    [T_SEED] = OPTION_INT("--seed", "N", 0, INT64_MAX, "initial weights and batch order (default 0)"),
+    [T_THREADS] = OPTION_INT("--threads", "N", 1, MAX_THREADS, "CPU threads (default: every core)"),
+    [T_DATA] = OPTION_STRING("--data", "DIR",
+                             "directory of the IDX files (default: the Debian package's, or EMBER_DATA_DIR)"),
+    [T_CHECKPOINT] = OPTION_STRING("--checkpoint", "PATH",
+                                   "safetensors checkpoint written after every epoch and on Ctrl-C, SIGTERM or "
+                                   "SIGHUP (default ember-MODEL.safetensors; 'none' to write nothing); its folder is "
+                                   "checked before training starts"),
+    [T_RESUME] = OPTION_FLAG("--resume",
+                             "continue from --checkpoint with its seed, batch size, optimizer state and learning "
+                             "rate; --lr given with --resume replaces the checkpoint's learning rate (and says so); "
+                             "--seed or --batch-size unlike the checkpoint's are an error"),
+    [T_MAX_STEPS] = OPTION_INT("--max-steps", "N", 1, MAX_COUNT,
+                               "stop after N batches in total, saving a checkpoint as Ctrl-C does (with --accumulate "
+                               "N, at the end of that group of N batches, as on a signal: a checkpoint keeps no "
+                               "partial gradients)"),
+    [T_TRAIN_SAMPLES] = OPTION_INT("--train-samples", "N", 1, MAX_COUNT,
+                                   "train on the first N samples only (default: all 60000)"),
+    [T_TEST_SAMPLES] = OPTION_INT("--test-samples", "N", 1, MAX_COUNT,
+                                  "test on the first N samples only (default: all 10000)"),
+    [T_AMP] = {.name = "--amp", .kind = OPT_CHOICE, .choices = train_amp_choices, .flags = OPT_NOCASE,
+               .help = "mixed precision: autocast regions (Linear and Conv2d in the low dtype, the loss in float32), "
+                       "float32 weights and optimizer; f16 adds loss scaling, whose state the checkpoint keeps for "
+                       "--resume"},
+    [T_LOSS_SCALE] = {.name = "--loss-scale", .kind = OPT_DOUBLE, .metavar = "X", .dmin = 0, .dmax = FLT_MAX,
+                      .flags = OPT_ABOVE_MIN,
+                      .help = "--amp f16's initial loss scale (default 65536, as PyTorch's GradScaler)"},
+    [T_CKPT_ACT] = OPTION_FLAG("--checkpoint-activations",
+                               "recompute activations in backward instead of keeping them (em_checkpoint_sequential "
+                               "over about sqrt(layers) segments)"),
+    [T_ACCUMULATE] = OPTION_INT("--accumulate", "N", 1, MAX_COUNT,
+                                "gradient accumulation: backward of loss / N per batch, one optimizer step per N "
+                                "batches (the gradient of one batch of N * --batch-size)"),
+    /* TensorBoard (train_log.c) */
+    [T_LOGDIR] = OPTION_STRING("--logdir", "DIR",
+                               "TensorBoard event file in DIR (made if missing): the loss every --log-every steps; "
+                               "per epoch losses, accuracy, learning rate, samples/s, device memory and parameter "
+                               "histograms"),
+    [T_LOG_EVERY] = OPTION_INT("--log-every", "N", 1, MAX_COUNT, "steps between logged losses (default 10)"),
+    /* plots (plot_train.c) */
+    [T_PLOT] = OPTION_STRING("--plot", "FILE",
+                             "loss and test accuracy curves drawn into FILE, a .png or .svg picture, rewritten after "
+                             "every epoch (the loss every --log-every steps too); its folder is checked before "
+                             "training starts"),
+};
+OPT_TABLE_FITS(train_table);
+
+const opt_command train_options = {
+    .name = "ember train",
+    .usage = "ember train [options]",
+    .about = "Train the seed's MLP (784-256-10, ReLU) on Fashion-MNIST and report, after each epoch, the train loss, "
+             "test accuracy, samples/s and the device's memory.",
+    .options = train_table,
+    .count = OPT_COUNT(train_table),
+    .epilogue =
+        "--amp, --devices and --accumulate combine in any way (the replicas run in the autocast region; the f16 "
+        "scaler scales each batch's loss, unscales once per step and skips it for every replica on inf/NaN); "
+        "--checkpoint-activations goes with --amp (the recomputation runs in the forward's autocast region), not "
+        "with --devices yet.\n"
+        "\n"
+        "The device is --device, else EMBER_DEVICE (an invalid one is an error), else auto. A progress bar with rate "
+        "and ETA is drawn on a terminal; otherwise a plain line is printed every quarter epoch.\n"
+        "\n"
+        "Signals: SIGINT (Ctrl-C), SIGTERM (what Slurm and Kubernetes send before SIGKILL) and SIGHUP stop after the "
+        "current step, save the checkpoint and exit with 128 + the signal (130, 143, 129). If the checkpoint is not "
+        "saved within " STRINGIFY(GRACE_SECONDS) " s of the signal, or a second signal comes, the process exits at "
+        "once with the same status, without it.\n"
+        "\n"
+        "Distributed: started by mpirun -np N, srun or `ember launch -n N`, each rank trains with "
+        "DistributedDataParallel on its own shard of every epoch (--batch-size per rank) and its own device "
+        "(cuda:LOCAL_RANK); rank 0 alone prints and writes the checkpoint, which any number of ranks can --resume.",
+    .exit_status = "0 done, 1 failed, 2 bad arguments, 128" OPT_NBSP "+" OPT_NBSP "N stopped by signal N",
+};
 
 typedef struct train_opts {
     em_device device;
@@ -162,83 +201,43 @@ static void catch_stop_signals(bool on) {
     if (!on) alarm(0);
 }
 
-/* Upper limits: far beyond any real run, low enough that no counter derived from them
- * overflows (epoch + 1, steps, threads as an int). */
-#define MAX_EPOCHS 1000000000
-#define MAX_BATCH ((int64_t)1 << 30)
-#define MAX_THREADS 4096
-#define MAX_COUNT ((int64_t)1 << 50)
-
 static int parse(int argc, char **argv, train_opts *o) {
-    bool device_set = false;
-    mlp_seen seen = {0};
     *o = (train_opts){.epochs = 5, .batch_size = 64, .optimizer = "adam",
                       .momentum = 0.9, .checkpoint = NULL, .model = "mlp", .log.every = 10};
-    bool checkpoint_given = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--checkpoint-activations")) {
-            if (!mlp_once(tool, &seen, a)) return 2;
-            o->ckpt_act = true;
-            continue;
-        }
-        if (!strcmp(a, "--resume")) {
-            if (!mlp_once(tool, &seen, a)) return 2;
-            o->resume = true;
-            continue;
-        }
-        static const char *const valued[] = {"--device", "--epochs", "--batch-size", "--optimizer", "--lr",
-                                             "--momentum", "--weight-decay", "--seed", "--threads", "--data",
-                                             "--checkpoint", "--max-steps", "--train-samples", "--test-samples",
-                                             "--devices", "--amp", "--model",
-                                             "--accumulate", "--logdir", "--log-every", "--plot", "--loss-scale"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
-        if (!known) {
-            fprintf(stderr, "%s: %s '%s'\n", tool, a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            usage(stderr);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "%s: %s needs a value\n", tool, a);
-            return 2;
-        }
-        if (!mlp_once(tool, &seen, a)) return 2;
-        const char *v = argv[++i];
-        bool ok = true;
-        if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, a, v, &o->device), device_set = true;
-        else if (!strcmp(a, "--devices")) ok = train_parse_devices(tool, v, o->devices, &o->ndevices);
-        else if (!strcmp(a, "--epochs")) ok = mlp_parse_int(tool, a, v, 0, MAX_EPOCHS, &o->epochs);
-        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, MAX_BATCH, &o->batch_size), o->batch_set = true;
-        else if (!strcmp(a, "--seed")) ok = mlp_parse_int(tool, a, v, 0, INT64_MAX, &o->seed), o->seed_set = true;
-        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, MAX_THREADS, &o->threads);
-        else if (!strcmp(a, "--max-steps")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->max_steps);
-        else if (!strcmp(a, "--train-samples")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->train_samples);
-        else if (!strcmp(a, "--test-samples")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->test_samples);
-        else if (!strcmp(a, "--lr")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->lr), o->lr_set = true;
-        else if (!strcmp(a, "--momentum")) ok = mlp_parse_double(tool, a, v, 0, 1, &o->momentum);
-        else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay), o->wd_set = true;
-        else if (!strcmp(a, "--data")) o->data_dir = v;
-        else if (!strcmp(a, "--amp")) ok = train_amp_parse(tool, a, v, &o->amp_dtype), o->amp_set = true;
-        else if (!strcmp(a, "--loss-scale")) ok = train_amp_parse_scale(tool, a, v, &o->loss_scale);
-        else if (!strcmp(a, "--accumulate")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->accumulate);
-        else if (!strcmp(a, "--model")) ok = model_parse(tool, a, v), o->model = v;
-        else if (!strcmp(a, "--logdir")) o->log.dir = v;
-        else if (!strcmp(a, "--log-every")) ok = mlp_parse_int(tool, a, v, 1, MAX_COUNT, &o->log.every);
-        else if (!strcmp(a, "--plot")) ok = plot_check_output(stderr, tool, a, v), o->log.plot = v;
-        else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL, checkpoint_given = true;
-        else if (!strcmp(a, "--optimizer")) {
-            o->optimizer = v;
-            if (strcmp(v, "adam") && strcmp(v, "adamw") && strcmp(v, "sgd")) {
-                fprintf(stderr, "%s: --optimizer expects adam, adamw or sgd, got '%s'\n", tool, v);
-                ok = false;
-            }
-        }
-        if (!ok) return 2;
+    opt_result opts;
+    int status = opt_parse(&train_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    const opt_value *v = opts.v;
+    bool device_set = v[T_DEVICE].given, checkpoint_given = v[T_CHECKPOINT].given;
+    if (v[T_MODEL].given) o->model = model_names[v[T_MODEL].choice];
+    if (v[T_OPTIMIZER].given) o->optimizer = optimizer_names[v[T_OPTIMIZER].choice];
+    if (v[T_EPOCHS].given) o->epochs = v[T_EPOCHS].i;
+    if ((o->batch_set = v[T_BATCH_SIZE].given)) o->batch_size = v[T_BATCH_SIZE].i;
+    if ((o->seed_set = v[T_SEED].given)) o->seed = v[T_SEED].i;
+    o->threads = v[T_THREADS].i;
+    o->max_steps = v[T_MAX_STEPS].i;
+    o->train_samples = v[T_TRAIN_SAMPLES].i;
+    o->test_samples = v[T_TEST_SAMPLES].i;
+    if ((o->lr_set = v[T_LR].given)) o->lr = v[T_LR].d;
+    if (v[T_MOMENTUM].given) o->momentum = v[T_MOMENTUM].d;
+    if ((o->wd_set = v[T_WEIGHT_DECAY].given)) o->weight_decay = v[T_WEIGHT_DECAY].d;
+    o->data_dir = v[T_DATA].text;
+    if ((o->amp_set = v[T_AMP].given)) o->amp_dtype = (em_dtype)v[T_AMP].choice;
+    o->loss_scale = v[T_LOSS_SCALE].d;
+    if (v[T_LOSS_SCALE].given && !train_amp_check_scale(tool, "--loss-scale", v[T_LOSS_SCALE].text, o->loss_scale))
+        return 2;
+    o->accumulate = v[T_ACCUMULATE].i;
+    o->ckpt_act = v[T_CKPT_ACT].given;
+    o->resume = v[T_RESUME].given;
+    o->log.dir = v[T_LOGDIR].text;
+    if (v[T_LOG_EVERY].given) o->log.every = v[T_LOG_EVERY].i;
+    if (checkpoint_given) o->checkpoint = strcmp(v[T_CHECKPOINT].text, "none") ? v[T_CHECKPOINT].text : NULL;
+    /* what the values name: devices that exist, a folder for the picture */
+    if (device_set && !mlp_parse_device(tool, "--device", v[T_DEVICE].text, &o->device)) return 2;
+    if (v[T_DEVICES].given && !train_parse_devices(tool, v[T_DEVICES].text, o->devices, &o->ndevices)) return 2;
+    if (v[T_PLOT].given) {
+        if (!plot_check_output(stderr, tool, "--plot", v[T_PLOT].text)) return 2;
+        o->log.plot = v[T_PLOT].text;
     }
     if (o->ndevices && device_set) {
         fprintf(stderr, "%s: --device and --devices cannot go together (the model lives on the first of --devices)\n", tool);
@@ -584,8 +583,9 @@ done:
 
 int cmd_train(int argc, char **argv) {
     /* --model gpt: its own options and loop (model_gpt.c) */
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--model") && !strcmp(argv[i + 1], "gpt")) return gpt_train_main(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], "gpt")) || !strcmp(argv[i], "--model=gpt"))
+            return gpt_train_main(argc, argv);
     train_opts o;
     int rc = parse(argc, argv, &o);
     return rc >= 0 ? rc : run(&o);

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <ember/parse.h>
 
 em_module *mlp_new(void) {
     return em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
@@ -110,44 +109,6 @@ bool mlp_default_device(const char *tool, em_device *out) {
     const char *env = getenv("EMBER_DEVICE");
     if (env && *env && strcmp(env, "auto")) return mlp_parse_device(tool, "EMBER_DEVICE", env, out);
     *out = em_device_auto();
-    return true;
-}
-
-bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out) {
-    int64_t v;
-    em_num_result r = em_parse_i64(s, min, max, &v);
-    if (r != EM_NUM_OK) {
-        if (max == INT64_MAX)
-            fprintf(stderr, "%s: %s expects an integer >= %lld, got '%s' (%s)\n", tool, opt, (long long)min,
-                    s ? s : "", em_num_why(r));
-        else
-            fprintf(stderr, "%s: %s expects an integer from %lld to %lld, got '%s' (%s)\n", tool, opt,
-                    (long long)min, (long long)max, s ? s : "", em_num_why(r));
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double max, double *out) {
-    double v;
-    em_num_result r = em_parse_f64(s, min, max, &v);
-    if (r != EM_NUM_OK) {
-        fprintf(stderr, "%s: %s expects a number >= %g and <= %g, got '%s' (%s)\n", tool, opt, min, max, s ? s : "",
-                em_num_why(r));
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool mlp_once(const char *tool, mlp_seen *seen, const char *opt) {
-    for (int i = 0; i < seen->n; i++)
-        if (!strcmp(seen->names[i], opt)) {
-            fprintf(stderr, "%s: %s is given twice: give each option once\n", tool, opt);
-            return false;
-        }
-    if (seen->n < (int)(sizeof seen->names / sizeof seen->names[0])) seen->names[seen->n++] = opt;
     return true;
 }
 

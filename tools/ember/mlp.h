@@ -1,5 +1,5 @@
 /* What `ember train` and `ember eval` share: the seed's model, the data, evaluation, and
- * the small helpers for options and output. */
+ * the small helpers for devices, output files and output. */
 #ifndef EMBER_TOOL_MLP_H
 #define EMBER_TOOL_MLP_H
 
@@ -30,17 +30,6 @@ em_status mlp_evaluate(em_module *m, const em_dataset *ds, em_device device, int
 bool mlp_parse_device(const char *tool, const char *what, const char *s, em_device *out);
 /* The device when none was named: EMBER_DEVICE, checked, or auto-selection. */
 bool mlp_default_device(const char *tool, em_device *out);
-/* A whole-string integer in [min, max] / finite number in [min, max], printing
- * "tool: --opt expects ..." (naming the limits) on failure. */
-bool mlp_parse_int(const char *tool, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out);
-bool mlp_parse_double(const char *tool, const char *opt, const char *s, double min, double max, double *out);
-
-/* Options seen so far, so that one given twice is an error rather than the last one
- * silently winning. */
-typedef struct mlp_seen { const char *names[32]; int n; } mlp_seen;
-/* false (after printing "tool: opt given twice") if opt was seen before. */
-bool mlp_once(const char *tool, mlp_seen *seen, const char *opt);
-
 /* An output file given as option `opt`, checked before any work: not empty, within
  * PATH_MAX and NAME_MAX, not a directory or a device, in an existing folder where a file
  * can be created. Prints why not and returns false. */

@@ -36,12 +36,6 @@ em_module *cnn_new(void) {
                          em_linear(CNN_HIDDEN, 10));
 }
 
-bool model_parse(const char *tool, const char *opt, const char *name) {
-    if (!strcmp(name, "mlp") || !strcmp(name, "cnn")) return true;
-    fprintf(stderr, "%s: %s expects mlp, cnn or gpt, got '%s'\n", tool, opt, name);
-    return false;
-}
-
 em_module *model_new(const char *name) { return !strcmp(name, "cnn") ? cnn_new() : mlp_new(); }
 
 const char *model_summary(const char *name) {

@@ -8,8 +8,6 @@
 #include <ember/ember.h>
 #include <ember/estimate.h>
 
-/* Is name a model these tools build? Prints "tool: opt expects mlp or cnn" when not. */
-bool model_parse(const char *tool, const char *opt, const char *name);
 /* A new model of that kind (random init from Ember's generator), or NULL with an error. */
 em_module *model_new(const char *name);
 /* One line describing the layers, for the training banner. */

@@ -20,6 +20,7 @@
 #include "mem_measured.h"
 #include "progress.h"
 #include "plot.h"   /* --plot */
+#include "options.h"
 
 /* CPU time of every thread of the process (benchmarks on a shared machine compare it: unlike
  * wall time it does not count waiting for a core) */
@@ -315,99 +316,93 @@ static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *opts) 
 /* --plot: the loss of one step in this many (reading it waits for the device) */
 #define GPT_PLOT_EVERY 10
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ember train --model gpt [options]\n"
-            "Train a small decoder-only transformer on the characters of a text and print, after each\n"
-            "epoch, the train and validation loss, throughput and a sample of generated text.\n\n"
-            "  --text PATH          a text file, or a folder of them (default " DEFAULT_TEXT ",\n"
-            "                       Debian's fortunes package: fortune's '%%' lines are dropped)\n"
-            "  --device D           auto (default), cpu, cuda:N, opencl:N\n"
-            "  --epochs N           epochs (default 5)\n"
-            "  --steps-per-epoch N  optimizer steps per epoch (default 200)\n"
-            "  --batch-size N       windows per step (default 32)\n"
-            "  --context N          characters per window (default 64)\n"
-            "  --layers N           transformer blocks (default 2)\n"
-            "  --d-model N          width (default 128)\n"
-            "  --heads N            attention heads, dividing --d-model (default 4)\n"
-            "  --lr X               AdamW learning rate (default 0.003)\n"
-            "  --weight-decay X     AdamW weight decay (default 0.01)\n"
-            "  --seed N             weights, batches and samples (default 0)\n"
-            "  --threads N          CPU threads (default: every core)\n"
-            "  --max-steps N        stop after N steps in all\n"
-            "  --sample-chars N     characters of sample text after each epoch (default 200; 0: none)\n"
-            "  --checkpoint PATH    safetensors written after every epoch (default ember-gpt.safetensors;\n"
-            "                       'none': nothing); `ember eval PATH` evaluates it\n"
-            "  --checkpoint-activations  keep only each block's input for backward and recompute the\n"
-            "                       block there (em_checkpoint per block): less memory, one more forward\n"
-            "  --plot FILE          train and validation loss curves drawn into FILE, a .png or .svg\n"
-            "                       picture, rewritten after every epoch (the loss every %d steps too)\n",
-            GPT_PLOT_EVERY);
-}
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+enum { G_MODEL, G_TEXT, G_DEVICE, G_EPOCHS, G_STEPS, G_BATCH, G_CONTEXT, G_LAYERS, G_D_MODEL, G_HEADS, G_LR,
+       G_WEIGHT_DECAY, G_SEED, G_THREADS, G_MAX_STEPS, G_SAMPLE_CHARS, G_CHECKPOINT, G_CKPT_ACT, G_PLOT };
+static const opt_choice gpt_model_choice[] = {{"gpt", 0}, {NULL, 0}};
+static const opt_spec gpt_table[] = {
+    [G_MODEL] = OPTION_CHOICE("--model", gpt_model_choice,
+                              "gpt: this transformer (ember train --help has the options of mlp and cnn)"),
+    [G_TEXT] = OPTION_STRING("--text", "PATH",
+                             "a text file, or a folder of them (default " DEFAULT_TEXT ", Debian's fortunes "
+                             "package: fortune's '%' lines are dropped)"),
+    [G_DEVICE] = OPTION_DEVICE("--device", "auto (default), cpu, cuda:N, opencl:N"),
+    [G_EPOCHS] = OPTION_INT("--epochs", "N", 0, 1000000, "epochs (default 5)"),
+    [G_STEPS] = OPTION_INT("--steps-per-epoch", "N", 1, (int64_t)1 << 40, "optimizer steps per epoch (default 200)"),
+    [G_BATCH] = OPTION_INT("--batch-size", "N", 1, 1 << 20, "windows per step (default 32)"),
+    [G_CONTEXT] = OPTION_INT("--context", "N", 1, 1 << 16, "characters per window (default 64)"),
+    [G_LAYERS] = OPTION_INT("--layers", "N", 1, 256, "transformer blocks (default 2)"),
+    [G_D_MODEL] = OPTION_INT("--d-model", "N", 1, 1 << 16, "width (default 128)"),
+    [G_HEADS] = OPTION_INT("--heads", "N", 1, 1 << 16, "attention heads, dividing --d-model (default 4)"),
+    [G_LR] = OPTION_DOUBLE("--lr", "X", 0, 1e6, "AdamW learning rate (default 0.003)"),
+    [G_WEIGHT_DECAY] = OPTION_DOUBLE("--weight-decay", "X", 0, 1e6, "AdamW weight decay (default 0.01)"),
+    [G_SEED] = OPTION_INT("--seed", "N", 0, INT64_MAX, "weights, batches and samples (default 0)"),
+    [G_THREADS] = OPTION_INT("--threads", "N", 1, 4096, "CPU threads (default: every core)"),
+    [G_MAX_STEPS] = OPTION_INT("--max-steps", "N", 1, (int64_t)1 << 50, "stop after N steps in all"),
+    [G_SAMPLE_CHARS] = OPTION_INT("--sample-chars", "N", 0, 1 << 20,
+                                  "characters of sample text after each epoch (default 200; 0: none)"),
+    [G_CHECKPOINT] = OPTION_STRING("--checkpoint", "PATH",
+                                   "safetensors written after every epoch (default ember-gpt.safetensors; 'none': "
+                                   "nothing); `ember eval PATH` evaluates it"),
+    [G_CKPT_ACT] = OPTION_FLAG("--checkpoint-activations",
+                               "keep only each block's input for backward and recompute the block there "
+                               "(em_checkpoint per block): less memory, one more forward"),
+    [G_PLOT] = OPTION_STRING("--plot", "FILE",
+                             "train and validation loss curves drawn into FILE, a .png or .svg picture, rewritten "
+                             "after every epoch (the loss every " STRINGIFY(GPT_PLOT_EVERY) " steps too)"),
+};
+OPT_TABLE_FITS(gpt_table);
+
+const opt_command gpt_train_options = {
+    .name = "ember train",
+    .invocation = "ember train --model gpt",
+    .usage = "ember train --model gpt [options]",
+    .about = "Train a small decoder-only transformer on the characters of a text and print, after each epoch, the "
+             "train and validation loss, throughput and a sample of generated text.",
+    .options = gpt_table,
+    .count = OPT_COUNT(gpt_table),
+    .exit_status = "0 done; 1 failed (the text cannot be read, a device error, the checkpoint cannot be written); "
+                   "2 bad arguments",
+};
 
 static int parse(int argc, char **argv, gpt_opts *o) {
     *o = (gpt_opts){.cfg = {.context = 64, .layers = 2, .d_model = 128, .heads = 4}, .epochs = 5, .steps = 200,
                     .batch = 32, .lr = 3e-3, .weight_decay = 0.01, .sample_chars = 200, .text = DEFAULT_TEXT,
                     .checkpoint = "ember-gpt.safetensors"};
-    bool device_set = false;
-    mlp_seen seen = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--checkpoint-activations")) {
-            if (!mlp_once(tool, &seen, a)) return 2;
-            o->cfg.ckpt = true;
-            continue;
-        }
-        static const char *const valued[] = {"--model", "--text", "--device", "--epochs", "--steps-per-epoch",
-                                             "--batch-size", "--context", "--layers", "--d-model", "--heads", "--lr",
-                                             "--weight-decay", "--seed", "--threads", "--max-steps", "--sample-chars",
-                                             "--checkpoint", "--plot"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
-        if (!known) {
-            fprintf(stderr, "%s --model gpt: %s '%s'\n", tool, a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            usage(stderr);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "%s: %s needs a value\n", tool, a);
-            return 2;
-        }
-        if (!mlp_once(tool, &seen, a)) return 2;
-        const char *v = argv[++i];
-        bool ok = true;
-        if (!strcmp(a, "--model")) ok = !strcmp(v, "gpt");
-        else if (!strcmp(a, "--text")) o->text = v;
-        else if (!strcmp(a, "--device")) ok = mlp_parse_device(tool, a, v, &o->device), device_set = true;
-        else if (!strcmp(a, "--epochs")) ok = mlp_parse_int(tool, a, v, 0, 1000000, &o->epochs);
-        else if (!strcmp(a, "--steps-per-epoch")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 40, &o->steps);
-        else if (!strcmp(a, "--batch-size")) ok = mlp_parse_int(tool, a, v, 1, 1 << 20, &o->batch);
-        else if (!strcmp(a, "--context")) ok = mlp_parse_int(tool, a, v, 1, 1 << 16, &o->cfg.context);
-        else if (!strcmp(a, "--layers")) ok = mlp_parse_int(tool, a, v, 1, 256, &o->cfg.layers);
-        else if (!strcmp(a, "--d-model")) ok = mlp_parse_int(tool, a, v, 1, 1 << 16, &o->cfg.d_model);
-        else if (!strcmp(a, "--heads")) ok = mlp_parse_int(tool, a, v, 1, 1 << 16, &o->cfg.heads);
-        else if (!strcmp(a, "--lr")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->lr);
-        else if (!strcmp(a, "--weight-decay")) ok = mlp_parse_double(tool, a, v, 0, 1e6, &o->weight_decay);
-        else if (!strcmp(a, "--seed")) ok = mlp_parse_int(tool, a, v, 0, INT64_MAX, &o->seed);
-        else if (!strcmp(a, "--threads")) ok = mlp_parse_int(tool, a, v, 1, 4096, &o->threads);
-        else if (!strcmp(a, "--max-steps")) ok = mlp_parse_int(tool, a, v, 1, (int64_t)1 << 50, &o->max_steps);
-        else if (!strcmp(a, "--sample-chars")) ok = mlp_parse_int(tool, a, v, 0, 1 << 20, &o->sample_chars);
-        else if (!strcmp(a, "--checkpoint")) o->checkpoint = strcmp(v, "none") ? v : NULL;
-        else if (!strcmp(a, "--plot")) ok = plot_check_output(stderr, tool, a, v), o->plot = v;
-        if (!ok && !strcmp(a, "--model")) fprintf(stderr, "%s: --model expects mlp or gpt here, got '%s'\n", tool, v);
-        if (!ok) return 2;
+    opt_result opts;
+    int status = opt_parse(&gpt_train_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    const opt_value *v = opts.v;
+    if (v[G_TEXT].given) o->text = v[G_TEXT].text;
+    if (v[G_EPOCHS].given) o->epochs = v[G_EPOCHS].i;
+    if (v[G_STEPS].given) o->steps = v[G_STEPS].i;
+    if (v[G_BATCH].given) o->batch = v[G_BATCH].i;
+    if (v[G_CONTEXT].given) o->cfg.context = v[G_CONTEXT].i;
+    if (v[G_LAYERS].given) o->cfg.layers = v[G_LAYERS].i;
+    if (v[G_D_MODEL].given) o->cfg.d_model = v[G_D_MODEL].i;
+    if (v[G_HEADS].given) o->cfg.heads = v[G_HEADS].i;
+    if (v[G_LR].given) o->lr = v[G_LR].d;
+    if (v[G_WEIGHT_DECAY].given) o->weight_decay = v[G_WEIGHT_DECAY].d;
+    o->seed = v[G_SEED].i;
+    o->threads = v[G_THREADS].i;
+    o->max_steps = v[G_MAX_STEPS].i;
+    if (v[G_SAMPLE_CHARS].given) o->sample_chars = v[G_SAMPLE_CHARS].i;
+    if (v[G_CHECKPOINT].given) o->checkpoint = strcmp(v[G_CHECKPOINT].text, "none") ? v[G_CHECKPOINT].text : NULL;
+    o->cfg.ckpt = v[G_CKPT_ACT].given;
+    if (v[G_PLOT].given) {
+        if (!plot_check_output(stderr, tool, "--plot", v[G_PLOT].text)) return 2;
+        o->plot = v[G_PLOT].text;
     }
+    if (v[G_DEVICE].given && !mlp_parse_device(tool, "--device", v[G_DEVICE].text, &o->device)) return 2;
     if (o->cfg.d_model % o->cfg.heads != 0) {
         fprintf(stderr, "%s: --d-model %" PRId64 " must be divisible by --heads %" PRId64 "\n", tool, o->cfg.d_model,
                 o->cfg.heads);
         return 2;
     }
     if (o->checkpoint && !mlp_check_output(tool, "--checkpoint", o->checkpoint)) return 2;
-    if (!device_set && !mlp_default_device(tool, &o->device)) return 2;
+    if (!v[G_DEVICE].given && !mlp_default_device(tool, &o->device)) return 2;
     return -1;
 }
 
@@ -589,24 +584,11 @@ static bool meta_int(em_safetensors *f, const char *key, int64_t *out) {
     return true;
 }
 
-int gpt_eval_main(const char *path, int argc, char **argv) {
-    gpt_opts o = {.batch = 32, .text = DEFAULT_TEXT, .sample_chars = 200};
-    bool device_set = false;
-    for (int i = 1; i < argc; i++) {
-        if (argv[i][0] != '-' || !argv[i][1]) continue; /* the checkpoint */
-        if (i + 1 < argc && !strcmp(argv[i], "--text")) o.text = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--device")) {
-            if (!mlp_parse_device("ember eval", "--device", argv[++i], &o.device)) return 2;
-            device_set = true;
-        } else if (i + 1 < argc && !strcmp(argv[i], "--threads")) {
-            if (!mlp_parse_int("ember eval", "--threads", argv[++i], 1, 4096, &o.threads)) return 2;
-        } else {
-            fprintf(stderr, "ember eval: %s is a GPT checkpoint: options are --text PATH, --device D, --threads N "
-                    "(got '%s')\n", path, argv[i]);
-            return 2;
-        }
-    }
-    if (!device_set && !mlp_default_device("ember eval", &o.device)) return 2;
+int gpt_eval_main(const char *path, const char *text, const char *device, int64_t threads) {
+    gpt_opts o = {.batch = 32, .text = text ? text : DEFAULT_TEXT, .sample_chars = 200, .threads = threads};
+    if (device ? !mlp_parse_device("ember eval", "--device", device, &o.device)
+               : !mlp_default_device("ember eval", &o.device))
+        return 2;
     if (o.threads) em_set_num_threads((int)o.threads);
     em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
     if (!f) {

@@ -8,27 +8,18 @@
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <strings.h>
 #include <ember/parse.h>
 
-bool train_amp_parse(const char *tool, const char *opt, const char *v, em_dtype *out) {
-    if (v && (!strcasecmp(v, "bf16") || !strcasecmp(v, "bfloat16"))) {
-        *out = EM_BF16;
-        return true;
-    }
-    if (v && (!strcasecmp(v, "f16") || !strcasecmp(v, "fp16") || !strcasecmp(v, "float16") || !strcasecmp(v, "half"))) {
-        *out = EM_F16;
-        return true;
-    }
-    fprintf(stderr, "%s: %s expects bf16 or f16, got '%s'\n", tool, opt, v ? v : "");
-    return false;
-}
+const opt_choice train_amp_choices[] = {
+    {"bf16", EM_BF16}, {"bfloat16", EM_BF16},
+    {"f16", EM_F16}, {"fp16", EM_F16}, {"float16", EM_F16}, {"half", EM_F16},
+    {NULL, 0},
+};
 
-bool train_amp_parse_scale(const char *tool, const char *opt, const char *v, double *out) {
-    em_num_result r = em_parse_f64(v, 0, FLT_MAX, out);
-    if (r == EM_NUM_OK && (float)*out > 0) return true;
-    fprintf(stderr, "%s: %s expects a number > 0 and at most %g (float32's largest), got '%s'%s%s\n", tool, opt,
-            (double)FLT_MAX, v ? v : "", r == EM_NUM_OK ? "" : ": ", r == EM_NUM_OK ? "" : em_num_why(r));
+bool train_amp_check_scale(const char *tool, const char *opt, const char *text, double scale) {
+    if ((float)scale > 0) return true;
+    fprintf(stderr, "%s: %s expects a number > 0 and at most %g (float32's largest), got '%s' (underflows to 0 in "
+            "float32, the scaler's dtype)\n", tool, opt, (double)FLT_MAX, text);
     return false;
 }
 

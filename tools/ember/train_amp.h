@@ -1,11 +1,12 @@
 /* `ember train --amp bf16|f16` and `ember mem --amp`: mixed precision for the tools (the
- * logic lives in train_amp.c; cmd_train.c and cmd_mem.c only parse the option and call in). */
+ * logic lives in train_amp.c; cmd_train.c and cmd_mem.c only read the option and call in). */
 #ifndef EMBER_TOOL_TRAIN_AMP_H
 #define EMBER_TOOL_TRAIN_AMP_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <ember/ember.h>
+#include "options.h"
 
 typedef struct train_amp {
     bool on;
@@ -22,11 +23,11 @@ typedef struct train_amp_meta {
     int n;
 } train_amp_meta;
 
-/* "bf16"/"bfloat16" or "f16"/"fp16"/"float16" (opt names the option in messages); prints why
- * not and returns false otherwise. */
-bool train_amp_parse(const char *tool, const char *opt, const char *v, em_dtype *out);
-/* --loss-scale X: a finite number > 0 within float32's range; prints why not. */
-bool train_amp_parse_scale(const char *tool, const char *opt, const char *v, double *out);
+/* --amp's words (options.h): "bf16"/"bfloat16" (EM_BF16) or "f16"/"fp16"/"float16"/"half"
+ * (EM_F16), without regard to case; the choice's id is the em_dtype. */
+extern const opt_choice train_amp_choices[];
+/* --loss-scale X, in range as parsed: false (after saying why) when float32 rounds it to 0. */
+bool train_amp_check_scale(const char *tool, const char *opt, const char *text, double scale);
 /* Starts mixed precision in dtype (the scaler for f16, from init_scale when > 0, else
  * PyTorch's 65536); a.on stays false without --amp. */
 bool train_amp_start(train_amp *a, bool on, em_dtype dtype, double init_scale);
