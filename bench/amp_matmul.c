@@ -1,4 +1,4 @@
-/* Mixed-precision benchmark (issue 14), Ember's side; bench/run_amp.sh runs it with the PyTorch
+/* Mixed-precision benchmark, Ember's side; bench/run_amp.sh runs it with the PyTorch
  * peer (bench/amp_torch.py) and prints the comparison. Three modes, each printing key=value lines:
  *
  *   bench_amp_matmul peaks

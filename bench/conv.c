@@ -221,7 +221,7 @@ static void bench_pools(int reps) {
     em_scope_end(sc);
 }
 
-/* the step's other cuts (issue 16): ReLU's backward in one pass against the gt + where it
+/* the step's other cuts: ReLU's backward in one pass against the gt + where it
  * replaced, and the bias's gradient inside oneDNN's weight pass against a separate sum */
 static void bench_relu_bias(int reps) {
     em_scope sc = em_scope_begin();

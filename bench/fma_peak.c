@@ -5,7 +5,7 @@
  * 256-bit FLOP rate, one (ports 0 and 1 fused) about the same; that ratio is reported as the
  * number of 512-bit FMA ports. Prints "fma_peak_gflops <value>" and "isa <description>".
  * Used by bench/run_train.sh to say what fraction of the true peak a training loop reaches
- * (issue 12: measuring 8-wide chains on an AVX-512 machine understated the peak by half). */
+ * (measuring 8-wide chains on an AVX-512 machine understated the peak by half). */
 #include <stdio.h>
 #include <time.h>
 #include <immintrin.h>

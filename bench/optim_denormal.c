@@ -1,4 +1,4 @@
-/* Issue 12: Adam steps while moments decay into the subnormal range. One step with random
+/* Subnormal optimizer state: Adam steps while moments decay into the subnormal range. One step with random
  * gradients, then zero gradients (the weights of always-black pixels): exp_avg shrinks by 0.9
  * per step and passes below FLT_MIN around step 760, where x86 arithmetic on the subnormal
  * values it would hold takes microcode assists. Prints, for the fused kernels (which store

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Where `ember train`'s step goes (issue 12): perf records two epochs of `ember train` on one
+# Where `ember train`'s step goes: perf records two epochs of `ember train` on one
 # thread at each batch size (DWARF call graphs, 1 kHz), and bench/profile_train.py sorts the
 # samples into GEMM, optimizer, elementwise, loss, loader, allocator and the rest.
 # Usage: bench/profile_train.sh [build-dir]   (a Release build; default build)

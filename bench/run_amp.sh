@@ -1,5 +1,5 @@
 #!/bin/sh
-# Mixed-precision benchmark (issue 14) in one run: Ember (bench/amp_matmul.c) against PyTorch
+# Mixed-precision benchmark in one run: Ember (bench/amp_matmul.c) against PyTorch
 # (bench/amp_torch.py) on the CPU, same machine, same problems:
 #   1. the CPU's features, what runs Ember's bf16 matmul (oneDNN and its ISA), the one-thread
 #      FP32 peak of the widest FMA unit and the bf16 peaks (AMX tiles, AVX512-BF16) measured by
@@ -13,7 +13,7 @@
 #      weights cast to bf16 by hand; PyTorch: torch.autocast('cpu', dtype=torch.bfloat16)), on
 #      1 and 2 threads.
 # Each Ember run is followed by the same run in every PyTorch, so load from elsewhere hits both.
-# Then the issue's targets, each MET or NOT MET with the numbers it rests on.
+# Then the mixed-precision targets, each MET or NOT MET with the numbers it rests on.
 # Usage: bench/run_amp.sh [build-dir]   (a Release build; default build)
 # Environment: TORCH_PYTHON: the interpreters whose PyTorch to compare, space-separated
 #   (default /usr/bin/python3, Debian's 1.13), e.g. "/usr/bin/python3 /work/venv-torch/bin/python";

@@ -1,5 +1,5 @@
 #!/bin/sh
-# CNN benchmark (issue 16): `ember train --model cnn` against PyTorch (bench/train_cnn_torch.py)
+# CNN benchmark: `ember train --model cnn` against PyTorch (bench/train_cnn_torch.py)
 # in one run, same machine, same network, same batch order (checked against Ember's loader),
 # Adam lr 1e-3, batch 64, 1 and 2 threads, every PyTorch interpreter given (Debian's 1.13 and
 # 2.x from PyPI); then conv2d forward + backward GFLOP/s for the CNN's two convolutions

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Distributed benchmark (issue 15), one run: (1) all_reduce bus bandwidth from 4 KB to 64 MB,
+# Distributed benchmark, one run: (1) all_reduce bus bandwidth from 4 KB to 64 MB,
 # Ember's em_dist_all_reduce against Open MPI's MPI_Allreduce on the same buffers, 2 ranks;
 # (2) DDP step time of MLPs at 1 and 2 ranks (same batch of 64 per rank) and the share of the
 # all-reduce time hidden behind backward; (3) PyTorch DDP (gloo, 2 processes) on the same

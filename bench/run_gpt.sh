@@ -1,5 +1,5 @@
 #!/bin/sh
-# GPT benchmark (issue 16): the step time of `ember train --model gpt` on the CPU against the
+# GPT benchmark: the step time of `ember train --model gpt` on the CPU against the
 # same model in PyTorch (bench/gpt_torch.py: same layers, sizes, AdamW, gradient clipping),
 # in one run, 1 and 2 threads, against every PyTorch interpreter given. Fixed size: batch 32,
 # context 64, 2 layers, d_model 128, 4 heads, vocabulary 114 (the fortunes' characters).

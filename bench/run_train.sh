@@ -1,5 +1,5 @@
 #!/bin/sh
-# Training benchmark (issues 5, 12): Ember CPU (`ember train`) against PyTorch CPU
+# Training benchmark: Ember CPU (`ember train`) against PyTorch CPU
 # (bench/train_mlp_torch.py) in one run, same machine, same model (784-256-10, ReLU), same
 # batch order (checked against Ember's loader), Adam lr 1e-3, 5 epochs, batch 64 and 256,
 # 1 and 2 threads, against every PyTorch interpreter given (e.g. Debian's 1.13 and 2.x from

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CNN's accuracy target (issue 16): `ember train --model cnn` reaches at least 90% test
+# The CNN's accuracy target: `ember train --model cnn` reaches at least 90% test
 # accuracy on Fashion-MNIST after 5 epochs on the CPU, and `ember eval` reloads its checkpoint
 # (the checkpoint names its model) and measures the same accuracy. Prints how long it took.
 # Usage: scripts/cnn_accuracy.sh [build-dir]   (after scripts/build.sh)

@@ -341,7 +341,7 @@ train_ember() { # device epochs extra...
     "$EMBER" train --device "$1" --epochs "$2" --checkpoint none --seed 0 --batch-size 64 ${DATA:+--data "$DATA"} "${@:3}"
 }
 s_train_cuda() { export STEP_NAME=train_cuda; train_ember cuda:0 "$EPOCHS" | tee "$FACTS/train_cuda.log"; return "${PIPESTATUS[0]}"; }
-# Mixed precision on the GPU (issue 14): bf16 autocast, and f16 with the loss scaler whose
+# Mixed precision on the GPU: bf16 autocast, and f16 with the loss scaler whose
 # inf/NaN check and skip stay on the device
 s_train_amp() {
     export STEP_NAME=train_amp
@@ -352,7 +352,7 @@ s_train_amp() {
     done
     return $rc
 }
-# The CNN (issue 16: conv2d through cuDNN), Ember's and PyTorch's, the same batches
+# The CNN (conv2d through cuDNN), Ember's and PyTorch's, the same batches
 s_train_cnn() {
     export STEP_NAME=train_cnn
     train_ember cuda:0 2 --model cnn | tee "$FACTS/train_cnn_cuda.log"
@@ -364,7 +364,7 @@ s_train_cnn_torch() {
         --threads "$NPROC" --data "${DATA:-/usr/share/datasets/fashion-mnist}" | tee "$FACTS/train_cnn_torch.log"
     return "${PIPESTATUS[0]}"
 }
-# NCCL for real (issue 15): the DDP seed twin as one rank under mpirun on cuda:0 (backend "auto"
+# NCCL for real: the DDP seed twin as one rank under mpirun on cuda:0 (backend "auto"
 # picks NCCL; one GPU is one rank's worth), its all-reduces through libnccl
 s_nccl() {
     export STEP_NAME=nccl

@@ -4,7 +4,7 @@
 #   .gpu/deps.tar.xz      a private prefix (usr/...) unpacked from Debian packages with
 #                         dpkg-deb -x, never into /: OpenBLAS (pthread build) with its headers and
 #                         its runtime (libgfortran5, libquadmath0), zlib's headers and library;
-#                         oneDNN (libdnnl2, libdnnl-dev: the CPU's bf16 matmul, issue 14) with
+#                         oneDNN (libdnnl2, libdnnl-dev: the CPU's bf16 matmul) with
 #                         what libdnnl loads (libgomp1, ocl-icd-libopencl1).
 #                         Compressed because OpenBLAS alone is 36 MB and libdnnl 40 MB (7 MB as
 #                         xz); gpu_check.sh unpacks it.

@@ -16,12 +16,12 @@ PACKAGES=(
   dataset-fashion-mnist                          # the data `ember train` uses
   valgrind                                       # leak check of a training run in CI
   python3                                        # scripts/gpu_check_test.sh (CI) reads its JSON
-  # packaging, DLPack, docs (issue 17): CPack's .deb needs dpkg-dev (dpkg-shlibdeps)
+  # packaging, DLPack, docs: CPack's .deb needs dpkg-dev (dpkg-shlibdeps)
   dpkg-dev python3-numpy                         # the .deb; DLPack tests with NumPy (ctypes shim)
   doxygen python3-jsonschema                     # API reference (scripts/docs.sh); --json schemas
-  # TensorBoard (issue 17): the virtual environment of tests/python/test_tensorboard.py
+  # TensorBoard: the virtual environment of tests/python/test_tensorboard.py
   python3-venv python3-pip
-  # plots (issue 17): `ember bench --plot`, `ember train --plot` draw PNG and SVG with cairo
+  # plots: `ember bench --plot`, `ember train --plot` draw PNG and SVG with cairo
   libcairo2-dev libfontconfig-dev
 )
 
@@ -38,7 +38,7 @@ else
   echo "setup: all packages present"
 fi
 
-# TensorBoard (issue 17): its own reader (EventAccumulator, from PyPI) checks Ember's event
+# TensorBoard: its own reader (EventAccumulator, from PyPI) checks Ember's event
 # files in tests/python/test_tensorboard.py, which skips (77) without this environment.
 if ! .venv-tests/bin/python -c "import tensorboard" 2>/dev/null; then
   echo "setup: making .venv-tests with tensorboard (pip)"

@@ -83,7 +83,7 @@ echo "test_install: $(basename "$deb"): Depends: $depends"
 for need in zlib1g libopenblas ocl-icd-libopencl1; do
     case "$depends" in *"$need"*) ;; *) fail "the .deb does not depend on $need" ;; esac
 done
-# plots (issue 17): a command built with cairo (--plot) needs libcairo2
+# plots: a command built with cairo (--plot) needs libcairo2
 if nm -D "$build/ember" 2>/dev/null | grep ' U cairo_create' >/dev/null; then
     case "$depends" in *libcairo2*) ;; *) fail "the command uses cairo but the .deb does not depend on libcairo2" ;; esac
 fi

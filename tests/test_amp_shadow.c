@@ -1,4 +1,4 @@
-/* The fused Adam step's low-precision weight copy (src/core/lowp_shadow.c, issue 14): after a
+/* The fused Adam step's low-precision weight copy (src/core/lowp_shadow.c): after a
  * cast of a float32 parameter to bf16/f16 asked for one, the step writes the copy and the
  * next cast hands it out. Checked: the copy is bit for bit the cast of the new weights (bf16
  * and f16, a size the CPU splits across threads); a cast really took it; an in-place write to

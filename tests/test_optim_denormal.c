@@ -1,4 +1,4 @@
-/* Issue 12: subnormal optimizer state. The fused Adam and SGD kernels store moments (and the
+/* Subnormal optimizer state. The fused Adam and SGD kernels store moments (and the
  * momentum buffer) below the smallest normal number as zero, on the CPU and on opencl:0 alike
  * (bit for bit), leave normal values, NaN and the parameters alone; em_set_flush_denormal
  * sets FTZ/DAZ on the caller and Ember's workers and clears them again; em_cpu_features and

@@ -188,7 +188,7 @@ static void test_json_of_this_machine(void) {
         snprintf(key, sizeof key, "\"auto\": {\"device\": \"%s\"", em_device_str(em_device_auto()).s);
         CHECK(strstr(s, key) != NULL);
         CHECK(strstr(s, "\"reason\": \"") != NULL);
-        char feat[300]; /* the CPU's vector features (issue 12), on the cpu type only */
+        char feat[300]; /* the CPU's vector features, on the cpu type only */
         snprintf(feat, sizeof feat, "\"features\": \"%s\"", em_cpu_features());
         CHECK(strstr(s, feat) != NULL && strstr(strstr(s, feat) + 1, "\"features\"") == NULL);
     }

@@ -88,8 +88,7 @@ static em_tensor *ag_gelu_backward(em_tensor *g, em_tensor *x) {
     return fused ? fused : em_mul(g, ag_gelu_grad(x));
 }
 
-/* ReLU's: g where the output a > 0; one kernel where the backend has it (the CNN's speed,
- * issue 16), else gt and where */
+/* ReLU's: g where the output a > 0; one kernel where the backend has it, else gt and where */
 static em_tensor *ag_relu_backward(em_tensor *g, em_tensor *a) {
     bool failed_before = em_failed();
     em_tensor *fused = em__relu_backward(g, a);

@@ -1,4 +1,4 @@
-"""The ember command's conventions (issue 17): --version, `ember help COMMAND`, exit codes
+"""The ember command's conventions: --version, `ember help COMMAND`, exit codes
 (0 ok, 1 failure, 2 usage, 130 interrupted) across the commands, every --json output valid
 against its JSON Schema in docs/schemas/ (python3-jsonschema, or the small validator below
 where it is missing), the man page generated from the help texts, and bash completion.

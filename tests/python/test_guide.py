@@ -1,4 +1,4 @@
-"""The user guide's code blocks, run (issue 17, item 5): every ```c block of docs/GUIDE.md is
+"""The user guide's code blocks, run: every ```c block of docs/GUIDE.md is
 compiled against the built library with -Wall -Wextra -Werror and run; it must exit 0, or 77
 for a skip whose reason it prints (reported as a skip, never a pass). Info strings:
   c               a whole program

@@ -1,5 +1,5 @@
-"""TensorBoard's own reader (EventAccumulator, tensorboard from PyPI) on Ember's event files
-(issue 17): every scalar, the histogram and the text written through libember.so's
+"""TensorBoard's own reader (EventAccumulator, tensorboard from PyPI) on Ember's event files:
+every scalar, the histogram and the text written through libember.so's
 em_summary_* calls (ctypes), a file left by a writer killed with SIGKILL mid-run, and the
 curves of `ember train --logdir`.
 

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
     fprintf(f, "\n  ember help --options <command>   its options as a table, one per line (tab-separated: name,\n"
                "                                   alias, kind, metavar, min, max, flags, choices) for scripts\n"
                "  ember help --man [<command>]     the man page's section of a command (roff), or every one\n");
-    /* ---- command conventions (issue 17): exit status, the same for every command ---- */
+    /* ---- command conventions: exit status, the same for every command ---- */
     fprintf(f, "\nexit status:\n"
                "  0    done\n"
                "  1    failed: a file that cannot be read or written, a device error, a measurement\n"

@@ -2,7 +2,7 @@
  * composition autograd uses without it (gt, then where) makes two passes and a bool tensor:
  * 0.4 ms of the CNN's 7 ms step on one thread. f32 runs 16 lanes with AVX-512 where the CPU
  * has it; same results as the scalar loop (a select, no arithmetic). bf16 and f16 (a bf16
- * Linear's ReLU under autocast, issue 14) compare the output's bits, 32 lanes with AVX-512BW:
+ * Linear's ReLU under autocast) compare the output's bits, 32 lanes with AVX-512BW:
  * y > 0 exactly when its bits, read as a signed 16-bit integer, lie in [lo, hi]: lo the
  * smallest positive value (the smallest normal for bf16 when denormals are flushed, as the
  * float compare of the composed path then reads a bf16 subnormal as 0; f16's subnormals are
@@ -115,7 +115,7 @@ em_status em__cpu_relu_backward(const em_op_call *call) {
     return EM_OK;
 }
 
-/* ReLU's forward on contiguous bf16 (a bf16 Linear's output under autocast, issue 14) straight
+/* ReLU's forward on contiguous bf16 (a bf16 Linear's output under autocast) straight
  * on the bits, 32 lanes with AVX-512BW, instead of converting blocks to float32 and back: the
  * same bits as that path (v < 0 ? 0 : v in float32, then round to bf16): negative non-NaN
  * values give +0, -0 stays -0, NaN comes back quiet (| 0x40, as emk_f32_to_bf16 makes it).
