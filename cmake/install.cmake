@@ -105,6 +105,9 @@ install(TARGETS ember EXPORT EmberTargets
 install(TARGETS ember_static EXPORT EmberStaticTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 if(TARGET ember_cli)
+  # the command needs libember.so: found next to it under any --prefix
+  file(RELATIVE_PATH _ember_bin_to_lib "/p/${CMAKE_INSTALL_BINDIR}" "/p/${CMAKE_INSTALL_LIBDIR}")
+  set_target_properties(ember_cli PROPERTIES INSTALL_RPATH "$ORIGIN/${_ember_bin_to_lib}")
   install(TARGETS ember_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/ember DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
