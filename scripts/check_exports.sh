@@ -2,7 +2,10 @@
 # The export rule: libember.so exports exactly the public API, the functions include/ember/*.h
 # declares with EM_API (include/ember/export.h); every other global of the library (the em__
 # internals) is hidden by -fvisibility=hidden.
-#   scripts/check_exports.sh LIBEMBER_SO INCLUDE_DIR [LIBEMBER_A]
+#   scripts/check_exports.sh [--coverage] LIBEMBER_SO INCLUDE_DIR [LIBEMBER_A]
+#                                          --coverage: a --coverage build, whose libember.so
+#                                          carries GCC's coverage runtime and its exports
+#                                          (__gcov_*, mangle_path): those are not counted
 #   scripts/check_exports.sh --self-test   a small library with a leak, a hidden public function
 #                                          and a forgotten EM_API: each must fail the check
 # Fails when
@@ -11,9 +14,15 @@
 #   - an EM_API line does not carry the declared function's name before its '(' (the check
 #     reads names from those lines: keep `EM_API type name(` on one line);
 #   - with LIBEMBER_A: a global that the static library defines and a header names (em_...) is
-#     not exported: a public function declared without EM_API.
+#     not exported: a public function declared without EM_API;
+#   - with LIBEMBER_A: a global that the static library defines is neither an EM_API name nor
+#     em__-prefixed (the naming rule: em_ public, em__ internal), apart from the few internal
+#     globals named before the rule (PREDATING_RULE below), which no name may join.
 # DLPack's header (include/ember/dlpack.h) declares types only, so no DLPack symbol is allowed.
 set -euo pipefail
+
+# internal globals named em_ before the em__ rule (hidden like every internal)
+PREDATING_RULE="em_cpu_backend em_cuda_backend em_opencl_backend em_error_save em_error_restore"
 
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 work="$(mktemp -d)"
@@ -35,6 +44,10 @@ check() { # LIB.so INCLUDE_DIR [LIB.a]
     grep -vE '^em_[a-z0-9]' "$tmp/api" | sed 's/^/check_exports: EM_API on a name that is not public (em_): /' >&2 && fail=1
     # what the library exports
     nm -D --defined-only "$so" | awk 'NF >= 3 { sub(/@.*/, "", $3); print $3 }' | sort -u >"$tmp/exported"
+    if [ "$coverage" = 1 ]; then
+        grep -vE '^(__gcov_.*|mangle_path)$' "$tmp/exported" >"$tmp/exported_own" || true
+        mv "$tmp/exported_own" "$tmp/exported"
+    fi
     comm -23 "$tmp/exported" "$tmp/api" >"$tmp/leaked"
     if [ -s "$tmp/leaked" ]; then
         echo "check_exports: $so exports $(wc -l <"$tmp/leaked") symbol(s) the headers do not declare with EM_API:" >&2
@@ -56,6 +69,16 @@ check() { # LIB.so INCLUDE_DIR [LIB.a]
         if [ -s "$tmp/unmarked" ]; then
             echo "check_exports: named in include/ember and defined by the library, but not exported (EM_API missing?):" >&2
             sed 's/^/  /' "$tmp/unmarked" | head -40 >&2
+            fail=1
+        fi
+        tr ' ' '\n' <<<"$PREDATING_RULE" | sort >"$tmp/predating"
+        # (names the compiler makes are not Ember's: reserved __ names such as ASan's
+        # __odr_asan.NAME, and NAME.SUFFIX clones)
+        grep -v -e '^em__' -e '^__' -e '\.' "$tmp/defined" | comm -23 - "$tmp/api" |
+            comm -23 - "$tmp/predating" >"$tmp/misnamed" || true
+        if [ -s "$tmp/misnamed" ]; then
+            echo "check_exports: globals of the library that are neither EM_API functions nor em__ internals:" >&2
+            sed 's/^/  /' "$tmp/misnamed" | head -40 >&2
             fail=1
         fi
     fi
@@ -99,18 +122,27 @@ EOF
     sed -i 's/^int em_unmarked/EM_API int em_unmarked/' "$tmp/include/ember/t.h"
     build fixed -fvisibility=hidden
     check "$tmp/fixed.so" "$tmp/include" "$tmp/fixed.a" >/dev/null || { echo "self-test: a clean library failed" >&2; return 1; }
-    # 4. a public function declared but hidden (its definition built without the header's EM_API)
+    # 4. an internal global without the em__ prefix
+    printf 'int stray_counter = 1;\n' >>"$tmp/lib.c"
+    build misnamed -fvisibility=hidden
+    if out="$(check "$tmp/misnamed.so" "$tmp/include" "$tmp/misnamed.a" 2>&1)"; then
+        echo "self-test: an internal global named outside em__ passed" >&2; return 1; fi
+    grep -q '^  stray_counter$' <<<"$out" || { echo "self-test: stray_counter was not named: $out" >&2; return 1; }
+    sed -i '/stray_counter/d' "$tmp/lib.c"
+    # 5. a public function declared but hidden (its definition built without the header's EM_API)
     sed -i 's/^#include <ember\/t.h>/#define EM_API/' "$tmp/lib.c"
     build unexported -fvisibility=hidden
     if out="$(check "$tmp/unexported.so" "$tmp/include" 2>&1)"; then
         echo "self-test: a library missing its EM_API functions passed" >&2; return 1; fi
     grep -q '^  em_public_one$' <<<"$out" || { echo "self-test: the missing em_public_one was not named: $out" >&2; return 1; }
-    echo "check_exports: self-test: a leaked internal, a forgotten EM_API and a hidden public function each fail"
+    echo "check_exports: self-test: a leaked internal, a forgotten EM_API, a global outside em__ and a hidden public function each fail"
 }
 
+coverage=0
 if [ "${1:-}" = --self-test ]; then
     self_test
 else
-    [ $# -ge 2 ] || { echo "usage: $self LIBEMBER_SO INCLUDE_DIR [LIBEMBER_A] | --self-test" >&2; exit 2; }
+    [ "${1:-}" = --coverage ] && { coverage=1; shift; }
+    [ $# -ge 2 ] || { echo "usage: $self [--coverage] LIBEMBER_SO INCLUDE_DIR [LIBEMBER_A] | --self-test" >&2; exit 2; }
     check "$@"
 fi
