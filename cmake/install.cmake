@@ -6,7 +6,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # include/ember/version.h is the headers' version, project(VERSION) the package's: one number.
-file(STRINGS ${CMAKE_SOURCE_DIR}/include/ember/version.h _ember_vlines
+file(STRINGS ${PROJECT_SOURCE_DIR}/include/ember/version.h _ember_vlines
      REGEX "^#define EMBER_VERSION_(MAJOR|MINOR|PATCH|STRING) ")
 foreach(_l ${_ember_vlines})
   if(_l MATCHES "^#define EMBER_VERSION_(MAJOR|MINOR|PATCH) ([0-9]+)")
@@ -105,60 +105,66 @@ install(TARGETS ember EXPORT EmberTargets
 install(TARGETS ember_static EXPORT EmberStaticTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 if(TARGET ember_cli)
+  # the command needs libember.so: found next to it under any --prefix
+  file(RELATIVE_PATH _ember_bin_to_lib "/p/${CMAKE_INSTALL_BINDIR}" "/p/${CMAKE_INSTALL_LIBDIR}")
+  set_target_properties(ember_cli PROPERTIES INSTALL_RPATH "$ORIGIN/${_ember_bin_to_lib}")
   install(TARGETS ember_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
-install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/ember DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ember DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 
 set(EMBER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Ember)
 install(EXPORT EmberTargets NAMESPACE Ember:: DESTINATION ${EMBER_CMAKE_DIR})
 install(EXPORT EmberStaticTargets NAMESPACE Ember:: DESTINATION ${EMBER_CMAKE_DIR})
-configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/EmberConfig.cmake.in
-  ${CMAKE_BINARY_DIR}/EmberConfig.cmake INSTALL_DESTINATION ${EMBER_CMAKE_DIR})
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/EmberConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/EmberConfig.cmake INSTALL_DESTINATION ${EMBER_CMAKE_DIR})
 # 0.x: minor versions may break the API, so only the same minor is compatible; from 1.0 the major
 if(PROJECT_VERSION_MAJOR EQUAL 0)
   set(_ember_compat SameMinorVersion)
 else()
   set(_ember_compat SameMajorVersion)
 endif()
-write_basic_package_version_file(${CMAKE_BINARY_DIR}/EmberConfigVersion.cmake
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/EmberConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY ${_ember_compat})
-install(FILES ${CMAKE_BINARY_DIR}/EmberConfig.cmake ${CMAKE_BINARY_DIR}/EmberConfigVersion.cmake
+install(FILES ${PROJECT_BINARY_DIR}/EmberConfig.cmake ${PROJECT_BINARY_DIR}/EmberConfigVersion.cmake
         DESTINATION ${EMBER_CMAKE_DIR})
 
 # ember.pc: the prefix relative to the .pc file itself, so one file serves any --prefix and the .deb
 file(RELATIVE_PATH EMBER_PC_REL_PREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
-configure_file(${CMAKE_SOURCE_DIR}/cmake/ember.pc.in ${CMAKE_BINARY_DIR}/ember.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/ember.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/ember.pc.in ${PROJECT_BINARY_DIR}/ember.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/ember.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # ---- the command's man page (from its help texts) and bash completion ----------------------
 # Built by running the command: not in sanitizer builds, whose binaries need their runtime.
 if(TARGET ember_cli AND NOT EMBER_SANITIZE)
-  add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/ember.1
-    COMMAND ${CMAKE_SOURCE_DIR}/scripts/gen_manpage.sh $<TARGET_FILE:ember_cli> ${CMAKE_BINARY_DIR}/ember.1
-    DEPENDS ember_cli ${CMAKE_SOURCE_DIR}/scripts/gen_manpage.sh
+  add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/ember.1
+    COMMAND ${PROJECT_SOURCE_DIR}/scripts/gen_manpage.sh $<TARGET_FILE:ember_cli> ${PROJECT_BINARY_DIR}/ember.1
+    DEPENDS ember_cli ${PROJECT_SOURCE_DIR}/scripts/gen_manpage.sh
     COMMENT "Writing ember.1 from the help texts" VERBATIM)
-  add_custom_target(ember_man ALL DEPENDS ${CMAKE_BINARY_DIR}/ember.1)
-  install(FILES ${CMAKE_BINARY_DIR}/ember.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+  add_custom_target(ember_man ALL DEPENDS ${PROJECT_BINARY_DIR}/ember.1)
+  install(FILES ${PROJECT_BINARY_DIR}/ember.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 endif()
-install(FILES ${CMAKE_SOURCE_DIR}/tools/completion/ember.bash
+install(FILES ${PROJECT_SOURCE_DIR}/tools/completion/ember.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME ember)
 
 # ---- the .deb -----------------------------------------------------------------------------
 # Its run-time dependencies come from dpkg-shlibdeps on the library and the command (the
 # OpenCL ICD loader, OpenBLAS, zlib, and oneDNN / Open MPI / cairo (the command's --plot) when
 # this build uses them); CUDA is dlopen'ed and stays optional. OpenCL devices themselves come
-# from an ICD such as PoCL.
-set(CPACK_GENERATOR DEB)
-set(CPACK_PACKAGE_NAME ember)
-set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_PACKAGE_CONTACT "Ember developers <ember-dev@localhost>")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "PyTorch's device model in C: tensors on the CPU, OpenCL and CUDA")
-set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
-set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "pocl-opencl-icd | opencl-icd")
-set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
-set(CPACK_STRIP_FILES ON)
-include(CPack)
+# from an ICD such as PoCL. Only when Ember is the top-level project: CPack is one per build
+# tree, and a project that embeds Ember packages itself.
+if(EMBER_TOP_LEVEL)
+  set(CPACK_GENERATOR DEB)
+  set(CPACK_PACKAGE_NAME ember)
+  set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+  set(CPACK_PACKAGE_CONTACT "Ember developers <ember-dev@localhost>")
+  set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "PyTorch's device model in C: tensors on the CPU, OpenCL and CUDA")
+  set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+  set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+  set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+  set(CPACK_DEBIAN_PACKAGE_SUGGESTS "pocl-opencl-icd | opencl-icd")
+  set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+  set(CPACK_STRIP_FILES ON)
+  include(CPack)
+endif()

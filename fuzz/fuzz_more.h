@@ -158,7 +158,7 @@ static inline void fuzz_memcap_one(const uint8_t *data, size_t size) {
     memset(&st, 0, sizeof st);
     st.dev = devs[data[0] & 3];
     st.cap = -1;
-    mem__config_from_env(&st);
+    em__mem_config_from_env(&st);
     if (st.config_error[0]) {
         if (!strstr(st.config_error, "EMBER_MEMORY_CAP")) FUZZ_FAIL("cap error does not name the variable");
     } else if (st.cap_fraction != 0) {

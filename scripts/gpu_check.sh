@@ -231,7 +231,7 @@ s_build() {
     export STEP_NAME=build
     use_deps
     if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-        cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release || return 1
+        cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DEMBER_WERROR=ON || return 1
     fi
     local tried="" fallback
     for fallback in "" -DEMBER_WERROR=OFF -DEMBER_BLAS=OFF; do

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 asan="${1:-build-asan}"
 rel="${2:-build}"
-[ -f "$asan/CMakeCache.txt" ] || cmake -S . -B "$asan" -DEMBER_SANITIZE=ON >/dev/null
+[ -f "$asan/CMakeCache.txt" ] || cmake -S . -B "$asan" -DEMBER_SANITIZE=ON -DEMBER_WERROR=ON >/dev/null
 cmake --build "$asan" -j"$(nproc)" --target ember >/dev/null
 [ -x "$rel/ember" ] || scripts/build.sh "$rel"
 EMBER_LIBRARY="$PWD/$asan/libember.so" EMBER_TOOL="$PWD/$rel/ember" \

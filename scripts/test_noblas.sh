@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 dir=${1:-build-noblas}
 tests=(test_cpu_gemm test_cpu_matmul test_golden_ops test_core_linalg test_nn test_optim_golden test_lowp_matmul
        test_cpu_amx test_attention_fused)
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DEMBER_BLAS=OFF -DEMBER_DNNL=OFF >/dev/null
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DEMBER_BLAS=OFF -DEMBER_DNNL=OFF -DEMBER_WERROR=ON >/dev/null
 grep -q "^EMBER_BLAS:BOOL=OFF" "$dir/CMakeCache.txt"
 grep -q "^EMBER_DNNL:BOOL=OFF" "$dir/CMakeCache.txt"
 cmake --build "$dir" -j"$(nproc)" --target ember_cli "${tests[@]}"

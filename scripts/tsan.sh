@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-40}"
 tests=(test_threads_stress test_cpu_threads test_data_loader test_data_parallel test_lowp_matmul)
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=thread >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=thread -DEMBER_WERROR=ON >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target "${tests[@]}"
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
 export EMBER_STRESS_ROUNDS="$rounds" EMBER_TEST_DATA="$PWD/tests/data"

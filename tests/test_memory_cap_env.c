@@ -15,7 +15,7 @@ typedef struct outcome { int64_t cap; double fraction; bool error; } outcome;
 static outcome read_cap(const char *spec, em_device d) {
     mem_state st = {.dev = d, .cap = -1};
     setenv("EMBER_MEMORY_CAP", spec, 1);
-    mem__config_from_env(&st);
+    em__mem_config_from_env(&st);
     unsetenv("EMBER_MEMORY_CAP");
     return (outcome){st.cap, st.cap_fraction, st.config_error[0] != '\0'};
 }

@@ -28,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/tensor.h>
 #include <ember/optim.h>
 
@@ -43,17 +44,17 @@ typedef struct em_autocast {
 
 /* torch.autocast(device_type, dtype): dtype must be EM_F16 or EM_BF16 (anything else is an
  * EM_ERR_DTYPE error and a handle whose end does nothing). */
-em_autocast em_autocast_begin(em_device_type type, em_dtype dtype);
+EM_API em_autocast em_autocast_begin(em_device_type type, em_dtype dtype);
 /* torch.autocast(..., enabled=False) when enabled is false: switches autocast off for that
  * device type until the matching end (dtype is then ignored). */
-em_autocast em_autocast_begin_ex(em_device_type type, em_dtype dtype, bool enabled);
+EM_API em_autocast em_autocast_begin_ex(em_device_type type, em_dtype dtype, bool enabled);
 /* Ends the innermost region. Ending a region that is not the innermost open one (ended
  * twice, out of order) or on another thread is an EM_ERR_ARGUMENT error that changes
  * nothing. The outermost end releases the cast cache. */
-em_status em_autocast_end(em_autocast region);
+EM_API em_status em_autocast_end(em_autocast region);
 /* torch.is_autocast_enabled(device_type) / torch.get_autocast_dtype on this thread. */
-bool em_autocast_enabled(em_device_type type);
-em_dtype em_autocast_dtype(em_device_type type); /* the region's dtype (EM_BF16 when none) */
+EM_API bool em_autocast_enabled(em_device_type type);
+EM_API em_dtype em_autocast_dtype(em_device_type type); /* the region's dtype (EM_BF16 when none) */
 
 /* ---- loss scaling (torch.amp.GradScaler) ----
  * The scale, growth tracker, found-inf flag and skipped-step count live in one float32
@@ -71,24 +72,24 @@ typedef struct em_grad_scaler_opts {
     int64_t growth_interval;  /* 2000 clean steps */
     bool enabled;             /* false: scale/unscale are identities, step is em_step */
 } em_grad_scaler_opts;
-em_grad_scaler_opts em_grad_scaler_defaults(void);          /* PyTorch's defaults, enabled */
-em_grad_scaler *em_grad_scaler_new(em_grad_scaler_opts opts); /* NULL and an error on bad opts */
-void em_grad_scaler_free(em_grad_scaler *s);                 /* NULL is ignored */
+EM_API em_grad_scaler_opts em_grad_scaler_defaults(void);          /* PyTorch's defaults, enabled */
+EM_API em_grad_scaler *em_grad_scaler_new(em_grad_scaler_opts opts); /* NULL and an error on bad opts */
+EM_API void em_grad_scaler_free(em_grad_scaler *s);                 /* NULL is ignored */
 /* loss * scale (differentiable; the scale is made on loss's device on the first call). */
-em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
+EM_API em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss);
 /* Divide every gradient of opt's parameters by the scale in place and record inf/NaN in the
  * device flag (optional before step: lets em_clip_grad_norm see the true gradients). */
-em_status em_grad_scaler_unscale(em_grad_scaler *s, em_optimizer *opt);
+EM_API em_status em_grad_scaler_unscale(em_grad_scaler *s, em_optimizer *opt);
 /* Unscale (unless done since the last update), then em_step, skipped on the device when a
  * gradient was inf/NaN. */
-em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt);
+EM_API em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt);
 /* After the steps of an iteration: backoff on inf/NaN (and count a skipped step), growth
  * after growth_interval clean steps in a row. */
-em_status em_grad_scaler_update(em_grad_scaler *s);
+EM_API em_status em_grad_scaler_update(em_grad_scaler *s);
 /* The current scale, growth tracker and skipped steps (these wait for the device). */
-double em_grad_scaler_get_scale(em_grad_scaler *s);
-int64_t em_grad_scaler_growth_tracker(em_grad_scaler *s); /* clean steps since the last change */
-int64_t em_grad_scaler_skipped_steps(em_grad_scaler *s);  /* steps skipped for inf/NaN */
+EM_API double em_grad_scaler_get_scale(em_grad_scaler *s);
+EM_API int64_t em_grad_scaler_growth_tracker(em_grad_scaler *s); /* clean steps since the last change */
+EM_API int64_t em_grad_scaler_skipped_steps(em_grad_scaler *s);  /* steps skipped for inf/NaN */
 
 /* ---- the scaler in checkpoints (GradScaler.state_dict / load_state_dict) ----
  * What a checkpoint keeps of a scaler, as PyTorch's state_dict: the scale and growth tracker
@@ -105,14 +106,14 @@ typedef struct em_grad_scaler_state {
 } em_grad_scaler_state;
 /* scaler.state_dict() into *out (reads the device's state: waits for it once). A disabled
  * scaler gives enabled false, scale 1 and its settings. */
-em_status em_grad_scaler_state_dict(em_grad_scaler *s, em_grad_scaler_state *out);
+EM_API em_status em_grad_scaler_state_dict(em_grad_scaler *s, em_grad_scaler_state *out);
 /* scaler.load_state_dict(): the scale, tracker, skipped count and settings from st. Every
  * field is checked first (a negative, zero, NaN or infinite scale, a tracker outside
  * [0, growth_interval), settings em_grad_scaler_new refuses, the state of a disabled scaler,
  * or a disabled scaler to load into are EM_ERR_ARGUMENT errors that change nothing). Not
  * between unscale/step and update. The device state is made again at the next
  * em_grad_scaler_scale, on the loss's device. */
-em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st);
+EM_API em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st);
 
 #ifdef __cplusplus
 }

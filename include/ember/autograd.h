@@ -15,6 +15,7 @@
 #define EMBER_AUTOGRAD_H
 
 #include <stdbool.h>
+#include <ember/export.h>
 #include <ember/tensor.h>
 
 #ifdef __cplusplus
@@ -24,26 +25,26 @@ extern "C" {
 /* ---- requires_grad and .grad ---- */
 /* Mark a leaf tensor (one not produced by a differentiable op) as requiring grad.
  * Floating dtypes only; on a non-leaf tensor this is an error, as in PyTorch. */
-em_status em_set_requires_grad(em_tensor *t, bool requires_grad);
-bool em_requires_grad(const em_tensor *t); /* t.requires_grad */
+EM_API em_status em_set_requires_grad(em_tensor *t, bool requires_grad);
+EM_API bool em_requires_grad(const em_tensor *t); /* t.requires_grad */
 /* True when t was not produced by a differentiable op (it has no grad_fn). */
-bool em_is_leaf(const em_tensor *t);
+EM_API bool em_is_leaf(const em_tensor *t);
 /* The accumulated gradient of t (a new reference), or NULL (without an error) if none. */
-em_tensor *em_grad(em_tensor *t);
+EM_API em_tensor *em_grad(em_tensor *t);
 /* Replace t's .grad with g (retained; NULL clears it, as `t.grad = None`). g must have t's
  * shape, dtype and device. */
-em_status em_set_grad(em_tensor *t, em_tensor *g);
+EM_API em_status em_set_grad(em_tensor *t, em_tensor *g);
 /* Fill t's .grad with zeros in place (nothing happens if t has no .grad). */
-em_status em_zero_grad_tensor(em_tensor *t);
+EM_API em_status em_zero_grad_tensor(em_tensor *t);
 /* The name of the node that produced t ("MulBackward0", as PyTorch prints), or NULL for leaves. */
-const char *em_grad_fn_name(const em_tensor *t);
+EM_API const char *em_grad_fn_name(const em_tensor *t);
 
 /* ---- backward ---- */
 /* loss.backward(): loss must have exactly one element. The graph's saved tensors are
  * released afterwards (a second backward through it is an error). */
-em_status em_backward(em_tensor *loss);
+EM_API em_status em_backward(em_tensor *loss);
 /* t.backward(grad, retain_graph): grad has t's shape (NULL means ones, for one-element t). */
-em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph);
+EM_API em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph);
 
 /* ---- gradient-ready hooks (what DistributedDataParallel starts its all-reduces from) ----
  * fn(ctx, leaf) runs on the thread running backward right after a leaf's .grad was
@@ -52,18 +53,18 @@ em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph);
  * backward with that error. Returns an id for em_autograd_remove_grad_hook, or -1 with an
  * error (at most 64 hooks at once). */
 typedef em_status (*em_grad_hook_fn)(void *ctx, em_tensor *leaf);
-int em_autograd_add_grad_hook(em_grad_hook_fn fn, void *ctx); /* registers fn (see above) */
-void em_autograd_remove_grad_hook(int id); /* unregisters; an unknown id is ignored */
+EM_API int em_autograd_add_grad_hook(em_grad_hook_fn fn, void *ctx); /* registers fn (see above) */
+EM_API void em_autograd_remove_grad_hook(int id); /* unregisters; an unknown id is ignored */
 
 /* ---- grad mode (per thread) ---- */
 /* A guard: no-grad mode until the matching end, which restores the previous mode.
  *   em_grad_mode g = em_no_grad_begin(); ... em_no_grad_end(g); */
 typedef struct em_grad_mode { bool previous; /* the mode to restore */ } em_grad_mode;
-em_grad_mode em_no_grad_begin(void);     /* enter no-grad mode (torch.no_grad) */
-void em_no_grad_end(em_grad_mode g);     /* restore the mode em_no_grad_begin saw */
+EM_API em_grad_mode em_no_grad_begin(void);     /* enter no-grad mode (torch.no_grad) */
+EM_API void em_no_grad_end(em_grad_mode g);     /* restore the mode em_no_grad_begin saw */
 /* torch.set_grad_enabled / torch.is_grad_enabled. set returns the previous mode. */
-em_grad_mode em_set_grad_enabled(bool enabled);
-bool em_is_grad_enabled(void);           /* whether ops record autograd graphs on this thread */
+EM_API em_grad_mode em_set_grad_enabled(bool enabled);
+EM_API bool em_is_grad_enabled(void);           /* whether ops record autograd graphs on this thread */
 
 #ifdef __cplusplus
 }

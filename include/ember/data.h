@@ -19,6 +19,7 @@
 #ifndef EMBER_DATA_H
 #define EMBER_DATA_H
 
+#include <ember/export.h>
 #include <ember/tensor.h>
 #include <ember/io.h>
 
@@ -33,29 +34,29 @@ typedef struct em_dataset em_dataset; /* a dataset in memory: x and, optionally,
  * class indices when it is an integer or bool tensor, and stays floating when it is floating:
  * regression targets of any shape [N, ...], kept float64 if given float64, float32 otherwise.
  * The IDX, .npy and CSV loaders keep their behaviour (int64 labels). */
-em_dataset *em_dataset_new(em_tensor *x, em_tensor *y);
+EM_API em_dataset *em_dataset_new(em_tensor *x, em_tensor *y);
 /* IDX images and labels (raw or .gz); pixels are multiplied by scale (1.0 / 255 for [0, 1]). */
-em_dataset *em_dataset_idx(const char *images, const char *labels, double scale);
+EM_API em_dataset *em_dataset_idx(const char *images, const char *labels, double scale);
 /* .npy features and labels (labels_path may be NULL); features multiplied by scale. */
-em_dataset *em_dataset_npy(const char *x_path, const char *y_path, double scale);
+EM_API em_dataset *em_dataset_npy(const char *x_path, const char *y_path, double scale);
 /* A numeric CSV (see em_load_csv); features multiplied by scale. The label column gives y,
  * unless opts.label_column is EM_CSV_NO_LABEL. */
-em_dataset *em_dataset_csv(const char *path, em_csv_opts opts, double scale);
+EM_API em_dataset *em_dataset_csv(const char *path, em_csv_opts opts, double scale);
 
 #define EM_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist" /* Debian's dataset-fashion-mnist */
 /* Fashion-MNIST's train (60000) or test (10000) split, pixels / 255. dir NULL means
  * $EMBER_DATA_DIR if set (the files there or in its fashion-mnist/), else
  * EM_FASHION_MNIST_DIR (Debian's dataset-fashion-mnist). Files may be .gz or raw. */
-em_dataset *em_dataset_fashion_mnist(const char *dir, bool train);
+EM_API em_dataset *em_dataset_fashion_mnist(const char *dir, bool train);
 
 /* x = (x - mean) / std, in place (torchvision's Normalize with one channel). */
-em_status em_dataset_normalize(em_dataset *ds, double mean, double std);
-int64_t em_dataset_len(const em_dataset *ds); /* the number of samples N */
+EM_API em_status em_dataset_normalize(em_dataset *ds, double mean, double std);
+EM_API int64_t em_dataset_len(const em_dataset *ds); /* the number of samples N */
 /* The whole x / y (new scoped references sharing the dataset's memory); y may be NULL. */
-em_tensor *em_dataset_x(const em_dataset *ds);
-em_tensor *em_dataset_y(const em_dataset *ds); /* (y: NULL without labels) */
+EM_API em_tensor *em_dataset_x(const em_dataset *ds);
+EM_API em_tensor *em_dataset_y(const em_dataset *ds); /* (y: NULL without labels) */
 /* Loaders keep their own references: a dataset may be freed before its loaders. */
-void em_dataset_free(em_dataset *ds);
+EM_API void em_dataset_free(em_dataset *ds);
 
 /* ---- loaders ---- */
 #define EM_PREFETCH_NONE (-1) /* em_loader_opts.prefetch: no background thread */
@@ -95,27 +96,27 @@ typedef struct em_loader em_loader; /* an iterator over a dataset's batches */
 /* Shuffling: Fisher-Yates over the sample indices, drawing from splitmix64 seeded with
  * seed + epoch (bounded draws by Lemire's unbiased method), so an epoch's order depends
  * only on (seed, epoch) and differs between epochs. Without shuffle the order is 0..N-1. */
-em_loader *em_loader_new(const em_dataset *ds, em_loader_opts opts);
+EM_API em_loader *em_loader_new(const em_dataset *ds, em_loader_opts opts);
 /* The next batch of the epoch: true and *b filled, or false at the end of the epoch (the
  * following call starts the next epoch) or on error (em_failed() tells which). */
-bool em_loader_next(em_loader *l, em_batch *b);
+EM_API bool em_loader_next(em_loader *l, em_batch *b);
 /* Abandon the rest of this epoch and start the next (a no-op before the first batch of
  * an epoch, so "reset, then loop" and "loop until false" count epochs alike). */
-em_status em_loader_reset(em_loader *l);
+EM_API em_status em_loader_reset(em_loader *l);
 /* Continue from batch `batch` of epoch `epoch` (the order is that epoch's, as if the
  * earlier batches had been taken): how a resumed training run picks up where it stopped. */
-em_status em_loader_seek(em_loader *l, int64_t epoch, int64_t batch);
+EM_API em_status em_loader_seek(em_loader *l, int64_t epoch, int64_t batch);
 /* sampler.set_epoch(epoch): the next batch starts epoch `epoch` (its own shuffle) from its
  * first batch. Every rank must set the same epoch so that the shards stay disjoint. */
-em_status em_loader_set_epoch(em_loader *l, int64_t epoch);
+EM_API em_status em_loader_set_epoch(em_loader *l, int64_t epoch);
 /* Samples per epoch for this loader (its shard's size when sharded). */
-int64_t em_loader_num_samples(const em_loader *l);
+EM_API int64_t em_loader_num_samples(const em_loader *l);
 /* Batches per epoch. */
-int64_t em_loader_len(const em_loader *l);
+EM_API int64_t em_loader_len(const em_loader *l);
 /* The current epoch, from 0. */
-int64_t em_loader_epoch(const em_loader *l);
+EM_API int64_t em_loader_epoch(const em_loader *l);
 /* Stops the prefetch thread (also mid-epoch) and releases every batch. NULL is ignored. */
-void em_loader_free(em_loader *l);
+EM_API void em_loader_free(em_loader *l);
 
 #ifdef __cplusplus
 }

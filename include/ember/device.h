@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/dtype.h>
 #include <ember/error.h>
 
@@ -36,20 +37,20 @@ typedef struct em_device_string { char s[32]; /* "cuda:1" */ } em_device_string;
 
 /* Parse "cpu", "cuda", "cuda:N", "opencl", "opencl:N", "mps", "mps:0".
  * A bad string is EM_ERR_ARGUMENT with a message listing the accepted forms. */
-em_status em_device_parse(const char *s, em_device *out);
-em_device_string em_device_str(em_device d); /* "cpu", "cuda:1", "opencl:0" */
+EM_API em_status em_device_parse(const char *s, em_device *out);
+EM_API em_device_string em_device_str(em_device d); /* "cpu", "cuda:1", "opencl:0" */
 /* The lowercase type name: "cpu", "cuda", "mps", "opencl". */
-const char *em_device_type_name(em_device_type t);
+EM_API const char *em_device_type_name(em_device_type t);
 /* Equal after resolving index -1 to the current device of the type. */
-bool em_device_equal(em_device a, em_device b);
+EM_API bool em_device_equal(em_device a, em_device b);
 /* Replace index -1 by the current device of the type (CPU gives index 0). */
-em_device em_device_resolve(em_device d);
+EM_API em_device em_device_resolve(em_device d);
 
 /* torch.cuda.is_available() and friends, for any type. */
-bool em_device_available(em_device_type t);
-int em_device_count(em_device_type t); /* devices of type t (0 when unavailable) */
+EM_API bool em_device_available(em_device_type t);
+EM_API int em_device_count(em_device_type t); /* devices of type t (0 when unavailable) */
 /* Why a type is not available ("no driver: libcuda.so.1 not found"), or NULL if it is. */
-const char *em_device_unavailable_reason(em_device_type t);
+EM_API const char *em_device_unavailable_reason(em_device_type t);
 
 /* What a device is (em_device_get_props). */
 typedef struct em_device_props {
@@ -64,30 +65,30 @@ typedef struct em_device_props {
 } em_device_props;
 
 /* Properties of one existing device; EM_ERR_DEVICE if it does not exist. */
-em_status em_device_get_props(em_device d, em_device_props *out);
+EM_API em_status em_device_get_props(em_device d, em_device_props *out);
 
 /* Auto-selection: CUDA, then MPS, then an OpenCL GPU, then the CPU.
  * The environment variable EMBER_DEVICE (e.g. "cpu", "opencl:1") overrides it. */
-em_device em_device_auto(void);
+EM_API em_device em_device_auto(void);
 /* One line that says why em_device_auto() chose what it chose. */
-const char *em_device_auto_reason(void);
+EM_API const char *em_device_auto_reason(void);
 
 /* The current device of a type (the one "cuda" without an index means). */
-em_device em_device_current(em_device_type t);
-em_status em_device_set_current(em_device d); /* on this thread; EM_ERR_DEVICE if d does not exist */
+EM_API em_device em_device_current(em_device_type t);
+EM_API em_status em_device_set_current(em_device d); /* on this thread; EM_ERR_DEVICE if d does not exist */
 
 /* A current-device guard: set a device current, then restore the previous one.
  *   em_device_guard g = em_device_guard_begin(EM_DEVICE(EM_CUDA, 1)); ... em_device_guard_end(g); */
 typedef struct em_device_guard { em_device previous; /* the device to restore */ bool active; /* whether begin changed it */ } em_device_guard;
-em_device_guard em_device_guard_begin(em_device d); /* make d current (an error if it does not exist) */
-void em_device_guard_end(em_device_guard g);        /* restore what begin replaced */
+EM_API em_device_guard em_device_guard_begin(em_device d); /* make d current (an error if it does not exist) */
+EM_API void em_device_guard_end(em_device_guard g);        /* restore what begin replaced */
 
 /* Wait for all work queued on a device. Errors from queued work surface here. */
-em_status em_device_synchronize(em_device d);
+EM_API em_status em_device_synchronize(em_device d);
 
 /* CPU threads used by Ember's kernels (default: the number of cores). */
-void em_set_num_threads(int n);
-int em_get_num_threads(void); /* the threads em_set_num_threads set */
+EM_API void em_set_num_threads(int n);
+EM_API int em_get_num_threads(void); /* the threads em_set_num_threads set */
 
 /* Like torch.set_flush_denormal: with `on`, subnormal floats are flushed to zero (results,
  * FTZ) and read as zero (inputs, DAZ) on the calling thread and on Ember's CPU worker
@@ -96,23 +97,23 @@ int em_get_num_threads(void); /* the threads em_set_num_threads set */
  * when the CPU supports it (x86-64); elsewhere returns false and changes nothing. Off by
  * default: Ember never changes the floating-point environment unless asked. (Ember's fused
  * optimizer steps store subnormal state as zero either way.) */
-bool em_set_flush_denormal(bool on);
+EM_API bool em_set_flush_denormal(bool on);
 /* Whether em_set_flush_denormal(true) is in effect. */
-bool em_get_flush_denormal(void);
+EM_API bool em_get_flush_denormal(void);
 
 /* The CPU's vector features Ember can use, as one line of names, e.g.
  * "sse4.2 avx avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_tile amx_bf16", or "none"
  * (not x86-64). Static storage; never NULL. */
-const char *em_cpu_features(void);
+EM_API const char *em_cpu_features(void);
 /* The widest FMA the CPU runs, for the FP32 peak: 16 (AVX-512F), 8 (AVX2 + FMA), or 0 (no
  * FMA: SSE multiply and add, 4 lanes). */
-int em_cpu_fma_lanes(void);
+EM_API int em_cpu_fma_lanes(void);
 /* How the CPU backend multiplies matrices of dt (matmul, addmm, linear), as one line: for
  * f32/f64 the GEMM library ("OpenBLAS 0.3.21 (...)"), for bf16/f16 the oneDNN kernel and
  * its ISA ("oneDNN 2.6.3 brg:avx512_core_amx_bf16 (ISA avx512_core_amx), float32
  * accumulation") or why it converts to float32 instead (no AVX512-BF16/AMX, no oneDNN, or
  * EMBER_CPU_LOWP_GEMM=portable). NULL for integer and bool dtypes. Static storage. */
-const char *em_cpu_matmul_impl(em_dtype dt);
+EM_API const char *em_cpu_matmul_impl(em_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/tensor.h>
 #include <ember/nn.h>
 
@@ -67,19 +68,19 @@ typedef enum em_reduce_op {
  * staging), "nccl" (CUDA tensors through NCCL, loaded with dlopen; others through MPI) or
  * "auto" (NCCL for CUDA tensors where NCCL loads, MPI otherwise); NULL means "auto".
  * Without MPI in the build: EM_ERR_UNAVAILABLE. A second call is an error. */
-em_status em_dist_init(const char *backend);
-bool em_dist_is_initialized(void); /* em_dist_init succeeded and no finalize since */
+EM_API em_status em_dist_init(const char *backend);
+EM_API bool em_dist_is_initialized(void); /* em_dist_init succeeded and no finalize since */
 /* Waits for nothing: every collective must have been waited on. Frees the world group. */
-em_status em_dist_finalize(void);
-em_dist_group *em_dist_world(void); /* the world group (NULL before em_dist_init) */
-int em_dist_rank(const em_dist_group *g);        /* 0 (and an error) when not initialized */
-int em_dist_world_size(const em_dist_group *g);  /* 1 when not initialized */
-int em_dist_local_rank(void);                    /* this process's index on its host */
+EM_API em_status em_dist_finalize(void);
+EM_API em_dist_group *em_dist_world(void); /* the world group (NULL before em_dist_init) */
+EM_API int em_dist_rank(const em_dist_group *g);        /* 0 (and an error) when not initialized */
+EM_API int em_dist_world_size(const em_dist_group *g);  /* 1 when not initialized */
+EM_API int em_dist_local_rank(void);                    /* this process's index on its host */
 /* The backend chosen ("mpi" or "nccl"). */
-const char *em_dist_backend(const em_dist_group *g);
+EM_API const char *em_dist_backend(const em_dist_group *g);
 /* Timeout of every later collective of g (seconds > 0). */
-em_status em_dist_set_timeout(em_dist_group *g, double seconds);
-double em_dist_timeout(const em_dist_group *g); /* g's timeout in seconds */
+EM_API em_status em_dist_set_timeout(em_dist_group *g, double seconds);
+EM_API double em_dist_timeout(const em_dist_group *g); /* g's timeout in seconds */
 
 /* Rank, size and local rank as em_dist_init would read them from the environment (also
  * without MPI in the build); which variables: "mpirun", "slurm", "torchrun" or "none". */
@@ -89,32 +90,32 @@ typedef struct em_dist_env {
     int local_rank;     /* its index on its host */
     const char *source; /* "mpirun", "slurm", "torchrun" or "none" */
 } em_dist_env;
-em_status em_dist_env_read(em_dist_env *out); /* fills *out (see above) */
+EM_API em_status em_dist_env_read(em_dist_env *out); /* fills *out (see above) */
 
 /* ---- collectives (in place; contiguous or not; any device; every rank the same dtype and
  * numel). Blocking versions wait; _async versions return a work handle. ---- */
-em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_reduce_op op); /* t = op over every rank's t */
-em_status em_dist_broadcast(em_dist_group *g, em_tensor *t, int root);           /* t = root's t */
+EM_API em_status em_dist_all_reduce(em_dist_group *g, em_tensor *t, em_reduce_op op); /* t = op over every rank's t */
+EM_API em_status em_dist_broadcast(em_dist_group *g, em_tensor *t, int root);           /* t = root's t */
 /* out's numel = world size * in's numel; rank r's `in` lands in out's r-th part. */
-em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, em_tensor *in);
+EM_API em_status em_dist_all_gather(em_dist_group *g, em_tensor *out, em_tensor *in);
 /* in's numel = world size * out's numel; out = the reduction of every rank's r-th part. */
-em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, em_tensor *in, em_reduce_op op);
-em_status em_dist_barrier(em_dist_group *g); /* returns when every rank has called it */
+EM_API em_status em_dist_reduce_scatter(em_dist_group *g, em_tensor *out, em_tensor *in, em_reduce_op op);
+EM_API em_status em_dist_barrier(em_dist_group *g); /* returns when every rank has called it */
 
 /* The same collectives started without waiting: a handle for em_dist_wait / em_dist_test
  * (NULL and an error when the start fails). The tensors must stay alive and untouched until
  * the handle has finished. */
-em_dist_work *em_dist_all_reduce_async(em_dist_group *g, em_tensor *t, em_reduce_op op); /* all_reduce, started */
-em_dist_work *em_dist_broadcast_async(em_dist_group *g, em_tensor *t, int root); /* broadcast, started */
-em_dist_work *em_dist_all_gather_async(em_dist_group *g, em_tensor *out, em_tensor *in); /* all_gather, started */
-em_dist_work *em_dist_reduce_scatter_async(em_dist_group *g, em_tensor *out, em_tensor *in, em_reduce_op op); /* reduce_scatter, started */
-em_dist_work *em_dist_barrier_async(em_dist_group *g); /* barrier, started */
+EM_API em_dist_work *em_dist_all_reduce_async(em_dist_group *g, em_tensor *t, em_reduce_op op); /* all_reduce, started */
+EM_API em_dist_work *em_dist_broadcast_async(em_dist_group *g, em_tensor *t, int root); /* broadcast, started */
+EM_API em_dist_work *em_dist_all_gather_async(em_dist_group *g, em_tensor *out, em_tensor *in); /* all_gather, started */
+EM_API em_dist_work *em_dist_reduce_scatter_async(em_dist_group *g, em_tensor *out, em_tensor *in, em_reduce_op op); /* reduce_scatter, started */
+EM_API em_dist_work *em_dist_barrier_async(em_dist_group *g); /* barrier, started */
 /* Wait until done (the result is then in the tensors) or the timeout. */
-em_status em_dist_wait(em_dist_work *w);
+EM_API em_status em_dist_wait(em_dist_work *w);
 /* Has it finished? *done true when it has (successfully or not: the status says). */
-em_status em_dist_test(em_dist_work *w, bool *done);
+EM_API em_status em_dist_test(em_dist_work *w, bool *done);
 /* Frees a handle; a handle not yet waited on is waited on first. NULL is ignored. */
-void em_dist_work_free(em_dist_work *w);
+EM_API void em_dist_work_free(em_dist_work *w);
 
 /* ---- DistributedDataParallel ---- */
 typedef struct em_dist_ddp em_dist_ddp; /* em_ddp() makes one */
@@ -129,16 +130,16 @@ typedef struct em_ddp_opts {
  * it all-reduces the gradients in buckets (reverse parameter order), each started from an
  * autograd hook as soon as its last gradient is ready, and averages them: after
  * em_backward returns, every rank holds the same averaged .grad. g NULL: the world. */
-em_dist_ddp *em_ddp(em_module *model, em_dist_group *g, const em_ddp_opts *opts);
-em_module *em_ddp_module(em_dist_ddp *d); /* the wrapped model (borrowed) */
+EM_API em_dist_ddp *em_ddp(em_module *model, em_dist_group *g, const em_ddp_opts *opts);
+EM_API em_module *em_ddp_module(em_dist_ddp *d); /* the wrapped model (borrowed) */
 /* The forward of the wrapped model. */
-em_tensor *em_ddp_forward(em_dist_ddp *d, em_tensor *x);
+EM_API em_tensor *em_ddp_forward(em_dist_ddp *d, em_tensor *x);
 /* no_sync: while on, backward only accumulates local gradients (gradient accumulation);
  * the first backward after it is turned off reduces the sum. */
-void em_ddp_set_no_sync(em_dist_ddp *d, bool on);
+EM_API void em_ddp_set_no_sync(em_dist_ddp *d, bool on);
 /* Buckets: how many, and each one's number of parameters and bytes (for tests). */
-int em_ddp_num_buckets(const em_dist_ddp *d);
-em_status em_ddp_bucket_info(const em_dist_ddp *d, int i, int *nparams, int64_t *bytes); /* bucket i */
+EM_API int em_ddp_num_buckets(const em_dist_ddp *d);
+EM_API em_status em_ddp_bucket_info(const em_dist_ddp *d, int i, int *nparams, int64_t *bytes); /* bucket i */
 /* Time of the last backward: seconds spent waiting for all-reduces after the backward's
  * computation ended, and seconds all-reduces were in flight: the hidden share is
  * 1 - wait / total. */
@@ -147,8 +148,8 @@ typedef struct em_ddp_stats {
     double comm_total_s;   /* all-reduces in flight */
     int64_t reduced_bytes; /* gradient bytes all-reduced */
 } em_ddp_stats;
-em_ddp_stats em_ddp_last_stats(const em_dist_ddp *d); /* the last backward's */
-void em_ddp_free(em_dist_ddp *d); /* unhooks and frees (not the model); NULL is ignored */
+EM_API em_ddp_stats em_ddp_last_stats(const em_dist_ddp *d); /* the last backward's */
+EM_API void em_ddp_free(em_dist_ddp *d); /* unhooks and frees (not the model); NULL is ignored */
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/tensor.h>
 
 #ifdef __cplusplus
@@ -139,16 +140,16 @@ typedef struct DLManagedTensorVersioned {
 
 /** Export t as a DLPack 1.x managed tensor that views its memory (the contract is above).
  * NULL and an error if t is NULL, requires grad or is on a device DLPack cannot name. */
-DLManagedTensorVersioned *em_to_dlpack(em_tensor *t);
+EM_API DLManagedTensorVersioned *em_to_dlpack(em_tensor *t);
 /** The same in DLPack 0.x's form, for consumers that read only DLManagedTensor. */
-DLManagedTensor *em_to_dlpack_legacy(em_tensor *t);
+EM_API DLManagedTensor *em_to_dlpack_legacy(em_tensor *t);
 /** A tensor over a DLPack 1.x managed tensor's memory; on success Ember owns m (see above).
  * Returns a new reference (registered with the current scope, as every creation is). */
-em_tensor *em_from_dlpack(DLManagedTensorVersioned *m);
+EM_API em_tensor *em_from_dlpack(DLManagedTensorVersioned *m);
 /** The same for DLPack 0.x's DLManagedTensor (never read-only: 0.x has no flags). */
-em_tensor *em_from_dlpack_legacy(DLManagedTensor *m);
+EM_API em_tensor *em_from_dlpack_legacy(DLManagedTensor *m);
 /** True when t's memory was imported read-only (in-place ops on it fail). */
-bool em_is_read_only(const em_tensor *t);
+EM_API bool em_is_read_only(const em_tensor *t);
 
 #ifdef __cplusplus
 }

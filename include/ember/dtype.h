@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/error.h>
 
 #ifdef __cplusplus
@@ -25,20 +26,20 @@ typedef enum em_dtype {
 } em_dtype;
 
 /* PyTorch's spelling: "float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "bool". */
-const char *em_dtype_name(em_dtype dt);
+EM_API const char *em_dtype_name(em_dtype dt);
 /* Parse a dtype name; also accepts "f32", "half", "float", "double", "long", "int". */
-em_status em_dtype_parse(const char *s, em_dtype *out);
+EM_API em_status em_dtype_parse(const char *s, em_dtype *out);
 /* Bytes per element. */
-size_t em_dtype_size(em_dtype dt);
-bool em_dtype_is_floating(em_dtype dt); /* float16/32/64 or bfloat16 */
+EM_API size_t em_dtype_size(em_dtype dt);
+EM_API bool em_dtype_is_floating(em_dtype dt); /* float16/32/64 or bfloat16 */
 /* The result dtype of a binary op on a and b, by PyTorch's promotion rules. */
-em_dtype em_promote_types(em_dtype a, em_dtype b);
+EM_API em_dtype em_promote_types(em_dtype a, em_dtype b);
 
 /* IEEE half and bfloat16 conversions (round to nearest even). */
-uint16_t em_f32_to_f16(float f);
-float em_f16_to_f32(uint16_t h);      /* IEEE half bits to float (exact) */
-uint16_t em_f32_to_bf16(float f);     /* float to bfloat16 bits */
-float em_bf16_to_f32(uint16_t h);     /* bfloat16 bits to float (exact) */
+EM_API uint16_t em_f32_to_f16(float f);
+EM_API float em_f16_to_f32(uint16_t h);      /* IEEE half bits to float (exact) */
+EM_API uint16_t em_f32_to_bf16(float f);     /* float to bfloat16 bits */
+EM_API float em_bf16_to_f32(uint16_t h);     /* bfloat16 bits to float (exact) */
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #define EMBER_ERROR_H
 
 #include <stdbool.h>
+#include <ember/export.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,19 +30,19 @@ typedef enum em_status {
 } em_status;
 
 /* The status of the first error recorded on this thread since the last clear (EM_OK if none). */
-em_status em_last_status(void);
+EM_API em_status em_last_status(void);
 /* The message of that error ("" if none). Valid until the next em_clear_error() on this thread. */
-const char *em_last_error(void);
+EM_API const char *em_last_error(void);
 /* True when an error is pending on this thread. */
-bool em_failed(void);
+EM_API bool em_failed(void);
 /* Forget the pending error so that the next one is recorded. */
-void em_clear_error(void);
+EM_API void em_clear_error(void);
 /* Record an error (printf-style message) unless one is already pending on this thread, as
  * Ember's own calls do, so that a program's or an extension's own checks read and stick like
  * the library's; returns code, so `return em_error(EM_ERR_SHAPE, "...")` reads well. */
-em_status em_error(em_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+EM_API em_status em_error(em_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A short constant name for a status ("out of memory"). */
-const char *em_status_name(em_status s);
+EM_API const char *em_status_name(em_status s);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/error.h>
 #include <ember/dtype.h>
 
@@ -80,7 +81,7 @@ typedef struct em_estimate {
 } em_estimate;
 
 /* Estimate memory for o. EM_ERR_ARGUMENT / EM_ERR_DTYPE with a clear message on bad input. */
-em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out);
+EM_API em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out);
 
 /* ---- estimates for an Ember model ----
  * The parameter count, dtype (every parameter must share one of f32/f16/bf16) and the largest
@@ -105,21 +106,21 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out);
  * A module kind it does not know (a custom forward) counts as one output of the current
  * width, and the explanation says so. EM_ERR_ARGUMENT for a model without parameters. */
 typedef struct em_module em_module; /* include/ember/nn.h */
-em_status em_estimate_module(em_module *m, const em_estimate_opts *o, em_estimate *out); /* m's estimate, as above */
+EM_API em_status em_estimate_module(em_module *m, const em_estimate_opts *o, em_estimate *out); /* m's estimate, as above */
 /* The same from a checkpoint written by em_module_save (loaded whole on the CPU): Linear
  * layers are the 2-D "NAME.weight" tensors in numeric name order ("2.weight" before
  * "10.weight"); an elementwise activation like ReLU is assumed between consecutive Linears
  * (the file holds no layers without parameters). */
-em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em_estimate *out);
+EM_API em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em_estimate *out);
 /* Parse a parameter count: "7B", "125M", "350k", "1.3e9", "1.5T" (K/M/B or G/T = 1e3/1e6/1e9/1e12). */
-em_status em_estimate_parse_params(const char *s, double *out);
+EM_API em_status em_estimate_parse_params(const char *s, double *out);
 /* "sgd", "sgd-momentum", "adam", "adamw". */
-em_status em_estimate_parse_optimizer(const char *s, em_estimate_optimizer *out);
-const char *em_estimate_optimizer_name(em_estimate_optimizer o); /* the names the parser takes */
+EM_API em_status em_estimate_parse_optimizer(const char *s, em_estimate_optimizer *out);
+EM_API const char *em_estimate_optimizer_name(em_estimate_optimizer o); /* the names the parser takes */
 /* "inference", "full", "lora". */
-const char *em_estimate_mode_name(em_estimate_mode m);
+EM_API const char *em_estimate_mode_name(em_estimate_mode m);
 /* "weights", "gradients", "optimizer states", "master weights", "activations", "workspace", "total". */
-const char *em_estimate_line_name(em_estimate_line l);
+EM_API const char *em_estimate_line_name(em_estimate_line l);
 
 #ifdef __cplusplus
 }

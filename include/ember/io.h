@@ -10,6 +10,7 @@
 #ifndef EMBER_IO_H
 #define EMBER_IO_H
 
+#include <ember/export.h>
 #include <ember/tensor.h>
 
 #ifdef __cplusplus
@@ -19,13 +20,13 @@ extern "C" {
 /* ---- IDX (the MNIST / Fashion-MNIST format), raw or gzip-compressed ---- */
 /* Shape as stored; dtype u8 for 0x08, float32 for 0x0D, float64 for 0x0E, int32 for the
  * integer codes 0x09 (i8), 0x0B (i16) and 0x0C (i32), which Ember widens. */
-em_tensor *em_load_idx(const char *path);
+EM_API em_tensor *em_load_idx(const char *path);
 
 /* ---- NumPy .npy (format versions 1.0, 2.0, 3.0; C order, little-endian) ---- */
 /* dtypes <f4 <f8 <f2 <i8 <i4 |u1 |b1; fortran_order and big-endian are "not supported". */
-em_tensor *em_load_npy(const char *path);
+EM_API em_tensor *em_load_npy(const char *path);
 /* Writes a version 1.0 file (2.0 if the header needs it). bfloat16 has no .npy dtype: error. */
-em_status em_save_npy(const char *path, em_tensor *t);
+EM_API em_status em_save_npy(const char *path, em_tensor *t);
 
 /* ---- numeric CSV ---- */
 #define EM_CSV_NO_LABEL INT32_MIN /* em_csv_opts.label_column: no label column */
@@ -41,29 +42,29 @@ typedef struct em_csv_opts {
  * label column is chosen, *labels gets int64 [rows] (label values must be integers).
  * Empty lines are skipped; a ragged row or a field that is not a number is an error that
  * names the line and column. */
-em_tensor *em_load_csv(const char *path, em_csv_opts opts, em_tensor **labels);
+EM_API em_tensor *em_load_csv(const char *path, em_csv_opts opts, em_tensor **labels);
 
 /* ---- safetensors ---- */
 /* Dtype names F32 F64 F16 BF16 I64 I32 U8 BOOL. Header names are sorted, the header is
  * padded with spaces to a multiple of 8 bytes, and data follows in the same order. */
-em_status em_safetensors_save(const char *path, const char *const *names,
+EM_API em_status em_safetensors_save(const char *path, const char *const *names,
                               em_tensor *const *tensors, int n);
 /* The same with a "__metadata__" map: nmeta (key, value) string pairs. */
-em_status em_safetensors_save_meta(const char *path, const char *const *names, em_tensor *const *tensors,
+EM_API em_status em_safetensors_save_meta(const char *path, const char *const *names, em_tensor *const *tensors,
                                    int n, const char *const *keys, const char *const *values, int nmeta);
 
 typedef struct em_safetensors em_safetensors; /* a loaded safetensors file */
 /* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure. */
-em_safetensors *em_safetensors_load(const char *path, em_device device);
-int em_safetensors_count(const em_safetensors *st); /* tensors in the file */
+EM_API em_safetensors *em_safetensors_load(const char *path, em_device device);
+EM_API int em_safetensors_count(const em_safetensors *st); /* tensors in the file */
 /* The i-th name in file order (sorted by data offset); NULL if i is out of range. */
-const char *em_safetensors_name(const em_safetensors *st, int i);
+EM_API const char *em_safetensors_name(const em_safetensors *st, int i);
 /* The tensor called name: a new reference (scoped). NULL and EM_ERR_ARGUMENT if absent. */
-em_tensor *em_safetensors_get(const em_safetensors *st, const char *name);
+EM_API em_tensor *em_safetensors_get(const em_safetensors *st, const char *name);
 /* A "__metadata__" value, or NULL when the file has no such key. */
-const char *em_safetensors_metadata(const em_safetensors *st, const char *key);
+EM_API const char *em_safetensors_metadata(const em_safetensors *st, const char *key);
 /* Releases the file's references; tensors handed out by get stay valid. NULL is ignored. */
-void em_safetensors_free(em_safetensors *st);
+EM_API void em_safetensors_free(em_safetensors *st);
 
 #ifdef __cplusplus
 }

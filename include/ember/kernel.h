@@ -25,6 +25,7 @@
 #define EMBER_KERNEL_H
 
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/tensor.h>
 
 #ifdef __cplusplus
@@ -75,15 +76,15 @@ static inline em_kernel_arg em_arg_f64(double x) { em_kernel_arg a = {EM_ARG_F64
 /* Compile kernel `name` from source for device (a GPU-type device: opencl:N, cuda:N).
  * A compile error is EM_ERR_BACKEND with the compiler's log in the message; the CPU is
  * EM_ERR_NOT_SUPPORTED. Compiled programs are cached on disk like Ember's own kernels. */
-em_kernel *em_kernel_compile(const char *source, const char *name, em_device device);
+EM_API em_kernel *em_kernel_compile(const char *source, const char *name, em_device device);
 /* Queue the kernel on its device with grid blocks of block threads each. Tensor arguments
  * must be contiguous and on the kernel's device. */
-em_status em_kernel_launch(em_kernel *k, em_dim3 grid, em_dim3 block, int nargs,
+EM_API em_status em_kernel_launch(em_kernel *k, em_dim3 grid, em_dim3 block, int nargs,
                            const em_kernel_arg *args);
 /* The device a kernel was compiled for. */
-em_device em_kernel_device(const em_kernel *k);
+EM_API em_device em_kernel_device(const em_kernel *k);
 /* Release a kernel (NULL is ignored). Launches already queued still run. */
-void em_kernel_free(em_kernel *k);
+EM_API void em_kernel_free(em_kernel *k);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/error.h>
 #include <ember/device.h>
 
@@ -31,18 +32,18 @@ extern "C" {
 #endif
 
 /* Bytes held by live allocations on d, and its peak since the last reset. */
-int64_t em_memory_allocated(em_device d);
-int64_t em_memory_max_allocated(em_device d); /* (the peak) */
+EM_API int64_t em_memory_allocated(em_device d);
+EM_API int64_t em_memory_max_allocated(em_device d); /* (the peak) */
 /* Bytes the allocator holds from the device (allocated + cached), and its peak. */
-int64_t em_memory_reserved(em_device d);
-int64_t em_memory_max_reserved(em_device d);  /* (the peak) */
+EM_API int64_t em_memory_reserved(em_device d);
+EM_API int64_t em_memory_max_reserved(em_device d);  /* (the peak) */
 /* Set every peak to the current value (torch.cuda.reset_peak_memory_stats). */
-void em_memory_reset_peak_stats(em_device d);
+EM_API void em_memory_reset_peak_stats(em_device d);
 /* Zero the running totals, retry and out-of-memory counts (reset_accumulated_memory_stats). */
-void em_memory_reset_accumulated_stats(em_device d);
+EM_API void em_memory_reset_accumulated_stats(em_device d);
 /* Give every fully free cached segment back to the device (also on the CPU). Memory that
  * shares a segment with a live block stays reserved. */
-em_status em_memory_empty_cache(em_device d);
+EM_API em_status em_memory_empty_cache(em_device d);
 
 /* One statistic, as PyTorch keeps them: current value, peak since reset, and the running
  * totals of increases ("allocated") and decreases ("freed"). */
@@ -75,28 +76,28 @@ typedef struct em_memory_stats {
 } em_memory_stats;
 
 /* All statistics of device d. */
-em_status em_memory_get_stats(em_device d, em_memory_stats *out);
+EM_API em_status em_memory_get_stats(em_device d, em_memory_stats *out);
 /* A table like torch.cuda.memory_summary() written into buf (truncated to size, always
  * terminated). Returns the length of the full table, as snprintf does (0 on error). */
-size_t em_memory_summary(em_device d, char *buf, size_t size);
+EM_API size_t em_memory_summary(em_device d, char *buf, size_t size);
 
 /* Limit what the allocator reserves on d (bytes < 0 removes the cap). An allocation that
  * would pass the cap frees the cache, retries, then fails with EM_ERR_OUT_OF_MEMORY. */
-em_status em_memory_set_cap(em_device d, int64_t bytes);
+EM_API em_status em_memory_set_cap(em_device d, int64_t bytes);
 /* The cap as a fraction 0 < f <= 1 of the device's total memory (set_per_process_memory_fraction). */
-em_status em_memory_set_cap_fraction(em_device d, double fraction);
+EM_API em_status em_memory_set_cap_fraction(em_device d, double fraction);
 /* The cap of d in bytes, or -1 for none. */
-int64_t em_memory_get_cap(em_device d);
+EM_API int64_t em_memory_get_cap(em_device d);
 
 /* Pinned (page-locked) host memory has its own cache: the same statistics (pool EM_MEMORY_ALL). */
-em_status em_memory_get_pinned_stats(em_memory_stats *out);
+EM_API em_status em_memory_get_pinned_stats(em_memory_stats *out);
 /* Give every cached, unused pinned block back to the system. */
-void em_memory_empty_pinned_cache(void);
+EM_API void em_memory_empty_pinned_cache(void);
 
 /* Parse a byte count with an optional unit ("512MiB", "1.5GB", "4096"); EM_ERR_ARGUMENT if bad. */
-em_status em_memory_parse_size(const char *s, int64_t *out);
+EM_API em_status em_memory_parse_size(const char *s, int64_t *out);
 /* Format bytes as PyTorch's OOM message does: "512 bytes", "1.50 KiB", "2.00 GiB". */
-void em_memory_format_size(int64_t bytes, char *buf, size_t size);
+EM_API void em_memory_format_size(int64_t bytes, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/tensor.h>
 #include <ember/ops.h> /* em_hw */
 
@@ -35,38 +36,38 @@ typedef struct em_module_ops {
 
 /* ---- building modules ---- */
 /* A new module of the given kind; ctx is private data the module's functions read. */
-em_module *em_module_new(const em_module_ops *ops, void *ctx);
-void *em_module_ctx(const em_module *m); /* the ctx given to em_module_new */
+EM_API em_module *em_module_new(const em_module_ops *ops, void *ctx);
+EM_API void *em_module_ctx(const em_module *m); /* the ctx given to em_module_new */
 /* Register a parameter (retained; marked requires_grad) / a buffer (retained) by name. */
-em_status em_module_add_parameter(em_module *m, const char *name, em_tensor *t);
-em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t); /* (a buffer) */
+EM_API em_status em_module_add_parameter(em_module *m, const char *name, em_tensor *t);
+EM_API em_status em_module_add_buffer(em_module *m, const char *name, em_tensor *t); /* (a buffer) */
 /* Add a child module; m takes ownership of it (also on failure). */
-em_status em_module_add_child(em_module *m, const char *name, em_module *child);
+EM_API em_status em_module_add_child(em_module *m, const char *name, em_module *child);
 /* Free m, its children, parameters and buffers. NULL is ignored. */
-void em_module_free(em_module *m);
+EM_API void em_module_free(em_module *m);
 
 /* ---- layers ---- */
 /* y = x W^T + b with PyTorch's default init: W, b ~ U(-1/sqrt(in), 1/sqrt(in)) from em_rand. */
-em_module *em_linear(int64_t in_features, int64_t out_features);
-em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias); /* bias=false: no b */
-em_module *em_relu_module(void);    /* nn.ReLU */
-em_module *em_gelu_module(void);    /* nn.GELU (exact) */
-em_module *em_sigmoid_module(void); /* nn.Sigmoid */
-em_module *em_tanh_module(void);    /* nn.Tanh */
+EM_API em_module *em_linear(int64_t in_features, int64_t out_features);
+EM_API em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias); /* bias=false: no b */
+EM_API em_module *em_relu_module(void);    /* nn.ReLU */
+EM_API em_module *em_gelu_module(void);    /* nn.GELU (exact) */
+EM_API em_module *em_sigmoid_module(void); /* nn.Sigmoid */
+EM_API em_module *em_tanh_module(void);    /* nn.Tanh */
 /* Zeroes elements with probability p (a Bernoulli mask from em_rand) and scales the rest by
  * 1/(1-p) while training; the identity in eval mode. */
-em_module *em_dropout(double p);
+EM_API em_module *em_dropout(double p);
 /* nn.Flatten(): flattens dims 1..-1. */
-em_module *em_flatten_module(void);
+EM_API em_module *em_flatten_module(void);
 /* Sequential container; takes ownership of the modules. If any is NULL (a failed
  * constructor), frees the others and returns NULL. Children are named "0", "1", ... */
-em_module *em_sequential_n(int n, em_module *const *modules);
+EM_API em_module *em_sequential_n(int n, em_module *const *modules);
 /* em_sequential(em_linear(4, 8), em_relu_module()): em_sequential_n over a literal list. */
 #define em_sequential(...)                                                              \
     em_sequential_n((int)(sizeof((em_module *[]){__VA_ARGS__}) / sizeof(em_module *)), \
                     (em_module *[]){__VA_ARGS__})
 /* Append a module to a Sequential (takes ownership). */
-em_status em_sequential_append(em_module *seq, em_module *m);
+EM_API em_status em_sequential_append(em_module *seq, em_module *m);
 
 /* ---- convolution and pooling layers (torch.nn's, NCHW) ----
  * Conv2d: weight [out, in / groups, kH, kW] and bias [out], both U(-1/sqrt(fan_in),
@@ -74,26 +75,26 @@ em_status em_sequential_append(em_module *seq, em_module *m);
  * em_conv2d_module uses PyTorch's defaults: stride 1, padding 0, dilation 1, groups 1, bias.
  * Pools: stride EM_HW1(0) means kernel_size (PyTorch's stride=None). A shape error in
  * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."). */
-em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
+EM_API em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
 /* nn.Conv2d with every argument. */
-em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
+EM_API em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
                                em_hw padding, em_hw dilation, int64_t groups, bool bias);
 /* nn.MaxPool2d(kernel_size, stride, padding, dilation, ceil_mode). */
-em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode);
+EM_API em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode);
 /* nn.AvgPool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override). */
-em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
+EM_API em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
                                 bool count_include_pad, int64_t divisor_override);
-em_module *em_adaptive_avg_pool2d_module(em_hw output_size); /* nn.AdaptiveAvgPool2d */
+EM_API em_module *em_adaptive_avg_pool2d_module(em_hw output_size); /* nn.AdaptiveAvgPool2d */
 /* A Conv2d's channels and kernel size; EM_ERR_ARGUMENT if m is not a Conv2d. */
-em_status em_module_conv2d_shape(const em_module *m, int64_t *in_channels, int64_t *out_channels,
+EM_API em_status em_module_conv2d_shape(const em_module *m, int64_t *in_channels, int64_t *out_channels,
                                  em_hw *kernel_size);
 
 /* ---- using modules ---- */
 /* m(x): a new reference (scoped like any op result). */
-em_tensor *em_forward(em_module *m, em_tensor *x);
-void em_module_train(em_module *m);  /* training mode, recursively */
-void em_module_eval(em_module *m);   /* evaluation mode, recursively */
-bool em_module_is_training(const em_module *m); /* m.training */
+EM_API em_tensor *em_forward(em_module *m, em_tensor *x);
+EM_API void em_module_train(em_module *m);  /* training mode, recursively */
+EM_API void em_module_eval(em_module *m);   /* evaluation mode, recursively */
+EM_API bool em_module_is_training(const em_module *m); /* m.training */
 
 /* A parameter or buffer with its dotted name ("0.weight"). Both pointers are borrowed:
  * valid until the module is freed or a parameter, buffer or child is added to its tree. */
@@ -103,12 +104,12 @@ typedef struct em_named_tensor {
 } em_named_tensor;
 /* Fills up to cap entries (in registration order, children depth-first, like PyTorch's
  * named_parameters) and returns how many there are in all. */
-int em_module_parameters(em_module *m, em_named_tensor *out, int cap);
-int em_module_buffers(em_module *m, em_named_tensor *out, int cap); /* (named_buffers) */
+EM_API int em_module_parameters(em_module *m, em_named_tensor *out, int cap);
+EM_API int em_module_buffers(em_module *m, em_named_tensor *out, int cap); /* (named_buffers) */
 /* Total number of parameter elements (sum of numel). */
-int64_t em_module_num_parameters(em_module *m);
+EM_API int64_t em_module_num_parameters(em_module *m);
 /* Child i of m (borrowed), or NULL. */
-em_module *em_module_child(em_module *m, int i);
+EM_API em_module *em_module_child(em_module *m, int i);
 
 /* What a module is, for code that inspects a model (memory estimates, exporters) without
  * comparing names: the built-in layers by kind, anything made with em_module_new as
@@ -120,82 +121,82 @@ typedef enum em_module_kind {
     EM_MODULE_CONV2D, EM_MODULE_MAX_POOL2D, EM_MODULE_AVG_POOL2D, EM_MODULE_ADAPTIVE_AVG_POOL2D
 } em_module_kind;
 /* m's kind; EM_MODULE_CUSTOM (and EM_ERR_ARGUMENT recorded) for NULL. */
-em_module_kind em_module_kind_of(const em_module *m);
+EM_API em_module_kind em_module_kind_of(const em_module *m);
 /* The name PyTorch prints for m ("Linear", a custom module's ops name); NULL for NULL. */
-const char *em_module_name(const em_module *m);
+EM_API const char *em_module_name(const em_module *m);
 /* A Linear's in_features and out_features; EM_ERR_ARGUMENT if m is not a Linear. */
-em_status em_module_linear_shape(const em_module *m, int64_t *in_features, int64_t *out_features);
+EM_API em_status em_module_linear_shape(const em_module *m, int64_t *in_features, int64_t *out_features);
 
 /* Move every parameter, buffer and gradient in place (the em_tensor handles stay valid)
  * and the state of every optimizer created on this module (or on a module containing it). */
-em_status em_module_to(em_module *m, em_device d);
-em_status em_module_to_dtype(em_module *m, em_dtype dt); /* the same for a dtype (floating tensors) */
+EM_API em_status em_module_to(em_module *m, em_device d);
+EM_API em_status em_module_to_dtype(em_module *m, em_dtype dt); /* the same for a dtype (floating tensors) */
 
 /* PyTorch's repr ("Sequential(\n  (0): Linear(in_features=784, ...)\n)") into buf;
  * returns the full length, as snprintf. em_module_print writes it to stdout. */
-int em_module_format(const em_module *m, char *buf, size_t size);
-void em_module_print(const em_module *m); /* (to stdout) */
+EM_API int em_module_format(const em_module *m, char *buf, size_t size);
+EM_API void em_module_print(const em_module *m); /* (to stdout) */
 
 /* ---- state dicts (safetensors files, keys as PyTorch's state_dict) ---- */
-em_status em_module_save(em_module *m, const char *path); /* every parameter and buffer by name */
+EM_API em_status em_module_save(em_module *m, const char *path); /* every parameter and buffer by name */
 /* Load in place (parameters keep their device and dtype). Every key must match, with the
  * same shape, as load_state_dict(strict=True). */
-em_status em_module_load(em_module *m, const char *path);
+EM_API em_status em_module_load(em_module *m, const char *path);
 
 /* ---- norms, embedding, attention (torch.nn.functional and torch.nn) ----
  * Errors name the layer and the shapes ("LayerNorm: normalized_shape [8] must match ...").
  * Functional forms: */
 /* F.layer_norm: normalizes over the last normalized_shape.ndim dims (biased variance);
  * weight and bias (NULL for none) have normalized_shape. */
-em_tensor *em_layer_norm(em_tensor *x, em_shape normalized_shape, em_tensor *weight, em_tensor *bias, double eps);
+EM_API em_tensor *em_layer_norm(em_tensor *x, em_shape normalized_shape, em_tensor *weight, em_tensor *bias, double eps);
 /* F.batch_norm: x [N, C, ...]; per-channel tensors [C] (any may be NULL). training: batch
  * statistics, and running_mean/var (when given) updated in place as
  * (1 - momentum) * running + momentum * batch (variance unbiased); else the running ones. */
-em_tensor *em_batch_norm(em_tensor *x, em_tensor *running_mean, em_tensor *running_var, em_tensor *weight,
+EM_API em_tensor *em_batch_norm(em_tensor *x, em_tensor *running_mean, em_tensor *running_var, em_tensor *weight,
                          em_tensor *bias, bool training, double momentum, double eps);
 /* F.embedding: weight[input] of shape input.shape + [embedding_dim]; input int64/int32 in
  * [0, num_embeddings). padding_idx (negative counts from the end; EM_NO_PADDING_IDX for none):
  * that row gets no gradient. */
 #define EM_NO_PADDING_IDX INT64_MIN /* em_embedding's "no padding_idx" */
 /* F.embedding(input, weight, padding_idx): see above. */
-em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx);
+EM_API em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx);
 /* F.scaled_dot_product_attention: softmax(q k^T / sqrt(E) + mask) v for q [..., L, E],
  * k [..., S, E], v [..., S, Ev]. attn_mask (NULL: none) broadcasts to [..., L, S]: bool
  * (true: may attend) or floating (added). is_causal: query i sees keys j <= i only. */
-em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *attn_mask,
+EM_API em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em_tensor *v, em_tensor *attn_mask,
                                            double dropout_p, bool is_causal);
 /* Whether em_scaled_dot_product_attention runs as one fused kernel on devices of type t when
  * q, k, v are float32 with no attn_mask, no dropout and no autocast region: softmax(q k^T) is
  * then never stored, backward recomputes it from each row's log-sum-exp (PyTorch's flash
  * attention). True on the CPU unless the environment sets EMBER_ATTENTION=composed; false
  * where the backend composes matmul, softmax and matmul (OpenCL, CUDA today). */
-bool em_sdpa_fused(em_device_type t);
+EM_API bool em_sdpa_fused(em_device_type t);
 /* Modules, PyTorch's parameter and buffer names and defaults: */
 /* nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True): weight (ones), bias (zeros). */
-em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elementwise_affine);
+EM_API em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elementwise_affine);
 /* nn.BatchNorm1d / 2d(num_features): eps 1e-5, momentum 0.1 (NAN: None, a cumulative
  * average), affine, track_running_stats; parameters weight, bias; buffers running_mean,
  * running_var, num_batches_tracked (int64). Batch statistics while training, running ones
  * in eval mode. BatchNorm1d takes [N, C] or [N, C, L]; BatchNorm2d [N, C, H, W]. */
-em_module *em_batch_norm1d(int64_t num_features); /* nn.BatchNorm1d with the defaults */
-em_module *em_batch_norm2d(int64_t num_features); /* nn.BatchNorm2d with the defaults */
+EM_API em_module *em_batch_norm1d(int64_t num_features); /* nn.BatchNorm1d with the defaults */
+EM_API em_module *em_batch_norm2d(int64_t num_features); /* nn.BatchNorm2d with the defaults */
 /* BatchNorm1d (spatial_dims 1) or 2d (2) with every argument. */
-em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
+EM_API em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
                             bool track_running_stats);
 /* nn.Embedding(num_embeddings, embedding_dim, padding_idx): weight ~ N(0, 1), the padding row zero. */
-em_module *em_embedding_module(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx);
+EM_API em_module *em_embedding_module(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx);
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout=0, bias=True, batch_first=False):
  * in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros), out_proj (a Linear,
  * bias zeros). em_forward(m, x) is self-attention without a mask. */
-em_module *em_multihead_attention(int64_t embed_dim, int64_t num_heads);
+EM_API em_module *em_multihead_attention(int64_t embed_dim, int64_t num_heads);
 /* nn.MultiheadAttention with every argument. */
-em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+EM_API em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first);
 /* mha(query, key, value, attn_mask): attn_mask (NULL: none) is [L, S] or [N * num_heads,
  * L, S], bool true meaning "may NOT attend" (PyTorch's MHA convention) or floating (added);
  * is_causal hides the future instead. attn_weights (NULL: not wanted) receives the
  * attention weights averaged over heads [N, L, S]. */
-em_tensor *em_multihead_attention_forward(em_module *m, em_tensor *query, em_tensor *key, em_tensor *value,
+EM_API em_tensor *em_multihead_attention_forward(em_module *m, em_tensor *query, em_tensor *key, em_tensor *value,
                                           em_tensor *attn_mask, bool is_causal, em_tensor **attn_weights);
 
 /* ---- LoRA (low-rank adapters, as PEFT's LoraConfig(r, lora_alpha, target_modules)) ----
@@ -209,18 +210,18 @@ em_tensor *em_multihead_attention_forward(em_module *m, em_tensor *query, em_ten
 #define EM_LORA_LINEAR EM_LORA_TARGET(EM_MODULE_LINEAR) /* the usual target_kinds */
 /* rank in [1, min(in, out)] of every targeted layer; errors (nothing changed): no targeted
  * layer, a bad rank or alpha, a kind that cannot be targeted, a model already wrapped. */
-em_status em_lora_wrap(em_module *model, int64_t rank, double alpha, unsigned target_kinds);
+EM_API em_status em_lora_wrap(em_module *model, int64_t rank, double alpha, unsigned target_kinds);
 /* W += (alpha / r) B A in every wrapped layer, then removes the adapters: the layers are
  * plain again (their parameters stay frozen). EM_ERR_ARGUMENT if model has no adapters. */
-em_status em_lora_merge(em_module *model);
+EM_API em_status em_lora_merge(em_module *model);
 /* The adapters alone, as PEFT's adapter_model.safetensors: "base_model.model.<path>.lora_A.weight"
  * and "...lora_B.weight" for each wrapped layer. */
-em_status em_lora_save(em_module *model, const char *path);
+EM_API em_status em_lora_save(em_module *model, const char *path);
 /* Loads a file written by em_lora_save (or PEFT) into the adapters of a model wrapped the
  * same way: every adapter must be in the file with its shape, and nothing else. */
-em_status em_lora_load(em_module *model, const char *path);
+EM_API em_status em_lora_load(em_module *model, const char *path);
 /* Elements of the parameters that require grad (with LoRA: the adapters'). */
-int64_t em_module_num_trainable_parameters(em_module *m);
+EM_API int64_t em_module_num_trainable_parameters(em_module *m);
 
 /* ---- activation checkpointing (torch.utils.checkpoint) ----
  * Trade compute for memory: the forward of a checkpointed function runs without autograd
@@ -234,20 +235,20 @@ int64_t em_module_num_trainable_parameters(em_module *m);
 /* fn(ctx, inputs, n): returns its result as an op does (in the caller's scope), or NULL. */
 typedef em_tensor *(*em_checkpoint_fn)(void *ctx, em_tensor *const *inputs, int n);
 /* checkpoint(fn, *inputs): fn's output, recorded as one node (CheckpointFunctionBackward). */
-em_tensor *em_checkpoint(em_checkpoint_fn fn, void *ctx, em_tensor *const *inputs, int n);
+EM_API em_tensor *em_checkpoint(em_checkpoint_fn fn, void *ctx, em_tensor *const *inputs, int n);
 /* checkpoint_sequential(model, segments, x): model a Sequential of L children, 1 <=
  * segments <= L; the first segments - 1 chunks of L / segments children are checkpointed,
  * the last chunk (with the remainder) runs normally, as PyTorch does. */
-em_tensor *em_checkpoint_sequential(em_module *model, int segments, em_tensor *x);
+EM_API em_tensor *em_checkpoint_sequential(em_module *model, int segments, em_tensor *x);
 
 /* ---- losses (mean reduction) ---- */
 /* logits [N, C] (or [C], or [N, C, d...]); target int64 class indices [N] (or [N, d...]),
  * or floating class probabilities shaped like logits. label_smoothing in [0, 1]:
  * target becomes (1 - s) * one_hot + s / C, as PyTorch. */
-em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
+EM_API em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
 /* log_probs [N, C], target int64 [N]: -mean(log_probs[i, target[i]]). */
-em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
-em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
+EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
+EM_API em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/tensor.h>
 #include <ember/nn.h>
 
@@ -39,37 +40,37 @@ typedef struct em_adam_opts {
     bool amsgrad;                               /* keep the maximum of exp_avg_sq */
 } em_adam_opts;
 
-em_sgd_opts em_sgd_defaults(double lr);     /* lr, everything else 0 */
-em_adam_opts em_adam_defaults(double lr);   /* betas (0.9, 0.999), eps 1e-8, weight_decay 0 */
-em_adam_opts em_adamw_defaults(double lr);  /* the same with weight_decay 0.01 */
+EM_API em_sgd_opts em_sgd_defaults(double lr);     /* lr, everything else 0 */
+EM_API em_adam_opts em_adam_defaults(double lr);   /* betas (0.9, 0.999), eps 1e-8, weight_decay 0 */
+EM_API em_adam_opts em_adamw_defaults(double lr);  /* the same with weight_decay 0.01 */
 
 /* Optimizers over every parameter of m (shared parameters counted once). */
-em_optimizer *em_sgd(em_module *m, double lr);
-em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts o);     /* SGD with every option */
-em_optimizer *em_adam(em_module *m, double lr);           /* Adam with PyTorch's defaults */
-em_optimizer *em_adam_ex(em_module *m, em_adam_opts o);   /* Adam with every option */
-em_optimizer *em_adamw(em_module *m, double lr);          /* AdamW with PyTorch's defaults */
-em_optimizer *em_adamw_ex(em_module *m, em_adam_opts o);  /* AdamW with every option */
-void em_optim_free(em_optimizer *opt);                     /* its states too; NULL is ignored */
+EM_API em_optimizer *em_sgd(em_module *m, double lr);
+EM_API em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts o);     /* SGD with every option */
+EM_API em_optimizer *em_adam(em_module *m, double lr);           /* Adam with PyTorch's defaults */
+EM_API em_optimizer *em_adam_ex(em_module *m, em_adam_opts o);   /* Adam with every option */
+EM_API em_optimizer *em_adamw(em_module *m, double lr);          /* AdamW with PyTorch's defaults */
+EM_API em_optimizer *em_adamw_ex(em_module *m, em_adam_opts o);  /* AdamW with every option */
+EM_API void em_optim_free(em_optimizer *opt);                     /* its states too; NULL is ignored */
 
 /* Set every parameter's .grad to none (PyTorch 2's default, set_to_none=True): the next
  * backward allocates fresh gradients. Gradients accumulate over backwards until this. */
-em_status em_zero_grad(em_optimizer *opt);
+EM_API em_status em_zero_grad(em_optimizer *opt);
 /* One update of every parameter that has a .grad (runs in no-grad mode). */
-em_status em_step(em_optimizer *opt);
+EM_API em_status em_step(em_optimizer *opt);
 
-double em_optim_lr(const em_optimizer *opt);              /* the learning rate now */
-em_status em_optim_set_lr(em_optimizer *opt, double lr);  /* change it (for every parameter) */
+EM_API double em_optim_lr(const em_optimizer *opt);              /* the learning rate now */
+EM_API em_status em_optim_set_lr(em_optimizer *opt, double lr);  /* change it (for every parameter) */
 /* Number of em_step calls so far. */
-int64_t em_optim_steps(const em_optimizer *opt);
+EM_API int64_t em_optim_steps(const em_optimizer *opt);
 /* A state tensor of parameter p by PyTorch's name ("exp_avg", "exp_avg_sq",
  * "max_exp_avg_sq", "momentum_buffer"): a new reference, or NULL if there is none (yet). */
-em_tensor *em_optim_state(em_optimizer *opt, em_tensor *p, const char *name);
+EM_API em_tensor *em_optim_state(em_optimizer *opt, em_tensor *p, const char *name);
 
 /* torch.nn.utils.clip_grad_norm_(m.parameters(), max_norm): scales all gradients by
  * min(1, max_norm / (norm + 1e-6)) and returns the total 2-norm before clipping
  * (NaN and an error on failure). */
-double em_clip_grad_norm(em_module *m, double max_norm);
+EM_API double em_clip_grad_norm(em_module *m, double max_norm);
 
 /* ---- learning-rate schedules ---- */
 /* The schedule's shape: constant, StepLR, or a warmup then cosine annealing. */
@@ -84,16 +85,16 @@ typedef struct em_lr_schedule {
     double min_lr;      /* EM_LR_COSINE */
 } em_lr_schedule;
 /* StepLR: lr = base * gamma^(t / step_size) (integer division). */
-em_lr_schedule em_lr_step(int64_t step_size, double gamma);
+EM_API em_lr_schedule em_lr_step(int64_t step_size, double gamma);
 /* Linear warmup to base over `warmup` steps (lr = base * (t + 1) / warmup), then cosine
  * annealing to min_lr at t = total (CosineAnnealingLR when warmup = 0); min_lr after. */
-em_lr_schedule em_lr_cosine(int64_t warmup, int64_t total, double min_lr);
+EM_API em_lr_schedule em_lr_cosine(int64_t warmup, int64_t total, double min_lr);
 /* The learning rate of schedule s at scheduler step t from base_lr. */
-double em_lr_at(em_lr_schedule s, double base_lr, int64_t t);
+EM_API double em_lr_at(em_lr_schedule s, double base_lr, int64_t t);
 /* Attach s to opt: the current lr becomes the base, t = 0, and the lr is set to em_lr_at(s, base, 0). */
-em_status em_optim_set_schedule(em_optimizer *opt, em_lr_schedule s);
+EM_API em_status em_optim_set_schedule(em_optimizer *opt, em_lr_schedule s);
 /* scheduler.step(): t += 1 and the lr becomes em_lr_at(s, base, t). */
-em_status em_optim_schedule_step(em_optimizer *opt);
+EM_API em_status em_optim_schedule_step(em_optimizer *opt);
 
 typedef struct em_safetensors em_safetensors;   /* include/ember/io.h */
 
@@ -105,14 +106,14 @@ typedef struct em_safetensors em_safetensors;   /* include/ember/io.h */
  * plus nmeta (key, value) pairs of the caller's (epoch, batch, seed...). Written atomically:
  * a temporary file, then a rename, so a crash while saving leaves the old file intact.
  * opt may be NULL (model only). */
-em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer *opt,
+EM_API em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer *opt,
                              const char *const *keys, const char *const *values, int nmeta);
 /* Restores the module and, when opt is not NULL, the optimizer (state moved to each
  * parameter's device and dtype) from a file written by em_checkpoint_save. Everything is
  * checked before anything changes: a missing key, a shape or optimizer-kind mismatch is an
  * error that leaves the module and optimizer as they were. If meta is not NULL it receives
  * the file, for em_safetensors_metadata; release it with em_safetensors_free. */
-em_status em_checkpoint_load(const char *path, em_module *m, em_optimizer *opt, em_safetensors **meta);
+EM_API em_status em_checkpoint_load(const char *path, em_module *m, em_optimizer *opt, em_safetensors **meta);
 
 #ifdef __cplusplus
 }

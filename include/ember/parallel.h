@@ -38,6 +38,7 @@
 #ifndef EMBER_PARALLEL_H
 #define EMBER_PARALLEL_H
 
+#include <ember/export.h>
 #include <ember/nn.h>
 #include <ember/optim.h>
 #include <ember/tensor.h>
@@ -53,31 +54,31 @@ typedef struct em_dp em_dp; /* a model replicated over several devices (nn.DataP
  * the model is borrowed and must outlive the em_dp. NULL and an error otherwise. */
 #define EM_DP_MAX_DEVICES 64 /* the most devices one em_dp spans */
 /* torch.nn.DataParallel(model, device_ids): see above. */
-em_dp *em_data_parallel(em_module *model, const em_device *devices, int n);
+EM_API em_dp *em_data_parallel(em_module *model, const em_device *devices, int n);
 /* Frees the replicas and threads (not the model). NULL is ignored. */
-void em_dp_free(em_dp *dp);
+EM_API void em_dp_free(em_dp *dp);
 
 /* model(x) over the devices: x split along dim 0 (x may be on any device), the outputs
  * gathered on devices[0] along dim 0. A new reference (scoped like any op result). With
  * grad mode on, the graph of each replica is kept for em_dp_backward; gradients do not flow
  * back into x. */
-em_tensor *em_dp_forward(em_dp *dp, em_tensor *x);
+EM_API em_tensor *em_dp_forward(em_dp *dp, em_tensor *x);
 /* loss.backward() for a loss computed from the last em_dp_forward's output: the replicas'
  * backwards run concurrently, then each replica's gradients are summed into the model's
  * .grad (accumulating, as backward does) and the replicas' own are cleared. */
-em_status em_dp_backward(em_dp *dp, em_tensor *loss);
+EM_API em_status em_dp_backward(em_dp *dp, em_tensor *loss);
 /* em_step(opt) on the model (opt made on it), then every replica takes the model's
  * parameters and buffers (em_dp_sync). */
-em_status em_dp_step(em_dp *dp, em_optimizer *opt);
+EM_API em_status em_dp_step(em_dp *dp, em_optimizer *opt);
 /* Copy the model's parameters and buffers into every replica (after em_module_load,
  * em_checkpoint_load or any change made to the model's values outside em_dp_step). */
-em_status em_dp_sync(em_dp *dp);
+EM_API em_status em_dp_sync(em_dp *dp);
 
 /* The model (replica 0), the replica on devices[i] (borrowed), the device count. */
-em_module *em_dp_module(const em_dp *dp);
-em_module *em_dp_replica(const em_dp *dp, int i); /* the replica on devices[i] */
-int em_dp_device_count(const em_dp *dp);         /* n */
-em_device em_dp_device(const em_dp *dp, int i);  /* devices[i] */
+EM_API em_module *em_dp_module(const em_dp *dp);
+EM_API em_module *em_dp_replica(const em_dp *dp, int i); /* the replica on devices[i] */
+EM_API int em_dp_device_count(const em_dp *dp);         /* n */
+EM_API em_device em_dp_device(const em_dp *dp, int i);  /* devices[i] */
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/export.h>
 
 /* How parsing a number went. */
 typedef enum em_num_result {
@@ -17,12 +18,12 @@ typedef enum em_num_result {
 } em_num_result;
 
 /* A decimal integer (optional leading '-' or '+') in [min, max]; *out is set only on OK. */
-em_num_result em_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+EM_API em_num_result em_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 /* A decimal integer with no sign in [0, max]. */
-em_num_result em_parse_u64(const char *s, uint64_t max, uint64_t *out);
+EM_API em_num_result em_parse_u64(const char *s, uint64_t max, uint64_t *out);
 /* A finite decimal number (no inf, nan or hex) in [min, max]. */
-em_num_result em_parse_f64(const char *s, double min, double max, double *out);
+EM_API em_num_result em_parse_f64(const char *s, double min, double max, double *out);
 /* "empty", "not a number", "out of range": for messages. */
-const char *em_num_why(em_num_result r);
+EM_API const char *em_num_why(em_num_result r);
 
 #endif

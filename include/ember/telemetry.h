@@ -7,6 +7,7 @@
 #define EMBER_TELEMETRY_H
 
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/device.h>
 #include <ember/error.h>
 
@@ -37,17 +38,17 @@ typedef struct em_driver_info {
 /* One line naming the run-time libraries the backend of type t chose, and why (CUDA: "nvrtc
  * 12.8, cublas 12.9 (driver supports 12.4)"); "" when it has nothing to say. The string is
  * this thread's until its next call. */
-const char *em_device_type_libraries(em_device_type t);
+EM_API const char *em_device_type_libraries(em_device_type t);
 
 /* The telemetry of one Ember device (the CPU and OpenCL devices: name only, every other field
  * -1). EM_ERR_DEVICE if the device does not exist; EM_ERR_ARGUMENT for a NULL out. */
-em_status em_device_telemetry_get(em_device d, em_device_telemetry *out);
+EM_API em_status em_device_telemetry_get(em_device d, em_device_telemetry *out);
 /* Every GPU of type t that its driver reports, those Ember cannot see included, in the
  * driver's order: fills up to max entries and returns how many there are (may exceed max).
  * Returns -1, with *reason (if reason is not NULL) saying why, when the type has no such
  * source or it cannot be used ("libnvidia-ml.so.1 not found (looked in ...)"). info (may be
  * NULL) receives the driver's versions, zeroed when unknown. Records no error. */
-int em_device_telemetry_list(em_device_type t, em_device_telemetry *out, int max, em_driver_info *info,
+EM_API int em_device_telemetry_list(em_device_type t, em_device_telemetry *out, int max, em_driver_info *info,
                              const char **reason);
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <ember/export.h>
 #include <ember/error.h>
 #include <ember/dtype.h>
 #include <ember/device.h>
@@ -49,88 +50,88 @@ typedef struct em_opts {
 #define EM_OPTS(...) ((em_opts){__VA_ARGS__}) /* EM_OPTS(.dtype = EM_F16, .device = dev) */
 
 /* ---- lifetime ---- */
-em_tensor *em_retain(em_tensor *t);  /* another reference to t; returns t */
-void em_release(em_tensor *t);       /* drop one reference; NULL is ignored */
+EM_API em_tensor *em_retain(em_tensor *t);  /* another reference to t; returns t */
+EM_API void em_release(em_tensor *t);       /* drop one reference; NULL is ignored */
 
 /* What em_scope_begin returns, for em_scope_end. */
 typedef struct em_scope { size_t mark; /* where the scope's tensors start */ int depth; /* its nesting level */ } em_scope;
 /* Begin a scope: tensors returned on this thread until its end are released then. Scopes nest. */
-em_scope em_scope_begin(void);
-void em_scope_end(em_scope s); /* release what the scope holds (and end inner ones left open) */
+EM_API em_scope em_scope_begin(void);
+EM_API void em_scope_end(em_scope s); /* release what the scope holds (and end inner ones left open) */
 /* A reference owned by the caller that survives the current scope(s); returns t. */
-em_tensor *em_keep(em_tensor *t);
+EM_API em_tensor *em_keep(em_tensor *t);
 
 /* ---- creation (on any device) ---- */
-em_tensor *em_empty(em_shape shape, em_opts o);             /* uninitialized */
-em_tensor *em_zeros(em_shape shape, em_opts o);             /* filled with 0 */
-em_tensor *em_ones(em_shape shape, em_opts o);              /* filled with 1 */
-em_tensor *em_full(em_shape shape, double value, em_opts o); /* filled with value */
-em_tensor *em_scalar(double value, em_opts o);                       /* 0-d */
-em_tensor *em_arange(double start, double end, double step, em_opts o);   /* start, start + step, ... < end */
-em_tensor *em_linspace(double start, double end, int64_t steps, em_opts o); /* steps values from start to end */
-em_tensor *em_eye(int64_t n, int64_t m, em_opts o);  /* n x m, ones on the diagonal */
-em_tensor *em_zeros_like(const em_tensor *t); /* zeros with t's shape, dtype and device */
-em_tensor *em_ones_like(const em_tensor *t);  /* ones with t's shape, dtype and device */
-em_tensor *em_empty_like(const em_tensor *t); /* uninitialized, with t's shape, dtype and device */
+EM_API em_tensor *em_empty(em_shape shape, em_opts o);             /* uninitialized */
+EM_API em_tensor *em_zeros(em_shape shape, em_opts o);             /* filled with 0 */
+EM_API em_tensor *em_ones(em_shape shape, em_opts o);              /* filled with 1 */
+EM_API em_tensor *em_full(em_shape shape, double value, em_opts o); /* filled with value */
+EM_API em_tensor *em_scalar(double value, em_opts o);                       /* 0-d */
+EM_API em_tensor *em_arange(double start, double end, double step, em_opts o);   /* start, start + step, ... < end */
+EM_API em_tensor *em_linspace(double start, double end, int64_t steps, em_opts o); /* steps values from start to end */
+EM_API em_tensor *em_eye(int64_t n, int64_t m, em_opts o);  /* n x m, ones on the diagonal */
+EM_API em_tensor *em_zeros_like(const em_tensor *t); /* zeros with t's shape, dtype and device */
+EM_API em_tensor *em_ones_like(const em_tensor *t);  /* ones with t's shape, dtype and device */
+EM_API em_tensor *em_empty_like(const em_tensor *t); /* uninitialized, with t's shape, dtype and device */
 /* Copy numel elements of src_dtype from host memory (contiguous, row-major) into a new tensor. */
-em_tensor *em_from_data(const void *data, em_dtype src_dtype, em_shape shape, em_opts o);
+EM_API em_tensor *em_from_data(const void *data, em_dtype src_dtype, em_shape shape, em_opts o);
 
 /* Random numbers from a counter-based Philox 4x32-10 generator: the same seed gives
  * the same tensor on every device. em_manual_seed() resets the global generator. */
-void em_manual_seed(uint64_t seed);
-em_tensor *em_rand(em_shape shape, em_opts o);                       /* uniform [0, 1) */
-em_tensor *em_randn(em_shape shape, em_opts o);                      /* normal(0, 1) */
-em_tensor *em_randint(int64_t low, int64_t high, em_shape shape, em_opts o); /* [low, high) */
+EM_API void em_manual_seed(uint64_t seed);
+EM_API em_tensor *em_rand(em_shape shape, em_opts o);                       /* uniform [0, 1) */
+EM_API em_tensor *em_randn(em_shape shape, em_opts o);                      /* normal(0, 1) */
+EM_API em_tensor *em_randint(int64_t low, int64_t high, em_shape shape, em_opts o); /* [low, high) */
 
 /* ---- properties ---- */
-int em_ndim(const em_tensor *t);                  /* number of dims (0 for a scalar) */
-int64_t em_size(const em_tensor *t, int dim);     /* negative dims count from the end */
-int64_t em_stride(const em_tensor *t, int dim);   /* in elements */
-em_shape em_shape_of(const em_tensor *t);          /* every size */
-int64_t em_numel(const em_tensor *t);              /* number of elements */
-size_t em_nbytes(const em_tensor *t);              /* numel * element size */
-em_dtype em_dtype_of(const em_tensor *t);          /* element type */
-em_device em_device_of(const em_tensor *t);        /* where t lives */
-bool em_is_contiguous(const em_tensor *t);        /* row-major without gaps */
-bool em_shares_storage(const em_tensor *a, const em_tensor *b); /* views of the same memory */
+EM_API int em_ndim(const em_tensor *t);                  /* number of dims (0 for a scalar) */
+EM_API int64_t em_size(const em_tensor *t, int dim);     /* negative dims count from the end */
+EM_API int64_t em_stride(const em_tensor *t, int dim);   /* in elements */
+EM_API em_shape em_shape_of(const em_tensor *t);          /* every size */
+EM_API int64_t em_numel(const em_tensor *t);              /* number of elements */
+EM_API size_t em_nbytes(const em_tensor *t);              /* numel * element size */
+EM_API em_dtype em_dtype_of(const em_tensor *t);          /* element type */
+EM_API em_device em_device_of(const em_tensor *t);        /* where t lives */
+EM_API bool em_is_contiguous(const em_tensor *t);        /* row-major without gaps */
+EM_API bool em_shares_storage(const em_tensor *a, const em_tensor *b); /* views of the same memory */
 
 /* ---- host access ---- */
 /* Address of the first element of a CPU tensor (mind the strides). For any other
  * device: NULL and an error that says to move the tensor to the CPU first. */
-void *em_data_ptr(em_tensor *t);
+EM_API void *em_data_ptr(em_tensor *t);
 /* Copy the elements (row-major, in t's dtype) into host memory; waits for queued work. */
-em_status em_copy_to_host(const em_tensor *t, void *dst, size_t dst_bytes);
+EM_API em_status em_copy_to_host(const em_tensor *t, void *dst, size_t dst_bytes);
 /* The value of a one-element tensor as a double (NaN and an error otherwise). */
-double em_item(const em_tensor *t);
+EM_API double em_item(const em_tensor *t);
 /* Print like PyTorch: tensor([[...]], device='cuda:0', dtype=torch.float16). */
-em_status em_print(const em_tensor *t);
+EM_API em_status em_print(const em_tensor *t);
 /* The same text into buf (truncated to size); returns t's full length as snprintf does. */
-int em_format(const em_tensor *t, char *buf, size_t size);
+EM_API int em_format(const em_tensor *t, char *buf, size_t size);
 
 /* ---- moving ---- */
 /* The same tensor (a new reference) when nothing changes; otherwise a new tensor
  * that shares nothing with t. */
-em_tensor *em_to(em_tensor *t, em_device d);
-em_tensor *em_to_dtype(em_tensor *t, em_dtype dt); /* the same for a dtype (a cast) */
+EM_API em_tensor *em_to(em_tensor *t, em_device d);
+EM_API em_tensor *em_to_dtype(em_tensor *t, em_dtype dt); /* the same for a dtype (a cast) */
 /* Both at once. non_blocking: from pinned CPU memory, return before the copy is done. */
-em_tensor *em_to_device_dtype(em_tensor *t, em_device d, em_dtype dt, bool non_blocking);
-em_tensor *em_cpu(em_tensor *t); /* em_to(t, cpu) */
-em_tensor *em_clone(const em_tensor *t);  /* a new contiguous copy on the same device */
+EM_API em_tensor *em_to_device_dtype(em_tensor *t, em_device d, em_dtype dt, bool non_blocking);
+EM_API em_tensor *em_cpu(em_tensor *t); /* em_to(t, cpu) */
+EM_API em_tensor *em_clone(const em_tensor *t);  /* a new contiguous copy on the same device */
 
 /* ---- views (share storage with t) ---- */
-em_tensor *em_view(em_tensor *t, em_shape shape);     /* one dim may be -1; strides must allow it */
-em_tensor *em_reshape(em_tensor *t, em_shape shape);  /* a view when possible, else a copy */
-em_tensor *em_transpose(em_tensor *t, int d0, int d1);        /* dims d0 and d1 swapped */
-em_tensor *em_permute(em_tensor *t, em_dims order);           /* dims in a new order */
-em_tensor *em_narrow(em_tensor *t, int dim, int64_t start, int64_t length); /* length elements of dim from start */
-em_tensor *em_slice(em_tensor *t, int dim, int64_t start, int64_t end, int64_t step); /* t[..., start:end:step] */
-em_tensor *em_select(em_tensor *t, int dim, int64_t index);  /* removes dim */
-em_tensor *em_expand(em_tensor *t, em_shape shape);   /* -1 keeps a dim; size-1 dims broadcast */
-em_tensor *em_squeeze(em_tensor *t, int dim);     /* dim removed if its size is 1 */
-em_tensor *em_unsqueeze(em_tensor *t, int dim);   /* a size-1 dim inserted at dim */
-em_tensor *em_flatten(em_tensor *t, int start_dim, int end_dim); /* dims start..end merged */
-em_tensor *em_contiguous(em_tensor *t);               /* t itself (new reference) if already contiguous */
-em_tensor *em_detach(em_tensor *t);                   /* same storage, no autograd history */
+EM_API em_tensor *em_view(em_tensor *t, em_shape shape);     /* one dim may be -1; strides must allow it */
+EM_API em_tensor *em_reshape(em_tensor *t, em_shape shape);  /* a view when possible, else a copy */
+EM_API em_tensor *em_transpose(em_tensor *t, int d0, int d1);        /* dims d0 and d1 swapped */
+EM_API em_tensor *em_permute(em_tensor *t, em_dims order);           /* dims in a new order */
+EM_API em_tensor *em_narrow(em_tensor *t, int dim, int64_t start, int64_t length); /* length elements of dim from start */
+EM_API em_tensor *em_slice(em_tensor *t, int dim, int64_t start, int64_t end, int64_t step); /* t[..., start:end:step] */
+EM_API em_tensor *em_select(em_tensor *t, int dim, int64_t index);  /* removes dim */
+EM_API em_tensor *em_expand(em_tensor *t, em_shape shape);   /* -1 keeps a dim; size-1 dims broadcast */
+EM_API em_tensor *em_squeeze(em_tensor *t, int dim);     /* dim removed if its size is 1 */
+EM_API em_tensor *em_unsqueeze(em_tensor *t, int dim);   /* a size-1 dim inserted at dim */
+EM_API em_tensor *em_flatten(em_tensor *t, int start_dim, int end_dim); /* dims start..end merged */
+EM_API em_tensor *em_contiguous(em_tensor *t);               /* t itself (new reference) if already contiguous */
+EM_API em_tensor *em_detach(em_tensor *t);                   /* same storage, no autograd history */
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
 #ifndef EMBER_VERSION_H
 #define EMBER_VERSION_H
 
+#include <ember/export.h>
+
 #define EMBER_VERSION_MAJOR 0 /**< incompatible ABI changes bump it (the soname is libember.so.MAJOR) */
 #define EMBER_VERSION_MINOR 1 /**< new functions, compatible */
 #define EMBER_VERSION_PATCH 0 /**< fixes only */
@@ -17,9 +19,9 @@ extern "C" {
 #endif
 
 /** The version of the Ember library the program runs with, "MAJOR.MINOR.PATCH" (static storage). */
-const char *em_version(void);
+EM_API const char *em_version(void);
 /** The same as a number, MAJOR * 10000 + MINOR * 100 + PATCH, to compare with EMBER_VERSION_NUMBER. */
-int em_version_number(void);
+EM_API int em_version_number(void);
 
 #ifdef __cplusplus
 }

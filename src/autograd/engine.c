@@ -92,13 +92,13 @@ static em_status check_saved(const ag_node *n) {
         unsigned now = atomic_load(&t->storage->version);
         if (now != n->saved[i].version) {
             char desc[320];
-            ag_describe(desc, sizeof desc, t->dtype, t->storage->device, t->ndim, t->shape);
+            em__ag_describe(desc, sizeof desc, t->dtype, t->storage->device, t->ndim, t->shape);
             return em_error(EM_ERR_AUTOGRAD,
                             "one of the variables needed for gradient computation has been "
                             "modified by an inplace operation: %s is at version %u; expected "
                             "version %u instead. Hint: the tensor was saved by %s; modify a "
                             "clone instead, or modify it after backward.",
-                            desc, now, n->saved[i].version, ag_op_name(n->op));
+                            desc, now, n->saved[i].version, em__ag_op_name(n->op));
         }
     }
     return EM_OK;
@@ -215,7 +215,7 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
         }
         memset(outs, 0, (size_t)x->n * sizeof *outs);
         em_scope s = em_scope_begin();
-        if (x->grad) st = ag_node_backward(x, x->grad, outs);
+        if (x->grad) st = em__ag_node_backward(x, x->grad, outs);
         const em_tensor *incoming = x->grad;   /* only compared with, never used after release */
         bool incoming_fresh = x->grad_fresh;
         em_release(x->grad);
@@ -282,7 +282,7 @@ static em_status not_requiring_grad(void) {
 
 static em_status implicit_scalar(const em_tensor *t) {
     char desc[320];
-    ag_describe(desc, sizeof desc, t->dtype, t->storage->device, t->ndim, t->shape);
+    em__ag_describe(desc, sizeof desc, t->dtype, t->storage->device, t->ndim, t->shape);
     return em_error(EM_ERR_AUTOGRAD,
                     "grad can be implicitly created only for scalar outputs (got %s with %lld "
                     "elements; pass a gradient with em_backward_with)",
@@ -313,8 +313,8 @@ em_status em_backward_with(em_tensor *t, em_tensor *grad, bool retain_graph) {
     if (grad) {
         if (!same_shape(grad, t->ndim, t->shape)) {
             char a[320], b[320];
-            ag_describe(a, sizeof a, grad->dtype, grad->storage->device, grad->ndim, grad->shape);
-            ag_describe(b, sizeof b, t->dtype, t->storage->device, t->ndim, t->shape);
+            em__ag_describe(a, sizeof a, grad->dtype, grad->storage->device, grad->ndim, grad->shape);
+            em__ag_describe(b, sizeof b, t->dtype, t->storage->device, t->ndim, t->shape);
             return em_error(EM_ERR_SHAPE, "Mismatch in shape: grad_output[0] is %s and output[0] is %s",
                             a, b);
         }

@@ -8,12 +8,12 @@
 #include "../core/internal_api.h"
 #include "formulas.h"
 
-em_tensor *ag_scalar_like(const em_tensor *like, double v) {
+em_tensor *em__ag_scalar_like(const em_tensor *like, double v) {
     if (!like) return NULL;
     return em_scalar(v, EM_OPTS(.dtype = em_dtype_of(like), .device = em_device_of(like)));
 }
 
-em_tensor *ag_reduce_to(em_tensor *g, int ndim, const int64_t *shape) {
+em_tensor *em__ag_reduce_to(em_tensor *g, int ndim, const int64_t *shape) {
     if (!g) return NULL;
     int lead = em_ndim(g) - ndim;
     if (lead < 0) {
@@ -39,7 +39,7 @@ em_tensor *ag_reduce_to(em_tensor *g, int ndim, const int64_t *shape) {
     return g;
 }
 
-bool ag_grad_widens(const ag_input *in) {
+bool em__ag_grad_widens(const ag_input *in) {
     if (in->dtype != EM_BF16 && in->dtype != EM_F16) return false;
     const ag_node *n = in->node;
     for (int hops = 0; n && !n->custom && n->n == 1 && hops < 8; hops++) {
@@ -52,27 +52,27 @@ bool ag_grad_widens(const ag_input *in) {
     return false;
 }
 
-em_tensor *ag_finish(em_tensor *g, const ag_input *in) {
-    g = ag_reduce_to(g, in->ndim, in->shape);
-    if (g && em_dtype_of(g) != in->dtype && !(em_dtype_of(g) == EM_F32 && ag_grad_widens(in)))
+em_tensor *em__ag_finish(em_tensor *g, const ag_input *in) {
+    g = em__ag_reduce_to(g, in->ndim, in->shape);
+    if (g && em_dtype_of(g) != in->dtype && !(em_dtype_of(g) == EM_F32 && em__ag_grad_widens(in)))
         g = em_to_dtype(g, in->dtype);
     return g;
 }
 
 /* where(cond, x, 0) and where(cond, 0, x) */
 static em_tensor *ag_keep_where(em_tensor *cond, em_tensor *x) {
-    return em_where(cond, x, ag_scalar_like(x, 0.0));
+    return em_where(cond, x, em__ag_scalar_like(x, 0.0));
 }
 static em_tensor *ag_zero_where(em_tensor *cond, em_tensor *x) {
-    return em_where(cond, ag_scalar_like(x, 0.0), x);
+    return em_where(cond, em__ag_scalar_like(x, 0.0), x);
 }
 
 /* d/dx of exact GELU: Phi(x) + x * phi(x). Phi comes from gelu(x) / x (no public erf);
  * near zero Phi(x) = 1/2 + x / sqrt(2 pi) to 1e-10. */
 static em_tensor *ag_gelu_grad(em_tensor *x) {
     const double inv_sqrt_2pi = 0.3989422804014327;
-    em_tensor *small = em_lt(em_abs(x), ag_scalar_like(x, 1e-3));
-    em_tensor *safe_x = em_where(small, ag_scalar_like(x, 1.0), x);
+    em_tensor *small = em_lt(em_abs(x), em__ag_scalar_like(x, 1e-3));
+    em_tensor *safe_x = em_where(small, em__ag_scalar_like(x, 1.0), x);
     em_tensor *cdf = em_where(small, em_add_scalar(em_mul_scalar(x, inv_sqrt_2pi), 0.5),
                               em_div(em_gelu(x), safe_x));
     em_tensor *pdf = em_mul_scalar(em_exp(em_mul_scalar(em_mul(x, x), -0.5)), inv_sqrt_2pi);
@@ -93,14 +93,14 @@ static em_tensor *ag_relu_backward(em_tensor *g, em_tensor *a) {
     bool failed_before = em_failed();
     em_tensor *fused = em__relu_backward(g, a);
     if (!fused && !failed_before && em_failed()) return NULL;   /* it applied and failed (no memory) */
-    return fused ? fused : ag_keep_where(em_gt(a, ag_scalar_like(a, 0.0)), g);
+    return fused ? fused : ag_keep_where(em_gt(a, em__ag_scalar_like(a, 0.0)), g);
 }
 
 /* d(a^b): exponent == 0 gives 0 even where a^(b-1) is inf; for b, a == 0 with b >= 0
  * gives 0 instead of 0 * -inf */
 static void ag_pow_grad(em_tensor *g, em_tensor *a, em_tensor *b, bool need0, bool need1,
                         em_tensor **out) {
-    em_tensor *zero = ag_scalar_like(g, 0.0);
+    em_tensor *zero = em__ag_scalar_like(g, 0.0);
     if (need0) {
         em_tensor *d = em_mul(em_mul(g, b), em_pow(a, em_sub_scalar(b, 1.0)));
         out[0] = em_where(em_eq(b, zero), zero, d);
@@ -151,10 +151,10 @@ static bool is_pointwise(em_grad_op op) {
     }
 }
 
-em_status ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {
+em_status em__ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {
     em_tensor *tmp[8] = {0};
     em_tensor **res = n->n <= 8 ? tmp : out; /* out is zeroed by the engine */
-    const char *name = n->custom ? n->custom->name : ag_op_name(n->op);
+    const char *name = n->custom ? n->custom->name : em__ag_op_name(n->op);
     if (n->custom) {
         em_status cs = n->custom->backward(n->custom_ctx, g, n->n, res);
         if (cs != EM_OK) {
@@ -165,12 +165,12 @@ em_status ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {
     else if (is_pointwise(n->op))
         backward_pointwise(n, g, res);
     else
-        ag_backward_shape(n, g, res);
+        em__ag_backward_shape(n, g, res);
     em_status st = EM_OK;
     for (int i = 0; i < n->n; i++) {
         em_tensor *r = NULL;
         if (ag_input_needs(&n->in[i])) {
-            r = ag_finish(res[i], &n->in[i]);
+            r = em__ag_finish(res[i], &n->in[i]);
             if (!r && st == EM_OK) {
                 st = em_failed() ? em_last_status()
                                  : em_error(EM_ERR_INTERNAL, "%s: no gradient computed for input %d",

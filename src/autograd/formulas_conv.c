@@ -2,7 +2,7 @@
 #include "../core/internal_api.h"
 #include "formulas.h"
 
-void ag_backward_conv(ag_node *n, em_tensor *g, em_tensor **out) {
+void em__ag_backward_conv(ag_node *n, em_tensor *g, em_tensor **out) {
     const ag_input *in = &n->in[0];
     switch (n->op) {
     case EM_GRAD_CONV2D: {

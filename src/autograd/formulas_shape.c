@@ -5,14 +5,14 @@
 #include "../core/internal_api.h"
 #include "formulas.h"
 
-em_dims ag_reduced_dims(const em_grad_args *args, int ndim) {
+em_dims em__ag_reduced_dims(const em_grad_args *args, int ndim) {
     em_dims d = {0};
     for (int i = 0; i < ndim; i++)
         if (args->reduce[i]) d.d[d.n++] = i;
     return d;
 }
 
-em_tensor *ag_restore_dims(em_tensor *g, const em_grad_args *args, int ndim) {
+em_tensor *em__ag_restore_dims(em_tensor *g, const em_grad_args *args, int ndim) {
     if (args->keepdim) return g;
     for (int i = 0; i < ndim; i++) /* increasing order: each insert lands at its final place */
         if (args->reduce[i]) g = em_unsqueeze(g, i);
@@ -42,15 +42,15 @@ static void backward_reduce(ag_node *n, em_tensor *g, em_tensor **out) {
                 if (n->args.reduce[i]) count *= (double)in->shape[i];
             g = em_div_scalar(g, count);
         }
-        out[0] = em_expand(ag_restore_dims(g, &n->args, in->ndim), shape);
+        out[0] = em_expand(em__ag_restore_dims(g, &n->args, in->ndim), shape);
         return;
     }
     /* amax/amin: the gradient is shared evenly by the elements equal to the result */
-    em_tensor *a = ag_saved_t(n, 0), *res = ag_restore_dims(ag_saved_t(n, 1), &n->args, in->ndim);
+    em_tensor *a = ag_saved_t(n, 0), *res = em__ag_restore_dims(ag_saved_t(n, 1), &n->args, in->ndim);
     em_tensor *mask = em_to_dtype(em_eq(a, res), em_dtype_of(g));
-    em_dims dims = ag_reduced_dims(&n->args, in->ndim);
+    em_dims dims = em__ag_reduced_dims(&n->args, in->ndim);
     em_tensor *count = dims.n ? em_sum(mask, dims, true) : mask;
-    out[0] = em_mul(mask, em_div(ag_restore_dims(g, &n->args, in->ndim), count));
+    out[0] = em_mul(mask, em_div(em__ag_restore_dims(g, &n->args, in->ndim), count));
 }
 
 /* torch.matmul: 1-d operands become [1, K] / [K, 1]; batch dims broadcast. Each gradient is
@@ -69,7 +69,7 @@ static bool is_transposed_matrix(em_tensor *b) {
     return b && em_ndim(b) == 2 && !em_is_contiguous(b) && em_is_contiguous(em_transpose(b, 0, 1));
 }
 
-/* x @ y, in float32 when widen (ag_grad_widens: the gradient of a float32 tensor's bf16/f16
+/* x @ y, in float32 when widen (em__ag_grad_widens: the gradient of a float32 tensor's bf16/f16
  * cast) and the backend can: no rounding to bf16 for the cast's backward to undo */
 static em_tensor *product(em_tensor *x, em_tensor *y, bool widen) {
     if (widen) {
@@ -93,7 +93,7 @@ static void matmul_grads(em_tensor *a, em_tensor *b, em_tensor *g, bool need0, b
     if (need0) {
         em_tensor *ga = product(g2, em_transpose(b2, -1, -2), widen0);
         em_shape s2 = em_shape_of(a2);
-        out[0] = a2 ? shaped_like(ag_reduce_to(ga, s2.ndim, s2.d), a) : NULL;
+        out[0] = a2 ? shaped_like(em__ag_reduce_to(ga, s2.ndim, s2.d), a) : NULL;
     }
     if (need1) {
         /* x @ w.t(): w's gradient is g.t() @ x computed in w's own layout, so that it comes
@@ -102,13 +102,13 @@ static void matmul_grads(em_tensor *a, em_tensor *b, em_tensor *g, bool need0, b
                             ? em_transpose(product(em_transpose(g2, 0, 1), a2, widen1), 0, 1)
                             : product(em_transpose(a2, -1, -2), g2, widen1);
         em_shape s2 = em_shape_of(b2);
-        out[1] = b2 ? shaped_like(ag_reduce_to(gb, s2.ndim, s2.d), b) : NULL;
+        out[1] = b2 ? shaped_like(em__ag_reduce_to(gb, s2.ndim, s2.d), b) : NULL;
     }
 }
 
 static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
     matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[0]), ag_input_needs(&n->in[1]),
-                 ag_grad_widens(&n->in[0]), ag_grad_widens(&n->in[1]), out);
+                 em__ag_grad_widens(&n->in[0]), em__ag_grad_widens(&n->in[1]), out);
 }
 
 /* addmm: input's gradient is g (the engine sums it back to input's broadcast shape), the
@@ -116,7 +116,7 @@ static void backward_matmul(ag_node *n, em_tensor *g, em_tensor **out) {
 static void backward_addmm(ag_node *n, em_tensor *g, em_tensor **out) {
     if (ag_input_needs(&n->in[0])) out[0] = g;
     matmul_grads(ag_saved_t(n, 0), ag_saved_t(n, 1), g, ag_input_needs(&n->in[1]), ag_input_needs(&n->in[2]),
-                 ag_grad_widens(&n->in[1]), ag_grad_widens(&n->in[2]), out + 1);
+                 em__ag_grad_widens(&n->in[1]), em__ag_grad_widens(&n->in[2]), out + 1);
 }
 
 static void backward_softmax(ag_node *n, em_tensor *g, em_tensor **out) {
@@ -236,7 +236,7 @@ static void backward_slice(ag_node *n, em_tensor *g, em_tensor **out) {
     out[0] = z;
 }
 
-void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
+void em__ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
     const ag_input *in = &n->in[0];
     switch (n->op) {
     case EM_GRAD_SUM: case EM_GRAD_MEAN: case EM_GRAD_MAX: case EM_GRAD_MIN:
@@ -258,13 +258,13 @@ void ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
         break;
     }
     case EM_GRAD_SLICE: backward_slice(n, g, out); break;
-    case EM_GRAD_EXPAND: out[0] = g; break; /* ag_finish sums over the expanded dims */
+    case EM_GRAD_EXPAND: out[0] = g; break; /* em__ag_finish sums over the expanded dims */
     case EM_GRAD_COPY: out[0] = em_to_device_dtype(g, in->device, in->dtype, false); break;
     case EM_GRAD_CONV2D: case EM_GRAD_MAX_POOL2D: case EM_GRAD_AVG_POOL2D: case EM_GRAD_ADAPTIVE_AVG_POOL2D:
-        ag_backward_conv(n, g, out); /* convolution and pooling */
+        em__ag_backward_conv(n, g, out); /* convolution and pooling */
         break;
     default:
-        em_error(EM_ERR_INTERNAL, "autograd: no formula for %s", ag_op_name(n->op));
+        em_error(EM_ERR_INTERNAL, "autograd: no formula for %s", em__ag_op_name(n->op));
         break;
     }
 }

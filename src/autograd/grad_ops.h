@@ -35,12 +35,12 @@
       out[0] = s0 == 0.0 ? em_mul_scalar(g, 0.0)                                          \
                          : em_mul(em_mul_scalar(g, s0), em_pow_scalar(a, s0 - 1.0));)     \
     X(CLAMP, ClampBackward1, IN0,                                                         \
-      out[0] = ag_keep_where(em_ge(a, ag_scalar_like(a, s0)),                             \
-                             ag_keep_where(em_le(a, ag_scalar_like(a, s1)), g));)         \
+      out[0] = ag_keep_where(em_ge(a, em__ag_scalar_like(a, s0)),                             \
+                             ag_keep_where(em_le(a, em__ag_scalar_like(a, s1)), g));)         \
     X(NEG, NegBackward0, NONE, out[0] = em_neg(g);)                                       \
     X(ABS, AbsBackward0, IN0,                                                             \
-      out[0] = em_where(em_gt(a, ag_scalar_like(a, 0.0)), g,                              \
-                        ag_keep_where(em_lt(a, ag_scalar_like(a, 0.0)), em_neg(g)));)     \
+      out[0] = em_where(em_gt(a, em__ag_scalar_like(a, 0.0)), g,                              \
+                        ag_keep_where(em_lt(a, em__ag_scalar_like(a, 0.0)), em_neg(g)));)     \
     X(EXP, ExpBackward0, OUT, out[0] = em_mul(g, a);)                                     \
     X(LOG, LogBackward0, IN0, out[0] = em_div(g, a);)                                     \
     X(SQRT, SqrtBackward0, OUT, out[0] = em_div(g, em_mul_scalar(a, 2.0));)               \

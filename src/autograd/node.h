@@ -56,10 +56,10 @@ static inline bool ag_input_needs(const ag_input *in) { return in->node || in->l
 /* Compute the gradients of the node's inputs from g (the output's gradient): out[i] is a
  * new reference or NULL where input i needs none. Runs in no-grad mode inside a scope opened
  * by the caller. Returns EM_OK or the recorded error. */
-em_status ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out);
+em_status em__ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out);
 /* PyTorch's name of the node type ("MulBackward0"). */
-const char *ag_op_name(em_grad_op op);
+const char *em__ag_op_name(em_grad_op op);
 /* "[torch.FloatTensor [3, 4]]": PyTorch's description of a tensor type in error messages. */
-void ag_describe(char *buf, size_t size, em_dtype dt, em_device d, int ndim, const int64_t *shape);
+void em__ag_describe(char *buf, size_t size, em_dtype dt, em_device d, int ndim, const int64_t *shape);
 
 #endif

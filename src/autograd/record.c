@@ -228,7 +228,7 @@ em_status em__grad_record_custom(const em_custom_grad *fn, void *ctx, em_tensor 
 
 /* ---- names and descriptions ---- */
 
-const char *ag_op_name(em_grad_op op) {
+const char *em__ag_op_name(em_grad_op op) {
 #define AG_NAME_P_(NAME, node, saves, ...) [EM_GRAD_##NAME] = #node,
 #define AG_NAME_S_(NAME, node, saves) [EM_GRAD_##NAME] = #node,
     static const char *const names[EM_GRAD_OP_COUNT] = {
@@ -237,7 +237,7 @@ const char *ag_op_name(em_grad_op op) {
     return (op >= 0 && op < EM_GRAD_OP_COUNT && names[op]) ? names[op] : "UnknownBackward";
 }
 
-void ag_describe(char *buf, size_t size, em_dtype dt, em_device d, int ndim, const int64_t *shape) {
+void em__ag_describe(char *buf, size_t size, em_dtype dt, em_device d, int ndim, const int64_t *shape) {
     static const char *const kind[EM_DTYPE_COUNT] = {
         [EM_F32] = "Float", [EM_F64] = "Double", [EM_F16] = "Half", [EM_BF16] = "BFloat16",
         [EM_I64] = "Long", [EM_I32] = "Int", [EM_U8] = "Byte", [EM_BOOL] = "Bool",
@@ -284,7 +284,7 @@ bool em_is_leaf(const em_tensor *t) { return t && !t->grad_fn; }
 const char *em_grad_fn_name(const em_tensor *t) {
     if (!t || !t->grad_fn) return NULL;
     const ag_node *n = (const ag_node *)t->grad_fn;
-    return n->custom ? n->custom->name : ag_op_name(n->op);
+    return n->custom ? n->custom->name : em__ag_op_name(n->op);
 }
 
 em_tensor *em_grad(em_tensor *t) {
@@ -303,8 +303,8 @@ em_status em_set_grad(em_tensor *t, em_tensor *g) {
         bool same_shape = g->ndim == t->ndim;
         for (int i = 0; same_shape && i < t->ndim; i++) same_shape = g->shape[i] == t->shape[i];
         char want[300], got[300];
-        ag_describe(want, sizeof want, t->dtype, t->storage->device, t->ndim, t->shape);
-        ag_describe(got, sizeof got, g->dtype, g->storage->device, g->ndim, g->shape);
+        em__ag_describe(want, sizeof want, t->dtype, t->storage->device, t->ndim, t->shape);
+        em__ag_describe(got, sizeof got, g->dtype, g->storage->device, g->ndim, g->shape);
         if (!same_shape || g->dtype != t->dtype ||
             !em_device_equal(g->storage->device, t->storage->device))
             return em_error(EM_ERR_ARGUMENT,

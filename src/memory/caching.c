@@ -19,7 +19,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------- device states */
 
-mem_state *mem__state_peek(em_device d) {
+mem_state *em__mem_state_peek(em_device d) {
     if ((unsigned)d.type >= EM_DEVICE_TYPE_COUNT || d.index < 0 || d.index >= MEM_MAX_DEVICES)
         return NULL;
     return atomic_load_explicit(&states[d.type][d.index], memory_order_acquire);
@@ -30,13 +30,13 @@ static bool env_no_cache(void) {
     return e && *e && strcmp(e, "0") != 0;
 }
 
-mem_state *mem__state(em_device d) {
+mem_state *em__mem_state(em_device d) {
     if ((unsigned)d.type >= EM_DEVICE_TYPE_COUNT || d.index < 0 || d.index >= MEM_MAX_DEVICES) {
         em_error(EM_ERR_DEVICE, "memory: no allocator for device type %d index %d (expected a "
                  "known type and an index 0..%d)", (int)d.type, d.index, MEM_MAX_DEVICES - 1);
         return NULL;
     }
-    mem_state *st = mem__state_peek(d);
+    mem_state *st = em__mem_state_peek(d);
     if (st) return st;
     pthread_mutex_lock(&registry_lock);
     st = atomic_load_explicit(&states[d.type][d.index], memory_order_relaxed);
@@ -46,7 +46,7 @@ mem_state *mem__state(em_device d) {
         st->caching = !env_no_cache();
         st->cap = -1;
         st->rng = 0x9e3779b9u ^ (uint32_t)(d.type * 131 + d.index);
-        mem__config_from_env(st);
+        em__mem_config_from_env(st);
         st->stats.cap = st->cap;
         st->stats.caching = st->caching;
         atomic_store_explicit(&states[d.type][d.index], st, memory_order_release);
@@ -147,7 +147,7 @@ static void collect_whole(mem_block *t, mem_block **list, int64_t *count) {
     }
 }
 
-void mem__refresh_derived(mem_state *st) {
+void em__mem_refresh_derived(mem_state *st) {
     int64_t largest = 0, whole = 0;
     for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++) {
         mem_block *t = st->free_tree[pool];
@@ -212,7 +212,7 @@ static size_t release_whole(mem_state *st, int first, int last) {
     return bytes;
 }
 
-size_t mem__release_cached(mem_state *st) {
+size_t em__mem_release_cached(mem_state *st) {
     return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL);
 }
 
@@ -234,7 +234,7 @@ static em_status raw_segment(mem_state *st, size_t size, int pool, mem_block **o
         return EM_ERR_OUT_OF_MEMORY;
     }
     void *h = NULL;
-    em_status s = mem__debug_should_fail() ? EM_ERR_OUT_OF_MEMORY : st->be->raw_alloc(st->dev.index, size, &h);
+    em_status s = em__mem_debug_should_fail() ? EM_ERR_OUT_OF_MEMORY : st->be->raw_alloc(st->dev.index, size, &h);
     if (s != EM_OK) return s;
     mem_segment *seg = malloc(sizeof *seg);
     mem_block *b = block_new(st);
@@ -272,7 +272,7 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
     if (st->release_on_grow && st->caching) release_whole(st, pool, pool);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
-            mem__release_cached(st);
+            em__mem_release_cached(st);
             st->stats.num_alloc_retries++;
         }
         for (int k = 0; k < n; k++) {
@@ -288,7 +288,7 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
     return EM_ERR_OUT_OF_MEMORY;
 }
 
-const char *mem__type_title(em_device_type t) {
+const char *em__mem_type_title(em_device_type t) {
     switch (t) {
     case EM_CPU: return "CPU";
     case EM_CUDA: return "CUDA";
@@ -298,7 +298,7 @@ const char *mem__type_title(em_device_type t) {
     }
 }
 
-void mem__device_name(em_device d, char *buf, size_t size) {
+void em__mem_device_name(em_device d, char *buf, size_t size) {
     snprintf(buf, size, "%s", em_device_str(d).s);
 }
 
@@ -309,7 +309,7 @@ static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool cappe
     em_error_save(&saved);
     bool props = st->be->device_props && st->be->device_props(st->dev.index, &p) == EM_OK;
     em_error_restore(&saved);
-    mem__refresh_derived(st);
+    em__mem_refresh_derived(st);
     int64_t reserved = st->stats.reserved_bytes[EM_MEMORY_ALL].current;
     int64_t allocated = st->stats.allocated_bytes[EM_MEMORY_ALL].current;
     int64_t free_cached = reserved - allocated, big = st->stats.largest_free_block;
@@ -317,7 +317,7 @@ static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool cappe
     em_memory_format_size(allocated, alloc, sizeof alloc);
     em_memory_format_size(free_cached, unalloc, sizeof unalloc);
     em_memory_format_size(big, largest, sizeof largest);
-    mem__device_name(st->dev, dev, sizeof dev);
+    em__mem_device_name(st->dev, dev, sizeof dev);
     if (props && p.total_memory > 0) em_memory_format_size(p.total_memory, total, sizeof total);
     else snprintf(total, sizeof total, "unknown");
     if (props && p.free_memory >= 0) em_memory_format_size(p.free_memory, freeb, sizeof freeb);
@@ -338,7 +338,7 @@ static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool cappe
                     "Ember holds %s allocated and %s reserved but unallocated, of which the largest "
                     "free block is %s (fragmentation %d%%%s). Cap: %s. Free tensors you no longer "
                     "need, lower the batch size, or raise the cap.",
-                    mem__type_title(st->dev.type), req, dev, total, freeb, alloc, unalloc, largest,
+                    em__mem_type_title(st->dev.type), req, dev, total, freeb, alloc, unalloc, largest,
                     frag, why, cap);
 }
 
@@ -352,22 +352,22 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
         return em_error(EM_ERR_ARGUMENT, "memory: stream %d out of range (expected 0..63)", stream);
     if (bytes > (SIZE_MAX >> 2)) {
         char dev[32];
-        mem__device_name(d, dev, sizeof dev);
+        em__mem_device_name(d, dev, sizeof dev);
         return em_error(EM_ERR_OUT_OF_MEMORY, "%s out of memory. Tried to allocate %zu bytes on %s, "
-                        "more than any device can hold.", mem__type_title(d.type), bytes, dev);
+                        "more than any device can hold.", em__mem_type_title(d.type), bytes, dev);
     }
-    if (mem__debug_request_fails()) {
+    if (em__mem_debug_request_fails()) {
         char dev[32];
-        mem__device_name(d, dev, sizeof dev);
+        em__mem_device_name(d, dev, sizeof dev);
         return em_error(EM_ERR_OUT_OF_MEMORY, "%s out of memory. Tried to allocate %zu bytes on %s "
-                        "(a failure injected by a test).", mem__type_title(d.type), bytes, dev);
+                        "(a failure injected by a test).", em__mem_type_title(d.type), bytes, dev);
     }
-    mem_state *st = mem__state(d);
+    mem_state *st = em__mem_state(d);
     if (!st) return em_last_status();
     pthread_mutex_lock(&st->lock);
     if (!st->be) {
         st->be = be;
-        mem__cap_resolve(st);
+        em__mem_cap_resolve(st);
     }
     if (st->config_error[0]) {
         pthread_mutex_unlock(&st->lock);

@@ -138,7 +138,7 @@ static void cap_from_env(mem_state *st) {
     }
 }
 
-void mem__config_from_env(mem_state *st) {
+void em__mem_config_from_env(mem_state *st) {
     const char *policy = getenv("EMBER_MEMORY_POLICY");
     st->release_on_grow = true;
     if (policy && *policy && strcasecmp(policy, "ember") != 0) {
@@ -150,7 +150,7 @@ void mem__config_from_env(mem_state *st) {
     if (!st->config_error[0]) cap_from_env(st);
 }
 
-void mem__cap_resolve(mem_state *st) {
+void em__mem_cap_resolve(mem_state *st) {
     if (st->cap_fraction <= 0 || !st->be) return;
     em_device_props p;
     em_error_state saved;
@@ -159,7 +159,7 @@ void mem__cap_resolve(mem_state *st) {
     em_error_restore(&saved);
     if (!ok) {
         char dev[32];
-        mem__device_name(st->dev, dev, sizeof dev);
+        em__mem_device_name(st->dev, dev, sizeof dev);
         snprintf(st->config_error, sizeof st->config_error,
                  "%s: the memory cap of %s is a fraction (%g) of total memory, but %s does not report "
                  "its total memory; give the cap in bytes instead (e.g. 512MiB)",
@@ -186,7 +186,7 @@ void em__mem_debug_fail_after(int64_t n) {
     em__mem_debug_fail_raw(n, 1);
 }
 
-bool mem__debug_should_fail(void) {
+bool em__mem_debug_should_fail(void) {
     if (atomic_load_explicit(&debug_fails, memory_order_relaxed) <= 0) return false;
     if (atomic_fetch_sub(&debug_skip, 1) > 0) return false;
     return atomic_fetch_sub(&debug_fails, 1) > 0;

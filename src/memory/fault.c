@@ -16,7 +16,7 @@ int64_t em__mem_debug_requests(void) {
     return atomic_load(&debug_requests);
 }
 
-bool mem__debug_request_fails(void) {
+bool em__mem_debug_request_fails(void) {
     int64_t n = atomic_fetch_add_explicit(&debug_requests, 1, memory_order_relaxed) + 1;
     int64_t f = atomic_load_explicit(&debug_fail_request, memory_order_relaxed);
     return f > 0 && n == f;

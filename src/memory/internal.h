@@ -63,9 +63,9 @@ typedef struct mem_state {
 
 /* The state of a device, created on first use (NULL only for an impossible device, with an
  * error recorded). Never freed: states live as long as the process. */
-mem_state *mem__state(em_device d);
+mem_state *em__mem_state(em_device d);
 /* The state if it exists, else NULL (no error). */
-mem_state *mem__state_peek(em_device d);
+mem_state *em__mem_state_peek(em_device d);
 
 /* Add delta to one statistic for `pool` (0: none) and for EM_MEMORY_ALL. Inline: the
  * cached alloc+free path updates a dozen statistics. */
@@ -88,21 +88,21 @@ static inline void mem__stat_add(em_memory_stat *s, int pool, int64_t delta) {
     }
 }
 /* Largest free block and fully free segments, from the trees (lock held). */
-void mem__refresh_derived(mem_state *st);
+void em__mem_refresh_derived(mem_state *st);
 /* Free every fully free segment of st (lock held); returns bytes released. */
-size_t mem__release_cached(mem_state *st);
+size_t em__mem_release_cached(mem_state *st);
 /* Display name for messages: "CPU", "CUDA", "OpenCL", "MPS". */
-const char *mem__type_title(em_device_type t);
+const char *em__mem_type_title(em_device_type t);
 /* "opencl:0", "cpu": em_device_str into a buffer */
-void mem__device_name(em_device d, char *buf, size_t size);
+void em__mem_device_name(em_device d, char *buf, size_t size);
 /* Parse this device's entry of EMBER_MEMORY_CAP into st (cap, cap_fraction, config_error),
  * and EMBER_MEMORY_POLICY. */
-void mem__config_from_env(mem_state *st);
+void em__mem_config_from_env(mem_state *st);
 /* Resolve a fractional cap once the backend is known (lock held). */
-void mem__cap_resolve(mem_state *st);
+void em__mem_cap_resolve(mem_state *st);
 /* Fault injection: true when this raw allocation should fail. */
-bool mem__debug_should_fail(void);
+bool em__mem_debug_should_fail(void);
 /* Request-level fault injection: counts this request; true when it should fail. */
-bool mem__debug_request_fails(void);
+bool em__mem_debug_request_fails(void);
 
 #endif

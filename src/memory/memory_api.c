@@ -13,7 +13,7 @@ static em_device resolve(em_device d) {
 /* One int64 read under the device's lock (0 for a device that never allocated). */
 #define STAT_GETTER(fn, expr)                                  \
     int64_t fn(em_device d) {                                  \
-        mem_state *st = mem__state_peek(resolve(d));           \
+        mem_state *st = em__mem_state_peek(resolve(d));           \
         if (!st) return 0;                                     \
         pthread_mutex_lock(&st->lock);                         \
         int64_t v = (expr);                                    \
@@ -33,7 +33,7 @@ static em_memory_stat *stat_arrays(em_memory_stats *s, int *count) {
 }
 
 void em_memory_reset_peak_stats(em_device d) {
-    mem_state *st = mem__state_peek(resolve(d));
+    mem_state *st = em__mem_state_peek(resolve(d));
     if (!st) return;
     pthread_mutex_lock(&st->lock);
     int n;
@@ -43,7 +43,7 @@ void em_memory_reset_peak_stats(em_device d) {
 }
 
 void em_memory_reset_accumulated_stats(em_device d) {
-    mem_state *st = mem__state_peek(resolve(d));
+    mem_state *st = em__mem_state_peek(resolve(d));
     if (!st) return;
     pthread_mutex_lock(&st->lock);
     int n;
@@ -59,27 +59,27 @@ em_status em_memory_empty_cache(em_device d) {
     if ((unsigned)d.type >= EM_DEVICE_TYPE_COUNT || d.index < 0 || d.index >= MEM_MAX_DEVICES)
         return em_error(EM_ERR_DEVICE, "em_memory_empty_cache: no such device (type %d, index %d)",
                         (int)d.type, d.index);
-    mem_state *st = mem__state_peek(d);
+    mem_state *st = em__mem_state_peek(d);
     if (!st) return EM_OK;
     pthread_mutex_lock(&st->lock);
-    if (st->be) mem__release_cached(st);
+    if (st->be) em__mem_release_cached(st);
     pthread_mutex_unlock(&st->lock);
     return EM_OK;
 }
 
 em_status em_memory_get_stats(em_device d, em_memory_stats *out) {
     if (!out) return em_error(EM_ERR_ARGUMENT, "em_memory_get_stats: argument 'out' is NULL");
-    mem_state *st = mem__state(resolve(d));
+    mem_state *st = em__mem_state(resolve(d));
     if (!st) return em_last_status();
     pthread_mutex_lock(&st->lock);
-    mem__refresh_derived(st);
+    em__mem_refresh_derived(st);
     *out = st->stats;
     pthread_mutex_unlock(&st->lock);
     return EM_OK;
 }
 
 em_status em_memory_set_cap(em_device d, int64_t bytes) {
-    mem_state *st = mem__state(resolve(d));
+    mem_state *st = em__mem_state(resolve(d));
     if (!st) return em_last_status();
     pthread_mutex_lock(&st->lock);
     st->cap = bytes < 0 ? -1 : bytes;
@@ -96,7 +96,7 @@ em_status em_memory_set_cap_fraction(em_device d, double fraction) {
         return em_error(EM_ERR_ARGUMENT, "em_memory_set_cap_fraction: fraction must be in (0, 1], got %g",
                         fraction);
     d = resolve(d);
-    mem_state *st = mem__state(d);
+    mem_state *st = em__mem_state(d);
     if (!st) return em_last_status();
     pthread_mutex_lock(&st->lock);
     const em_backend *be = st->be;
@@ -108,7 +108,7 @@ em_status em_memory_set_cap_fraction(em_device d, double fraction) {
     st->cap_fraction = fraction;
     st->cap_source = "em_memory_set_cap_fraction";
     st->config_error[0] = '\0';
-    mem__cap_resolve(st);
+    em__mem_cap_resolve(st);
     st->be = own;
     em_status s = EM_OK;
     if (st->config_error[0]) {
@@ -121,9 +121,9 @@ em_status em_memory_set_cap_fraction(em_device d, double fraction) {
 }
 
 int64_t em_memory_get_cap(em_device d) {
-    mem_state *st = mem__state_peek(resolve(d));
+    mem_state *st = em__mem_state_peek(resolve(d));
     if (!st) {
-        st = mem__state(resolve(d));   /* reads EMBER_MEMORY_CAP */
+        st = em__mem_state(resolve(d));   /* reads EMBER_MEMORY_CAP */
         if (!st) return -1;
     }
     pthread_mutex_lock(&st->lock);
@@ -175,7 +175,7 @@ size_t em_memory_summary(em_device d, char *buf, size_t size) {
     d = resolve(d);
     em_strbuf b = em__sb_fixed(buf, size);
     char dev[32], title[80], cell[4][16], cap[32], largest[32];
-    mem__device_name(d, dev, sizeof dev);
+    em__mem_device_name(d, dev, sizeof dev);
     line(&b, '=');
     snprintf(title, sizeof title, "Ember memory summary, device %s", dev);
     em__sb_printf(&b, "|%*s%*s|\n", (int)(75 + strlen(title)) / 2, title, (int)(75 - (75 + strlen(title)) / 2), "");

@@ -103,7 +103,7 @@ static pin_block *raw_take(size_t size) {
     void *p = NULL;
     const em_backend *prov = pin.provider;
     if (!prov && em_cpu_backend.host_alloc_pinned && em_cpu_backend.host_free_pinned) prov = &em_cpu_backend;
-    if (mem__debug_should_fail()) return NULL;
+    if (em__mem_debug_should_fail()) return NULL;
     em_error_state saved;
     em_error_save(&saved);
     bool ok = prov ? prov->host_alloc_pinned(size, &p) == EM_OK : posix_memalign(&p, size >= 4096 ? 4096 : 64, size) == 0;
@@ -128,7 +128,7 @@ em_status em__mem_alloc_pinned(size_t bytes, em_block *out) {
     *out = (em_block){0};
     if (bytes > ((size_t)1 << 62))
         return em_error(EM_ERR_OUT_OF_MEMORY, "Pinned host memory: out of memory. Tried to allocate %zu bytes.", bytes);
-    if (mem__debug_request_fails())
+    if (em__mem_debug_request_fails())
         return em_error(EM_ERR_OUT_OF_MEMORY, "Pinned host memory: out of memory. Tried to allocate "
                         "%zu bytes (a failure injected by a test).", bytes);
     size_t size = bytes < MEM_MIN_BLOCK ? MEM_MIN_BLOCK : bytes;

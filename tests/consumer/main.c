@@ -1,7 +1,9 @@
 /* A program outside Ember's tree, built against an installed Ember (scripts/test_install.sh):
- * once through find_package(Ember CONFIG), once through pkg-config, each shared and static.
- * It checks the headers and the library agree on the version and that a computation on the
- * CPU gives the right answer; exit 0 only then. */
+ * once through find_package(Ember CONFIG), once through pkg-config, each shared and static;
+ * and against Ember built from source inside a parent project (scripts/test_embed.sh): with
+ * add_subdirectory, shared and static, and with FetchContent. It checks the headers and the
+ * library agree on the version and that a computation on the CPU gives the right answer;
+ * exit 0 only then. */
 #include <stdio.h>
 #include <string.h>
 #include <ember/ember.h>
