@@ -104,8 +104,9 @@ em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b);
  * not fit (f32/f64, one shape, dim the last): the caller then composes it. */
 em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log);
 
-/* ---- for src/dist's NCCL path (src/core/dist_seam.c): what NCCL needs of a CUDA tensor
- * without dist seeing a storage or a backend ---- */
+/* ---- for src/dist's NCCL path (src/core/dist_seam.c, over the backend interface's native
+ * handles and events): what NCCL needs of a CUDA tensor without dist seeing a storage or a
+ * backend ---- */
 typedef struct em_cuda_buffer {
     uint64_t ptr;      /* CUdeviceptr of the tensor's first element */
     void *stream;      /* CUstream its device's work is queued on */
