@@ -14,7 +14,6 @@
 #include <math.h>
 #include <ember/device.h>
 #include <ember/telemetry.h>
-#include "../core/tensor_impl.h"
 #include "op_call.h"
 
 typedef struct em_backend {

@@ -1,10 +1,11 @@
-/* The inside of tensors and storages, shared by core, backends, memory and autograd.
- * Upper layers (nn, optim, data, dist) use only the public API. */
+/* The inside of tensors and storages: core's, read by the backends (the tensors of an op
+ * call) and by autograd. Upper layers (nn, optim, data, dist) use only the public API. */
 #ifndef EM_CORE_TENSOR_IMPL_H
 #define EM_CORE_TENSOR_IMPL_H
 
 #include <stdatomic.h>
 #include <ember/tensor.h>
+#include "../memory/block.h"   /* em_block: the memory a storage holds */
 
 struct em_backend;
 
@@ -22,16 +23,6 @@ static inline struct em_grad_node *em__grad_node_retain(struct em_grad_node *n) 
 static inline void em__grad_node_release(struct em_grad_node *n) {
     if (n && atomic_fetch_sub(&n->refcount, 1) == 1) n->destroy(n);
 }
-
-/* Device memory handed out by the allocator: `handle` is the backend's base object
- * (a host pointer on CPU, a CUdeviceptr on CUDA, a cl_mem on OpenCL) and `offset` the
- * byte offset of this block inside it. */
-typedef struct em_block {
-    void *handle;
-    size_t offset;
-    size_t size;        /* bytes usable (>= requested) */
-    void *alloc_ctx;    /* the allocator's own record of the block */
-} em_block;
 
 typedef struct em_storage {
     atomic_int refcount;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "../backend.h"
+#include "../../core/tensor_impl.h" /* the tensors of an op call */
 #include "../../core/errors.h"
 #include "cpu_threads.h"
 #include <stdatomic.h>
