@@ -16,6 +16,9 @@
 /* Register a reference the caller owns with the innermost scope (if any) and return it: how
  * a function hands out a result like any op does (src/core/tensor.c). */
 em_tensor *em__scoped(em_tensor *t);
+/* Return t (a reference owned by the current code) from a function that opened scope s:
+ * ends s and hands t to the caller's scope, like any op result (src/core/scope.c). */
+em_tensor *em__scope_return(em_scope s, em_tensor *t);
 
 /* t's .grad, borrowed (no new reference, no scope entry, so it cannot fail), or NULL: for
  * the optimizer step, which must not allocate before it has made its state
