@@ -12,6 +12,7 @@
 #include "errors.h"
 #include "optim_args.h"
 #include "autocast.h"   /* the autocast hook of the losses (src/nn/loss.c) */
+#include "../memory/estimate_arith.h" /* the memory estimate's arithmetic (src/optim/estimate.c) */
 
 /* Register a reference the caller owns with the innermost scope (if any) and return it: how
  * a function hands out a result like any op does (src/core/tensor.c). */
