@@ -4,7 +4,7 @@
  * dist nor core sees the CUDA backend's insides. */
 #include "internal_api.h"
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 
 /* The CUDA backend, if it gives what NCCL needs; else NULL with an error recorded. */
 static const em_backend *cuda_native(void) {

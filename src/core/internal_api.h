@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <ember/tensor.h>
-#include "errors.h"
+#include "../util/errors.h"
 #include "optim_args.h"
 #include "autocast.h"   /* the autocast hook of the losses (src/nn/loss.c) */
 #include "../memory/estimate_arith.h" /* the memory estimate's arithmetic (src/optim/estimate.c) */

@@ -17,7 +17,7 @@
  * Cost: 2 bytes per such parameter kept between steps, and a small record per storage a cast
  * asked about. EMBER_LOWP_SHADOW=0 turns it off. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <pthread.h>
 #include <stdlib.h>
 

@@ -2,7 +2,7 @@
  * scope releases (in reverse order) every handle registered since it began. */
 #include "core_internal.h"
 #include "internal_api.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <stdlib.h>
 
 typedef struct scope_stack {

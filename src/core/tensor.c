@@ -1,7 +1,7 @@
 /* Tensor and storage objects: allocation, reference counting, properties, and the small
  * shape helpers every other core file uses. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include "internal_api.h"
 #include "../memory/allocator.h"
 #include <stdio.h>

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "estimate_arith.h"
-#include "../core/errors.h"
+#include "../util/errors.h"
 
 em_status em_estimate_parse_params(const char *s, double *out) {
     if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_parse_params: NULL argument");

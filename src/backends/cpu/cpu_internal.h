@@ -9,7 +9,7 @@
 #include <string.h>
 #include "../backend.h"
 #include "../../core/tensor_impl.h" /* the tensors of an op call */
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "cpu_threads.h"
 #include <stdatomic.h>
 

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "cuda_smi.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
