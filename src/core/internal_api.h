@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <ember/tensor.h>
 #include "../util/errors.h"
-#include "optim_args.h"
+#include "../backends/optim_args.h" /* the fused steps' scalars */
 #include "autocast.h"   /* the autocast hook of the losses (src/nn/loss.c) */
 #include "../memory/estimate_arith.h" /* the memory estimate's arithmetic (src/optim/estimate.c) */
 
