@@ -11,7 +11,7 @@
  * moved(ctx): em_module_to / em_module_to_dtype moved tensors of the module's tree (the
  *   module listened to, a descendant of it, or an ancestor); move what you keep to match.
  *   A failure is returned by the move (the listeners after it are not told).
- * freed(ctx): the module is being freed: forget it (no unlisten needed). */
+ * freed(ctx): the module is being freed: forget it, and do not unlisten (it is going). */
 typedef struct em_module_listener {
     em_status (*moved)(void *ctx);
     void (*freed)(void *ctx);
