@@ -31,7 +31,7 @@ typedef struct em_optim_args {
      * step - skipped (the steps actually taken) instead of bias_correction1/2. */
     const struct em_tensor *amp;
     int64_t step;     /* Adam: this parameter's step count, this step included */
-    /* Adam, backends with fused_adam_lowp only: also write p's new value cast to lowp_out's
+    /* Adam, on a backend whose supports accepts it: also write p's new value cast to lowp_out's
      * dtype (bf16 or f16; contiguous, p's shape and device), rounded as a cast rounds. NULL:
      * none (src/core/lowp_shadow.c). */
     struct em_tensor *lowp_out;
