@@ -1,4 +1,4 @@
-# Coefficients of the polynomials in src/core/philox.h's Box-Muller transform (em__normal_f32/f64),
+# Coefficients of the polynomials in src/kernels/philox.h's Box-Muller transform (em__normal_f32/f64),
 # near-minimax fits by mpmath.chebyfit, rounded to float / double:
 #   LOG: P(f) = (log1p(f) - f + f^2/2) / f^3 on [sqrt(1/2) - 1, sqrt(2) - 1] (ascending powers of f)
 #   SIN: (sin(pi/2 t) / t - pi/2) / z, z = t^2 on [0, 1/4]      COS: (cos(pi/2 t) - 1 + pi^2/8 z) / z^2

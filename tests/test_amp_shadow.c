@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "test.h"
-#include "core/tensor_impl.h"
+#include "core/core_internal.h"
 
 /* A Linear(in, out) trained by Adam on a fixed batch in dt (bf16 or f16), casting its
  * float32 weight by hand each step, as bench/amp_matmul.c does. */
@@ -74,8 +74,9 @@ static void check_copy_matches_cast(em_dtype dt) {
         em_tensor *used = rig_step(&r, dt);
         if (step > 0) CHECK(used->storage == prev); /* the forward took the last step's copy */
         em_release(used);
-        CHECK(r.w->storage->shadow != NULL && r.w->storage->shadow_dtype == dt);
-        prev = r.w->storage->shadow;
+        em_dtype asked = EM_F32;
+        CHECK(em__shadow_of(r.w, &asked) != NULL && asked == dt);
+        prev = em__shadow_of(r.w, NULL);
         em_scope in = em_scope_begin();
         em_tensor *got = em_to_dtype(r.w, dt);
         CHECK(got && got->storage == prev);                  /* handed out, not cast */
@@ -95,7 +96,7 @@ static void test_inplace_write_drops_the_copy(void) {
     em_scope s = em_scope_begin();
     rig r = rig_new(8, 5);
     em_release(rig_step(&r, EM_BF16));
-    em_storage *copy = r.w->storage->shadow;
+    em_storage *copy = em__shadow_of(r.w, NULL);
     CHECK(copy != NULL);
     em_grad_mode g = em_no_grad_begin();
     CHECK_OK(em_mul_scalar_(r.w, 3.0)); /* the parameter changes after the step */
@@ -103,7 +104,7 @@ static void test_inplace_write_drops_the_copy(void) {
     em_tensor *got = em_to_dtype(r.w, EM_BF16);
     CHECK(got && got->storage != copy);
     CHECK(same_bits(got, plain_cast(r.w, EM_BF16)));
-    CHECK(r.w->storage->shadow == NULL); /* the stale copy is freed at once */
+    CHECK(em__shadow_of(r.w, NULL) == NULL); /* the stale copy is freed at once */
     rig_free(&r);
     em_scope_end(s);
 }
@@ -116,7 +117,7 @@ static void test_casts_never_share_memory(void) {
     em_scope in = em_scope_begin();
     em_tensor *a = em_to_dtype(r.w, EM_BF16);
     b = em_keep(em_to_dtype(r.w, EM_BF16));
-    CHECK(a->storage == r.w->storage->shadow);
+    CHECK(a->storage == em__shadow_of(r.w, NULL));
     CHECK(b->storage != a->storage); /* the copy is held: the second cast is a new one */
     em_grad_mode g = em_no_grad_begin();
     CHECK_OK(em_fill_(a, 7.0));      /* writing one cast leaves the other alone */
@@ -125,7 +126,7 @@ static void test_casts_never_share_memory(void) {
     em_scope_end(in);                /* a goes; the copy it wrote is not handed out again */
     em_tensor *c = em_to_dtype(r.w, EM_BF16);
     CHECK(same_bits(c, want));
-    CHECK(r.w->storage->shadow == NULL);
+    CHECK(em__shadow_of(r.w, NULL) == NULL);
     em_release(b);
     rig_free(&r);
     em_scope_end(s);
@@ -141,7 +142,7 @@ static void test_gradient_through_the_copy(void) {
     for (int i = 0; i < 24; i++) kv[i] = (float)(i % 5) - 2.0f;
     em_tensor *k = em_from_data(kv, EM_F32, EM_SHAPE(4, 6), EM_OPTS(0));
     em_tensor *wl = em_to_dtype(r.w, EM_BF16);
-    CHECK(wl->storage == r.w->storage->shadow);
+    CHECK(wl->storage == em__shadow_of(r.w, NULL));
     CHECK_OK(em_backward(em_sum(em_mul(em_to_dtype(wl, EM_F32), k), EM_ALL_DIMS, false)));
     em_tensor *gw = em_grad(r.w);
     CHECK(gw && em_dtype_of(gw) == EM_F32 && same_bits(gw, k));
@@ -157,13 +158,13 @@ static void test_autocast_region_uses_the_copy(void) {
         em_scope st = em_scope_begin();
         CHECK_OK(em_zero_grad(r.opt));
         em_autocast ac = em_autocast_begin(EM_CPU, EM_BF16);
-        em_storage *copy = r.w->storage->shadow;
+        em_storage *copy = em__shadow_of(r.w, NULL);
         em_tensor *y = em_forward(r.m, r.x);
         /* the same forward from a plain cast of the current weights */
         em_tensor *want = em_addmm(plain_cast(r.b, EM_BF16), em_to_dtype(r.x, EM_BF16),
                                    em_transpose(plain_cast(r.w, EM_BF16), 0, 1), 1.0, 1.0);
         CHECK(y && em_dtype_of(y) == EM_BF16 && same_bits(y, want));
-        if (step > 0) CHECK(copy != NULL && r.w->storage->shadow == copy);
+        if (step > 0) CHECK(copy != NULL && em__shadow_of(r.w, NULL) == copy);
         CHECK_OK(em_backward(em_sum(em_mul(y, y), EM_ALL_DIMS, false)));
         CHECK_OK(em_autocast_end(ac));
         CHECK(em_dtype_of(em_grad(r.w)) == EM_F32);
@@ -180,9 +181,9 @@ static void test_only_whole_parameters(void) {
     rig r = rig_new(8, 5);
     em_release(rig_step(&r, EM_BF16));
     em_tensor *row = em_narrow(r.w, 0, 1, 2);  /* a view: cast as usual */
-    CHECK(em_to_dtype(row, EM_BF16)->storage != r.w->storage->shadow);
-    CHECK(em_to_dtype(em_detach(r.w), EM_BF16)->storage != r.w->storage->shadow);
-    CHECK(r.b->storage->shadow != NULL); /* the bias was cast too: it has one */
+    CHECK(em_to_dtype(row, EM_BF16)->storage != em__shadow_of(r.w, NULL));
+    CHECK(em_to_dtype(em_detach(r.w), EM_BF16)->storage != em__shadow_of(r.w, NULL));
+    CHECK(em__shadow_of(r.b, NULL) != NULL); /* the bias was cast too: it has one */
     rig_free(&r);
     em_scope_end(s);
 }

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "test_core_util.h"
-#include "core/philox.h"
+#include "kernels/philox.h"
 
 static void test_philox_known_answers(void) {
     /* Random123's known-answer vectors for philox4x32-10. */

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 #include "test.h"
-#include "core/errors.h"
+#include "util/errors.h"
 #include "core/tensor_impl.h"
 
 /* A float32 / int64 CPU tensor from a literal array. */

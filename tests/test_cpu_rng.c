@@ -1,7 +1,7 @@
 /* Philox 4x32-10 known answers (Random123's kat_vectors) and the CPU backend's rng kernel
- * against the contract written in src/core/philox.h. */
+ * against the contract written in src/kernels/philox.h. */
 #include "test_cpu_util.h"
-#include "core/philox.h"
+#include "kernels/philox.h"
 #include "backend_calls.h"
 
 static void test_philox_kat(void) {

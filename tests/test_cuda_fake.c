@@ -302,6 +302,31 @@ static void test_copies_round_trip(void) {
     em_cuda_backend.host_free_pinned(pinned);
 }
 
+/* What NCCL gets through backend.h: device 1 current with its stream, then the caller's
+ * context back; a buffer's address; the library by name. */
+static void test_native_handles(void) {
+    install(true);
+    void *h = NULL, *queue = NULL, *restore = (void *)1;
+    CHECK_OK(em_cuda_backend.raw_alloc(1, 64, &h));
+    CHECK(t_ctx == -1); /* the backend gave the caller's (no) context back */
+    CHECK_OK(em_cuda_backend.native_enter(1, &queue, &restore));
+    CHECK(t_ctx == 1 && queue == (void *)&stream_tag[1] && restore == NULL);
+    em_cuda_backend.native_leave(restore);
+    CHECK(t_ctx == -1);
+    CHECK(em_cuda_backend.native_address(1, h, 24) == (uintptr_t)h + 24);
+    CHECK(em_cuda_backend.native_enter(NDEV, &queue, &restore) == EM_ERR_DEVICE);
+    CHECK(t_ctx == -1);
+    em_clear_error();
+    const char *why = NULL, *loader_why = NULL;
+    int version = -1, loader_version = -1;
+    void *lib = em_cuda_backend.native_library("nccl", &version, &why);
+    CHECK(lib == em__cuda_nccl(&loader_version, &loader_why) && version == loader_version);
+    CHECK(lib ? why == NULL : why && strstr(why, "libnccl.so.2"));
+    CHECK(em_cuda_backend.native_library("cudnn", &version, &why) == NULL && version == 0);
+    CHECK(why && strstr(why, "no such library"));
+    em_cuda_backend.raw_free(1, h);
+}
+
 static void test_sync_error_names_last_op(void) {
     install(true);
     char dir[64];
@@ -700,6 +725,7 @@ int main(void) {
     RUN(test_lazy_context_only_on_used_device);
     RUN(test_alloc_oom_is_reported);
     RUN(test_copies_round_trip);
+    RUN(test_native_handles);
     RUN(test_sync_error_names_last_op);
     RUN(test_disk_cache_skips_compile);
     RUN(test_compile_does_not_block_launches);

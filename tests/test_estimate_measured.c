@@ -187,7 +187,7 @@ static void test_cpu(void) { compare_on(EM_DEVICE_CPU); }
 /* ---- `ember mem --model mlp|cnn|gpt`: plain, --checkpoint-activations, --lora-rank ----
  * Each run prints its estimate and the CPU allocator's peak over two real training steps of
  * the same model (peak reset after the model is built). The estimates count the step's
- * peak moment op by op (tools/ember/model_gpt.c, model_cnn.c, src/nn/estimate.c).
+ * peak moment op by op (tools/ember/model_gpt.c, model_cnn.c, src/optim/estimate.c).
  * TOOL_TOLERANCE: worst seen over the 24 GPT shapes and variants of docs/BENCHMARKS.md was
  * 7.0% (d_model 128, checkpointed: backward's recomputation holds less than counted), over
  * the MLP and CNN from batch 1 to 1024 6.3% (the MLP at batch 1024, as above); the allocator

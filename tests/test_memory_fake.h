@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/backend.h"
-#include "core/errors.h"
+#include "util/errors.h"
 #include "memory/allocator.h"
 #include "memory/internal.h"
 #include <ember/memory.h>

@@ -240,6 +240,38 @@ static void test_module_to(void) {
     em_scope_end(s);
 }
 
+/* An optimizer follows moves of any part of its module's tree: a child moved alone (the
+ * optimizer is on an ancestor), the whole tree moved (one optimizer on a child); and a
+ * module freed before its optimizer leaves the optimizer usable and freeable. */
+static void test_optimizer_follows_moves_and_frees(void) {
+    em_scope s = em_scope_begin();
+    em_module *m = em_sequential(em_linear(3, 4), em_linear(4, 2));
+    em_module *first = em_module_child(m, 0), *second = em_module_child(m, 1);
+    em_optimizer *whole = em_adam(m, 1e-2), *part = em_sgd_ex(second, (em_sgd_opts){.lr = 0.1, .momentum = 0.9});
+    em_tensor *x = em_randn(EM_SHAPE(5, 3), (em_opts){0});
+    CHECK_OK(em_backward(em_sum(em_forward(m, x), EM_ALL_DIMS, false)));
+    CHECK_OK(em_step(whole));
+    CHECK_OK(em_step(part));
+    em_named_tensor p1[2], p2[2];
+    CHECK(em_module_parameters(first, p1, 2) == 2 && em_module_parameters(second, p2, 2) == 2);
+    CHECK_OK(em_module_to_dtype(first, EM_F64)); /* the optimizer listens on the parent */
+    CHECK(em_dtype_of(em_optim_state(whole, p1[0].tensor, "exp_avg")) == EM_F64);
+    CHECK(em_dtype_of(em_optim_state(whole, p2[0].tensor, "exp_avg")) == EM_F32);
+    CHECK_OK(em_module_to_dtype(m, EM_F64));     /* and one on a child of the moved tree */
+    CHECK(em_dtype_of(em_optim_state(part, p2[0].tensor, "momentum_buffer")) == EM_F64);
+    CHECK(em_dtype_of(em_optim_state(whole, p2[1].tensor, "exp_avg_sq")) == EM_F64);
+    em_optim_free(part);                         /* stops listening: the next move must not reach it */
+    CHECK_OK(em_module_to_dtype(m, EM_F32));
+    CHECK(em_dtype_of(em_optim_state(whole, p2[0].tensor, "exp_avg")) == EM_F32);
+    em_tensor *w = em_keep(p1[0].tensor);
+    em_module_free(m);                           /* before its optimizer */
+    CHECK_OK(em_zero_grad(whole));
+    CHECK(em_grad(w) == NULL);
+    em_optim_free(whole);
+    em_release(w);
+    em_scope_end(s);
+}
+
 /* A whole training loop inside scopes; under ASan/LSan nothing may leak. */
 static void test_training_loop(void) {
     em_manual_seed(3);
@@ -451,6 +483,7 @@ int main(void) {
     RUN(test_sequential);
     RUN(test_losses);
     RUN(test_module_to);
+    RUN(test_optimizer_follows_moves_and_frees);
     RUN(test_training_loop);
     RUN(test_custom_module);
     RUN(test_save_load);

@@ -7,7 +7,7 @@
 #include <ember/amp.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../util/errors.h"
 #include "node.h"
 
 static atomic_uint g_epoch; /* tells one traversal's marks from the previous one's */

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../util/errors.h"
 #include "../core/internal_api.h"
 #include "formulas.h"
 

@@ -1,7 +1,7 @@
 /* Gradient formulas of reductions, matmul, softmax, indexing, joining and views. */
 #include <string.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../util/errors.h"
 #include "../core/internal_api.h"
 #include "formulas.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
-#include "../core/errors.h"
+#include "../util/errors.h"
 #include "node.h"
 
 /* ---- grad mode ---- */

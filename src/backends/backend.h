@@ -14,7 +14,6 @@
 #include <math.h>
 #include <ember/device.h>
 #include <ember/telemetry.h>
-#include "../core/tensor_impl.h"
 #include "op_call.h"
 
 typedef struct em_backend {
@@ -61,6 +60,22 @@ typedef struct em_backend {
     em_status (*event_query)(void *event, bool *done);
     em_status (*event_synchronize)(void *event);
     void (*event_destroy)(void *event);
+
+    /* ---- native handles, for a library outside Ember that works on this backend's memory
+     * and queues (NCCL, for src/dist through src/core/dist_seam.c). Optional: NULL where the
+     * backend has none ----
+     * native_enter: make device index current on the calling thread for the library's calls
+     * (CUDA: its context) and give the queue its ops are queued on (CUDA: the CUstream);
+     * *restore, for native_leave, is what was current before. Changes nothing on failure.
+     * native_address: the library's address of byte `offset` of a raw allocation `handle`
+     * (CUDA: the CUdeviceptr handle + offset).
+     * native_library: a run-time library the backend finds the way it finds its own (CUDA:
+     * "nccl", libnccl.so.2): its handle for dlsym, and its version; NULL with *reason (kept by
+     * the backend) where it cannot. */
+    em_status (*native_enter)(int index, void **queue, void **restore);
+    void (*native_leave)(void *restore);
+    uintptr_t (*native_address)(int index, void *handle, size_t offset);
+    void *(*native_library)(const char *name, int *version, const char **reason);
 
     /* ---- ops ---- */
     /* GPU backends: the launcher under the shared GPU op layer (src/backends/gpu/gpu.h),

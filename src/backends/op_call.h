@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <math.h>
 #include <ember/tensor.h>
-#include "../core/optim_args.h"
+#include "optim_args.h"
 #include "../kernels/op_list.h"
 
 /* Every op, from the op list: unary ops, binary ops (comparisons last: they write EM_BOOL),

@@ -13,6 +13,11 @@ const char *em__dtype_torch_name(em_dtype dt);
 /* ---- tensors (tensor.c) ---- */
 /* New storage of nbytes on a resolved device of backend be (pinned: CPU page-locked). */
 em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bool pinned);
+/* Attach a to s (tensor_impl.h's em_storage_attachment; any thread), and find the attachment
+ * with a key (NULL: none). An owner attaches one record per storage: it looks first, under a
+ * lock of its own. */
+void em__storage_attach(em_storage *s, em_storage_attachment *a);
+em_storage_attachment *em__storage_attachment(em_storage *s, const void *key);
 /* A new contiguous tensor on the device of an existing storage's backend: the op fast path
  * (no registry lookup). Not scoped. */
 em_tensor *em__tensor_new_on(const em_backend *be, em_device d, int ndim, const int64_t *shape,
@@ -38,6 +43,9 @@ em_tensor *em__shadow_take(em_tensor *t, em_dtype dt);
  * Give it to em__shadow_install after the step (p's version bumped) or em_release it. */
 em_tensor *em__shadow_target(em_tensor *p);
 void em__shadow_install(em_tensor *p, em_tensor *target);
+/* For tests: t's storage's copy (borrowed; NULL if none) and the dtype casts asked for
+ * (EM_F32: none). */
+em_storage *em__shadow_of(const em_tensor *t, em_dtype *asked);
 
 /* Fill a struct as a non-owning view of t's storage (no reference taken: only for
  * temporaries that never leave the calling function). */

@@ -1,6 +1,6 @@
 /* Creation of tensors on any device, and the global counter-based random generator. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>

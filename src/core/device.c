@@ -1,7 +1,7 @@
 /* The backend registry and devices: parsing and printing PyTorch's device strings,
  * availability, auto-selection, the per-thread current device, and the thread count. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

@@ -1,85 +1,71 @@
 /* What src/dist's NCCL path needs of CUDA (declared in internal_api.h): a tensor's device
- * address and stream, completion marks on a stream, and the NCCL library. Core reaches the
- * CUDA backend's internals here so that dist never does. */
-#include <stdlib.h>
+ * address and stream, completion marks on a stream, and the NCCL library. All of it comes
+ * through the backend interface (backend.h's native handles and events), so that neither
+ * dist nor core sees the CUDA backend's insides. */
 #include "internal_api.h"
-#include "tensor_impl.h"
-#ifdef EMBER_HAVE_CUDA_HEADERS
-#include "../backends/cuda/cuda_internal.h"
-#include "../backends/cuda/cuda_loader.h"
+#include "core_internal.h"
+#include "../util/errors.h"
+
+/* The CUDA backend, if it gives what NCCL needs; else NULL with an error recorded. */
+static const em_backend *cuda_native(void) {
+    const em_backend *b = em__backend_for(EM_CUDA);
+    if (!b || !b->native_enter || !b->native_leave || !b->native_address || !b->event_record ||
+        !b->event_query || !b->event_destroy) {
+        const char *why = b && b->unavailable_reason ? b->unavailable_reason() : "no CUDA backend in this build";
+        em_error(EM_ERR_NOT_SUPPORTED, "NCCL: the CUDA backend gives no native device handles (%s)", why);
+        return NULL;
+    }
+    return b;
+}
 
 em_status em__cuda_enter(const em_tensor *t, em_cuda_buffer *out, void **prev) {
-    if (t->storage->device.type != EM_CUDA)
-        return em_error(EM_ERR_DEVICE, "NCCL: expected a CUDA tensor, got one on %s", em_device_str(t->storage->device).s);
-    CUcontext p = em__cuda_ctx_save();
-    em_cuda_device *d = em__cuda_activate(t->storage->device.index, "nccl");
-    if (!d) {
-        em__cuda_ctx_restore(p);
-        return em_last_status();
-    }
-    *out = (em_cuda_buffer){.ptr = (uint64_t)em__cuda_ptr(t), .stream = d->stream, .device = t->storage->device.index};
-    *prev = p;
+    const em_storage *s = t->storage;
+    if (s->device.type != EM_CUDA)
+        return em_error(EM_ERR_DEVICE, "NCCL: expected a CUDA tensor, got one on %s", em_device_str(s->device).s);
+    const em_backend *b = cuda_native();
+    if (!b) return em_last_status();
+    void *queue = NULL;
+    if (b->native_enter(s->device.index, &queue, prev) != EM_OK) return em_last_status();
+    size_t offset = s->block.offset + (size_t)t->offset * em_dtype_size(t->dtype);
+    *out = (em_cuda_buffer){.ptr = (uint64_t)b->native_address(s->device.index, s->block.handle, offset),
+                            .stream = queue,
+                            .device = s->device.index};
     return EM_OK;
 }
 
-void em__cuda_leave(void *prev) { em__cuda_ctx_restore((CUcontext)prev); }
+void em__cuda_leave(void *prev) {
+    const em_backend *b = em__backend_for(EM_CUDA);
+    if (b && b->native_leave) b->native_leave(prev);
+}
 
-typedef struct mark { CUevent ev; int device; } mark;
-
+/* A mark is the backend's event: recorded after the work queued so far on the device. */
 void *em__cuda_mark(int device) {
-    const em_cu_api *cu = em__cuda_api();
-    CUcontext p = em__cuda_ctx_save();
-    em_cuda_device *d = em__cuda_activate(device, "nccl");
-    mark *m = d && cu ? calloc(1, sizeof *m) : NULL;
-    if (m && (cu->cuEventCreate(&m->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-              cu->cuEventRecord(m->ev, d->stream) != CUDA_SUCCESS)) {
-        if (m->ev) cu->cuEventDestroy(m->ev);
-        free(m);
-        m = NULL;
-        em_error(EM_ERR_BACKEND, "NCCL: cannot record an event on cuda:%d's stream", device);
-    } else if (!m && !em_failed()) {
-        em_error(EM_ERR_OUT_OF_MEMORY, "NCCL: out of host memory");
+    const em_backend *b = cuda_native();
+    void *event = NULL;
+    if (b && b->event_record(device, &event) != EM_OK) event = NULL;
+    return event;
+}
+
+int em__cuda_mark_done(void *mark) {
+    const em_backend *b = em__backend_for(EM_CUDA);
+    bool done = false;
+    if (!mark || !b || !b->event_query) {
+        if (!em_failed()) em_error(EM_ERR_INTERNAL, "NCCL: no event to wait for");
+        return -1;
     }
-    if (m) m->device = device;
-    em__cuda_ctx_restore(p);
-    return m;
+    if (b->event_query(mark, &done) != EM_OK) return -1; /* the failed work is named in the error */
+    return done ? 1 : 0;
 }
 
-int em__cuda_mark_done(void *mk) {
-    mark *m = mk;
-    const em_cu_api *cu = em__cuda_api();
-    CUresult r = cu->cuEventQuery(m->ev);
-    if (r == CUDA_SUCCESS) return 1;
-    if (r == CUDA_ERROR_NOT_READY) return 0;
-    em_error(EM_ERR_BACKEND, "NCCL: work on cuda:%d failed (cuEventQuery returned %d)", m->device, (int)r);
-    return -1;
+void em__cuda_mark_free(void *mark) {
+    const em_backend *b = em__backend_for(EM_CUDA);
+    if (mark && b && b->event_destroy) b->event_destroy(mark);
 }
 
-void em__cuda_mark_free(void *mk) {
-    mark *m = mk;
-    if (!m) return;
-    const em_cu_api *cu = em__cuda_api();
-    if (cu) cu->cuEventDestroy(m->ev);
-    free(m);
-}
-
-void *em__nccl_library(int *version, const char **reason) { return em__cuda_nccl(version, reason); }
-#else
-em_status em__cuda_enter(const em_tensor *t, em_cuda_buffer *out, void **prev) {
-    (void)t, (void)out, (void)prev;
-    return em_error(EM_ERR_NOT_SUPPORTED, "NCCL: this Ember was built without the CUDA headers");
-}
-void em__cuda_leave(void *prev) { (void)prev; }
-void *em__cuda_mark(int device) {
-    (void)device;
-    em_error(EM_ERR_NOT_SUPPORTED, "NCCL: this Ember was built without the CUDA headers");
-    return NULL;
-}
-int em__cuda_mark_done(void *mark) { return mark ? 1 : -1; }
-void em__cuda_mark_free(void *mark) { (void)mark; }
 void *em__nccl_library(int *version, const char **reason) {
+    const em_backend *b = em__backend_for(EM_CUDA);
+    if (b && b->native_library) return b->native_library("nccl", version, reason);
     if (version) *version = 0;
-    if (reason) *reason = "this Ember was built without the CUDA headers";
+    if (reason) *reason = b && b->unavailable_reason ? b->unavailable_reason() : "no CUDA backend in this build";
     return NULL;
 }
-#endif

@@ -3,7 +3,7 @@
  * call of the deleter; an import wraps the producer's memory in an external storage whose
  * last release calls the producer's deleter, once. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <ember/dlpack.h>
 #include <pthread.h>
 #include <stdlib.h>

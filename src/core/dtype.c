@@ -2,7 +2,7 @@
  * conversions done with integer arithmetic (exact round-to-nearest-even, independent
  * of the FPU's rounding mode and flush-to-zero settings). */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <string.h>
 
 static const char *const dtype_names[EM_DTYPE_COUNT] = {

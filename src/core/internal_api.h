@@ -9,13 +9,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <ember/tensor.h>
-#include "errors.h"
-#include "optim_args.h"
+#include "../util/errors.h"
+#include "../backends/optim_args.h" /* the fused steps' scalars */
 #include "autocast.h"   /* the autocast hook of the losses (src/nn/loss.c) */
+#include "../memory/estimate_arith.h" /* the memory estimate's arithmetic (src/optim/estimate.c) */
 
 /* Register a reference the caller owns with the innermost scope (if any) and return it: how
  * a function hands out a result like any op does (src/core/tensor.c). */
 em_tensor *em__scoped(em_tensor *t);
+/* Return t (a reference owned by the current code) from a function that opened scope s:
+ * ends s and hands t to the caller's scope, like any op result (src/core/scope.c). */
+em_tensor *em__scope_return(em_scope s, em_tensor *t);
 
 /* t's .grad, borrowed (no new reference, no scope entry, so it cannot fail), or NULL: for
  * the optimizer step, which must not allocate before it has made its state
@@ -104,8 +108,9 @@ em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b);
  * not fit (f32/f64, one shape, dim the last): the caller then composes it. */
 em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log);
 
-/* ---- for src/dist's NCCL path (src/core/dist_seam.c): what NCCL needs of a CUDA tensor
- * without dist seeing a storage or a backend ---- */
+/* ---- for src/dist's NCCL path (src/core/dist_seam.c, over the backend interface's native
+ * handles and events): what NCCL needs of a CUDA tensor without dist seeing a storage or a
+ * backend ---- */
 typedef struct em_cuda_buffer {
     uint64_t ptr;      /* CUdeviceptr of the tensor's first element */
     void *stream;      /* CUstream its device's work is queued on */

@@ -7,18 +7,51 @@
  * that copy out rather than casting: measured on the 4096-wide MLP's step, see
  * docs/BENCHMARKS.md (issue 14).
  *
- * The copy (the storage's "shadow") is used only while it is exactly what a cast would give:
+ * The copy (the storage's "shadow") is kept in a record attached to the parameter's storage
+ * (tensor_impl.h's em_storage_attachment), so the storage carries nothing of mixed precision
+ * itself: this file owns it. It is used only while it is exactly what a cast would give:
  * the parameter's storage version is the one it was made from (every in-place write bumps
  * it, as for autocast's cast cache), the copy's own version is unchanged, and nobody else
  * holds it: so two casts never alias, and a cast output that was written in place never
  * comes back. The kernel rounds with the cast's own routine: bit for bit the same values.
- * Cost: 2 bytes per such parameter kept between steps. EMBER_LOWP_SHADOW=0 turns it off. */
+ * Cost: 2 bytes per such parameter kept between steps, and a small record per storage a cast
+ * asked about. EMBER_LOWP_SHADOW=0 turns it off. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <pthread.h>
 #include <stdlib.h>
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* every shadow field */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* every record's fields */
+
+/* What a parameter's storage has of this file: `dtype` is what casts asked for (EM_F32:
+ * nothing yet); `copy` (retained, or NULL) was made from the storage's version `made_from`
+ * and had its own version `copy_version` then. */
+typedef struct shadow_record {
+    em_storage_attachment base;
+    em_storage *copy;
+    em_dtype dtype;
+    unsigned made_from, copy_version;
+} shadow_record;
+
+static const char shadow_key; /* tells our records from other attachments */
+
+static void record_release(em_storage_attachment *a) {
+    shadow_record *r = (shadow_record *)a;
+    em__storage_release(r->copy); /* a copy has no copy: one level deep */
+    free(r);
+}
+
+/* s's record (g_lock held), made when `make` (NULL when there is none, or no memory). */
+static shadow_record *record_of(em_storage *s, bool make) {
+    shadow_record *r = (shadow_record *)em__storage_attachment(s, &shadow_key);
+    if (r || !make) return r;
+    if (!(r = calloc(1, sizeof *r))) return NULL;
+    r->base.key = &shadow_key;
+    r->base.release = record_release;
+    r->dtype = EM_F32;
+    em__storage_attach(s, &r->base);
+    return r;
+}
 
 static bool enabled(void) {
     static atomic_int on = -1; /* threads racing on first use all compute the same */
@@ -63,16 +96,17 @@ em_tensor *em__shadow_take(em_tensor *t, em_dtype dt) {
     em_error_state saved;
     em_error_save(&saved);
     pthread_mutex_lock(&g_lock);
-    em_storage *sh = s->shadow;
-    bool current = sh && s->shadow_dtype == dt && s->shadow_of == atomic_load(&s->version) &&
-                   s->shadow_version == atomic_load(&sh->version);
+    shadow_record *r = record_of(s, true); /* NULL only without host memory: no note, no copy */
+    em_storage *sh = r ? r->copy : NULL;
+    bool current = sh && r->dtype == dt && r->made_from == atomic_load(&s->version) &&
+                   r->copy_version == atomic_load(&sh->version);
     if (current && atomic_load(&sh->refcount) == 1)
         out = em__tensor_alloc(sh, dt, t->ndim, t->shape, t->strides, 0); /* holds it: refcount 2 */
     if (sh && !current) { /* the parameter (or the copy) changed since: free it now */
         stale = sh;
-        s->shadow = NULL;
+        r->copy = NULL;
     }
-    s->shadow_dtype = dt;
+    if (r) r->dtype = dt;
     pthread_mutex_unlock(&g_lock);
     em__storage_release(stale);
     if (!out) em_error_restore(&saved); /* no header: the caller casts as usual */
@@ -84,11 +118,13 @@ em_tensor *em__shadow_target(em_tensor *p) {
         !em__is_contiguous_raw(p->ndim, p->shape, p->strides))
         return NULL;
     em_storage *s = p->storage, *reuse = NULL;
+    em_dtype dt = EM_F32;
     pthread_mutex_lock(&g_lock);
-    em_dtype dt = s->shadow_dtype;
-    if (dt != EM_F32 && s->shadow && atomic_load(&s->shadow->refcount) == 1) {
-        reuse = s->shadow; /* nobody else sees it: overwrite it, detached meanwhile */
-        s->shadow = NULL;
+    shadow_record *r = record_of(s, false);
+    if (r) dt = r->dtype;
+    if (dt != EM_F32 && r->copy && atomic_load(&r->copy->refcount) == 1) {
+        reuse = r->copy; /* nobody else sees it: overwrite it, detached meanwhile */
+        r->copy = NULL;
     }
     pthread_mutex_unlock(&g_lock);
     if (dt == EM_F32) return NULL; /* no cast asked for one */
@@ -102,15 +138,27 @@ em_tensor *em__shadow_target(em_tensor *p) {
 }
 
 void em__shadow_install(em_tensor *p, em_tensor *target) {
-    em_storage *s = p->storage, *sh = target->storage;
-    atomic_fetch_add(&sh->refcount, 1);
+    em_storage *s = p->storage, *sh = target->storage, *old = NULL;
     pthread_mutex_lock(&g_lock);
-    em_storage *old = s->shadow;
-    s->shadow = sh;
-    s->shadow_dtype = target->dtype;
-    s->shadow_of = atomic_load(&s->version);
-    s->shadow_version = atomic_load(&sh->version);
+    shadow_record *r = record_of(s, false); /* there: em__shadow_target found a wanted dtype */
+    if (r) {
+        atomic_fetch_add(&sh->refcount, 1);
+        old = r->copy;
+        r->copy = sh;
+        r->dtype = target->dtype;
+        r->made_from = atomic_load(&s->version);
+        r->copy_version = atomic_load(&sh->version);
+    }
     pthread_mutex_unlock(&g_lock);
     em__storage_release(old);
     em_release(target);
+}
+
+em_storage *em__shadow_of(const em_tensor *t, em_dtype *asked) {
+    pthread_mutex_lock(&g_lock);
+    shadow_record *r = record_of(t->storage, false);
+    em_storage *copy = r ? r->copy : NULL;
+    if (asked) *asked = r ? r->dtype : EM_F32;
+    pthread_mutex_unlock(&g_lock);
+    return copy;
 }

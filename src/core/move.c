@@ -2,7 +2,7 @@
  * moves go through a contiguous source; casts happen on the CPU when the CPU is the
  * source, otherwise on whichever side moves fewer bytes. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include "internal_api.h"
 #include "../memory/allocator.h"
 #include <math.h>

@@ -4,7 +4,7 @@
 #define EM_CORE_OPS_INTERNAL_H
 
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include "autocast.h"
 #include <ember/ops.h>
 

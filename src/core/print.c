@@ -3,7 +3,7 @@
  * visible elements; rows wrap at 80 columns; more than 1000 elements are summarised to
  * the first and last 3 entries of each dim. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include "../util/strbuf.h"
 #include <math.h>
 #include <stdarg.h>

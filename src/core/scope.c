@@ -1,7 +1,8 @@
 /* Scopes: a per-thread stack of the tensors returned while a scope is open. Ending a
  * scope releases (in reverse order) every handle registered since it began. */
 #include "core_internal.h"
-#include "errors.h"
+#include "internal_api.h"
+#include "../util/errors.h"
 #include <stdlib.h>
 
 typedef struct scope_stack {
@@ -50,6 +51,12 @@ em_tensor *em__scoped(em_tensor *t) {
     }
     tl_scope.items[tl_scope.len++] = t;
     return t;
+}
+
+em_tensor *em__scope_return(em_scope s, em_tensor *t) {
+    if (t) em_retain(t);
+    em_scope_end(s);
+    return em__scoped(t);
 }
 
 em_tensor *em_keep(em_tensor *t) {

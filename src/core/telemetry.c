@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 
 static void unknown(em_device_telemetry *t, em_device d) {
     memset(t, 0, sizeof *t);

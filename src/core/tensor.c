@@ -1,7 +1,7 @@
 /* Tensor and storage objects: allocation, reference counting, properties, and the small
  * shape helpers every other core file uses. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include "internal_api.h"
 #include "../memory/allocator.h"
 #include <stdio.h>
@@ -25,9 +25,7 @@ em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bo
     s->read_only = false;
     s->external_release = NULL;
     s->external_ctx = NULL;
-    s->shadow = NULL;
-    s->shadow_dtype = EM_F32;
-    s->shadow_of = s->shadow_version = 0;
+    atomic_init(&s->attached, NULL);
     em_status st = pinned ? em__mem_alloc_pinned(nbytes, &s->block) : em__mem_alloc(be, d, nbytes, &s->block);
     if (st != EM_OK) {
         if (!em_failed())
@@ -40,7 +38,10 @@ em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bo
 
 void em__storage_release(em_storage *s) {
     if (!s || atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
-    em__storage_release(s->shadow); /* a shadow has no shadow: one level deep */
+    for (em_storage_attachment *a = atomic_load_explicit(&s->attached, memory_order_acquire), *next; a; a = next) {
+        next = a->next;
+        a->release(a);
+    }
     if (!s->external) {
         if (s->pinned) em__mem_free_pinned(&s->block);
         else em__mem_free(s->backend, s->device, &s->block);
@@ -48,6 +49,19 @@ void em__storage_release(em_storage *s) {
         s->external_release(s->external_ctx);
     }
     free(s);
+}
+
+void em__storage_attach(em_storage *s, em_storage_attachment *a) {
+    em_storage_attachment *head = atomic_load_explicit(&s->attached, memory_order_relaxed);
+    do {
+        a->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&s->attached, &head, a, memory_order_release, memory_order_relaxed));
+}
+
+em_storage_attachment *em__storage_attachment(em_storage *s, const void *key) {
+    for (em_storage_attachment *a = atomic_load_explicit(&s->attached, memory_order_acquire); a; a = a->next)
+        if (a->key == key) return a;
+    return NULL;
 }
 
 /* ---- tensors ---- */

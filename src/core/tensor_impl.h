@@ -1,10 +1,11 @@
-/* The inside of tensors and storages, shared by core, backends, memory and autograd.
- * Upper layers (nn, optim, data, dist) use only the public API. */
+/* The inside of tensors and storages: core's, read by the backends (the tensors of an op
+ * call) and by autograd. Upper layers (nn, optim, data, dist) use only the public API. */
 #ifndef EM_CORE_TENSOR_IMPL_H
 #define EM_CORE_TENSOR_IMPL_H
 
 #include <stdatomic.h>
 #include <ember/tensor.h>
+#include "../memory/block.h"   /* em_block: the memory a storage holds */
 
 struct em_backend;
 
@@ -23,15 +24,16 @@ static inline void em__grad_node_release(struct em_grad_node *n) {
     if (n && atomic_fetch_sub(&n->refcount, 1) == 1) n->destroy(n);
 }
 
-/* Device memory handed out by the allocator: `handle` is the backend's base object
- * (a host pointer on CPU, a CUdeviceptr on CUDA, a cl_mem on OpenCL) and `offset` the
- * byte offset of this block inside it. */
-typedef struct em_block {
-    void *handle;
-    size_t offset;
-    size_t size;        /* bytes usable (>= requested) */
-    void *alloc_ctx;    /* the allocator's own record of the block */
-} em_block;
+/* Something another part of core keeps about one storage, freed with it (a float32
+ * parameter's low-precision copy: src/core/lowp_shadow.c). The owner embeds this as the
+ * first member of its own record, sets key (the address of a static of its own, telling
+ * owners apart) and release, and attaches it (em__storage_attach, core_internal.h); the
+ * storage calls release when it goes. */
+typedef struct em_storage_attachment {
+    const void *key;
+    struct em_storage_attachment *next;
+    void (*release)(struct em_storage_attachment *self);
+} em_storage_attachment;
 
 typedef struct em_storage {
     atomic_int refcount;
@@ -47,13 +49,8 @@ typedef struct em_storage {
     bool read_only;
     void (*external_release)(void *ctx);
     void *external_ctx;
-    /* A float32 parameter's low-precision copy, written by the fused Adam step and handed out
-     * by the next cast (src/core/lowp_shadow.c). shadow_dtype: what casts asked for (EM_F32:
-     * nothing); shadow (retained) was made from this storage's version shadow_of and had its
-     * own version shadow_version then. */
-    struct em_storage *shadow;
-    em_dtype shadow_dtype;
-    unsigned shadow_of, shadow_version;
+    /* what other parts of core keep about this storage (a list, pushed atomically) */
+    _Atomic(em_storage_attachment *) attached;
 } em_storage;
 
 struct em_tensor {

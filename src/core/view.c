@@ -1,7 +1,7 @@
 /* View ops: new tensor headers over the same storage (no data moves), except reshape /
  * flatten / contiguous, which copy when the strides cannot express the result. */
 #include "core_internal.h"
-#include "errors.h"
+#include "../util/errors.h"
 #include <stdio.h>
 
 static const em_grad_args no_args;

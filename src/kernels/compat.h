@@ -39,7 +39,7 @@ typedef int i32;
 typedef uint u32;
 typedef long i64;
 typedef ulong u64;
-/* so that plain-C headers shared with the host (src/core/philox.h) compile unchanged */
+/* so that plain-C headers shared with the host (src/kernels/philox.h) compile unchanged */
 typedef uchar uint8_t;
 typedef ushort uint16_t;
 typedef uint uint32_t;
@@ -163,7 +163,7 @@ INLINE u16 emk__f2h(float f) {
 #else
 #define EMK_U64C(x) ((u64)x##ull)
 #endif
-/* src/core/philox.h's functions become device functions */
+/* src/kernels/philox.h's functions become device functions */
 #define EM_PHILOX_FN INLINE
 
 /* a multiply or add that is never fused into an FMA (results bit-equal to the host's):

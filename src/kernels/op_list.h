@@ -176,7 +176,7 @@
     X(CONV2D_BACKWARD_WEIGHT_BIAS, conv2d_backward_weight_bias, FLOAT, GPU_NONE)          \
     /* ---- optimizer steps (optional: optim falls back to ops): one pass over the        \
      * elements; every tensor contiguous, on one device, with p's dtype (floating) and    \
-     * shape; `arg` the step's em_optim_args (src/core/optim_args.h) ----                 \
+     * shape; `arg` the step's em_optim_args (src/backends/optim_args.h) ----             \
      * dst {p, buf (momentum) or NULL}, src {g} */                                        \
     X(SGD_STEP, sgd_step, FLOAT, GPU_OWN)                                                 \
     /* dst {p, m (exp_avg), v (exp_avg_sq), vmax (max_exp_avg_sq, amsgrad) or NULL},      \

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../core/tensor_impl.h"
+#include "block.h"
 #include "../backends/backend.h"
 
 /* Allocate `bytes` on device d (resolved index). On failure: free cached blocks and retry

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
-#include "../core/errors.h"
+#include "../util/errors.h"
 
 static _Atomic(mem_state *) states[EM_DEVICE_TYPE_COUNT][MEM_MAX_DEVICES];
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;

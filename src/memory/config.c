@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include "internal.h"
-#include "../core/errors.h"
+#include "../util/errors.h"
 
 /* ---------------------------------------------------------------- sizes */
 

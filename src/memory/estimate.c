@@ -1,12 +1,13 @@
-/* Memory estimates from a parameter count (include/ember/estimate.h, `ember mem`). */
+/* Memory estimates from a parameter count (include/ember/estimate.h, `ember mem`): the
+ * arithmetic, from plain numbers. The optimizers' states and names are the caller's
+ * (src/optim/estimate.c, which also walks models and checkpoints): memory knows no optimizer. */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <ember/estimate.h>
-#include "../core/errors.h"
+#include "estimate_arith.h"
+#include "../util/errors.h"
 
 em_status em_estimate_parse_params(const char *s, double *out) {
     if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_parse_params: NULL argument");
@@ -39,22 +40,6 @@ em_status em_estimate_parse_params(const char *s, double *out) {
     return EM_OK;
 }
 
-static const char *optimizer_names[] = {"sgd", "sgd-momentum", "adam", "adamw"};
-
-em_status em_estimate_parse_optimizer(const char *s, em_estimate_optimizer *out) {
-    for (int i = 0; s && i < 4; i++)
-        if (!strcasecmp(s, optimizer_names[i])) {
-            *out = (em_estimate_optimizer)i;
-            return EM_OK;
-        }
-    return em_error(EM_ERR_ARGUMENT, "unknown optimizer '%s': expected sgd, sgd-momentum, adam or adamw",
-                    s ? s : "(null)");
-}
-
-const char *em_estimate_optimizer_name(em_estimate_optimizer o) {
-    return (unsigned)o < 4 ? optimizer_names[o] : "?";
-}
-
 const char *em_estimate_mode_name(em_estimate_mode m) {
     static const char *names[] = {"inference", "full", "lora"};
     return (unsigned)m < 3 ? names[m] : "?";
@@ -64,19 +49,6 @@ const char *em_estimate_line_name(em_estimate_line l) {
     static const char *names[] = {"weights", "gradients", "optimizer states", "master weights",
                                   "activations", "workspace", "total"};
     return (unsigned)l < EM_ESTIMATE_LINES ? names[l] : "?";
-}
-
-static int optimizer_states(em_estimate_optimizer o) {
-    return o == EM_ESTIMATE_SGD ? 0 : o == EM_ESTIMATE_SGD_MOMENTUM ? 1 : 2;
-}
-
-static const char *state_names(em_estimate_optimizer o) {
-    switch (o) {
-    case EM_ESTIMATE_SGD: return "plain SGD keeps no state";
-    case EM_ESTIMATE_SGD_MOMENTUM: return "SGD with momentum keeps 1 buffer";
-    case EM_ESTIMATE_ADAM: return "Adam keeps 2 states (exp_avg, exp_avg_sq)";
-    default: return "AdamW keeps 2 states (exp_avg, exp_avg_sq)";
-    }
 }
 
 /* A transformer's shape from its size: P ~ 12 * layers * hidden^2 with hidden ~ 128 * layers
@@ -101,7 +73,7 @@ static void fmt_count(char *buf, size_t size, double v) {
     snprintf(buf, size, "%.2fe%d", m, e);
 }
 
-em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
+em_status em__estimate_memory(const em_estimate_opts *o, const em_estimate_states *states, em_estimate *out) {
     if (!o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: NULL argument");
     memset(out, 0, sizeof *out);
     if (!(o->params >= 1) || !isfinite(o->params))
@@ -115,7 +87,7 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
     default:
         return em_error(EM_ERR_DTYPE, "em_estimate_memory: weights must be float32, float16 or bfloat16");
     }
-    if ((unsigned)o->mode > EM_ESTIMATE_LORA || (unsigned)o->optimizer > EM_ESTIMATE_ADAMW)
+    if ((unsigned)o->mode > EM_ESTIMATE_LORA || !states)
         return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: unknown mode %d or optimizer %d", (int)o->mode,
                         (int)o->optimizer);
     if (o->lora_rank < 0 || o->lora_targets < 0 || o->hidden < 0 || o->layers < 0 || o->batch < 0 ||
@@ -131,7 +103,7 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
     double act_bytes = amp ? 2 : weight_bytes;
     double params = out->params = o->params;
     out->dtype = o->dtype;
-    int nstates = optimizer_states(o->optimizer);
+    int nstates = states->per_param;
     bool master = o->master_weights && weight_bytes < 4;   /* float32 weights are their own master copy */
     double state_bytes = master ? 4 : weight_bytes;        /* bytes per optimizer state */
     out->hidden = o->hidden;
@@ -160,7 +132,7 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
         snprintf(why[0], 256, "%s parameters x %.0f B (%s)", params_text, weight_bytes, dtype_name);
         snprintf(why[1], 256, "one %s gradient per parameter: %s x %.0f B", dtype_name, params_text,
                  weight_bytes);
-        snprintf(why[2], 256, "%s per parameter in %s: %d x %s x %.0f B", state_names(o->optimizer),
+        snprintf(why[2], 256, "%s per parameter in %s: %d x %s x %.0f B", states->what,
                  master ? "float32" : dtype_name, nstates, params_text, state_bytes);
         if (master)
             snprintf(why[3], 256, "float32 copy of the weights that the optimizer updates: %s x 4 B", params_text);
@@ -182,7 +154,7 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
                      "x rank %d x 2 x %lld)", params_text, weight_bytes, dtype_name, trainable_text,
                      (long long)out->layers, targets, rank, (long long)out->hidden);
         snprintf(why[1], 256, "float32 gradients for the %s adapter parameters only", trainable_text);
-        snprintf(why[2], 256, "%s per adapter parameter in float32: %d x %s x 4 B", state_names(o->optimizer),
+        snprintf(why[2], 256, "%s per adapter parameter in float32: %d x %s x 4 B", states->what,
                  nstates, trainable_text);
         snprintf(why[3], 256, "none: the adapters are float32 already");
     }
@@ -232,17 +204,17 @@ em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
         snprintf(why[5], 256, "none: no optimizer");
     } else if (o->largest_param > 0 && temporaries == 0) {
         snprintf(why[5], 256, "none: %s's fused step makes no temporaries and gradients become .grad without "
-                 "a copy", em_estimate_optimizer_name(o->optimizer));
+                 "a copy", states->name);
     } else if (o->largest_param > 0) {
         char largest_text[32];
         fmt_count(largest_text, sizeof largest_text, o->largest_param);
         bytes[EM_ESTIMATE_WORKSPACE] = temporaries * o->largest_param * workspace_elem_bytes;
         snprintf(why[5], 256, "the largest tensor's gradient made in backward (%s's fused step needs no "
-                 "temporaries): %d temporary x %s x %.0f B", em_estimate_optimizer_name(o->optimizer), temporaries,
+                 "temporaries): %d temporary x %s x %.0f B", states->name, temporaries,
                  largest_text, workspace_elem_bytes);
     } else {
         snprintf(why[5], 256, "not counted: the largest tensor is unknown (%d x its size for %s)", temporaries,
-                 em_estimate_optimizer_name(o->optimizer));
+                 states->name);
     }
     double workspace = bytes[EM_ESTIMATE_WORKSPACE];
     for (int i = 0; i < EM_ESTIMATE_ACTIVATIONS; i++) bytes[EM_ESTIMATE_TOTAL] += bytes[i];

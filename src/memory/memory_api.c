@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "internal.h"
-#include "../core/errors.h"
+#include "../util/errors.h"
 #include "../util/strbuf.h"
 
 static em_device resolve(em_device d) {

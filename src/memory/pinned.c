@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "internal.h"
-#include "../core/errors.h"
+#include "../util/errors.h"
 
 typedef struct pin_block {
     void *ptr;

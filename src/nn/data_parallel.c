@@ -557,14 +557,6 @@ em_status em_dp_sync(em_dp *dp) {
     return run_job(dp, JOB_SYNC, "em_dp_sync");
 }
 
-em_status em_dp_step(em_dp *dp, em_optimizer *opt) {
-    if (!dp || !opt)
-        return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_dp_step: %s is NULL",
-                                                         dp ? "the optimizer" : "the em_dp");
-    em_status st = em_step(opt);
-    return st != EM_OK ? st : em_dp_sync(dp);
-}
-
 em_module *em_dp_module(const em_dp *dp) { return dp ? dp->model : NULL; }
 em_module *em_dp_replica(const em_dp *dp, int i) { return dp && i >= 0 && i < dp->n ? dp->replicas[i] : NULL; }
 int em_dp_device_count(const em_dp *dp) { return dp ? dp->n : 0; }

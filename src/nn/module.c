@@ -9,12 +9,6 @@
 #include "module_impl.h"
 #include "../util/strbuf.h"
 
-em_tensor *em__scope_return(em_scope s, em_tensor *t) {
-    if (t) em_retain(t);
-    em_scope_end(s);
-    return em__scoped(t);
-}
-
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
@@ -157,8 +151,8 @@ void em_module_free(em_module *m) {
             }
         m->parent = NULL;
     }
-    for (int i = 0; i < m->nopts; i++) em__optim_forget_module(m->opts[i]);
-    free(m->opts);
+    for (int i = 0; i < m->nlisteners; i++) m->listeners[i].l->freed(m->listeners[i].ctx);
+    free(m->listeners);
     while (m->nkids) em_module_free(m->kids[m->nkids - 1].m); /* each removes itself */
     free(m->kids);
     for (int i = 0; i < m->nparams; i++) {
@@ -282,26 +276,27 @@ static em_status move_tree(em_module *m, em_device d, bool dev, em_dtype dt, boo
     return EM_OK;
 }
 
-static em_status sync_optimizers(em_module *m) {
-    for (int i = 0; i < m->nopts; i++) {
-        em_status st = em__optim_sync_state(m->opts[i]);
-        if (st != EM_OK) return st;
-    }
-    for (int i = 0; i < m->nkids; i++) {
-        em_status st = sync_optimizers(m->kids[i].m);
+static em_status tell_moved(const em_module *m) {
+    for (int i = 0; i < m->nlisteners; i++) {
+        em_status st = m->listeners[i].l->moved(m->listeners[i].ctx);
         if (st != EM_OK) return st;
     }
     return EM_OK;
+}
+
+static em_status tell_moved_tree(const em_module *m) {
+    em_status st = tell_moved(m);
+    for (int i = 0; i < m->nkids && st == EM_OK; i++) st = tell_moved_tree(m->kids[i].m);
+    return st;
 }
 
 static em_status module_move(em_module *m, em_device d, bool dev, em_dtype dt, bool cast) {
     if (!m) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_module_to: module is NULL");
     em_status st = move_tree(m, d, dev, dt, cast);
     if (st != EM_OK) return st;
-    /* optimizers on m's subtree and on its ancestors may hold state of the moved tensors */
-    for (em_module *a = m->parent; a; a = a->parent)
-        for (int i = 0; i < a->nopts && st == EM_OK; i++) st = em__optim_sync_state(a->opts[i]);
-    return st != EM_OK ? st : sync_optimizers(m);
+    /* listeners on m's subtree and on its ancestors may hold state of the moved tensors */
+    for (em_module *a = m->parent; a && st == EM_OK; a = a->parent) st = tell_moved(a);
+    return st != EM_OK ? st : tell_moved_tree(m);
 }
 
 em_status em_module_to(em_module *m, em_device d) {
@@ -315,20 +310,20 @@ em_status em_module_to_dtype(em_module *m, em_dtype dt) {
     return module_move(m, EM_DEVICE_CPU, false, dt, true);
 }
 
-/* ---- optimizers registered with a module ---- */
+/* ---- listeners (nn_internal.h) ---- */
 
-em_status em__module_attach_optimizer(em_module *m, em_optimizer *opt) {
-    if (!grow((void **)&m->opts, &m->copts, m->nopts, sizeof *m->opts))
+em_status em__module_listen(em_module *m, const em_module_listener *l, void *ctx) {
+    if (!grow((void **)&m->listeners, &m->clisteners, m->nlisteners, sizeof *m->listeners))
         return em_error(EM_ERR_OUT_OF_MEMORY, "module: out of host memory");
-    m->opts[m->nopts++] = opt;
+    m->listeners[m->nlisteners++] = (nn_listener){l, ctx};
     return EM_OK;
 }
 
-void em__module_detach_optimizer(em_module *m, em_optimizer *opt) {
-    for (int i = 0; m && i < m->nopts; i++)
-        if (m->opts[i] == opt) {
-            memmove(&m->opts[i], &m->opts[i + 1], (size_t)(m->nopts - i - 1) * sizeof *m->opts);
-            m->nopts--;
+void em__module_unlisten(em_module *m, const em_module_listener *l, void *ctx) {
+    for (int i = 0; m && i < m->nlisteners; i++)
+        if (m->listeners[i].l == l && m->listeners[i].ctx == ctx) {
+            memmove(&m->listeners[i], &m->listeners[i + 1], (size_t)(m->nlisteners - i - 1) * sizeof *m->listeners);
+            m->nlisteners--;
             return;
         }
 }

@@ -9,6 +9,7 @@ typedef struct nn_child { char *name; em_module *m; } nn_child;
 /* A flattened listing with dotted names, kept until the module tree changes so that the
  * names handed out stay valid. */
 typedef struct nn_listing { em_named_tensor *items; int n, cap; bool valid; } nn_listing;
+typedef struct nn_listener { const em_module_listener *l; void *ctx; } nn_listener;
 
 struct em_module {
     const em_module_ops *ops;
@@ -21,8 +22,8 @@ struct em_module {
     int nbufs, cbufs;
     nn_child *kids;
     int nkids, ckids;
-    em_optimizer **opts;        /* optimizers created on this module (not owned) */
-    int nopts, copts;
+    nn_listener *listeners;     /* told of moves and of the free (optimizers); not owned */
+    int nlisteners, clisteners;
     nn_listing lists[2];        /* cached listings: [0] parameters, [1] buffers */
 };
 

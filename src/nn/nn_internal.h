@@ -1,22 +1,24 @@
-/* Shared between src/nn and src/optim (not public). */
+/* nn's internal interface, for src/nn and the layers that may build on nn (src/optim,
+ * src/dist: docs/ARCHITECTURE.md); not public. nn itself calls nothing of theirs. */
 #ifndef EM_NN_INTERNAL_H
 #define EM_NN_INTERNAL_H
 
 #include <ember/nn.h>
-#include <ember/optim.h>
 #include "../core/internal_api.h"
 
-/* Return t (a reference owned by the current code) from a function that opened scope s:
- * ends s and hands t to the caller's scope, like any op result. */
-em_tensor *em__scope_return(em_scope s, em_tensor *t);
-
-/* Optimizers created on a module register with it so that em_module_to moves their state. */
-em_status em__module_attach_optimizer(em_module *m, em_optimizer *opt);
-void em__module_detach_optimizer(em_module *m, em_optimizer *opt);
-/* Move every state tensor of opt to its parameter's device and dtype (optim/optimizer.c). */
-em_status em__optim_sync_state(em_optimizer *opt);
-/* The module opt was created on is being freed. */
-void em__optim_forget_module(em_optimizer *opt);
+/* ---- listeners: what keeps state about a module's tensors (an optimizer, src/optim) hears
+ * what happens to the module, so that nn never calls the layers above it ----
+ * moved(ctx): em_module_to / em_module_to_dtype moved tensors of the module's tree (the
+ *   module listened to, a descendant of it, or an ancestor); move what you keep to match.
+ *   A failure is returned by the move (the listeners after it are not told).
+ * freed(ctx): the module is being freed: forget it, and do not unlisten (it is going). */
+typedef struct em_module_listener {
+    em_status (*moved)(void *ctx);
+    void (*freed)(void *ctx);
+} em_module_listener;
+/* Listen to m (EM_ERR_OUT_OF_MEMORY, recorded, if the list cannot grow), and stop. */
+em_status em__module_listen(em_module *m, const em_module_listener *l, void *ctx);
+void em__module_unlisten(em_module *m, const em_module_listener *l, void *ctx);
 
 /* The "format" metadata value of a training checkpoint (optim/checkpoint.c). */
 #define EM__CHECKPOINT_FORMAT "ember.checkpoint.v1"

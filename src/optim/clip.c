@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
+#include <ember/optim.h>
 #include "../core/internal_api.h"
 #include "../nn/nn_internal.h"
 

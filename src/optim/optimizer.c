@@ -7,6 +7,7 @@
 #include <string.h>
 #include <ember/autograd.h>
 #include <ember/ops.h>
+#include <ember/parallel.h>
 #include "../core/internal_api.h"
 #include "../nn/nn_internal.h"
 #include "optim_internal.h"
@@ -58,6 +59,28 @@ static bool check(bool ok, const char *msg, double v) {
     return ok;
 }
 
+/* Move every state tensor of opt to its parameter's device and dtype: the module's tensors
+ * were moved (em_module_to), or are about to be stepped. */
+static em_status sync_state(em_optimizer *opt) {
+    for (int i = 0; i < opt->n; i++) {
+        em_tensor *p = opt->ps[i].p;
+        for (int k = 0; k < ST_COUNT; k++) {
+            em_tensor *s = opt->ps[i].state[k];
+            if (!s || (em_device_equal(em_device_of(s), em_device_of(p)) && em_dtype_of(s) == em_dtype_of(p)))
+                continue;
+            em_status st = em__tensor_move_(s, em_device_of(p), em_dtype_of(p));
+            if (st != EM_OK) return st;
+        }
+    }
+    return EM_OK;
+}
+
+/* The optimizer listens to its module (nn_internal.h): moves move its state, and the
+ * module's free leaves it without one. */
+static em_status module_moved(void *opt) { return sync_state(opt); }
+static void module_freed(void *opt) { ((em_optimizer *)opt)->module = NULL; }
+static const em_module_listener module_listener = {module_moved, module_freed};
+
 static em_optimizer *optim_new(em_module *m, opt_kind kind) {
     if (!m) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "optimizer: module is NULL");
@@ -82,7 +105,7 @@ static em_optimizer *optim_new(em_module *m, opt_kind kind) {
     o->ps = ps;
     o->kind = kind;
     o->module = m;
-    if (em__module_attach_optimizer(m, o) != EM_OK) {
+    if (em__module_listen(m, &module_listener, o) != EM_OK) {
         o->module = NULL;
         em_optim_free(o);
         return NULL;
@@ -131,29 +154,13 @@ em_optimizer *em_adamw(em_module *m, double lr) { return adam_new(m, em_adamw_de
 
 void em_optim_free(em_optimizer *opt) {
     if (!opt) return;
-    if (opt->module) em__module_detach_optimizer(opt->module, opt);
+    if (opt->module) em__module_unlisten(opt->module, &module_listener, opt);
     for (int i = 0; i < opt->n; i++) {
         em_release(opt->ps[i].p);
         for (int k = 0; k < ST_COUNT; k++) em_release(opt->ps[i].state[k]);
     }
     free(opt->ps);
     free(opt);
-}
-
-void em__optim_forget_module(em_optimizer *opt) { opt->module = NULL; }
-
-em_status em__optim_sync_state(em_optimizer *opt) {
-    for (int i = 0; i < opt->n; i++) {
-        em_tensor *p = opt->ps[i].p;
-        for (int k = 0; k < ST_COUNT; k++) {
-            em_tensor *s = opt->ps[i].state[k];
-            if (!s || (em_device_equal(em_device_of(s), em_device_of(p)) && em_dtype_of(s) == em_dtype_of(p)))
-                continue;
-            em_status st = em__tensor_move_(s, em_device_of(p), em_dtype_of(p));
-            if (st != EM_OK) return st;
-        }
-    }
-    return EM_OK;
 }
 
 #define OPT_CHECK(opt, fn)                                                                  \
@@ -344,7 +351,7 @@ static em_status adam_prepare(em_optimizer *opt) {
 
 em_status em_step(em_optimizer *opt) {
     OPT_CHECK(opt, "em_step");
-    em_status st = em__optim_sync_state(opt); /* parameters may have moved behind our back */
+    em_status st = sync_state(opt); /* parameters may have moved behind our back */
     if (st != EM_OK) return st;
     em_grad_mode mode = em_no_grad_begin();
     if (opt->kind != OPT_SGD) {
@@ -362,6 +369,16 @@ em_status em_step(em_optimizer *opt) {
     em_no_grad_end(mode);
     if (st == EM_OK) opt->steps++;
     return st;
+}
+
+/* DataParallel's step (include/ember/parallel.h) is the optimizer's step, then nn's
+ * em_dp_sync: it lives here, since optim builds on nn and nn calls nothing of optim's. */
+em_status em_dp_step(em_dp *dp, em_optimizer *opt) {
+    if (!dp || !opt)
+        return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_dp_step: %s is NULL",
+                                                         dp ? "the optimizer" : "the em_dp");
+    em_status st = em_step(opt);
+    return st != EM_OK ? st : em_dp_sync(dp);
 }
 
 double em_optim_lr(const em_optimizer *opt) { return opt ? opt->lr : NAN; }

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 
 /* EMBER_CPU_LOWP_GEMM: 0 another path, 1 unset (this kernel where it is the faster), 2 "amx" */
 static int choice(void) {

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ember/device.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "cpu_amx.h"
 #include "cpu_gemm.h"
 #include "cpu_sgemm_dnnl.h"

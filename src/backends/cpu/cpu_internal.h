@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 #include "../backend.h"
-#include "../../core/errors.h"
+#include "../../core/tensor_impl.h" /* the tensors of an op call */
+#include "../../util/errors.h"
 #include "cpu_threads.h"
 #include <stdatomic.h>
 

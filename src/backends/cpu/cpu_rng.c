@@ -1,8 +1,8 @@
-/* Random tensors from Philox 4x32-10 following src/core/philox.h's contract exactly: element i
+/* Random tensors from Philox 4x32-10 following src/kernels/philox.h's contract exactly: element i
  * (row-major) of out uses counter offset + i, whatever out's strides or the thread count.
  * Every kind, normal included, equals the OpenCL and CUDA kernels' bits (src/kernels/rng.k). */
 #include "cpu_internal.h"
-#include "../../core/philox.h"
+#include "../../kernels/philox.h"
 
 #define BLOCK 256
 

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "cuda_smi.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
@@ -476,6 +476,35 @@ static void cuda_event_destroy(void *event) {
     free(e);
 }
 
+/* ---- native handles, for NCCL (backend.h) ---- */
+
+static em_status cuda_native_enter(int index, void **queue, void **restore) {
+    CUcontext prev = em__cuda_ctx_save();
+    em_cuda_device *d = em__cuda_activate(index, "a library's call");
+    if (!d) {
+        em__cuda_ctx_restore(prev);
+        return em_last_status();
+    }
+    *queue = d->stream;
+    *restore = prev;
+    return EM_OK;
+}
+
+static void cuda_native_leave(void *restore) { em__cuda_ctx_restore((CUcontext)restore); }
+
+/* A raw allocation's handle is its CUdeviceptr. */
+static uintptr_t cuda_native_address(int index, void *handle, size_t offset) {
+    (void)index;
+    return (uintptr_t)handle + offset;
+}
+
+static void *cuda_native_library(const char *name, int *version, const char **reason) {
+    if (name && !strcmp(name, "nccl")) return em__cuda_nccl(version, reason);
+    if (version) *version = 0;
+    if (reason) *reason = "the CUDA backend loads no such library (it knows \"nccl\")";
+    return NULL;
+}
+
 void em__cuda_backend_reset(void) {
     /* What the allocators hold came from this driver: give it back while it is loaded
      * (outside g_lock: freeing calls back into the backend). */
@@ -554,6 +583,10 @@ const em_backend em_cuda_backend = {
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .event_destroy = cuda_event_destroy,
+    .native_enter = cuda_native_enter,
+    .native_leave = cuda_native_leave,
+    .native_address = cuda_native_address,
+    .native_library = cuda_native_library,
     .gpu = &em__cuda_gpu,
     .supports = cuda_supports,
     .run = cuda_run,

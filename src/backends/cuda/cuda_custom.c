@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "cuda_launch.h"
 #include "../../kernels/kernel_text.h"
 #include "cuda_kernels.h"

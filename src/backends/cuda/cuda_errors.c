@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 
 /* Numbers from cuda.h; kept here so the reason works even when built without headers. */
 enum {

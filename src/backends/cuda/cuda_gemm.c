@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "cuda_launch.h"
 #include "../../memory/allocator.h"
 #include <ember/memory.h>

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../backend.h"
+#include "../../core/tensor_impl.h" /* the tensors of an op call */
 #include "cuda_loader.h"
 
 /* ---- reason strings: pure functions, unit-tested without a GPU ---- */

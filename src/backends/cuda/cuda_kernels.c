@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "../../kernels/kernel_text.h"
 #include "cuda_kernels.h"
 

@@ -4,7 +4,7 @@
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "cuda_kernels.h"
 #include "cuda_launch.h"
 

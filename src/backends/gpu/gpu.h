@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../backend.h"
+#include "../../core/tensor_impl.h" /* the tensors of an op call */
 #include "../../kernels/layout.h"
 
 typedef enum em_karg_kind {

@@ -2,7 +2,7 @@
  * Tensors arrive contiguous (backend.h), so each kernel takes its buffers, their element
  * offsets and the window geometry by value. */
 #include <stdio.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "gpu_internal.h"
 
 _Static_assert(sizeof(em_window2d) == 16 * sizeof(int64_t), "em_window2d must match conv.k's emk_win2d");

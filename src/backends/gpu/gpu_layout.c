@@ -2,7 +2,7 @@
 #include "gpu.h"
 
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 
 em_status em__gpu_elem_offset(const em_tensor *t, int64_t *out) {
     size_t es = em_dtype_size(t->dtype);

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "gpu_internal.h"
 
 /* ---- shared helpers (gpu_internal.h) ---- */

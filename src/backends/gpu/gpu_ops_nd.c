@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "gpu_internal.h"
 
 static int64_t block_cap(const em_gpu *g, int dev) {

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "gpu_internal.h"
 
 /* the flags of optim.k */

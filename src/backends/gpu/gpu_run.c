@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "gpu_internal.h"
 
 bool em__gpu_dtype_ok(em_op op, em_dtype dt) {

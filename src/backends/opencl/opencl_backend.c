@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "opencl_internal.h"
 
 #define CL_DEVICE_GLOBAL_FREE_MEMORY_AMD_ 0x4039

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "../../kernels/kernel_text.h"
 #include "opencl_internal.h"
 

@@ -1,7 +1,7 @@
 /* Events for the OpenCL backend (backend.h's event slots): a marker queued after the work
  * queued so far, so the pinned cache can wait for one copy instead of a clFinish. */
 #include <stdlib.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "opencl_internal.h"
 
 typedef struct ocl_event {

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "opencl_internal.h"
 
 /* CLBlast's C API (clblast_c.h), the two entry points used */

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include "../backend.h"
+#include "../../core/tensor_impl.h" /* the tensors of an op call */
 #include "../gpu/gpu.h"
 
 /* A program and the kernels created from it, per device (library or user program). */

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "../../core/errors.h"
+#include "../../util/errors.h"
 #include "../../kernels/kernel_text.h"
 #include "opencl_internal.h"
 

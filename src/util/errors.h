@@ -1,6 +1,7 @@
-/* Internal error helpers. The public face is include/ember/error.h. */
-#ifndef EM_CORE_ERRORS_H
-#define EM_CORE_ERRORS_H
+/* Internal error helpers over the thread-local sticky error (errors.c); the public face is
+ * include/ember/error.h. At the bottom with util: every layer reports through it. */
+#ifndef EM_UTIL_ERRORS_H
+#define EM_UTIL_ERRORS_H
 
 #include <ember/error.h>
 

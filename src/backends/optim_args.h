@@ -1,13 +1,14 @@
-/* The scalars of a fused optimizer step, shared by core's dispatch (src/core/ops_optim.c),
- * the optimizers that fill them (src/optim/) and the backends' kernels. */
-#ifndef EM_CORE_OPTIM_ARGS_H
-#define EM_CORE_OPTIM_ARGS_H
+/* The scalars of a fused optimizer step: the `arg` of an optimizer step's op call
+ * (op_call.h), read by the backends' kernels, checked by core's dispatch
+ * (src/core/ops_optim.c), and filled by the optimizers (src/optim/, through internal_api.h). */
+#ifndef EM_BACKENDS_OPTIM_ARGS_H
+#define EM_BACKENDS_OPTIM_ARGS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 /* Scalars of one fused optimizer step (PyTorch 1.13's single-tensor formulas). The
- * derived constants (em__optim_consts in src/backends/backend.h) are computed on the host,
+ * derived constants (em__optim_consts in op_call.h) are computed on the host,
  * once, the way optimizer.c's op-by-op path computes its scalar arguments, so that every
  * backend rounds exactly like it. */
 /* The slots of the loss scaler's float32 state (backend.h's amp_unscale / amp_update). */
@@ -30,7 +31,7 @@ typedef struct em_optim_args {
      * step - skipped (the steps actually taken) instead of bias_correction1/2. */
     const struct em_tensor *amp;
     int64_t step;     /* Adam: this parameter's step count, this step included */
-    /* Adam, backends with fused_adam_lowp only: also write p's new value cast to lowp_out's
+    /* Adam, on a backend whose supports accepts it: also write p's new value cast to lowp_out's
      * dtype (bf16 or f16; contiguous, p's shape and device), rounded as a cast rounds. NULL:
      * none (src/core/lowp_shadow.c). */
     struct em_tensor *lowp_out;

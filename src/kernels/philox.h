@@ -30,8 +30,8 @@
  *   bernoulli (p0):    v = 1 if u < p0 (u as for uniform, compared in double) else 0.
  * Then v is converted to the output dtype (f16/bf16: round to nearest even from float).
  * Core advances the generator's offset by at least n after each draw. */
-#ifndef EM_CORE_PHILOX_H
-#define EM_CORE_PHILOX_H
+#ifndef EM_KERNELS_PHILOX_H
+#define EM_KERNELS_PHILOX_H
 
 #ifndef EM_PHILOX_FN
 #include <stdint.h>

@@ -1,14 +1,57 @@
-/* Memory estimates for an Ember model or checkpoint: walks its layers (nn owns modules and
- * the checkpoint format) and feeds the counts to em_estimate_memory (src/memory/estimate.c). */
+/* Memory estimates (include/ember/estimate.h) where both the optimizers and the models are
+ * known: optim, which builds on nn. What each optimizer keeps per parameter is said here; the
+ * arithmetic is memory's (src/memory/estimate.c, through internal_api.h). An Ember model or
+ * checkpoint is walked through nn's public calls (its layers' kinds and shapes) and the
+ * counts fed to the same arithmetic. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <ember/estimate.h>
 #include <ember/io.h>
 #include <ember/nn.h>
 #include <ember/tensor.h>
-#include "nn_internal.h"
+#include "../core/internal_api.h"
+#include "../nn/nn_internal.h"
+
+/* ---- the optimizers ---- */
+
+/* What each em_estimate_optimizer keeps per trainable parameter, in the enum's order: the
+ * states optimizer.c makes (momentum_buffer; exp_avg and exp_avg_sq, without amsgrad's
+ * max_exp_avg_sq), and the name the parser takes. */
+static const em_estimate_states optimizer_states[] = {
+    [EM_ESTIMATE_SGD] = {0, "plain SGD keeps no state", "sgd"},
+    [EM_ESTIMATE_SGD_MOMENTUM] = {1, "SGD with momentum keeps 1 buffer", "sgd-momentum"},
+    [EM_ESTIMATE_ADAM] = {2, "Adam keeps 2 states (exp_avg, exp_avg_sq)", "adam"},
+    [EM_ESTIMATE_ADAMW] = {2, "AdamW keeps 2 states (exp_avg, exp_avg_sq)", "adamw"},
+};
+#define N_OPTIMIZERS ((int)(sizeof optimizer_states / sizeof *optimizer_states))
+
+static const em_estimate_states *states_of(em_estimate_optimizer o) {
+    return (unsigned)o < (unsigned)N_OPTIMIZERS ? &optimizer_states[o] : NULL;
+}
+
+em_status em_estimate_parse_optimizer(const char *s, em_estimate_optimizer *out) {
+    for (int i = 0; s && i < N_OPTIMIZERS; i++)
+        if (!strcasecmp(s, optimizer_states[i].name)) {
+            *out = (em_estimate_optimizer)i;
+            return EM_OK;
+        }
+    return em_error(EM_ERR_ARGUMENT, "unknown optimizer '%s': expected sgd, sgd-momentum, adam or adamw",
+                    s ? s : "(null)");
+}
+
+const char *em_estimate_optimizer_name(em_estimate_optimizer o) {
+    const em_estimate_states *st = states_of(o);
+    return st ? st->name : "?";
+}
+
+em_status em_estimate_memory(const em_estimate_opts *o, em_estimate *out) {
+    return em__estimate_memory(o, o ? states_of(o->optimizer) : NULL, out);
+}
+
+/* ---- models and checkpoints ---- */
 
 /* What the layers of a model keep per sample, in elements (see the header). */
 typedef struct model_walk {
