@@ -411,7 +411,8 @@ em_status em_rope_inv_freq(const em_rope_config *cfg, float *inv_freq) {
     } else if (cfg->scaling == EM_ROPE_LLAMA3) {
         /* _compute_llama3_parameters: wavelengths above old / low_freq_factor are divided
          * by factor, below old / high_freq_factor kept, and blended in between */
-        float factor = (float)cfg->factor, lo = (float)cfg->low_freq_factor, hi = (float)cfg->high_freq_factor;
+        float factor = (float)cfg->factor, lo = (float)cfg->low_freq_factor;
+        float span = (float)(cfg->high_freq_factor - cfg->low_freq_factor); /* a Python float, then float32 */
         float old = (float)cfg->original_max_position_embeddings;
         float lo_wave = (float)(cfg->original_max_position_embeddings / cfg->low_freq_factor);
         float hi_wave = (float)(cfg->original_max_position_embeddings / cfg->high_freq_factor);
@@ -420,7 +421,7 @@ em_status em_rope_inv_freq(const em_rope_config *cfg, float *inv_freq) {
             float f = inv_freq[k], wave = (1.0f / f) * two_pi; /* 2 pi / t: t.reciprocal() * 2 pi */
             float scaled_f = wave > lo_wave ? f / factor : f;
             if (!(wave < hi_wave) && !(wave > lo_wave)) {
-                float smooth = (old * (1.0f / wave) - lo) / (hi - lo);
+                float smooth = (old * (1.0f / wave) - lo) / span;
                 scaled_f = (1.0f - smooth) * scaled_f / factor + smooth * scaled_f;
             }
             inv_freq[k] = scaled_f;
