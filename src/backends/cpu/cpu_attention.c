@@ -14,8 +14,8 @@
  *             dk = scale dS^T q
  * Grouped-query attention: query head h reads key/value head h / G (G = Hq / Hkv). The
  * forward runs one task per (batch, key/value head, part) over all G * L query rows of the
- * group, so a key block is converted and transposed once for the G heads that share it: a
- * decoding step (L = 1) then multiplies the group's G query rows at once. Where those tasks
+ * group, so a key block is converted (and, for many rows, transposed) once for the G heads that
+ * share it: a decoding step (L = 1) then multiplies the group's G query rows at once. Where those tasks
  * are fewer than the threads and the rows few (decoding), the keys are split into parts
  * whose partial softmax sums are merged afterwards (flash-decoding); long row sets
  * (prefill) split over rows instead. Backward runs one task per (batch, key/value head):
@@ -78,8 +78,9 @@ static inline float *atf(const operand *o, int64_t b, int64_t h, int64_t r) { re
 
 /* n rows of cols elements from (b, h, r0) as float32 into buf (row stride cols) */
 static void load_rows(float *buf, const operand *o, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t cols) {
-    if (o->dt == EM_F32 && o->sr == cols) {
-        memcpy(buf, at(o, b, h, r0), sizeof(float) * (size_t)(n * cols));
+    if (o->sr == cols) { /* one run: one cast (a cache's rows are) */
+        if (o->dt == EM_F32) memcpy(buf, at(o, b, h, r0), sizeof(float) * (size_t)(n * cols));
+        else em__cpu_load_block(buf, at(o, b, h, r0), (int64_t)em__cpu_esize(o->dt), n * cols, o->dt);
         return;
     }
     for (int64_t r = 0; r < n; r++) em__cpu_load_block(buf + r * cols, at(o, b, h, r0 + r), (int64_t)em__cpu_esize(o->dt), cols, o->dt);
@@ -185,15 +186,78 @@ static void finish_row(const sdpa_job *j, int64_t b, int64_t h, int64_t i, float
     if (j->lse) j->lse[(b * j->Hq + h) * j->L + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
+#define FEW_ROWS (2 * SDPA_ROWS) /* at most this many rows per task: keys by blocks, untransposed */
+#define KEY_BLOCK 256           /* keys per block of the few-rows path (16-bit ones converted) */
+
+/* The task's rows of (b, kvh) against keys [s0, kend) for a few rows (decoding): all rows'
+ * scores at once (rows x keys), each key block of k converted once where 16-bit and
+ * multiplied untransposed, then P v block by block into the accumulators. No pass over k or
+ * v but the one that reads them. */
+static void fwd_few(sdpa_job *j, int64_t t, int64_t b, int64_t kvh, int64_t r0, int64_t r1, int64_t s0, int64_t kend,
+                    float *sb, float *kf, float *vf, float *qb, float *ob, float *tmp) {
+    int64_t E = j->E, Ev = j->Ev, R = j->G * j->L, rows = r1 - r0, nk = kend > s0 ? kend - s0 : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t row = r0 + r;
+        load_rows(qb + r * E, &j->q, b, kvh * j->G + row / j->L, row % j->L, 1, E);
+    }
+    for (int64_t k0 = 0; k0 < nk; k0 += KEY_BLOCK) {
+        int64_t nb = nk - k0 < KEY_BLOCK ? nk - k0 : KEY_BLOCK;
+        const float *kr = kf;
+        int64_t ksr = E;
+        if (j->k.dt == EM_F32) {
+            kr = atf(&j->k, b, kvh, s0 + k0);
+            ksr = j->k.sr;
+        } else {
+            load_rows(kf, &j->k, b, kvh, s0 + k0, nb, E);
+        }
+        gemm(false, true, rows, nb, E, j->scale, qb, E, kr, ksr, 0.0f, sb + k0, nk, tmp);
+    }
+    float m[FEW_ROWS], l[FEW_ROWS];
+    for (int64_t r = 0; r < rows; r++) {
+        float *pr = sb + r * nk;
+        m[r] = mask_and_shift(j, pr, b, (r0 + r) % j->L, s0, nk);
+        em__cpu_vexp_f32(pr, pr, nk);
+        l[r] = row_sum(pr, nk);
+    }
+    for (int64_t k0 = 0; k0 < nk || k0 == 0; k0 += KEY_BLOCK) {
+        int64_t nb = nk - k0 < KEY_BLOCK ? nk - k0 : KEY_BLOCK;
+        const float *vr = vf;
+        int64_t vsr = Ev;
+        if (nb > 0 && j->v.dt == EM_F32) {
+            vr = atf(&j->v, b, kvh, s0 + k0);
+            vsr = j->v.sr;
+        } else if (nb > 0) {
+            load_rows(vf, &j->v, b, kvh, s0 + k0, nb, Ev);
+        }
+        gemm(false, false, rows, Ev, nb, 1.0f, sb + k0, nk, vr, vsr, k0 == 0 ? 0.0f : 1.0f, ob, Ev, tmp);
+        if (nk == 0) break;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t row = r0 + r;
+        float *acc = ob + r * Ev;
+        if (!j->split_keys) {
+            finish_row(j, b, kvh * j->G + row / j->L, row % j->L, acc, m[r], l[r]);
+        } else {
+            float *ml = j->part_ml + (t * R + row) * 2;
+            ml[0] = m[r];
+            ml[1] = l[r];
+            memcpy(j->part_acc + (t * R + row) * Ev, acc, sizeof(float) * (size_t)Ev);
+        }
+    }
+}
+
 static void sdpa_fwd_tasks(void *arg, int64_t t0, int64_t t1) {
     sdpa_job *j = arg;
     int64_t S = j->S, E = j->E, Ev = j->Ev, R = j->G * j->L;
     int64_t maxk = j->split_keys ? j->keys_per_part : S;
-    /* k^T, v (16-bit: as float32), the scores block, the block's q rows and output rows,
-     * the block's {m, l}; beta is 0 throughout, so the no-BLAS GEMM needs no product buffer */
+    bool few = (j->split_keys ? R : j->rows_per_part) <= FEW_ROWS;
+    /* many rows: k^T, v (16-bit: as float32), the scores block, the block's q rows and output
+     * rows (beta is 0 throughout, so the no-BLAS GEMM needs no product buffer); a few: all
+     * rows' scores, a key block of k and of v, the rows' q and accumulators, a GEMM product */
     size_t kt_n = (size_t)E * (size_t)maxk, v_n = j->v.dt == EM_F32 ? 0 : (size_t)maxk * (size_t)Ev;
     size_t k_n = j->k.dt == EM_F32 ? 0 : (size_t)maxk * (size_t)E;
     size_t total = kt_n + v_n + k_n + (size_t)SDPA_ROWS * ((size_t)maxk + (size_t)E + (size_t)Ev);
+    if (few) total = (size_t)FEW_ROWS * ((size_t)maxk + (size_t)E + 2 * (size_t)Ev) + (size_t)KEY_BLOCK * (size_t)(E + Ev);
     float *buf = malloc(sizeof(float) * total);
     if (!buf) {
         atomic_store(&j->oom, true);
@@ -216,18 +280,25 @@ static void sdpa_fwd_tasks(void *arg, int64_t t0, int64_t t1) {
         int64_t last_i = r1 - r0 >= j->L ? j->L - 1 : 0;
         for (int64_t r = r0; r < r1 && last_i < j->L - 1; r++) last_i = r % j->L > last_i ? r % j->L : last_i;
         int64_t kend = visible_end(j, last_i) < s1 ? visible_end(j, last_i) : s1, nk = kend > s0 ? kend - s0 : 0;
+        if (few) {
+            float *sbf = buf, *qbf = sbf + (size_t)FEW_ROWS * maxk, *obf = qbf + (size_t)FEW_ROWS * E,
+                  *tmp = obf + (size_t)FEW_ROWS * Ev, *kbf = tmp + (size_t)FEW_ROWS * Ev, *vbf = kbf + (size_t)KEY_BLOCK * E;
+            fwd_few(j, t, b, kvh, r0, r1, s0, kend, sbf, kbf, vbf, qbf, obf, tmp);
+            continue;
+        }
+        /* many rows: k transposed once (BLAS multiplies by a transposed right operand slowly) */
+        bool many = r1 - r0 > 2 * SDPA_ROWS;
+        const float *krows = NULL;
+        int64_t ksr = E;
         if (nk > 0) {
-            const float *krows;
-            int64_t ksr;
             if (j->k.dt == EM_F32) {
                 krows = atf(&j->k, b, kvh, s0);
                 ksr = j->k.sr;
             } else {
                 load_rows(kf, &j->k, b, kvh, s0, nk, E);
                 krows = kf;
-                ksr = E;
             }
-            transpose(krows, nk, E, ksr, kt);
+            if (many) transpose(krows, nk, E, ksr, kt);
         }
         const float *vrows = NULL;
         int64_t vsr = Ev;
@@ -248,7 +319,8 @@ static void sdpa_fwd_tasks(void *arg, int64_t t0, int64_t t1) {
             /* the block's keys: up to its last query's causal end */
             int64_t bend = visible_end(j, bi) < kend ? visible_end(j, bi) : kend, sc = bend > s0 ? bend - s0 : 0;
             float m[SDPA_ROWS], l[SDPA_ROWS];
-            if (sc > 0) gemm(false, false, rows, sc, E, j->scale, qb, E, kt, nk, 0.0f, sb, sc, NULL);
+            if (sc > 0 && many) gemm(false, false, rows, sc, E, j->scale, qb, E, kt, nk, 0.0f, sb, sc, NULL);
+            else if (sc > 0) gemm(false, true, rows, sc, E, j->scale, qb, E, krows, ksr, 0.0f, sb, sc, NULL);
             for (int64_t r = 0; r < rows; r++) {
                 int64_t row = rb + r, i = row % j->L;
                 float *pr = sb + r * sc;

@@ -170,12 +170,13 @@ static em_status cpu_synchronize(int index) {
 }
 
 /* What the CPU runs: every op of the list in the dtypes its DTYPES column gives, except the
- * convolution library's passes where Ember is built without oneDNN, and the fused
- * attention's float64 (forward: f32, f16, bf16; backward: f32). */
+ * convolution library's passes where Ember is built without oneDNN, the fused attention's
+ * float64 (forward: f32, f16, bf16; backward: f32) and the rotary embedding's f16/bf16. */
 static bool cpu_supports(const em_op_call *c) {
     if (!em__op_dtype_ok(c->op, c->dtype)) return false;
     switch (c->op) {
     case EM_OP_SDPA: return c->dtype != EM_F64;
+    case EM_OP_ROPE: return c->dtype == EM_F32 || c->dtype == EM_F64; /* 16-bit: composed (cpu_lm.c) */
     case EM_OP_SDPA_BACKWARD: return c->dtype == EM_F32;
     case EM_OP_CONV2D:
     case EM_OP_CONV2D_BACKWARD_INPUT:

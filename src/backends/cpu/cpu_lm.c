@@ -9,7 +9,11 @@
  * MLP rounds silu(gate) before the product with up, and its rotary embedding rounds both
  * products before their sum. Matching those roundings makes a bf16 model's logits the same
  * bits as transformers' rather than merely close. The backward passes compute in float32 and
- * round once (autograd's composition rounds at every op; one rounding is closer to exact). */
+ * round once (autograd's composition rounds at every op; one rounding is closer to exact).
+ * The rotary embedding is float32/float64 only here: for f16/bf16 the CPU's supports says no
+ * and core composes it (the same ops as transformers, so the same bits), because rows of 64
+ * or 128 16-bit elements measured faster composed than converted and rounded row by row
+ * (bench/lm_ops.c). */
 #include <math.h>
 #include <stdlib.h>
 #include "cpu_internal.h"
@@ -276,67 +280,35 @@ static void rope_rows_f64(void *arg, int64_t r0, int64_t r1) {
     }
 }
 
-/* float32 rows (16-bit ones loaded into float32 first, each product rounded to the dtype) */
+/* float32 rows: p = x cos, q = rotate_half(x) sin (forward) or rotate_half^T(x sin)
+ * (backward), out = p + q */
 static void rope_rows_f32(void *arg, int64_t r0, int64_t r1) {
-    lm_job *j = arg;
+    const lm_job *j = arg;
     int64_t D = j->n, h2 = D / 2;
-    bool wide = j->dt != EM_F32;
-    float *buf = malloc(sizeof(float) * (size_t)D * 5 + sizeof(uint16_t) * (size_t)D);
-    if (!buf) {
-        atomic_store(&j->oom, true);
-        return;
-    }
-    float *xf = buf, *cf = buf + D, *sf = buf + 2 * D, *p = buf + 3 * D, *q = buf + 4 * D;
-    uint16_t *tmp = (uint16_t *)(buf + 5 * D);
-    int64_t loaded = -1; /* the cos/sin row in cf, sf */
     for (int64_t r = r0; r < r1; r++) {
         int64_t b = r / (j->H * j->T), hh = r / j->T % j->H, t = r % j->T;
-        int64_t xo = b * j->sb + hh * j->sh + t * j->st, cr = ((j->per_batch ? b * j->T : 0) + t) * D;
-        const float *x, *c, *s;
-        if (wide) {
-            em__cpu_load_block(xf, at_c(j->a, xo, j->dt), 2, D, j->dt);
-            if (cr != loaded) {
-                em__cpu_load_block(cf, at_c(j->b, cr, j->dt), 2, D, j->dt);
-                em__cpu_load_block(sf, at_c(j->c, cr, j->dt), 2, D, j->dt);
-                loaded = cr;
-            }
-            x = xf, c = cf, s = sf;
-        } else {
-            x = (const float *)j->a + xo;
-            c = (const float *)j->b + cr;
-            s = (const float *)j->c + cr;
-        }
-        float *y = wide ? xf : (float *)j->o0 + r * D;
-        /* p = x cos, q = rotate_half(x) sin (forward) or rotate_half^T(x sin) (backward) */
-        EM_CPU_VLOOP(D, p[i] = x[i] * c[i];)
+        const float *x = (const float *)j->a + b * j->sb + hh * j->sh + t * j->st;
+        int64_t cr = ((j->per_batch ? b * j->T : 0) + t) * D;
+        const float *c = (const float *)j->b + cr, *s = (const float *)j->c + cr;
+        float *y = (float *)j->o0 + r * D;
         if (!j->backward) {
-            EM_CPU_VLOOP(h2, q[i] = -x[i + h2] * s[i]; q[i + h2] = x[i] * s[i + h2];)
+            EM_CPU_VLOOP(h2, y[i] = x[i] * c[i] - x[i + h2] * s[i]; y[i + h2] = x[i + h2] * c[i + h2] + x[i] * s[i + h2];)
         } else {
-            EM_CPU_VLOOP(h2, q[i] = x[i + h2] * s[i + h2]; q[i + h2] = -x[i] * s[i];)
+            EM_CPU_VLOOP(h2, y[i] = x[i] * c[i] + x[i + h2] * s[i + h2]; y[i + h2] = x[i + h2] * c[i + h2] - x[i] * s[i];)
         }
-        if (wide) {
-            round_to(j->dt, p, D, tmp);
-            round_to(j->dt, q, D, tmp);
-        }
-        EM_CPU_VLOOP(D, y[i] = p[i] + q[i];)
-        if (wide) em__cpu_store_block(at_m(j->o0, r * D, j->dt), 2, D, j->dt, y);
     }
-    free(buf);
 }
 
 em_status em__cpu_rope(const em_op_call *call) {
     const em_tensor *x = call->src[0];
     int64_t D = call->i[0];
-    if (D <= 0 || D % 2 || call->i[1] <= 0 || call->i[2] <= 0)
-        return em_error(EM_ERR_INTERNAL, "cpu: rope expects rows of an even D > 0 and H, T > 0");
+    if (D <= 0 || D % 2 || call->i[1] <= 0 || call->i[2] <= 0 || (x->dtype != EM_F32 && x->dtype != EM_F64))
+        return em_error(EM_ERR_INTERNAL, "cpu: rope expects f32/f64 rows of an even D > 0 and H, T > 0");
     lm_job j = {.dt = x->dtype, .o0 = em__host_ptr(call->dst[0]), .a = em__host_ptr(x),
                 .b = em__host_ptr(call->src[1]), .c = em__host_ptr(call->src[2]), .n = D, .H = call->i[1],
                 .T = call->i[2], .sb = call->i[3], .sh = call->i[4], .st = call->i[5], .per_batch = call->i[6] != 0,
                 .backward = call->i[7] != 0};
-    atomic_init(&j.oom, false);
-    /* x's elements from its first one (em__host_ptr is the view's first element) */
     em__cpu_parallel_for(em__cpu_numel(call->dst[0]) / D, EM_CPU_PARALLEL_ELEMS / (4 * D) + 1,
                          x->dtype == EM_F64 ? rope_rows_f64 : rope_rows_f32, &j);
-    if (atomic_load(&j.oom)) return em_error(EM_ERR_OUT_OF_MEMORY, "rope: out of host memory for a row buffer");
     return EM_OK;
 }
