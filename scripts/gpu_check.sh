@@ -272,7 +272,7 @@ s_ctest() {
     note "$(grep -E '^[0-9]+% tests passed' "$LOGS/ctest.log" 2>/dev/null | tail -n1)$pocl"
     return $rc
 }
-GOLDEN='^(test_golden_ops|test_backend_ops|test_backend_ops_nd|test_optim_golden)$'
+GOLDEN='^(test_golden_ops|test_backend_ops|test_backend_ops_nd|test_optim_golden|test_lm_golden)$'
 s_blocking() {
     export STEP_NAME=blocking
     grep -q EMBER_CUDA_LAUNCH_BLOCKING "$ROOT/src/backends/cuda/cuda_backend.c" ||

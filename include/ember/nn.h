@@ -171,6 +171,58 @@ EM_API em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em
  * attention). True on the CPU unless the environment sets EMBER_ATTENTION=composed; false
  * where the backend composes matmul, softmax and matmul (OpenCL, CUDA today). */
 EM_API bool em_sdpa_fused(em_device_type t);
+/* ---- the language models' ops (Llama, Mistral, Qwen2 as transformers computes them) ---- */
+/* F.rms_norm and HF's LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) over the last
+ * normalized_shape.ndim dims, computed in float32 for f16/bf16 x and rounded to x's dtype,
+ * then times weight ([normalized_shape], NULL for none; rounded again). eps >= 0 (PyTorch's
+ * default, None, is the dtype's machine epsilon). One kernel forward and one backward where
+ * the backend has them; under a CUDA/OpenCL autocast region it runs in float32 (PyTorch's
+ * CUDA list). */
+EM_API em_tensor *em_rms_norm(em_tensor *x, em_shape normalized_shape, em_tensor *weight, double eps);
+/* Rotary position embedding, HF's apply_rotary_pos_emb with rotate_half (the layout of Llama,
+ * Mistral and Qwen2 in transformers): x * cos + rotate_half(x) * sin for x [B, H, T, D] (D
+ * even, any strides) and cos, sin of one shape [T, D], [B, T, D] or [B, 1, T, D] (B may be 1),
+ * rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]). Both products are rounded to the dtype
+ * before the sum, as PyTorch's ops round them. The result is a new contiguous [B, H, T, D]. */
+EM_API em_tensor *em_rope(em_tensor *x, em_tensor *cos, em_tensor *sin);
+/* config.json's rope_scaling "rope_type" (HF's ROPE_INIT_FUNCTIONS): none, "linear", "llama3" */
+typedef enum em_rope_scaling { EM_ROPE_DEFAULT, EM_ROPE_LINEAR, EM_ROPE_LLAMA3 } em_rope_scaling;
+typedef struct em_rope_config {
+    int64_t head_dim;       /* D: hidden_size / num_attention_heads unless config.json says */
+    double theta;           /* rope_theta (10000 in Llama 2, 500000 in Llama 3) */
+    em_rope_scaling scaling;
+    double factor;          /* linear and llama3: rope_scaling["factor"] */
+    double low_freq_factor, high_freq_factor;  /* llama3 */
+    double original_max_position_embeddings;   /* llama3 */
+} em_rope_config;
+/* The D / 2 inverse frequencies into inv_freq, in transformers' float32 arithmetic (its
+ * _compute_default_rope_parameters, _linear_ and _llama3_ ones). */
+EM_API em_status em_rope_inv_freq(const em_rope_config *cfg, float *inv_freq);
+/* HF's LlamaRotaryEmbedding(x, position_ids): cos and sin [T, D] for positions [T], or
+ * [B, T, D] for [B, T] (int64 or int32, any device), computed in float32 as transformers does
+ * and then cast to dtype, on device. *cos and *sin are scoped results. */
+EM_API em_status em_rope_tables(const em_rope_config *cfg, em_tensor *positions, em_dtype dtype, em_device device,
+                                em_tensor **cos, em_tensor **sin);
+/* Attention of a decoder with a key-value cache (transformers' sdpa_attention_forward):
+ * softmax(scale q k^T + mask) v for q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev] of
+ * one floating dtype, Hq a multiple of Hkv: query head h attends with key/value head
+ * h / (Hq / Hkv) (grouped-query and multi-query attention, without repeat_kv's copies). With
+ * causal, query i is at position past + i and sees keys j <= past + i (k and v may be a
+ * whole preallocated cache: keys past the last query's position are never read). key_mask
+ * (bool [B, S], NULL for none) hides key j of sequence b where false (padding, left or right).
+ * A query row that sees no key gives zeros (PyTorch's sdpa since 2.5). The result is
+ * [B, Hq, L, Ev]. On the CPU one fused kernel (float32 accumulation for bf16/f16) whose
+ * backward recomputes the probabilities; elsewhere, and for gradients through key_mask, the
+ * composition of matmul, softmax and matmul (with k viewed per group, not repeated). A new
+ * token's keys and values go into a preallocated cache [B, Hkv, max, E] with
+ * em_copy_(em_narrow(cache, 2, past, L), k). On autocast's lower-precision lists. */
+typedef struct em_attention_opts {
+    double scale;          /* 0: 1 / sqrt(E) */
+    bool causal;
+    int64_t past;          /* with causal: the position of query 0 (the cache's fill) */
+    em_tensor *key_mask;   /* bool [B, S] or NULL */
+} em_attention_opts;
+EM_API em_tensor *em_attention(em_tensor *q, em_tensor *k, em_tensor *v, const em_attention_opts *opts);
 /* Modules, PyTorch's parameter and buffer names and defaults: */
 /* nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True): weight (ones), bias (zeros). */
 EM_API em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elementwise_affine);

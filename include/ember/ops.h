@@ -45,6 +45,10 @@ EM_API em_tensor *em_tanh(em_tensor *a);    /* hyperbolic tangent */
 EM_API em_tensor *em_sigmoid(em_tensor *a); /* 1 / (1 + e ** -a) */
 EM_API em_tensor *em_relu(em_tensor *a);    /* max(a, 0) */
 EM_API em_tensor *em_gelu(em_tensor *a);                   /* exact (erf) form, PyTorch's default */
+/* SwiGLU, silu(gate) * up for gate and up of one shape and floating dtype (Llama's MLP
+ * activation, HF's act_fn(gate_proj(x)) * up_proj(x)): one pass where the backend has the
+ * kernel, silu(gate) rounded to the dtype before the product as PyTorch's two ops round it. */
+EM_API em_tensor *em_swiglu(em_tensor *gate, em_tensor *up);
 
 /* cond ? a : b, broadcasting all three; cond must be EM_BOOL. */
 EM_API em_tensor *em_where(em_tensor *cond, em_tensor *a, em_tensor *b);

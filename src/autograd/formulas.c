@@ -96,6 +96,22 @@ static em_tensor *ag_relu_backward(em_tensor *g, em_tensor *a) {
     return fused ? fused : ag_keep_where(em_gt(a, em__ag_scalar_like(a, 0.0)), g);
 }
 
+/* SwiGLU's silu(a) * b: one kernel for both gradients where the backend has it, else with
+ * s = sigmoid(a): db = g a s, da = g b s (1 + a (1 - s)) */
+static void ag_swiglu_backward(em_tensor *g, em_tensor *a, em_tensor *b, bool need0, bool need1, em_tensor **out) {
+    em_tensor *da, *db;
+    em_status st = em__swiglu_backward(g, a, b, &da, &db);
+    if (st == EM_OK) {
+        if (need0) out[0] = da;
+        if (need1) out[1] = db;
+        return;
+    }
+    if (st != EM_ERR_NOT_SUPPORTED) return; /* it applied and failed (no memory) */
+    em_tensor *sg = em_sigmoid(a), *gs = em_mul(g, sg);
+    if (need1) out[1] = em_mul(gs, a);
+    if (need0) out[0] = em_mul(em_mul(gs, b), em_add_scalar(em_mul(a, em_add_scalar(em_neg(sg), 1.0)), 1.0));
+}
+
 /* d(a^b): exponent == 0 gives 0 even where a^(b-1) is inf; for b, a == 0 with b >= 0
  * gives 0 instead of 0 * -inf */
 static void ag_pow_grad(em_tensor *g, em_tensor *a, em_tensor *b, bool need0, bool need1,

@@ -207,6 +207,20 @@ static void backward_layer_norm(ag_node *n, em_tensor *g, em_tensor **out) {
         out[2] = em_reshape(em_sum(em_reshape(g, EM_SHAPE(-1, len)), EM_DIMS(0), false), shape_of_input(&n->in[2]));
 }
 
+/* fused RMSNorm {x, w or NULL}: dx from the backward kernel; w's gradient sums g * xhat
+ * (kept in float32 for f16/bf16 x) over the rows, then takes w's dtype */
+static void backward_rms_norm(ag_node *n, em_tensor *g, em_tensor **out) {
+    int64_t len = n->args.i[0];
+    em_tensor *w = ag_saved_t(n, 1);
+    bool need_w = n->n > 1 && ag_input_needs(&n->in[1]);
+    em_tensor *dx, *gxhat;
+    if (em__rms_norm_backward(g, ag_saved_t(n, 0), w, len, n->args.s[0], need_w, &dx, &gxhat) != EM_OK) return;
+    if (ag_input_needs(&n->in[0])) out[0] = dx;
+    if (need_w)
+        out[1] = em_to_dtype(em_reshape(em_sum(em_reshape(gxhat, EM_SHAPE(-1, len)), EM_DIMS(0), false),
+                                        shape_of_input(&n->in[1])), n->in[1].dtype);
+}
+
 static void backward_cat(ag_node *n, em_tensor *g, em_tensor **out) {
     int dim = wrap(n->args.dim, n->out_ndim);
     int64_t off = 0;
@@ -249,6 +263,8 @@ void em__ag_backward_shape(ag_node *n, em_tensor *g, em_tensor **out) {
     case EM_GRAD_GATHER: backward_gather(n, g, out); break;
     case EM_GRAD_INDEX_ADD: case EM_GRAD_SCATTER_ADD: backward_accumulate(n, g, out); break;
     case EM_GRAD_LAYER_NORM: backward_layer_norm(n, g, out); break;
+    case EM_GRAD_RMS_NORM: backward_rms_norm(n, g, out); break;
+    case EM_GRAD_ROPE: out[0] = em__rope_backward(g, ag_saved_t(n, 0), ag_saved_t(n, 1)); break;
     case EM_GRAD_CAT: backward_cat(n, g, out); break;
     case EM_GRAD_VIEW: out[0] = em_reshape(g, shape_of_input(in)); break;
     case EM_GRAD_PERMUTE: {

@@ -49,6 +49,7 @@
       out[0] = em_mul(g, em_mul(a, em_add_scalar(em_neg(a), 1.0)));)                      \
     X(RELU, ReluBackward0, OUT, out[0] = ag_relu_backward(g, a);)                        \
     X(GELU, GeluBackward0, IN0, out[0] = ag_gelu_backward(g, a);)                         \
+    X(SWIGLU, SwigluBackward0, IN01, ag_swiglu_backward(g, a, b, need0, need1, out);)    \
     X(WHERE, WhereBackward0, IN0, /* a is the saved condition */                          \
       if (need1) out[1] = ag_keep_where(a, g);                                            \
       if (n->n > 2 && ag_input_needs(&n->in[2])) out[2] = ag_zero_where(a, g);)
@@ -97,6 +98,12 @@
     X(INDEX_ADD, IndexAddBackward0, IN1)                                                  \
     X(SCATTER_ADD, ScatterAddBackward0, IN1)                                              \
     /* fused LayerNorm: inputs {x, w, b}, args.s[0] = eps, args.i[0] = n (elements per row) */ \
-    X(LAYER_NORM, NativeLayerNormBackward0, IN01)
+    X(LAYER_NORM, NativeLayerNormBackward0, IN01)                                         \
+    /* the language models' ops (ops_fused.c). RMSNorm: inputs {x, w or NULL}, args.s[0] = \
+       eps, args.i[0] = n (elements per row) */                                           \
+    X(RMS_NORM, FusedRmsNormBackward0, IN01)                                              \
+    /* rotary embedding: inputs {x, cos, sin} ([T, D] or [B, T, D] tables); x only is     \
+       differentiated (tables that need a gradient take the composition) */              \
+    X(ROPE, RopeBackward0, IN12)
 
 #endif

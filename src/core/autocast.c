@@ -32,6 +32,10 @@ static const struct {
     [EM_AC_CROSS_ENTROPY] = {"cross_entropy", P_F32, P_F32},
     [EM_AC_NLL_LOSS] = {"nll_loss", P_F32, P_F32},
     [EM_AC_MSE_LOSS] = {"mse_loss", P_F32, P_F32},
+    /* the language models' ops: rms_norm is on CUDA's float32 list (the CPU falls through),
+     * scaled_dot_product_attention on both lower-precision lists */
+    [EM_AC_RMS_NORM] = {"rms_norm", P_NONE, P_F32},
+    [EM_AC_ATTENTION] = {"scaled_dot_product_attention", P_LOW, P_LOW},
     [EM_AC_NONE] = {"", P_NONE, P_NONE},
 };
 

@@ -128,6 +128,18 @@ void em__cuda_mark_free(void *mark);
 /* libnccl.so.2 (dlsym it), found as the other CUDA libraries are, or NULL with *reason. */
 void *em__nccl_library(int *version, const char **reason);
 
+/* ---- the language models' fused ops (src/core/ops_fused.c): autograd's backward passes ----
+ * SwiGLU's backward in one kernel (scoped results), or EM_ERR_NOT_SUPPORTED with nothing
+ * recorded where the backend lacks it or the operands do not fit: the caller composes. */
+em_status em__swiglu_backward(em_tensor *g, em_tensor *gate, em_tensor *up, em_tensor **dgate, em_tensor **dup);
+/* RMSNorm's backward kernel: dx and, when want_gxhat, g * xhat in the compute dtype (float32
+ * for f16/bf16 x), both scoped; w may be NULL. */
+em_status em__rms_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int64_t n, double eps, bool want_gxhat,
+                                em_tensor **dx, em_tensor **gxhat);
+/* The rotary embedding's backward (rotation by -theta) of g [B, H, T, D] with the forward's
+ * [T, D] or [B, T, D] tables: one kernel where the backend has it, else composed (scoped). */
+em_tensor *em__rope_backward(em_tensor *g, em_tensor *cos, em_tensor *sin);
+
 /* ---- fused scaled-dot-product attention (src/core/ops_attention.c) ----
  * Does the fused kernel apply to q [..., L, E], k [..., S, E], v [..., S, Ev] (2 to 4 dims,
  * f32, one device whose backend has it, no autocast region there, EMBER_ATTENTION not

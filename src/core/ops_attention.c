@@ -9,12 +9,14 @@
  * handed out as [B, H, L, E] views: MultiheadAttention's merge of the heads (transpose, then
  * reshape to [B, L, H * E]) is then a view, not a copy, and so are the split heads'
  * gradients on their way back to the projections. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ember/amp.h>
 #include <ember/autograd.h>
 #include "ops_internal.h"
 #include "internal_api.h"
+#include <ember/nn.h>
 
 static bool fused_wanted(void) {
     const char *e = getenv("EMBER_ATTENTION"); /* read on every call: tests compare both */
@@ -58,16 +60,16 @@ static em_tensor *as4(const em_tensor *t) {
 
 /* A new tensor of like's shape with dims 1 and 2 swapped in memory when 4-d ([B, L, H, E]
  * stored, [B, H, L, E] seen), contiguous otherwise. Not scoped. */
-static em_tensor *heads_last(const em_tensor *like, int64_t cols) {
+static em_tensor *heads_last(const em_tensor *like, int64_t cols, em_dtype dt) {
     const em_backend *be = like->storage->backend;
     em_device dev = like->storage->device;
     int nd = like->ndim;
     int64_t shape[4];
     memcpy(shape, like->shape, sizeof(int64_t) * (size_t)nd);
     shape[nd - 1] = cols;
-    if (nd != 4) return em__tensor_new_on(be, dev, nd, shape, EM_F32);
+    if (nd != 4) return em__tensor_new_on(be, dev, nd, shape, dt);
     int64_t B = shape[0], H = shape[1], L = shape[2];
-    em_tensor *t = em__tensor_new_on(be, dev, 4, (int64_t[]){B, L, H, cols}, EM_F32);
+    em_tensor *t = em__tensor_new_on(be, dev, 4, (int64_t[]){B, L, H, cols}, dt);
     if (!t) return NULL;
     memcpy(t->shape, shape, sizeof shape);
     int64_t strides[4] = {L * H * cols, cols, H * cols, 1};
@@ -79,6 +81,7 @@ typedef struct sdpa_ctx {
     em_tensor *q, *k, *v, *out, *lse; /* detached aliases and the row statistics */
     unsigned version[4];              /* q, k, v, out's storages when saved */
     double scale;
+    int64_t past;
     bool causal, needs[3], released;
 } sdpa_ctx;
 
@@ -121,9 +124,9 @@ static em_status sdpa_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
         if (!gc) return em_last_status();
         g = gc;
     }
-    em_tensor *d[3] = {heads_last(x->q, x->q->shape[x->q->ndim - 1]), NULL, NULL};
-    d[1] = d[0] ? heads_last(x->k, x->k->shape[x->k->ndim - 1]) : NULL;
-    d[2] = d[1] ? heads_last(x->v, x->v->shape[x->v->ndim - 1]) : NULL;
+    em_tensor *d[3] = {heads_last(x->q, x->q->shape[x->q->ndim - 1], EM_F32), NULL, NULL};
+    d[1] = d[0] ? heads_last(x->k, x->k->shape[x->k->ndim - 1], EM_F32) : NULL;
+    d[2] = d[1] ? heads_last(x->v, x->v->shape[x->v->ndim - 1], EM_F32) : NULL;
     em_tensor *v4[8] = {NULL};
     const em_tensor *src[8] = {d[0], d[1], d[2], g, x->q, x->k, x->v, x->out};
     em_status st = d[2] ? EM_OK : em_last_status();
@@ -132,7 +135,7 @@ static em_status sdpa_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
     if (st == EM_OK)
         st = em__op_run(&(em_op_call){.op = EM_OP_SDPA_BACKWARD, .dtype = EM_F32, .dst = {v4[0], v4[1], v4[2]},
                                       .src = {v4[3], v4[4], v4[5], v4[6], v4[7], x->lse}, .f = {x->scale},
-                                      .i = {x->causal}}, op);
+                                      .i = {x->causal, x->past}}, op);
     for (int i = 0; i < 8; i++) em_release(v4[i]);
     em_release(gc);
     for (int i = 0; i < 3; i++) {
@@ -149,28 +152,28 @@ static const em_custom_grad SDPA_GRAD = {
     .destroy = sdpa_destroy,
 };
 
-em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal) {
-    if (!em__sdpa_applies(q, k, v)) {
-        em_error(EM_ERR_INTERNAL, "scaled_dot_product_attention: the fused kernel does not apply here");
-        return NULL;
-    }
+/* The kernels on q, k, v (2 to 4 dims, last strides 1, one dtype) with the node when a
+ * gradient is needed (the caller checked that the backward applies: f32, no mask). */
+static em_tensor *sdpa_fused(const char *op, em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal,
+                             int64_t past, const em_tensor *mask) {
     const em_backend *be = q->storage->backend;
     int nd = q->ndim;
     int64_t rows = 1;
     for (int i = 0; i < nd - 1; i++) rows *= q->shape[i];
-    em_tensor *out = heads_last(q, v->shape[nd - 1]);
-    em_tensor *lse = out ? em__tensor_new_on(be, q->storage->device, 1, &rows, EM_F32) : NULL;
+    em_tensor *in[3] = {q, k, v};
+    bool grad = em__grad_needed(3, in);
+    em_tensor *out = heads_last(q, v->shape[nd - 1], q->dtype);
+    em_tensor *lse = out && grad ? em__tensor_new_on(be, q->storage->device, 1, &rows, EM_F32) : NULL;
     em_tensor *v4[4] = {NULL};
     const em_tensor *src[4] = {out, q, k, v};
-    em_status st = lse ? EM_OK : em_last_status();
+    em_status st = out && (lse || !grad) ? EM_OK : em_last_status();
     for (int i = 0; i < 4 && st == EM_OK; i++)
         if (!(v4[i] = as4(src[i]))) st = em_last_status();
     if (st == EM_OK)
-        st = em__op_run(&(em_op_call){.op = EM_OP_SDPA, .dtype = EM_F32, .dst = {v4[0], lse}, .src = {v4[1], v4[2], v4[3]},
-                                      .f = {scale}, .i = {causal}}, "scaled_dot_product_attention");
+        st = em__op_run(&(em_op_call){.op = EM_OP_SDPA, .dtype = q->dtype, .dst = {v4[0], lse},
+                                      .src = {v4[1], v4[2], v4[3], mask}, .f = {scale}, .i = {causal, past}}, op);
     for (int i = 0; i < 4; i++) em_release(v4[i]);
-    em_tensor *in[3] = {q, k, v};
-    if (st != EM_OK || !em__grad_needed(3, in)) {
+    if (st != EM_OK || !grad) {
         em_release(lse);
         if (st != EM_OK) {
             em_release(out);
@@ -182,11 +185,12 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool
     if (!c) {
         em_release(lse);
         em_release(out);
-        em_error(EM_ERR_OUT_OF_MEMORY, "scaled_dot_product_attention: out of host memory for its autograd node");
+        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory for its autograd node", op);
         return NULL;
     }
     c->scale = scale;
     c->causal = causal;
+    c->past = past;
     c->lse = lse;
     const em_tensor *keep[4] = {q, k, v, out};
     em_tensor **dst[4] = {&c->q, &c->k, &c->v, &c->out};
@@ -206,4 +210,127 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool
         return NULL;
     }
     return em__scoped(out);
+}
+
+em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal) {
+    if (!em__sdpa_applies(q, k, v)) {
+        em_error(EM_ERR_INTERNAL, "scaled_dot_product_attention: the fused kernel does not apply here");
+        return NULL;
+    }
+    return sdpa_fused("scaled_dot_product_attention", q, k, v, scale, causal, 0, NULL);
+}
+
+/* ---- em_attention: grouped-query heads, a causal offset, a key mask ---- */
+
+static em_tensor *scope_out(em_scope s, em_tensor *t) {
+    if (t) em_retain(t);
+    em_scope_end(s);
+    return em__scoped(t);
+}
+
+/* The lowest finite value of a floating dtype (transformers' torch.finfo(dtype).min mask) */
+static double lowest(em_dtype dt) {
+    switch (dt) {
+    case EM_F64: return -1.7976931348623157e308;
+    case EM_F16: return -65504.0;
+    case EM_BF16: return -3.3895313892515355e38;
+    default: return -3.4028234663852886e38;
+    }
+}
+
+/* The composition: q viewed as [B, Hkv, G L, E] against k [B, Hkv, S, E] (no repeated k or v),
+ * hidden scores set to the dtype's lowest value before the softmax and the probabilities
+ * where hidden to 0 (so a row that sees nothing gives zeros, and no NaN enters a gradient). */
+static em_tensor *attention_composed(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal,
+                                     int64_t past, em_tensor *mask) {
+    int64_t B = q->shape[0], Hq = q->shape[1], L = q->shape[2], E = q->shape[3];
+    int64_t Hkv = k->shape[1], S = k->shape[2], Ev = v->shape[3], G = Hq / Hkv;
+    em_device dev = q->storage->device;
+    if (causal && past + L < S) { /* keys past the last query's position: never read (a cache's unused rows) */
+        S = past + L;
+        k = em_narrow(k, 2, 0, S);
+        v = em_narrow(v, 2, 0, S);
+        if (mask) mask = em_narrow(mask, 1, 0, S);
+    }
+    em_tensor *qg = em_reshape(q, EM_SHAPE(B, Hkv, G * L, E));
+    em_tensor *scores = em_matmul(em_mul_scalar(qg, scale), em_transpose(k, -2, -1));
+    scores = em_reshape(scores, EM_SHAPE(B, Hkv, G, L, S));
+    em_tensor *keep = NULL;
+    if (causal) { /* [L, S]: key j <= past + i */
+        em_opts o = EM_OPTS(.dtype = EM_I64, .device = dev);
+        keep = em_le(em_unsqueeze(em_arange(0, (double)S, 1, o), 0),
+                     em_unsqueeze(em_arange((double)past, (double)(past + L), 1, o), 1));
+    }
+    if (mask) {
+        em_tensor *m = em_reshape(mask, EM_SHAPE(B, 1, 1, 1, S));
+        keep = keep ? em_mul(keep, m) : m; /* bool * bool: and */
+    }
+    em_tensor *p;
+    if (keep) {
+        em_opts o = EM_OPTS(.dtype = q->dtype, .device = dev);
+        p = em_softmax(em_where(keep, scores, em_scalar(lowest(q->dtype), o)), -1);
+        p = em_where(keep, p, em_scalar(0, o));
+    } else {
+        p = em_softmax(scores, -1);
+    }
+    em_tensor *y = em_matmul(em_reshape(p, EM_SHAPE(B, Hkv, G * L, S)), v);
+    return em_reshape(y, EM_SHAPE(B, Hq, L, Ev));
+}
+
+/* t with its last stride 1: t, or its contiguous copy (scoped, recorded by autograd) */
+static em_tensor *rows_unit(em_tensor *t) {
+    if (t->shape[t->ndim - 1] <= 1 || t->strides[t->ndim - 1] == 1) return t;
+    return em_contiguous(t);
+}
+
+em_tensor *em_attention(em_tensor *q, em_tensor *k, em_tensor *v, const em_attention_opts *opts) {
+    const char *op = "attention";
+    EM_CHECK_ARG(q, op, "q");
+    EM_CHECK_ARG(k, op, "k");
+    EM_CHECK_ARG(v, op, "v");
+    em_attention_opts o = opts ? *opts : (em_attention_opts){0};
+    em_tensor *mask = o.key_mask;
+    int nin = mask ? 4 : 3;
+    if (em__check_same_device(op, nin, (const em_tensor *const[]){q, k, v, mask})) return NULL;
+    char a[128], b[128], c[128];
+    bool ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && k->shape[0] == q->shape[0] &&
+              v->shape[0] == q->shape[0] && k->shape[1] > 0 && k->shape[1] == v->shape[1] &&
+              q->shape[1] % k->shape[1] == 0 && k->shape[2] == v->shape[2] && k->shape[3] == q->shape[3];
+    if (!ok) {
+        em_error(EM_ERR_SHAPE, "%s: expected q [B, Hq, L, E], k [B, Hkv, S, E] and v [B, Hkv, S, Ev] with Hq a multiple "
+                 "of Hkv > 0, got q %s, k %s, v %s", op, em__shape_str(a, sizeof a, q->ndim, q->shape),
+                 em__shape_str(b, sizeof b, k->ndim, k->shape), em__shape_str(c, sizeof c, v->ndim, v->shape));
+        return NULL;
+    }
+    if (!em_dtype_is_floating(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype) {
+        em_error(EM_ERR_DTYPE, "%s: expected q, k and v of one floating dtype, got %s, %s and %s", op,
+                 em_dtype_name(q->dtype), em_dtype_name(k->dtype), em_dtype_name(v->dtype));
+        return NULL;
+    }
+    if (mask && (mask->dtype != EM_BOOL || mask->ndim != 2 || mask->shape[0] != q->shape[0] ||
+                 mask->shape[1] != k->shape[2])) {
+        em_error(EM_ERR_SHAPE, "%s: key_mask must be bool [B, S] = [%lld, %lld], got %s %s", op, (long long)q->shape[0],
+                 (long long)k->shape[2], em_dtype_name(mask->dtype), em__shape_str(a, sizeof a, mask->ndim, mask->shape));
+        return NULL;
+    }
+    if (o.past < 0 || !(o.scale >= 0 && isfinite(o.scale))) {
+        em_error(EM_ERR_ARGUMENT, "%s: expected past >= 0 and a finite scale >= 0 (0: 1 / sqrt(E)), got past %lld, "
+                 "scale %g", op, (long long)o.past, o.scale);
+        return NULL;
+    }
+    EM_AUTOCAST3(EM_AC_ATTENTION, em_attention(q, k, v, opts), q, k, v);
+    double scale = o.scale > 0 ? o.scale : 1.0 / sqrt((double)(q->shape[3] > 0 ? q->shape[3] : 1));
+    int64_t numel = em__numel_raw(4, q->shape) * k->shape[2] * v->shape[3];
+    em_tensor *in[3] = {q, k, v};
+    bool grad = em__grad_needed(3, in);
+    const em_backend *be = q->storage->backend;
+    bool fused = fused_wanted() && numel > 0 && em__op_supported(be, EM_OP_SDPA, q->dtype) &&
+                 (!grad || (!mask && em__op_supported(be, EM_OP_SDPA_BACKWARD, q->dtype)));
+    em_scope s = em_scope_begin();
+    if (fused) {
+        em_tensor *qq = rows_unit(q), *kk = rows_unit(k), *vv = rows_unit(v), *mm = mask ? em_contiguous(mask) : NULL;
+        em_tensor *y = qq && kk && vv && (mm || !mask) ? sdpa_fused(op, qq, kk, vv, scale, o.causal, o.past, mm) : NULL;
+        return scope_out(s, y);
+    }
+    return scope_out(s, attention_composed(q, k, v, scale, o.causal, o.past, mask));
 }

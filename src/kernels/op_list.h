@@ -137,16 +137,20 @@
      * seed, so every backend draws the same numbers (src/kernels/philox.h) */            \
     X(RNG, rng, ANY, GPU_OWN)                                                             \
     /* ---- attention ----                                                                \
-     * optional (src/nn/attention.c composes matmul, softmax and matmul). dst {out        \
-     * [B, H, L, Ev], lse [B, H, L] contiguous}, src {q [B, H, L, E], k [B, H, S, E],     \
-     * v [B, H, S, Ev]}; f {scale}; i {causal}: out = softmax(scale q k^T) v per (batch,  \
-     * head), query i seeing keys j <= i when causal; lse receives each query row's       \
-     * log-sum-exp of its visible scaled scores. f32, any strides with the last one 1,    \
-     * every size > 0 */                                                                  \
+     * optional (core composes matmul, softmax and matmul). dst {out [B, Hq, L, Ev],      \
+     * lse [B, Hq, L] float32 contiguous, or NULL}, src {q [B, Hq, L, E], k [B, Hkv, S,   \
+     * E], v [B, Hkv, S, Ev], key_mask (EM_BOOL [B, S] contiguous) or NULL}; f {scale};   \
+     * i {causal, past}: out = softmax(scale q k^T) v per (batch, query head), query      \
+     * head h reading key/value head h / (Hq / Hkv); query i (at position past + i) sees  \
+     * keys j <= past + i when causal, and only keys whose key_mask is true; lse receives \
+     * each row's log-sum-exp of its visible scaled scores. A row that sees no key gives  \
+     * zeros (lse -inf). q, k, v and out of the call's dtype (16-bit ones accumulate in   \
+     * float32), any strides with the last one 1, every size > 0 */                       \
     X(SDPA, sdpa, FLOAT, GPU_NONE)                                                        \
-    /* dst {dq, dk, dv}, src {g, q, k, v, out, lse}; f {scale}; i {causal}: the backward  \
-     * of SDPA from the output's gradient g (out's shape); dq, dk, dv of q's, k's and v's \
-     * shapes, any strides with the last one 1 */                                         \
+    /* dst {dq, dk, dv}, src {g, q, k, v, out, lse}; f {scale}; i {causal, past}: the     \
+     * backward of SDPA (no key mask) from the output's gradient g (out's shape); dq, dk, \
+     * dv of q's, k's and v's shapes (dk, dv summed over the query heads sharing a key    \
+     * head), any strides with the last one 1 */                                          \
     X(SDPA_BACKWARD, sdpa_backward, FLOAT, GPU_NONE)                                      \
     /* ---- convolution and pooling (src/core/ops_conv.c): contiguous NCHW tensors with   \
      * the shapes of the window `arg` (an em_window2d); f32, f64, f16 or bf16, one dtype  \
@@ -214,7 +218,35 @@
     /* softmax's backward over rows of i[0] = n elements along the last dim: dst {dx},    \
      * src {g, y (the forward's output)}; i {n, log}: softmax: dx = y (g - sum(g y));     \
      * log: dx = g - exp(y) sum(g) */                                                     \
-    X(SOFTMAX_BACKWARD, softmax_backward, F32_F64, GPU_NONE)
+    X(SOFTMAX_BACKWARD, softmax_backward, F32_F64, GPU_NONE)                              \
+    /* ---- the language models' ops (src/core/ops_fused.c); f16/bf16 load and compute in \
+     * float32 and round where PyTorch rounds ----                                        \
+     * RMSNorm over rows of i[0] = n elements: dst {out [rows, n]}, src {x [rows, n],     \
+     * w [n] or NULL}; i {n, has_w}; f {eps}: out = x * rsqrt(mean(x^2) + eps) rounded to \
+     * x's dtype, then times w and rounded again (F.rms_norm's and HF LlamaRMSNorm's      \
+     * order) */                                                                          \
+    X(RMS_NORM, rms_norm, FLOAT, GPU_ROWS(1, 2))                                          \
+    /* its backward: dst {dx, gxhat or NULL}, src {g, x, w or NULL}; i {n, has_w,         \
+     * want_gxhat}; f {eps}: with r = rsqrt(mean(x^2) + eps), xhat = x r, gw = g w (g     \
+     * without w): dx = r (gw - xhat mean(gw xhat)) and gxhat = g xhat (summed over rows: \
+     * w's gradient), gxhat in the compute dtype (float32 for f16/bf16 x, else x's) */    \
+    X(RMS_NORM_BACKWARD, rms_norm_backward, FLOAT, GPU_ROWS(2, 3))                        \
+    /* SwiGLU: dst {out}, src {gate, up}: out = silu(gate) * up, silu(gate) rounded to    \
+     * the dtype before the product (HF's LlamaMLP computes the two as separate ops) */   \
+    X(SWIGLU, swiglu, FLOAT, GPU_ELEMS(1, 2))                                             \
+    /* its backward: dst {dgate, dup}, src {g, gate, up}: with s = sigmoid(gate),         \
+     * dup = g gate s and dgate = g up s (1 + gate (1 - s)) */                            \
+    X(SWIGLU_BACKWARD, swiglu_backward, FLOAT, GPU_ELEMS(2, 3))                           \
+    /* rotary position embedding, HF's rotate_half layout, over rows of i[0] = D (even)   \
+     * elements: dst {out [B, H, T, D] contiguous}, src {x, cos, sin}; i {D, H, T, sb,    \
+     * sh, st, per_batch, backward}. x is [B, H, T, D] with the last stride 1 and the     \
+     * others sb, sh, st (elements; the one exception to "inputs are contiguous"); cos   \
+     * and sin are contiguous [T, D] (per_batch 0) or [B, T, D] (1). With h = D / 2 and   \
+     * j < h: forward out[j] = x[j] cos[j] - x[j+h] sin[j], out[j+h] = x[j+h] cos[j+h]    \
+     * + x[j] sin[j+h], each product rounded to the dtype before the sum (HF's ops);      \
+     * backward (the transpose, a rotation by -theta): out[j] = x[j] cos[j] +             \
+     * x[j+h] sin[j+h], out[j+h] = x[j+h] cos[j+h] - x[j] sin[j] */                       \
+    X(ROPE, rope, FLOAT, GPU_ROWS(1, 3))
 
 /* every op, in em_op order */
 #define EMK_OPS_ALL(X)                                                                    \

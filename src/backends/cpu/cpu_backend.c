@@ -170,10 +170,14 @@ static em_status cpu_synchronize(int index) {
 }
 
 /* What the CPU runs: every op of the list in the dtypes its DTYPES column gives, except the
- * convolution library's passes where Ember is built without oneDNN. */
+ * convolution library's passes where Ember is built without oneDNN, the fused attention's
+ * float64 (forward: f32, f16, bf16; backward: f32) and the rotary embedding's f16/bf16. */
 static bool cpu_supports(const em_op_call *c) {
     if (!em__op_dtype_ok(c->op, c->dtype)) return false;
     switch (c->op) {
+    case EM_OP_SDPA: return c->dtype != EM_F64;
+    case EM_OP_ROPE: return c->dtype == EM_F32 || c->dtype == EM_F64; /* 16-bit: composed (cpu_lm.c) */
+    case EM_OP_SDPA_BACKWARD: return c->dtype == EM_F32;
     case EM_OP_CONV2D:
     case EM_OP_CONV2D_BACKWARD_INPUT:
     case EM_OP_CONV2D_BACKWARD_WEIGHT:
@@ -220,9 +224,8 @@ static em_status cpu_run(const em_op_call *c) {
     case EM_OP_SCATTER_ADD: return em__cpu_scatter_add(d[0], (int)c->i[0], s[0], s[1]);
     case EM_OP_RNG:
         return em__cpu_rng(d[0], (em_rng_kind)c->i[0], (uint64_t)c->i[1], (uint64_t)c->i[2], c->f[0], c->f[1]);
-    case EM_OP_SDPA: return em__cpu_sdpa(d[0], d[1], s[0], s[1], s[2], c->f[0], c->i[0] != 0);
-    case EM_OP_SDPA_BACKWARD:
-        return em__cpu_sdpa_backward(d[0], d[1], d[2], s[0], s[1], s[2], s[3], s[4], s[5], c->f[0], c->i[0] != 0);
+    case EM_OP_SDPA: return em__cpu_sdpa(c);
+    case EM_OP_SDPA_BACKWARD: return em__cpu_sdpa_backward(c);
     case EM_OP_IM2COL: return em__cpu_im2col_any(d[0], s[0], win);
     case EM_OP_COL2IM: return em__cpu_col2im_any(d[0], s[0], win);
     case EM_OP_POOL2D: return em__cpu_pool2d_any((em_pool_kind)c->i[0], d[0], d[1], s[0], win);

@@ -153,11 +153,8 @@ bool em__cpu_relu_bf16_applies(const em_tensor *out, const em_tensor *in);
 void em__cpu_relu_bf16(em_tensor *out, const em_tensor *in);
 
 /* fused scaled-dot-product attention (cpu_attention.c) */
-em_status em__cpu_sdpa(em_tensor *out, em_tensor *lse, const em_tensor *q, const em_tensor *k, const em_tensor *v,
-                       double scale, bool causal);
-em_status em__cpu_sdpa_backward(em_tensor *dq, em_tensor *dk, em_tensor *dv, const em_tensor *g, const em_tensor *q,
-                                const em_tensor *k, const em_tensor *v, const em_tensor *out, const em_tensor *lse,
-                                double scale, bool causal);
+em_status em__cpu_sdpa(const em_op_call *c);
+em_status em__cpu_sdpa_backward(const em_op_call *c);
 /* OpenBLAS single-threaded, once: Ember's pool splits big GEMMs (BLAS's idle threads spin). */
 void em__cpu_blas_init(void);
 

@@ -93,6 +93,42 @@ static void softmax_bwd_row_scalar(const float *g, const float *y, float *dx, in
     for (int64_t i = 0; i < n; i++) dx[i] = lg ? g[i] - expf(y[i]) * fs : y[i] * (g[i] - fs);
 }
 
+static double sumsq_scalar(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+static void rms_row_scalar(const float *x, const float *w, float *y, int64_t n, float inv) {
+    for (int64_t i = 0; i < n; i++) y[i] = w ? (x[i] * inv) * w[i] : x[i] * inv;
+}
+static void rms_bwd_row_scalar(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                               float inv) {
+    double d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float xh = x[i] * inv, gw = w ? g[i] * w[i] : g[i];
+        d += (double)gw * xh;
+        if (gx) gx[i] = g[i] * xh;
+    }
+    float td = (float)(d / (double)n);
+    for (int64_t i = 0; i < n; i++) {
+        float gw = w ? g[i] * w[i] : g[i];
+        dx[i] = inv * (gw - (x[i] * inv) * td);
+    }
+}
+static void swiglu_n_scalar(const float *a, const float *b, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float s = a[i] / (1.0f + expf(-a[i]));
+        y[i] = b ? s * b[i] : s;
+    }
+}
+static void swiglu_bwd_n_scalar(const float *g, const float *a, const float *b, float *da, float *db, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float av = a[i], bv = b[i], s = 1.0f / (1.0f + expf(-av)), gs = g[i] * s;
+        db[i] = gs * av;
+        da[i] = gs * bv * (av * (1.0f - s) + 1.0f);
+    }
+}
+
 typedef struct vm_impl {
     const char *name;
     void (*exp_n)(const float *, float *, int64_t);
@@ -103,11 +139,17 @@ typedef struct vm_impl {
     void (*ln_fwd_row)(const float *, const float *, const float *, float *, int64_t, double, float *, float *);
     void (*ln_bwd_row)(const float *, const float *, const float *, float *, float *, int64_t, double);
     void (*softmax_bwd_row)(const float *, const float *, float *, int64_t, bool);
+    double (*sumsq)(const float *, int64_t);
+    void (*rms_row)(const float *, const float *, float *, int64_t, float);
+    void (*rms_bwd_row)(const float *, const float *, const float *, float *, float *, int64_t, float);
+    void (*swiglu_n)(const float *, const float *, float *, int64_t);
+    void (*swiglu_bwd_n)(const float *, const float *, const float *, float *, float *, int64_t);
 } vm_impl;
 
 static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_scalar, gelu_bwd_n_scalar,
                                  softmax_row_scalar, ln_fwd_row_scalar, ln_bwd_row_scalar,
-                                 softmax_bwd_row_scalar};
+                                 softmax_bwd_row_scalar, sumsq_scalar, rms_row_scalar, rms_bwd_row_scalar,
+                                 swiglu_n_scalar, swiglu_bwd_n_scalar};
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define EM_VMATH_X86 1
@@ -126,6 +168,7 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #define VADD _mm512_add_ps
 #define VSUB _mm512_sub_ps
 #define VMUL _mm512_mul_ps
+#define VDIV _mm512_div_ps
 #define VRCP _mm512_rcp14_ps
 #define VFMA _mm512_fmadd_ps
 #define VMIN _mm512_min_ps
@@ -171,6 +214,7 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #undef VADD
 #undef VSUB
 #undef VMUL
+#undef VDIV
 #undef VRCP
 #undef VFMA
 #undef VMIN
@@ -213,6 +257,7 @@ static const vm_impl g_scalar = {"scalar", exp_n_scalar, erf_n_scalar, gelu_n_sc
 #define VADD _mm256_add_ps
 #define VSUB _mm256_sub_ps
 #define VMUL _mm256_mul_ps
+#define VDIV _mm256_div_ps
 #define VRCP _mm256_rcp_ps
 #define VFMA _mm256_fmadd_ps
 #define VMIN _mm256_min_ps
@@ -253,10 +298,12 @@ __attribute__((target("avx2,fma"))) static inline double vdsum_avx2(__m256d a) {
 #include "cpu_vmath_impl.h"
 
 static const vm_impl g_avx2 = {"avx2", exp_n_avx2, erf_n_avx2, gelu_n_avx2, gelu_bwd_n_avx2, softmax_row_avx2,
-                               ln_fwd_row_avx2, ln_bwd_row_avx2, softmax_bwd_row_avx2};
+                               ln_fwd_row_avx2, ln_bwd_row_avx2, softmax_bwd_row_avx2, sumsq_avx2, rms_row_avx2,
+                               rms_bwd_row_avx2, swiglu_n_avx2, swiglu_bwd_n_avx2};
 static const vm_impl g_avx512 = {"avx512", exp_n_avx512, erf_n_avx512, gelu_n_avx512, gelu_bwd_n_avx512,
                                  softmax_row_avx512, ln_fwd_row_avx512, ln_bwd_row_avx512,
-                                 softmax_bwd_row_avx512};
+                                 softmax_bwd_row_avx512, sumsq_avx512, rms_row_avx512, rms_bwd_row_avx512,
+                                 swiglu_n_avx512, swiglu_bwd_n_avx512};
 #endif
 
 static const vm_impl *impl_by_name(const char *name) {
@@ -317,4 +364,16 @@ void em__cpu_vln_backward_row_f32(const float *x, const float *w, const float *g
 }
 void em__cpu_vsoftmax_backward_row_f32(const float *g, const float *y, float *dx, int64_t n, bool log) {
     impl_now()->softmax_bwd_row(g, y, dx, n, log);
+}
+double em__cpu_vsumsq_f32(const float *x, int64_t n) { return impl_now()->sumsq(x, n); }
+void em__cpu_vrms_row_f32(const float *x, const float *w, float *y, int64_t n, float inv) {
+    impl_now()->rms_row(x, w, y, n, inv);
+}
+void em__cpu_vrms_backward_row_f32(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                                   float inv) {
+    impl_now()->rms_bwd_row(x, w, g, dx, gx, n, inv);
+}
+void em__cpu_vswiglu_f32(const float *a, const float *b, float *y, int64_t n) { impl_now()->swiglu_n(a, b, y, n); }
+void em__cpu_vswiglu_backward_f32(const float *g, const float *a, const float *b, float *da, float *db, int64_t n) {
+    impl_now()->swiglu_bwd_n(g, a, b, da, db, n);
 }

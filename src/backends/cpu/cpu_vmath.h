@@ -31,6 +31,18 @@ void em__cpu_vln_backward_row_f32(const float *x, const float *w, const float *g
  * for log-softmax dx = g - exp(y) * sum(g); the sum in double. dx may equal g. */
 void em__cpu_vsoftmax_backward_row_f32(const float *g, const float *y, float *dx, int64_t n, bool log);
 
+/* The language models' rows (cpu_lm.c). The sum of x^2 in double; an RMSNorm row
+ * y = (x * inv) * w (x * inv without w; y may equal x) and its backward, xhat = x * inv,
+ * gw = g * w (g without w): dx = inv * (gw - xhat * mean(gw * xhat)), gx = g * xhat (gx may
+ * be NULL). SwiGLU: y = silu(a) * b (silu(a) without b; y may equal a or b) and its backward,
+ * s = sigmoid(a): db = g * a * s, da = g * b * s * (1 + a * (1 - s)) (da may equal a, db b). */
+double em__cpu_vsumsq_f32(const float *x, int64_t n);
+void em__cpu_vrms_row_f32(const float *x, const float *w, float *y, int64_t n, float inv);
+void em__cpu_vrms_backward_row_f32(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                                   float inv);
+void em__cpu_vswiglu_f32(const float *a, const float *b, float *y, int64_t n);
+void em__cpu_vswiglu_backward_f32(const float *g, const float *a, const float *b, float *da, float *db, int64_t n);
+
 /* "avx512", "avx2" or "scalar": the set in use (EMBER_CPU_VMATH=scalar|avx2|avx512 asks
  * for a lower one; one this CPU lacks is ignored). em__cpu_vmath_use switches (tests compare
  * them) and returns false, keeping the current one, when this CPU lacks that set. */

@@ -2,7 +2,7 @@
  * instruction set, which cpu_vmath.c defines before each inclusion:
  *   V, VM, VI          float vector, comparison mask, int32 vector;  W lanes
  *   ATTR, VF(name)     the target attribute, the per-set function name
- *   VLOAD VSTORE VSET VADD VSUB VMUL VFMA(a, b, c) = a * b + c, VMIN VMAX VROUND (to nearest),
+ *   VLOAD VSTORE VSET VADD VSUB VMUL VDIV VFMA(a, b, c) = a * b + c, VMIN VMAX VROUND (to nearest),
  *   VRCP (an approximate reciprocal: 12 bits or more)
  *   VLT VGE VGT VNAN VMAND (masks), VSEL(m, t, f) (t where m), VTOI VIADD VISUB VISRA VISLL VISET VFROMI
  *   VD, VDZERO, VDACC(acc, v) (adds v's lanes to a double accumulator), VDSUM(acc)
@@ -293,6 +293,116 @@ ATTR static void VF(softmax_bwd_row)(const float *g, const float *y, float *dx, 
         V gv = VLOAD(pg), yv = VLOAD(py);
         VSTORE(pg, lg ? VSUB(gv, VMUL(VF(exp_v)(yv), vs)) : VMUL(yv, VSUB(gv, vs)));
         memcpy(dx + full, pg, sizeof(float) * (size_t)(n - full));
+    }
+}
+
+/* ---- the language models' rows (cpu_lm.c) ---- */
+
+/* sum of x^2 in double lanes (the square of a float is exact in double) */
+ATTR static double VF(sumsq)(const float *x, int64_t n) {
+    int64_t full = n / W * W;
+    VD a0 = VDZERO, a1 = VDZERO;
+    for (int64_t i = 0; i < full; i += W) {
+        V v = VLOAD(x + i);
+        a0 = VDFMA(VDLO(v), VDLO(v), a0);
+        a1 = VDFMA(VDHI(v), VDHI(v), a1);
+    }
+    double s = VDSUM(a0) + VDSUM(a1);
+    for (int64_t i = full; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+/* y = (x * inv) * w, or x * inv without w: two roundings, as PyTorch's two ops */
+ATTR static void VF(rms_row)(const float *x, const float *w, float *y, int64_t n, float inv) {
+    int64_t full = n / W * W;
+    V vr = VSET(inv);
+    if (w) {
+        for (int64_t i = 0; i < full; i += W) VSTORE(y + i, VMUL(VMUL(VLOAD(x + i), vr), VLOAD(w + i)));
+        for (int64_t i = full; i < n; i++) y[i] = (x[i] * inv) * w[i];
+    } else {
+        for (int64_t i = 0; i < full; i += W) VSTORE(y + i, VMUL(VLOAD(x + i), vr));
+        for (int64_t i = full; i < n; i++) y[i] = x[i] * inv;
+    }
+}
+
+/* xhat = x inv, gw = g w (g without w): dx = inv (gw - xhat mean(gw xhat)), gx = g xhat */
+ATTR static void VF(rms_bwd_row)(const float *x, const float *w, const float *g, float *dx, float *gx, int64_t n,
+                                  float inv) {
+    int64_t full = n / W * W;
+    V vr = VSET(inv);
+    VD d0 = VDZERO, d1 = VDZERO;
+    for (int64_t i = 0; i < full; i += W) {
+        V xh = VMUL(VLOAD(x + i), vr), gv = VLOAD(g + i), gw = w ? VMUL(gv, VLOAD(w + i)) : gv;
+        d0 = VDFMA(VDLO(gw), VDLO(xh), d0);
+        d1 = VDFMA(VDHI(gw), VDHI(xh), d1);
+        if (gx) VSTORE(gx + i, VMUL(gv, xh));
+    }
+    double d = VDSUM(d0) + VDSUM(d1);
+    for (int64_t i = full; i < n; i++) {
+        float xh = x[i] * inv, gw = w ? g[i] * w[i] : g[i];
+        d += (double)gw * xh;
+        if (gx) gx[i] = g[i] * xh;
+    }
+    V vd = VSET((float)(d / (double)n));
+    float td = (float)(d / (double)n);
+    for (int64_t i = 0; i < full; i += W) {
+        V gv = VLOAD(g + i), gw = w ? VMUL(gv, VLOAD(w + i)) : gv;
+        VSTORE(dx + i, VMUL(vr, VSUB(gw, VMUL(VMUL(VLOAD(x + i), vr), vd))));
+    }
+    for (int64_t i = full; i < n; i++) {
+        float gw = w ? g[i] * w[i] : g[i];
+        dx[i] = inv * (gw - (x[i] * inv) * td);
+    }
+}
+
+/* silu(a) = a / (1 + e^-a), times b where given (y may be a or b) */
+ATTR VINLINE static inline V VF(silu_v)(V a) {
+    return VDIV(a, VADD(VSET(1.0f), VF(exp_v)(VSUB(VSET(0.0f), a))));
+}
+ATTR static void VF(swiglu_n)(const float *a, const float *b, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+        V s = VF(silu_v)(VLOAD(a + i));
+        VSTORE(y + i, b ? VMUL(s, VLOAD(b + i)) : s);
+    }
+    if (i < n) {
+        float pa[W] = {0}, pb[W] = {0};
+        memcpy(pa, a + i, sizeof(float) * (size_t)(n - i));
+        if (b) memcpy(pb, b + i, sizeof(float) * (size_t)(n - i));
+        V s = VF(silu_v)(VLOAD(pa));
+        VSTORE(pa, b ? VMUL(s, VLOAD(pb)) : s);
+        memcpy(y + i, pa, sizeof(float) * (size_t)(n - i));
+    }
+}
+
+/* s = sigmoid(a): db = g a s, da = g b s (1 + a (1 - s)); da may be a, db may be b */
+ATTR VINLINE static inline void VF(swiglu_bwd_v)(V g, V a, V b, V *da, V *db) {
+    V one = VSET(1.0f);
+    V s = VDIV(one, VADD(one, VF(exp_v)(VSUB(VSET(0.0f), a))));
+    V gs = VMUL(g, s);
+    *db = VMUL(gs, a);
+    *da = VMUL(VMUL(gs, b), VFMA(a, VSUB(one, s), one));
+}
+ATTR static void VF(swiglu_bwd_n)(const float *g, const float *a, const float *b, float *da, float *db, int64_t n) {
+    int64_t i = 0;
+    for (; i + W <= n; i += W) {
+        V x, y;
+        VF(swiglu_bwd_v)(VLOAD(g + i), VLOAD(a + i), VLOAD(b + i), &x, &y);
+        VSTORE(da + i, x);
+        VSTORE(db + i, y);
+    }
+    if (i < n) {
+        float pg[W] = {0}, pa[W] = {0}, pb[W] = {0};
+        size_t m = sizeof(float) * (size_t)(n - i);
+        memcpy(pg, g + i, m);
+        memcpy(pa, a + i, m);
+        memcpy(pb, b + i, m);
+        V x, y;
+        VF(swiglu_bwd_v)(VLOAD(pg), VLOAD(pa), VLOAD(pb), &x, &y);
+        VSTORE(pa, x);
+        VSTORE(pb, y);
+        memcpy(da + i, pa, m);
+        memcpy(db + i, pb, m);
     }
 }
 
