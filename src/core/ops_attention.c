@@ -222,12 +222,6 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool
 
 /* ---- em_attention: grouped-query heads, a causal offset, a key mask ---- */
 
-static em_tensor *scope_out(em_scope s, em_tensor *t) {
-    if (t) em_retain(t);
-    em_scope_end(s);
-    return em__scoped(t);
-}
-
 /* The lowest finite value of a floating dtype (transformers' torch.finfo(dtype).min mask) */
 static double lowest(em_dtype dt) {
     switch (dt) {
@@ -330,7 +324,7 @@ em_tensor *em_attention(em_tensor *q, em_tensor *k, em_tensor *v, const em_atten
     if (fused) {
         em_tensor *qq = rows_unit(q), *kk = rows_unit(k), *vv = rows_unit(v), *mm = mask ? em_contiguous(mask) : NULL;
         em_tensor *y = qq && kk && vv && (mm || !mask) ? sdpa_fused(op, qq, kk, vv, scale, o.causal, o.past, mm) : NULL;
-        return scope_out(s, y);
+        return em__scope_return(s, y);
     }
-    return scope_out(s, attention_composed(q, k, v, scale, o.causal, o.past, mask));
+    return em__scope_return(s, attention_composed(q, k, v, scale, o.causal, o.past, mask));
 }

@@ -108,13 +108,6 @@ em_tensor *em__softmax_backward(em_tensor *g, em_tensor *y, int dim, bool log) {
     return em__fused_map(EM_OP_SOFTMAX_BACKWARD, 2, (em_tensor *[]){g, y}, i, NULL);
 }
 
-/* t handed out of scope s into the caller's (t may be NULL) */
-static em_tensor *scope_out(em_scope s, em_tensor *t) {
-    if (t) em_retain(t);
-    em_scope_end(s);
-    return em__scoped(t);
-}
-
 /* ---- SwiGLU ---- */
 
 static em_tensor *swiglu_composed(em_tensor *const *in) {
@@ -205,7 +198,7 @@ em_tensor *em_rms_norm(em_tensor *x, em_shape normalized_shape, em_tensor *weigh
     bool grad = em__grad_needed(2, in);
     if (n == 0 || !rms_norm_fused_applies(x, weight, grad)) {
         em_scope s = em_scope_begin();
-        return scope_out(s, rms_norm_composed(x, k, weight, eps));
+        return em__scope_return(s, rms_norm_composed(x, k, weight, eps));
     }
     const em_backend *be = x->storage->backend;
     em_tensor *tx, *tw;
@@ -354,14 +347,14 @@ em_tensor *em_rope(em_tensor *x, em_tensor *cos, em_tensor *sin) {
                 em_release(out);
                 out = NULL;
             }
-            return scope_out(s, out ? em__scoped(out) : NULL);
+            return em__scope_return(s, out ? em__scoped(out) : NULL);
         }
         em_scope_end(s);
         if (st != EM_ERR_NOT_SUPPORTED) return NULL;
     }
     em_scope s = em_scope_begin();
     em_tensor *c4 = rope_table4(cos), *s4 = rope_table4(sin);
-    return scope_out(s, em_add(em_mul(x, c4), em_mul(rotate_half(x, 1), s4)));
+    return em__scope_return(s, em_add(em_mul(x, c4), em_mul(rotate_half(x, 1), s4)));
 }
 
 em_tensor *em__rope_backward(em_tensor *g, em_tensor *cos, em_tensor *sin) {
