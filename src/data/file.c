@@ -1,5 +1,5 @@
-/* Whole-file input (mmap) and atomic output (temporary file, fsync, rename) for the
- * parsers and writers in src/data/. */
+/* Whole-file and piecewise input (read and pread, never mmap: see parsers.h) and atomic
+ * output (temporary file, fsync, rename) for the parsers and writers in src/data/. */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,32 +109,67 @@ em_status em__file_map_open(const char *path, em__file_map *m) {
     return em__file_map_open_sized(path, m, NULL);
 }
 
-em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn size) {
-    memset(m, 0, sizeof *m);
+/* Opens path for reading and stats it; a directory is refused. */
+static em_status open_input(const char *path, int *fd, struct stat *st) {
+    *fd = -1;
     if (!path) return em_error(EM_ERR_ARGUMENT, "file path is NULL");
     if (!*path) return em_error(EM_ERR_ARGUMENT, "file path is empty");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return em_error(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    int d = open(path, O_RDONLY | O_CLOEXEC);
+    if (d < 0) return em_error(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(d, st) != 0) {
         int e = errno;
-        close(fd);
+        close(d);
         return em_error(EM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
     }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
+    if (S_ISDIR(st->st_mode)) {
+        close(d);
         return em_error(EM_ERR_IO, "%s: is a directory, expected a file", path);
     }
-    em_status s = EM_OK;
-    if (S_ISREG(st.st_mode) && st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p != MAP_FAILED) {
-            m->map_base = p;
-            m->map_len = (size_t)st.st_size;
-            m->data = p;
-            m->len = (size_t)st.st_size;
+    *fd = d;
+    return EM_OK;
+}
+
+/* n bytes at off with pread, or an error saying where the file ended (it was `size` bytes
+ * when it was opened). */
+static em_status read_at(int fd, const char *path, uint64_t size, uint64_t off, void *dst, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done < ((size_t)1 << 30) ? n - done : ((size_t)1 << 30);
+        ssize_t r = pread(fd, (uint8_t *)dst + done, chunk, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            return em_error(EM_ERR_IO, "%s: read failed at byte %llu: %s", path, (unsigned long long)(off + done),
+                            strerror(e));
+        }
+        if (r == 0)
+            return em_error(EM_ERR_IO, "%s: the file ends at byte %llu, but it had %llu bytes when it was opened: "
+                            "it was truncated or replaced while being read (expected bytes %llu-%llu)", path,
+                            (unsigned long long)(off + done), (unsigned long long)size, (unsigned long long)off,
+                            (unsigned long long)(off + n - 1));
+        done += (size_t)r;
+    }
+    return EM_OK;
+}
+
+em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn size) {
+    memset(m, 0, sizeof *m);
+    int fd;
+    struct stat st;
+    em_status s = open_input(path, &fd, &st);
+    if (s != EM_OK) return s;
+    if (S_ISREG(st.st_mode) && st.st_size > 0) {   /* size 0: a /proc file, read as a stream */
+        /* what the file held when opened: bytes it gains later are not read, bytes it loses are an error */
+        size_t len = (size_t)st.st_size;
+        uint8_t *buf = malloc(len);
+        if (!buf) s = em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the file (%zu bytes)", path, len);
+        else s = read_at(fd, path, len, 0, buf, len);
+        if (s == EM_OK) {
+            m->heap = buf;
+            m->data = buf;
+            m->len = len;
         } else {
-            s = read_stream(fd, path, size, m);
+            free(buf);
         }
     } else {
         s = read_stream(fd, path, size, m);
@@ -146,9 +180,43 @@ em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn
 
 void em__file_map_close(em__file_map *m) {
     if (!m) return;
-    if (m->map_base) munmap(m->map_base, m->map_len);
     free(m->heap);
     memset(m, 0, sizeof *m);
+}
+
+em_status em__file_in_open(const char *path, em__file_in *f, em__size_fn size) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->path = path;
+    int fd;
+    struct stat st;
+    em_status s = open_input(path, &fd, &st);
+    if (s != EM_OK) return s;
+    if (S_ISREG(st.st_mode) && st.st_size > 0) {
+        f->fd = fd;
+        f->size = (uint64_t)st.st_size;
+        return EM_OK;
+    }
+    s = read_stream(fd, path, size, &f->mem);
+    close(fd);
+    f->size = f->mem.len;
+    return s;
+}
+
+em_status em__file_in_read(em__file_in *f, uint64_t off, void *dst, size_t n) {
+    if (f->fd >= 0) return read_at(f->fd, f->path, f->size, off, dst, n);
+    if (off > f->mem.len || n > f->mem.len - off)   /* the caller checked against size: not reached */
+        return em_error(EM_ERR_INTERNAL, "%s: read of bytes %llu-%llu past the %zu read", f->path,
+                        (unsigned long long)off, (unsigned long long)(off + n), f->mem.len);
+    if (n) memcpy(dst, f->mem.data + off, n);
+    return EM_OK;
+}
+
+void em__file_in_close(em__file_in *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    em__file_map_close(&f->mem);
 }
 
 /* ---- atomic writing ---- */
