@@ -6,7 +6,10 @@
  *    data, found 1200".
  * Every writer takes tensors on any device (they are copied to the host) and writes
  * atomically: a temporary file in the same directory, fsync, rename. On failure the
- * old file (if any) is left as it was and the temporary file is removed. */
+ * old file (if any) is left as it was and the temporary file is removed. A path that is a
+ * symbolic link is written through: the file it leads to is replaced, the link stays. A
+ * replaced file keeps its mode (and its owner, where the process may give it); a new one
+ * gets the umask's mode. */
 #ifndef EMBER_IO_H
 #define EMBER_IO_H
 

@@ -140,12 +140,17 @@ em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn
 em_status em__idx_size(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
 em_status em__safetensors_size(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
 
-/* Atomic writer: data goes to a temporary file in path's directory; commit fsyncs it,
- * renames it over path and fsyncs the directory. Any failure (including in commit)
- * removes the temporary file and leaves path untouched. */
+/* Atomic writer: data goes to a temporary file in the destination's directory; commit fsyncs
+ * it, renames it over the destination and fsyncs the directory. Any failure (including in
+ * commit) removes the temporary file and leaves the destination untouched. The destination is
+ * path, or, when path is a symbolic link, the file it leads to (the link stays). A replaced
+ * file keeps its mode (and its owner, where the process may set it); a new one gets the
+ * umask's. The writer holds a lock on its temporary, which tells a later save's cleanup that
+ * it is alive (file.c). */
 typedef struct em__atomic_file {
     int fd;
-    char *path;
+    char *path;       /* as given, for messages */
+    char *dest;       /* the file replaced */
     char *tmp_path;
 } em__atomic_file;
 
