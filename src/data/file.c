@@ -205,7 +205,7 @@ em_status em__file_in_open(const char *path, em__file_in *f, em__size_fn size) {
 em_status em__file_in_read(em__file_in *f, uint64_t off, void *dst, size_t n) {
     if (f->fd >= 0) return read_at(f->fd, f->path, f->size, off, dst, n);
     if (off > f->mem.len || n > f->mem.len - off)   /* the caller checked against size: not reached */
-        return em_error(EM_ERR_INTERNAL, "%s: read of bytes %llu-%llu past the %zu read", f->path,
+        return em_error(EM_ERR_INTERNAL, "%s: bytes %llu-%llu lie past the %zu bytes read", f->path,
                         (unsigned long long)off, (unsigned long long)(off + n), f->mem.len);
     if (n) memcpy(dst, f->mem.data + off, n);
     return EM_OK;
