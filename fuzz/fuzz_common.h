@@ -9,6 +9,7 @@
 #include <string.h>
 #include <ember/ember.h>
 #include "data/parsers.h"
+#include "util/utf8.h"
 
 /* A broken invariant: the fuzzers crash; the corpus test counts it. */
 #ifndef FUZZ_FAIL
@@ -87,14 +88,27 @@ static inline void fuzz_safetensors_one(const uint8_t *data, size_t size) {
     em__st_file f;
     em_status s = em__safetensors_parse("fuzz.safetensors", data, size, &f);
     if (s == EM_OK) {
+        /* the format's rules, as the reference reader applies them: the tensors, in the order
+         * of their offsets, fill the data section from 0 to its end without a gap; every name
+         * and metadata string is UTF-8 */
+        uint64_t end = 0;
         for (int i = 0; i < f.count; i++) {
             const em__st_tensor *t = &f.tensors[i];
             if (t->begin > t->end || f.data_start + t->end > size) FUZZ_FAIL("tensor outside the file");
             fuzz_touch(data + f.data_start + t->begin, t->end - t->begin);
             fuzz_touch(t->name, strlen(t->name));
             if (i && t->begin < f.tensors[i - 1].begin) FUZZ_FAIL("tensors not sorted by offset");
+            if (t->begin != end) FUZZ_FAIL("a gap or an overlap between tensors");
+            end = t->end;
+            if (!em__utf8_valid(t->name, strlen(t->name), NULL)) FUZZ_FAIL("a name that is not UTF-8");
         }
-        for (int i = 0; i < f.meta_count; i++) fuzz_touch(f.meta_values[i], strlen(f.meta_values[i]));
+        if (f.data_start + end != size) FUZZ_FAIL("data after the last tensor");
+        for (int i = 0; i < f.meta_count; i++) {
+            fuzz_touch(f.meta_values[i], strlen(f.meta_values[i]));
+            if (!em__utf8_valid(f.meta_keys[i], strlen(f.meta_keys[i]), NULL) ||
+                !em__utf8_valid(f.meta_values[i], strlen(f.meta_values[i]), NULL))
+                FUZZ_FAIL("metadata that is not UTF-8");
+        }
     }
     em__st_file_free(&f);
     fuzz_check_status(s, "fuzz.safetensors");

@@ -4,14 +4,21 @@
 # and OpenCL, sharing read-only tensors, raising errors on one thread), the CPU worker pool
 # and the data loader's prefetch thread, DataParallel's replica threads, the low-precision GEMMs
 # (oneDNN's cache and the AMX kernel's buffer pool, called from several threads at once).
-# Any report fails the script.
+# Any report fails the script. The stress test runs twice: linked with the static library, as
+# ctest builds it, and with the shared one (libember.so), whose loading runs code the static
+# link never does (ifunc resolvers, constructors) and has crashed before main under TSan.
 # Usage: scripts/tsan.sh [stress rounds per thread (40)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-40}"
 tests=(test_threads_stress test_cpu_threads test_data_loader test_data_parallel test_lowp_matmul)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=thread -DEMBER_WERROR=ON >/dev/null
-cmake --build build-tsan -j"$(nproc)" --target "${tests[@]}"
+cmake --build build-tsan -j"$(nproc)" --target "${tests[@]}" ember
+# the stress test over libember.so: it uses the public API only, so it links as a user's program does
+${CC:-cc} -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=thread -fno-omit-frame-pointer -Iinclude -Itests \
+  tests/test_threads_stress.c -o build-tsan/test_threads_stress_shared \
+  -Lbuild-tsan -lember -Wl,-rpath,"$PWD/build-tsan" -lpthread -lm
+tests+=(test_threads_stress_shared)
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
 export EMBER_STRESS_ROUNDS="$rounds" EMBER_TEST_DATA="$PWD/tests/data"
 status=0

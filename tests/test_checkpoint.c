@@ -11,6 +11,7 @@
 #include "test.h"
 
 static char dir[64];
+static int temp_files(const char *name, off_t *largest);
 
 static em_module *small_model(void) {
     return em_sequential(em_linear(6, 5), em_relu_module(), em_linear(5, 3));
@@ -163,6 +164,39 @@ static void test_errors_change_nothing(void) {
     em_scope_end(s);
 }
 
+/* An optimizer saved or loaded with a model it was not made for is refused, and nothing is
+ * written: its state is keyed by the module's parameter names, so the file would hold none of
+ * it and could not be loaded back into either pair. */
+static void test_optimizer_of_another_model_refused(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/mismatch.safetensors", dir);
+    remove(path);
+    em_scope s = em_scope_begin();
+    em_module *a = small_model(), *b = small_model();
+    em_optimizer *oa = em_adam(a, 0.01), *ob = em_adam(b, 0.01);
+    em_tensor *x = em_randn(EM_SHAPE(4, 6), EM_OPTS(0));
+    em_tensor *y = em_from_data((int64_t[]){0, 1, 2, 0}, EM_I64, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64));
+    step(b, ob, x, y);
+    CHECK(em_checkpoint_save(path, a, ob, NULL, NULL, 0) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "is not a parameter of the module");
+    struct stat st;
+    CHECK(stat(path, &st) != 0);   /* nothing written */
+    off_t largest;
+    CHECK(temp_files("mismatch.safetensors", &largest) == 0);
+    /* the same pair on loading: a good file of (a, oa) into a with b's optimizer */
+    CHECK(em_checkpoint_save(path, a, oa, NULL, NULL, 0) == EM_OK);
+    CHECK(em_checkpoint_load(path, a, ob, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "is not a parameter of the module");
+    CHECK(em_optim_steps(ob) == 1);
+    CHECK(em_checkpoint_load(path, a, oa, NULL) == EM_OK);
+    em_optim_free(oa);
+    em_optim_free(ob);
+    em_module_free(a);
+    em_module_free(b);
+    em_scope_end(s);
+    em_clear_error();
+}
+
 /* Temporary files the atomic writer left in dir for name (".name.tmp.*"). */
 static int temp_files(const char *name, off_t *largest) {
     DIR *d = opendir(dir);
@@ -264,6 +298,7 @@ int main(void) {
     RUN(test_roundtrip_continues_exactly);
     RUN(test_errors_change_nothing);
     RUN(test_kill_while_saving_keeps_old_checkpoint);
+    RUN(test_optimizer_of_another_model_refused);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

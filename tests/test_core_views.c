@@ -204,6 +204,89 @@ static void test_aliasing(void) {
     em_scope_end(sc);
 }
 
+/* Sizes, starts, steps and paddings near INT64_MAX: each view stays inside its tensor (or is
+ * refused with EM_ERR_ARGUMENT), as PyTorch's answers say, and no arithmetic overflows (the
+ * ASan + UBSan build aborts on a signed overflow). */
+static void test_view_arithmetic_overflow(void) {
+    em_scope sc = em_scope_begin();
+    em_tensor *a = em_arange(0, 8, 1, (em_opts){0});
+    /* narrow(0, 1, 2^63 - 1) ran past the tensor (2^63 - 1 elements over a storage of 8) */
+    CHECK(em_narrow(a, 0, 1, INT64_MAX) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "exceeds dimension size (8)");
+    CHECK(em_narrow(a, 0, -1, INT64_MAX) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "exceeds dimension size");
+    CHECK(em_narrow(a, 0, INT64_MIN, 1) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "start out of range");
+    CHECK_SHAPE(em_narrow(a, 0, 8, 0), 0);
+    /* slice with a step of 2^63 - 1: one element, as in PyTorch (a[2:8:2**63-1] is [2]) */
+    em_tensor *s1 = em_slice(a, 0, 2, 8, INT64_MAX);
+    CHECK_SHAPE(s1, 1);
+    CHECK_VALUES(s1, 0, 2);
+    CHECK(s1 && em_fill_(s1, -1) == EM_OK);
+    CHECK_VALUES(a, 0, 0, 1, -1, 3, 4, 5, 6, 7);
+    CHECK_SHAPE(em_slice(a, 0, INT64_MIN, INT64_MAX, INT64_MAX), 1);
+    CHECK_SHAPE(em_slice(a, 0, INT64_MAX, INT64_MIN, 1), 0);
+    CHECK_SHAPE(em_slice(a, 0, 7, INT64_MAX, 3), 1);
+    /* m[2, 3, 4][0:4:2**63-1] is m[0:1]: size 1 (it was size -1 with stride -12) */
+    em_tensor *m = iota(EM_SHAPE(2, 3, 4));
+    em_tensor *s2 = em_slice(m, 0, 0, 4, INT64_MAX);
+    CHECK_SHAPE(s2, 1, 3, 4);
+    CHECK(s2 && em_stride(s2, 0) > 0);
+    em_tensor *s2c = em_contiguous(s2);
+    CHECK(s2c && em_item(em_sum(s2c, EM_ALL_DIMS, false)) == 66);   /* 0 + 1 + ... + 11 */
+    CHECK_SHAPE(em_slice(m, 2, 1, INT64_MAX, INT64_MAX - 1), 2, 3, 1);
+    /* shapes whose element count overflows */
+    em_tensor *one = em_ones(EM_SHAPE(1, 1), (em_opts){0});
+    CHECK(em_expand(one, EM_SHAPE((int64_t)1 << 40, (int64_t)1 << 40)) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_expand: the expanded shape [1099511627776, 1099511627776] has too many elements");
+    CHECK(em_expand(one, EM_SHAPE(INT64_MAX, INT64_MAX, 0)) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "too many elements");
+    CHECK(em_view(m, EM_SHAPE(INT64_MAX, 3, 0)) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "is invalid for input of size 24");
+    CHECK(em_view(m, EM_SHAPE(INT64_MAX, INT64_MAX, -1)) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "is invalid for input of size 24");
+    em_tensor *empty = em_empty(EM_SHAPE(0), (em_opts){0});
+    CHECK(em_view(empty, EM_SHAPE(0, INT64_MAX, INT64_MAX)) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "too many elements");
+    CHECK(em_reshape(empty, EM_SHAPE(INT64_MAX, 4, 0)) == NULL);   /* the product overflows before the 0 */
+    CHECK_ERROR(EM_ERR_SHAPE, "is invalid for input of size 0");
+    CHECK(em_empty(EM_SHAPE(0, INT64_MAX, INT64_MAX), (em_opts){0}) == NULL);
+    CHECK_ERROR(EM_ERR_SHAPE, "too many elements");
+    /* a broadcast result that cannot be indexed: [2^40, 1] + [1, 2^40] */
+    em_tensor *col = em_expand(one, EM_SHAPE((int64_t)1 << 40, 1)), *row = em_expand(one, EM_SHAPE(1, (int64_t)1 << 40));
+    CHECK(col && row && em_add(col, row) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "too many elements");
+    /* concatenating nine [2^60 - 1] views: their sizes add up past int64 */
+    em_tensor *huge = em_expand(em_ones(EM_SHAPE(1), (em_opts){0}), EM_SHAPE(((int64_t)1 << 60) - 1));
+    CHECK(huge != NULL);
+    em_tensor *nine[9];
+    for (int i = 0; i < 9; i++) nine[i] = huge;
+    CHECK(huge && em_cat(nine, 9, 0) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "add up past the int64 range");
+    CHECK(huge && em_cat(nine, 2, 0) == NULL);   /* 2^61 - 2 elements: too many to index */
+    CHECK_ERROR(EM_ERR_ARGUMENT, "too many elements");
+    /* unsqueeze of a size-1 dim with a huge stride keeps a stride that fits */
+    em_tensor *u = em_unsqueeze(em_slice(m, 0, 0, 1, 1), 0);
+    CHECK_SHAPE(u, 1, 1, 3, 4);
+    /* convolution and pooling windows: padding INT64_MAX / 2 made in + 2p overflow */
+    em_tensor *x = em_ones(EM_SHAPE(1, 1, 4, 4), (em_opts){0}), *w = em_ones(EM_SHAPE(1, 1, 3, 3), (em_opts){0});
+    CHECK(em_conv2d(x, w, NULL, EM_HW1(1), EM_HW1(INT64_MAX / 2), EM_HW1(1), 1) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "conv2d: the padded input or the dilated kernel size overflows int64");
+    CHECK(em_conv2d(x, w, NULL, EM_HW1(1), EM_HW1(0), EM_HW1(INT64_MAX), 1) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "overflows int64");
+    /* padding 2^40: an output of [1, 1, 2^41, 2^41] is too large to index, not a wrapped size */
+    CHECK(em_conv2d(x, w, NULL, EM_HW1(1), EM_HW1((int64_t)1 << 40), EM_HW1(1), 1) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "too many elements");
+    CHECK(em_max_pool2d(x, EM_HW1(INT64_MAX), EM_HW1(1), EM_HW1(INT64_MAX / 2), EM_HW1(1), false) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "max_pool2d: the padded input or the dilated kernel size overflows int64");
+    CHECK(em_max_pool2d(x, EM_HW1(3), EM_HW1(INT64_MAX), EM_HW1(1), EM_HW1(1), true) != NULL);
+    CHECK(em_avg_pool2d(x, EM_HW1(3), EM_HW1(INT64_MAX), EM_HW1(1), true, true, 0) != NULL);
+    CHECK(em_max_pool2d(x, EM_HW1(2), EM_HW1(1), EM_HW1(1), EM_HW1(INT64_MAX), false) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "overflows int64");
+    CHECK(!em_failed());
+    em_scope_end(sc);
+}
+
 static void test_null_args(void) {
     CHECK(em_view(NULL, EM_SHAPE(1)) == NULL);
     CHECK_ERROR(EM_ERR_ARGUMENT, "em_view: argument 't' is NULL");
@@ -221,6 +304,7 @@ int main(void) {
     RUN(test_squeeze_unsqueeze_flatten);
     RUN(test_contiguous_detach);
     RUN(test_aliasing);
+    RUN(test_view_arithmetic_overflow);
     RUN(test_null_args);
     return test_summary();
 }

@@ -197,7 +197,7 @@ static void test_atomic_readonly_dir(void) {
     em_scope_end(s);
 }
 
-/* Files that cannot be mapped are read to the end: a FIFO fed by a child (more than the
+/* Files that have no size to trust are read to the end: a FIFO fed by a child (more than the
  * first 64 KiB buffer) and an empty file; a directory is refused. */
 static void test_file_map_fifo_empty_and_directory(void) {
     em__file_map m;
@@ -217,7 +217,7 @@ static void test_file_map_fifo_empty_and_directory(void) {
     }
     CHECK(pid > 0);
     CHECK_OK(em__file_map_open(path, &m));
-    CHECK(m.len == 200000 && m.map_base == NULL);
+    CHECK(m.len == 200000);
     bool same = m.data != NULL;
     for (size_t i = 0; same && i < m.len; i++) same = m.data[i] == i % 251;
     CHECK(same);
@@ -225,7 +225,7 @@ static void test_file_map_fifo_empty_and_directory(void) {
     int status = 1;
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     unlink(path);
-    /* an empty regular file: nothing to map, zero bytes read */
+    /* an empty regular file: zero bytes read */
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
     if (f) fclose(f);

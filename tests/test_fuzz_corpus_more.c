@@ -1,8 +1,9 @@
 /* The checks of the newer fuzz targets (fuzz/fuzz_more.h: idx's gzip path, checkpoints,
- * JSON, device strings, EMBER_MEMORY_CAP) over their seed corpora (fuzz/corpus/<target>/)
- * and deterministic mutations of each file: every prefix, and bytes set to 0x00, 0xFF, '9',
- * '"', ':', a flipped bit and +1 (every byte; every `stride`-th for the slow checkpoint
- * loads). So the normal suite and its ASan run check these readers without libFuzzer. */
+ * JSON, device strings, EMBER_MEMORY_CAP; fuzz/fuzz_views.h: chains of view ops) over their
+ * seed corpora (fuzz/corpus/<target>/) and deterministic mutations of each file: every
+ * prefix, and bytes set to 0x00, 0xFF, '9', '"', ':', a flipped bit and +1 (every byte;
+ * every `stride`-th for the slow checkpoint loads). So the normal suite and its ASan run
+ * check these readers without libFuzzer. */
 #include <dirent.h>
 #include <stdlib.h>
 
@@ -16,6 +17,7 @@ static const char *fuzz_current;
         if (fuzz_failures++ < 10) fprintf(stderr, "  %s: %s\n", fuzz_current, (what));    \
     } while (0)
 #include "../fuzz/fuzz_more.h"
+#include "../fuzz/fuzz_views.h"
 
 typedef void (*fuzz_fn)(const uint8_t *, size_t);
 
@@ -80,6 +82,7 @@ static void test_corpus_json(void) { run_dir("json", fuzz_json_one, 1); }
 static void test_corpus_device(void) { run_dir("device", fuzz_device_one, 1); }
 static void test_corpus_memcap(void) { run_dir("memcap", fuzz_memcap_one, 1); }
 static void test_corpus_checkpoint(void) { run_dir("checkpoint", fuzz_checkpoint_one, 5); }
+static void test_corpus_views(void) { run_dir("views", fuzz_views_one, 1); }
 
 int main(void) {
     RUN(test_corpus_idx_gz);
@@ -87,5 +90,6 @@ int main(void) {
     RUN(test_corpus_device);
     RUN(test_corpus_memcap);
     RUN(test_corpus_checkpoint);
+    RUN(test_corpus_views);
     return test_summary();
 }

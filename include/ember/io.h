@@ -6,7 +6,10 @@
  *    data, found 1200".
  * Every writer takes tensors on any device (they are copied to the host) and writes
  * atomically: a temporary file in the same directory, fsync, rename. On failure the
- * old file (if any) is left as it was and the temporary file is removed. */
+ * old file (if any) is left as it was and the temporary file is removed. A path that is a
+ * symbolic link is written through: the file it leads to is replaced, the link stays. A
+ * replaced file keeps its mode (and its owner, where the process may give it); a new one
+ * gets the umask's mode. */
 #ifndef EMBER_IO_H
 #define EMBER_IO_H
 
@@ -46,7 +49,8 @@ EM_API em_tensor *em_load_csv(const char *path, em_csv_opts opts, em_tensor **la
 
 /* ---- safetensors ---- */
 /* Dtype names F32 F64 F16 BF16 I64 I32 U8 BOOL. Header names are sorted, the header is
- * padded with spaces to a multiple of 8 bytes, and data follows in the same order. */
+ * padded with spaces to a multiple of 8 bytes, and data follows in the same order. The header
+ * is UTF-8 JSON: a name, key or value that is not UTF-8 is refused (EM_ERR_ARGUMENT). */
 EM_API em_status em_safetensors_save(const char *path, const char *const *names,
                               em_tensor *const *tensors, int n);
 /* The same with a "__metadata__" map: nmeta (key, value) string pairs. */
@@ -54,7 +58,11 @@ EM_API em_status em_safetensors_save_meta(const char *path, const char *const *n
                                    int n, const char *const *keys, const char *const *values, int nmeta);
 
 typedef struct em_safetensors em_safetensors; /* a loaded safetensors file */
-/* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure. */
+/* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure.
+ * A file the reference reader refuses is refused (a header that is not UTF-8, tensors that
+ * overlap, leave a gap or are followed by more bytes). The file is read, never mapped: one
+ * that shrinks while it loads is an error (EM_ERR_IO), not a crash; one rewritten meanwhile
+ * may load part old, part new. */
 EM_API em_safetensors *em_safetensors_load(const char *path, em_device device);
 EM_API int em_safetensors_count(const em_safetensors *st); /* tensors in the file */
 /* The i-th name in file order (sorted by data offset); NULL if i is out of range. */

@@ -298,15 +298,28 @@ static em_status conv_backward_weight(const em_backend *be, em_tensor *gw, em_te
 
 /* ---- shapes and checks ---- */
 
-static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dl) {
-    return (in + 2 * p - dl * (k - 1) - 1) / s + 1;
+/* The padded input size in + 2p and the dilated window dl * (k - 1) + 1 of one spatial dim
+ * (sizes, padding and dilation checked non-negative / positive by the caller), or false when
+ * either overflows int64 (a padding or kernel near INT64_MAX). */
+static bool window_sizes(int64_t in, int64_t k, int64_t p, int64_t dl, int64_t *padded, int64_t *window) {
+    return !__builtin_mul_overflow(p, 2, padded) && !__builtin_add_overflow(*padded, in, padded) &&
+           !__builtin_mul_overflow(dl, k - 1, window) && !__builtin_add_overflow(*window, 1, window);
 }
 
-/* PyTorch's pooling_output_shape */
-static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t dl, bool ceil_mode) {
-    int64_t num = in + 2 * p - dl * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
-    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-    if (ceil_mode && (o - 1) * s >= in + p) --o;
+static em_status window_overflow(const char *op, em_hw k, em_hw p, em_hw d) {
+    return em_error(EM_ERR_ARGUMENT, "%s: the padded input or the dilated kernel size overflows int64 "
+                    "(kernel_size=(%lld, %lld), padding=(%lld, %lld), dilation=(%lld, %lld))", op,
+                    (long long)k.h, (long long)k.w, (long long)p.h, (long long)p.w, (long long)d.h, (long long)d.w);
+}
+
+/* PyTorch's pooling_output_shape, (padded - window + (ceil_mode ? s - 1 : 0)) / s + 1 rounded
+ * down, written as a floor or ceiling division of padded - window so that nothing overflows */
+static int64_t pool_out(int64_t in, int64_t padded, int64_t window, int64_t s, int64_t p, bool ceil_mode) {
+    int64_t num = padded - window;   /* both in [0, INT64_MAX]: no overflow */
+    int64_t o;
+    if (ceil_mode) o = (num > 0 ? (num - 1) / s + 1 : -(-num / s)) + 1;
+    else o = (num >= 0 ? num / s : -((-num - 1) / s) - 1) + 1;
+    if (ceil_mode && o > 0 && (o - 1) * s >= in + p) --o;   /* (o - 1) * s <= num */
     return o;
 }
 
@@ -381,18 +394,27 @@ static em_tensor *conv2d_impl(em_tensor *x, em_tensor *w, em_tensor *b, em_hw st
         return NULL;
     }
     int64_t kh = w->shape[2], kw = w->shape[3];
-    int64_t ph_in = x->shape[2] + 2 * padding.h, pw_in = x->shape[3] + 2 * padding.w;
-    if (dilation.h * (kh - 1) + 1 > ph_in || dilation.w * (kw - 1) + 1 > pw_in) {
+    if (kh < 1 || kw < 1) {
+        em_error(EM_ERR_SHAPE, "%s: expected a kernel of at least 1 x 1, but got weight of size %s", op, shp(sw, sizeof sw, w));
+        return NULL;
+    }
+    int64_t ph_in, pw_in, win_h, win_w;
+    if (!window_sizes(x->shape[2], kh, padding.h, dilation.h, &ph_in, &win_h) ||
+        !window_sizes(x->shape[3], kw, padding.w, dilation.w, &pw_in, &win_w)) {
+        window_overflow(op, (em_hw){kh, kw}, padding, dilation);
+        return NULL;
+    }
+    if (win_h > ph_in || win_w > pw_in) {
         em_error(EM_ERR_SHAPE, "%s: calculated padded input size per channel: (%lld x %lld) for input%s. Kernel size: (%lld x %lld) (dilated: %lld x %lld). Kernel size can't be greater than actual input size",
                  op, (long long)ph_in, (long long)pw_in, shp(sx, sizeof sx, x), (long long)kh, (long long)kw,
-                 (long long)(dilation.h * (kh - 1) + 1), (long long)(dilation.w * (kw - 1) + 1));
+                 (long long)win_h, (long long)win_w);
         return NULL;
     }
     em_window2d g = {.n = x->shape[0], .c = C, .h = x->shape[2], .w = x->shape[3], .kh = kh, .kw = kw,
                      .sh = stride.h, .sw = stride.w, .ph = padding.h, .pw = padding.w, .dh = dilation.h,
                      .dw = dilation.w};
-    g.oh = conv_out(g.h, kh, g.sh, g.ph, g.dh);
-    g.ow = conv_out(g.w, kw, g.sw, g.pw, g.dw);
+    g.oh = (ph_in - win_h) / g.sh + 1;   /* PyTorch's conv output size; win <= padded here */
+    g.ow = (pw_in - win_w) / g.sw + 1;
     const em_backend *be = x->storage->backend;
     em_device dev = x->storage->device;
     if (need_ops(op, be, dev, x->dtype, true)) return NULL;
@@ -489,12 +511,16 @@ static em_tensor *pool_impl(const char *op, em_pool_kind kind, em_tensor *x, em_
     return out;
 }
 
-static em_window2d pool_window(const em_tensor *x, em_hw k, em_hw s, em_hw p, em_hw d, bool ceil_mode) {
-    em_window2d g = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .kh = k.h,
-                     .kw = k.w, .sh = s.h, .sw = s.w, .ph = p.h, .pw = p.w, .dh = d.h, .dw = d.w};
-    g.oh = pool_out(g.h, k.h, s.h, p.h, d.h, ceil_mode);
-    g.ow = pool_out(g.w, k.w, s.w, p.w, d.w, ceil_mode);
-    return g;
+static em_status pool_window(const char *op, const em_tensor *x, em_hw k, em_hw s, em_hw p, em_hw d, bool ceil_mode,
+                             em_window2d *g) {
+    *g = (em_window2d){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .kh = k.h,
+                       .kw = k.w, .sh = s.h, .sw = s.w, .ph = p.h, .pw = p.w, .dh = d.h, .dw = d.w};
+    int64_t ph, pw, wh, ww;
+    if (!window_sizes(g->h, k.h, p.h, d.h, &ph, &wh) || !window_sizes(g->w, k.w, p.w, d.w, &pw, &ww))
+        return window_overflow(op, k, p, d);
+    g->oh = pool_out(g->h, ph, wh, s.h, p.h, ceil_mode);
+    g->ow = pool_out(g->w, pw, ww, s.w, p.w, ceil_mode);
+    return EM_OK;
 }
 
 em_tensor *em_max_pool2d_with_indices(em_tensor *input, em_hw kernel_size, em_hw stride, em_hw padding,
@@ -508,8 +534,10 @@ em_tensor *em_max_pool2d_with_indices(em_tensor *input, em_hw kernel_size, em_hw
     em_tensor *x = batched(op, input, &squeeze);
     if (!x) return NULL;
     em_tensor *idx = NULL;
-    em_tensor *out = pool_impl(op, EM_POOL_MAX, x, pool_window(x, kernel_size, stride, padding, dilation, ceil_mode),
-                               &idx);
+    em_window2d g;
+    em_tensor *out = pool_window(op, x, kernel_size, stride, padding, dilation, ceil_mode, &g) == EM_OK
+                         ? pool_impl(op, EM_POOL_MAX, x, g, &idx)
+                         : NULL;
     if (indices) *indices = unbatched(idx, squeeze);
     return unbatched(out, squeeze);
 }
@@ -533,7 +561,9 @@ em_tensor *em_avg_pool2d(em_tensor *input, em_hw kernel_size, em_hw stride, em_h
     bool squeeze;
     em_tensor *x = batched(op, input, &squeeze);
     if (!x) return NULL;
-    em_window2d g = pool_window(x, kernel_size, stride, padding, EM_HW1(1), ceil_mode);
+    em_window2d g;
+    if (pool_window(op, x, kernel_size, stride, padding, EM_HW1(1), ceil_mode, &g) != EM_OK)
+        return unbatched(NULL, squeeze);
     g.count_include_pad = count_include_pad;
     g.divisor = divisor_override;
     return unbatched(pool_impl(op, EM_POOL_AVG, x, g, NULL), squeeze);

@@ -212,7 +212,11 @@ em_tensor *em_cat(em_tensor *const *tensors, int n, int dim) {
                 return NULL;
             }
         }
-        shape[dim] += t->shape[dim];
+        if (__builtin_add_overflow(shape[dim], t->shape[dim], &shape[dim])) {
+            em_error(EM_ERR_ARGUMENT, "%s: the sizes of dimension %d add up past the int64 range (at tensor number %d)",
+                     op, dim, i);
+            return NULL;
+        }
         used++;
     }
     em_dtype dt = em__result_type(n, tensors);

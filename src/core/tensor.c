@@ -103,8 +103,26 @@ em_tensor *em__tensor_alloc(em_storage *storage, em_dtype dt, int ndim, const in
     return t;
 }
 
+/* Whether a shape can be indexed: sizes >= 0, and the product of the sizes, a size 0 counted
+ * as 1 (so that contiguous strides fit too), times the largest element size fits in int64. */
+static bool shape_fits(int ndim, const int64_t *shape) {
+    int64_t span = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(span, shape[i] ? shape[i] : 1, &span) || span > INT64_MAX / 8)
+            return false;
+    return true;
+}
+
 em_tensor *em__tensor_new_on(const em_backend *be, em_device d, int ndim, const int64_t *shape,
                              em_dtype dt) {
+    /* ops compute their results' shapes from their inputs' (broadcast, concatenation, windows):
+     * one that cannot be indexed is refused here, before a size computed from it wraps around */
+    if (!shape_fits(ndim, shape)) {
+        char buf[128];
+        em_error(EM_ERR_ARGUMENT, "the result's shape %s has too many elements (its size in bytes overflows)",
+                 em__shape_str(buf, sizeof buf, ndim, shape));
+        return NULL;
+    }
     int64_t strides[EM_MAX_DIMS];
     int64_t numel = em__contiguous_strides(ndim, shape, strides);
     em_storage *s = em__storage_new(be, d, (size_t)numel * em_dtype_size(dt), false);
@@ -119,20 +137,19 @@ em_status em__check_shape(const char *op, int ndim, const int64_t *shape, em_dty
         return em_error(EM_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dt);
     if (ndim < 0 || ndim > EM_MAX_DIMS)
         return em_error(EM_ERR_SHAPE, "%s: a shape has 0 to %d dims, got %d", op, EM_MAX_DIMS, ndim);
-    int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             char buf[128];
             return em_error(EM_ERR_SHAPE, "%s: negative dimension %lld in shape %s", op,
                             (long long)shape[i], em__shape_str(buf, sizeof buf, ndim, shape));
         }
-        if (__builtin_mul_overflow(n, shape[i], &n) || n > INT64_MAX / 8) {
-            char buf[128];
-            return em_error(EM_ERR_SHAPE, "%s: shape %s has too many elements", op,
-                            em__shape_str(buf, sizeof buf, ndim, shape));
-        }
     }
-    if (numel) *numel = n;
+    if (!shape_fits(ndim, shape)) {
+        char buf[128];
+        return em_error(EM_ERR_SHAPE, "%s: shape %s has too many elements (the product of its sizes, "
+                        "a size 0 counted as 1, times 8 bytes overflows)", op, em__shape_str(buf, sizeof buf, ndim, shape));
+    }
+    if (numel) *numel = em__numel_raw(ndim, shape);
     return EM_OK;
 }
 
@@ -143,8 +160,39 @@ em_tensor *em__tensor_new(em_shape shape, em_dtype dt, em_device d) {
     return em__tensor_new_on(be, em_device_resolve(d), shape.ndim, shape.d, dt);
 }
 
+/* The last line of defence of every view: its elements lie inside its storage. Each view op
+ * checks its own arguments first (with PyTorch's messages); this catches what they miss. */
+static bool view_inside_storage(const em_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                                int64_t offset) {
+    char sb[128], tb[128];
+    if (!shape_fits(ndim, shape)) {
+        em_error(EM_ERR_ARGUMENT, "view: shape %s has too many elements (its size in bytes overflows)",
+                 em__shape_str(sb, sizeof sb, ndim, shape));
+        return false;
+    }
+    if (em__numel_raw(ndim, shape) == 0) return true;   /* reaches no element */
+    int64_t lo = offset, hi = offset, reach;
+    bool overflow = offset < 0;
+    for (int i = 0; i < ndim && !overflow; i++) {
+        overflow = __builtin_mul_overflow(shape[i] - 1, strides[i], &reach) ||
+                   __builtin_add_overflow(reach < 0 ? lo : hi, reach, reach < 0 ? &lo : &hi);
+    }
+    int64_t elems = (int64_t)(t->storage->nbytes / em_dtype_size(t->dtype));
+    if (overflow || lo < 0 || hi >= elems) {
+        char reached[96];
+        if (overflow) snprintf(reached, sizeof reached, "past the int64 range");
+        else snprintf(reached, sizeof reached, "elements %lld to %lld", (long long)lo, (long long)hi);
+        em_error(EM_ERR_ARGUMENT, "view: shape %s with strides %s at offset %lld reaches %s, outside its storage "
+                 "of %lld elements", em__shape_str(sb, sizeof sb, ndim, shape), em__shape_str(tb, sizeof tb, ndim, strides),
+                 (long long)offset, reached, (long long)elems);
+        return false;
+    }
+    return true;
+}
+
 em_tensor *em__view_of(const em_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                        int64_t offset) {
+    if (!view_inside_storage(t, ndim, shape, strides, offset)) return NULL;
     return em__tensor_alloc(t->storage, t->dtype, ndim, shape, strides, offset);
 }
 

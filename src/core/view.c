@@ -12,6 +12,7 @@ static em_status infer_shape(const char *op, int64_t numel, em_shape *s) {
         return em_error(EM_ERR_SHAPE, "%s: a shape has 0 to %d dims, got %d", op, EM_MAX_DIMS, s->ndim);
     int infer = -1;
     int64_t prod = 1;
+    bool overflow = false;   /* a product past int64 cannot be numel */
     char buf[128];
     for (int i = 0; i < s->ndim; i++) {
         if (s->d[i] == -1) {
@@ -20,10 +21,12 @@ static em_status infer_shape(const char *op, int64_t numel, em_shape *s) {
         } else if (s->d[i] < 0) {
             return em_error(EM_ERR_SHAPE, "%s: invalid shape dimension %lld", op, (long long)s->d[i]);
         } else {
-            prod *= s->d[i];
+            overflow |= __builtin_mul_overflow(prod, s->d[i], &prod);
         }
     }
-    if (infer >= 0) {
+    if (overflow) {
+        /* falls through to the message below */
+    } else if (infer >= 0) {
         if (prod == 0)
             return em_error(EM_ERR_SHAPE,
                             "%s: cannot reshape tensor of %lld elements into shape %s because the "
@@ -34,7 +37,8 @@ static em_status infer_shape(const char *op, int64_t numel, em_shape *s) {
             return EM_OK;
         }
     } else if (prod == numel) {
-        return EM_OK;
+        /* numel 0 allows any sizes beside the 0: they must still have strides that fit */
+        return numel > 0 ? EM_OK : em__check_shape(op, s->ndim, s->d, EM_F64, NULL);
     }
     return em_error(EM_ERR_SHAPE, "%s: shape '%s' is invalid for input of size %lld", op,
                     em__shape_str(buf, sizeof buf, s->ndim, s->d), (long long)numel);
@@ -51,14 +55,17 @@ static bool view_strides(const em_tensor *t, const em_shape *ns, int64_t *out) {
             for (int i = 0; i < ns->ndim; i++) if (out[i] == 0) out[i] = 1;
         return true;
     }
+    /* numel > 0 here, so every product of sizes is at most numel; a product with a stride
+     * that overflows describes no element of the tensor, so no view exists */
     int vd = ns->ndim - 1;
-    int64_t chunk_stride = t->strides[t->ndim - 1], tensor_n = 1, view_n = 1;
+    int64_t chunk_stride = t->strides[t->ndim - 1], tensor_n = 1, view_n = 1, span;
     for (int td = t->ndim - 1; td >= 0; td--) {
         tensor_n *= t->shape[td];
-        bool chunk_ends = td == 0 || (t->shape[td - 1] != 1 && t->strides[td - 1] != tensor_n * chunk_stride);
+        bool chunk_ends = td == 0 || (t->shape[td - 1] != 1 &&
+                                      (__builtin_mul_overflow(tensor_n, chunk_stride, &span) || t->strides[td - 1] != span));
         if (!chunk_ends) continue;
         while (vd >= 0 && (view_n < tensor_n || ns->d[vd] == 1)) {
-            out[vd] = view_n * chunk_stride;
+            if (__builtin_mul_overflow(view_n, chunk_stride, &out[vd])) return false;
             view_n *= ns->d[vd];
             vd--;
         }
@@ -156,7 +163,15 @@ static em_tensor *strided_dim(em_tensor *t, int dim, int64_t start, int64_t len,
     memcpy(shape, t->shape, sizeof shape);
     memcpy(strides, t->strides, sizeof strides);
     shape[dim] = len;
-    strides[dim] = t->strides[dim] * step;
+    /* with one element or none the stride is never used to address: keep the old one rather
+     * than a product that can overflow (a step of INT64_MAX); with two or more, element
+     * start + step lies inside the dim, so the product is within the tensor's extent */
+    strides[dim] = t->strides[dim];
+    if (len > 1 && __builtin_mul_overflow(t->strides[dim], step, &strides[dim])) {
+        em_error(EM_ERR_ARGUMENT, "em_slice: stride %lld times step %lld overflows", (long long)t->strides[dim],
+                 (long long)step);
+        return NULL;
+    }
     int64_t offset = t->offset + (len > 0 ? start * t->strides[dim] : 0);
     em_grad_args args = no_args;
     args.dim = dim;
@@ -183,7 +198,7 @@ em_tensor *em_narrow(em_tensor *t, int dim, int64_t start, int64_t length) {
                  (long long)-size, (long long)size, (long long)(start < 0 ? start - size : start));
         return NULL;
     }
-    if (length < 0 || start + length > size) {
+    if (length < 0 || length > size - start) {   /* not start + length: it can overflow */
         em_error(EM_ERR_ARGUMENT, "em_narrow: start (%lld) + length (%lld) exceeds dimension size (%lld).",
                  (long long)start, (long long)length, (long long)size);
         return NULL;
@@ -205,7 +220,9 @@ em_tensor *em_slice(em_tensor *t, int dim, int64_t start, int64_t end, int64_t s
     if (start > size) start = size;
     if (end > size) end = size;
     if (end < start) end = start;
-    return strided_dim(t, dim, start, (end - start + step - 1) / step, step);
+    /* ceil((end - start) / step), written so that a step near INT64_MAX cannot overflow */
+    int64_t len = end == start ? 0 : (end - start - 1) / step + 1;
+    return strided_dim(t, dim, start, len, step);
 }
 
 em_tensor *em_select(em_tensor *t, int dim, int64_t index) {
@@ -273,6 +290,14 @@ em_tensor *em_expand(em_tensor *t, em_shape shape) {
             return NULL;
         }
     }
+    int64_t span = 1;   /* as em_empty: the new sizes' product (a 0 counted as 1) must fit */
+    for (int i = 0; i < shape.ndim; i++) {
+        if (__builtin_mul_overflow(span, shape.d[i] ? shape.d[i] : 1, &span) || span > INT64_MAX / 8) {
+            em_error(EM_ERR_ARGUMENT, "em_expand: the expanded shape %s has too many elements (its size in bytes "
+                     "overflows)", em__shape_str(want, sizeof want, shape.ndim, shape.d));
+            return NULL;
+        }
+    }
     em_tensor *out = em__view_of(t, shape.ndim, shape.d, strides, t->offset);
     return em__finish(out, EM_GRAD_EXPAND, 1, &t, &no_args);
 }
@@ -301,7 +326,9 @@ em_tensor *em_unsqueeze(em_tensor *t, int dim) {
     for (int i = 0, j = 0; i <= t->ndim; i++) {
         if (i == dim) {
             shape[i] = 1;
-            strides[i] = dim < t->ndim ? t->shape[dim] * t->strides[dim] : 1;
+            /* PyTorch's stride for the new dim; it never addresses anything (size 1), so 1
+             * where the product overflows */
+            if (dim >= t->ndim || __builtin_mul_overflow(t->shape[dim], t->strides[dim], &strides[i])) strides[i] = 1;
         } else {
             shape[i] = t->shape[j];
             strides[i] = t->strides[j++];

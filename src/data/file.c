@@ -1,15 +1,13 @@
-/* Whole-file input (mmap) and atomic output (temporary file, fsync, rename) for the
- * parsers and writers in src/data/. */
+/* Whole-file and piecewise input (read and pread, never mmap: see parsers.h) and atomic
+ * output (temporary file, fsync, rename) for the parsers and writers in src/data/. */
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,32 +108,67 @@ em_status em__file_map_open(const char *path, em__file_map *m) {
     return em__file_map_open_sized(path, m, NULL);
 }
 
-em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn size) {
-    memset(m, 0, sizeof *m);
+/* Opens path for reading and stats it; a directory is refused. */
+static em_status open_input(const char *path, int *fd, struct stat *st) {
+    *fd = -1;
     if (!path) return em_error(EM_ERR_ARGUMENT, "file path is NULL");
     if (!*path) return em_error(EM_ERR_ARGUMENT, "file path is empty");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return em_error(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    int d = open(path, O_RDONLY | O_CLOEXEC);
+    if (d < 0) return em_error(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(d, st) != 0) {
         int e = errno;
-        close(fd);
+        close(d);
         return em_error(EM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
     }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
+    if (S_ISDIR(st->st_mode)) {
+        close(d);
         return em_error(EM_ERR_IO, "%s: is a directory, expected a file", path);
     }
-    em_status s = EM_OK;
-    if (S_ISREG(st.st_mode) && st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p != MAP_FAILED) {
-            m->map_base = p;
-            m->map_len = (size_t)st.st_size;
-            m->data = p;
-            m->len = (size_t)st.st_size;
+    *fd = d;
+    return EM_OK;
+}
+
+/* n bytes at off with pread, or an error saying where the file ended (it was `size` bytes
+ * when it was opened). */
+static em_status read_at(int fd, const char *path, uint64_t size, uint64_t off, void *dst, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        size_t chunk = n - done < ((size_t)1 << 30) ? n - done : ((size_t)1 << 30);
+        ssize_t r = pread(fd, (uint8_t *)dst + done, chunk, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            return em_error(EM_ERR_IO, "%s: read failed at byte %llu: %s", path, (unsigned long long)(off + done),
+                            strerror(e));
+        }
+        if (r == 0)
+            return em_error(EM_ERR_IO, "%s: the file ends at byte %llu, but it had %llu bytes when it was opened: "
+                            "it was truncated or replaced while being read (expected bytes %llu-%llu)", path,
+                            (unsigned long long)(off + done), (unsigned long long)size, (unsigned long long)off,
+                            (unsigned long long)(off + n - 1));
+        done += (size_t)r;
+    }
+    return EM_OK;
+}
+
+em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn size) {
+    memset(m, 0, sizeof *m);
+    int fd;
+    struct stat st;
+    em_status s = open_input(path, &fd, &st);
+    if (s != EM_OK) return s;
+    if (S_ISREG(st.st_mode) && st.st_size > 0) {   /* size 0: a /proc file, read as a stream */
+        /* what the file held when opened: bytes it gains later are not read, bytes it loses are an error */
+        size_t len = (size_t)st.st_size;
+        uint8_t *buf = malloc(len);
+        if (!buf) s = em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the file (%zu bytes)", path, len);
+        else s = read_at(fd, path, len, 0, buf, len);
+        if (s == EM_OK) {
+            m->heap = buf;
+            m->data = buf;
+            m->len = len;
         } else {
-            s = read_stream(fd, path, size, m);
+            free(buf);
         }
     } else {
         s = read_stream(fd, path, size, m);
@@ -146,9 +179,43 @@ em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn
 
 void em__file_map_close(em__file_map *m) {
     if (!m) return;
-    if (m->map_base) munmap(m->map_base, m->map_len);
     free(m->heap);
     memset(m, 0, sizeof *m);
+}
+
+em_status em__file_in_open(const char *path, em__file_in *f, em__size_fn size) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->path = path;
+    int fd;
+    struct stat st;
+    em_status s = open_input(path, &fd, &st);
+    if (s != EM_OK) return s;
+    if (S_ISREG(st.st_mode) && st.st_size > 0) {
+        f->fd = fd;
+        f->size = (uint64_t)st.st_size;
+        return EM_OK;
+    }
+    s = read_stream(fd, path, size, &f->mem);
+    close(fd);
+    f->size = f->mem.len;
+    return s;
+}
+
+em_status em__file_in_read(em__file_in *f, uint64_t off, void *dst, size_t n) {
+    if (f->fd >= 0) return read_at(f->fd, f->path, f->size, off, dst, n);
+    if (off > f->mem.len || n > f->mem.len - off)   /* the caller checked against size: not reached */
+        return em_error(EM_ERR_INTERNAL, "%s: bytes %llu-%llu lie past the %zu bytes read", f->path,
+                        (unsigned long long)off, (unsigned long long)(off + n), f->mem.len);
+    if (n) memcpy(dst, f->mem.data + off, n);
+    return EM_OK;
+}
+
+void em__file_in_close(em__file_in *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    em__file_map_close(&f->mem);
 }
 
 /* ---- atomic writing ---- */
@@ -166,9 +233,23 @@ static char *dir_of(const char *path) {
 #define TMP_SUFFIX_MAX 48   /* ".tmp." + 3 numbers of at most 10, 10 and 9 digits + attempt + dots */
 #define TMP_PREFIX_MAX (NAME_MAX - 1 - TMP_SUFFIX_MAX)
 
-/* Removes the temporary files an earlier save of the same file left behind when its
- * process was killed (SIGKILL, power loss): those whose process no longer exists. A
- * concurrent save by a live process keeps its file. */
+/* A temporary file belongs to a live writer while its writer holds an exclusive lock on it
+ * (an open file description lock, F_OFD_SETLK: it conflicts between processes, hosts sharing
+ * an NFS folder through its lock service, and threads of one process alike, and it goes away
+ * with the writer, however it dies). A process id in the name cannot tell that: in another
+ * PID namespace (a container) or on another host the same number is another process or none.
+ * The cleanup takes a shared lock on a candidate; only if it gets it, and the name still
+ * names that file, does it remove it, still holding the lock. A writer that finds its new
+ * temporary locked, or removed by then, tries another name (see lock_new_temp). */
+static int ofd_lock(int fd, short type) {
+    struct flock l = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    return fcntl(fd, F_OFD_SETLK, &l);
+}
+
+/* Removes the temporary files an earlier save of the same file left behind when its writer
+ * died (SIGKILL, power loss): those nobody holds locked. A concurrent save keeps its file,
+ * from whatever process, namespace or host it runs. On a filesystem without locks nothing
+ * is removed. */
 static void remove_stale_temps(const char *dir, const char *prefix, size_t prefix_len) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -178,69 +259,154 @@ static void remove_stale_temps(const char *dir, const char *prefix, size_t prefi
         if (n[0] != '.' || strncmp(n + 1, prefix, prefix_len) || strncmp(n + 1 + prefix_len, ".tmp.", 5)) continue;
         const char *p = n + 1 + prefix_len + 5;
         char *end;
-        errno = 0;
-        long pid = strtol(p, &end, 10);
-        if (end == p || *end != '.' || errno || pid <= 0 || pid == (long)getpid()) continue;
-        p = end + 1;
-        strtol(p, &end, 10);
-        if (end == p || *end != '.') continue;
-        p = end + 1;
-        if (!*p || strspn(p, "0123456789") != strlen(p)) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;   /* alive, or not ours to judge */
-        (void)unlinkat(dfd, n, 0);
+        for (int field = 0; field < 2; field++) {   /* <pid>.<tid>. */
+            strtol(p, &end, 10);
+            if (end == p || *end != '.') break;
+            p = end + 1;
+        }
+        if (end == p || !*p || strspn(p, "0123456789") != strlen(p)) continue;
+        int fd = openat(dfd, n, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        if (fd < 0) continue;
+        struct stat held, named;
+        if (fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && ofd_lock(fd, F_RDLCK) == 0 &&
+            fstatat(dfd, n, &named, AT_SYMLINK_NOFOLLOW) == 0 && held.st_dev == named.st_dev &&
+            held.st_ino == named.st_ino)
+            (void)unlinkat(dfd, n, 0);
+        close(fd);   /* releases the lock */
     }
     closedir(d);
+}
+
+/* Takes the writer's lock on a temporary just created as fd at tmp_path. False when a
+ * cleanup got there first (it holds a lock on it, or has removed it): the caller closes it
+ * and tries another name. A filesystem without locks leaves it unlocked, which is safe: the
+ * cleanup cannot lock it either, so it never removes it. */
+static bool lock_new_temp(int fd, const char *tmp_path) {
+    if (ofd_lock(fd, F_WRLCK) != 0) return errno != EAGAIN && errno != EACCES;
+    struct stat held, named;
+    return fstat(fd, &held) == 0 && stat(tmp_path, &named) == 0 && held.st_dev == named.st_dev &&
+           held.st_ino == named.st_ino;
+}
+
+/* The file a save to path replaces: path itself or, through symbolic links (up to 40, as the
+ * kernel follows), the file the last one names, so that a link stays a link and its target
+ * gets the new contents (a dangling link's target is created). Malloc'ed; NULL with an error. */
+static char *final_target(const char *path) {
+    char *cur = strdup(path);
+    for (int hops = 0; cur; hops++) {
+        struct stat st;
+        if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) return cur;   /* a new file, or not a link */
+        char *link = malloc(PATH_MAX);
+        ssize_t len = link ? readlink(cur, link, PATH_MAX) : -1;
+        if (hops == 40 || len <= 0 || len >= PATH_MAX) {
+            em_error(EM_ERR_IO, "%s: cannot follow the symbolic link '%s': %s", path, cur,
+                     hops == 40 ? "more than 40 links in a row" : len < 0 ? strerror(errno) : "its target is too long");
+            free(link);
+            free(cur);
+            return NULL;
+        }
+        link[len] = 0;
+        char *next = NULL;
+        if (link[0] == '/') {
+            next = strdup(link);
+        } else {   /* relative to the link's own folder */
+            const char *slash = strrchr(cur, '/');
+            size_t dir_len = slash ? (size_t)(slash - cur) + 1 : 0;
+            if ((next = malloc(dir_len + (size_t)len + 1))) {
+                memcpy(next, cur, dir_len);
+                memcpy(next + dir_len, link, (size_t)len + 1);
+            }
+        }
+        free(link);
+        free(cur);
+        cur = next;
+    }
+    em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory following symbolic links", path);
+    return NULL;
 }
 
 em_status em__atomic_open(em__atomic_file *f, const char *path) {
     f->fd = -1;
     f->path = NULL;
+    f->dest = NULL;
     f->tmp_path = NULL;
     if (!path || !*path) return em_error(EM_ERR_ARGUMENT, "output path is NULL or empty");
-    size_t n = strlen(path);
-    if (path[n - 1] == '/') return em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
-    const char *slash = strrchr(path, '/');
-    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-    const char *base = path + dir_len;
+    if (path[strlen(path) - 1] == '/') return em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
+    char *dest = final_target(path);
+    if (!dest) return em_last_status();
+    size_t n = strlen(dest);
+    const char *slash = strrchr(dest, '/');
+    size_t dir_len = slash ? (size_t)(slash - dest) + 1 : 0;
+    const char *base = dest + dir_len;
     size_t base_len = n - dir_len;
-    if (base_len > NAME_MAX)
-        return em_error(EM_ERR_ARGUMENT, "%s: the file name is %zu bytes long, over the limit of %d bytes (NAME_MAX)",
-                        path, base_len, NAME_MAX);
-    if (!strcmp(base, ".") || !strcmp(base, ".."))
-        return em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
+    em_status bad = EM_OK;
+    if (base_len == 0 || !strcmp(base, ".") || !strcmp(base, ".."))
+        bad = em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
+    else if (base_len > NAME_MAX)
+        bad = em_error(EM_ERR_ARGUMENT, "%s: the file name is %zu bytes long, over the limit of %d bytes (NAME_MAX)",
+                       path, base_len, NAME_MAX);
     /* the rename at commit would replace whatever is there: never a device or a folder (as
      * root, saving to /dev/null would replace the machine's /dev/null with a file) */
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return em_error(EM_ERR_IO, "%s: cannot replace the file: it is %s, not a regular file", path,
-                        S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                                                                                           : "a pipe or socket");
+    bool exists = bad == EM_OK && stat(dest, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode))
+        bad = em_error(EM_ERR_IO, "%s: cannot replace the file: it is %s, not a regular file", path,
+                       S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                                          : "a pipe or socket");
+    if (bad != EM_OK) {
+        free(dest);
+        return bad;
+    }
     size_t prefix_len = base_len < TMP_PREFIX_MAX ? base_len : TMP_PREFIX_MAX;
     f->path = strdup(path);
+    f->dest = dest;
     f->tmp_path = malloc(dir_len + prefix_len + TMP_SUFFIX_MAX + 2);
     if (!f->path || !f->tmp_path) {
         em__atomic_abort(f);
         return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
-    char *dir = dir_of(path);
+    char *dir = dir_of(dest);
     if (dir) remove_stale_temps(dir, base, prefix_len);
-    /* unique per thread and attempt; O_EXCL guarantees we never clobber anything, and the
-     * mode honours the umask */
+    /* unique per thread and attempt; O_EXCL guarantees we never clobber anything. A new file
+     * gets the umask's mode (0666 less the umask, as open would give it); a replaced one keeps
+     * its mode and, where this process may give it, its owner: the temporary starts private
+     * (0600) and takes them before any data is written, so the contents are never readable
+     * by more than the old file allowed. */
+    int err = EEXIST;   /* why no temporary could be made */
     for (int attempt = 0; attempt < 100; attempt++) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         snprintf(f->tmp_path, dir_len + prefix_len + TMP_SUFFIX_MAX + 2, "%.*s.%.*s.tmp.%ld.%ld.%ld%d", (int)dir_len,
-                 path, (int)prefix_len, base, (long)getpid(), (long)gettid(), (long)ts.tv_nsec, attempt);
-        f->fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (f->fd >= 0) {
-            free(dir);
-            return EM_OK;
+                 dest, (int)prefix_len, base, (long)getpid(), (long)gettid(), (long)ts.tv_nsec, attempt);
+        f->fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, exists ? 0600 : 0666);
+        if (f->fd < 0) {
+            if (errno != EEXIST) {
+                err = errno;
+                break;
+            }
+            continue;
         }
-        if (errno != EEXIST) break;
+        if (!lock_new_temp(f->fd, f->tmp_path)) {   /* a cleanup took it: it removes it */
+            close(f->fd);
+            f->fd = -1;
+            continue;
+        }
+        if (exists) {
+            if (fchown(f->fd, st.st_uid, st.st_gid) != 0) { /* another owner: only root may give it */ }
+            if (fchmod(f->fd, st.st_mode & 07777) != 0) {
+                int e = errno;
+                em_error(EM_ERR_IO, "%s: cannot give the new file the mode of the old one (%04o): %s", path,
+                         (unsigned)(st.st_mode & 07777), strerror(e));
+                free(dir);
+                em__atomic_abort(f);
+                return EM_ERR_IO;
+            }
+        }
+        free(dir);
+        return EM_OK;
     }
-    int e = errno;
     em_error(EM_ERR_IO, "%s: cannot create a temporary file in directory '%s': %s", path,
-             dir ? dir : "?", strerror(e));
+             dir ? dir : "?", strerror(err));
     free(dir);
     em__atomic_abort(f);
     return EM_ERR_IO;
@@ -270,21 +436,19 @@ em_status em__atomic_commit(em__atomic_file *f) {
         em__atomic_abort(f);
         return EM_ERR_IO;
     }
-    int rc = close(f->fd);
-    f->fd = -1;
-    if (rc != 0) {
-        em_error(EM_ERR_IO, "%s: close failed: %s", f->path, strerror(errno));
-        em__atomic_abort(f);
-        return EM_ERR_IO;
-    }
-    if (rename(f->tmp_path, f->path) != 0) {
+    /* renamed while still open: closing releases the writer's lock, and until the name is
+     * gone a cleanup must find it locked. The data is on disk (fsync), so close has nothing
+     * left to report. */
+    if (rename(f->tmp_path, f->dest) != 0) {
         em_error(EM_ERR_IO, "%s: cannot replace the file: %s", f->path, strerror(errno));
         em__atomic_abort(f);
         return EM_ERR_IO;
     }
+    close(f->fd);
+    f->fd = -1;
     /* The rename is durable once the directory is synced; a failure here leaves the new
      * file in place, so it is not reported. */
-    char *dir = dir_of(f->path);
+    char *dir = dir_of(f->dest);
     if (dir) {
         int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
@@ -307,4 +471,6 @@ void em__atomic_abort(em__atomic_file *f) {
     f->tmp_path = NULL;
     free(f->path);
     f->path = NULL;
+    free(f->dest);
+    f->dest = NULL;
 }

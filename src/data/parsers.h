@@ -72,6 +72,16 @@ typedef struct em__st_file {
 
 em_status em__safetensors_parse(const char *name, const void *buf, size_t len,
                                 em__st_file *out);
+/* The pieces of em__safetensors_parse, for a reader that holds only the start of the file:
+ * the header length from the first 8 of avail bytes (checked against the file's length and
+ * the limit), then the header from avail >= 8 + that length bytes, checked as a file of
+ * file_len bytes (everything but the tensors' values), then each tensor's bytes (a BOOL
+ * tensor holds only 0 and 1; at: their file offset, for the message). */
+em_status em__safetensors_header_length(const char *name, const void *buf, size_t avail, uint64_t file_len,
+                                        uint64_t *hl);
+em_status em__safetensors_parse_header(const char *name, const void *buf, size_t avail, uint64_t file_len,
+                                       em__st_file *out);
+em_status em__st_check_values(const char *name, const em__st_tensor *t, const uint8_t *bytes, uint64_t at);
 void em__st_file_free(em__st_file *f);
 /* "F32", ...; NULL for a dtype safetensors cannot name. */
 const char *em__st_dtype_name(em_dtype dt);
@@ -86,17 +96,37 @@ char *em__st_header_meta(int n, const char *const *names, const em_dtype *dtypes
                          int nmeta, const char *const *keys, const char *const *values, size_t *len);
 
 /* ---- files (src/data/file.c) ---- */
-/* A whole file in memory (mmap for regular files, read() otherwise). */
+/* A format's size from its first len bytes: EM_OK with *total set to the whole file's size
+ * (0: not known yet, keep reading), or the parser's error when these bytes already show a
+ * bad file. */
+typedef em_status (*em__size_fn)(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
+/* A whole file in memory, read with read(). Never mapped: a mapping of a file that another
+ * process truncates meanwhile faults (SIGBUS) when the missing pages are read, while read()
+ * reports the end; a regular file that ends before the size it had when opened is an error. */
 typedef struct em__file_map {
     const uint8_t *data;
     size_t len;
-    void *map_base;   /* munmap this (when mapped) */
-    size_t map_len;
-    void *heap;       /* or free this */
+    void *heap;       /* free this */
 } em__file_map;
 
 em_status em__file_map_open(const char *path, em__file_map *m);
 void em__file_map_close(em__file_map *m);
+
+/* A file read piece by piece where its reader wants (a safetensors file's header, then each
+ * tensor straight into its memory): a regular file with pread() at each offset, anything
+ * else (a pipe) read whole first, as em__file_map_open_sized does. */
+typedef struct em__file_in {
+    const char *path;
+    int fd;           /* a regular file, or -1 */
+    uint64_t size;    /* its size when opened (a stream: the bytes read) */
+    em__file_map mem; /* a stream's bytes */
+} em__file_in;
+
+em_status em__file_in_open(const char *path, em__file_in *f, em__size_fn size);
+/* n bytes at offset off into dst. A regular file that ends before them (it shrank after it was
+ * opened) is an error naming the file and the bytes. */
+em_status em__file_in_read(em__file_in *f, uint64_t off, void *dst, size_t n);
+void em__file_in_close(em__file_in *f);
 
 /* A file that is not a regular file (a pipe, /dev/zero, /dev/urandom) has no size to map:
  * it is read until its header says it must have ended, or up to this many bytes. */
@@ -104,22 +134,23 @@ void em__file_map_close(em__file_map *m);
 /* The limit in force (EM__MAX_STREAM_BYTES unless a test lowered it); returns the old one. */
 size_t em__set_stream_limit(size_t bytes);
 
-/* A format's size from its first len bytes: EM_OK with *total set to the whole file's size
- * (0: not known yet, keep reading), or the parser's error when these bytes already show a
- * bad file. */
-typedef em_status (*em__size_fn)(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
 /* em__file_map_open that asks size() while reading a stream, and never reads more than
  * one byte past the total it gives (that byte lets the parser report trailing data). */
 em_status em__file_map_open_sized(const char *path, em__file_map *m, em__size_fn size);
 em_status em__idx_size(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
 em_status em__safetensors_size(const char *name, const uint8_t *buf, size_t len, uint64_t *total);
 
-/* Atomic writer: data goes to a temporary file in path's directory; commit fsyncs it,
- * renames it over path and fsyncs the directory. Any failure (including in commit)
- * removes the temporary file and leaves path untouched. */
+/* Atomic writer: data goes to a temporary file in the destination's directory; commit fsyncs
+ * it, renames it over the destination and fsyncs the directory. Any failure (including in
+ * commit) removes the temporary file and leaves the destination untouched. The destination is
+ * path, or, when path is a symbolic link, the file it leads to (the link stays). A replaced
+ * file keeps its mode (and its owner, where the process may set it); a new one gets the
+ * umask's. The writer holds a lock on its temporary, which tells a later save's cleanup that
+ * it is alive (file.c). */
 typedef struct em__atomic_file {
     int fd;
-    char *path;
+    char *path;       /* as given, for messages */
+    char *dest;       /* the file replaced */
     char *tmp_path;
 } em__atomic_file;
 

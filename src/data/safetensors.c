@@ -10,6 +10,7 @@
 #include "parsers.h"
 #include "../core/internal_api.h"
 #include "../util/strbuf.h"
+#include "../util/utf8.h"
 
 static const struct { const char *name; em_dtype dt; } ST_TYPES[] = {
     {"F32", EM_F32}, {"F64", EM_F64}, {"F16", EM_F16}, {"BF16", EM_BF16},
@@ -130,11 +131,10 @@ static em_status read_tensor(const char *name, const char *tname, const em__json
     return EM_OK;
 }
 
-static em_status parse_header(const char *name, const uint8_t *b, size_t len, const em__json *root,
-                              em__st_file *out) {
+static em_status parse_header(const char *name, uint64_t file_len, const em__json *root, em__st_file *out) {
     if (root->type != EM__JSON_OBJECT)
         return st_fail(EM_ERR_FORMAT, name, NULL, 8 + root->at, "the header must be a JSON object");
-    size_t data_len = len - out->data_start;
+    size_t data_len = (size_t)(file_len - out->data_start);
     out->tensors = calloc((size_t)root->count + 1, sizeof *out->tensors);
     if (!out->tensors) return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory reading the header", name);
     for (int k = 0; k < root->count; k++) {
@@ -148,16 +148,22 @@ static em_status parse_header(const char *name, const uint8_t *b, size_t len, co
         if (s != EM_OK) return s;
     }
     qsort(out->tensors, (size_t)out->count, sizeof *out->tensors, cmp_begin);
-    /* no two tensors may share bytes; empty tensors occupy none */
+    /* the reference reader's rule: in the order of their offsets, each tensor begins where the
+     * one before it ends (the first at 0), so no two share bytes and no byte is hidden between
+     * them; an empty tensor sits at the offset it would take (its begin is that end) */
     uint64_t prev_end = 0;
     const char *prev = NULL;
     for (int i = 0; i < out->count; i++) {
         const em__st_tensor *t = &out->tensors[i];
-        if (t->begin == t->end) continue;
-        if (prev && t->begin < prev_end)
+        if (t->begin < prev_end)
             return em_error(EM_ERR_FORMAT, "%s: tensors '%.200s' and '%.200s' overlap in the data section (bytes %llu-%llu)",
                             name, prev, t->name, (unsigned long long)(out->data_start + t->begin),
                             (unsigned long long)(out->data_start + prev_end - 1));
+        if (t->begin > prev_end)
+            return em_error(EM_ERR_FORMAT, "%s: bytes %llu-%llu of the data section belong to no tensor (a gap before tensor '%.200s'): "
+                            "the format requires the tensors to fill it without gaps", name,
+                            (unsigned long long)(out->data_start + prev_end), (unsigned long long)(out->data_start + t->begin - 1),
+                            t->name);
         prev_end = t->end;
         prev = t->name;
     }
@@ -170,40 +176,69 @@ static em_status parse_header(const char *name, const uint8_t *b, size_t len, co
         return em_error(EM_ERR_FORMAT, "%s: unexpected data at byte %llu: the header's tensors end there, "
                         "but the file has %llu more bytes", name, (unsigned long long)(out->data_start + last),
                         (unsigned long long)(data_len - last));
-    for (int i = 0; i < out->count; i++) {
-        const em__st_tensor *t = &out->tensors[i];
-        if (t->dtype != EM_BOOL) continue;
-        for (uint64_t j = t->begin; j < t->end; j++)
-            if (b[out->data_start + j] > 1)
-                return em_error(EM_ERR_FORMAT, "%s: tensor '%.200s': bool value %d at byte %llu: expected 0 or 1",
-                                name, t->name, b[out->data_start + j],
-                                (unsigned long long)(out->data_start + j));
-    }
+    return EM_OK;
+}
+
+em_status em__st_check_values(const char *name, const em__st_tensor *t, const uint8_t *bytes, uint64_t at) {
+    if (t->dtype != EM_BOOL) return EM_OK;
+    for (uint64_t j = 0; j < t->end - t->begin; j++)
+        if (bytes[j] > 1)
+            return em_error(EM_ERR_FORMAT, "%s: tensor '%.200s': bool value %d at byte %llu: expected 0 or 1", name,
+                            t->name, bytes[j], (unsigned long long)(at + j));
     return EM_OK;
 }
 
 em_status em__safetensors_parse(const char *name, const void *buf, size_t len, em__st_file *out) {
+    if (!name) name = "<memory>";
+    em_status s = em__safetensors_parse_header(name, buf, len, len, out);
+    for (int i = 0; s == EM_OK && i < out->count; i++) {
+        const em__st_tensor *t = &out->tensors[i];
+        s = em__st_check_values(name, t, (const uint8_t *)buf + out->data_start + t->begin, out->data_start + t->begin);
+    }
+    if (s != EM_OK) em__st_file_free(out);
+    return s;
+}
+
+em_status em__safetensors_header_length(const char *name, const void *buf, size_t avail, uint64_t file_len,
+                                        uint64_t *hl) {
+    const uint8_t *b = buf;
+    *hl = 0;
+    if (file_len < 8 || avail < 8)
+        return em_error(EM_ERR_FORMAT, "%s: truncated at byte %llu: expected an 8-byte header length", name,
+                        (unsigned long long)file_len);
+    for (int k = 7; k >= 0; k--) *hl = *hl << 8 | b[k];
+    if (*hl > EM__ST_MAX_HEADER)
+        return em_error(EM_ERR_FORMAT, "%s: header length %llu (bytes 0-7) is over the limit: expected at most %llu (not a safetensors file?)",
+                        name, (unsigned long long)*hl, (unsigned long long)EM__ST_MAX_HEADER);
+    if (*hl > file_len - 8)
+        return em_error(EM_ERR_FORMAT, "%s: truncated at byte %llu: expected a %llu-byte JSON header, found %llu",
+                        name, (unsigned long long)file_len, (unsigned long long)*hl, (unsigned long long)(file_len - 8));
+    return EM_OK;
+}
+
+em_status em__safetensors_parse_header(const char *name, const void *buf, size_t avail, uint64_t file_len,
+                                       em__st_file *out) {
     memset(out, 0, sizeof *out);
     if (!name) name = "<memory>";
-    if (!buf && len) return em_error(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
+    if (!buf && avail) return em_error(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
     const uint8_t *b = buf;
-    if (len < 8)
-        return em_error(EM_ERR_FORMAT, "%s: truncated at byte %zu: expected an 8-byte header length", name, len);
-    uint64_t hl = 0;
-    for (int k = 7; k >= 0; k--) hl = hl << 8 | b[k];
-    if (hl > EM__ST_MAX_HEADER)
-        return em_error(EM_ERR_FORMAT, "%s: header length %llu (bytes 0-7) is over the limit: expected at most %llu (not a safetensors file?)",
-                        name, (unsigned long long)hl, (unsigned long long)EM__ST_MAX_HEADER);
-    if (hl > len - 8)
-        return em_error(EM_ERR_FORMAT, "%s: truncated at byte %zu: expected a %llu-byte JSON header, found %zu",
-                        name, len, (unsigned long long)hl, len - 8);
+    uint64_t hl;
+    em_status hs = em__safetensors_header_length(name, buf, avail, file_len, &hl);
+    if (hs != EM_OK) return hs;
+    if (hl > avail - 8)
+        return em_error(EM_ERR_INTERNAL, "%s: %zu bytes given for a %llu-byte header", name, avail,
+                        (unsigned long long)hl);
     if (hl < 2 || b[8] != '{')
         return em_error(EM_ERR_FORMAT, "%s: bad safetensors header at byte 8: expected '{' starting the JSON header", name);
+    size_t bad;
+    if (!em__utf8_valid((const char *)b + 8, (size_t)hl, &bad))
+        return em_error(EM_ERR_FORMAT, "%s: bad safetensors header at byte %zu: byte 0x%02x is not valid UTF-8 "
+                        "(the header is UTF-8 JSON; names and metadata must be UTF-8 text)", name, 8 + bad, b[8 + bad]);
     out->data_start = 8 + (size_t)hl;
     em__json root;
     em_status s = em__json_parse(name, (const char *)b + 8, (size_t)hl, 8, &root);
     if (s != EM_OK) return s;
-    s = parse_header(name, b, len, &root, out);
+    s = parse_header(name, file_len, &root, out);
     em__json_free(&root);
     if (s != EM_OK) em__st_file_free(out);
     return s;

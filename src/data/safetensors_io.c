@@ -5,6 +5,7 @@
 
 #include "data_internal.h"
 #include "../core/internal_api.h"
+#include "../util/utf8.h"
 
 struct em_safetensors {
     int count;
@@ -19,6 +20,15 @@ static int cmp_named(const void *a, const void *b) {
     return strcmp(((const named *)a)->name, ((const named *)b)->name);
 }
 
+/* Records an error naming the bad byte unless text is valid UTF-8. */
+static bool utf8_text(const char *op, const char *what, int i, const char *text) {
+    size_t bad;
+    if (em__utf8_valid(text, strlen(text), &bad)) return true;
+    em_error(EM_ERR_ARGUMENT, "%s: %s %d is not valid UTF-8 (byte 0x%02x at offset %zu): safetensors names and "
+             "metadata are UTF-8 text", op, what, i, (unsigned char)text[bad], bad);
+    return false;
+}
+
 em_status em_safetensors_save(const char *path, const char *const *names,
                               em_tensor *const *tensors, int n) {
     return em_safetensors_save_meta(path, names, tensors, n, NULL, NULL, 0);
@@ -31,6 +41,10 @@ em_status em_safetensors_save_meta(const char *path, const char *const *names, e
         return em_error(EM_ERR_ARGUMENT, "%s: expected nmeta >= 0 keys and values, got nmeta = %d", op, nmeta);
     for (int i = 0; i < nmeta; i++)
         if (!keys[i] || !values[i]) return em_error(EM_ERR_ARGUMENT, "%s: metadata entry %d is NULL", op, i);
+    /* the header is UTF-8 JSON: Python's safetensors refuses a file with any other byte in it */
+    for (int i = 0; i < nmeta; i++)
+        if (!utf8_text(op, "metadata key", i, keys[i]) || !utf8_text(op, "metadata value", i, values[i]))
+            return EM_ERR_ARGUMENT;
     if (!path) return em_error(EM_ERR_ARGUMENT, "%s: argument 'path' is NULL", op);
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return em_error(EM_ERR_ARGUMENT, "%s: expected n >= 0 names and tensors, got n = %d%s", op, n,
@@ -42,6 +56,7 @@ em_status em_safetensors_save_meta(const char *path, const char *const *names, e
         if (!names[i]) return em_error(EM_ERR_ARGUMENT, "%s: name %d is NULL", op, i);
         if (strcmp(names[i], "__metadata__") == 0)
             return em_error(EM_ERR_ARGUMENT, "%s: '__metadata__' is reserved and cannot name a tensor", op);
+        if (!utf8_text(op, "tensor name", i, names[i])) return EM_ERR_ARGUMENT;
     }
     named *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     em_dtype *dts = malloc((size_t)(n ? n : 1) * sizeof *dts);
@@ -91,20 +106,51 @@ done:
     return s;
 }
 
+/* Tensor t of the file: read straight into a new CPU tensor (its values checked), then moved
+ * to device. Scoped, like an op's result. */
+static em_tensor *read_tensor(em__file_in *in, const em__st_file *h, const em__st_tensor *t, em_device device) {
+    em_shape shape = {.ndim = t->ndim};
+    memcpy(shape.d, t->shape, sizeof t->shape);
+    em_tensor *cpu = em_empty(shape, EM_OPTS(.dtype = t->dtype));
+    size_t n = (size_t)(t->end - t->begin);
+    uint8_t *p = cpu && n ? em_data_ptr(cpu) : NULL;
+    if (!cpu || (n && !p)) return NULL;
+    uint64_t at = h->data_start + t->begin;
+    if (n && (em__file_in_read(in, at, p, n) != EM_OK || em__st_check_values(in->path, t, p, at) != EM_OK))
+        return NULL;
+    return device.type == EM_CPU ? cpu : em_to(cpu, device);
+}
+
 em_safetensors *em_safetensors_load(const char *path, em_device device) {
     if (!path) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_safetensors_load: argument 'path' is NULL");
         return NULL;
     }
-    em__file_map m;
-    if (em__file_map_open_sized(path, &m, em__safetensors_size) != EM_OK) return NULL;
+    /* read, never mapped: a file truncated by someone else during the load is an error, not
+     * SIGBUS (see parsers.h); each tensor goes straight into its memory */
+    em__file_in in;
+    if (em__file_in_open(path, &in, em__safetensors_size) != EM_OK) return NULL;
     em_safetensors *st = calloc(1, sizeof *st);
+    uint8_t *head = NULL;
+    uint8_t first[8];
+    uint64_t hl = 0;
     if (!st) {
-        em__file_map_close(&m);
         em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory");
-        return NULL;
+        goto fail;
     }
-    if (em__safetensors_parse(path, m.data, m.len, &st->header) != EM_OK) goto fail;
+    size_t n0 = in.size < 8 ? (size_t)in.size : 8;
+    if (em__file_in_read(&in, 0, first, n0) != EM_OK ||
+        em__safetensors_header_length(path, first, n0, in.size, &hl) != EM_OK)
+        goto fail;
+    if (!(head = malloc(8 + (size_t)hl))) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory for the %llu-byte header",
+                 (unsigned long long)hl);
+        goto fail;
+    }
+    memcpy(head, first, 8);
+    if (em__file_in_read(&in, 8, head + 8, (size_t)hl) != EM_OK ||
+        em__safetensors_parse_header(path, head, 8 + (size_t)hl, in.size, &st->header) != EM_OK)
+        goto fail;
     int n = st->header.count;
     st->names = calloc((size_t)n + 1, sizeof *st->names);
     st->tensors = calloc((size_t)n + 1, sizeof *st->tensors);
@@ -114,18 +160,17 @@ em_safetensors *em_safetensors_load(const char *path, em_device device) {
     }
     for (int i = 0; i < n; i++) {
         const em__st_tensor *h = &st->header.tensors[i];
-        em__array a = {.dtype = h->dtype, .ndim = h->ndim, .nbytes = (size_t)(h->end - h->begin),
-                       .data = (void *)(m.data + st->header.data_start + h->begin)};
-        memcpy(a.shape, h->shape, sizeof a.shape);
-        st->tensors[i] = em__array_to_tensor(&a, device);
+        EM__UNSCOPED(st->tensors[i], read_tensor(&in, &st->header, h, device));
         if (!st->tensors[i]) goto fail;
         st->names[i] = h->name;  /* owned by the header */
         st->count++;
     }
-    em__file_map_close(&m);
+    free(head);
+    em__file_in_close(&in);
     return st;
 fail:
-    em__file_map_close(&m);
+    free(head);
+    em__file_in_close(&in);
     em_safetensors_free(st);
     return NULL;
 }

@@ -68,8 +68,11 @@ int em__ar_choose(const em_dist_group *g, int64_t count, em_dtype wire) {
  * One function per dtype and op, with restrict parameters and blocks of 16 of a fixed trip
  * count, which GCC vectorizes at -O2 (for SSE, AVX2 and AVX-512); integer sums wrap (unsigned), max and min keep a NaN
  * from either side. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-/* the build targets x86-64-v2 (SSE): wider versions picked at load time where the CPU has them */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) \
+    && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+/* the build targets x86-64-v2 (SSE): wider versions picked at load time where the CPU has them.
+ * Not in sanitized builds: the loader runs the clones' ifunc resolvers before the sanitizer's
+ * runtime is up, and an instrumented resolver crashes the process (libember.so before main). */
 #define REDUCE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define REDUCE_CLONES

@@ -46,12 +46,32 @@ static void list_free(list *l) {
     free(l->ts);
 }
 
-/* The module parameter name of the optimizer's i-th parameter, or NULL (a parameter the
- * optimizer was given that the module no longer lists). */
+/* The module parameter name of the optimizer's i-th parameter, or NULL (not the module's). */
 static const char *param_name(em_named_tensor *params, int np, em_tensor *p) {
     for (int j = 0; j < np; j++)
         if (params[j].tensor == p) return params[j].name;
     return NULL;
+}
+
+/* The file keys the optimizer's state by the module's parameter names, so every parameter the
+ * optimizer steps must be one of the module's: the state of any other tensor would be lost on
+ * saving, and a file saved with another model's optimizer would not load back. */
+static em_status check_optimizer_belongs(const char *op, em_named_tensor *params, int np, em_optimizer *opt) {
+    int nopt = em__optim_nparams(opt);
+    for (int i = 0; i < nopt; i++) {
+        em_tensor *p = em__optim_param(opt, i);
+        if (param_name(params, np, p)) continue;
+        em_shape s = em_shape_of(p);
+        char shape[160];
+        int n = snprintf(shape, sizeof shape, "[");
+        for (int d = 0; d < s.ndim && n < (int)sizeof shape; d++)
+            n += snprintf(shape + n, sizeof shape - (size_t)n, d ? ", %lld" : "%lld", (long long)s.d[d]);
+        if (n < (int)sizeof shape) snprintf(shape + n, sizeof shape - (size_t)n, "]");
+        return em_error(EM_ERR_ARGUMENT,
+                        "%s: the optimizer's parameter %d of %d (shape %s) is not a parameter of the module: "
+                        "expected the optimizer made for this module", op, i, nopt, shape);
+    }
+    return EM_OK;
 }
 
 static em_named_tensor *module_params(em_module *m, int *np) {
@@ -84,6 +104,7 @@ em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer *opt,
     em_status st = EM_OK;
     bool ok = params && bufs && mk && mv && strings;
     if (ok) em_module_buffers(m, bufs, nb);
+    if (ok && opt && (st = check_optimizer_belongs(op, params, np, opt)) != EM_OK) ok = false;
     for (int i = 0; ok && i < np; i++) ok = list_add(&l, params[i].name, params[i].tensor);
     for (int i = 0; ok && i < nb; i++) ok = list_add(&l, bufs[i].name, bufs[i].tensor);
     int k = 0;
@@ -104,7 +125,6 @@ em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer *opt,
         int ns = em__optim_state_names(opt, &snames);
         for (int i = 0; ok && i < nopt; i++) {
             const char *pn = param_name(params, np, em__optim_param(opt, i));
-            if (!pn) continue;
             if (strlen(pn) > NAME_MAX_LEN - 40) {
                 st = em_error(EM_ERR_ARGUMENT, "%s: parameter name too long: '%.40s...'", op, pn);
                 ok = false;
@@ -164,6 +184,10 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
     int np = 0;
     em_named_tensor *params = module_params(m, &np);
     if (!params) return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    if (check_optimizer_belongs(op, params, np, opt) != EM_OK) {
+        free(params);
+        return em_last_status();
+    }
     const char *const *snames;
     int ns = em__optim_state_names(opt, &snames), nopt = em__optim_nparams(opt);
     em_status st = EM_OK;
@@ -171,7 +195,6 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
     for (int i = 0; i < nopt && st == EM_OK; i++) {
         em_tensor *p = em__optim_param(opt, i);
         const char *pn = param_name(params, np, p);
-        if (!pn) continue;
         char name[NAME_MAX_LEN];
         snprintf(name, sizeof name, "optimizer.%s.step", pn);
         if (!parse_i64(em_safetensors_metadata(file, name), &steps[i])) {
