@@ -53,9 +53,14 @@ em_status em_safetensors_save_meta(const char *path, const char *const *names, e
                                    int n, const char *const *keys, const char *const *values, int nmeta);
 
 typedef struct em_safetensors em_safetensors; /* a loaded safetensors file */
-/* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure. */
+/* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure.
+ * The file is opened and read once (a pipe or /dev/stdin works), so what is read is one
+ * version of it: em_module_load_safetensors, em_checkpoint_load_safetensors and
+ * em_estimate_safetensors then take what they need from the loaded file, never rereading it. */
 em_safetensors *em_safetensors_load(const char *path, em_device device);
 int em_safetensors_count(const em_safetensors *st); /* tensors in the file */
+/* The path the file was loaded from (messages name it); NULL for NULL. */
+const char *em_safetensors_path(const em_safetensors *st);
 /* The i-th name in file order (sorted by data offset); NULL if i is out of range. */
 const char *em_safetensors_name(const em_safetensors *st, int i);
 /* The tensor called name: a new reference (scoped). NULL and EM_ERR_ARGUMENT if absent. */

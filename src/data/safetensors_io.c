@@ -11,6 +11,7 @@ struct em_safetensors {
     char **names;           /* file order (by data offset) */
     em_tensor **tensors;    /* owned references */
     em__st_file header;     /* keeps the metadata */
+    char *path;             /* the path it was read from, for messages */
 };
 
 typedef struct named { const char *name; em_tensor *t; } named;
@@ -104,6 +105,12 @@ em_safetensors *em_safetensors_load(const char *path, em_device device) {
         em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory");
         return NULL;
     }
+    size_t path_len = strlen(path) + 1;
+    if (!(st->path = malloc(path_len))) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory");
+        goto fail;
+    }
+    memcpy(st->path, path, path_len);
     if (em__safetensors_parse(path, m.data, m.len, &st->header) != EM_OK) goto fail;
     int n = st->header.count;
     st->names = calloc((size_t)n + 1, sizeof *st->names);
@@ -131,6 +138,8 @@ fail:
 }
 
 int em_safetensors_count(const em_safetensors *st) { return st ? st->count : 0; }
+
+const char *em_safetensors_path(const em_safetensors *st) { return st ? st->path : NULL; }
 
 const char *em_safetensors_name(const em_safetensors *st, int i) {
     if (!st || i < 0 || i >= st->count) return NULL;
@@ -162,5 +171,6 @@ void em_safetensors_free(em_safetensors *st) {
     free(st->tensors);
     free(st->names);
     em__st_file_free(&st->header);
+    free(st->path);
     free(st);
 }
