@@ -257,26 +257,19 @@ static bool parse_mode(const char *mode, em_estimate_mode *modes, int *nmodes) {
     return *nmodes > 0;
 }
 
-/* ember mem --model FILE: the same report, counted from a checkpoint's tensors. */
-static int mem_model(const char *path, const char *params, bool shape_given, const char *mode, bool json,
-                     em_estimate_opts o) {
-    if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
-    if (shape_given)
-        return bad("%s", "--dtype, --hidden, --layers and --seq come from the checkpoint with --model");
-    if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
-    em_estimate_mode modes[3];
-    int nmodes;
-    if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+/* The report of mem_model from the loaded file. */
+static int mem_model_file(const em_safetensors *file, const char *path, const em_estimate_mode *modes, int nmodes,
+                          bool json, em_estimate_opts o) {
     em_estimate e, alt;
     em_estimate_opts mo = o;
     mo.mode = EM_ESTIMATE_INFERENCE;
-    if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
+    if (em_estimate_safetensors(file, &mo, &e) != EM_OK) return estimate_failed();
     double params_n = e.params;
     o.dtype = e.dtype;
     if (modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
         mo = o;
         mo.mode = EM_ESTIMATE_LORA;
-        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
+        if (em_estimate_safetensors(file, &mo, &e) != EM_OK) return estimate_failed();
         if (!lora_fits(&mo, &e, true)) return 2;
     }
     const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";
@@ -299,18 +292,36 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
     for (int m = 0; m < nmodes; m++) {
         mo = o;
         mo.mode = modes[m];
-        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
+        if (em_estimate_safetensors(file, &mo, &e) != EM_OK) return estimate_failed();
         bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
         if (has_alt) {
             em_estimate_opts ao = mo;
             ao.master_weights = !mo.master_weights;
-            if (em_estimate_checkpoint(path, &ao, &alt) != EM_OK) return estimate_failed();
+            if (em_estimate_safetensors(file, &ao, &alt) != EM_OK) return estimate_failed();
         }
         if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0, NAN);
         else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
     }
     if (json) printf("\n  ]\n}\n");
     return 0;
+}
+
+/* ember mem --model FILE: the same report, counted from a checkpoint's tensors. */
+static int mem_model(const char *path, const char *params, bool shape_given, const char *mode, bool json,
+                     em_estimate_opts o) {
+    if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
+    if (shape_given)
+        return bad("%s", "--dtype, --hidden, --layers and --seq come from the checkpoint with --model");
+    if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
+    em_estimate_mode modes[3];
+    int nmodes;
+    if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    /* read once: every estimate below comes from the same read of the file */
+    em_safetensors *file = em_safetensors_load(path, EM_DEVICE_CPU);
+    if (!file) return estimate_failed();
+    int rc = mem_model_file(file, path, modes, nmodes, json, o);
+    em_safetensors_free(file);
+    return rc;
 }
 
 int cmd_mem(int argc, char **argv) {

@@ -562,16 +562,7 @@ int gpt_train_main(int argc, char **argv) {
 
 /* ---- ember eval of a GPT checkpoint ---- */
 
-bool gpt_is_checkpoint(const char *path) {
-    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
-    const char *m = f ? em_safetensors_metadata(f, "ember.model") : NULL;
-    bool yes = m && !strcmp(m, "gpt");
-    em_safetensors_free(f);
-    em_clear_error(); /* not loadable: the MLP path reports it */
-    return yes;
-}
-
-static bool meta_int(em_safetensors *f, const char *key, int64_t *out) {
+static bool meta_int(const em_safetensors *f, const char *key, int64_t *out) {
     const char *s = em_safetensors_metadata(f, key);
     char *end;
     long long v = s ? strtoll(s, &end, 10) : 0;
@@ -584,19 +575,13 @@ static bool meta_int(em_safetensors *f, const char *key, int64_t *out) {
     return true;
 }
 
-int gpt_eval_main(const char *path, const char *text, const char *device, int64_t threads) {
-    gpt_opts o = {.batch = 32, .text = text ? text : DEFAULT_TEXT, .sample_chars = 200, .threads = threads};
-    if (device ? !mlp_parse_device("ember eval", "--device", device, &o.device)
-               : !mlp_default_device("ember eval", &o.device))
-        return 2;
+int gpt_eval_main(const em_safetensors *f, const char *text, em_device device, int64_t threads) {
+    gpt_opts o = {.batch = 32, .text = text ? text : DEFAULT_TEXT, .sample_chars = 200, .threads = threads,
+                  .device = device};
+    const char *path = em_safetensors_path(f);
     if (o.threads) em_set_num_threads((int)o.threads);
-    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
-    if (!f) {
-        fprintf(stderr, "ember eval: cannot load %s: %s\n", path, em_last_error());
-        return 1;
-    }
     char hex[520] = "";
-    const char *hm = em_safetensors_metadata(f, "gpt.vocab"); /* copied: f is freed below */
+    const char *hm = em_safetensors_metadata(f, "gpt.vocab");
     if (hm && strlen(hm) < sizeof hex) snprintf(hex, sizeof hex, "%s", hm);
     bool ok = meta_int(f, "gpt.context", &o.cfg.context) && meta_int(f, "gpt.layers", &o.cfg.layers) &&
               meta_int(f, "gpt.d_model", &o.cfg.d_model) && meta_int(f, "gpt.heads", &o.cfg.heads) &&
@@ -608,7 +593,6 @@ int gpt_eval_main(const char *path, const char *text, const char *device, int64_
                 o.cfg.vocab);
         ok = false;
     }
-    em_safetensors_free(f);
     int rc = 1;
     em_module *m = NULL;
     if (ok && corpus_load(&c, o.text) && corpus_tokenize(&c, o.cfg.context)) {
@@ -632,7 +616,7 @@ int gpt_eval_main(const char *path, const char *text, const char *device, int64_
         c.vocab = o.cfg.vocab;
         em_manual_seed(0);
         m = fits ? gpt_new(&o.cfg) : NULL;
-        if (fits && (!m || em_checkpoint_load(path, m, NULL, NULL) != EM_OK || em_module_to(m, o.device) != EM_OK)) {
+        if (fits && (!m || em_checkpoint_load_safetensors(f, m, NULL) != EM_OK || em_module_to(m, o.device) != EM_OK)) {
             fprintf(stderr, "ember eval: cannot load %s: %s\n", path, em_last_error());
         } else if (fits) {
             em_module_eval(m);
