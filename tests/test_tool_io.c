@@ -1,6 +1,10 @@
-/* The `ember` command's input and output as a pipeline sees them: a checkpoint is opened and
- * read once by each command, so it can come through a pipe (`cat ck | ember eval /dev/stdin`),
- * for the MLP's and the GPT's checkpoints and for `ember mem --model`. */
+/* The `ember` command's input and output as a pipeline sees them:
+ *  - a checkpoint is opened and read once by each command, so it can come through a pipe
+ *    (`cat ck | ember eval /dev/stdin`), for the MLP's and the GPT's checkpoints and for
+ *    `ember mem --model`;
+ *  - every command checks that its output reached standard output: written to /dev/full
+ *    (a full disk), each exits with status 1 and says so instead of exiting 0 with its
+ *    results lost. */
 #include <stdlib.h>
 #include <sys/stat.h>
 #include "test.h"
@@ -113,6 +117,39 @@ static void test_checkpoint_through_a_pipe(void) {
     CHECK(rc == 1 && strstr(out, "/dev/stdin"));
 }
 
+/* stdout on a full disk: status 1 and a message, never 0 with the results lost. */
+static void test_write_errors_on_stdout(void) {
+    if (!ready) SKIP("the setup failed");
+    static const char *const commands[] = {
+        "eval @/mlp.safetensors --device cpu --data @/data",
+        "eval @/gpt.safetensors --text tests/data/gpt_tiny.txt --device cpu",
+        "mem 7B",
+        "mem 7B --json",
+        "mem --model @/mlp.safetensors",
+        "mem --model mlp --batch 8 --mode full",
+        "smi -L",
+        "smi --query-gpu=name,memory.total --format=csv",
+        "train " SMALL " --epochs 1 --batch-size 16 --checkpoint none",
+        "train --model gpt " GPT " --epochs 1 --steps-per-epoch 1 --checkpoint none",
+        "devices",
+        "--version",
+        "help mem",
+        "launch -n 1 --no-mpi -- echo hello",
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        char script[1024];
+        snprintf(script, sizeof script, "@E %s > /dev/full", commands[i]);
+        int rc = run_sh(script);
+        bool ok = rc == 1 && (strstr(out, "cannot write the output: ") || strstr(out, "could not write the report"));
+        printf("  ember %s > /dev/full: status %d\n", commands[i], rc);
+        if (!ok) fprintf(stderr, "    %s\n", out);
+        CHECK(ok);
+    }
+    /* the same commands with a reader: status 0 */
+    CHECK(run_sh("@E mem 7B --json > /dev/null") == 0);
+    CHECK(run_sh("@E launch -n 1 --no-mpi -- echo hello > /dev/null") == 0);
+}
+
 int main(void) {
     (void)tool_run;   /* run_sh, with pipes and redirections, is used instead */
     if (!tool_path()) {
@@ -126,6 +163,7 @@ int main(void) {
     }
     RUN(test_setup);
     RUN(test_checkpoint_through_a_pipe);
+    RUN(test_write_errors_on_stdout);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
