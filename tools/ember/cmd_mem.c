@@ -29,6 +29,8 @@ static const opt_choice optim_choices[] = {
     {"adamw", EM_ESTIMATE_ADAMW}, {NULL, 0},
 };
 #define MEM_MAX_SHAPE 1000000000
+#define MEM_STR_(x) #x
+#define MEM_STR(x) MEM_STR_(x)
 static const opt_spec mem_table[] = {
     [M_PARAMS] = OPTION_STRING("--params", "PARAMS", "the parameter count, as PARAMS"),
     [M_MODEL] = OPTION_STRING("--model", "NAME|FILE",
@@ -36,8 +38,11 @@ static const opt_spec mem_table[] = {
                               "default 64); the training estimates print the CPU allocator's measured peak over two "
                               "real steps of the same training.\n"
                               "gpt: the GPT of `ember train --model gpt` (--layers, --hidden = d_model, --seq = "
-                              "context, --batch), the step's peak counted op by op and the measured peak alongside; "
-                              "--lora-rank R: LoRA on every Linear.\n"
+                              "context, --batch, within that command's ranges), the step's peak counted op by op "
+                              "and the measured peak alongside; --lora-rank R: LoRA on every Linear.\n"
+                              "The estimate comes from the formula at once; the steps are measured only when they "
+                              "are small (at most " MEM_STR(MEM_MEASURE_MAX_MB) " MB and " MEM_STR(MEM_MEASURE_MAX_GFLOP) " GFLOP), else 'not "
+                              "measured' says why.\n"
                               "FILE: an Ember checkpoint (em_module_save): parameters, dtype and the Linear layers' "
                               "widths come from its tensors; with --batch the activations and the optimizer's "
                               "workspace are counted too"),
@@ -435,10 +440,19 @@ int cmd_mem(int argc, char **argv) {
             ao.master_weights = !mo.master_weights;
             if (em_estimate_memory(&ao, &alt) != EM_OK) return bad("%s", em_last_error());
         }
-        /* the same training step measured: float32 models only (ember train's dtype) */
+        /* the estimate first, at once; then the same training step measured, when it is
+         * small (mem_measure_fits) and in float32 (ember train's dtype) */
+        if (!json) {
+            print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
+            fflush(stdout);
+        }
         double peak = NAN;
-        char what[160];
-        if (classifier && modes[m] != EM_ESTIMATE_INFERENCE && o.dtype == EM_F32 && o.autocast_dtype == EM_F32) {
+        char what[160], why_not[320] = "";
+        bool measured = classifier && modes[m] != EM_ESTIMATE_INFERENCE;
+        if (measured && (o.dtype != EM_F32 || o.autocast_dtype != EM_F32)) {
+            snprintf(why_not, sizeof why_not, "ember train's models train in float32 without --amp here");
+        } else if (measured && mem_measure_fits(e.bytes[EM_ESTIMATE_TOTAL], 2 * mem_classifier_step_flops(model, o.batch),
+                                                why_not, sizeof why_not)) {
             peak = mem_measure_classifier(&(mem_classifier){model, mo.optimizer,
                                                             modes[m] == EM_ESTIMATE_LORA ? (mo.lora_rank ? mo.lora_rank : 8) : 0,
                                                             ckpt}, o.batch);
@@ -447,13 +461,7 @@ int cmd_mem(int argc, char **argv) {
                      modes[m] == EM_ESTIMATE_LORA ? " with LoRA" : "", (long long)o.batch);
         }
         if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0, peak);
-        else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
-        if (!json && classifier && modes[m] != EM_ESTIMATE_INFERENCE) {
-            if (isnan(peak) && (o.dtype != EM_F32 || o.autocast_dtype != EM_F32))
-                printf("  measured peak     not measured: ember train's models train in float32 without --amp here\n");
-            else
-                mem_print_measured(e.bytes[EM_ESTIMATE_TOTAL], peak, what);
-        }
+        else if (measured) mem_print_measured(e.bytes[EM_ESTIMATE_TOTAL], peak, what, why_not[0] ? why_not : NULL);
     }
     if (json) printf("\n  ]\n}\n");
     return 0;

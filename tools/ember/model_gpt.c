@@ -319,6 +319,12 @@ static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *opts) 
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 
+/* The shapes ember train --model gpt takes (and ember mem --model gpt estimates) */
+#define GPT_MAX_BATCH (1 << 20)
+#define GPT_MAX_CONTEXT (1 << 16)
+#define GPT_MAX_LAYERS 256
+#define GPT_MAX_D_MODEL (1 << 16)
+
 enum { G_MODEL, G_TEXT, G_DEVICE, G_EPOCHS, G_STEPS, G_BATCH, G_CONTEXT, G_LAYERS, G_D_MODEL, G_HEADS, G_LR,
        G_WEIGHT_DECAY, G_SEED, G_THREADS, G_MAX_STEPS, G_SAMPLE_CHARS, G_CHECKPOINT, G_CKPT_ACT, G_PLOT };
 static const opt_choice gpt_model_choice[] = {{"gpt", 0}, {NULL, 0}};
@@ -331,10 +337,10 @@ static const opt_spec gpt_table[] = {
     [G_DEVICE] = OPTION_DEVICE("--device", "auto (default), cpu, cuda:N, opencl:N"),
     [G_EPOCHS] = OPTION_INT("--epochs", "N", 0, 1000000, "epochs (default 5)"),
     [G_STEPS] = OPTION_INT("--steps-per-epoch", "N", 1, (int64_t)1 << 40, "optimizer steps per epoch (default 200)"),
-    [G_BATCH] = OPTION_INT("--batch-size", "N", 1, 1 << 20, "windows per step (default 32)"),
-    [G_CONTEXT] = OPTION_INT("--context", "N", 1, 1 << 16, "characters per window (default 64)"),
-    [G_LAYERS] = OPTION_INT("--layers", "N", 1, 256, "transformer blocks (default 2)"),
-    [G_D_MODEL] = OPTION_INT("--d-model", "N", 1, 1 << 16, "width (default 128)"),
+    [G_BATCH] = OPTION_INT("--batch-size", "N", 1, GPT_MAX_BATCH, "windows per step (default 32)"),
+    [G_CONTEXT] = OPTION_INT("--context", "N", 1, GPT_MAX_CONTEXT, "characters per window (default 64)"),
+    [G_LAYERS] = OPTION_INT("--layers", "N", 1, GPT_MAX_LAYERS, "transformer blocks (default 2)"),
+    [G_D_MODEL] = OPTION_INT("--d-model", "N", 1, GPT_MAX_D_MODEL, "width (default 128)"),
     [G_HEADS] = OPTION_INT("--heads", "N", 1, 1 << 16, "attention heads, dividing --d-model (default 4)"),
     [G_LR] = OPTION_DOUBLE("--lr", "X", 0, 1e6, "AdamW learning rate (default 0.003)"),
     [G_WEIGHT_DECAY] = OPTION_DOUBLE("--weight-decay", "X", 0, 1e6, "AdamW weight decay (default 0.01)"),
@@ -761,13 +767,19 @@ static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, dou
 /* The CPU allocator's peak (em_memory_max_allocated, reset first) over two AdamW steps of
  * the GPT of c (the second step has the optimizer's states) on random tokens, above what
  * was allocated before the model was built; LoRA of rank r (0: none) on every Linear. NAN on
- * failure. */
-static double gpt_measure(const gpt_cfg *c, int64_t batch, int lora_rank) {
+ * failure; -1 (said on stderr) when the model built has not formula_params parameters. */
+static double gpt_measure(const gpt_cfg *c, int64_t batch, int lora_rank, double formula_params) {
     em_memory_empty_cache(EM_DEVICE_CPU);
     int64_t base = em_memory_allocated(EM_DEVICE_CPU);
     em_memory_reset_peak_stats(EM_DEVICE_CPU);
     em_manual_seed(0);
     em_module *m = gpt_new(c);
+    if (m && (double)em_module_num_parameters(m) != formula_params) {   /* the formula must describe the model */
+        fprintf(stderr, "ember mem: internal: the GPT has %lld parameters, the formula says %.0f\n",
+                (long long)em_module_num_parameters(m), formula_params);
+        em_module_free(m);
+        return -1;
+    }
     if (m && lora_rank > 0 && em_lora_wrap(m, lora_rank, 2.0 * lora_rank, EM_LORA_LINEAR) != EM_OK)
         em_module_free(m), m = NULL;
     em_optimizer *opt = m ? em_adamw(m, 1e-3) : NULL;
@@ -801,7 +813,31 @@ static double gpt_lora_params(const gpt_cfg *c, int rank) {
     return rank * ((double)c->layers * (2 * d + 5 * d + 5 * d) + d + V);
 }
 
+/* The floating-point operations of one AdamW step (forward and backward, the backward at
+ * twice the forward's): the products with the weights, 2 per parameter and token, and
+ * attention's two [T, T] products per block. */
+static double gpt_step_flops(const gpt_cfg *c, int64_t batch, double params) {
+    double tokens = (double)batch * (double)c->context;
+    double attention = 4.0 * (double)c->layers * (double)batch * (double)c->context * (double)c->context *
+                       (double)c->d_model;
+    return 3 * (2 * params * tokens + attention);
+}
+
+/* One of ember mem's options for the GPT, within what ember train --model gpt takes. */
+static bool gpt_mem_in_range(const char *opt, const char *train_opt, int64_t v, int64_t max) {
+    if (v <= max) return true;
+    fprintf(stderr, "ember mem: %s %lld: expected 1 to %lld with --model gpt, the range of ember train --model gpt's "
+            "%s%s%s%s\n", opt, (long long)v, (long long)max, train_opt, strcmp(opt, train_opt) ? " (which " : "",
+            strcmp(opt, train_opt) ? opt : "", strcmp(opt, train_opt) ? " gives)" : "");
+    return false;
+}
+
 int gpt_mem_main(const gpt_mem_args *args) {
+    if (!gpt_mem_in_range("--layers", "--layers", args->layers, GPT_MAX_LAYERS) ||
+        !gpt_mem_in_range("--hidden", "--d-model", args->hidden, GPT_MAX_D_MODEL) ||
+        !gpt_mem_in_range("--seq", "--context", args->seq, GPT_MAX_CONTEXT) ||
+        !gpt_mem_in_range("--batch", "--batch-size", args->batch, GPT_MAX_BATCH))
+        return 2;
     gpt_cfg c = {.vocab = 128, .context = args->seq ? args->seq : 64, .layers = args->layers ? args->layers : 2,
                  .d_model = args->hidden ? args->hidden : 128, .heads = 4, .ckpt = args->ckpt};
     if (c.d_model % c.heads) c.heads = 1;
@@ -823,15 +859,6 @@ int gpt_mem_main(const gpt_mem_args *args) {
         fprintf(stderr, "ember mem: %s\n", em_last_error());
         return 2;
     }
-    {   /* the formula must describe the model */
-        em_module *m = gpt_new(&c);
-        double n = m ? (double)em_module_num_parameters(m) : -1;
-        em_module_free(m);
-        if (n != o.params) {
-            fprintf(stderr, "ember mem: internal: the GPT has %.0f parameters, the formula says %.0f\n", n, o.params);
-            return 1;
-        }
-    }
     /* the activation line: the peak less weights, gradients and states (at a backward moment
      * the earlier layers' gradients do not exist yet, which the line absorbs) */
     gpt_peak pk = gpt_estimate_peak(&c, batch, rank, o.params, adapters);
@@ -844,9 +871,11 @@ int gpt_mem_main(const gpt_mem_args *args) {
              em_sdpa_fused(EM_CPU) ? "fused: no [T, T] scores kept" : "composed: the softmax [heads, T, T] kept");
     snprintf(e.why[EM_ESTIMATE_TOTAL], sizeof e.why[0], "the largest of the moments: the forward's end, the last "
              "block's attention forward, each block's MLP and attention backward (tools/ember/model_gpt.c)");
-    double peak = gpt_measure(&c, batch, rank);
-    double total = e.bytes[EM_ESTIMATE_TOTAL];
+    double total = e.bytes[EM_ESTIMATE_TOTAL], peak = NAN;
+    char why_not[320] = "";
+    bool measure = mem_measure_fits(total, 2 * gpt_step_flops(&c, batch, o.params), why_not, sizeof why_not);
     if (args->json) {
+        if (measure && (peak = gpt_measure(&c, batch, rank, o.params)) == -1) return 1;   /* the formula is wrong */
         printf("{\"model\": \"gpt\", \"params\": %.0f, \"trainable_params\": %.0f, \"layers\": %lld, \"d_model\": %lld, "
                "\"heads\": %lld, \"context\": %lld, \"vocab\": %lld, \"batch\": %lld, \"checkpoint_activations\": %s, "
                "\"lora_rank\": %d", o.params, e.trainable_params, (long long)c.layers, (long long)c.d_model,
@@ -872,6 +901,8 @@ int gpt_mem_main(const gpt_mem_args *args) {
     printf("\n");
     for (int l = 0; l < EM_ESTIMATE_LINES; l++)
         printf("  %-17s %9.2f MB  %s\n", em_estimate_line_name((em_estimate_line)l), e.bytes[l] / 1e6, e.why[l]);
-    mem_print_measured(total, peak, "two AdamW steps of this model");
+    fflush(stdout);   /* the estimate now; the measurement, when there is one, after it */
+    if (measure && (peak = gpt_measure(&c, batch, rank, o.params)) == -1) return 1;   /* the formula is wrong */
+    mem_print_measured(total, peak, "two AdamW steps of this model", measure ? NULL : why_not);
     return 0;
 }
