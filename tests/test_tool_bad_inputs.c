@@ -486,6 +486,12 @@ static void test_output_paths_fail_before_training(void) {
         {"train --checkpoint /proc/ember-test.safetensors " SMALL, NULL, 2, "cannot create a file in the folder '/proc'", 0},
         {"train --resume --checkpoint @/missing.safetensors " SMALL, NULL, 2,
          "--resume: cannot read the checkpoint '@/missing.safetensors': No such file or directory", 0},
+        /* --logdir, checked as --checkpoint is (a missing folder is made, with its parents) */
+        {"train --logdir '' " SMALL, NULL, 2, "--logdir is empty: expected a folder", 0},
+        {"train --logdir @/good.safetensors " SMALL, NULL, 2, "'@/good.safetensors' is a file, not a folder", 0},
+        {"train --logdir @/good.safetensors/logs/x " SMALL, NULL, 2, "--logdir '@/good.safetensors/logs/x': '@/good.safetensors' is a file", 0},
+        {"train --logdir @/zero_link " SMALL, NULL, 2, "is a device or another special file, not a folder", 0},
+        {"train --logdir /proc/ember-test-logs/a " SMALL, NULL, 2, "cannot create a file in the folder '/proc'", 0},
     };
     RUN_CASES(fixed);
     snprintf(args, sizeof args, "train --checkpoint @/%s " SMALL, long_name);

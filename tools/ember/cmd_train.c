@@ -46,7 +46,7 @@ static const char *const tool = "ember train";
 
 enum { T_MODEL, T_DEVICE, T_DEVICES, T_EPOCHS, T_BATCH_SIZE, T_OPTIMIZER, T_LR, T_MOMENTUM, T_WEIGHT_DECAY, T_SEED,
        T_THREADS, T_DATA, T_CHECKPOINT, T_RESUME, T_MAX_STEPS, T_TRAIN_SAMPLES, T_TEST_SAMPLES, T_AMP, T_LOSS_SCALE,
-       T_CKPT_ACT, T_ACCUMULATE, T_LOGDIR, T_LOG_EVERY, T_PLOT };
+       T_CKPT_ACT, T_ACCUMULATE, T_LOGDIR, T_LOG_EVERY, T_PLOT, T_STRICT_LOGS };
 enum { MODEL_MLP, MODEL_CNN, MODEL_GPT };
 static const opt_choice model_choices[] = {{"mlp", MODEL_MLP}, {"cnn", MODEL_CNN}, {"gpt", MODEL_GPT}, {NULL, 0}};
 static const char *const model_names[] = {[MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", [MODEL_GPT] = "gpt"};
@@ -105,13 +105,17 @@ static const opt_spec train_table[] = {
     [T_LOGDIR] = OPTION_STRING("--logdir", "DIR",
                                "TensorBoard event file in DIR (made if missing): the loss every --log-every steps; "
                                "per epoch losses, accuracy, learning rate, samples/s, device memory and parameter "
-                               "histograms"),
+                               "histograms; DIR is checked before training starts"),
     [T_LOG_EVERY] = OPTION_INT("--log-every", "N", 1, MAX_COUNT, "steps between logged losses (default 10)"),
     /* plots (plot_train.c) */
     [T_PLOT] = OPTION_STRING("--plot", "FILE",
                              "loss and test accuracy curves drawn into FILE, a .png or .svg picture, rewritten after "
                              "every epoch (the loss every --log-every steps too); its folder is checked before "
                              "training starts"),
+    [T_STRICT_LOGS] = OPTION_FLAG("--strict-logs",
+                                  "a --logdir or --plot write that fails (a full disk) stops training, after the "
+                                  "checkpoint is saved, with status 1; without it that is a warning, once, and "
+                                  "training goes on without that output"),
 };
 OPT_TABLE_FITS(train_table);
 
@@ -230,6 +234,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     o->ckpt_act = v[T_CKPT_ACT].given;
     o->resume = v[T_RESUME].given;
     o->log.dir = v[T_LOGDIR].text;
+    o->log.strict = v[T_STRICT_LOGS].given;
     if (v[T_LOG_EVERY].given) o->log.every = v[T_LOG_EVERY].i;
     if (checkpoint_given) o->checkpoint = strcmp(v[T_CHECKPOINT].text, "none") ? v[T_CHECKPOINT].text : NULL;
     /* what the values name: devices that exist, a folder for the picture */
@@ -239,6 +244,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         if (!plot_check_output(stderr, tool, "--plot", v[T_PLOT].text)) return 2;
         o->log.plot = v[T_PLOT].text;
     }
+    if (o->log.dir && !mlp_check_folder(tool, "--logdir", o->log.dir)) return 2;
     if (o->ndevices && device_set) {
         fprintf(stderr, "%s: --device and --devices cannot go together (the model lives on the first of --devices)\n", tool);
         return 2;
@@ -368,7 +374,7 @@ static void fail(const char *what) {
 }
 
 /* One epoch from pos->batch on; false on error. Sets *stop when interrupted or at max_steps. */
-static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimizer *opt, em_loader *l,
+static bool train_epoch(train_opts *o, em_module *m, em_dp *dp, em_optimizer *opt, em_loader *l,
                         position *pos, bool *stop, double *seconds, int64_t *samples) {
     em_scope s = em_scope_begin();
     em_tensor *loss_sum = em_scalar(pos->loss_sum, EM_OPTS(.device = o->device, .dtype = EM_F64));
@@ -393,7 +399,8 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
         *samples += b.size;
         /* --accumulate: only between groups (a checkpoint keeps no partial gradients), so a
          * resumed run goes on as an uninterrupted one */
-        if ((interrupted || (o->max_steps && pos->steps >= o->max_steps)) && micro == 0) *stop = true;
+        if ((interrupted || (o->max_steps && pos->steps >= o->max_steps) || train_log_stop(&o->log)) && micro == 0)
+            *stop = true;
         if (train_dist_active()) *stop = train_dist_agree_stop(*stop);   /* every rank stops at one step */
         if (progress_due(&bar, pos->batch)) {
             double mean = em_item(loss_sum) / (double)pos->batch;
@@ -431,7 +438,7 @@ static int run(train_opts *o) {
         return 1;
     }
     em_memory_empty_cache(EM_DEVICE_CPU);   /* the files' unused parts: not what training holds */
-    if (!train_log_open(&o->log, tool, train_dist_is_main())) {
+    if (!train_log_open(&o->log, tool, train_dist_is_main())) {   /* --strict-logs: nothing trained yet */
         em_dataset_free(train);
         em_dataset_free(test);
         train_dist_finish();
@@ -491,7 +498,7 @@ static int run(train_opts *o) {
         char config[512];
         snprintf(config, sizeof config, "%s on %s, batch %" PRId64 ", %s lr %g%s", model_summary(o->model),
                  devices_label, o->batch_size, o->optimizer, em_optim_lr(opt), o->resume ? " (resumed)" : "");
-        if (!train_log_text(&o->log, tool, config)) goto done;
+        train_log_text(&o->log, tool, config);
     }
     fflush(stdout);
     catch_stop_signals(true);
@@ -528,7 +535,6 @@ static int run(train_opts *o) {
                               .test_accuracy = ev.accuracy, .test_loss = ev.loss, .lr = em_optim_lr(opt),
                               .samples_per_s = seconds > 0 ? (double)samples / seconds : 0,
                               .device = o->device, .model = model};
-        if (!train_log_epoch_end(&o->log, tool, &le)) goto done;
         if (o->amp.on) {
             char amp[160];
             train_amp_epoch_line(&o->amp, amp, sizeof amp);
@@ -540,6 +546,11 @@ static int run(train_opts *o) {
             fail("cannot save the checkpoint");
             goto done;
         }
+        /* the checkpoint first: a log or picture that cannot be written loses no epoch */
+        train_log_epoch_end(&o->log, tool, &le);
+        bool log_stop = train_log_stop(&o->log);
+        if (train_dist_active()) log_stop = train_dist_agree_stop(log_stop);   /* rank 0 logs: all stop */
+        if (log_stop) stop = true;
         if (stop || interrupted) break;   /* a signal during the evaluation or the save */
     }
     if (interrupted) stop = true;
@@ -549,7 +560,10 @@ static int run(train_opts *o) {
             goto done;
         }
         printf("%s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps%s%s)%s%s%s\n",
-               interrupted ? "interrupted" : "stopped (--max-steps)", pos.epoch + 1, pos.batch, pos.steps,
+               interrupted                                   ? "interrupted"
+               : o->max_steps && pos.steps >= o->max_steps ? "stopped (--max-steps)"
+                                                             : "stopped (--strict-logs: a --logdir or --plot write failed)",
+               pos.epoch + 1, pos.batch, pos.steps,
                interrupted ? ", " : "", interrupted ? signal_name(interrupted) : "",
                o->checkpoint ? ": checkpoint saved to " : "", o->checkpoint ? o->checkpoint : "",
                o->checkpoint ? "; continue with --resume" : "");
@@ -564,7 +578,12 @@ static int run(train_opts *o) {
     }
 done:
     catch_stop_signals(false);
-    if (!train_log_close(&o->log, tool) && rc == 0) rc = 1;
+    train_log_close(&o->log, tool);
+    if (rc == 0 && train_log_stop(&o->log)) {
+        fprintf(stderr, "%s: exit status 1: a --logdir or --plot write failed and --strict-logs was given (the "
+                "checkpoint holds everything trained)\n", tool);
+        rc = 1;
+    }
     em_loader_free(loader);
     em_dp_free(dp);
     train_amp_free(&o->amp);

@@ -34,6 +34,11 @@ bool mlp_default_device(const char *tool, em_device *out);
  * PATH_MAX and NAME_MAX, not a directory or a device, in an existing folder where a file
  * can be created. Prints why not and returns false. */
 bool mlp_check_output(const char *tool, const char *opt, const char *path);
+/* An output folder given as option `opt` (made when missing, with its missing parents),
+ * checked before any work: not empty, within PATH_MAX, a folder where a file can be created,
+ * or else a path whose nearest existing folder lets one be made. Prints why not and returns
+ * false. */
+bool mlp_check_folder(const char *tool, const char *opt, const char *path);
 
 double mlp_now(void);   /* monotonic seconds */
 /* "allocated 1.2 MiB, peak 3.4 MiB, reserved 4.0 MiB" for device d. */

@@ -20,6 +20,7 @@
 #include "mem_measured.h"
 #include "progress.h"
 #include "plot.h"   /* --plot */
+#include "train_log.h"   /* --plot's failures */
 #include "options.h"
 
 /* CPU time of every thread of the process (benchmarks on a shared machine compare it: unlike
@@ -44,6 +45,7 @@ typedef struct gpt_opts {
     double lr, weight_decay;
     const char *text, *checkpoint;
     const char *plot;        /* --plot FILE: the loss curves (plot_train.c) */
+    bool strict_logs;        /* --strict-logs: a failed --plot write stops training after saving */
 } gpt_opts;
 
 /* ---- the text ---- */
@@ -326,7 +328,8 @@ static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *opts) 
 #define GPT_MAX_D_MODEL (1 << 16)
 
 enum { G_MODEL, G_TEXT, G_DEVICE, G_EPOCHS, G_STEPS, G_BATCH, G_CONTEXT, G_LAYERS, G_D_MODEL, G_HEADS, G_LR,
-       G_WEIGHT_DECAY, G_SEED, G_THREADS, G_MAX_STEPS, G_SAMPLE_CHARS, G_CHECKPOINT, G_CKPT_ACT, G_PLOT };
+       G_WEIGHT_DECAY, G_SEED, G_THREADS, G_MAX_STEPS, G_SAMPLE_CHARS, G_CHECKPOINT, G_CKPT_ACT, G_PLOT,
+       G_STRICT_LOGS };
 static const opt_choice gpt_model_choice[] = {{"gpt", 0}, {NULL, 0}};
 static const opt_spec gpt_table[] = {
     [G_MODEL] = OPTION_CHOICE("--model", gpt_model_choice,
@@ -358,6 +361,10 @@ static const opt_spec gpt_table[] = {
     [G_PLOT] = OPTION_STRING("--plot", "FILE",
                              "train and validation loss curves drawn into FILE, a .png or .svg picture, rewritten "
                              "after every epoch (the loss every " STRINGIFY(GPT_PLOT_EVERY) " steps too)"),
+    [G_STRICT_LOGS] = OPTION_FLAG("--strict-logs",
+                                  "a --plot write that fails (a full disk) stops training, after the checkpoint is "
+                                  "saved, with status 1; without it that is a warning, once, and training goes on "
+                                  "without the picture"),
 };
 OPT_TABLE_FITS(gpt_table);
 
@@ -397,6 +404,7 @@ static int parse(int argc, char **argv, gpt_opts *o) {
     if (v[G_SAMPLE_CHARS].given) o->sample_chars = v[G_SAMPLE_CHARS].i;
     if (v[G_CHECKPOINT].given) o->checkpoint = strcmp(v[G_CHECKPOINT].text, "none") ? v[G_CHECKPOINT].text : NULL;
     o->cfg.ckpt = v[G_CKPT_ACT].given;
+    o->strict_logs = v[G_STRICT_LOGS].given;
     if (v[G_PLOT].given) {
         if (!plot_check_output(stderr, tool, "--plot", v[G_PLOT].text)) return 2;
         o->plot = v[G_PLOT].text;
@@ -448,14 +456,11 @@ static int run(gpt_opts *o) {
     em_adam_opts ao = em_adamw_defaults(o->lr);
     ao.weight_decay = o->weight_decay;
     em_optimizer *opt = model ? em_adamw_ex(model, ao) : NULL;
-    plot_train *plot = o->plot ? plot_train_new(o->plot, false) : NULL;
+    /* --plot through train_log: a picture that cannot be written is a warning (train_log.h) */
+    train_log plot = {.plot = o->plot, .every = GPT_PLOT_EVERY, .strict = o->strict_logs, .loss_only = true};
     int rc = 1;
     if (!opt) {
         fail("cannot build the model");
-        goto done;
-    }
-    if (o->plot && !plot) {
-        fprintf(stderr, "%s: --plot: out of memory\n", tool);
         goto done;
     }
     printf("training GPT (%" PRId64 " layers, d_model %" PRId64 ", %" PRId64 " heads, context %" PRId64
@@ -464,13 +469,13 @@ static int run(gpt_opts *o) {
            o->cfg.layers, o->cfg.d_model, o->cfg.heads, o->cfg.context, o->cfg.vocab, em_device_str(o->device).s,
            em_module_num_parameters(model), o->text, c.n, o->batch, o->lr, em_get_num_threads(),
            em_get_num_threads() == 1 ? "" : "s");
-    if (plot) {
+    if (!train_log_open(&plot, tool, true)) goto done;   /* --strict-logs: nothing trained yet */
+    if (o->plot) {
         char about[240];
         snprintf(about, sizeof about, "GPT, %" PRId64 " layer%s, d_model %" PRId64 ", context %" PRId64 " on %s, "
                  "batch %" PRId64 ", adamw lr %g", o->cfg.layers, o->cfg.layers == 1 ? "" : "s", o->cfg.d_model, o->cfg.context,
                  em_device_str(o->device).s, o->batch, o->lr);
-        plot_train_describe(plot, about);
-        printf("plot: %s (rewritten after every epoch)\n", o->plot);
+        train_log_text(&plot, tool, about);
     }
     if (o->cfg.ckpt)
         printf("activation checkpointing: each of the %" PRId64 " blocks keeps only its input for backward, "
@@ -498,15 +503,12 @@ static int run(gpt_opts *o) {
             ok = loss && em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK &&
                  !isnan(em_clip_grad_norm(model, 1.0)) && em_step(opt) == EM_OK &&
                  em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
-            if (ok && plot && (steps + 1) % GPT_PLOT_EVERY == 0) {
-                double v = em_item(loss);
-                ok = !em_failed() && plot_train_step(plot, steps + 1, v);
-            }
+            ok = ok && train_log_step(&plot, tool, steps + 1, loss);
             em_scope_end(s);
             steps++;
             if (ok && progress_due(&bar, done + 1))
                 progress_draw(&bar, done + 1, (done + 1) * o->batch, em_item(loss_sum) / (double)(done + 1));
-            if (o->max_steps && steps >= o->max_steps) {
+            if ((o->max_steps && steps >= o->max_steps) || train_log_stop(&plot)) {
                 stop = true;
                 done++;
                 break;
@@ -538,20 +540,24 @@ static int run(gpt_opts *o) {
             free(text);
         }
         fflush(stdout);
-        if (plot && !plot_train_epoch(plot, steps, train_loss, val, NAN)) {
-            fprintf(stderr, "%s: --plot: out of memory\n", tool);
-            goto done;
-        }
-        if (!plot_train_write(plot, stderr, tool)) goto done;
         if (save(o, model, opt, &c) != EM_OK) {
             fail("cannot save the checkpoint");
             goto done;
         }
+        /* the checkpoint first: a picture that cannot be written loses no epoch */
+        train_log_epoch_end(&plot, tool, &(train_log_epoch){.epoch = epoch + 1, .step = steps, .train_loss = train_loss,
+                                                            .test_loss = val, .test_accuracy = NAN});
+        if (train_log_stop(&plot)) stop = true;
     }
     if (o->checkpoint) printf("checkpoint: %s\n", o->checkpoint);
     rc = 0;
 done:
-    plot_train_free(plot);
+    train_log_close(&plot, tool);
+    if (rc == 0 && train_log_stop(&plot)) {
+        fprintf(stderr, "%s: exit status 1: a --plot write failed and --strict-logs was given (the checkpoint holds "
+                "everything trained)\n", tool);
+        rc = 1;
+    }
     em_optim_free(opt);
     em_module_free(model);
     corpus_free(&c);
