@@ -26,7 +26,7 @@ static int run_sh(const char *script) {
     }
     cmd[n] = '\0';
     char full[8300];
-    snprintf(full, sizeof full, "( %s ) 2>&1", cmd);
+    snprintf(full, sizeof full, "exec 2>&1; %s", cmd);   /* $$ in cmd: the shell that execs */
     FILE *p = popen(full, "r");
     if (!p) return -1;
     size_t got = fread(out, 1, sizeof out - 1, p);
