@@ -719,13 +719,43 @@ static void test_corrupt_data_directories(void) {
     unsigned char *small = idx_bytes(32, 27, 27, &len);
     corrupt_data_dir("d_27x27", 2, small, len, NULL);
     free(small);
+    /* labels outside the classes 0-9: found when the split is loaded, before any training,
+     * naming the file, the sample and the value (u8 files, and int32 files for -1 and 2^31-1) */
+    static const struct { const char *name; int k; unsigned char type; int64_t value; } labels[] = {
+        {"d_label200_test", 3, 0x08, 200}, {"d_label200_train", 1, 0x08, 200},
+        {"d_label_neg_test", 3, 0x0C, -1}, {"d_label_max_train", 1, 0x0C, 2147483647},
+    };
+    for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+        int n = labels[i].k == 1 ? 64 : 32, width = labels[i].type == 0x0C ? 4 : 1;
+        unsigned char *l = calloc(8 + (size_t)n * 4, 1);
+        l[2] = labels[i].type;
+        l[3] = 1;
+        put_be32(l + 4, (uint32_t)n);
+        for (int j = 0; j < n; j++) {
+            uint32_t v = j == 5 ? (uint32_t)labels[i].value : (uint32_t)(j % 10);
+            if (width == 4) put_be32(l + 8 + 4 * j, v);
+            else l[8 + j] = (unsigned char)v;
+        }
+        corrupt_data_dir(labels[i].name, labels[i].k, l, 8 + (size_t)n * (size_t)width, NULL);
+        free(l);
+        char a1[512], a2[512], m[256];
+        snprintf(a1, sizeof a1, "train --device cpu --epochs 1 --checkpoint none --data @/%s", labels[i].name);
+        snprintf(a2, sizeof a2, "eval @/good.safetensors --device cpu --data @/%s", labels[i].name);
+        snprintf(m, sizeof m, "%s: the label of sample 5 is %lld: Fashion-MNIST's classes are 0 to 9",
+                 idx_names[labels[i].k], (long long)labels[i].value);
+        /* eval reads the test split only: a bad training label is none of its business */
+        const bad_case c[] = {{a1, NULL, 1, m, 0}, {a2, NULL, labels[i].k == 3 ? 1 : 0,
+                                                   labels[i].k == 3 ? m : "test accuracy", 0}};
+        RUN_CASES(c);
+    }
     static const bad_case cases[] = {
         {"eval @/good.safetensors --device cpu --data @/d_trailing", NULL, 1, "unexpected data at byte", 0},
         {"eval @/good.safetensors --device cpu --data @/d_count", NULL, 1, "33", 0},
         {"eval @/good.safetensors --device cpu --data @/d_no_test", NULL, 1, "the Fashion-MNIST test split holds no samples", 0},
         {"train --device cpu --epochs 1 --checkpoint none --data @/d_no_train", NULL, 1,
          "the Fashion-MNIST training split holds no samples", 0},
-        {"eval @/good.safetensors --device cpu --data @/d_27x27", NULL, 1, "expected 28x28 Fashion-MNIST images", 0},
+        {"eval @/good.safetensors --device cpu --data @/d_27x27", NULL, 1,
+         "t10k-images-idx3-ubyte: expected 28x28 Fashion-MNIST images, found 27x27", 0},
         {"eval @/good.safetensors --device cpu --data @/data --test-samples 33", NULL, 1,
          "--test-samples 33: the Fashion-MNIST test split has only 32 samples", 0},
         {"train --device cpu --epochs 1 --checkpoint none --data @/data --train-samples 65", NULL, 1,
