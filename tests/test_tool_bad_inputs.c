@@ -647,12 +647,38 @@ static void test_forged_metadata(void) {
         const bad_case c[] = {{args, NULL, forged[i].rc, forged[i].msg, 0}};
         RUN_CASES(c);
     }
-    /* resuming with a seed or batch size unlike the checkpoint's would change the batch order */
+    forge("forged_model.safetensors", "model", "resnet");
+    /* a CNN's and a GPT's checkpoints: --resume takes the model from the checkpoint */
+    char args[1024];
+    expand("train --model cnn --device cpu --epochs 1 --batch-size 32 " SMALL " --checkpoint @/cnn.safetensors", args,
+           sizeof args);
+    CHECK(run_ember(args, NULL) == 0);
+    expand("train --model gpt --device cpu --text tests/data/gpt_tiny.txt --context 8 --d-model 16 --layers 1 "
+           "--heads 2 --epochs 1 --steps-per-epoch 1 --sample-chars 0 --threads 1 --checkpoint @/gpt.safetensors",
+           args, sizeof args);
+    CHECK(run_ember(args, NULL) == 0);
+    /* resuming with a seed, batch size or training split unlike the checkpoint's would change
+     * the batch order; another model cannot take the checkpoint's weights */
     static const bad_case cases[] = {
         {"train --device cpu --resume --seed 5 --checkpoint @/good.safetensors " SMALL, NULL, 2,
          "--resume: --seed 5 is unlike the checkpoint's 0", 0},
         {"train --device cpu --resume --batch-size 8 --checkpoint @/good.safetensors " SMALL, NULL, 2,
          "--resume: --batch-size 8 is unlike the checkpoint's 16", 0},
+        {"train --device cpu --resume --checkpoint @/good.safetensors --data @/data --train-samples 32", NULL, 2,
+         "--resume: this run trains on 32 samples, the checkpoint's run on 64; a resumed run keeps the batch order it "
+         "started with (give --train-samples 64)", 0},
+        {"train --device cpu --resume --model cnn --checkpoint @/good.safetensors " SMALL, NULL, 2,
+         "--resume: --model cnn is unlike the checkpoint's model, mlp (@/good.safetensors)", 0},
+        {"train --device cpu --resume --model mlp --checkpoint @/cnn.safetensors " SMALL, NULL, 2,
+         "--model mlp is unlike the checkpoint's model, cnn", 0},
+        {"train --device cpu --resume --checkpoint @/gpt.safetensors " SMALL, NULL, 2,
+         "--resume: @/gpt.safetensors is a GPT's checkpoint (ember train --model gpt), which --resume cannot continue",
+         0},
+        {"train --device cpu --resume --checkpoint @/forged_model.safetensors " SMALL, NULL, 1,
+         "cannot resume: @/forged_model.safetensors: metadata 'model' = 'resnet': expected mlp or cnn", 0},
+        /* not an error: a CNN's checkpoint resumes as the CNN, --model left out */
+        {"train --device cpu --resume --epochs 2 --batch-size 32 --checkpoint @/cnn.safetensors " SMALL, NULL, 0,
+         "training CNN: Conv2d", 0},
     };
     RUN_CASES(cases);
 }

@@ -77,9 +77,10 @@ static const opt_spec train_table[] = {
                                    "SIGHUP (default ember-MODEL.safetensors; 'none' to write nothing); its folder is "
                                    "checked before training starts"),
     [T_RESUME] = OPTION_FLAG("--resume",
-                             "continue from --checkpoint with its seed, batch size, optimizer state and learning "
-                             "rate; --lr given with --resume replaces the checkpoint's learning rate (and says so); "
-                             "--seed or --batch-size unlike the checkpoint's are an error"),
+                             "continue from --checkpoint with its model, seed, batch size, optimizer state and "
+                             "learning rate; --lr given with --resume replaces the checkpoint's learning rate (and "
+                             "says so); --model, --seed, --batch-size or --train-samples unlike the checkpoint's are "
+                             "an error"),
     [T_MAX_STEPS] = OPTION_INT("--max-steps", "N", 1, MAX_COUNT,
                                "stop after N batches in total, saving a checkpoint as Ctrl-C does (with --accumulate "
                                "N, at the end of that group of N batches, as on a signal: a checkpoint keeps no "
@@ -151,7 +152,8 @@ typedef struct train_opts {
     int64_t epochs, batch_size, seed, threads, max_steps, train_samples, test_samples;
     const char *optimizer, *data_dir, *checkpoint, *model;
     double lr, momentum, weight_decay;
-    bool lr_set, wd_set, seed_set, batch_set, resume;
+    bool lr_set, wd_set, seed_set, batch_set, model_set, resume;
+    int64_t train_len;       /* the training split's samples (--train-samples, or all): the batch order's */
     /* --devices (DataParallel, train_parallel.c) */
     em_device devices[TRAIN_MAX_DEVICES];
     int ndevices;
@@ -213,7 +215,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     if (status >= 0) return status;
     const opt_value *v = opts.v;
     bool device_set = v[T_DEVICE].given, checkpoint_given = v[T_CHECKPOINT].given;
-    if (v[T_MODEL].given) o->model = model_names[v[T_MODEL].choice];
+    if ((o->model_set = v[T_MODEL].given)) o->model = model_names[v[T_MODEL].choice];
     if (v[T_OPTIMIZER].given) o->optimizer = optimizer_names[v[T_OPTIMIZER].choice];
     if (v[T_EPOCHS].given) o->epochs = v[T_EPOCHS].i;
     if ((o->batch_set = v[T_BATCH_SIZE].given)) o->batch_size = v[T_BATCH_SIZE].i;
@@ -292,7 +294,7 @@ static em_optimizer *make_optimizer(const train_opts *o, em_module *m) {
 
 static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, const position *pos) {
     if (!o->checkpoint || !train_dist_is_main()) return EM_OK;
-    char v[8][40];
+    char v[9][40];
     snprintf(v[0], sizeof v[0], "%" PRId64, pos->epoch);
     snprintf(v[1], sizeof v[1], "%" PRId64, pos->batch);
     snprintf(v[2], sizeof v[2], "%.17g", pos->loss_sum);
@@ -301,17 +303,19 @@ static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, cons
     snprintf(v[5], sizeof v[5], "%s", o->model);
     snprintf(v[6], sizeof v[6], "%d", train_dist_world());
     snprintf(v[7], sizeof v[7], "%" PRId64, pos->steps);   /* batches: with --accumulate, not the optimizer's */
-    const char *keys[8 + TRAIN_AMP_META] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed",
-                                            "train.batch_size", "model", "train.world_size", "train.steps"};
-    const char *vals[8 + TRAIN_AMP_META] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+    snprintf(v[8], sizeof v[8], "%" PRId64, o->train_len);
+    const char *keys[9 + TRAIN_AMP_META] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed",
+                                            "train.batch_size", "model", "train.world_size", "train.steps",
+                                            "train.samples"};
+    const char *vals[9 + TRAIN_AMP_META] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
     train_amp_meta am;   /* the loss scaler's state (train_amp.c) */
     if (train_amp_meta_of(&o->amp, &am) != EM_OK) return em_last_status();
-    for (int i = 0; i < am.n; i++) keys[8 + i] = am.keys[i], vals[8 + i] = am.vals[i];
-    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 8 + am.n);
+    for (int i = 0; i < am.n; i++) keys[9 + i] = am.keys[i], vals[9 + i] = am.vals[i];
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 9 + am.n);
 }
 
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
-static bool meta_i64(em_safetensors *f, const char *path, const char *key, int64_t min, int64_t max, int64_t *out) {
+static bool meta_i64(const em_safetensors *f, const char *path, const char *key, int64_t min, int64_t max, int64_t *out) {
     const char *s = em_safetensors_metadata(f, key);
     em_num_result r = em_parse_i64(s, min, max, out);
     if (r == EM_NUM_OK) return true;
@@ -321,11 +325,39 @@ static bool meta_i64(em_safetensors *f, const char *path, const char *key, int64
     return false;
 }
 
-/* Loads model, optimizer and position; the checkpoint's seed and batch size win (given
- * and unlike, an error: the batch order depends on them). */
-static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos) {
-    em_safetensors *meta = NULL;
-    if (em_checkpoint_load(o->checkpoint, m, opt, &meta) != EM_OK) {
+/* --resume, first: reads the checkpoint, once (what resume() loads is this read), and takes
+ * its model: a checkpoint's "model" decides what is built (given as --model and unlike, an
+ * error). 0, or the exit status with the message printed. */
+static int resume_open(train_opts *o, em_safetensors **file) {
+    *file = em_safetensors_load(o->checkpoint, EM_DEVICE_CPU);
+    const char *kind = *file ? model_of_file(*file) : NULL;
+    int rc = 0;
+    if (!kind) {
+        fprintf(stderr, "%s: cannot resume: %s\n", tool, em_last_error());
+        rc = 1;
+    } else if (!strcmp(kind, "gpt")) {
+        fprintf(stderr, "%s: --resume: %s is a GPT's checkpoint (ember train --model gpt), which --resume cannot "
+                "continue: it continues the runs of --model mlp and cnn\n", tool, o->checkpoint);
+        rc = 2;
+    } else if (o->model_set && strcmp(kind, o->model)) {
+        fprintf(stderr, "%s: --resume: --model %s is unlike the checkpoint's model, %s (%s); a resumed run continues "
+                "the model it started with (leave --model out)\n", tool, o->model, kind, o->checkpoint);
+        rc = 2;
+    } else {
+        o->model = kind;   /* a static string of model_of_file's */
+    }
+    if (rc) {
+        em_safetensors_free(*file);
+        *file = NULL;
+    }
+    return rc;
+}
+
+/* Loads model, optimizer and position from the checkpoint's read (resume_open); the
+ * checkpoint's seed and batch size win (given and unlike, an error: the batch order depends
+ * on them), and its training split must be as large (--train-samples). */
+static int resume(train_opts *o, const em_safetensors *meta, em_module *m, em_optimizer *opt, position *pos) {
+    if (em_checkpoint_load_safetensors(meta, m, opt) != EM_OK) {
         fprintf(stderr, "%s: cannot resume: %s\n", tool, em_last_error());
         return 1;
     }
@@ -347,9 +379,17 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
     pos->steps = -1;   /* train.steps: absent before it was written; then the optimizer's count */
     if (ok && em_safetensors_metadata(meta, "train.steps"))
         ok = meta_i64(meta, o->checkpoint, "train.steps", 0, INT64_MAX, &pos->steps);
+    int64_t samples = o->train_len;   /* train.samples: absent before it was written */
+    if (ok && em_safetensors_metadata(meta, "train.samples"))
+        ok = meta_i64(meta, o->checkpoint, "train.samples", 1, MAX_COUNT, &samples);
     if (ok) ok = train_amp_resume(tool, &o->amp, meta, o->checkpoint);   /* the loss scaler's state */
-    em_safetensors_free(meta);
     if (!ok) return 1;
+    if (samples != o->train_len) {   /* the shuffled order of another count: not the run that was stopped */
+        fprintf(stderr, "%s: --resume: this run trains on %lld samples, the checkpoint's run on %lld; a resumed run "
+                "keeps the batch order it started with (give --train-samples %lld)\n", tool,
+                (long long)o->train_len, (long long)samples, (long long)samples);
+        return 2;
+    }
     train_dist_convert_position(world, &pos->batch, &pos->loss_sum);
     if ((o->seed_set && seed != o->seed) || (o->batch_set && batch_size != o->batch_size)) {
         fprintf(stderr, "%s: --resume: %s %lld is unlike the checkpoint's %lld; a resumed run keeps the batch "
@@ -430,17 +470,27 @@ static int run(train_opts *o) {
         return 2;
     }
     int rc = 1;
+    em_safetensors *resume_file = NULL;   /* --resume: the checkpoint, read once */
+    if (o->resume && (rc = resume_open(o, &resume_file)) != 0) {
+        train_dist_finish();
+        return rc;
+    }
+    rc = 1;
     em_dataset *train = mlp_dataset(o->data_dir, true, o->train_samples, "--train-samples");
     em_dataset *test = train ? mlp_dataset(o->data_dir, false, o->test_samples, "--test-samples") : NULL;
     if (!test) {
         fail("cannot load Fashion-MNIST");
         em_dataset_free(train);
+        em_safetensors_free(resume_file);
+        train_dist_finish();
         return 1;
     }
+    o->train_len = em_dataset_len(train);
     em_memory_empty_cache(EM_DEVICE_CPU);   /* the files' unused parts: not what training holds */
     if (!train_log_open(&o->log, tool, train_dist_is_main())) {   /* --strict-logs: nothing trained yet */
         em_dataset_free(train);
         em_dataset_free(test);
+        em_safetensors_free(resume_file);
         train_dist_finish();
         return 1;
     }
@@ -456,7 +506,9 @@ static int run(train_opts *o) {
         fail("cannot build the model");
         goto done;
     }
-    if (o->resume && (rc = resume(o, model, opt, &pos)) != 0) goto done;
+    if (o->resume && (rc = resume(o, resume_file, model, opt, &pos)) != 0) goto done;
+    em_safetensors_free(resume_file);   /* loaded: its tensors are the model's and optimizer's now */
+    resume_file = NULL;
     rc = 1;
     /* after the resume: the replicas start from the restored weights */
     if (o->ndevices && !(dp = em_data_parallel(model, o->devices, o->ndevices))) {
@@ -592,6 +644,7 @@ done:
     em_module_free(model);
     em_dataset_free(train);
     em_dataset_free(test);
+    em_safetensors_free(resume_file);
     em_memory_empty_cache(o->device);   /* hand the cached blocks back: nothing outlives the run */
     for (int i = 1; i < o->ndevices; i++) em_memory_empty_cache(o->devices[i]);
     em_memory_empty_cache(EM_DEVICE_CPU);
