@@ -55,6 +55,7 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "%s: the CHECKPOINT path is empty\n", tool);
         return 2;
     }
+    if (!mlp_check_memory_env(tool, NULL, 0)) return 2;   /* the CPU's: the checkpoint is read into it */
     /* the checkpoint first, read once: its metadata says which model it holds, and the same
      * read is what is loaded (a pipe works; a save replacing the file meanwhile cannot mix
      * two versions); a bad one is reported before the data is read */
@@ -74,7 +75,8 @@ int cmd_eval(int argc, char **argv) {
                 em_safetensors_free(file);
                 return 2;
             }
-        int rc = device_set || mlp_default_device(tool, &dev) ? gpt_eval_main(file, v[E_TEXT].text, dev, threads) : 2;
+        bool usable = (device_set || mlp_default_device(tool, &dev)) && mlp_check_memory_env(tool, &dev, 1);
+        int rc = usable ? gpt_eval_main(file, v[E_TEXT].text, dev, threads) : 2;
         em_safetensors_free(file);
         return rc;
     }
@@ -84,7 +86,8 @@ int cmd_eval(int argc, char **argv) {
         em_safetensors_free(file);
         return 2;
     }
-    if (!device_set && !mlp_default_device(tool, &dev)) {   /* starts every backend: only when asked */
+    if ((!device_set && !mlp_default_device(tool, &dev)) ||   /* starts every backend: only when asked */
+        !mlp_check_memory_env(tool, &dev, 1)) {
         em_safetensors_free(file);
         return 2;
     }

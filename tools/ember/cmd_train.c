@@ -275,6 +275,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     /* auto-selection starts every backend: only when no device was named (a CPU run under
      * valgrind then never loads OpenCL or CUDA) */
     if (!device_set && !mlp_default_device(tool, &o->device)) return 2;
+    if (!mlp_check_memory_env(tool, o->ndevices ? o->devices : &o->device, o->ndevices ? o->ndevices : 1)) return 2;
     if (!o->lr_set) o->lr = strcmp(o->optimizer, "sgd") ? 1e-3 : 1e-2;
     return -1;  /* go on */
 }

@@ -112,6 +112,16 @@ bool mlp_default_device(const char *tool, em_device *out) {
     return true;
 }
 
+bool mlp_check_memory_env(const char *tool, const em_device *devices, int n) {
+    for (int i = -1; i < n; i++)
+        if (em_memory_check_env(i < 0 ? EM_DEVICE_CPU : devices[i]) != EM_OK) {
+            fprintf(stderr, "%s: %s\n", tool, em_last_error());
+            em_clear_error();
+            return false;
+        }
+    return true;
+}
+
 bool mlp_check_output(const char *tool, const char *opt, const char *path) {
     size_t n = strlen(path);
     if (n == 0) {

@@ -417,6 +417,7 @@ static int parse(int argc, char **argv, gpt_opts *o) {
     }
     if (o->checkpoint && !mlp_check_output(tool, "--checkpoint", o->checkpoint)) return 2;
     if (!v[G_DEVICE].given && !mlp_default_device(tool, &o->device)) return 2;
+    if (!mlp_check_memory_env(tool, &o->device, 1)) return 2;
     return -1;
 }
 
