@@ -583,8 +583,18 @@ static void test_corrupt_checkpoints(void) {
         const bad_case cases[] = {{a1, NULL, 1, m, 0}, {a2, NULL, 1, m, 0}, {a3, NULL, 1, "cannot resume", 0}};
         RUN_CASES(cases);
     }
+    {   /* a state dict without a floating-point tensor: no parameters, and ember mem says what it found */
+        char p[256];
+        snprintf(p, sizeof p, "%s/ints.safetensors", dir);
+        em_scope s = em_scope_begin();
+        em_tensor *t[2] = {em_arange(0, 6, 1, EM_OPTS(.dtype = EM_I64)), em_zeros(EM_SHAPE(3), EM_OPTS(.dtype = EM_I32))};
+        CHECK(em_safetensors_save(p, (const char *[]){"steps", "index"}, t, 2) == EM_OK);
+        em_scope_end(s);
+    }
     /* checkpoints that are fine as files but not as `ember train` checkpoints */
     static const bad_case cases[] = {
+        {"mem --model @/ints.safetensors", NULL, 1, "no parameters to count: the file's 2 tensors are all integer or "
+                                                    "bool ('index' is int32); parameters are float32, float16 or bfloat16", 0},
         {"train --device cpu --resume --checkpoint @/format.safetensors " SMALL, NULL, 1, "is not an Ember checkpoint", 0},
         {"train --device cpu --resume --checkpoint @/name.safetensors " SMALL, NULL, 1, "cannot resume", 0},
         {"eval @/name.safetensors --device cpu --data @/data", NULL, 1, "cannot load @/name.safetensors", 0},
