@@ -57,10 +57,7 @@ void train_log_text(train_log *l, const char *tool, const char *text) {
 bool train_log_step(train_log *l, const char *tool, int64_t step, em_tensor *loss) {
     if ((!l->w && !l->pt) || step % l->every) return true;
     double v = em_item(loss);
-    if (em_failed()) {   /* the device's error, not the log's: training cannot go on */
-        fprintf(stderr, "%s: cannot read the loss: %s\n", tool, em_last_error());
-        return false;
-    }
+    if (em_failed()) return false;   /* the device's error, not the log's: the caller reports it */
     if (!plot_train_step(l->pt, step, v)) failed(l, tool, "--plot", "out of memory");
     if (l->w && em_summary_add_scalar(l->w, "train/loss", v, step) != EM_OK) log_failed(l, tool, "cannot write the log");
     return true;

@@ -30,7 +30,7 @@ bool train_log_open(train_log *l, const char *tool, bool main);
 void train_log_text(train_log *l, const char *tool, const char *text);
 /* train/loss at step when step is a multiple of --log-every, to the log and the plot (reads
  * the loss: one wait on the device then). false only when the loss cannot be read (a device
- * error, which ends training). */
+ * error, left pending for the caller: it ends training). */
 bool train_log_step(train_log *l, const char *tool, int64_t step, em_tensor *loss);
 /* What an epoch ends with, at the step reached. */
 typedef struct train_log_epoch {
