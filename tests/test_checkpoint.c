@@ -164,6 +164,71 @@ static void test_errors_change_nothing(void) {
     em_scope_end(s);
 }
 
+/* A checkpoint loaded once with em_safetensors_load serves the model, the optimizer and the
+ * estimate (the file is not opened again: it is removed before they run), and the same
+ * checks hold as for the path forms; bad arguments are errors, never crashes. */
+static void test_load_from_one_read(void) {
+    char path[128], plain[128], ints[128];
+    snprintf(path, sizeof path, "%s/once.safetensors", dir);
+    snprintf(plain, sizeof plain, "%s/once_plain.safetensors", dir);
+    snprintf(ints, sizeof ints, "%s/once_ints.safetensors", dir);
+    em_scope s = em_scope_begin();
+    em_manual_seed(5);
+    em_tensor *x = em_randn(EM_SHAPE(4, 6), EM_OPTS(0));
+    em_tensor *y = em_from_data((int64_t[]){0, 1, 2, 0}, EM_I64, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64));
+    em_module *a = small_model(), *b = small_model();
+    em_optimizer *oa = em_adam(a, 0.01), *ob = em_adam(b, 0.01);
+    for (int i = 0; i < 2; i++) step(a, oa, x, y);
+    CHECK(em_checkpoint_save(path, a, oa, (const char *[]){"epoch"}, (const char *[]){"2"}, 1) == EM_OK);
+    CHECK(em_module_save(a, plain) == EM_OK);
+    em_safetensors *file = em_safetensors_load(path, EM_DEVICE_CPU);
+    CHECK(file != NULL);
+    CHECK(file && !strcmp(em_safetensors_path(file), path));
+    CHECK(remove(path) == 0);   /* nothing below may open it again */
+    CHECK(em_checkpoint_load_safetensors(file, b, ob) == EM_OK);
+    CHECK(!strcmp(em_safetensors_metadata(file, "epoch"), "2"));   /* still the caller's */
+    CHECK(em_optim_steps(ob) == 2 && max_param_diff(a, b) == 0);
+    step(a, oa, x, y);
+    step(b, ob, x, y);
+    CHECK(max_param_diff(a, b) == 0);   /* the optimizer's state came along */
+    em_module *c = small_model();
+    CHECK(em_module_load_safetensors(c, file) == EM_OK);   /* the optimizer's tensors are ignored */
+    em_estimate e;
+    CHECK(em_estimate_safetensors(file, &(em_estimate_opts){.mode = EM_ESTIMATE_INFERENCE}, &e) == EM_OK);
+    CHECK(e.params == (double)em_module_num_parameters(a));
+    CHECK(e.layers == 2);   /* the two Linear weights */
+    em_safetensors_free(file);
+    /* the checks of the path forms */
+    em_safetensors *pf = em_safetensors_load(plain, EM_DEVICE_CPU);
+    CHECK(em_checkpoint_load_safetensors(pf, b, NULL) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "once_plain.safetensors is not an Ember checkpoint");
+    em_module *wide = em_sequential(em_linear(6, 7), em_relu_module(), em_linear(7, 3));
+    CHECK(em_module_load_safetensors(wide, pf) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "once_plain.safetensors");
+    em_safetensors_free(pf);
+    CHECK(em_checkpoint_load_safetensors(NULL, b, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "must not be NULL");
+    CHECK(em_module_load_safetensors(b, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "'file' is NULL");
+    CHECK(em_estimate_safetensors(NULL, &(em_estimate_opts){0}, &e) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "NULL argument");
+    CHECK(em_safetensors_path(NULL) == NULL);
+    /* a state dict of integer tensors has no parameters: the estimate says what it found */
+    em_tensor *idx = em_arange(0, 4, 1, EM_OPTS(.dtype = EM_I64));
+    CHECK(em_safetensors_save(ints, (const char *[]){"index"}, &idx, 1) == EM_OK);
+    CHECK(em_estimate_checkpoint(ints, &(em_estimate_opts){.mode = EM_ESTIMATE_INFERENCE}, &e) == EM_ERR_DTYPE);
+    CHECK_ERROR(EM_ERR_DTYPE, "the file's 1 tensor is integer or bool ('index' is int64)");
+    em_module_free(wide);
+    em_module_free(c);
+    em_optim_free(oa);
+    em_optim_free(ob);
+    em_module_free(a);
+    em_module_free(b);
+    remove(plain);
+    remove(ints);
+    em_scope_end(s);
+}
+
 /* An optimizer saved or loaded with a model it was not made for is refused, and nothing is
  * written: its state is keyed by the module's parameter names, so the file would hold none of
  * it and could not be loaded back into either pair. */
@@ -297,6 +362,7 @@ int main(void) {
     }
     RUN(test_roundtrip_continues_exactly);
     RUN(test_errors_change_nothing);
+    RUN(test_load_from_one_read);
     RUN(test_kill_while_saving_keeps_old_checkpoint);
     RUN(test_optimizer_of_another_model_refused);
     char cmd[128];

@@ -133,6 +133,21 @@ static void test_backend_checked(void) {
         CHECK(em__backend_checked(EM_DEVICE(EM_OPENCL, n), "op") == NULL);
         CHECK_ERROR(EM_ERR_DEVICE, "does not exist");
     }
+    /* -1 is the current device; an index below it names none (em_to moved tensors there) */
+    CHECK(em__backend_checked(EM_DEVICE(EM_OPENCL, -5), "em_to") == NULL);
+    CHECK_ERROR(EM_ERR_DEVICE, "em_to: invalid device index -5 for opencl");
+    CHECK(em__backend_checked(EM_DEVICE(EM_CPU, -2), "op") == NULL);
+    CHECK_ERROR(EM_ERR_DEVICE, "invalid device index -2 for cpu");
+    em_tensor *t = em_ones(EM_SHAPE(2), EM_OPTS(0));
+    CHECK(em_to(t, EM_DEVICE(EM_OPENCL, -5)) == NULL);
+    CHECK_ERROR(EM_ERR_DEVICE, "invalid device index -5");
+    if (n > 0) {
+        em_tensor *u = em_to(t, EM_DEVICE(EM_OPENCL, -1));   /* the current one */
+        CHECK(u && em_device_of(u).index >= 0);
+        em_release(u);
+    }
+    em_release(t);
+    em_clear_error();
 }
 
 static void test_props(void) {

@@ -439,6 +439,14 @@ static void test_datasets_from_files(void) {
         CHECK_OK(em_dataset_normalize(ds, 0.5, 0.25));
         CHECK_OK(em_copy_to_host(em_dataset_x(ds), x, sizeof x));
         CHECK_NEAR(x[7], (11 / 255.0 - 0.5) / 0.25, 1e-6);
+        /* a std or mean that would turn every pixel into NaN or infinity is refused, the data untouched */
+        const double bad[][2] = {{0.5, NAN}, {0.5, 0}, {0.5, INFINITY}, {NAN, 0.25}, {-INFINITY, 0.25}};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            CHECK(em_dataset_normalize(ds, bad[i][0], bad[i][1]) == EM_ERR_ARGUMENT);
+            CHECK_ERROR(EM_ERR_ARGUMENT, "expected a finite mean and a finite, non-zero std");
+        }
+        CHECK_OK(em_copy_to_host(em_dataset_x(ds), x, sizeof x));
+        CHECK_NEAR(x[7], (11 / 255.0 - 0.5) / 0.25, 1e-6);
     }
     em_dataset_free(ds);
     /* mismatched counts: 4 images, 3 labels */

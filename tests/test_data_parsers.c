@@ -365,6 +365,11 @@ static void test_csv_errors(void) {
     CHECK_ERROR(EM_ERR_ARGUMENT, "label column 2 is out of range");
     CHECK(csv("\"1,2\n", (em_csv_opts){0}, &x, &y) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "unterminated quote");
+    /* decimal only: strtod's hexadecimal forms are not numbers in a CSV file */
+    CHECK(csv("0x10,2\n", (em_csv_opts){0}, &x, &y) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "t.csv: line 1, column 1 (byte 0): '0x10' is not a number (decimal expected)");
+    CHECK(csv("1,0X1p3\n", (em_csv_opts){0}, &x, &y) == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "column 2 (byte 2): '0X1p3' is not a number");
     CHECK(csv("1e999,2\n", (em_csv_opts){0}, &x, &y) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "out of range");
     CHECK(csv("a,b\n\n", (em_csv_opts){.header = true}, &x, &y) == EM_ERR_FORMAT);

@@ -79,7 +79,6 @@ static void test_lists_and_precedence(void) {
                                              BYTES(4 * MiB), BYTES(4 * MiB)});
     check_spec("cuda=1MiB,4MiB", (outcome[]){BYTES(4 * MiB), BYTES(1 * MiB), BYTES(1 * MiB), BYTES(4 * MiB),
                                              BYTES(4 * MiB), BYTES(4 * MiB)});
-    check_spec(" , cpu=1MiB ,, ", (outcome[]){BYTES(1 * MiB), NONE, NONE, NONE, NONE, NONE});
 }
 
 static void test_bad_entries_are_errors(void) {
@@ -90,6 +89,11 @@ static void test_bad_entries_are_errors(void) {
     check_spec("cuda=-1G", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});
     check_spec("cpu=", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});
     check_spec("1e300", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});
+    /* an empty entry is a missing one, not nothing: every device reports it */
+    check_spec("cpu=5MiB,,", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});
+    check_spec(" , cpu=1MiB", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});
+    check_spec("cpu=1MiB,", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});
+    check_spec("cuda=1G, ,cpu=1MiB", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});
     /* the same device twice at one level: an error where it applies only */
     check_spec("cpu=1G,cpu=2G", (outcome[]){ERR, NONE, NONE, NONE, NONE, NONE});
     check_spec("1G,2G", (outcome[]){ERR, ERR, ERR, ERR, ERR, ERR});

@@ -152,10 +152,47 @@ static int child_bad_cap(void) {
     return !a && em_last_status() == EM_ERR_ARGUMENT && strstr(em_last_error(), "EMBER_MEMORY_CAP") ? 0 : 1;
 }
 
+/* em_memory_check_env reports a bad setting before anything is allocated (and a good one is
+ * no error); then the allocation fails as well, with the same message. */
+static int child_check_env(void) {
+    if (em_memory_check_env(EM_DEVICE_CPU) != EM_ERR_ARGUMENT || !strstr(em_last_error(), "EMBER_MEMORY_CAP"))
+        return 1;
+    em_clear_error();
+    return child_bad_cap();
+}
+
+static int child_check_env_ok(void) {
+    return em_memory_check_env(EM_DEVICE_CPU) == EM_OK && em_memory_check_env(EM_DEVICE(EM_OPENCL, -1)) == EM_OK ? 0 : 1;
+}
+
 static void test_environment(void) {
     CHECK(in_child("EMBER_MEMORY_CAP", "cpu=8MiB", "cap") == 0);
     CHECK(in_child("EMBER_NO_CACHE", "1", "no_cache") == 0);
     CHECK(in_child("EMBER_MEMORY_CAP", "cpu=lots", "bad_cap") == 0);
+    CHECK(in_child("EMBER_MEMORY_CAP", "cpu=5MiB,,", "check_env") == 0);
+    CHECK(in_child("EMBER_MEMORY_CAP", "cpu=12QB", "check_env") == 0);
+    CHECK(in_child("EMBER_MEMORY_POLICY", "tensorflow", "check_env_policy") == 0);
+    CHECK(in_child("EMBER_MEMORY_CAP", "cuda=1G", "check_env_ok") == 0);
+}
+
+static int child_check_env_policy(void) {
+    return em_memory_check_env(EM_DEVICE_CPU) == EM_ERR_ARGUMENT && strstr(em_last_error(), "EMBER_MEMORY_POLICY") ? 0 : 1;
+}
+
+/* A device value that names no device is an error for the statistics, not a silent 0. */
+static void test_statistics_of_no_device(void) {
+    const em_device bad[] = {{(em_device_type)99, 0}, EM_DEVICE(EM_OPENCL, -5), EM_DEVICE(EM_CPU, 1),
+                             EM_DEVICE(EM_CUDA, 1000)};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(em_memory_allocated(bad[i]) == 0);
+        CHECK_ERROR(EM_ERR_DEVICE, "em_memory_allocated: no such device");
+        CHECK(em_memory_max_reserved(bad[i]) == 0);
+        CHECK_ERROR(EM_ERR_DEVICE, "em_memory_max_reserved: no such device");
+        CHECK(em_memory_check_env(bad[i]) == EM_ERR_DEVICE);
+        em_clear_error();
+    }
+    /* a real device that never allocated is 0, and no error */
+    CHECK(em_memory_allocated(EM_DEVICE(EM_MPS, 0)) == 0 && !em_failed());
 }
 
 static void test_pinned_tensor(void) {
@@ -177,6 +214,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "cap")) return child_cap();
         if (!strcmp(argv[2], "no_cache")) return child_no_cache();
         if (!strcmp(argv[2], "bad_cap")) return child_bad_cap();
+        if (!strcmp(argv[2], "check_env")) return child_check_env();
+        if (!strcmp(argv[2], "check_env_policy")) return child_check_env_policy();
+        if (!strcmp(argv[2], "check_env_ok")) return child_check_env_ok();
         return 96;
     }
     unsetenv("EMBER_NO_CACHE");
@@ -185,6 +225,7 @@ int main(int argc, char **argv) {
     RUN(test_tensor_reuse);
     RUN(test_real_oom_under_cap);
     RUN(test_environment);
+    RUN(test_statistics_of_no_device);
     RUN(test_pinned_tensor);
     return test_summary();
 }

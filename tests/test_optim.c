@@ -204,6 +204,10 @@ static void test_schedules(void) {
     CHECK_NEAR(em_optim_lr(opt), 0.02, 1e-15);
     CHECK(em_optim_set_schedule(opt, em_lr_step(0, 0.1)) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "step_size");
+    /* a kind that is none of the schedules: refused, the learning rate and schedule kept */
+    CHECK(em_optim_set_schedule(opt, (em_lr_schedule){.kind = (em_lr_kind)7}) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "unknown schedule kind 7");
+    CHECK_NEAR(em_optim_lr(opt), 0.02, 1e-15);
     /* freeing the module first leaves the optimizer usable and freeable */
     em_module_free(m);
     CHECK_OK(em_step(opt));

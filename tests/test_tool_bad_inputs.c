@@ -444,14 +444,21 @@ static void test_devices_and_environment(void) {
         {"train --device cpu --epochs 2 --checkpoint none --max-steps 1 " SMALL, "EMBER_MEMORY_CAP=opencl:0=1MiB", 0,
          "stopped (--max-steps)", 0},
         {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=cpu=64KiB", 1, "Cap: 64.00 KiB", 0},
-        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=cpu=12QB", 1,
-         "EMBER_MEMORY_CAP: cannot read 'cpu=12QB'", 0},
-        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=cpu=1G,cpu=2G", 1,
+        /* a bad setting is a usage error found before any work, as a bad EMBER_DEVICE is */
+        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=cpu=12QB", 2,
+         "ember train: EMBER_MEMORY_CAP: cannot read 'cpu=12QB'", 0},
+        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=cpu=1G,cpu=2G", 2,
          "EMBER_MEMORY_CAP: two entries give the cap of the same device", 0},
-        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=tpu=1G", 1,
+        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=tpu=1G", 2,
          "EMBER_MEMORY_CAP: cannot read 'tpu=1G'", 0},
-        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_POLICY=tensorflow", 1,
+        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_CAP=cpu=5MiB,,", 2,
+         "EMBER_MEMORY_CAP: an empty entry in 'cpu=5MiB,,'", 0},
+        {"train --device cpu --epochs 1 --checkpoint none " SMALL, "EMBER_MEMORY_POLICY=tensorflow", 2,
          "EMBER_MEMORY_POLICY: unknown policy 'tensorflow'", 0},
+        {"eval @/good.safetensors --device cpu --data @/data", "EMBER_MEMORY_CAP=cpu=12QB", 2,
+         "ember eval: EMBER_MEMORY_CAP: cannot read 'cpu=12QB'", 0},
+        {"train --model gpt --device cpu --text tests/data/gpt_tiny.txt --checkpoint none", "EMBER_MEMORY_CAP=1G,2G", 2,
+         "EMBER_MEMORY_CAP: two entries give the cap of the same device", 0},
         {"bench --device cpu --only matmul --sizes 512 --dtype f32 --min-time 0.001", "EMBER_MEMORY_CAP=cpu=1MiB", 1,
          "1 measurement failed", 0},
         {"bench --device opencl:0 --only matmul --sizes 16 --dtype f32 --min-time 0.001", "EMBER_OPENCL_GEMM=bogus", 1,
@@ -486,6 +493,12 @@ static void test_output_paths_fail_before_training(void) {
         {"train --checkpoint /proc/ember-test.safetensors " SMALL, NULL, 2, "cannot create a file in the folder '/proc'", 0},
         {"train --resume --checkpoint @/missing.safetensors " SMALL, NULL, 2,
          "--resume: cannot read the checkpoint '@/missing.safetensors': No such file or directory", 0},
+        /* --logdir, checked as --checkpoint is (a missing folder is made, with its parents) */
+        {"train --logdir '' " SMALL, NULL, 2, "--logdir is empty: expected a folder", 0},
+        {"train --logdir @/good.safetensors " SMALL, NULL, 2, "'@/good.safetensors' is a file, not a folder", 0},
+        {"train --logdir @/good.safetensors/logs/x " SMALL, NULL, 2, "--logdir '@/good.safetensors/logs/x': '@/good.safetensors' is a file", 0},
+        {"train --logdir @/zero_link " SMALL, NULL, 2, "is a device or another special file, not a folder", 0},
+        {"train --logdir /proc/ember-test-logs/a " SMALL, NULL, 2, "cannot create a file in the folder '/proc'", 0},
     };
     RUN_CASES(fixed);
     snprintf(args, sizeof args, "train --checkpoint @/%s " SMALL, long_name);
@@ -570,8 +583,18 @@ static void test_corrupt_checkpoints(void) {
         const bad_case cases[] = {{a1, NULL, 1, m, 0}, {a2, NULL, 1, m, 0}, {a3, NULL, 1, "cannot resume", 0}};
         RUN_CASES(cases);
     }
+    {   /* a state dict without a floating-point tensor: no parameters, and ember mem says what it found */
+        char p[256];
+        snprintf(p, sizeof p, "%s/ints.safetensors", dir);
+        em_scope s = em_scope_begin();
+        em_tensor *t[2] = {em_arange(0, 6, 1, EM_OPTS(.dtype = EM_I64)), em_zeros(EM_SHAPE(3), EM_OPTS(.dtype = EM_I32))};
+        CHECK(em_safetensors_save(p, (const char *[]){"steps", "index"}, t, 2) == EM_OK);
+        em_scope_end(s);
+    }
     /* checkpoints that are fine as files but not as `ember train` checkpoints */
     static const bad_case cases[] = {
+        {"mem --model @/ints.safetensors", NULL, 1, "no parameters to count: the file's 2 tensors are all integer or "
+                                                    "bool ('index' is int32); parameters are float32, float16 or bfloat16", 0},
         {"train --device cpu --resume --checkpoint @/format.safetensors " SMALL, NULL, 1, "is not an Ember checkpoint", 0},
         {"train --device cpu --resume --checkpoint @/name.safetensors " SMALL, NULL, 1, "cannot resume", 0},
         {"eval @/name.safetensors --device cpu --data @/data", NULL, 1, "cannot load @/name.safetensors", 0},
@@ -641,12 +664,38 @@ static void test_forged_metadata(void) {
         const bad_case c[] = {{args, NULL, forged[i].rc, forged[i].msg, 0}};
         RUN_CASES(c);
     }
-    /* resuming with a seed or batch size unlike the checkpoint's would change the batch order */
+    forge("forged_model.safetensors", "model", "resnet");
+    /* a CNN's and a GPT's checkpoints: --resume takes the model from the checkpoint */
+    char args[1024];
+    expand("train --model cnn --device cpu --epochs 1 --batch-size 32 " SMALL " --checkpoint @/cnn.safetensors", args,
+           sizeof args);
+    CHECK(run_ember(args, NULL) == 0);
+    expand("train --model gpt --device cpu --text tests/data/gpt_tiny.txt --context 8 --d-model 16 --layers 1 "
+           "--heads 2 --epochs 1 --steps-per-epoch 1 --sample-chars 0 --threads 1 --checkpoint @/gpt.safetensors",
+           args, sizeof args);
+    CHECK(run_ember(args, NULL) == 0);
+    /* resuming with a seed, batch size or training split unlike the checkpoint's would change
+     * the batch order; another model cannot take the checkpoint's weights */
     static const bad_case cases[] = {
         {"train --device cpu --resume --seed 5 --checkpoint @/good.safetensors " SMALL, NULL, 2,
          "--resume: --seed 5 is unlike the checkpoint's 0", 0},
         {"train --device cpu --resume --batch-size 8 --checkpoint @/good.safetensors " SMALL, NULL, 2,
          "--resume: --batch-size 8 is unlike the checkpoint's 16", 0},
+        {"train --device cpu --resume --checkpoint @/good.safetensors --data @/data --train-samples 32", NULL, 2,
+         "--resume: this run trains on 32 samples, the checkpoint's run on 64; a resumed run keeps the batch order it "
+         "started with (give --train-samples 64)", 0},
+        {"train --device cpu --resume --model cnn --checkpoint @/good.safetensors " SMALL, NULL, 2,
+         "--resume: --model cnn is unlike the checkpoint's model, mlp (@/good.safetensors)", 0},
+        {"train --device cpu --resume --model mlp --checkpoint @/cnn.safetensors " SMALL, NULL, 2,
+         "--model mlp is unlike the checkpoint's model, cnn", 0},
+        {"train --device cpu --resume --checkpoint @/gpt.safetensors " SMALL, NULL, 2,
+         "--resume: @/gpt.safetensors is a GPT's checkpoint (ember train --model gpt), which --resume cannot continue",
+         0},
+        {"train --device cpu --resume --checkpoint @/forged_model.safetensors " SMALL, NULL, 1,
+         "cannot resume: @/forged_model.safetensors: metadata 'model' = 'resnet': expected mlp or cnn", 0},
+        /* not an error: a CNN's checkpoint resumes as the CNN, --model left out */
+        {"train --device cpu --resume --epochs 2 --batch-size 32 --checkpoint @/cnn.safetensors " SMALL, NULL, 0,
+         "training CNN: Conv2d", 0},
     };
     RUN_CASES(cases);
 }
@@ -713,13 +762,43 @@ static void test_corrupt_data_directories(void) {
     unsigned char *small = idx_bytes(32, 27, 27, &len);
     corrupt_data_dir("d_27x27", 2, small, len, NULL);
     free(small);
+    /* labels outside the classes 0-9: found when the split is loaded, before any training,
+     * naming the file, the sample and the value (u8 files, and int32 files for -1 and 2^31-1) */
+    static const struct { const char *name; int k; unsigned char type; int64_t value; } labels[] = {
+        {"d_label200_test", 3, 0x08, 200}, {"d_label200_train", 1, 0x08, 200},
+        {"d_label_neg_test", 3, 0x0C, -1}, {"d_label_max_train", 1, 0x0C, 2147483647},
+    };
+    for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+        int n = labels[i].k == 1 ? 64 : 32, width = labels[i].type == 0x0C ? 4 : 1;
+        unsigned char *l = calloc(8 + (size_t)n * 4, 1);
+        l[2] = labels[i].type;
+        l[3] = 1;
+        put_be32(l + 4, (uint32_t)n);
+        for (int j = 0; j < n; j++) {
+            uint32_t v = j == 5 ? (uint32_t)labels[i].value : (uint32_t)(j % 10);
+            if (width == 4) put_be32(l + 8 + 4 * j, v);
+            else l[8 + j] = (unsigned char)v;
+        }
+        corrupt_data_dir(labels[i].name, labels[i].k, l, 8 + (size_t)n * (size_t)width, NULL);
+        free(l);
+        char a1[512], a2[512], m[256];
+        snprintf(a1, sizeof a1, "train --device cpu --epochs 1 --checkpoint none --data @/%s", labels[i].name);
+        snprintf(a2, sizeof a2, "eval @/good.safetensors --device cpu --data @/%s", labels[i].name);
+        snprintf(m, sizeof m, "%s: the label of sample 5 is %lld: Fashion-MNIST's classes are 0 to 9",
+                 idx_names[labels[i].k], (long long)labels[i].value);
+        /* eval reads the test split only: a bad training label is none of its business */
+        const bad_case c[] = {{a1, NULL, 1, m, 0}, {a2, NULL, labels[i].k == 3 ? 1 : 0,
+                                                   labels[i].k == 3 ? m : "test accuracy", 0}};
+        RUN_CASES(c);
+    }
     static const bad_case cases[] = {
         {"eval @/good.safetensors --device cpu --data @/d_trailing", NULL, 1, "unexpected data at byte", 0},
         {"eval @/good.safetensors --device cpu --data @/d_count", NULL, 1, "33", 0},
         {"eval @/good.safetensors --device cpu --data @/d_no_test", NULL, 1, "the Fashion-MNIST test split holds no samples", 0},
         {"train --device cpu --epochs 1 --checkpoint none --data @/d_no_train", NULL, 1,
          "the Fashion-MNIST training split holds no samples", 0},
-        {"eval @/good.safetensors --device cpu --data @/d_27x27", NULL, 1, "expected 28x28 Fashion-MNIST images", 0},
+        {"eval @/good.safetensors --device cpu --data @/d_27x27", NULL, 1,
+         "t10k-images-idx3-ubyte: expected 28x28 Fashion-MNIST images, found 27x27", 0},
         {"eval @/good.safetensors --device cpu --data @/data --test-samples 33", NULL, 1,
          "--test-samples 33: the Fashion-MNIST test split has only 32 samples", 0},
         {"train --device cpu --epochs 1 --checkpoint none --data @/data --train-samples 65", NULL, 1,

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <ember/ember.h>
 #include "test.h"
@@ -97,6 +99,65 @@ static void test_mem_model_gpt(void) {
     CHECK(strstr(out, "3 layers") != NULL && strstr(out, "measured") != NULL);
 }
 
+/* `ember ARGS` with stderr joined, killed after limit seconds: its status (-1 when killed) and
+ * the seconds it took. */
+static int run_limited(const char *args, int limit, double *seconds) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "timeout -s KILL %d '%s' %s 2>&1", limit, tool_path(), args);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return rc == 137 || rc == 124 ? -1 : rc;
+}
+
+/* An estimator answers from its formula at once: a model too large to build here (a 7B-class
+ * GPT, a 100-million-sample MLP batch) is estimated in well under a second and "not measured",
+ * never built and trained; the shapes ember train refuses are refused, not miscounted. */
+static void test_mem_large_models_answer_at_once(void) {
+    if (!tool_path()) SKIP("build/ember is not built");
+    static const char *const large[] = {
+        "mem --model gpt --layers 32 --hidden 4096",
+        "mem --model gpt --layers 8 --hidden 1024",
+        "mem --model gpt --layers 256 --hidden 65536 --seq 65536 --batch 1048576",
+        "mem --model mlp --batch 100000000 --mode full",
+        "mem --model cnn --batch 1000000 --mode full",
+    };
+    for (size_t i = 0; i < sizeof large / sizeof large[0]; i++) {
+        double took;
+        int rc = run_limited(large[i], 60, &took);
+        printf("  ember %s: status %d in %.2f s\n", large[i], rc, took);
+        CHECK(rc == 0 && took < 10);
+        CHECK(strstr(out, "not measured: two steps would take") != NULL);
+        CHECK(strstr(out, "internal") == NULL && strstr(out, " -1 ") == NULL);
+        if (rc != 0) fprintf(stderr, "%s\n", out);
+    }
+    double took;
+    CHECK(run_limited("mem --model gpt --layers 32 --hidden 4096 --json", 60, &took) == 0 && took < 10);
+    CHECK(strstr(out, "\"total_bytes\": ") && !strstr(out, "measured_peak_bytes"));
+    /* 32 blocks of 12 d^2 + 13 d, the embeddings (vocab 128, context 64), ln_f and the head */
+    double d = 4096;
+    CHECK(number_after(out, "\"params\": ", 0) == 128 * d + 64 * d + 32 * (12 * d * d + 13 * d) + 2 * d + d * 128 + 128);
+    static const struct { const char *args, *msg; } refused[] = {
+        {"mem --model gpt --hidden 100000", "--hidden 100000: expected 1 to 65536 with --model gpt, the range of ember "
+                                            "train --model gpt's --d-model"},
+        {"mem --model gpt --layers 100000 --hidden 64", "--layers 100000: expected 1 to 256"},
+        {"mem --model gpt --seq 70000", "--seq 70000: expected 1 to 65536"},
+        {"mem --model gpt --batch 2000000", "--batch 2000000: expected 1 to 1048576"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        int rc = run_limited(refused[i].args, 60, &took);
+        CHECK(rc == 2 && strstr(out, refused[i].msg) && took < 10);
+        if (rc != 2 || !strstr(out, refused[i].msg)) fprintf(stderr, "  ember %s: %d: %s\n", refused[i].args, rc, out);
+    }
+}
+
 /* the value after "peak " in the n-th epoch line, in MiB (em_memory_format_size: KiB or MiB) */
 static double peak_mib(const char *s, int n) {
     for (const char *p = s; (p = strstr(p, ", peak ")); p += 7)
@@ -139,6 +200,7 @@ int main(void) {
     RUN(test_trains_on_opencl);
     RUN(test_bad_options);
     RUN(test_mem_model_gpt);
+    RUN(test_mem_large_models_answer_at_once);
     RUN(test_checkpoint_activations);
     return test_summary();
 }

@@ -222,8 +222,42 @@ static void check_missing_program(const char *mode) {
     if (rc != 1) fprintf(stderr, "  ember %s: status %d, output:\n%s\n", args, rc, out);
 }
 
+/* A line longer than the launcher's first buffer (64 KiB) comes out whole, as one prefixed
+ * line (it was cut into several "[rank N] " lines). Through mpirun with one rank only: Open
+ * MPI forwards each rank's output in chunks, and interleaves the chunks of several ranks. */
+static void check_long_line(const char *mode) {
+    char path[128], args[1024];
+    snprintf(path, sizeof path, "%s/long.out", tmpdir);
+    enum { LONG = 300000 };
+    int ranks = strcmp(mode, "--mpi") ? 2 : 1;
+    snprintf(args, sizeof args, "launch -n %d %s -- sh -c 'head -c %d /dev/zero | tr \"\\000\" x; echo; echo after' "
+             "> %s", ranks, mode, LONG, path);
+    int rc = tool_run(args, out, sizeof out);
+    CHECK(rc == 0);
+    FILE *f = fopen(path, "r");
+    static char text[2 * LONG + 4096];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    int lines = 0, whole = 0, after = 0;
+    for (char *line = text, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        if (!end) break;
+        lines++;
+        size_t len = (size_t)(end - line);
+        bool prefixed = !strncmp(line, "[rank ", 6) && len > 9 && line[7] == ']';
+        if (prefixed && len == 9 + LONG && strspn(line + 9, "x") == LONG) whole++;
+        if (prefixed && len == 14 && !strncmp(line + 9, "after", 5)) after++;
+    }
+    printf("  %s, a %d-byte line from each of %d rank%s: %d lines out, %d of them whole\n", mode, LONG, ranks,
+           ranks == 1 ? "" : "s", lines, whole);
+    CHECK(lines == 2 * ranks && whole == ranks && after == ranks);
+    remove(path);
+}
+
 static void run_mode(const char *mode) {
     check_env(mode);
+    check_long_line(mode);
     check_failure(mode, "exit 3", "exited with status 3");
     check_failure(mode, "kill -9 $$", "was killed by signal 9 (SIGKILL)");
     check_interrupt(mode);

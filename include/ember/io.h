@@ -61,10 +61,14 @@ typedef struct em_safetensors em_safetensors; /* a loaded safetensors file */
 /* Read a whole file; every tensor is placed on device (a copy). NULL and an error on failure.
  * A file the reference reader refuses is refused (a header that is not UTF-8, tensors that
  * overlap, leave a gap or are followed by more bytes). The file is read, never mapped: one
- * that shrinks while it loads is an error (EM_ERR_IO), not a crash; one rewritten meanwhile
- * may load part old, part new. */
+ * that shrinks while it loads is an error (EM_ERR_IO), not a crash. It is opened and read
+ * once (a pipe or /dev/stdin works), so what is read is one version of it:
+ * em_module_load_safetensors, em_checkpoint_load_safetensors and em_estimate_safetensors then
+ * take what they need from the loaded file, never rereading it. */
 EM_API em_safetensors *em_safetensors_load(const char *path, em_device device);
 EM_API int em_safetensors_count(const em_safetensors *st); /* tensors in the file */
+/* The path the file was loaded from (messages name it); NULL for NULL. */
+EM_API const char *em_safetensors_path(const em_safetensors *st);
 /* The i-th name in file order (sorted by data offset); NULL if i is out of range. */
 EM_API const char *em_safetensors_name(const em_safetensors *st, int i);
 /* The tensor called name: a new reference (scoped). NULL and EM_ERR_ARGUMENT if absent. */

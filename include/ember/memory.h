@@ -12,7 +12,7 @@
  * K, M, G, T alone = powers of 1024) or a fraction (0 < f <= 1) of the device's total
  * memory. An entry applies to its device only; a bare value ("4GiB") to every device, below
  * a device type ("opencl=2G"), below one device ("opencl:0=1G"); the same device given twice
- * at one level is an error. EMBER_MEMORY_POLICY=pytorch follows PyTorch's caching policy exactly; the default
+ * at one level is an error, and so is an empty entry ("cpu=5MiB,,"). EMBER_MEMORY_POLICY=pytorch follows PyTorch's caching policy exactly; the default
  * ("ember") differs in one point: before taking a new segment from the device, it gives back
  * the fully free cached segments of that pool, which best fit just found too small (this
  * halves peak reserved memory when shapes vary; see docs/BENCHMARKS.md). All three are read
@@ -31,7 +31,9 @@
 extern "C" {
 #endif
 
-/* Bytes held by live allocations on d, and its peak since the last reset. */
+/* Bytes held by live allocations on d, and its peak since the last reset. A device value
+ * that names no device (an unknown type, an index below -1, cpu:1) records EM_ERR_DEVICE and
+ * gives 0, as do the other statistics below. */
 EM_API int64_t em_memory_allocated(em_device d);
 EM_API int64_t em_memory_max_allocated(em_device d); /* (the peak) */
 /* Bytes the allocator holds from the device (allocated + cached), and its peak. */
@@ -88,6 +90,10 @@ EM_API em_status em_memory_set_cap(em_device d, int64_t bytes);
 EM_API em_status em_memory_set_cap_fraction(em_device d, double fraction);
 /* The cap of d in bytes, or -1 for none. */
 EM_API int64_t em_memory_get_cap(em_device d);
+/* Reads d's part of EMBER_MEMORY_CAP and EMBER_MEMORY_POLICY now (otherwise they are read when
+ * d first allocates, and a bad setting fails that allocation): EM_ERR_ARGUMENT naming the
+ * variable and the entry, so that a program can refuse a bad setting before any work. */
+EM_API em_status em_memory_check_env(em_device d);
 
 /* Pinned (page-locked) host memory has its own cache: the same statistics (pool EM_MEMORY_ALL). */
 EM_API em_status em_memory_get_pinned_stats(em_memory_stats *out);

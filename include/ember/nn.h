@@ -142,6 +142,11 @@ EM_API em_status em_module_save(em_module *m, const char *path); /* every parame
 /* Load in place (parameters keep their device and dtype). Every key must match, with the
  * same shape, as load_state_dict(strict=True). */
 EM_API em_status em_module_load(em_module *m, const char *path);
+/* The same from a file already loaded with em_safetensors_load (any device): the caller
+ * reads the file once and may look at its metadata first. A training checkpoint's
+ * "optimizer." tensors are ignored, as em_module_load does. */
+typedef struct em_safetensors em_safetensors;   /* include/ember/io.h */
+EM_API em_status em_module_load_safetensors(em_module *m, const em_safetensors *file);
 
 /* ---- norms, embedding, attention (torch.nn.functional and torch.nn) ----
  * Errors name the layer and the shapes ("LayerNorm: normalized_shape [8] must match ...").

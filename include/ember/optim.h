@@ -114,6 +114,11 @@ EM_API em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer
  * error that leaves the module and optimizer as they were. If meta is not NULL it receives
  * the file, for em_safetensors_metadata; release it with em_safetensors_free. */
 EM_API em_status em_checkpoint_load(const char *path, em_module *m, em_optimizer *opt, em_safetensors **meta);
+/* The same from a file already loaded with em_safetensors_load, which stays the caller's
+ * (its metadata, em_safetensors_metadata, can be read before and after): one read of the
+ * file serves the checks of its metadata and the load, so a save replacing the file in
+ * between cannot mix two versions, and a pipe can be loaded. */
+EM_API em_status em_checkpoint_load_safetensors(const em_safetensors *file, em_module *m, em_optimizer *opt);
 
 #ifdef __cplusplus
 }

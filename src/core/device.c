@@ -91,6 +91,11 @@ const em_backend *em__backend_checked(em_device d, const char *op) {
         em_error(EM_ERR_DEVICE, "%s: invalid device type %d", op, (int)d.type);
         return NULL;
     }
+    if (d.index < -1) {   /* -1 alone means the current device */
+        em_error(EM_ERR_DEVICE, "%s: invalid device index %d for %s: expected 0 or more (-1: the current device)", op,
+                 d.index, type_name(d.type));
+        return NULL;
+    }
     if (d.type == EM_CPU && d.index > 0) {
         em_error(EM_ERR_DEVICE, "%s: device cpu:%d does not exist (the CPU is always cpu:0)", op,
                  d.index);

@@ -115,10 +115,12 @@ static bool parse_number(csv_state *s, size_t fstart, size_t flen, int col, doub
     char *endp;
     errno = 0;
     *v = strtod(tmp, &endp);
-    if (endp != tmp + flen || is_space(tmp[0])) {
+    /* decimal only: strtod also reads hexadecimal ("0x10" as 16), which a CSV file's number
+     * never is (NumPy and pandas read "0x10" as text) */
+    if (endp != tmp + flen || is_space(tmp[0]) || strpbrk(tmp, "xX")) {
         show_field(s->buf + fstart, flen, shown, sizeof shown);
-        em_error(EM_ERR_FORMAT, "%s: line %zu, column %d (byte %zu): '%s' is not a number",
-                 s->name, s->line_no, col, fstart, shown);
+        em_error(EM_ERR_FORMAT, "%s: line %zu, column %d (byte %zu): '%s' is not a number%s",
+                 s->name, s->line_no, col, fstart, shown, strpbrk(tmp, "xX") ? " (decimal expected)" : "");
         return false;
     }
     if (errno == ERANGE && isinf(*v)) {

@@ -2,6 +2,7 @@
  * and Fashion-MNIST. */
 #include <stdio.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -230,7 +231,27 @@ em_dataset *em_dataset_fashion_mnist(const char *dir, bool train) {
     }
     em_dataset *ds = em_dataset_idx(ip, lp, 1.0 / 255.0);
     if (ds && (em_ndim(ds->x) != 3 || em_size(ds->x, 1) != 28 || em_size(ds->x, 2) != 28)) {
-        em_error(EM_ERR_FORMAT, "%s: expected 28x28 Fashion-MNIST images, found %d dimensions", ip, em_ndim(ds->x));
+        if (em_ndim(ds->x) == 3)
+            em_error(EM_ERR_FORMAT, "%s: expected 28x28 Fashion-MNIST images, found %lldx%lld", ip,
+                     (long long)em_size(ds->x, 1), (long long)em_size(ds->x, 2));
+        else
+            em_error(EM_ERR_FORMAT, "%s: expected 28x28 Fashion-MNIST images (3 dimensions: count, rows, columns), "
+                     "found %d dimension%s", ip, em_ndim(ds->x), em_ndim(ds->x) == 1 ? "" : "s");
+        em_dataset_free(ds);
+        return NULL;
+    }
+    /* the classes are 0 to 9: a label outside them is found now, naming where, not by the
+     * loss in the batch that holds it (or by the evaluation after a whole epoch) */
+    int64_t n = ds ? em_numel(ds->y) : 0;
+    const int64_t *label = ds && n ? em_data_ptr(ds->y) : NULL;
+    for (int64_t i = 0; label && i < n; i++)
+        if (label[i] < 0 || label[i] > 9) {
+            em_error(EM_ERR_FORMAT, "%s: the label of sample %lld is %lld: Fashion-MNIST's classes are 0 to 9", lp,
+                     (long long)i, (long long)label[i]);
+            em_dataset_free(ds);
+            return NULL;
+        }
+    if (ds && n && !label) {
         em_dataset_free(ds);
         return NULL;
     }
@@ -239,7 +260,9 @@ em_dataset *em_dataset_fashion_mnist(const char *dir, bool train) {
 
 em_status em_dataset_normalize(em_dataset *ds, double mean, double std) {
     if (!ds) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_dataset_normalize: argument 'ds' is NULL");
-    if (!(std != 0)) return em_error(EM_ERR_ARGUMENT, "em_dataset_normalize: std must be non-zero, got %g", std);
+    if (!isfinite(mean) || !isfinite(std) || std == 0)
+        return em_error(EM_ERR_ARGUMENT, "em_dataset_normalize: expected a finite mean and a finite, non-zero std, "
+                        "got mean %g, std %g", mean, std);
     int64_t n = em_numel(ds->x);
     if (n == 0) return EM_OK;
     float *p = em_data_ptr(ds->x);

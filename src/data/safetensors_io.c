@@ -12,6 +12,7 @@ struct em_safetensors {
     char **names;           /* file order (by data offset) */
     em_tensor **tensors;    /* owned references */
     em__st_file header;     /* keeps the metadata */
+    char *path;             /* the path it was read from, for messages */
 };
 
 typedef struct named { const char *name; em_tensor *t; } named;
@@ -138,6 +139,12 @@ em_safetensors *em_safetensors_load(const char *path, em_device device) {
         em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory");
         goto fail;
     }
+    size_t path_len = strlen(path) + 1;
+    if (!(st->path = malloc(path_len))) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_safetensors_load: out of host memory");
+        goto fail;
+    }
+    memcpy(st->path, path, path_len);
     size_t n0 = in.size < 8 ? (size_t)in.size : 8;
     if (em__file_in_read(&in, 0, first, n0) != EM_OK ||
         em__safetensors_header_length(path, first, n0, in.size, &hl) != EM_OK)
@@ -177,6 +184,8 @@ fail:
 
 int em_safetensors_count(const em_safetensors *st) { return st ? st->count : 0; }
 
+const char *em_safetensors_path(const em_safetensors *st) { return st ? st->path : NULL; }
+
 const char *em_safetensors_name(const em_safetensors *st, int i) {
     if (!st || i < 0 || i >= st->count) return NULL;
     return st->names[i];
@@ -207,5 +216,6 @@ void em_safetensors_free(em_safetensors *st) {
     free(st->tensors);
     free(st->names);
     em__st_file_free(&st->header);
+    free(st->path);
     free(st);
 }

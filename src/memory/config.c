@@ -91,9 +91,17 @@ static void cap_from_env(mem_state *st) {
         return;
     }
     int best = 0;
-    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    for (char *item = buf, *next; item; item = next) {
+        char *comma = strchr(item, ',');
+        next = comma ? comma + 1 : NULL;
+        if (comma) *comma = '\0';
         while (isspace((unsigned char)*item)) item++;
-        if (!*item) continue;
+        if (!*item) {   /* "cpu=5MiB,," or a leading comma: a missing entry, not nothing */
+            snprintf(st->config_error, sizeof st->config_error,
+                     "EMBER_MEMORY_CAP: an empty entry in '%.80s': expected entries like cpu=512MiB, opencl:0=0.5 "
+                     "(a fraction of total memory) or cuda=8GB, separated by single commas", env);
+            break;
+        }
         char *eq = strchr(item, '=');
         const char *value = eq ? eq + 1 : item;
         /* precedence: a bare value (every device) 1, a device type 2, one device 3 */

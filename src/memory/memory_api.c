@@ -10,9 +10,22 @@ static em_device resolve(em_device d) {
     return d.index < 0 ? em_device_resolve(d) : d;
 }
 
+/* A device value no allocator can belong to (an unknown type, an index below -1, which
+ * alone means the current device, or past the allocator's table, cpu:N with N > 0): false
+ * with EM_ERR_DEVICE, so that a statistic of it is not a silent 0. */
+static bool well_formed(em_device d, const char *op) {
+    if ((unsigned)d.type < EM_DEVICE_TYPE_COUNT && d.index >= -1 && d.index < MEM_MAX_DEVICES &&
+        !(d.type == EM_CPU && d.index > 0))
+        return true;
+    em_error(EM_ERR_DEVICE, "%s: no such device (type %d, index %d): expected a device type of em_device_type and an "
+             "index from 0 (-1: the current device)", op, (int)d.type, d.index);
+    return false;
+}
+
 /* One int64 read under the device's lock (0 for a device that never allocated). */
 #define STAT_GETTER(fn, expr)                                  \
     int64_t fn(em_device d) {                                  \
+        if (!well_formed(d, #fn)) return 0;                    \
         mem_state *st = em__mem_state_peek(resolve(d));           \
         if (!st) return 0;                                     \
         pthread_mutex_lock(&st->lock);                         \
@@ -116,6 +129,16 @@ em_status em_memory_set_cap_fraction(em_device d, double fraction) {
         st->config_error[0] = '\0';
         st->cap_fraction = 0;
     }
+    pthread_mutex_unlock(&st->lock);
+    return s;
+}
+
+em_status em_memory_check_env(em_device d) {
+    if (!well_formed(d, "em_memory_check_env")) return em_last_status();
+    mem_state *st = mem__state(resolve(d));   /* reads EMBER_MEMORY_CAP and EMBER_MEMORY_POLICY */
+    if (!st) return em_last_status();
+    pthread_mutex_lock(&st->lock);
+    em_status s = st->config_error[0] ? em_error(EM_ERR_ARGUMENT, "%s", st->config_error) : EM_OK;
     pthread_mutex_unlock(&st->lock);
     return s;
 }

@@ -82,6 +82,14 @@ em_status em_module_load(em_module *m, const char *path) {
     return st;
 }
 
+em_status em_module_load_safetensors(em_module *m, const em_safetensors *file) {
+    if (!m || !file)
+        return em_failed() ? em_last_status()
+                           : em_error(EM_ERR_ARGUMENT, "em_module_load_safetensors: argument '%s' is NULL",
+                                      m ? "file" : "m");
+    return em__module_load_file(m, file, em_safetensors_path(file));
+}
+
 /* A training checkpoint (optim/checkpoint.c) also holds the optimizer's state under
  * "optimizer."; loading the model from it ignores those keys. */
 static bool ignored_key(const em_safetensors *file, const char *name) {

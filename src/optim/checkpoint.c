@@ -226,12 +226,23 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
 }
 
 em_status em_checkpoint_load(const char *path, em_module *m, em_optimizer *opt, em_safetensors **meta) {
-    const char *op = "em_checkpoint_load";
     if (meta) *meta = NULL;
     if (!path || !m)
-        return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "%s: path and module must not be NULL", op);
+        return em_failed() ? em_last_status()
+                           : em_error(EM_ERR_ARGUMENT, "em_checkpoint_load: path and module must not be NULL");
     em_safetensors *file = em_safetensors_load(path, EM_DEVICE_CPU);
     if (!file) return em_last_status();
+    em_status st = em_checkpoint_load_safetensors(file, m, opt);
+    if (st == EM_OK && meta) *meta = file;
+    else em_safetensors_free(file);
+    return st;
+}
+
+em_status em_checkpoint_load_safetensors(const em_safetensors *file, em_module *m, em_optimizer *opt) {
+    const char *op = "em_checkpoint_load";
+    if (!file || !m)
+        return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "%s: file and module must not be NULL", op);
+    const char *path = em_safetensors_path(file);
     const char *format = em_safetensors_metadata(file, "format");
     em_status st = EM_OK;
     if (!format || strcmp(format, EM__CHECKPOINT_FORMAT))
@@ -265,7 +276,5 @@ em_status em_checkpoint_load(const char *path, em_module *m, em_optimizer *opt, 
     for (int i = 0; fresh && i < nopt * ns; i++) em_release(fresh[i]);
     free(fresh);
     free(steps);
-    if (st == EM_OK && meta) *meta = file;
-    else em_safetensors_free(file);
     return st;
 }

@@ -228,12 +228,17 @@ em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em
     if (!path || !o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_checkpoint: NULL argument");
     em_safetensors *st = em_safetensors_load(path, EM_DEVICE_CPU);
     if (!st) return em_last_status();
+    em_status status = em_estimate_safetensors(st, o, out);
+    em_safetensors_free(st);
+    return status;
+}
+
+em_status em_estimate_safetensors(const em_safetensors *st, const em_estimate_opts *o, em_estimate *out) {
+    if (!st || !o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_safetensors: NULL argument");
+    const char *path = em_safetensors_path(st);
     int n = em_safetensors_count(st);
     const char **names = malloc(sizeof *names * (size_t)(n > 0 ? n : 1));
-    if (!names) {
-        em_safetensors_free(st);
-        return em_error(EM_ERR_OUT_OF_MEMORY, "em_estimate_checkpoint");
-    }
+    if (!names) return em_error(EM_ERR_OUT_OF_MEMORY, "em_estimate_checkpoint");
     /* a training checkpoint (em_checkpoint_save) also holds the optimizer's state: not the model */
     const char *format = em_safetensors_metadata(st, "format");
     bool checkpoint = format && !strcmp(format, EM__CHECKPOINT_FORMAT);
@@ -245,19 +250,28 @@ em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em
     n = kept;
     qsort(names, (size_t)n, sizeof *names, by_name);
     model_walk walk = {0};
+    int not_floating = 0;   /* integer and bool tensors (buffers, indices): not parameters */
+    char first_other[160] = "";
     em_scope s = em_scope_begin();
     for (int i = 0; i < n; i++) {
         em_tensor *t = em_safetensors_get(st, names[i]);
         if (!t) continue;
-        if (em_dtype_is_floating(em_dtype_of(t))) walk_dtype(&walk, t);
+        if (em_dtype_is_floating(em_dtype_of(t))) {
+            walk_dtype(&walk, t);
+        } else if (!not_floating++) {
+            snprintf(first_other, sizeof first_other, "'%.100s' is %s", names[i], em_dtype_name(em_dtype_of(t)));
+        }
         size_t len = strlen(names[i]);
         bool weight = len >= 6 && !strcmp(names[i] + len - 6, "weight") && (len == 6 || names[i][len - 7] == '.');
         if (weight && em_ndim(t) == 2) walk_linear(&walk, em_size(t, 1), em_size(t, 0));
     }
     em_scope_end(s);
     free(names);
-    em_safetensors_free(st);
     char fn[300];
     snprintf(fn, sizeof fn, "em_estimate_checkpoint('%.256s')", path);
+    if (walk.params < 1 && not_floating > 0)   /* say what the file holds instead */
+        return em_error(EM_ERR_DTYPE, "%s: no parameters to count: the file's %d tensor%s %s integer or bool (%s); "
+                        "parameters are float32, float16 or bfloat16", fn, not_floating, not_floating == 1 ? "" : "s",
+                        not_floating == 1 ? "is" : "are all", first_other);
     return estimate_walk(fn, &walk, o, out, true);
 }

@@ -440,6 +440,9 @@ double em_lr_at(em_lr_schedule s, double base, int64_t t) {
 
 em_status em_optim_set_schedule(em_optimizer *opt, em_lr_schedule s) {
     OPT_CHECK(opt, "em_optim_set_schedule");
+    if (s.kind != EM_LR_CONSTANT && s.kind != EM_LR_STEP && s.kind != EM_LR_COSINE)
+        return em_error(EM_ERR_ARGUMENT, "em_optim_set_schedule: unknown schedule kind %d: expected EM_LR_CONSTANT, "
+                        "EM_LR_STEP or EM_LR_COSINE", (int)s.kind);
     if ((s.kind == EM_LR_STEP && s.step_size <= 0) ||
         (s.kind == EM_LR_COSINE && (s.warmup < 0 || s.total < s.warmup)))
         return em_error(EM_ERR_ARGUMENT, "em_optim_set_schedule: need step_size > 0 (step) or "

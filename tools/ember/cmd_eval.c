@@ -49,37 +49,57 @@ int cmd_eval(int argc, char **argv) {
     bool device_set = v[E_DEVICE].given;
     int64_t batch = v[E_BATCH_SIZE].given ? v[E_BATCH_SIZE].i : 1000;
     int64_t threads = v[E_THREADS].given ? v[E_THREADS].i : 0, limit = v[E_TEST_SAMPLES].i;
-    if (path && *path && gpt_is_checkpoint(path)) {   /* a GPT checkpoint (ember train --model gpt) has its own evaluation */
-        static const int mlp_only[] = {E_BATCH_SIZE, E_DATA, E_TEST_SAMPLES};
-        for (size_t k = 0; k < sizeof mlp_only / sizeof mlp_only[0]; k++)
-            if (v[mlp_only[k]].given) {
-                fprintf(stderr, "%s: %s is a GPT checkpoint: options are --text PATH, --device D, --threads N "
-                        "(got '%s')\n", tool, path, v[mlp_only[k]].as);
-                return 2;
-            }
-        return gpt_eval_main(path, v[E_TEXT].text, v[E_DEVICE].text, threads);
-    }
     if (device_set && !mlp_parse_device(tool, "--device", v[E_DEVICE].text, &dev)) return 2;
     if (!path) path = "ember-mlp.safetensors";
     if (!*path) {
         fprintf(stderr, "%s: the CHECKPOINT path is empty\n", tool);
         return 2;
     }
-    if (!device_set && !mlp_default_device(tool, &dev)) return 2;   /* starts every backend: only when asked */
-    if (threads) em_set_num_threads((int)threads);
-    int rc = 1;
-    /* the checkpoint first: a bad one is reported before the data is read */
-    const char *kind = model_of_checkpoint(path);
-    if (kind && v[E_TEXT].given) {
+    if (!mlp_check_memory_env(tool, NULL, 0)) return 2;   /* the CPU's: the checkpoint is read into it */
+    /* the checkpoint first, read once: its metadata says which model it holds, and the same
+     * read is what is loaded (a pipe works; a save replacing the file meanwhile cannot mix
+     * two versions); a bad one is reported before the data is read */
+    em_safetensors *file = em_safetensors_load(path, EM_DEVICE_CPU);
+    const char *kind = file ? model_of_file(file) : NULL;
+    if (!kind) {
+        fprintf(stderr, "%s: cannot load: %s\n", tool, em_last_error());
+        em_safetensors_free(file);
+        return 1;
+    }
+    if (!strcmp(kind, "gpt")) {   /* a GPT checkpoint (ember train --model gpt) has its own evaluation */
+        static const int mlp_only[] = {E_BATCH_SIZE, E_DATA, E_TEST_SAMPLES};
+        for (size_t k = 0; k < sizeof mlp_only / sizeof mlp_only[0]; k++)
+            if (v[mlp_only[k]].given) {
+                fprintf(stderr, "%s: %s is a GPT checkpoint: options are --text PATH, --device D, --threads N "
+                        "(got '%s')\n", tool, path, v[mlp_only[k]].as);
+                em_safetensors_free(file);
+                return 2;
+            }
+        bool usable = (device_set || mlp_default_device(tool, &dev)) && mlp_check_memory_env(tool, &dev, 1);
+        int rc = usable ? gpt_eval_main(file, v[E_TEXT].text, dev, threads) : 2;
+        em_safetensors_free(file);
+        return rc;
+    }
+    if (v[E_TEXT].given) {
         fprintf(stderr, "%s: --text goes with a GPT checkpoint (ember train --model gpt); %s is the %s's\n", tool, path,
                 !strcmp(kind, "cnn") ? "CNN" : "MLP");
+        em_safetensors_free(file);
         return 2;
     }
-    em_module *model = kind ? model_new(kind) : NULL;
+    if ((!device_set && !mlp_default_device(tool, &dev)) ||   /* starts every backend: only when asked */
+        !mlp_check_memory_env(tool, &dev, 1)) {
+        em_safetensors_free(file);
+        return 2;
+    }
+    if (threads) em_set_num_threads((int)threads);
+    int rc = 1;
+    em_module *model = model_new(kind);
+    bool loaded = model && em_module_load_safetensors(model, file) == EM_OK && em_module_to(model, dev) == EM_OK;
+    em_safetensors_free(file);   /* the weights are in the model now */
     em_dataset *test = NULL;
     if (!model) {
-        fprintf(stderr, "%s: %s%s\n", tool, kind ? "" : "cannot load: ", em_last_error());
-    } else if (em_module_load(model, path) != EM_OK || em_module_to(model, dev) != EM_OK) {
+        fprintf(stderr, "%s: %s\n", tool, em_last_error());
+    } else if (!loaded) {
         fprintf(stderr, "%s: cannot load %s: %s\n", tool, path, em_last_error());
     } else if (!(test = mlp_dataset(dir, false, limit, "--test-samples"))) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());

@@ -43,7 +43,11 @@ static const char *const tool = "ember launch";
 
 #define MAX_RANKS 1024
 #define MAX_HOSTS 256
-#define LINE_MAX_BYTES 65536
+/* A rank's line is read into a buffer of LINE_START_BYTES that doubles as a longer line
+ * needs, up to LINE_MAX_BYTES: a line up to that stays one prefixed line; one longer is
+ * cut into pieces of that size, each prefixed (the launcher's memory stays bounded). */
+#define LINE_START_BYTES 65536
+#define LINE_MAX_BYTES ((size_t)64 << 20)
 /* The line an inner launcher prints when its rank dies; the outer one looks for it. */
 #define DEATH_MARK "ember launch: rank "
 
@@ -149,7 +153,7 @@ typedef struct stream {
     int fd;          /* -1 once closed */
     int out;         /* where its lines go: STDOUT_FILENO or STDERR_FILENO */
     char *buf;
-    size_t len;
+    size_t len, cap;
 } stream;
 
 typedef struct child {
@@ -160,14 +164,28 @@ typedef struct child {
     stream s[2];
 } child;
 
+/* The first error writing the ranks' output to standard output (0: none): the launcher
+ * then exits 1 saying so, as every command does when its output is lost. */
+static int stdout_error;
+
 static void write_all(int fd, const char *p, size_t n) {
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return;   /* the reader went away: nothing better to do */
+        if (w <= 0) {   /* a full disk, or the reader went away: the ranks go on, the status says it */
+            if (fd == STDOUT_FILENO && !stdout_error) stdout_error = w < 0 ? errno : EIO;
+            return;
+        }
         p += w;
         n -= (size_t)w;
     }
+}
+
+/* A stream's buffer of LINE_START_BYTES; false when out of memory. */
+static bool stream_alloc(stream *s) {
+    s->len = 0;
+    s->cap = LINE_START_BYTES;
+    return (s->buf = malloc(s->cap)) != NULL;
 }
 
 /* One line (without its newline) with the child's prefix. */
@@ -196,11 +214,17 @@ static void emit(const child *c, const stream *s, const char *line, size_t n, bo
 /* Read what is there; emit whole lines (and a too-long or final partial one). */
 static void pump(child *c, stream *s, bool *death_seen, char *death, size_t death_size) {
     for (;;) {
-        if (s->len == LINE_MAX_BYTES) {   /* a line longer than the buffer: out in pieces */
-            emit(c, s, s->buf, s->len, death_seen, death, death_size);
-            s->len = 0;
+        if (s->len == s->cap) {   /* a line longer than the buffer: a larger one, or out in pieces */
+            char *grown = s->cap < LINE_MAX_BYTES ? realloc(s->buf, 2 * s->cap) : NULL;
+            if (grown) {
+                s->buf = grown;
+                s->cap *= 2;
+            } else {
+                emit(c, s, s->buf, s->len, death_seen, death, death_size);
+                s->len = 0;
+            }
         }
-        ssize_t r = read(s->fd, s->buf + s->len, LINE_MAX_BYTES - s->len);
+        ssize_t r = read(s->fd, s->buf + s->len, s->cap - s->len);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (r <= 0) {   /* EOF or an error: the last partial line, then closed */
@@ -630,8 +654,9 @@ static int run_rank_of_mpi(launch_opts *o) {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     child c = {.rank = atoi(getenv("OMPI_COMM_WORLD_RANK")), .s = {{.fd = -1}, {.fd = -1}}};
     bool ok = false;
-    for (int k = 0; k < 2; k++) c.s[k].buf = malloc(LINE_MAX_BYTES);
-    if (c.s[0].buf && c.s[1].buf) ok = start_child(&c, o->argv, envp, 4);
+    bool bufs = stream_alloc(&c.s[0]);
+    if (!stream_alloc(&c.s[1])) bufs = false;
+    if (bufs) ok = start_child(&c, o->argv, envp, 4);
     int rc = ok ? supervise(&c, 1, ROLE_INNER, (double)o->grace) : 1;
     if (!ok) fprintf(stderr, DEATH_MARK "%d could not be started (exited with status 1)\n", c.rank);
     for (int k = 0; k < 2; k++) free(c.s[k].buf);
@@ -668,7 +693,7 @@ static int run(launch_opts *o) {
         for (int k = 0; k < 2; k++) c[i].s[k].fd = -1;
     for (int i = 0; i < nchild; i++)
         for (int k = 0; k < 2; k++)
-            if (!(c[i].s[k].buf = malloc(LINE_MAX_BYTES))) {
+            if (!stream_alloc(&c[i].s[k])) {
                 fprintf(stderr, "%s: out of memory\n", tool);
                 goto done;
             }
@@ -772,5 +797,9 @@ int cmd_launch(int argc, char **argv) {
     if (rc < 0) rc = run(&o);
     free_opts(&o);
     fflush(stdout);
+    if (stdout_error && rc == 0) {
+        fprintf(stderr, "%s: cannot write the output: %s\n", tool, strerror(stdout_error));
+        rc = 1;
+    }
     return rc;
 }

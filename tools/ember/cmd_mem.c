@@ -29,6 +29,8 @@ static const opt_choice optim_choices[] = {
     {"adamw", EM_ESTIMATE_ADAMW}, {NULL, 0},
 };
 #define MEM_MAX_SHAPE 1000000000
+#define MEM_STR_(x) #x
+#define MEM_STR(x) MEM_STR_(x)
 static const opt_spec mem_table[] = {
     [M_PARAMS] = OPTION_STRING("--params", "PARAMS", "the parameter count, as PARAMS"),
     [M_MODEL] = OPTION_STRING("--model", "NAME|FILE",
@@ -36,8 +38,11 @@ static const opt_spec mem_table[] = {
                               "default 64); the training estimates print the CPU allocator's measured peak over two "
                               "real steps of the same training.\n"
                               "gpt: the GPT of `ember train --model gpt` (--layers, --hidden = d_model, --seq = "
-                              "context, --batch), the step's peak counted op by op and the measured peak alongside; "
-                              "--lora-rank R: LoRA on every Linear.\n"
+                              "context, --batch, within that command's ranges), the step's peak counted op by op "
+                              "and the measured peak alongside; --lora-rank R: LoRA on every Linear.\n"
+                              "The estimate comes from the formula at once; the steps are measured only when they "
+                              "are small (at most " MEM_STR(MEM_MEASURE_MAX_MB) " MB and " MEM_STR(MEM_MEASURE_MAX_GFLOP) " GFLOP), else 'not "
+                              "measured' says why.\n"
                               "FILE: an Ember checkpoint (em_module_save): parameters, dtype and the Linear layers' "
                               "widths come from its tensors; with --batch the activations and the optimizer's "
                               "workspace are counted too"),
@@ -257,26 +262,19 @@ static bool parse_mode(const char *mode, em_estimate_mode *modes, int *nmodes) {
     return *nmodes > 0;
 }
 
-/* ember mem --model FILE: the same report, counted from a checkpoint's tensors. */
-static int mem_model(const char *path, const char *params, bool shape_given, const char *mode, bool json,
-                     em_estimate_opts o) {
-    if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
-    if (shape_given)
-        return bad("%s", "--dtype, --hidden, --layers and --seq come from the checkpoint with --model");
-    if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
-    em_estimate_mode modes[3];
-    int nmodes;
-    if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+/* The report of mem_model from the loaded file. */
+static int mem_model_file(const em_safetensors *file, const char *path, const em_estimate_mode *modes, int nmodes,
+                          bool json, em_estimate_opts o) {
     em_estimate e, alt;
     em_estimate_opts mo = o;
     mo.mode = EM_ESTIMATE_INFERENCE;
-    if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
+    if (em_estimate_safetensors(file, &mo, &e) != EM_OK) return estimate_failed();
     double params_n = e.params;
     o.dtype = e.dtype;
     if (modes[nmodes - 1] == EM_ESTIMATE_LORA) {   /* checked before anything is printed */
         mo = o;
         mo.mode = EM_ESTIMATE_LORA;
-        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
+        if (em_estimate_safetensors(file, &mo, &e) != EM_OK) return estimate_failed();
         if (!lora_fits(&mo, &e, true)) return 2;
     }
     const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";
@@ -299,18 +297,36 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
     for (int m = 0; m < nmodes; m++) {
         mo = o;
         mo.mode = modes[m];
-        if (em_estimate_checkpoint(path, &mo, &e) != EM_OK) return estimate_failed();
+        if (em_estimate_safetensors(file, &mo, &e) != EM_OK) return estimate_failed();
         bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
         if (has_alt) {
             em_estimate_opts ao = mo;
             ao.master_weights = !mo.master_weights;
-            if (em_estimate_checkpoint(path, &ao, &alt) != EM_OK) return estimate_failed();
+            if (em_estimate_safetensors(file, &ao, &alt) != EM_OK) return estimate_failed();
         }
         if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0, NAN);
         else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
     }
     if (json) printf("\n  ]\n}\n");
     return 0;
+}
+
+/* ember mem --model FILE: the same report, counted from a checkpoint's tensors. */
+static int mem_model(const char *path, const char *params, bool shape_given, const char *mode, bool json,
+                     em_estimate_opts o) {
+    if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
+    if (shape_given)
+        return bad("%s", "--dtype, --hidden, --layers and --seq come from the checkpoint with --model");
+    if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
+    em_estimate_mode modes[3];
+    int nmodes;
+    if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    /* read once: every estimate below comes from the same read of the file */
+    em_safetensors *file = em_safetensors_load(path, EM_DEVICE_CPU);
+    if (!file) return estimate_failed();
+    int rc = mem_model_file(file, path, modes, nmodes, json, o);
+    em_safetensors_free(file);
+    return rc;
 }
 
 int cmd_mem(int argc, char **argv) {
@@ -424,10 +440,19 @@ int cmd_mem(int argc, char **argv) {
             ao.master_weights = !mo.master_weights;
             if (em_estimate_memory(&ao, &alt) != EM_OK) return bad("%s", em_last_error());
         }
-        /* the same training step measured: float32 models only (ember train's dtype) */
+        /* the estimate first, at once; then the same training step measured, when it is
+         * small (mem_measure_fits) and in float32 (ember train's dtype) */
+        if (!json) {
+            print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
+            fflush(stdout);
+        }
         double peak = NAN;
-        char what[160];
-        if (classifier && modes[m] != EM_ESTIMATE_INFERENCE && o.dtype == EM_F32 && o.autocast_dtype == EM_F32) {
+        char what[160], why_not[320] = "";
+        bool measured = classifier && modes[m] != EM_ESTIMATE_INFERENCE;
+        if (measured && (o.dtype != EM_F32 || o.autocast_dtype != EM_F32)) {
+            snprintf(why_not, sizeof why_not, "ember train's models train in float32 without --amp here");
+        } else if (measured && mem_measure_fits(e.bytes[EM_ESTIMATE_TOTAL], 2 * mem_classifier_step_flops(model, o.batch),
+                                                why_not, sizeof why_not)) {
             peak = mem_measure_classifier(&(mem_classifier){model, mo.optimizer,
                                                             modes[m] == EM_ESTIMATE_LORA ? (mo.lora_rank ? mo.lora_rank : 8) : 0,
                                                             ckpt}, o.batch);
@@ -436,13 +461,7 @@ int cmd_mem(int argc, char **argv) {
                      modes[m] == EM_ESTIMATE_LORA ? " with LoRA" : "", (long long)o.batch);
         }
         if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0, peak);
-        else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
-        if (!json && classifier && modes[m] != EM_ESTIMATE_INFERENCE) {
-            if (isnan(peak) && (o.dtype != EM_F32 || o.autocast_dtype != EM_F32))
-                printf("  measured peak     not measured: ember train's models train in float32 without --amp here\n");
-            else
-                mem_print_measured(e.bytes[EM_ESTIMATE_TOTAL], peak, what);
-        }
+        else if (measured) mem_print_measured(e.bytes[EM_ESTIMATE_TOTAL], peak, what, why_not[0] ? why_not : NULL);
     }
     if (json) printf("\n  ]\n}\n");
     return 0;

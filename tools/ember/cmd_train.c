@@ -46,7 +46,7 @@ static const char *const tool = "ember train";
 
 enum { T_MODEL, T_DEVICE, T_DEVICES, T_EPOCHS, T_BATCH_SIZE, T_OPTIMIZER, T_LR, T_MOMENTUM, T_WEIGHT_DECAY, T_SEED,
        T_THREADS, T_DATA, T_CHECKPOINT, T_RESUME, T_MAX_STEPS, T_TRAIN_SAMPLES, T_TEST_SAMPLES, T_AMP, T_LOSS_SCALE,
-       T_CKPT_ACT, T_ACCUMULATE, T_LOGDIR, T_LOG_EVERY, T_PLOT };
+       T_CKPT_ACT, T_ACCUMULATE, T_LOGDIR, T_LOG_EVERY, T_PLOT, T_STRICT_LOGS };
 enum { MODEL_MLP, MODEL_CNN, MODEL_GPT };
 static const opt_choice model_choices[] = {{"mlp", MODEL_MLP}, {"cnn", MODEL_CNN}, {"gpt", MODEL_GPT}, {NULL, 0}};
 static const char *const model_names[] = {[MODEL_MLP] = "mlp", [MODEL_CNN] = "cnn", [MODEL_GPT] = "gpt"};
@@ -77,9 +77,10 @@ static const opt_spec train_table[] = {
                                    "SIGHUP (default ember-MODEL.safetensors; 'none' to write nothing); its folder is "
                                    "checked before training starts"),
     [T_RESUME] = OPTION_FLAG("--resume",
-                             "continue from --checkpoint with its seed, batch size, optimizer state and learning "
-                             "rate; --lr given with --resume replaces the checkpoint's learning rate (and says so); "
-                             "--seed or --batch-size unlike the checkpoint's are an error"),
+                             "continue from --checkpoint with its model, seed, batch size, optimizer state and "
+                             "learning rate; --lr given with --resume replaces the checkpoint's learning rate (and "
+                             "says so); --model, --seed, --batch-size or --train-samples unlike the checkpoint's are "
+                             "an error"),
     [T_MAX_STEPS] = OPTION_INT("--max-steps", "N", 1, MAX_COUNT,
                                "stop after N batches in total, saving a checkpoint as Ctrl-C does (with --accumulate "
                                "N, at the end of that group of N batches, as on a signal: a checkpoint keeps no "
@@ -105,13 +106,17 @@ static const opt_spec train_table[] = {
     [T_LOGDIR] = OPTION_STRING("--logdir", "DIR",
                                "TensorBoard event file in DIR (made if missing): the loss every --log-every steps; "
                                "per epoch losses, accuracy, learning rate, samples/s, device memory and parameter "
-                               "histograms"),
+                               "histograms; DIR is checked before training starts"),
     [T_LOG_EVERY] = OPTION_INT("--log-every", "N", 1, MAX_COUNT, "steps between logged losses (default 10)"),
     /* plots (plot_train.c) */
     [T_PLOT] = OPTION_STRING("--plot", "FILE",
                              "loss and test accuracy curves drawn into FILE, a .png or .svg picture, rewritten after "
                              "every epoch (the loss every --log-every steps too); its folder is checked before "
                              "training starts"),
+    [T_STRICT_LOGS] = OPTION_FLAG("--strict-logs",
+                                  "a --logdir or --plot write that fails (a full disk) stops training, after the "
+                                  "checkpoint is saved, with status 1; without it that is a warning, once, and "
+                                  "training goes on without that output"),
 };
 OPT_TABLE_FITS(train_table);
 
@@ -147,7 +152,8 @@ typedef struct train_opts {
     int64_t epochs, batch_size, seed, threads, max_steps, train_samples, test_samples;
     const char *optimizer, *data_dir, *checkpoint, *model;
     double lr, momentum, weight_decay;
-    bool lr_set, wd_set, seed_set, batch_set, resume;
+    bool lr_set, wd_set, seed_set, batch_set, model_set, resume;
+    int64_t train_len;       /* the training split's samples (--train-samples, or all): the batch order's */
     /* --devices (DataParallel, train_parallel.c) */
     em_device devices[TRAIN_MAX_DEVICES];
     int ndevices;
@@ -209,7 +215,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     if (status >= 0) return status;
     const opt_value *v = opts.v;
     bool device_set = v[T_DEVICE].given, checkpoint_given = v[T_CHECKPOINT].given;
-    if (v[T_MODEL].given) o->model = model_names[v[T_MODEL].choice];
+    if ((o->model_set = v[T_MODEL].given)) o->model = model_names[v[T_MODEL].choice];
     if (v[T_OPTIMIZER].given) o->optimizer = optimizer_names[v[T_OPTIMIZER].choice];
     if (v[T_EPOCHS].given) o->epochs = v[T_EPOCHS].i;
     if ((o->batch_set = v[T_BATCH_SIZE].given)) o->batch_size = v[T_BATCH_SIZE].i;
@@ -230,6 +236,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     o->ckpt_act = v[T_CKPT_ACT].given;
     o->resume = v[T_RESUME].given;
     o->log.dir = v[T_LOGDIR].text;
+    o->log.strict = v[T_STRICT_LOGS].given;
     if (v[T_LOG_EVERY].given) o->log.every = v[T_LOG_EVERY].i;
     if (checkpoint_given) o->checkpoint = strcmp(v[T_CHECKPOINT].text, "none") ? v[T_CHECKPOINT].text : NULL;
     /* what the values name: devices that exist, a folder for the picture */
@@ -239,6 +246,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         if (!plot_check_output(stderr, tool, "--plot", v[T_PLOT].text)) return 2;
         o->log.plot = v[T_PLOT].text;
     }
+    if (o->log.dir && !mlp_check_folder(tool, "--logdir", o->log.dir)) return 2;
     if (o->ndevices && device_set) {
         fprintf(stderr, "%s: --device and --devices cannot go together (the model lives on the first of --devices)\n", tool);
         return 2;
@@ -267,6 +275,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     /* auto-selection starts every backend: only when no device was named (a CPU run under
      * valgrind then never loads OpenCL or CUDA) */
     if (!device_set && !mlp_default_device(tool, &o->device)) return 2;
+    if (!mlp_check_memory_env(tool, o->ndevices ? o->devices : &o->device, o->ndevices ? o->ndevices : 1)) return 2;
     if (!o->lr_set) o->lr = strcmp(o->optimizer, "sgd") ? 1e-3 : 1e-2;
     return -1;  /* go on */
 }
@@ -286,7 +295,7 @@ static em_optimizer *make_optimizer(const train_opts *o, em_module *m) {
 
 static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, const position *pos) {
     if (!o->checkpoint || !train_dist_is_main()) return EM_OK;
-    char v[8][40];
+    char v[9][40];
     snprintf(v[0], sizeof v[0], "%" PRId64, pos->epoch);
     snprintf(v[1], sizeof v[1], "%" PRId64, pos->batch);
     snprintf(v[2], sizeof v[2], "%.17g", pos->loss_sum);
@@ -295,17 +304,19 @@ static em_status save(const train_opts *o, em_module *m, em_optimizer *opt, cons
     snprintf(v[5], sizeof v[5], "%s", o->model);
     snprintf(v[6], sizeof v[6], "%d", train_dist_world());
     snprintf(v[7], sizeof v[7], "%" PRId64, pos->steps);   /* batches: with --accumulate, not the optimizer's */
-    const char *keys[8 + TRAIN_AMP_META] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed",
-                                            "train.batch_size", "model", "train.world_size", "train.steps"};
-    const char *vals[8 + TRAIN_AMP_META] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+    snprintf(v[8], sizeof v[8], "%" PRId64, o->train_len);
+    const char *keys[9 + TRAIN_AMP_META] = {"train.epoch", "train.batch", "train.loss_sum", "train.seed",
+                                            "train.batch_size", "model", "train.world_size", "train.steps",
+                                            "train.samples"};
+    const char *vals[9 + TRAIN_AMP_META] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
     train_amp_meta am;   /* the loss scaler's state (train_amp.c) */
     if (train_amp_meta_of(&o->amp, &am) != EM_OK) return em_last_status();
-    for (int i = 0; i < am.n; i++) keys[8 + i] = am.keys[i], vals[8 + i] = am.vals[i];
-    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 8 + am.n);
+    for (int i = 0; i < am.n; i++) keys[9 + i] = am.keys[i], vals[9 + i] = am.vals[i];
+    return em_checkpoint_save(o->checkpoint, m, opt, keys, vals, 9 + am.n);
 }
 
 /* A train.* number from the checkpoint, in [min, max]; says which and why when not. */
-static bool meta_i64(em_safetensors *f, const char *path, const char *key, int64_t min, int64_t max, int64_t *out) {
+static bool meta_i64(const em_safetensors *f, const char *path, const char *key, int64_t min, int64_t max, int64_t *out) {
     const char *s = em_safetensors_metadata(f, key);
     em_num_result r = em_parse_i64(s, min, max, out);
     if (r == EM_NUM_OK) return true;
@@ -315,11 +326,39 @@ static bool meta_i64(em_safetensors *f, const char *path, const char *key, int64
     return false;
 }
 
-/* Loads model, optimizer and position; the checkpoint's seed and batch size win (given
- * and unlike, an error: the batch order depends on them). */
-static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos) {
-    em_safetensors *meta = NULL;
-    if (em_checkpoint_load(o->checkpoint, m, opt, &meta) != EM_OK) {
+/* --resume, first: reads the checkpoint, once (what resume() loads is this read), and takes
+ * its model: a checkpoint's "model" decides what is built (given as --model and unlike, an
+ * error). 0, or the exit status with the message printed. */
+static int resume_open(train_opts *o, em_safetensors **file) {
+    *file = em_safetensors_load(o->checkpoint, EM_DEVICE_CPU);
+    const char *kind = *file ? model_of_file(*file) : NULL;
+    int rc = 0;
+    if (!kind) {
+        fprintf(stderr, "%s: cannot resume: %s\n", tool, em_last_error());
+        rc = 1;
+    } else if (!strcmp(kind, "gpt")) {
+        fprintf(stderr, "%s: --resume: %s is a GPT's checkpoint (ember train --model gpt), which --resume cannot "
+                "continue: it continues the runs of --model mlp and cnn\n", tool, o->checkpoint);
+        rc = 2;
+    } else if (o->model_set && strcmp(kind, o->model)) {
+        fprintf(stderr, "%s: --resume: --model %s is unlike the checkpoint's model, %s (%s); a resumed run continues "
+                "the model it started with (leave --model out)\n", tool, o->model, kind, o->checkpoint);
+        rc = 2;
+    } else {
+        o->model = kind;   /* a static string of model_of_file's */
+    }
+    if (rc) {
+        em_safetensors_free(*file);
+        *file = NULL;
+    }
+    return rc;
+}
+
+/* Loads model, optimizer and position from the checkpoint's read (resume_open); the
+ * checkpoint's seed and batch size win (given and unlike, an error: the batch order depends
+ * on them), and its training split must be as large (--train-samples). */
+static int resume(train_opts *o, const em_safetensors *meta, em_module *m, em_optimizer *opt, position *pos) {
+    if (em_checkpoint_load_safetensors(meta, m, opt) != EM_OK) {
         fprintf(stderr, "%s: cannot resume: %s\n", tool, em_last_error());
         return 1;
     }
@@ -341,9 +380,17 @@ static int resume(train_opts *o, em_module *m, em_optimizer *opt, position *pos)
     pos->steps = -1;   /* train.steps: absent before it was written; then the optimizer's count */
     if (ok && em_safetensors_metadata(meta, "train.steps"))
         ok = meta_i64(meta, o->checkpoint, "train.steps", 0, INT64_MAX, &pos->steps);
+    int64_t samples = o->train_len;   /* train.samples: absent before it was written */
+    if (ok && em_safetensors_metadata(meta, "train.samples"))
+        ok = meta_i64(meta, o->checkpoint, "train.samples", 1, MAX_COUNT, &samples);
     if (ok) ok = train_amp_resume(tool, &o->amp, meta, o->checkpoint);   /* the loss scaler's state */
-    em_safetensors_free(meta);
     if (!ok) return 1;
+    if (samples != o->train_len) {   /* the shuffled order of another count: not the run that was stopped */
+        fprintf(stderr, "%s: --resume: this run trains on %lld samples, the checkpoint's run on %lld; a resumed run "
+                "keeps the batch order it started with (give --train-samples %lld)\n", tool,
+                (long long)o->train_len, (long long)samples, (long long)samples);
+        return 2;
+    }
     train_dist_convert_position(world, &pos->batch, &pos->loss_sum);
     if ((o->seed_set && seed != o->seed) || (o->batch_set && batch_size != o->batch_size)) {
         fprintf(stderr, "%s: --resume: %s %lld is unlike the checkpoint's %lld; a resumed run keeps the batch "
@@ -368,7 +415,7 @@ static void fail(const char *what) {
 }
 
 /* One epoch from pos->batch on; false on error. Sets *stop when interrupted or at max_steps. */
-static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimizer *opt, em_loader *l,
+static bool train_epoch(train_opts *o, em_module *m, em_dp *dp, em_optimizer *opt, em_loader *l,
                         position *pos, bool *stop, double *seconds, int64_t *samples) {
     em_scope s = em_scope_begin();
     em_tensor *loss_sum = em_scalar(pos->loss_sum, EM_OPTS(.device = o->device, .dtype = EM_F64));
@@ -393,7 +440,8 @@ static bool train_epoch(const train_opts *o, em_module *m, em_dp *dp, em_optimiz
         *samples += b.size;
         /* --accumulate: only between groups (a checkpoint keeps no partial gradients), so a
          * resumed run goes on as an uninterrupted one */
-        if ((interrupted || (o->max_steps && pos->steps >= o->max_steps)) && micro == 0) *stop = true;
+        if ((interrupted || (o->max_steps && pos->steps >= o->max_steps) || train_log_stop(&o->log)) && micro == 0)
+            *stop = true;
         if (train_dist_active()) *stop = train_dist_agree_stop(*stop);   /* every rank stops at one step */
         if (progress_due(&bar, pos->batch)) {
             double mean = em_item(loss_sum) / (double)pos->batch;
@@ -423,17 +471,27 @@ static int run(train_opts *o) {
         return 2;
     }
     int rc = 1;
+    em_safetensors *resume_file = NULL;   /* --resume: the checkpoint, read once */
+    if (o->resume && (rc = resume_open(o, &resume_file)) != 0) {
+        train_dist_finish();
+        return rc;
+    }
+    rc = 1;
     em_dataset *train = mlp_dataset(o->data_dir, true, o->train_samples, "--train-samples");
     em_dataset *test = train ? mlp_dataset(o->data_dir, false, o->test_samples, "--test-samples") : NULL;
     if (!test) {
         fail("cannot load Fashion-MNIST");
         em_dataset_free(train);
+        em_safetensors_free(resume_file);
+        train_dist_finish();
         return 1;
     }
+    o->train_len = em_dataset_len(train);
     em_memory_empty_cache(EM_DEVICE_CPU);   /* the files' unused parts: not what training holds */
-    if (!train_log_open(&o->log, tool, train_dist_is_main())) {
+    if (!train_log_open(&o->log, tool, train_dist_is_main())) {   /* --strict-logs: nothing trained yet */
         em_dataset_free(train);
         em_dataset_free(test);
+        em_safetensors_free(resume_file);
         train_dist_finish();
         return 1;
     }
@@ -449,7 +507,9 @@ static int run(train_opts *o) {
         fail("cannot build the model");
         goto done;
     }
-    if (o->resume && (rc = resume(o, model, opt, &pos)) != 0) goto done;
+    if (o->resume && (rc = resume(o, resume_file, model, opt, &pos)) != 0) goto done;
+    em_safetensors_free(resume_file);   /* loaded: its tensors are the model's and optimizer's now */
+    resume_file = NULL;
     rc = 1;
     /* after the resume: the replicas start from the restored weights */
     if (o->ndevices && !(dp = em_data_parallel(model, o->devices, o->ndevices))) {
@@ -491,7 +551,7 @@ static int run(train_opts *o) {
         char config[512];
         snprintf(config, sizeof config, "%s on %s, batch %" PRId64 ", %s lr %g%s", model_summary(o->model),
                  devices_label, o->batch_size, o->optimizer, em_optim_lr(opt), o->resume ? " (resumed)" : "");
-        if (!train_log_text(&o->log, tool, config)) goto done;
+        train_log_text(&o->log, tool, config);
     }
     fflush(stdout);
     catch_stop_signals(true);
@@ -528,7 +588,6 @@ static int run(train_opts *o) {
                               .test_accuracy = ev.accuracy, .test_loss = ev.loss, .lr = em_optim_lr(opt),
                               .samples_per_s = seconds > 0 ? (double)samples / seconds : 0,
                               .device = o->device, .model = model};
-        if (!train_log_epoch_end(&o->log, tool, &le)) goto done;
         if (o->amp.on) {
             char amp[160];
             train_amp_epoch_line(&o->amp, amp, sizeof amp);
@@ -540,6 +599,11 @@ static int run(train_opts *o) {
             fail("cannot save the checkpoint");
             goto done;
         }
+        /* the checkpoint first: a log or picture that cannot be written loses no epoch */
+        train_log_epoch_end(&o->log, tool, &le);
+        bool log_stop = train_log_stop(&o->log);
+        if (train_dist_active()) log_stop = train_dist_agree_stop(log_stop);   /* rank 0 logs: all stop */
+        if (log_stop) stop = true;
         if (stop || interrupted) break;   /* a signal during the evaluation or the save */
     }
     if (interrupted) stop = true;
@@ -549,7 +613,10 @@ static int run(train_opts *o) {
             goto done;
         }
         printf("%s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps%s%s)%s%s%s\n",
-               interrupted ? "interrupted" : "stopped (--max-steps)", pos.epoch + 1, pos.batch, pos.steps,
+               interrupted                                   ? "interrupted"
+               : o->max_steps && pos.steps >= o->max_steps ? "stopped (--max-steps)"
+                                                             : "stopped (--strict-logs: a --logdir or --plot write failed)",
+               pos.epoch + 1, pos.batch, pos.steps,
                interrupted ? ", " : "", interrupted ? signal_name(interrupted) : "",
                o->checkpoint ? ": checkpoint saved to " : "", o->checkpoint ? o->checkpoint : "",
                o->checkpoint ? "; continue with --resume" : "");
@@ -564,7 +631,12 @@ static int run(train_opts *o) {
     }
 done:
     catch_stop_signals(false);
-    if (!train_log_close(&o->log, tool) && rc == 0) rc = 1;
+    train_log_close(&o->log, tool);
+    if (rc == 0 && train_log_stop(&o->log)) {
+        fprintf(stderr, "%s: exit status 1: a --logdir or --plot write failed and --strict-logs was given (the "
+                "checkpoint holds everything trained)\n", tool);
+        rc = 1;
+    }
     em_loader_free(loader);
     em_dp_free(dp);
     train_amp_free(&o->amp);
@@ -573,6 +645,7 @@ done:
     em_module_free(model);
     em_dataset_free(train);
     em_dataset_free(test);
+    em_safetensors_free(resume_file);
     em_memory_empty_cache(o->device);   /* hand the cached blocks back: nothing outlives the run */
     for (int i = 1; i < o->ndevices; i++) em_memory_empty_cache(o->devices[i]);
     em_memory_empty_cache(EM_DEVICE_CPU);

@@ -1,4 +1,5 @@
 /* ember: the command-line tool. Dispatches to one subcommand. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,21 @@ static void on_interrupt(int sig) {
     ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)n;
     _exit(128 + sig);
+}
+
+/* What a command printed must reach its reader: the output is flushed and closed here, and a
+ * write that failed (a full disk, /dev/full, a closed pipe's EIO) turns a success into exit
+ * status 1 with a message, so that a script never takes lost results for results. */
+static int finish_output(const char *command, int rc) {
+    errno = 0;
+    bool failed = fflush(stdout) != 0;
+    int err = errno;
+    if (ferror(stdout)) failed = true;   /* an earlier write failed, its bytes dropped */
+    if (fclose(stdout) != 0 && !failed) failed = true, err = errno;
+    if (!failed || rc != 0) return rc;   /* a command that failed has said why already */
+    fprintf(stderr, "ember %s: cannot write the output: %s\n", command,
+            err ? strerror(err) : "a write to standard output failed");
+    return 1;
 }
 
 /* The option table selected by words[0..n) ("train", or "train --model gpt"), or NULL. */
@@ -130,7 +146,14 @@ static int help(int argc, char **argv) {
     return 2;
 }
 
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv) {
+    int rc = run_command(argc, argv);
+    return finish_output(argc > 1 ? argv[1] : "", rc);
+}
+
+static int run_command(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -7,9 +7,18 @@
 #include "model_cnn.h"
 #include "train_ckpt.h"
 
-void mem_print_measured(double estimate, double peak, const char *what) {
+bool mem_measure_fits(double bytes, double flops, char *why_not, size_t size) {
+    if (bytes <= MEM_MEASURE_MAX_BYTES && flops <= MEM_MEASURE_MAX_FLOPS) return true;
+    snprintf(why_not, size, "two steps would take %.3g GB at their peak and %.3g GFLOP; ember mem measures steps "
+             "up to %.3g GB and %.3g GFLOP (the estimate above is the formula's)", bytes / 1e9, flops / 1e9,
+             MEM_MEASURE_MAX_BYTES / 1e9, MEM_MEASURE_MAX_FLOPS / 1e9);
+    return false;
+}
+
+void mem_print_measured(double estimate, double peak, const char *what, const char *why_not) {
     if (isnan(peak)) {
-        printf("  measured peak     not measured: the steps of %s failed\n", what);
+        if (why_not) printf("  measured peak     not measured: %s\n", why_not);
+        else printf("  measured peak     not measured: the steps of %s failed\n", what);
         return;
     }
     printf("  measured peak     %9.2f MB  the CPU allocator's peak over %s (em_memory_max_allocated, reset "
@@ -24,6 +33,14 @@ static em_optimizer *make_optimizer(em_module *m, em_estimate_optimizer kind) {
     case EM_ESTIMATE_ADAMW: return em_adamw(m, 1e-3);
     default: return em_adam(m, 1e-3);
     }
+}
+
+double mem_classifier_step_flops(const char *model, int64_t batch) {
+    /* multiply-adds per sample of the forward: the layers of model_cnn.h and mlp_new */
+    double macs = !strcmp(model, "cnn") ? 28.0 * 28 * CNN_C1 * 25 + 10.0 * 10 * CNN_C2 * CNN_C1 * 25 +
+                                              CNN_C2 * 25.0 * CNN_HIDDEN + CNN_HIDDEN * 10.0
+                                        : 784.0 * 256 + 256.0 * 10;
+    return 3 * 2 * macs * (double)batch;
 }
 
 double mem_measure_classifier(const mem_classifier *c, int64_t batch) {

@@ -8,9 +8,26 @@
 #include <ember/ember.h>
 #include <ember/estimate.h>
 
+/* An estimate answers from its formula at once; the steps beside it are measured only when
+ * they are small: at most MEM_MEASURE_MAX_BYTES at their estimated peak and
+ * MEM_MEASURE_MAX_FLOPS for the two steps (about a second of this machine's CPU). A larger
+ * model is "not measured", as building and training it could take the machine's memory
+ * and minutes. */
+#define MEM_MEASURE_MAX_MB 256
+#define MEM_MEASURE_MAX_GFLOP 30
+#define MEM_MEASURE_MAX_BYTES (MEM_MEASURE_MAX_MB * 1e6)
+#define MEM_MEASURE_MAX_FLOPS (MEM_MEASURE_MAX_GFLOP * 1e9)
+/* Whether two steps of `bytes` at their peak and `flops` floating-point operations in all
+ * are measured; when not, why_not (size bytes) says why. */
+bool mem_measure_fits(double bytes, double flops, char *why_not, size_t size);
+
 /* "  measured peak  X MB  the CPU allocator's peak over <what> ...: the estimate is +N% of it",
- * or a line saying the steps failed when peak is NAN. */
-void mem_print_measured(double estimate, double peak, const char *what);
+ * or when peak is NAN "not measured: " why_not (not NULL), or a line saying the steps failed. */
+void mem_print_measured(double estimate, double peak, const char *what, const char *why_not);
+
+/* The floating-point operations of one training step of ember train's classifier `model`
+ * ("mlp" or "cnn") on batch samples: forward, and backward at twice the forward's. */
+double mem_classifier_step_flops(const char *model, int64_t batch);
 
 /* ember train's classifier `model` ("mlp" or "cnn", model_new) trained as ember train does:
  * optimizer, LoRA of lora_rank on every Linear (0: none; the rest frozen) and

@@ -112,6 +112,16 @@ bool mlp_default_device(const char *tool, em_device *out) {
     return true;
 }
 
+bool mlp_check_memory_env(const char *tool, const em_device *devices, int n) {
+    for (int i = -1; i < n; i++)
+        if (em_memory_check_env(i < 0 ? EM_DEVICE_CPU : devices[i]) != EM_OK) {
+            fprintf(stderr, "%s: %s\n", tool, em_last_error());
+            em_clear_error();
+            return false;
+        }
+    return true;
+}
+
 bool mlp_check_output(const char *tool, const char *opt, const char *path) {
     size_t n = strlen(path);
     if (n == 0) {
@@ -161,6 +171,59 @@ bool mlp_check_output(const char *tool, const char *opt, const char *path) {
     close(fd);
     unlink(probe);
     return true;
+}
+
+/* Whether a file can be created in the folder dir; prints why not. */
+static bool can_create_in(const char *tool, const char *opt, const char *path, const char *dir) {
+    char probe[PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.ember-probe.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "%s: %s '%s': cannot create a file in the folder '%s': %s\n", tool, opt, path, dir,
+                strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(probe);
+    return true;
+}
+
+bool mlp_check_folder(const char *tool, const char *opt, const char *path) {
+    size_t n = strlen(path);
+    if (n == 0) {
+        fprintf(stderr, "%s: %s is empty: expected a folder\n", tool, opt);
+        return false;
+    }
+    if (n >= PATH_MAX) {
+        fprintf(stderr, "%s: %s is %zu bytes long: the limit is %d bytes (PATH_MAX)\n", tool, opt, n, PATH_MAX - 1);
+        return false;
+    }
+    /* the folder itself, or the nearest of its parents that exists: the rest is made */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (;;) {
+        struct stat st;
+        if (stat(dir, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) {
+                fprintf(stderr, "%s: %s '%s': '%s' is %s, not a folder\n", tool, opt, path, dir,
+                        S_ISREG(st.st_mode) ? "a file" : "a device or another special file");
+                return false;
+            }
+            return can_create_in(tool, opt, path, dir);
+        }
+        /* missing, or under a file (ENOTDIR): the walk up finds which */
+        if ((errno != ENOENT && errno != ENOTDIR) || !strcmp(dir, ".") || !strcmp(dir, "/")) {
+            fprintf(stderr, "%s: %s '%s': %s: %s\n", tool, opt, path, dir, strerror(errno));
+            return false;
+        }
+        /* one level up: strip trailing slashes, then the last name */
+        size_t len = strlen(dir);
+        while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
+        char *slash = strrchr(dir, '/');
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else if (slash == dir) dir[1] = '\0';
+        else *slash = '\0';
+    }
 }
 
 double mlp_now(void) {

@@ -30,10 +30,19 @@ em_status mlp_evaluate(em_module *m, const em_dataset *ds, em_device device, int
 bool mlp_parse_device(const char *tool, const char *what, const char *s, em_device *out);
 /* The device when none was named: EMBER_DEVICE, checked, or auto-selection. */
 bool mlp_default_device(const char *tool, em_device *out);
+/* EMBER_MEMORY_CAP and EMBER_MEMORY_POLICY for the CPU (the data lives there) and the n
+ * devices a command will use, checked before any work, as EMBER_DEVICE is: prints the bad
+ * entry and returns false. */
+bool mlp_check_memory_env(const char *tool, const em_device *devices, int n);
 /* An output file given as option `opt`, checked before any work: not empty, within
  * PATH_MAX and NAME_MAX, not a directory or a device, in an existing folder where a file
  * can be created. Prints why not and returns false. */
 bool mlp_check_output(const char *tool, const char *opt, const char *path);
+/* An output folder given as option `opt` (made when missing, with its missing parents),
+ * checked before any work: not empty, within PATH_MAX, a folder where a file can be created,
+ * or else a path whose nearest existing folder lets one be made. Prints why not and returns
+ * false. */
+bool mlp_check_folder(const char *tool, const char *opt, const char *path);
 
 double mlp_now(void);   /* monotonic seconds */
 /* "allocated 1.2 MiB, peak 3.4 MiB, reserved 4.0 MiB" for device d. */

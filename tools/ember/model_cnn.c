@@ -48,13 +48,12 @@ const char *model_default_checkpoint(const char *name) {
     return !strcmp(name, "cnn") ? "ember-cnn.safetensors" : "ember-mlp.safetensors";
 }
 
-const char *model_of_checkpoint(const char *path) {
-    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
-    if (!f) return NULL;
+const char *model_of_file(const em_safetensors *f) {
+    const char *gpt = em_safetensors_metadata(f, "ember.model");   /* ember train --model gpt's key */
+    if (gpt && !strcmp(gpt, "gpt")) return "gpt";
     const char *kind = em_safetensors_metadata(f, "model");
     const char *r = !kind || !strcmp(kind, "mlp") ? "mlp" : !strcmp(kind, "cnn") ? "cnn" : NULL;
-    if (!r) em_error(EM_ERR_FORMAT, "%s: metadata 'model' = '%.40s': expected mlp or cnn", path, kind);
-    em_safetensors_free(f);
+    if (!r) em_error(EM_ERR_FORMAT, "%s: metadata 'model' = '%.40s': expected mlp or cnn", em_safetensors_path(f), kind);
     return r;
 }
 

@@ -14,9 +14,10 @@ em_module *model_new(const char *name);
 const char *model_summary(const char *name);
 /* The default checkpoint file: ember-mlp.safetensors, ember-cnn.safetensors. */
 const char *model_default_checkpoint(const char *name);
-/* The model a checkpoint holds, from its "model" metadata ("mlp" when absent); NULL with an
- * error when the file cannot be read or names a model these tools do not know. */
-const char *model_of_checkpoint(const char *path);
+/* The model a loaded checkpoint holds: "gpt" when its "ember.model" metadata says so (ember
+ * train --model gpt), else its "model" metadata ("mlp" when absent); NULL with an error when
+ * it names a model these tools do not know. */
+const char *model_of_file(const em_safetensors *f);
 
 /* The CNN, LeNet-5's layout with wider layers: the input as 1x28x28 images standardized
  * with the dataset's mean and std, Conv2d(1, 16, 5, padding=2), ReLU, MaxPool2d(2),

@@ -20,6 +20,7 @@
 #include "mem_measured.h"
 #include "progress.h"
 #include "plot.h"   /* --plot */
+#include "train_log.h"   /* --plot's failures */
 #include "options.h"
 
 /* CPU time of every thread of the process (benchmarks on a shared machine compare it: unlike
@@ -44,6 +45,7 @@ typedef struct gpt_opts {
     double lr, weight_decay;
     const char *text, *checkpoint;
     const char *plot;        /* --plot FILE: the loss curves (plot_train.c) */
+    bool strict_logs;        /* --strict-logs: a failed --plot write stops training after saving */
 } gpt_opts;
 
 /* ---- the text ---- */
@@ -319,8 +321,15 @@ static double gpt_val_loss(em_module *m, const corpus *c, const gpt_opts *opts) 
 #define STRINGIFY_(x) #x
 #define STRINGIFY(x) STRINGIFY_(x)
 
+/* The shapes ember train --model gpt takes (and ember mem --model gpt estimates) */
+#define GPT_MAX_BATCH (1 << 20)
+#define GPT_MAX_CONTEXT (1 << 16)
+#define GPT_MAX_LAYERS 256
+#define GPT_MAX_D_MODEL (1 << 16)
+
 enum { G_MODEL, G_TEXT, G_DEVICE, G_EPOCHS, G_STEPS, G_BATCH, G_CONTEXT, G_LAYERS, G_D_MODEL, G_HEADS, G_LR,
-       G_WEIGHT_DECAY, G_SEED, G_THREADS, G_MAX_STEPS, G_SAMPLE_CHARS, G_CHECKPOINT, G_CKPT_ACT, G_PLOT };
+       G_WEIGHT_DECAY, G_SEED, G_THREADS, G_MAX_STEPS, G_SAMPLE_CHARS, G_CHECKPOINT, G_CKPT_ACT, G_PLOT,
+       G_STRICT_LOGS };
 static const opt_choice gpt_model_choice[] = {{"gpt", 0}, {NULL, 0}};
 static const opt_spec gpt_table[] = {
     [G_MODEL] = OPTION_CHOICE("--model", gpt_model_choice,
@@ -331,10 +340,10 @@ static const opt_spec gpt_table[] = {
     [G_DEVICE] = OPTION_DEVICE("--device", "auto (default), cpu, cuda:N, opencl:N"),
     [G_EPOCHS] = OPTION_INT("--epochs", "N", 0, 1000000, "epochs (default 5)"),
     [G_STEPS] = OPTION_INT("--steps-per-epoch", "N", 1, (int64_t)1 << 40, "optimizer steps per epoch (default 200)"),
-    [G_BATCH] = OPTION_INT("--batch-size", "N", 1, 1 << 20, "windows per step (default 32)"),
-    [G_CONTEXT] = OPTION_INT("--context", "N", 1, 1 << 16, "characters per window (default 64)"),
-    [G_LAYERS] = OPTION_INT("--layers", "N", 1, 256, "transformer blocks (default 2)"),
-    [G_D_MODEL] = OPTION_INT("--d-model", "N", 1, 1 << 16, "width (default 128)"),
+    [G_BATCH] = OPTION_INT("--batch-size", "N", 1, GPT_MAX_BATCH, "windows per step (default 32)"),
+    [G_CONTEXT] = OPTION_INT("--context", "N", 1, GPT_MAX_CONTEXT, "characters per window (default 64)"),
+    [G_LAYERS] = OPTION_INT("--layers", "N", 1, GPT_MAX_LAYERS, "transformer blocks (default 2)"),
+    [G_D_MODEL] = OPTION_INT("--d-model", "N", 1, GPT_MAX_D_MODEL, "width (default 128)"),
     [G_HEADS] = OPTION_INT("--heads", "N", 1, 1 << 16, "attention heads, dividing --d-model (default 4)"),
     [G_LR] = OPTION_DOUBLE("--lr", "X", 0, 1e6, "AdamW learning rate (default 0.003)"),
     [G_WEIGHT_DECAY] = OPTION_DOUBLE("--weight-decay", "X", 0, 1e6, "AdamW weight decay (default 0.01)"),
@@ -352,6 +361,10 @@ static const opt_spec gpt_table[] = {
     [G_PLOT] = OPTION_STRING("--plot", "FILE",
                              "train and validation loss curves drawn into FILE, a .png or .svg picture, rewritten "
                              "after every epoch (the loss every " STRINGIFY(GPT_PLOT_EVERY) " steps too)"),
+    [G_STRICT_LOGS] = OPTION_FLAG("--strict-logs",
+                                  "a --plot write that fails (a full disk) stops training, after the checkpoint is "
+                                  "saved, with status 1; without it that is a warning, once, and training goes on "
+                                  "without the picture"),
 };
 OPT_TABLE_FITS(gpt_table);
 
@@ -391,6 +404,7 @@ static int parse(int argc, char **argv, gpt_opts *o) {
     if (v[G_SAMPLE_CHARS].given) o->sample_chars = v[G_SAMPLE_CHARS].i;
     if (v[G_CHECKPOINT].given) o->checkpoint = strcmp(v[G_CHECKPOINT].text, "none") ? v[G_CHECKPOINT].text : NULL;
     o->cfg.ckpt = v[G_CKPT_ACT].given;
+    o->strict_logs = v[G_STRICT_LOGS].given;
     if (v[G_PLOT].given) {
         if (!plot_check_output(stderr, tool, "--plot", v[G_PLOT].text)) return 2;
         o->plot = v[G_PLOT].text;
@@ -403,6 +417,7 @@ static int parse(int argc, char **argv, gpt_opts *o) {
     }
     if (o->checkpoint && !mlp_check_output(tool, "--checkpoint", o->checkpoint)) return 2;
     if (!v[G_DEVICE].given && !mlp_default_device(tool, &o->device)) return 2;
+    if (!mlp_check_memory_env(tool, &o->device, 1)) return 2;
     return -1;
 }
 
@@ -442,14 +457,11 @@ static int run(gpt_opts *o) {
     em_adam_opts ao = em_adamw_defaults(o->lr);
     ao.weight_decay = o->weight_decay;
     em_optimizer *opt = model ? em_adamw_ex(model, ao) : NULL;
-    plot_train *plot = o->plot ? plot_train_new(o->plot, false) : NULL;
+    /* --plot through train_log: a picture that cannot be written is a warning (train_log.h) */
+    train_log plot = {.plot = o->plot, .every = GPT_PLOT_EVERY, .strict = o->strict_logs, .loss_only = true};
     int rc = 1;
     if (!opt) {
         fail("cannot build the model");
-        goto done;
-    }
-    if (o->plot && !plot) {
-        fprintf(stderr, "%s: --plot: out of memory\n", tool);
         goto done;
     }
     printf("training GPT (%" PRId64 " layers, d_model %" PRId64 ", %" PRId64 " heads, context %" PRId64
@@ -458,13 +470,13 @@ static int run(gpt_opts *o) {
            o->cfg.layers, o->cfg.d_model, o->cfg.heads, o->cfg.context, o->cfg.vocab, em_device_str(o->device).s,
            em_module_num_parameters(model), o->text, c.n, o->batch, o->lr, em_get_num_threads(),
            em_get_num_threads() == 1 ? "" : "s");
-    if (plot) {
+    if (!train_log_open(&plot, tool, true)) goto done;   /* --strict-logs: nothing trained yet */
+    if (o->plot) {
         char about[240];
         snprintf(about, sizeof about, "GPT, %" PRId64 " layer%s, d_model %" PRId64 ", context %" PRId64 " on %s, "
                  "batch %" PRId64 ", adamw lr %g", o->cfg.layers, o->cfg.layers == 1 ? "" : "s", o->cfg.d_model, o->cfg.context,
                  em_device_str(o->device).s, o->batch, o->lr);
-        plot_train_describe(plot, about);
-        printf("plot: %s (rewritten after every epoch)\n", o->plot);
+        train_log_text(&plot, tool, about);
     }
     if (o->cfg.ckpt)
         printf("activation checkpointing: each of the %" PRId64 " blocks keeps only its input for backward, "
@@ -492,15 +504,12 @@ static int run(gpt_opts *o) {
             ok = loss && em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK &&
                  !isnan(em_clip_grad_norm(model, 1.0)) && em_step(opt) == EM_OK &&
                  em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
-            if (ok && plot && (steps + 1) % GPT_PLOT_EVERY == 0) {
-                double v = em_item(loss);
-                ok = !em_failed() && plot_train_step(plot, steps + 1, v);
-            }
+            ok = ok && train_log_step(&plot, tool, steps + 1, loss);
             em_scope_end(s);
             steps++;
             if (ok && progress_due(&bar, done + 1))
                 progress_draw(&bar, done + 1, (done + 1) * o->batch, em_item(loss_sum) / (double)(done + 1));
-            if (o->max_steps && steps >= o->max_steps) {
+            if ((o->max_steps && steps >= o->max_steps) || train_log_stop(&plot)) {
                 stop = true;
                 done++;
                 break;
@@ -532,20 +541,24 @@ static int run(gpt_opts *o) {
             free(text);
         }
         fflush(stdout);
-        if (plot && !plot_train_epoch(plot, steps, train_loss, val, NAN)) {
-            fprintf(stderr, "%s: --plot: out of memory\n", tool);
-            goto done;
-        }
-        if (!plot_train_write(plot, stderr, tool)) goto done;
         if (save(o, model, opt, &c) != EM_OK) {
             fail("cannot save the checkpoint");
             goto done;
         }
+        /* the checkpoint first: a picture that cannot be written loses no epoch */
+        train_log_epoch_end(&plot, tool, &(train_log_epoch){.epoch = epoch + 1, .step = steps, .train_loss = train_loss,
+                                                            .test_loss = val, .test_accuracy = NAN});
+        if (train_log_stop(&plot)) stop = true;
     }
     if (o->checkpoint) printf("checkpoint: %s\n", o->checkpoint);
     rc = 0;
 done:
-    plot_train_free(plot);
+    train_log_close(&plot, tool);
+    if (rc == 0 && train_log_stop(&plot)) {
+        fprintf(stderr, "%s: exit status 1: a --plot write failed and --strict-logs was given (the checkpoint holds "
+                "everything trained)\n", tool);
+        rc = 1;
+    }
     em_optim_free(opt);
     em_module_free(model);
     corpus_free(&c);
@@ -562,16 +575,7 @@ int gpt_train_main(int argc, char **argv) {
 
 /* ---- ember eval of a GPT checkpoint ---- */
 
-bool gpt_is_checkpoint(const char *path) {
-    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
-    const char *m = f ? em_safetensors_metadata(f, "ember.model") : NULL;
-    bool yes = m && !strcmp(m, "gpt");
-    em_safetensors_free(f);
-    em_clear_error(); /* not loadable: the MLP path reports it */
-    return yes;
-}
-
-static bool meta_int(em_safetensors *f, const char *key, int64_t *out) {
+static bool meta_int(const em_safetensors *f, const char *key, int64_t *out) {
     const char *s = em_safetensors_metadata(f, key);
     char *end;
     long long v = s ? strtoll(s, &end, 10) : 0;
@@ -584,19 +588,13 @@ static bool meta_int(em_safetensors *f, const char *key, int64_t *out) {
     return true;
 }
 
-int gpt_eval_main(const char *path, const char *text, const char *device, int64_t threads) {
-    gpt_opts o = {.batch = 32, .text = text ? text : DEFAULT_TEXT, .sample_chars = 200, .threads = threads};
-    if (device ? !mlp_parse_device("ember eval", "--device", device, &o.device)
-               : !mlp_default_device("ember eval", &o.device))
-        return 2;
+int gpt_eval_main(const em_safetensors *f, const char *text, em_device device, int64_t threads) {
+    gpt_opts o = {.batch = 32, .text = text ? text : DEFAULT_TEXT, .sample_chars = 200, .threads = threads,
+                  .device = device};
+    const char *path = em_safetensors_path(f);
     if (o.threads) em_set_num_threads((int)o.threads);
-    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
-    if (!f) {
-        fprintf(stderr, "ember eval: cannot load %s: %s\n", path, em_last_error());
-        return 1;
-    }
     char hex[520] = "";
-    const char *hm = em_safetensors_metadata(f, "gpt.vocab"); /* copied: f is freed below */
+    const char *hm = em_safetensors_metadata(f, "gpt.vocab");
     if (hm && strlen(hm) < sizeof hex) snprintf(hex, sizeof hex, "%s", hm);
     bool ok = meta_int(f, "gpt.context", &o.cfg.context) && meta_int(f, "gpt.layers", &o.cfg.layers) &&
               meta_int(f, "gpt.d_model", &o.cfg.d_model) && meta_int(f, "gpt.heads", &o.cfg.heads) &&
@@ -608,7 +606,6 @@ int gpt_eval_main(const char *path, const char *text, const char *device, int64_
                 o.cfg.vocab);
         ok = false;
     }
-    em_safetensors_free(f);
     int rc = 1;
     em_module *m = NULL;
     if (ok && corpus_load(&c, o.text) && corpus_tokenize(&c, o.cfg.context)) {
@@ -632,7 +629,7 @@ int gpt_eval_main(const char *path, const char *text, const char *device, int64_
         c.vocab = o.cfg.vocab;
         em_manual_seed(0);
         m = fits ? gpt_new(&o.cfg) : NULL;
-        if (fits && (!m || em_checkpoint_load(path, m, NULL, NULL) != EM_OK || em_module_to(m, o.device) != EM_OK)) {
+        if (fits && (!m || em_checkpoint_load_safetensors(f, m, NULL) != EM_OK || em_module_to(m, o.device) != EM_OK)) {
             fprintf(stderr, "ember eval: cannot load %s: %s\n", path, em_last_error());
         } else if (fits) {
             em_module_eval(m);
@@ -777,13 +774,19 @@ static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, dou
 /* The CPU allocator's peak (em_memory_max_allocated, reset first) over two AdamW steps of
  * the GPT of c (the second step has the optimizer's states) on random tokens, above what
  * was allocated before the model was built; LoRA of rank r (0: none) on every Linear. NAN on
- * failure. */
-static double gpt_measure(const gpt_cfg *c, int64_t batch, int lora_rank) {
+ * failure; -1 (said on stderr) when the model built has not formula_params parameters. */
+static double gpt_measure(const gpt_cfg *c, int64_t batch, int lora_rank, double formula_params) {
     em_memory_empty_cache(EM_DEVICE_CPU);
     int64_t base = em_memory_allocated(EM_DEVICE_CPU);
     em_memory_reset_peak_stats(EM_DEVICE_CPU);
     em_manual_seed(0);
     em_module *m = gpt_new(c);
+    if (m && (double)em_module_num_parameters(m) != formula_params) {   /* the formula must describe the model */
+        fprintf(stderr, "ember mem: internal: the GPT has %lld parameters, the formula says %.0f\n",
+                (long long)em_module_num_parameters(m), formula_params);
+        em_module_free(m);
+        return -1;
+    }
     if (m && lora_rank > 0 && em_lora_wrap(m, lora_rank, 2.0 * lora_rank, EM_LORA_LINEAR) != EM_OK)
         em_module_free(m), m = NULL;
     em_optimizer *opt = m ? em_adamw(m, 1e-3) : NULL;
@@ -817,7 +820,31 @@ static double gpt_lora_params(const gpt_cfg *c, int rank) {
     return rank * ((double)c->layers * (2 * d + 5 * d + 5 * d) + d + V);
 }
 
+/* The floating-point operations of one AdamW step (forward and backward, the backward at
+ * twice the forward's): the products with the weights, 2 per parameter and token, and
+ * attention's two [T, T] products per block. */
+static double gpt_step_flops(const gpt_cfg *c, int64_t batch, double params) {
+    double tokens = (double)batch * (double)c->context;
+    double attention = 4.0 * (double)c->layers * (double)batch * (double)c->context * (double)c->context *
+                       (double)c->d_model;
+    return 3 * (2 * params * tokens + attention);
+}
+
+/* One of ember mem's options for the GPT, within what ember train --model gpt takes. */
+static bool gpt_mem_in_range(const char *opt, const char *train_opt, int64_t v, int64_t max) {
+    if (v <= max) return true;
+    fprintf(stderr, "ember mem: %s %lld: expected 1 to %lld with --model gpt, the range of ember train --model gpt's "
+            "%s%s%s%s\n", opt, (long long)v, (long long)max, train_opt, strcmp(opt, train_opt) ? " (which " : "",
+            strcmp(opt, train_opt) ? opt : "", strcmp(opt, train_opt) ? " gives)" : "");
+    return false;
+}
+
 int gpt_mem_main(const gpt_mem_args *args) {
+    if (!gpt_mem_in_range("--layers", "--layers", args->layers, GPT_MAX_LAYERS) ||
+        !gpt_mem_in_range("--hidden", "--d-model", args->hidden, GPT_MAX_D_MODEL) ||
+        !gpt_mem_in_range("--seq", "--context", args->seq, GPT_MAX_CONTEXT) ||
+        !gpt_mem_in_range("--batch", "--batch-size", args->batch, GPT_MAX_BATCH))
+        return 2;
     gpt_cfg c = {.vocab = 128, .context = args->seq ? args->seq : 64, .layers = args->layers ? args->layers : 2,
                  .d_model = args->hidden ? args->hidden : 128, .heads = 4, .ckpt = args->ckpt};
     if (c.d_model % c.heads) c.heads = 1;
@@ -839,15 +866,6 @@ int gpt_mem_main(const gpt_mem_args *args) {
         fprintf(stderr, "ember mem: %s\n", em_last_error());
         return 2;
     }
-    {   /* the formula must describe the model */
-        em_module *m = gpt_new(&c);
-        double n = m ? (double)em_module_num_parameters(m) : -1;
-        em_module_free(m);
-        if (n != o.params) {
-            fprintf(stderr, "ember mem: internal: the GPT has %.0f parameters, the formula says %.0f\n", n, o.params);
-            return 1;
-        }
-    }
     /* the activation line: the peak less weights, gradients and states (at a backward moment
      * the earlier layers' gradients do not exist yet, which the line absorbs) */
     gpt_peak pk = gpt_estimate_peak(&c, batch, rank, o.params, adapters);
@@ -860,9 +878,11 @@ int gpt_mem_main(const gpt_mem_args *args) {
              em_sdpa_fused(EM_CPU) ? "fused: no [T, T] scores kept" : "composed: the softmax [heads, T, T] kept");
     snprintf(e.why[EM_ESTIMATE_TOTAL], sizeof e.why[0], "the largest of the moments: the forward's end, the last "
              "block's attention forward, each block's MLP and attention backward (tools/ember/model_gpt.c)");
-    double peak = gpt_measure(&c, batch, rank);
-    double total = e.bytes[EM_ESTIMATE_TOTAL];
+    double total = e.bytes[EM_ESTIMATE_TOTAL], peak = NAN;
+    char why_not[320] = "";
+    bool measure = mem_measure_fits(total, 2 * gpt_step_flops(&c, batch, o.params), why_not, sizeof why_not);
     if (args->json) {
+        if (measure && (peak = gpt_measure(&c, batch, rank, o.params)) == -1) return 1;   /* the formula is wrong */
         printf("{\"model\": \"gpt\", \"params\": %.0f, \"trainable_params\": %.0f, \"layers\": %lld, \"d_model\": %lld, "
                "\"heads\": %lld, \"context\": %lld, \"vocab\": %lld, \"batch\": %lld, \"checkpoint_activations\": %s, "
                "\"lora_rank\": %d", o.params, e.trainable_params, (long long)c.layers, (long long)c.d_model,
@@ -888,6 +908,8 @@ int gpt_mem_main(const gpt_mem_args *args) {
     printf("\n");
     for (int l = 0; l < EM_ESTIMATE_LINES; l++)
         printf("  %-17s %9.2f MB  %s\n", em_estimate_line_name((em_estimate_line)l), e.bytes[l] / 1e6, e.why[l]);
-    mem_print_measured(total, peak, "two AdamW steps of this model");
+    fflush(stdout);   /* the estimate now; the measurement, when there is one, after it */
+    if (measure && (peak = gpt_measure(&c, batch, rank, o.params)) == -1) return 1;   /* the formula is wrong */
+    mem_print_measured(total, peak, "two AdamW steps of this model", measure ? NULL : why_not);
     return 0;
 }

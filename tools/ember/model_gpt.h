@@ -5,16 +5,16 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <ember/ember.h>
 
 /* ember train with --model gpt among its arguments: parses its own options (gpt_train_options)
  * and trains. */
 int gpt_train_main(int argc, char **argv);
 extern const struct opt_command gpt_train_options;
-/* Whether path is a checkpoint written by `ember train --model gpt` (its metadata says so). */
-bool gpt_is_checkpoint(const char *path);
-/* ember eval of such a checkpoint: validation loss on text (NULL: the fortunes) and a sample, on
- * device (NULL: EMBER_DEVICE or auto-selection) with threads CPU threads (0: every core). */
-int gpt_eval_main(const char *path, const char *text, const char *device, int64_t threads);
+/* ember eval of a checkpoint written by `ember train --model gpt` (model_of_file says "gpt"),
+ * loaded once by the caller: validation loss on text (NULL: the fortunes) and a sample, on
+ * device with threads CPU threads (0: every core). */
+int gpt_eval_main(const em_safetensors *f, const char *text, em_device device, int64_t threads);
 
 /* ember mem --model gpt: the estimate for the GPT of that shape (0: the train defaults),
  * with the CPU allocator's measured peak over real steps alongside; ckpt: activation

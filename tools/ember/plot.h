@@ -95,8 +95,8 @@ bool plot_train_step(plot_train *p, int64_t step, double loss);
 /* An epoch's end at step: mean train loss, test (or validation) loss, test accuracy as a
  * fraction (NAN for gpt). */
 bool plot_train_epoch(plot_train *p, int64_t step, double train_loss, double eval_loss, double accuracy);
-/* Writes the picture; prints "tool: --plot: why" on err and returns false on failure. */
-bool plot_train_write(plot_train *p, FILE *err, const char *tool);
+/* Writes the picture (nothing for NULL); false and the reason in why on failure. */
+bool plot_train_write(plot_train *p, char *why, size_t why_size);
 void plot_train_free(plot_train *p);
 
 #endif

@@ -70,12 +70,8 @@ bool plot_train_epoch(plot_train *p, int64_t step, double train_loss, double eva
            (!p->acc || plot_point(p->acc, x, 100.0 * accuracy));
 }
 
-bool plot_train_write(plot_train *p, FILE *err, const char *tool) {
-    if (!p) return true;
-    char why[sizeof p->path + 256];
-    if (plot_write(&p->fig, p->path, why, sizeof why)) return true;
-    fprintf(err, "%s: --plot: %s\n", tool, why);
-    return false;
+bool plot_train_write(plot_train *p, char *why, size_t why_size) {
+    return !p || plot_write(&p->fig, p->path, why, why_size);
 }
 
 void plot_train_free(plot_train *p) {

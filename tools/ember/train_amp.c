@@ -81,7 +81,7 @@ em_status train_amp_meta_of(const train_amp *a, train_amp_meta *m) {
 }
 
 /* One amp.scaler.* number; says which and why when it is missing or not a number. */
-static bool meta_num(const char *tool, em_safetensors *meta, const char *path, const char *key, bool integer,
+static bool meta_num(const char *tool, const em_safetensors *meta, const char *path, const char *key, bool integer,
                      double *out) {
     const char *v = em_safetensors_metadata(meta, key);
     em_num_result r;
@@ -98,7 +98,7 @@ static bool meta_num(const char *tool, em_safetensors *meta, const char *path, c
     return false;
 }
 
-bool train_amp_resume(const char *tool, train_amp *a, em_safetensors *meta, const char *path) {
+bool train_amp_resume(const char *tool, train_amp *a, const em_safetensors *meta, const char *path) {
     bool has = em_safetensors_metadata(meta, meta_keys[0]) != NULL;
     if (!a->scaler) {
         if (has) printf("note: %s holds a loss scaler's state; without --amp f16 it is not used\n", path);

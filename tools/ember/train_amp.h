@@ -58,6 +58,6 @@ em_status train_amp_meta_of(const train_amp *a, train_amp_meta *m);
 /* --resume: the scaler takes the checkpoint's "amp.scaler.*" state; a checkpoint without it
  * starts from the initial scale and says so; a scaler state without a scaler (no --amp f16)
  * is left, with a note. False after printing why the state cannot be used. */
-bool train_amp_resume(const char *tool, train_amp *a, em_safetensors *meta, const char *path);
+bool train_amp_resume(const char *tool, train_amp *a, const em_safetensors *meta, const char *path);
 
 #endif
