@@ -241,8 +241,8 @@ static int mlp(int threads, const char *dtype, int64_t batch, int steps, const c
     }
     em_set_num_threads(threads);
     em_manual_seed(0);
-    em_module *seq = em_sequential_n(0, NULL);
-    for (int i = 0; i + 1 < nd; i++) em_sequential_append(seq, em_linear(dims[i], dims[i + 1]));
+    em_module *seq = em_nn_sequential_n(0, NULL);
+    for (int i = 0; i + 1 < nd; i++) em_sequential_append(seq, em_nn_linear(dims[i], dims[i + 1]));
     em_optimizer *opt = em_adam(seq, 1e-3);
     em_named_tensor p[32];
     int np = em_module_parameters(seq, p, 32);

@@ -65,7 +65,7 @@ typedef struct setup {
 
 static void make(setup *u, int64_t batch) {
     em_manual_seed(0);
-    u->m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    u->m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
     if (!u->m || em_module_to(u->m, u->devs[0]) != EM_OK) die("cannot build the model");
     u->opt = em_adam(u->m, 1e-3);
     u->dp = u->n ? em_data_parallel(u->m, u->devs, u->n) : NULL;

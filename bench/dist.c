@@ -110,14 +110,14 @@ static void allreduce(int rank, int world) {
 
 static void ddp(int rank, int world, int nh, const int *hidden) {
     em_manual_seed(0);
-    em_module *m = em_sequential_n(0, NULL);
+    em_module *m = em_nn_sequential_n(0, NULL);
     int in = 784;
     for (int i = 0; i < nh; i++) {
-        em_sequential_append(m, em_linear(in, hidden[i]));
-        em_sequential_append(m, em_relu_module());
+        em_sequential_append(m, em_nn_linear(in, hidden[i]));
+        em_sequential_append(m, em_nn_relu());
         in = hidden[i];
     }
-    em_sequential_append(m, em_linear(in, 10));
+    em_sequential_append(m, em_nn_linear(in, 10));
     em_dist_ddp *d = world > 1 ? em_ddp(m, NULL, NULL) : NULL;
     if (world > 1 && !d) {
         fprintf(stderr, "rank %d: %s\n", rank, em_last_error());

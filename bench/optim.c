@@ -32,7 +32,7 @@ static double now(void) {
 }
 
 static em_module *mlp_with_grads(em_device dev) {
-    em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    em_module *m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
     if (!m || em_module_to(m, dev) != EM_OK) return NULL;
     em_named_tensor nt[8];
     int n = em_module_parameters(m, nt, 8);
@@ -130,7 +130,7 @@ static double rmw_seconds(float *const a[4], int64_t n, int threads) {
 
 static int big(void) {
     int maxt = em_get_num_threads();
-    em_module *m = em_sequential(em_linear(4096, 4096), em_linear(4096, 4096), em_linear(4096, 4096));
+    em_module *m = em_nn_sequential(em_nn_linear(4096, 4096), em_nn_linear(4096, 4096), em_nn_linear(4096, 4096));
     em_named_tensor nt[8];
     int n = m ? em_module_parameters(m, nt, 8) : 0;
     int64_t np = 0;

@@ -45,7 +45,7 @@ static void set_grads(em_module *m, double scale) {
 
 /* seconds per step in each window, the minimum over calls into best[] */
 static void run(bool fused, double *best) {
-    em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    em_module *m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
     if (!m) fail("model");
     em_optimizer *o = em_adam(m, 1e-3);
     if (!o) fail("em_adam");

@@ -32,7 +32,7 @@ static void stats(const char *name, double *v, int n, double total_min) {
 static int run(int64_t batch, int steps) {
     em_scope s = em_scope_begin();
     em_manual_seed(0);
-    em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    em_module *m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
     em_optimizer *opt = m ? em_adam_ex(m, em_adam_defaults(1e-3)) : NULL;
     em_tensor *x = em_rand(EM_SHAPE(batch, 784), EM_OPTS(0));
     em_tensor *y = em_to_dtype(em_mul_scalar(em_rand(EM_SHAPE(batch), EM_OPTS(0)), 9.999), EM_I64);

@@ -29,12 +29,12 @@ int main(int argc, char **argv) {
     em_dataset *train = em_dataset_fashion_mnist(NULL, true), *test = em_dataset_fashion_mnist(NULL, false);
     CHECK_OR_DIE(train && test, "Fashion-MNIST (Debian's dataset-fashion-mnist)");
 
-    em_module *model = em_sequential(
-        em_conv2d_module_ex(1, 6, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true), em_relu_module(),
-        em_max_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
-        em_conv2d_module(6, 16, EM_HW1(5)), em_relu_module(),
-        em_max_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
-        em_flatten_module(), em_linear(400, 120), em_relu_module(), em_linear(120, 10));
+    em_module *model = em_nn_sequential(
+        em_nn_conv2d_ex(1, 6, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true), em_nn_relu(),
+        em_nn_max_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
+        em_nn_conv2d(6, 16, EM_HW1(5)), em_nn_relu(),
+        em_nn_max_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
+        em_nn_flatten(), em_nn_linear(400, 120), em_nn_relu(), em_nn_linear(120, 10));
     CHECK_OR_DIE(model && em_module_to(model, dev) == EM_OK, "building the model");
     em_module_print(model);
     em_optimizer *opt = em_adam(model, 1e-3);

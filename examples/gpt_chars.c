@@ -64,19 +64,19 @@ int main(int argc, char **argv) {
         if (id[(unsigned char)text[i]] < 0) chars[vocab] = text[i], id[(unsigned char)text[i]] = vocab++;
 
     em_manual_seed(0);
-    gpt g = {.all = em_sequential_n(0, NULL)};
-    g.tok = keep(&g, "tok", em_embedding_module(vocab, D_MODEL, EM_NO_PADDING_IDX));
-    g.pos = keep(&g, "pos", em_embedding_module(CONTEXT, D_MODEL, EM_NO_PADDING_IDX));
+    gpt g = {.all = em_nn_sequential_n(0, NULL)};
+    g.tok = keep(&g, "tok", em_nn_embedding(vocab, D_MODEL, EM_NO_PADDING_IDX));
+    g.pos = keep(&g, "pos", em_nn_embedding(CONTEXT, D_MODEL, EM_NO_PADDING_IDX));
     for (int l = 0; l < LAYERS; l++) {
         char name[32];
-        snprintf(name, sizeof name, "ln1_%d", l), g.ln1[l] = keep(&g, name, em_layer_norm_module(EM_SHAPE(D_MODEL), 1e-5, true));
-        snprintf(name, sizeof name, "attn_%d", l), g.attn[l] = keep(&g, name, em_multihead_attention_ex(D_MODEL, HEADS, 0.0, true, true));
-        snprintf(name, sizeof name, "ln2_%d", l), g.ln2[l] = keep(&g, name, em_layer_norm_module(EM_SHAPE(D_MODEL), 1e-5, true));
+        snprintf(name, sizeof name, "ln1_%d", l), g.ln1[l] = keep(&g, name, em_nn_layer_norm(EM_SHAPE(D_MODEL), 1e-5, true));
+        snprintf(name, sizeof name, "attn_%d", l), g.attn[l] = keep(&g, name, em_nn_multihead_attention_ex(D_MODEL, HEADS, 0.0, true, true));
+        snprintf(name, sizeof name, "ln2_%d", l), g.ln2[l] = keep(&g, name, em_nn_layer_norm(EM_SHAPE(D_MODEL), 1e-5, true));
         snprintf(name, sizeof name, "mlp_%d", l);
-        g.mlp[l] = keep(&g, name, em_sequential(em_linear(D_MODEL, 4 * D_MODEL), em_gelu_module(), em_linear(4 * D_MODEL, D_MODEL)));
+        g.mlp[l] = keep(&g, name, em_nn_sequential(em_nn_linear(D_MODEL, 4 * D_MODEL), em_nn_gelu(), em_nn_linear(4 * D_MODEL, D_MODEL)));
     }
-    g.ln_f = keep(&g, "ln_f", em_layer_norm_module(EM_SHAPE(D_MODEL), 1e-5, true));
-    g.head = keep(&g, "head", em_linear(D_MODEL, vocab));
+    g.ln_f = keep(&g, "ln_f", em_nn_layer_norm(EM_SHAPE(D_MODEL), 1e-5, true));
+    g.head = keep(&g, "head", em_nn_linear(D_MODEL, vocab));
     em_optimizer *opt = em_adamw(g.all, 3e-3);
     if (em_failed()) return fprintf(stderr, "%s\n", em_last_error()), 1;
     printf("GPT: %d characters of vocabulary, %lld parameters\n", vocab, (long long)em_module_num_parameters(g.all));

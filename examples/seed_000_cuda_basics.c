@@ -109,7 +109,7 @@ static void memory_management(em_device device) {
 /* ---- 5. A model on the device, and DataParallel ---- */
 /* nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)) */
 static em_module *mlp_new(void) {
-    em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    em_module *m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
     SEED_CHECK(m);
     return m;
 }

@@ -23,7 +23,7 @@ static void simple_example(em_device device) {
     printf("\n== Simple example\n");
     em_tensor *x = em_randn(EM_SHAPE(3, 3), EM_OPTS(0));
     x = em_to(x, device);                 /* x = x.to(device) */
-    em_module *model = em_linear(3, 1);   /* model = torch.nn.Linear(3, 1) */
+    em_module *model = em_nn_linear(3, 1);   /* model = torch.nn.Linear(3, 1) */
     SEED_CHECK(model && em_module_to(model, device) == EM_OK); /* model = model.to(device) */
     SEED_CHECK(module_on(model, device));
     em_tensor *output = em_forward(model, x); /* output = model(x) */
@@ -72,7 +72,7 @@ static void the_program(em_device device) {
     printf("cuda device count: %d\n", em_device_count(EM_CUDA));
 
     /* model = torch.nn.Linear(10,10); x = 1..10; y = 10..1, all on the CPU */
-    em_module *model = em_linear(10, 10);
+    em_module *model = em_nn_linear(10, 10);
     em_tensor *x = em_arange(1, 11, 1, EM_OPTS(0));
     em_tensor *y = em_arange(10, 0, -1, EM_OPTS(0));
     SEED_CHECK(model && x && y);
@@ -106,7 +106,7 @@ static void the_program(em_device device) {
     SEED_CHECK(em_device_equal(em_device_of(weight), device) && em_device_equal(em_device_of(bias), device));
 
     /* model = torch.nn.Linear(10,10); model(x_gpu)   # RuntimeError */
-    em_module *cpu_model = em_linear(10, 10);
+    em_module *cpu_model = em_nn_linear(10, 10);
     SEED_CHECK(cpu_model);
     em_tensor *r = em_forward(cpu_model, x_gpu);
     if (em_device_of(x_gpu).type != EM_CPU) {
@@ -122,7 +122,7 @@ static void the_program(em_device device) {
     em_module_free(cpu_model);
 
     /* model = torch.nn.Linear(10,10).cuda(); result_gpu = model(x_gpu) */
-    em_module *gpu_model = em_linear(10, 10);
+    em_module *gpu_model = em_nn_linear(10, 10);
     SEED_CHECK(gpu_model && em_module_to(gpu_model, device) == EM_OK);
     em_tensor *result_gpu = em_forward(gpu_model, x_gpu);
     SEED_CHECK(result_gpu);
@@ -142,7 +142,7 @@ static void the_program(em_device device) {
  * work; this trains a Linear(10, 10) with Adam, moving it halfway through. */
 static void optimizer_and_move(em_device device) {
     printf("\n== Adam, with the model moved after the optimizer was made\n");
-    em_module *model = em_linear(10, 10);
+    em_module *model = em_nn_linear(10, 10);
     SEED_CHECK(model);
     em_optimizer *opt = em_adam(model, 0.05); /* optimizer = torch.optim.Adam(model.parameters(), lr=0.05) */
     SEED_CHECK(opt);

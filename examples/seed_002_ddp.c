@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
 
     /* model = DDP(model): every rank builds it with its own seed; DDP broadcasts rank 0's */
     em_manual_seed(10 + (uint64_t)rank);
-    em_module *model = em_sequential(em_linear(10, 32), em_relu_module(), em_linear(32, 2));
+    em_module *model = em_nn_sequential(em_nn_linear(10, 32), em_nn_relu(), em_nn_linear(32, 2));
     SEED_CHECK(model && em_module_to(model, dev) == EM_OK);
     em_dist_ddp *ddp = em_ddp(model, NULL, NULL);
     SEED_CHECK(ddp);

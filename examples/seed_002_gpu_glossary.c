@@ -43,7 +43,7 @@ static void print_gpu_memory(em_device d) {
 static void model_and_mixed_precision(em_device device) {
     printf("\n== A model on %s, in float32 and under autocast (float16)\n", em_device_str(device).s);
     /* model = torch.nn.Linear(1000, 1000).to(device); data = torch.randn(128, 1000).to(device) */
-    em_module *model = em_linear(1000, 1000);
+    em_module *model = em_nn_linear(1000, 1000);
     SEED_CHECK(model && em_module_to(model, device) == EM_OK);
     SEED_CHECK(module_on(model, device));
     em_tensor *data = em_to(em_randn(EM_SHAPE(128, 1000), EM_OPTS(0)), device);

@@ -45,7 +45,7 @@ static const em_module_ops my_model_ops = {.name = "MyModel", .forward = my_mode
 static em_module *make_model(em_device device) {
     printf("\n== The model\n");
     em_module *model = em_module_new(&my_model_ops, NULL); /* model = MyModel() */
-    SEED_CHECK(model && em_module_add_child(model, "linear", em_linear(2, 1)) == EM_OK);
+    SEED_CHECK(model && em_module_add_child(model, "linear", em_nn_linear(2, 1)) == EM_OK);
     em_module_print(model);
     if (em_device_available(EM_CUDA)) {
         SEED_CHECK(em_module_to(model, device) == EM_OK); /* model.to(device) */

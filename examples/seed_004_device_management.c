@@ -185,7 +185,7 @@ static double portable_loop(em_device device) {
      * the loader (what batch_x.to(device) in the loop does), from pinned host memory. */
     em_loader *dataloader = em_loader_new(dataset, (em_loader_opts){
         .batch_size = 32, .shuffle = true, .seed = 4, .pin_memory = true, .device = device});
-    em_module *model = em_linear(10, 5); /* model = nn.Linear(10, 5).to(device) */
+    em_module *model = em_nn_linear(10, 5); /* model = nn.Linear(10, 5).to(device) */
     SEED_CHECK(dataset && dataloader && model && em_module_to(model, device) == EM_OK);
     SEED_CHECK(module_on(model, device));
     em_optimizer *optimizer = em_adam(model, 0.05); /* optimizer = torch.optim.Adam(model.parameters(), lr=0.05) */

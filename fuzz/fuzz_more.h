@@ -194,7 +194,7 @@ static inline void fuzz_checkpoint_one(const uint8_t *data, size_t size) {
     fwrite(data, 1, size, f);
     fclose(f);
     em_manual_seed(3);
-    em_module *m = em_sequential(em_linear(4, 3), em_relu_module(), em_linear(3, 2));
+    em_module *m = em_nn_sequential(em_nn_linear(4, 3), em_nn_relu(), em_nn_linear(3, 2));
     em_optimizer *o = em_adam(m, 0.01);
     if (!m || !o) {
         FUZZ_FAIL("cannot build the model and optimizer");

@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     }
     em_loader *tl = em_loader_new(train, (em_loader_opts){.batch_size = 64, .shuffle = true, .seed = 1});
     em_loader *vl = em_loader_new(test, (em_loader_opts){.batch_size = 1000});
-    em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    em_module *m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
     em_module_to(m, dev);
     em_optimizer *opt = em_adam(m, 1e-3);
     if (em_failed()) {

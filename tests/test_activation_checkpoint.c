@@ -9,11 +9,11 @@
 
 /* An MLP with dropout: depth blocks of Linear(w, w), ReLU, Dropout(p). */
 static em_module *mlp(int depth, int64_t w, double p) {
-    em_module *m = em_sequential(em_linear(w, w));
+    em_module *m = em_nn_sequential(em_nn_linear(w, w));
     for (int i = 0; i < depth; i++) {
-        em_sequential_append(m, em_relu_module());
-        em_sequential_append(m, em_dropout(p));
-        em_sequential_append(m, em_linear(w, w));
+        em_sequential_append(m, em_nn_relu());
+        em_sequential_append(m, em_nn_dropout(p));
+        em_sequential_append(m, em_nn_linear(w, w));
     }
     return m;
 }
@@ -75,7 +75,7 @@ static em_tensor *drop_fn(void *ctx, em_tensor *const *in, int n) {
 
 static void test_dropout_mask_replayed(void) {
     em_scope s = em_scope_begin();
-    em_module *d = em_dropout(0.5);
+    em_module *d = em_nn_dropout(0.5);
     em_tensor *x = em_ones(EM_SHAPE(4096), EM_OPTS(.requires_grad = true));
     em_manual_seed(99);
     em_tensor *y = em_checkpoint(drop_fn, d, &x, 1);
@@ -120,10 +120,10 @@ static void test_peak_memory_lower(void) {
     em_manual_seed(3);
     const int depth = 16;
     const int64_t batch = 512, w = 256;
-    em_module *m = em_sequential(em_linear(w, w));
+    em_module *m = em_nn_sequential(em_nn_linear(w, w));
     for (int i = 0; i < depth; i++) {
-        em_sequential_append(m, em_relu_module());
-        em_sequential_append(m, em_linear(w, w));
+        em_sequential_append(m, em_nn_relu());
+        em_sequential_append(m, em_nn_linear(w, w));
     }
     em_tensor *x = em_randn(EM_SHAPE(batch, w), EM_OPTS(0));
     em_named_tensor ps[MAXP];
@@ -148,9 +148,9 @@ static void test_peak_memory_lower(void) {
 
 static void test_bad_input(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_sequential(em_linear(4, 4), em_relu_module(), em_linear(4, 4));
+    em_module *m = em_nn_sequential(em_nn_linear(4, 4), em_nn_relu(), em_nn_linear(4, 4));
     em_tensor *x = em_randn(EM_SHAPE(2, 4), EM_OPTS(0));
-    em_module *lin = em_linear(4, 4);
+    em_module *lin = em_nn_linear(4, 4);
     int64_t before = em_memory_allocated(EM_DEVICE_CPU);
     CHECK(em_checkpoint_sequential(m, 0, x) == NULL);
     CHECK_ERROR(EM_ERR_ARGUMENT, "segments must be between 1 and the number of layers (3), got 0");
@@ -176,7 +176,7 @@ static void test_bad_input(void) {
     CHECK(em_memory_allocated(EM_DEVICE_CPU) == before);
     em_clear_error();
     /* a second backward through a checkpoint whose saved inputs the first one freed */
-    em_module *d = em_dropout(0.5);
+    em_module *d = em_nn_dropout(0.5);
     em_tensor *xr = em_randn(EM_SHAPE(2, 4), EM_OPTS(.requires_grad = true));
     em_tensor *loss = em_sum(em_checkpoint(drop_fn, d, &xr, 1), EM_ALL_DIMS, false);
     CHECK_OK(em_backward_with(loss, NULL, true));   /* retained: a second one works */
@@ -193,7 +193,7 @@ static void test_bad_input(void) {
 /* In no-grad mode the function just runs (no node). */
 static void test_no_grad(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_sequential(em_linear(4, 4), em_relu_module(), em_linear(4, 4));
+    em_module *m = em_nn_sequential(em_nn_linear(4, 4), em_nn_relu(), em_nn_linear(4, 4));
     em_tensor *x = em_randn(EM_SHAPE(2, 4), EM_OPTS(0));
     em_grad_mode g = em_no_grad_begin();
     em_tensor *a = em_checkpoint_sequential(m, 2, x);
@@ -241,11 +241,11 @@ static const em_module_ops tblock_ops = {.name = "Block", .forward = tblock_forw
 
 static em_module *tblock(int64_t d, int64_t heads, double dropout) {
     em_module *b = em_module_new(&tblock_ops, NULL);
-    em_module_add_child(b, "ln1", em_layer_norm_module(EM_SHAPE(d), 1e-5, true));
-    em_module_add_child(b, "attn", em_multihead_attention_ex(d, heads, dropout, true, true));
-    em_module_add_child(b, "ln2", em_layer_norm_module(EM_SHAPE(d), 1e-5, true));
-    em_module_add_child(b, "mlp", em_sequential(em_linear(d, 4 * d), em_gelu_module(), em_dropout(dropout),
-                                                em_linear(4 * d, d)));
+    em_module_add_child(b, "ln1", em_nn_layer_norm(EM_SHAPE(d), 1e-5, true));
+    em_module_add_child(b, "attn", em_nn_multihead_attention_ex(d, heads, dropout, true, true));
+    em_module_add_child(b, "ln2", em_nn_layer_norm(EM_SHAPE(d), 1e-5, true));
+    em_module_add_child(b, "mlp", em_nn_sequential(em_nn_linear(d, 4 * d), em_nn_gelu(), em_nn_dropout(dropout),
+                                                em_nn_linear(4 * d, d)));
     return b;
 }
 
@@ -258,7 +258,7 @@ static em_tensor *tblock_ckpt_fn(void *ctx, em_tensor *const *in, int n) {
  * or not; the losses and the CPU allocator's peak over the steps. */
 static int64_t train_blocks(bool ckpt, double *losses) {
     em_manual_seed(11);
-    em_module *blocks = em_sequential(tblock(32, 4, 0.1), tblock(32, 4, 0.1), tblock(32, 4, 0.1));
+    em_module *blocks = em_nn_sequential(tblock(32, 4, 0.1), tblock(32, 4, 0.1), tblock(32, 4, 0.1));
     em_optimizer *opt = em_adamw(blocks, 1e-2);
     em_scope s0 = em_scope_begin();
     em_tensor *x = em_keep(em_randn(EM_SHAPE(8, 24, 32), EM_OPTS(0)));

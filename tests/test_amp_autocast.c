@@ -127,7 +127,7 @@ static void test_cast_cache(void) {
 static void test_cache_invalidated_by_step(void) {
     em_scope s = em_scope_begin();
     em_manual_seed(3);
-    em_module *m = em_linear(4, 3);
+    em_module *m = em_nn_linear(4, 3);
     em_optimizer *opt = em_sgd(m, 0.5);
     em_tensor *x = em_randn(EM_SHAPE(8, 4), EM_OPTS(0));
     em_autocast ac = em_autocast_begin(EM_CPU, EM_BF16);
@@ -152,7 +152,7 @@ static void test_cache_invalidated_by_step(void) {
 static void test_master_weights_and_pure_mode(void) {
     em_scope s = em_scope_begin();
     em_manual_seed(4);
-    em_module *m = em_sequential(em_linear(4, 8), em_relu_module(), em_linear(8, 3));
+    em_module *m = em_nn_sequential(em_nn_linear(4, 8), em_nn_relu(), em_nn_linear(8, 3));
     em_optimizer *opt = em_adam(m, 1e-2);
     em_grad_scaler *sc = em_grad_scaler_new(em_grad_scaler_defaults());
     em_tensor *x = em_randn(EM_SHAPE(16, 4), EM_OPTS(0));

@@ -92,7 +92,7 @@ static void test_ops_cpu_bf16(void) {
 
 static void test_mlp_gradients(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_sequential(em_linear(6, 8), em_relu_module(), em_linear(8, 5));
+    em_module *m = em_nn_sequential(em_nn_linear(6, 8), em_nn_relu(), em_nn_linear(8, 5));
     CHECK(m != NULL);
     em_named_tensor ps[4];
     CHECK(em_module_parameters(m, ps, 4) == 4);
@@ -132,7 +132,7 @@ static void test_mlp_gradients(void) {
  * bf16 region, backward outside it: dtypes, values and the float32 parameters' gradients */
 static void test_conv_cpu_bf16(void) {
     em_scope s = em_scope_begin();
-    em_module *conv = em_conv2d_module_ex(3, 4, EM_HW1(3), EM_HW1(1), EM_HW1(1), EM_HW1(1), 1, true);
+    em_module *conv = em_nn_conv2d_ex(3, 4, EM_HW1(3), EM_HW1(1), EM_HW1(1), EM_HW1(1), 1, true);
     CHECK(conv != NULL);
     em_named_tensor ps[2];
     CHECK(conv && em_module_parameters(conv, ps, 2) == 2);
@@ -173,7 +173,7 @@ static void test_conv_cpu_bf16(void) {
 static void scaler_sequence(em_device dev, const char *run, bool adam, bool fused) {
     char key[64];
     em_scope s = em_scope_begin();
-    em_module *lin = em_linear_ex(4, 1, false);
+    em_module *lin = em_nn_linear_ex(4, 1, false);
     em_named_tensor w;
     CHECK(em_module_parameters(lin, &w, 1) == 1);
     snprintf(key, sizeof key, "%s.w0", run);

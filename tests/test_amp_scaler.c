@@ -16,7 +16,7 @@ typedef struct setup {
 static setup make(em_device d, bool adam) {
     setup s;
     em_manual_seed(7);
-    s.m = em_sequential(em_linear(16, 32), em_relu_module(), em_linear(32, 4));
+    s.m = em_nn_sequential(em_nn_linear(16, 32), em_nn_relu(), em_nn_linear(32, 4));
     CHECK_OK(em_module_to(s.m, d));
     s.opt = adam ? em_adam(s.m, 1e-3) : em_sgd_ex(s.m, (em_sgd_opts){.lr = 0.05, .momentum = 0.9});
     em_scope sc = em_scope_begin();

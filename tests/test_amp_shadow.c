@@ -20,7 +20,7 @@ typedef struct rig {
 static rig rig_new(int64_t in, int64_t out) {
     rig r;
     em_manual_seed(11);
-    r.m = em_linear(in, out);
+    r.m = em_nn_linear(in, out);
     r.opt = em_adam(r.m, 1e-2);
     em_named_tensor p[2];
     CHECK(em_module_parameters(r.m, p, 2) == 2);

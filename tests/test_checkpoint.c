@@ -14,7 +14,7 @@ static char dir[64];
 static int temp_files(const char *name, off_t *largest);
 
 static em_module *small_model(void) {
-    return em_sequential(em_linear(6, 5), em_relu_module(), em_linear(5, 3));
+    return em_nn_sequential(em_nn_linear(6, 5), em_nn_relu(), em_nn_linear(5, 3));
 }
 
 /* One step of training on fixed data; returns the loss. */
@@ -132,7 +132,7 @@ static void test_errors_change_nothing(void) {
     CHECK(em_item(em_max(em_abs(em_sub(w0, pb[0].tensor)), EM_ALL_DIMS, false)) == 0);
     CHECK(em_checkpoint_load(plain, b, NULL, NULL) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "is not an Ember checkpoint");
-    em_module *wide = em_sequential(em_linear(6, 7), em_relu_module(), em_linear(7, 3));
+    em_module *wide = em_nn_sequential(em_nn_linear(6, 7), em_nn_relu(), em_nn_linear(7, 3));
     em_optimizer *wide_adam = em_adam(wide, 0.01);
     CHECK(em_checkpoint_load(path, wide, wide_adam, NULL) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "shape");
@@ -202,7 +202,7 @@ static void test_load_from_one_read(void) {
     em_safetensors *pf = em_safetensors_load(plain, EM_DEVICE_CPU);
     CHECK(em_checkpoint_load_safetensors(pf, b, NULL) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "once_plain.safetensors is not an Ember checkpoint");
-    em_module *wide = em_sequential(em_linear(6, 7), em_relu_module(), em_linear(7, 3));
+    em_module *wide = em_nn_sequential(em_nn_linear(6, 7), em_nn_relu(), em_nn_linear(7, 3));
     CHECK(em_module_load_safetensors(wide, pf) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "once_plain.safetensors");
     em_safetensors_free(pf);
@@ -288,7 +288,7 @@ static void test_kill_while_saving_keeps_old_checkpoint(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/big.safetensors", dir);
     enum { IN = 2048, OUT = 2048 };   /* 16 MiB of weights, 48 MiB with Adam's two states */
-    em_module *m = em_linear(IN, OUT);
+    em_module *m = em_nn_linear(IN, OUT);
     em_optimizer *o = em_adam(m, 0.01);
     em_named_tensor p[2];
     em_module_parameters(m, p, 2);
@@ -323,7 +323,7 @@ static void test_kill_while_saving_keeps_old_checkpoint(void) {
         int n = temp_files("big.safetensors", &left);
         killed_mid_write += n > 0 && left > 0;
         /* the checkpoint loads whole: either the old one or a complete new one */
-        em_module *r = em_linear(IN, OUT);
+        em_module *r = em_nn_linear(IN, OUT);
         em_optimizer *ro = em_adam(r, 0.01);
         em_safetensors *meta = NULL;
         CHECK(em_checkpoint_load(path, r, ro, &meta) == EM_OK);

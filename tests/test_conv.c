@@ -266,19 +266,19 @@ static void test_bad_input(void) {
     EXPECT_ERR(em_avg_pool2d(x, EM_HW1(3), EM_HW1(1), EM_HW(-1, 0), false, true, 0), EM_ERR_ARGUMENT, "avg_pool2d", "negative padding");
     EXPECT_ERR(em_adaptive_avg_pool2d(em_zeros(EM_SHAPE(8), EM_OPTS(0)), EM_HW1(2)), EM_ERR_SHAPE, "adaptive_avg_pool2d", "[8]");
     /* the layer names itself */
-    em_module *conv = em_conv2d_module_ex(1, 6, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true);
+    em_module *conv = em_nn_conv2d_ex(1, 6, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true);
     CHECK(conv != NULL);
     EXPECT_ERR(em_forward(conv, x), EM_ERR_SHAPE, "Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1), padding=(2, 2))", "[2, 3, 8, 8]",
                                   "got 3 channels");
     em_module_free(conv);
-    em_module *pool = em_max_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false);
+    em_module *pool = em_nn_max_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false);
     EXPECT_ERR(em_forward(pool, em_zeros(EM_SHAPE(2, 3, 1, 8), EM_OPTS(0))), EM_ERR_SHAPE, "MaxPool2d(kernel_size=2, stride=2", "[2, 3, 1, 8]");
     em_module_free(pool);
     /* bad constructor arguments */
-    CHECK(em_conv2d_module_ex(4, 6, EM_HW1(3), EM_HW1(1), EM_HW1(0), EM_HW1(1), 4, true) == NULL);
+    CHECK(em_nn_conv2d_ex(4, 6, EM_HW1(3), EM_HW1(1), EM_HW1(0), EM_HW1(1), 4, true) == NULL);
     CHECK(strstr(em_last_error(), "divisible by groups") != NULL);
     em_clear_error();
-    CHECK(em_conv2d_module_ex(4, 6, EM_HW1(3), EM_HW1(1), EM_HW1(-1), EM_HW1(1), 1, true) == NULL);
+    CHECK(em_nn_conv2d_ex(4, 6, EM_HW1(3), EM_HW1(1), EM_HW1(-1), EM_HW1(1), 1, true) == NULL);
     CHECK(strstr(em_last_error(), "padding") != NULL);
     em_clear_error();
     em_scope_end(s);
@@ -287,10 +287,10 @@ static void test_bad_input(void) {
 static void test_layers(void) {
     em_scope s = em_scope_begin();
     em_manual_seed(1);
-    em_module *m = em_sequential(em_conv2d_module_ex(4, 6, EM_HW(3, 2), EM_HW1(1), EM_HW1(1), EM_HW1(1), 2, true),
-                                 em_relu_module(),
-                                 em_avg_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), false, true, 0),
-                                 em_adaptive_avg_pool2d_module(EM_HW1(1)), em_flatten_module());
+    em_module *m = em_nn_sequential(em_nn_conv2d_ex(4, 6, EM_HW(3, 2), EM_HW1(1), EM_HW1(1), EM_HW1(1), 2, true),
+                                 em_nn_relu(),
+                                 em_nn_avg_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), false, true, 0),
+                                 em_nn_adaptive_avg_pool2d(EM_HW1(1)), em_nn_flatten());
     CHECK(m != NULL);
     if (!m) {
         em_scope_end(s);
@@ -328,10 +328,10 @@ static void test_layers(void) {
     if (fd >= 0) close(fd);
     CHECK_OK(em_module_save(m, path));
     em_manual_seed(2);
-    em_module *m2 = em_sequential(em_conv2d_module_ex(4, 6, EM_HW(3, 2), EM_HW1(1), EM_HW1(1), EM_HW1(1), 2, true),
-                                  em_relu_module(),
-                                  em_avg_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), false, true, 0),
-                                  em_adaptive_avg_pool2d_module(EM_HW1(1)), em_flatten_module());
+    em_module *m2 = em_nn_sequential(em_nn_conv2d_ex(4, 6, EM_HW(3, 2), EM_HW1(1), EM_HW1(1), EM_HW1(1), 2, true),
+                                  em_nn_relu(),
+                                  em_nn_avg_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), false, true, 0),
+                                  em_nn_adaptive_avg_pool2d(EM_HW1(1)), em_nn_flatten());
     CHECK(em_item(em_max(em_abs(em_sub(em_forward(m2, x), y)), EM_ALL_DIMS, false)) > 0);
     CHECK_OK(em_module_load(m2, path));
     CHECK(em_item(em_max(em_abs(em_sub(em_forward(m2, x), y)), EM_ALL_DIMS, false)) == 0);

@@ -167,7 +167,7 @@ static void test_pools_opencl(void) {
 static void check_autocast(em_device dev, em_dtype dt) {
     em_scope s = em_scope_begin();
     em_manual_seed(8);
-    em_module *conv = em_conv2d_module_ex(3, 4, EM_HW1(3), EM_HW1(1), EM_HW1(1), EM_HW1(1), 1, true);
+    em_module *conv = em_nn_conv2d_ex(3, 4, EM_HW1(3), EM_HW1(1), EM_HW1(1), EM_HW1(1), 1, true);
     CHECK(conv && em_module_to(conv, dev) == EM_OK);
     em_named_tensor p[2];
     CHECK(conv && em_module_parameters(conv, p, 2) == 2);

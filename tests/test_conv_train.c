@@ -10,11 +10,11 @@
 #define BATCH 32
 
 static em_module *cnn(void) {
-    return em_sequential(em_conv2d_module_ex(1, 6, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true),
-                         em_relu_module(), em_max_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
-                         em_conv2d_module(6, 16, EM_HW1(5)), em_relu_module(),
-                         em_max_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false), em_flatten_module(),
-                         em_linear(400, 120), em_relu_module(), em_linear(120, 10));
+    return em_nn_sequential(em_nn_conv2d_ex(1, 6, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true),
+                         em_nn_relu(), em_nn_max_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
+                         em_nn_conv2d(6, 16, EM_HW1(5)), em_nn_relu(),
+                         em_nn_max_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false), em_nn_flatten(),
+                         em_nn_linear(400, 120), em_nn_relu(), em_nn_linear(120, 10));
 }
 
 static em_dataset *g_data;

@@ -138,7 +138,7 @@ static void test_mse_trains(void) {
     em_scope_end(s);
     CHECK(ds != NULL);
     if (!ds) return;
-    em_module *m = em_linear(2, 1);
+    em_module *m = em_nn_linear(2, 1);
     em_optimizer *opt = em_sgd(m, 0.2);
     em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 16, .shuffle = true, .seed = 3});
     CHECK(m && opt && l);

@@ -7,7 +7,7 @@
 #include <ember/amp.h>
 
 static em_module *mlp(void) {
-    return em_sequential(em_linear(20, 32), em_relu_module(), em_linear(32, 5));
+    return em_nn_sequential(em_nn_linear(20, 32), em_nn_relu(), em_nn_linear(32, 5));
 }
 
 static int opencl_devices(void) {
@@ -276,7 +276,7 @@ static void test_mode_and_dtype(void) {
     em_device devs[2];
     if (!two_devices(devs)) SKIP("needs a second device (OpenCL): %s", em_device_unavailable_reason(EM_OPENCL));
     em_scope s = em_scope_begin();
-    em_module *model = em_sequential(em_linear(20, 32), em_dropout(0.5), em_linear(32, 5));
+    em_module *model = em_nn_sequential(em_nn_linear(20, 32), em_nn_dropout(0.5), em_nn_linear(32, 5));
     CHECK_OK(em_module_to(model, devs[0]));
     em_dp *dp = em_data_parallel(model, devs, 2);
     CHECK(dp != NULL);

@@ -129,7 +129,7 @@ static void case_opencl(void) {
 
 /* ---- DDP ---- */
 static em_module *mlp(int in, int hidden, int out) {
-    return em_sequential(em_linear(in, hidden), em_relu_module(), em_linear(hidden, out));
+    return em_nn_sequential(em_nn_linear(in, hidden), em_nn_relu(), em_nn_linear(hidden, out));
 }
 
 /* Every parameter, flattened and concatenated, on the CPU. */

@@ -108,7 +108,7 @@ static void test_singleton(void) {
     CHECK(em_item(em_sum(out, EM_ALL_DIMS, false)) == 10);
     CHECK_OK(em_dist_barrier(NULL));
     /* DDP over one process: gradients unchanged */
-    em_module *m = em_linear(3, 2);
+    em_module *m = em_nn_linear(3, 2);
     em_dist_ddp *d = em_ddp(m, NULL, NULL);
     CHECK(d && em_ddp_module(d) == m);
     CHECK_OK(em_backward(em_sum(em_ddp_forward(d, em_ones(EM_SHAPE(4, 3), EM_OPTS(0))), EM_ALL_DIMS, false)));

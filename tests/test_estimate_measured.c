@@ -28,9 +28,9 @@
 #define TOLERANCE 0.07
 
 static em_module *mlp(int deep) {
-    return deep ? em_sequential(em_linear(784, 512), em_relu_module(), em_linear(512, 256), em_relu_module(),
-                                em_linear(256, 128), em_relu_module(), em_linear(128, 10))
-                : em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    return deep ? em_nn_sequential(em_nn_linear(784, 512), em_nn_relu(), em_nn_linear(512, 256), em_nn_relu(),
+                                em_nn_linear(256, 128), em_nn_relu(), em_nn_linear(128, 10))
+                : em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
 }
 
 typedef struct measured { int64_t first, two; } measured;
@@ -106,9 +106,9 @@ static int run_ember(const char *args, char *out, size_t size) {
 
 static void test_checkpoint_and_command(void) {
     /* 11 children: "10.weight" must come after "8.weight", not after "0.weight" */
-    em_module *m = em_sequential(em_linear(784, 300), em_relu_module(), em_linear(300, 200), em_relu_module(),
-                                 em_linear(200, 100), em_relu_module(), em_linear(100, 50), em_relu_module(),
-                                 em_linear(50, 20), em_relu_module(), em_linear(20, 10));
+    em_module *m = em_nn_sequential(em_nn_linear(784, 300), em_nn_relu(), em_nn_linear(300, 200), em_nn_relu(),
+                                 em_nn_linear(200, 100), em_nn_relu(), em_nn_linear(100, 50), em_nn_relu(),
+                                 em_nn_linear(50, 20), em_nn_relu(), em_nn_linear(20, 10));
     char path[PATH_MAX];
     snprintf(path, sizeof path, "/tmp/ember_test_estimate_%d.safetensors", (int)getpid());
     CHECK_OK(em_module_save(m, path));
@@ -174,7 +174,7 @@ static void test_checkpoint_and_command(void) {
     CHECK_OK(em_module_to_dtype(m, EM_F16));
     CHECK_OK(em_estimate_module(m, &o, &a));
     CHECK(a.dtype == EM_F16 && a.bytes[EM_ESTIMATE_WEIGHTS] == 2 * P);
-    em_module *empty = em_sequential(em_relu_module());
+    em_module *empty = em_nn_sequential(em_nn_relu());
     CHECK(em_estimate_module(empty, &o, &a) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "no parameters");
     em_module_free(empty);

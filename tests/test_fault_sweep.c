@@ -72,7 +72,7 @@ static bool g_amp; /* the forward in a CPU bf16 autocast region */
 static net net_new(em_device d) {
     em_manual_seed(1234);
     net n;
-    n.m = em_sequential(em_linear(IN, HID), em_relu_module(), em_linear(HID, OUT));
+    n.m = em_nn_sequential(em_nn_linear(IN, HID), em_nn_relu(), em_nn_linear(HID, OUT));
     CHECK(n.m != NULL);
     CHECK_OK(em_module_to(n.m, d));
     n.o = em_adam(n.m, 0.05);

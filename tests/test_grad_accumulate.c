@@ -36,7 +36,7 @@ static void check_accumulation(bool mse) {
     em_scope s = em_scope_begin();
     em_manual_seed(5);
     const int64_t N = 4, B = 8, d = 12, c = 5;
-    em_module *m = em_sequential(em_linear(d, 16), em_tanh_module(), em_linear(16, c));
+    em_module *m = em_nn_sequential(em_nn_linear(d, 16), em_nn_tanh(), em_nn_linear(16, c));
     em_tensor *x = em_randn(EM_SHAPE(N * B, d), EM_OPTS(0));
     em_tensor *y = mse ? em_randn(EM_SHAPE(N * B, c), EM_OPTS(0))
                        : em_randint(0, c, EM_SHAPE(N * B), EM_OPTS(.dtype = EM_I64));

@@ -83,8 +83,8 @@ static void test_move_in_place_keeps_the_handle(void) {
 static em_tensor *identity(em_module *m, em_tensor *x) { (void)m; return em_retain(x); }
 
 static void test_module_kinds(void) {
-    em_module *seq = em_sequential(em_linear(3, 5), em_relu_module(), em_gelu_module(), em_sigmoid_module(),
-                                   em_tanh_module(), em_dropout(0.5), em_flatten_module());
+    em_module *seq = em_nn_sequential(em_nn_linear(3, 5), em_nn_relu(), em_nn_gelu(), em_nn_sigmoid(),
+                                   em_nn_tanh(), em_nn_dropout(0.5), em_nn_flatten());
     CHECK(seq != NULL);
     static const em_module_kind want[] = {EM_MODULE_LINEAR, EM_MODULE_RELU, EM_MODULE_GELU, EM_MODULE_SIGMOID,
                                           EM_MODULE_TANH, EM_MODULE_DROPOUT, EM_MODULE_FLATTEN};

@@ -12,7 +12,7 @@ static double max_diff(em_tensor *a, em_tensor *b) {
 static void check_linear(em_tensor *x, bool bias) {
     em_scope s = em_scope_begin();
     int64_t in = em_size(x, -1), out = 3;
-    em_module *m = em_linear_ex(in, out, bias);
+    em_module *m = em_nn_linear_ex(in, out, bias);
     CHECK(m != NULL);
     if (!m) {
         em_scope_end(s);
@@ -66,7 +66,7 @@ static void test_strided_rows(void) {
 
 static void test_empty_rows(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_linear(4, 3);
+    em_module *m = em_nn_linear(4, 3);
     em_tensor *y = em_forward(m, em_zeros(EM_SHAPE(2, 0, 4), (em_opts){0}));
     CHECK(y != NULL && em_ndim(y) == 3 && em_size(y, 0) == 2 && em_size(y, 1) == 0 && em_size(y, 2) == 3);
     em_forward(m, em_zeros(EM_SHAPE(2, 3, 5), (em_opts){0})); /* a wrong feature count is an error */

@@ -12,7 +12,7 @@
 #define OUT 5
 
 static em_module *mlp(void) {
-    return em_sequential(em_linear(IN, HID), em_relu_module(), em_linear(HID, OUT));
+    return em_nn_sequential(em_nn_linear(IN, HID), em_nn_relu(), em_nn_linear(HID, OUT));
 }
 
 static em_tensor *param(em_module *m, const char *name) {
@@ -230,14 +230,14 @@ static void test_save_load_peft_names(void) {
     em_module_free(other);
 
     /* a model with other layers: missing key */
-    em_module *deeper = em_sequential(em_linear(IN, HID), em_relu_module(), em_linear(HID, OUT), em_relu_module(),
-                                      em_linear(OUT, OUT));
+    em_module *deeper = em_nn_sequential(em_nn_linear(IN, HID), em_nn_relu(), em_nn_linear(HID, OUT), em_nn_relu(),
+                                      em_nn_linear(OUT, OUT));
     CHECK_OK(em_lora_wrap(deeper, 4, 8.0, EM_LORA_LINEAR));
     CHECK(em_lora_load(deeper, path) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "has no tensor \"base_model.model.4.lora_A.weight\"");
     em_module_free(deeper);
     /* and one with fewer: the file's extra adapters are refused */
-    em_module *shallow = em_sequential(em_linear(IN, HID));
+    em_module *shallow = em_nn_sequential(em_nn_linear(IN, HID));
     CHECK_OK(em_lora_wrap(shallow, 4, 8.0, EM_LORA_LINEAR));
     CHECK(em_lora_load(shallow, path) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "which is no adapter of this model");
@@ -328,7 +328,7 @@ static void test_bad_input(void) {
     em_clear_error();
     em_module_free(m);
 
-    em_module *acts = em_sequential(em_relu_module(), em_tanh_module());
+    em_module *acts = em_nn_sequential(em_nn_relu(), em_nn_tanh());
     CHECK(em_lora_wrap(acts, 1, 1.0, EM_LORA_LINEAR) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "no layer of the targeted kinds");
     em_module_free(acts);
@@ -338,7 +338,7 @@ static void test_bad_input(void) {
 /* a bare Linear (the root itself) can be wrapped and merged */
 static void test_root_linear(void) {
     em_manual_seed(7);
-    em_module *m = em_linear(6, 3);
+    em_module *m = em_nn_linear(6, 3);
     CHECK_OK(em_lora_wrap(m, 3, 3.0, EM_LORA_LINEAR));
     CHECK(em_module_num_trainable_parameters(m) == 3 * 6 + 3 * 3);
     const char *path = "test_lora_root.safetensors";
@@ -363,7 +363,7 @@ static void test_estimate_matches(void) {
     int64_t batches[] = {1, 64, 1024};
     for (int b = 0; b < 3; b++) {
         em_manual_seed(8);
-        em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+        em_module *m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
         em_estimate e;
         CHECK_OK(em_estimate_module(m, &(em_estimate_opts){.mode = EM_ESTIMATE_LORA, .optimizer = EM_ESTIMATE_ADAM,
                                                            .lora_rank = 8, .batch = batches[b]}, &e));

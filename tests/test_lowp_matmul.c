@@ -174,7 +174,7 @@ static void check_linear(em_dtype dt) {
     for (int s = 0; s < (int)(sizeof ls / sizeof ls[0]); s++) {
         int64_t M = ls[s].M, K = ls[s].K, N = ls[s].N;
         em_scope sc = em_scope_begin();
-        em_module *lin = em_linear(K, N);
+        em_module *lin = em_nn_linear(K, N);
         CHECK(lin != NULL);
         if (!lin) { em_scope_end(sc); continue; }
         CHECK_OK(em_module_to_dtype(lin, dt));

@@ -7,7 +7,7 @@
 static void test_linear(void) {
     em_scope s = em_scope_begin();
     em_manual_seed(7);
-    em_module *lin = em_linear(20, 8);
+    em_module *lin = em_nn_linear(20, 8);
     CHECK(lin != NULL);
     em_named_tensor ps[4];
     CHECK(em_module_parameters(lin, ps, 4) == 2);
@@ -43,7 +43,7 @@ static void test_linear(void) {
     CHECK(em_forward(lin, em_randn(EM_SHAPE(5, 19), (em_opts){0})) == NULL);
     CHECK(em_failed());
     em_clear_error();
-    em_module *nb = em_linear_ex(3, 2, false);
+    em_module *nb = em_nn_linear_ex(3, 2, false);
     CHECK(em_module_parameters(nb, NULL, 0) == 1);
     em_module_free(nb);
     em_module_free(lin);
@@ -54,7 +54,7 @@ static void test_activations(void) {
     em_scope s = em_scope_begin();
     double v[4] = {-2, -0.5, 0.5, 2};
     em_tensor *x = em_from_data(v, EM_F64, EM_SHAPE(4), EM_OPTS(.dtype = EM_F64));
-    em_module *mods[4] = {em_relu_module(), em_gelu_module(), em_sigmoid_module(), em_tanh_module()};
+    em_module *mods[4] = {em_nn_relu(), em_nn_gelu(), em_nn_sigmoid(), em_nn_tanh()};
     for (int i = 0; i < 4; i++) {
         em_tensor *y = em_forward(mods[i], x);
         double out[4];
@@ -68,7 +68,7 @@ static void test_activations(void) {
         }
         em_module_free(mods[i]);
     }
-    em_module *f = em_flatten_module();
+    em_module *f = em_nn_flatten();
     em_tensor *y = em_forward(f, em_zeros(EM_SHAPE(2, 3, 4), (em_opts){0}));
     CHECK(em_ndim(y) == 2 && em_size(y, 1) == 12);
     em_module_free(f);
@@ -77,7 +77,7 @@ static void test_activations(void) {
 
 static void test_dropout(void) {
     em_scope s = em_scope_begin();
-    em_module *d = em_dropout(0.25);
+    em_module *d = em_nn_dropout(0.25);
     em_tensor *x = em_ones(EM_SHAPE(100, 100), EM_OPTS(.requires_grad = true));
     em_tensor *y = em_forward(d, x);
     float *v = malloc(10000 * sizeof *v);
@@ -103,14 +103,14 @@ static void test_dropout(void) {
     em_tensor *e = em_forward(d, x);
     CHECK(em_item(em_sum(e, EM_ALL_DIMS, false)) == 10000.0);
     em_module_free(d);
-    CHECK(em_dropout(1.5) == NULL);
+    CHECK(em_nn_dropout(1.5) == NULL);
     CHECK_ERROR(EM_ERR_ARGUMENT, "dropout probability has to be between 0 and 1, but got 1.5");
     em_scope_end(s);
 }
 
 static void test_sequential(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    em_module *m = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
     CHECK(m != NULL);
     em_named_tensor ps[8];
     int n = em_module_parameters(m, ps, 8);
@@ -128,7 +128,7 @@ static void test_sequential(void) {
     em_tensor *y = em_forward(m, em_randn(EM_SHAPE(3, 784), (em_opts){0}));
     CHECK(y && em_size(y, 0) == 3 && em_size(y, 1) == 10);
     /* nesting gives dotted names and indented reprs */
-    em_module *outer = em_sequential(em_flatten_module(), em_sequential(em_linear(4, 2), em_tanh_module()));
+    em_module *outer = em_nn_sequential(em_nn_flatten(), em_nn_sequential(em_nn_linear(4, 2), em_nn_tanh()));
     n = em_module_parameters(outer, ps, 8);
     CHECK(n == 2 && !strcmp(ps[0].name, "1.0.weight") && !strcmp(ps[1].name, "1.0.bias"));
     em_module_format(outer, repr, sizeof repr);
@@ -136,7 +136,7 @@ static void test_sequential(void) {
     em_module_eval(outer);
     CHECK(!em_module_is_training(em_module_child(em_module_child(outer, 1), 0)));
     /* a failed constructor inside the list: NULL, the others freed, first error kept */
-    em_module *bad = em_sequential(em_linear(4, 2), em_dropout(-1), em_relu_module());
+    em_module *bad = em_nn_sequential(em_nn_linear(4, 2), em_nn_dropout(-1), em_nn_relu());
     CHECK(bad == NULL);
     CHECK_ERROR(EM_ERR_ARGUMENT, "dropout probability");
     em_module_free(outer);
@@ -202,7 +202,7 @@ static void test_losses(void) {
 /* em_module_to_dtype swaps storage inside the existing tensors: handles stay valid. */
 static void test_module_to(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_sequential(em_linear(3, 4), em_relu_module(), em_linear(4, 2));
+    em_module *m = em_nn_sequential(em_nn_linear(3, 4), em_nn_relu(), em_nn_linear(4, 2));
     em_named_tensor before[4], after[4];
     em_module_parameters(m, before, 4);
     float w0[12];
@@ -245,7 +245,7 @@ static void test_module_to(void) {
  * module freed before its optimizer leaves the optimizer usable and freeable. */
 static void test_optimizer_follows_moves_and_frees(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_sequential(em_linear(3, 4), em_linear(4, 2));
+    em_module *m = em_nn_sequential(em_nn_linear(3, 4), em_nn_linear(4, 2));
     em_module *first = em_module_child(m, 0), *second = em_module_child(m, 1);
     em_optimizer *whole = em_adam(m, 1e-2), *part = em_sgd_ex(second, (em_sgd_opts){.lr = 0.1, .momentum = 0.9});
     em_tensor *x = em_randn(EM_SHAPE(5, 3), (em_opts){0});
@@ -275,7 +275,7 @@ static void test_optimizer_follows_moves_and_frees(void) {
 /* A whole training loop inside scopes; under ASan/LSan nothing may leak. */
 static void test_training_loop(void) {
     em_manual_seed(3);
-    em_module *m = em_sequential(em_linear(8, 16), em_gelu_module(), em_dropout(0.1), em_linear(16, 3));
+    em_module *m = em_nn_sequential(em_nn_linear(8, 16), em_nn_gelu(), em_nn_dropout(0.1), em_nn_linear(16, 3));
     em_optimizer *opt = em_adamw(m, 1e-2);
     em_scope s0 = em_scope_begin();
     em_tensor *x = em_keep(em_randn(EM_SHAPE(32, 8), (em_opts){0}));
@@ -345,9 +345,9 @@ static void test_save_load(void) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/ember_test_nn_%d.safetensors", (int)getpid());
     em_manual_seed(1);
-    em_module *a = em_sequential(em_linear(3, 4), em_relu_module(), em_linear(4, 2));
+    em_module *a = em_nn_sequential(em_nn_linear(3, 4), em_nn_relu(), em_nn_linear(4, 2));
     em_manual_seed(2);
-    em_module *b = em_sequential(em_linear(3, 4), em_relu_module(), em_linear(4, 2));
+    em_module *b = em_nn_sequential(em_nn_linear(3, 4), em_nn_relu(), em_nn_linear(4, 2));
     em_named_tensor pa[4], pb[4];
     em_module_parameters(a, pa, 4);
     em_module_parameters(b, pb, 4);
@@ -363,7 +363,7 @@ static void test_save_load(void) {
         CHECK(em_requires_grad(pb[i].tensor));
     }
     /* a different architecture: PyTorch's strict messages, and nothing changed */
-    em_module *c = em_sequential(em_linear(3, 5), em_relu_module(), em_linear(5, 2), em_linear(2, 2));
+    em_module *c = em_nn_sequential(em_nn_linear(3, 5), em_nn_relu(), em_nn_linear(5, 2), em_nn_linear(2, 2));
     em_named_tensor pc[6];
     em_module_parameters(c, pc, 6);
     double before = em_item(em_sum(pc[0].tensor, EM_ALL_DIMS, false));
@@ -374,7 +374,7 @@ static void test_save_load(void) {
                       "checkpoint, the shape in current model is torch.Size([5, 3]).") != NULL);
     em_clear_error();
     CHECK(em_item(em_sum(pc[0].tensor, EM_ALL_DIMS, false)) == before);
-    em_module *d = em_sequential(em_linear(3, 4));
+    em_module *d = em_nn_sequential(em_nn_linear(3, 4));
     CHECK(em_module_load(d, path) == EM_ERR_FORMAT);
     CHECK_ERROR(EM_ERR_FORMAT, "Unexpected key(s) in state_dict: \"2.bias\", \"2.weight\"");
     CHECK(em_module_load(a, "/nonexistent/x.safetensors") != EM_OK);
@@ -394,9 +394,9 @@ static em_device g_dev;
 static void test_module_to_device(void) {
     em_scope s = em_scope_begin();
     em_manual_seed(11);
-    em_module *m = em_sequential(em_linear(6, 5), em_tanh_module(), em_linear(5, 3));
+    em_module *m = em_nn_sequential(em_nn_linear(6, 5), em_nn_tanh(), em_nn_linear(5, 3));
     em_manual_seed(11);
-    em_module *ref = em_sequential(em_linear(6, 5), em_tanh_module(), em_linear(5, 3));
+    em_module *ref = em_nn_sequential(em_nn_linear(6, 5), em_nn_tanh(), em_nn_linear(5, 3));
     em_optimizer *opt = em_adam(m, 1e-2), *ref_opt = em_adam(ref, 1e-2);
     em_tensor *x = em_randn(EM_SHAPE(4, 6), (em_opts){0});
     em_tensor *y = em_randint(0, 3, EM_SHAPE(4), EM_OPTS(.dtype = EM_I64));
@@ -444,16 +444,16 @@ static void test_module_to_device(void) {
 /* A user's mistakes with layers and losses: a status and a message, nothing leaked. */
 static void test_user_errors(void) {
     em_scope s = em_scope_begin();
-    CHECK(em_linear(-1, 3) == NULL);
-    CHECK_ERROR(EM_ERR_ARGUMENT, "em_linear: features must be >= 0, got in=-1, out=3");
-    em_module *relu = em_relu_module();
-    CHECK(em_sequential_append(relu, em_dropout(0.5)) == EM_ERR_ARGUMENT);
+    CHECK(em_nn_linear(-1, 3) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_nn_linear: features must be >= 0, got in=-1, out=3");
+    em_module *relu = em_nn_relu();
+    CHECK(em_sequential_append(relu, em_nn_dropout(0.5)) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "em_sequential_append: not a Sequential module");
     em_module_free(relu);
-    CHECK(em_sequential(em_relu_module(), NULL) == NULL);
-    CHECK_ERROR(EM_ERR_ARGUMENT, "em_sequential: a module is NULL (its constructor failed)");
+    CHECK(em_nn_sequential(em_nn_relu(), NULL) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_nn_sequential: a module is NULL (its constructor failed)");
     /* Dropout describes itself as PyTorch prints it */
-    em_module *d = em_dropout(0.25);
+    em_module *d = em_nn_dropout(0.25);
     char buf[128];
     CHECK(em_module_format(d, buf, sizeof buf) > 0);
     CHECK(strstr(buf, "Dropout(p=0.25, inplace=False)") != NULL);

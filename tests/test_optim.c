@@ -152,7 +152,7 @@ static void test_zero_grad_and_accumulation(void) {
 
 static void test_clip_grad_norm(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_sequential(em_linear(3, 4), em_linear(4, 2));
+    em_module *m = em_nn_sequential(em_nn_linear(3, 4), em_nn_linear(4, 2));
     em_tensor *x = em_randn(EM_SHAPE(6, 3), (em_opts){0});
     CHECK_OK(em_backward(em_sum(em_mul_scalar(em_forward(m, x), 10.0), EM_ALL_DIMS, false)));
     em_named_tensor ps[4];
@@ -194,7 +194,7 @@ static void test_schedules(void) {
     CHECK_NEAR(em_lr_at(w, 1.0, 14), 0.1, 1e-12);
     CHECK_NEAR(em_lr_at(w, 1.0, 100), 0.1, 1e-12);
     /* attached to an optimizer */
-    em_module *m = em_linear(2, 2);
+    em_module *m = em_nn_linear(2, 2);
     em_optimizer *opt = em_sgd(m, 0.2);
     CHECK_OK(em_optim_set_schedule(opt, em_lr_step(2, 0.1)));
     CHECK_NEAR(em_optim_lr(opt), 0.2, 0);

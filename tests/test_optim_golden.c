@@ -84,8 +84,8 @@ static void unload(archive *a) {
 static archive g_model, g_batches, g_runs;
 
 static em_module *make_model(void) {
-    em_module *m = em_sequential(em_linear(16, 32), em_relu_module(), em_linear(32, 32),
-                                 em_gelu_module(), em_linear(32, 4));
+    em_module *m = em_nn_sequential(em_nn_linear(16, 32), em_nn_relu(), em_nn_linear(32, 32),
+                                 em_nn_gelu(), em_nn_linear(32, 4));
     em_named_tensor ps[8];
     int n = em_module_parameters(m, ps, 8);
     CHECK(n == 6);

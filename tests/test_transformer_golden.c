@@ -151,7 +151,7 @@ static void set_param(em_module *m, const char *name, em_tensor *v) {
 }
 
 static void case_bn_module(void) {
-    em_module *m = em_batch_norm2d(3);
+    em_module *m = em_nn_batch_norm2d(3);
     CHECK_OK(em_module_to(m, g_dev));
     set_param(m, "weight", get("w"));
     set_param(m, "bias", get("b"));
@@ -195,7 +195,7 @@ static void case_sdpa(void) {
 static void mha_once(bool causal_flag) {
     char kind[16];
     meta("kind", kind, sizeof kind);
-    em_module *m = em_multihead_attention((int64_t)meta_num("embed_dim"), (int64_t)meta_num("num_heads"));
+    em_module *m = em_nn_multihead_attention((int64_t)meta_num("embed_dim"), (int64_t)meta_num("num_heads"));
     CHECK_OK(em_module_to(m, g_dev));
     static const char *const names[] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
     for (int i = 0; i < 4; i++) {

@@ -155,7 +155,7 @@ static em_tensor *mha_causal(em_tensor *x, void *ctx) { return em_multihead_atte
 static void test_causal_mask_hides_the_future(void) {
     em_manual_seed(3);
     check_causal("sdpa is_causal", sdpa_self, NULL, 7);
-    em_module *m = em_multihead_attention_ex(8, 2, 0.0, true, true);
+    em_module *m = em_nn_multihead_attention_ex(8, 2, 0.0, true, true);
     check_causal("MultiheadAttention is_causal", mha_causal, m, 6);
     em_module_free(m);
     /* the check itself sees a leak: without the mask earlier outputs move */
@@ -170,7 +170,7 @@ static void test_causal_mask_hides_the_future(void) {
 
 static void test_batch_norm_train_eval(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_batch_norm1d(3);
+    em_module *m = em_nn_batch_norm1d(3);
     em_tensor *x = em_add_scalar(em_mul_scalar(em_randn(EM_SHAPE(8, 3), (em_opts){0}), 2.0), 1.0);
     em_named_tensor b[3];
     CHECK(em_module_buffers(m, b, 3) == 3);
@@ -200,10 +200,10 @@ static void test_batch_norm_train_eval(void) {
 /* Every parameter and buffer of the four layers through a safetensors file and back. */
 static void test_state_dict_round_trip(void) {
     em_scope s = em_scope_begin();
-    em_module *a = em_sequential(em_embedding_module(11, 8, 0), em_layer_norm_module(EM_SHAPE(8), 1e-5, true),
-                                 em_multihead_attention_ex(8, 2, 0.0, true, true), em_batch_norm1d(5));
-    em_module *b = em_sequential(em_embedding_module(11, 8, 0), em_layer_norm_module(EM_SHAPE(8), 1e-5, true),
-                                 em_multihead_attention_ex(8, 2, 0.0, true, true), em_batch_norm1d(5));
+    em_module *a = em_nn_sequential(em_nn_embedding(11, 8, 0), em_nn_layer_norm(EM_SHAPE(8), 1e-5, true),
+                                 em_nn_multihead_attention_ex(8, 2, 0.0, true, true), em_nn_batch_norm1d(5));
+    em_module *b = em_nn_sequential(em_nn_embedding(11, 8, 0), em_nn_layer_norm(EM_SHAPE(8), 1e-5, true),
+                                 em_nn_multihead_attention_ex(8, 2, 0.0, true, true), em_nn_batch_norm1d(5));
     CHECK(a && b);
     em_forward(em_module_child(a, 3), em_randn(EM_SHAPE(4, 5), (em_opts){0})); /* running stats move */
     em_named_tensor pa[16], pb[16];
@@ -233,8 +233,8 @@ static void test_state_dict_round_trip(void) {
 }
 
 static void test_reprs(void) {
-    em_module *m = em_sequential(em_layer_norm_module(EM_SHAPE(8), 1e-5, true), em_batch_norm2d(4),
-                                 em_embedding_module(10, 3, 0), em_multihead_attention(8, 2));
+    em_module *m = em_nn_sequential(em_nn_layer_norm(EM_SHAPE(8), 1e-5, true), em_nn_batch_norm2d(4),
+                                 em_nn_embedding(10, 3, 0), em_nn_multihead_attention(8, 2));
     char buf[1024];
     em_module_format(m, buf, sizeof buf);
     CHECK(strstr(buf, "(0): LayerNorm((8,), eps=1e-05, elementwise_affine=True)") != NULL);
@@ -269,13 +269,13 @@ static void expect_error(const char *what, em_tensor *r, em_status code, const c
 static void test_bad_input(void) {
     int64_t before = em_memory_allocated(EM_DEVICE_CPU);
     em_scope s = em_scope_begin();
-    em_module *emb = em_embedding_module(10, 4, EM_NO_PADDING_IDX);
+    em_module *emb = em_nn_embedding(10, 4, EM_NO_PADDING_IDX);
     EXPECT_ERROR("embedding range", em_forward(emb, idx((int64_t[]){1, 10, 3}, EM_SHAPE(3))), EM_ERR_ARGUMENT,
                  "Embedding", "index 10", "[3]", "[10, 4]");
     EXPECT_ERROR("embedding negative", em_forward(emb, idx((int64_t[]){-1}, EM_SHAPE(1))), EM_ERR_ARGUMENT,
                  "Embedding", "index -1");
     EXPECT_ERROR("embedding float input", em_forward(emb, em_ones(EM_SHAPE(2), (em_opts){0})), EM_ERR_DTYPE, "Embedding");
-    CHECK(em_embedding_module(10, 4, 10) == NULL);
+    CHECK(em_nn_embedding(10, 4, 10) == NULL);
     em_clear_error();
     em_tensor *q = em_randn(EM_SHAPE(2, 5, 4), (em_opts){0});
     em_tensor *badmask = em_ones(EM_SHAPE(4, 5), EM_OPTS(.dtype = EM_BOOL));
@@ -283,22 +283,22 @@ static void test_bad_input(void) {
                  "attn_mask", "[4, 5]", "[2, 5, 5]");
     EXPECT_ERROR("sdpa key", em_scaled_dot_product_attention(q, em_randn(EM_SHAPE(2, 5, 3), (em_opts){0}), q, NULL, 0, false),
                  EM_ERR_SHAPE, "query [2, 5, 4]", "key [2, 5, 3]");
-    em_module *mha = em_multihead_attention_ex(4, 2, 0.0, true, true);
+    em_module *mha = em_nn_multihead_attention_ex(4, 2, 0.0, true, true);
     EXPECT_ERROR("mha mask", em_multihead_attention_forward(mha, q, q, q, badmask, false, NULL), EM_ERR_SHAPE,
                  "MultiheadAttention", "attn_mask", "[5, 5]", "[4, 5]");
     EXPECT_ERROR("mha embed", em_forward(mha, em_randn(EM_SHAPE(2, 5, 6), (em_opts){0})), EM_ERR_SHAPE,
                  "MultiheadAttention", "embed_dim 4", "[2, 5, 6]");
-    CHECK(em_multihead_attention(10, 3) == NULL);
+    CHECK(em_nn_multihead_attention(10, 3) == NULL);
     CHECK(em_last_status() == EM_ERR_ARGUMENT);
     CHECK(strstr(em_last_error(), "embed_dim (10) must be divisible by num_heads (3)") != NULL);
     em_clear_error();
-    em_module *ln = em_layer_norm_module(EM_SHAPE(6), 1e-5, true);
+    em_module *ln = em_nn_layer_norm(EM_SHAPE(6), 1e-5, true);
     EXPECT_ERROR("layer norm shape", em_forward(ln, q), EM_ERR_SHAPE, "LayerNorm", "normalized_shape [6]", "[2, 5, 4]");
-    em_module *bn = em_batch_norm2d(3);
+    em_module *bn = em_nn_batch_norm2d(3);
     EXPECT_ERROR("batch norm channels", em_forward(bn, em_randn(EM_SHAPE(2, 4, 3, 3), (em_opts){0})), EM_ERR_SHAPE,
                  "BatchNorm2d", "3 channels", "[2, 4, 3, 3]");
     EXPECT_ERROR("batch norm dims", em_forward(bn, q), EM_ERR_SHAPE, "BatchNorm2d", "4D", "[2, 5, 4]");
-    em_module *bn1 = em_batch_norm1d(4);
+    em_module *bn1 = em_nn_batch_norm1d(4);
     EXPECT_ERROR("batch norm one value", em_forward(bn1, em_randn(EM_SHAPE(1, 4), (em_opts){0})), EM_ERR_SHAPE,
                  "BatchNorm", "more than 1 value per channel", "[1, 4]");
     EXPECT_ERROR("index_add shape", em_index_add(q, 1, idx((int64_t[]){0}, EM_SHAPE(1)), q, 1), EM_ERR_SHAPE,
@@ -397,7 +397,7 @@ static void test_fused_kernels(void) {
  * (within rounding: without them the CPU's fused kernel runs) */
 static void test_mha_attention_weights(void) {
     em_scope s = em_scope_begin();
-    em_module *m = em_multihead_attention_ex(8, 2, 0.0, true, false);
+    em_module *m = em_nn_multihead_attention_ex(8, 2, 0.0, true, false);
     em_tensor *x = em_randn(EM_SHAPE(5, 3, 8), (em_opts){0}); /* [L, N, E]: batch_first = false */
     em_tensor *w = NULL;
     em_tensor *y = em_multihead_attention_forward(m, x, x, x, NULL, true, &w);

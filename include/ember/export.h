@@ -12,4 +12,11 @@
 #define EM_API /* exported from libember.so (empty outside the library's build) */
 #endif
 
+/* A public name kept for one release after its replacement: using it warns, naming the new one. */
+#if defined(__GNUC__) || defined(__clang__)
+#define EM_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define EM_DEPRECATED(msg)
+#endif
+
 #endif

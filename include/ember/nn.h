@@ -1,11 +1,14 @@
 /* Neural-network modules and losses, as torch.nn.
  *
- *   em_module *model = em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+ *   em_module *model = em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
  *   em_module_to(model, dev);              // parameters move in place: handles stay valid
  *   em_tensor *loss = em_cross_entropy(em_forward(model, x), y, 0.0);
  *
  * A module owns its parameters, buffers and children; em_module_free frees the whole tree.
- * The activations are em_relu_module() etc. because em_relu() is already the tensor op.
+ * Names: a layer's constructor is em_nn_ and torch.nn's class in snake case (nn.Linear:
+ * em_nn_linear, nn.Conv2d: em_nn_conv2d, nn.ReLU: em_nn_relu); em_<op> is the op itself, as in
+ * torch.nn.functional (em_relu(x), em_conv2d(x, w, ...)). The names from before this rule are
+ * kept at the end of this header as deprecated aliases, for one release.
  * A module is used from one thread at a time (the thread contract is in ember.h). */
 #ifndef EMBER_NN_H
 #define EMBER_NN_H
@@ -48,23 +51,23 @@ EM_API void em_module_free(em_module *m);
 
 /* ---- layers ---- */
 /* y = x W^T + b with PyTorch's default init: W, b ~ U(-1/sqrt(in), 1/sqrt(in)) from em_rand. */
-EM_API em_module *em_linear(int64_t in_features, int64_t out_features);
-EM_API em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias); /* bias=false: no b */
-EM_API em_module *em_relu_module(void);    /* nn.ReLU */
-EM_API em_module *em_gelu_module(void);    /* nn.GELU (exact) */
-EM_API em_module *em_sigmoid_module(void); /* nn.Sigmoid */
-EM_API em_module *em_tanh_module(void);    /* nn.Tanh */
+EM_API em_module *em_nn_linear(int64_t in_features, int64_t out_features);
+EM_API em_module *em_nn_linear_ex(int64_t in_features, int64_t out_features, bool bias); /* bias=false: no b */
+EM_API em_module *em_nn_relu(void);    /* nn.ReLU */
+EM_API em_module *em_nn_gelu(void);    /* nn.GELU (exact) */
+EM_API em_module *em_nn_sigmoid(void); /* nn.Sigmoid */
+EM_API em_module *em_nn_tanh(void);    /* nn.Tanh */
 /* Zeroes elements with probability p (a Bernoulli mask from em_rand) and scales the rest by
  * 1/(1-p) while training; the identity in eval mode. */
-EM_API em_module *em_dropout(double p);
+EM_API em_module *em_nn_dropout(double p);
 /* nn.Flatten(): flattens dims 1..-1. */
-EM_API em_module *em_flatten_module(void);
+EM_API em_module *em_nn_flatten(void);
 /* Sequential container; takes ownership of the modules. If any is NULL (a failed
  * constructor), frees the others and returns NULL. Children are named "0", "1", ... */
-EM_API em_module *em_sequential_n(int n, em_module *const *modules);
-/* em_sequential(em_linear(4, 8), em_relu_module()): em_sequential_n over a literal list. */
-#define em_sequential(...)                                                              \
-    em_sequential_n((int)(sizeof((em_module *[]){__VA_ARGS__}) / sizeof(em_module *)), \
+EM_API em_module *em_nn_sequential_n(int n, em_module *const *modules);
+/* em_nn_sequential(em_nn_linear(4, 8), em_nn_relu()): em_nn_sequential_n over a literal list. */
+#define em_nn_sequential(...)                                                              \
+    em_nn_sequential_n((int)(sizeof((em_module *[]){__VA_ARGS__}) / sizeof(em_module *)), \
                     (em_module *[]){__VA_ARGS__})
 /* Append a module to a Sequential (takes ownership). */
 EM_API em_status em_sequential_append(em_module *seq, em_module *m);
@@ -72,19 +75,19 @@ EM_API em_status em_sequential_append(em_module *seq, em_module *m);
 /* ---- convolution and pooling layers (torch.nn's, NCHW) ----
  * Conv2d: weight [out, in / groups, kH, kW] and bias [out], both U(-1/sqrt(fan_in),
  * 1/sqrt(fan_in)) with fan_in = in / groups * kH * kW (PyTorch's kaiming_uniform(a=sqrt(5))).
- * em_conv2d_module uses PyTorch's defaults: stride 1, padding 0, dilation 1, groups 1, bias.
+ * em_nn_conv2d uses PyTorch's defaults: stride 1, padding 0, dilation 1, groups 1, bias.
  * Pools: stride EM_HW1(0) means kernel_size (PyTorch's stride=None). A shape error in
  * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."). */
-EM_API em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
+EM_API em_module *em_nn_conv2d(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
 /* nn.Conv2d with every argument. */
-EM_API em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
+EM_API em_module *em_nn_conv2d_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
                                em_hw padding, em_hw dilation, int64_t groups, bool bias);
 /* nn.MaxPool2d(kernel_size, stride, padding, dilation, ceil_mode). */
-EM_API em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode);
+EM_API em_module *em_nn_max_pool2d(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode);
 /* nn.AvgPool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override). */
-EM_API em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
+EM_API em_module *em_nn_avg_pool2d(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
                                 bool count_include_pad, int64_t divisor_override);
-EM_API em_module *em_adaptive_avg_pool2d_module(em_hw output_size); /* nn.AdaptiveAvgPool2d */
+EM_API em_module *em_nn_adaptive_avg_pool2d(em_hw output_size); /* nn.AdaptiveAvgPool2d */
 /* A Conv2d's channels and kernel size; EM_ERR_ARGUMENT if m is not a Conv2d. */
 EM_API em_status em_module_conv2d_shape(const em_module *m, int64_t *in_channels, int64_t *out_channels,
                                  em_hw *kernel_size);
@@ -230,24 +233,24 @@ typedef struct em_attention_opts {
 EM_API em_tensor *em_attention(em_tensor *q, em_tensor *k, em_tensor *v, const em_attention_opts *opts);
 /* Modules, PyTorch's parameter and buffer names and defaults: */
 /* nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True): weight (ones), bias (zeros). */
-EM_API em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elementwise_affine);
+EM_API em_module *em_nn_layer_norm(em_shape normalized_shape, double eps, bool elementwise_affine);
 /* nn.BatchNorm1d / 2d(num_features): eps 1e-5, momentum 0.1 (NAN: None, a cumulative
  * average), affine, track_running_stats; parameters weight, bias; buffers running_mean,
  * running_var, num_batches_tracked (int64). Batch statistics while training, running ones
  * in eval mode. BatchNorm1d takes [N, C] or [N, C, L]; BatchNorm2d [N, C, H, W]. */
-EM_API em_module *em_batch_norm1d(int64_t num_features); /* nn.BatchNorm1d with the defaults */
-EM_API em_module *em_batch_norm2d(int64_t num_features); /* nn.BatchNorm2d with the defaults */
+EM_API em_module *em_nn_batch_norm1d(int64_t num_features); /* nn.BatchNorm1d with the defaults */
+EM_API em_module *em_nn_batch_norm2d(int64_t num_features); /* nn.BatchNorm2d with the defaults */
 /* BatchNorm1d (spatial_dims 1) or 2d (2) with every argument. */
-EM_API em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
+EM_API em_module *em_nn_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
                             bool track_running_stats);
 /* nn.Embedding(num_embeddings, embedding_dim, padding_idx): weight ~ N(0, 1), the padding row zero. */
-EM_API em_module *em_embedding_module(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx);
+EM_API em_module *em_nn_embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx);
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout=0, bias=True, batch_first=False):
  * in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros), out_proj (a Linear,
  * bias zeros). em_forward(m, x) is self-attention without a mask. */
-EM_API em_module *em_multihead_attention(int64_t embed_dim, int64_t num_heads);
+EM_API em_module *em_nn_multihead_attention(int64_t embed_dim, int64_t num_heads);
 /* nn.MultiheadAttention with every argument. */
-EM_API em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+EM_API em_module *em_nn_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first);
 /* mha(query, key, value, attn_mask): attn_mask (NULL: none) is [L, S] or [N * num_heads,
  * L, S], bool true meaning "may NOT attend" (PyTorch's MHA convention) or floating (added);
@@ -306,6 +309,49 @@ EM_API em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double 
 /* log_probs [N, C], target int64 [N]: -mean(log_probs[i, target[i]]). */
 EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
 EM_API em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
+
+/* ---- the names from before the em_nn_ rule: deprecated, removed in the next release ---- */
+EM_API EM_DEPRECATED("use em_nn_linear") em_module *em_linear(int64_t in_features, int64_t out_features);
+EM_API EM_DEPRECATED("use em_nn_linear_ex") em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias);
+EM_API EM_DEPRECATED("use em_nn_relu") em_module *em_relu_module(void);
+EM_API EM_DEPRECATED("use em_nn_gelu") em_module *em_gelu_module(void);
+EM_API EM_DEPRECATED("use em_nn_sigmoid") em_module *em_sigmoid_module(void);
+EM_API EM_DEPRECATED("use em_nn_tanh") em_module *em_tanh_module(void);
+EM_API EM_DEPRECATED("use em_nn_dropout") em_module *em_dropout(double p);
+EM_API EM_DEPRECATED("use em_nn_flatten") em_module *em_flatten_module(void);
+EM_API EM_DEPRECATED("use em_nn_sequential_n") em_module *em_sequential_n(int n, em_module *const *modules);
+/* deprecated: use em_nn_sequential (this one warns through em_sequential_n) */
+#define em_sequential(...)                                                              \
+    em_sequential_n((int)(sizeof((em_module *[]){__VA_ARGS__}) / sizeof(em_module *)), \
+                    (em_module *[]){__VA_ARGS__})
+EM_API EM_DEPRECATED("use em_nn_conv2d") em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels,
+                                                                     em_hw kernel_size);
+EM_API EM_DEPRECATED("use em_nn_conv2d_ex") em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels,
+                                                                           em_hw kernel_size, em_hw stride,
+                                                                           em_hw padding, em_hw dilation,
+                                                                           int64_t groups, bool bias);
+EM_API EM_DEPRECATED("use em_nn_max_pool2d") em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride,
+                                                                             em_hw padding, em_hw dilation,
+                                                                             bool ceil_mode);
+EM_API EM_DEPRECATED("use em_nn_avg_pool2d") em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride,
+                                                                             em_hw padding, bool ceil_mode,
+                                                                             bool count_include_pad,
+                                                                             int64_t divisor_override);
+EM_API EM_DEPRECATED("use em_nn_adaptive_avg_pool2d") em_module *em_adaptive_avg_pool2d_module(em_hw output_size);
+EM_API EM_DEPRECATED("use em_nn_layer_norm") em_module *em_layer_norm_module(em_shape normalized_shape, double eps,
+                                                                             bool elementwise_affine);
+EM_API EM_DEPRECATED("use em_nn_batch_norm1d") em_module *em_batch_norm1d(int64_t num_features);
+EM_API EM_DEPRECATED("use em_nn_batch_norm2d") em_module *em_batch_norm2d(int64_t num_features);
+EM_API EM_DEPRECATED("use em_nn_batch_norm_ex") em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features,
+                                                                            double eps, double momentum, bool affine,
+                                                                            bool track_running_stats);
+EM_API EM_DEPRECATED("use em_nn_embedding") em_module *em_embedding_module(int64_t num_embeddings,
+                                                                           int64_t embedding_dim,
+                                                                           int64_t padding_idx);
+EM_API EM_DEPRECATED("use em_nn_multihead_attention") em_module *em_multihead_attention(int64_t embed_dim,
+                                                                                        int64_t num_heads);
+EM_API EM_DEPRECATED("use em_nn_multihead_attention_ex") em_module *em_multihead_attention_ex(
+    int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool batch_first);
 
 #ifdef __cplusplus
 }

@@ -135,7 +135,7 @@ em_status em_memory_set_cap_fraction(em_device d, double fraction) {
 
 em_status em_memory_check_env(em_device d) {
     if (!well_formed(d, "em_memory_check_env")) return em_last_status();
-    mem_state *st = mem__state(resolve(d));   /* reads EMBER_MEMORY_CAP and EMBER_MEMORY_POLICY */
+    mem_state *st = em__mem_state(resolve(d));   /* reads EMBER_MEMORY_CAP and EMBER_MEMORY_POLICY */
     if (!st) return em_last_status();
     pthread_mutex_lock(&st->lock);
     em_status s = st->config_error[0] ? em_error(EM_ERR_ARGUMENT, "%s", st->config_error) : EM_OK;

@@ -250,7 +250,7 @@ static void mha_describe(const em_module *m, char *buf, size_t size) {
 static const em_module_ops mha_ops = {.name = "MultiheadAttention", .forward = mha_forward,
                                       .describe = mha_describe, .free_ctx = free};
 
-em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+em_module *em_nn_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                      bool batch_first) {
     const char *fn = "MultiheadAttention";
     if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads != 0) {
@@ -278,7 +278,7 @@ em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, doubl
                                  -bound);
     em_status st = em_module_add_parameter(m, "in_proj_weight", w);
     if (st == EM_OK && bias) st = em_module_add_parameter(m, "in_proj_bias", em_zeros(EM_SHAPE(3 * embed_dim), (em_opts){0}));
-    em_module *out = st == EM_OK ? em_linear_ex(embed_dim, embed_dim, bias) : NULL;
+    em_module *out = st == EM_OK ? em_nn_linear_ex(embed_dim, embed_dim, bias) : NULL;
     if (out && bias) st = em_zero_(out->params[1].t);
     if (st == EM_OK) st = out ? em_module_add_child(m, "out_proj", out) : em_last_status();
     em_scope_end(s);
@@ -290,6 +290,6 @@ em_module *em_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, doubl
     return m;
 }
 
-em_module *em_multihead_attention(int64_t embed_dim, int64_t num_heads) {
-    return em_multihead_attention_ex(embed_dim, num_heads, 0.0, true, false);
+em_module *em_nn_multihead_attention(int64_t embed_dim, int64_t num_heads) {
+    return em_nn_multihead_attention_ex(embed_dim, num_heads, 0.0, true, false);
 }

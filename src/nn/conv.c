@@ -73,7 +73,7 @@ static em_tensor *uniform(em_shape shape, double bound) {
     return em_add_scalar(em_mul_scalar(em_rand(shape, (em_opts){0}), 2.0 * bound), -bound);
 }
 
-em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
+em_module *em_nn_conv2d_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
                                em_hw padding, em_hw dilation, int64_t groups, bool bias) {
     const char *bad = NULL;
     if (in_channels <= 0 || out_channels <= 0) bad = "in_channels and out_channels must be positive";
@@ -94,7 +94,7 @@ em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw 
     }
     conv_ctx *c = malloc(sizeof *c);
     if (!c) {
-        em_error(EM_ERR_OUT_OF_MEMORY, "em_conv2d_module: out of host memory");
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_nn_conv2d: out of host memory");
         return NULL;
     }
     *c = (conv_ctx){in_channels, out_channels, groups, kernel_size, stride, padding, dilation, bias};
@@ -117,8 +117,8 @@ em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels, em_hw 
     return m;
 }
 
-em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels, em_hw kernel_size) {
-    return em_conv2d_module_ex(in_channels, out_channels, kernel_size, EM_HW1(1), EM_HW1(0), EM_HW1(1), 1, true);
+em_module *em_nn_conv2d(int64_t in_channels, int64_t out_channels, em_hw kernel_size) {
+    return em_nn_conv2d_ex(in_channels, out_channels, kernel_size, EM_HW1(1), EM_HW1(0), EM_HW1(1), 1, true);
 }
 
 /* ---- pools ---- */
@@ -200,12 +200,12 @@ static em_module *pool_new(const em_module_ops *ops, pool_ctx v) {
     return em_module_new(ops, c);
 }
 
-em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode) {
+em_module *em_nn_max_pool2d(em_hw kernel_size, em_hw stride, em_hw padding, em_hw dilation, bool ceil_mode) {
     return pool_new(&max_pool_ops, (pool_ctx){.k = kernel_size, .stride = stride, .padding = padding,
                                               .dilation = dilation, .ceil_mode = ceil_mode});
 }
 
-em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
+em_module *em_nn_avg_pool2d(em_hw kernel_size, em_hw stride, em_hw padding, bool ceil_mode,
                                 bool count_include_pad, int64_t divisor_override) {
     return pool_new(&avg_pool_ops, (pool_ctx){.k = kernel_size, .stride = stride, .padding = padding,
                                               .dilation = EM_HW1(1), .ceil_mode = ceil_mode,
@@ -213,7 +213,7 @@ em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride, em_hw padding, 
                                               .divisor = divisor_override});
 }
 
-em_module *em_adaptive_avg_pool2d_module(em_hw output_size) {
+em_module *em_nn_adaptive_avg_pool2d(em_hw output_size) {
     return pool_new(&adaptive_ops, (pool_ctx){.k = output_size, .dilation = EM_HW1(1)});
 }
 

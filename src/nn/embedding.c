@@ -87,8 +87,8 @@ static void emb_describe(const em_module *m, char *buf, size_t size) {
 static const em_module_ops emb_ops = {.name = "Embedding", .forward = emb_forward, .describe = emb_describe,
                                       .free_ctx = free};
 
-em_module *em_embedding_module(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx) {
-    const char *fn = "em_embedding_module";
+em_module *em_nn_embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx) {
+    const char *fn = "em_nn_embedding";
     if (num_embeddings <= 0 || embedding_dim <= 0) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: num_embeddings and embedding_dim must be > 0, got %lld and %lld",
                                    fn, (long long)num_embeddings, (long long)embedding_dim);

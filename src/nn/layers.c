@@ -43,15 +43,15 @@ static em_tensor *uniform(em_shape shape, double bound) {
     return em_add_scalar(em_mul_scalar(em_rand(shape, (em_opts){0}), 2.0 * bound), -bound);
 }
 
-em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias) {
+em_module *em_nn_linear_ex(int64_t in_features, int64_t out_features, bool bias) {
     if (in_features < 0 || out_features < 0) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_linear: features must be >= 0, got in=%lld, out=%lld",
+        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_nn_linear: features must be >= 0, got in=%lld, out=%lld",
                                    (long long)in_features, (long long)out_features);
         return NULL;
     }
     linear_ctx *c = malloc(sizeof *c);
     if (!c) {
-        em_error(EM_ERR_OUT_OF_MEMORY, "em_linear: out of host memory");
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_nn_linear: out of host memory");
         return NULL;
     }
     *c = (linear_ctx){in_features, out_features, bias};
@@ -72,8 +72,8 @@ em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias) {
     return m;
 }
 
-em_module *em_linear(int64_t in_features, int64_t out_features) {
-    return em_linear_ex(in_features, out_features, true);
+em_module *em_nn_linear(int64_t in_features, int64_t out_features) {
+    return em_nn_linear_ex(in_features, out_features, true);
 }
 
 /* ---- activations ---- */
@@ -96,11 +96,11 @@ static void flatten_describe(const em_module *m, char *buf, size_t size) {
 static const em_module_ops flatten_ops = {
     .name = "Flatten", .forward = flatten_forward, .describe = flatten_describe};
 
-em_module *em_relu_module(void) { return em_module_new(&relu_ops, NULL); }
-em_module *em_gelu_module(void) { return em_module_new(&gelu_ops, NULL); }
-em_module *em_sigmoid_module(void) { return em_module_new(&sigmoid_ops, NULL); }
-em_module *em_tanh_module(void) { return em_module_new(&tanh_ops, NULL); }
-em_module *em_flatten_module(void) { return em_module_new(&flatten_ops, NULL); }
+em_module *em_nn_relu(void) { return em_module_new(&relu_ops, NULL); }
+em_module *em_nn_gelu(void) { return em_module_new(&gelu_ops, NULL); }
+em_module *em_nn_sigmoid(void) { return em_module_new(&sigmoid_ops, NULL); }
+em_module *em_nn_tanh(void) { return em_module_new(&tanh_ops, NULL); }
+em_module *em_nn_flatten(void) { return em_module_new(&flatten_ops, NULL); }
 
 /* ---- Dropout ---- */
 
@@ -122,14 +122,14 @@ static void dropout_describe(const em_module *m, char *buf, size_t size) {
 static const em_module_ops dropout_ops = {
     .name = "Dropout", .forward = dropout_forward, .describe = dropout_describe, .free_ctx = free};
 
-em_module *em_dropout(double p) {
+em_module *em_nn_dropout(double p) {
     if (!(p >= 0.0 && p <= 1.0)) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "dropout probability has to be between 0 and 1, but got %g", p);
         return NULL;
     }
     dropout_ctx *c = malloc(sizeof *c);
     if (!c) {
-        em_error(EM_ERR_OUT_OF_MEMORY, "em_dropout: out of host memory");
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_nn_dropout: out of host memory");
         return NULL;
     }
     c->p = p;
@@ -157,7 +157,7 @@ em_status em_sequential_append(em_module *seq, em_module *m) {
     return em_module_add_child(seq, name, m);
 }
 
-em_module *em_sequential_n(int n, em_module *const *modules) {
+em_module *em_nn_sequential_n(int n, em_module *const *modules) {
     bool ok = n >= 0 && (n == 0 || modules);
     for (int i = 0; ok && i < n; i++) ok = modules[i] != NULL;
     em_module *seq = ok ? em_module_new(&sequential_ops, NULL) : NULL;
@@ -170,7 +170,7 @@ em_module *em_sequential_n(int n, em_module *const *modules) {
         }
     }
     if (!ok && !em_failed())
-        em_error(EM_ERR_ARGUMENT, "em_sequential: a module is NULL (its constructor failed)");
+        em_error(EM_ERR_ARGUMENT, "em_nn_sequential: a module is NULL (its constructor failed)");
     return seq;
 }
 

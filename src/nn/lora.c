@@ -170,8 +170,8 @@ em_status em_lora_wrap(em_module *model, int64_t rank, double alpha, unsigned ta
             break;
         }
         em_tensor *w = m->params[0].t;
-        l->a = em_linear_ex(in, rank, false); /* kaiming_uniform(a=sqrt(5)): U(+-1/sqrt(in)), as PEFT */
-        l->b = em_linear_ex(rank, out, false);
+        l->a = em_nn_linear_ex(in, rank, false); /* kaiming_uniform(a=sqrt(5)): U(+-1/sqrt(in)), as PEFT */
+        l->b = em_nn_linear_ex(rank, out, false);
         if (!l->a || !l->b) {
             st = em_last_status();
             break;

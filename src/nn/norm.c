@@ -105,8 +105,8 @@ static bool add_tensor(em_module *m, const char *name, em_tensor *t, bool param)
     return (param ? em_module_add_parameter(m, name, t) : em_module_add_buffer(m, name, t)) == EM_OK;
 }
 
-em_module *em_layer_norm_module(em_shape normalized_shape, double eps, bool elementwise_affine) {
-    const char *fn = "em_layer_norm_module";
+em_module *em_nn_layer_norm(em_shape normalized_shape, double eps, bool elementwise_affine) {
+    const char *fn = "em_nn_layer_norm";
     bool ok = normalized_shape.ndim >= 1 && normalized_shape.ndim <= EM_MAX_DIMS;
     for (int i = 0; ok && i < normalized_shape.ndim; i++) ok = normalized_shape.d[i] > 0;
     if (!ok || !(eps >= 0)) {
@@ -261,9 +261,9 @@ static const em_module_ops bn1_ops = {.name = "BatchNorm1d", .forward = bn_forwa
 static const em_module_ops bn2_ops = {.name = "BatchNorm2d", .forward = bn_forward, .describe = bn_describe,
                                       .free_ctx = free};
 
-em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
+em_module *em_nn_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, double momentum, bool affine,
                             bool track_running_stats) {
-    const char *fn = "em_batch_norm_ex";
+    const char *fn = "em_nn_batch_norm_ex";
     if ((spatial_dims != 1 && spatial_dims != 2) || num_features <= 0 || !(eps >= 0) ||
         !(isnan(momentum) || (momentum >= 0 && momentum <= 1))) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: expected BatchNorm1d or 2d (got %dd), num_features > 0 (got %lld), "
@@ -295,5 +295,5 @@ em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features, double eps, 
     return m;
 }
 
-em_module *em_batch_norm1d(int64_t num_features) { return em_batch_norm_ex(1, num_features, 1e-5, 0.1, true, true); }
-em_module *em_batch_norm2d(int64_t num_features) { return em_batch_norm_ex(2, num_features, 1e-5, 0.1, true, true); }
+em_module *em_nn_batch_norm1d(int64_t num_features) { return em_nn_batch_norm_ex(1, num_features, 1e-5, 0.1, true, true); }
+em_module *em_nn_batch_norm2d(int64_t num_features) { return em_nn_batch_norm_ex(2, num_features, 1e-5, 0.1, true, true); }

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 em_module *mlp_new(void) {
-    return em_sequential(em_linear(784, 256), em_relu_module(), em_linear(256, 10));
+    return em_nn_sequential(em_nn_linear(784, 256), em_nn_relu(), em_nn_linear(256, 10));
 }
 
 em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit, const char *opt) {

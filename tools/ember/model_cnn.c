@@ -27,13 +27,13 @@ static const em_module_ops input_ops = {.name = "UnflattenNormalize", .forward =
                                         .describe = input_describe};
 
 em_module *cnn_new(void) {
-    return em_sequential(em_module_new(&input_ops, NULL),
-                         em_conv2d_module_ex(1, CNN_C1, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true),
-                         em_relu_module(), em_max_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
-                         em_conv2d_module(CNN_C1, CNN_C2, EM_HW1(5)), em_relu_module(),
-                         em_max_pool2d_module(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
-                         em_flatten_module(), em_linear(CNN_C2 * 5 * 5, CNN_HIDDEN), em_relu_module(),
-                         em_linear(CNN_HIDDEN, 10));
+    return em_nn_sequential(em_module_new(&input_ops, NULL),
+                         em_nn_conv2d_ex(1, CNN_C1, EM_HW1(5), EM_HW1(1), EM_HW1(2), EM_HW1(1), 1, true),
+                         em_nn_relu(), em_nn_max_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
+                         em_nn_conv2d(CNN_C1, CNN_C2, EM_HW1(5)), em_nn_relu(),
+                         em_nn_max_pool2d(EM_HW1(2), EM_HW1(0), EM_HW1(0), EM_HW1(1), false),
+                         em_nn_flatten(), em_nn_linear(CNN_C2 * 5 * 5, CNN_HIDDEN), em_nn_relu(),
+                         em_nn_linear(CNN_HIDDEN, 10));
 }
 
 em_module *model_new(const char *name) { return !strcmp(name, "cnn") ? cnn_new() : mlp_new(); }

@@ -208,10 +208,10 @@ static em_module *block_new(int64_t d, int64_t heads) {
     em_module *b = em_module_new(&block_ops, NULL);
     if (!b) return NULL;
     /* each add takes ownership, also when it fails */
-    bool ok = !em_module_add_child(b, "ln1", em_layer_norm_module(EM_SHAPE(d), 1e-5, true));
-    ok = !em_module_add_child(b, "attn", em_multihead_attention_ex(d, heads, 0.0, true, true)) && ok;
-    ok = !em_module_add_child(b, "ln2", em_layer_norm_module(EM_SHAPE(d), 1e-5, true)) && ok;
-    ok = !em_module_add_child(b, "mlp", em_sequential(em_linear(d, 4 * d), em_gelu_module(), em_linear(4 * d, d))) && ok;
+    bool ok = !em_module_add_child(b, "ln1", em_nn_layer_norm(EM_SHAPE(d), 1e-5, true));
+    ok = !em_module_add_child(b, "attn", em_nn_multihead_attention_ex(d, heads, 0.0, true, true)) && ok;
+    ok = !em_module_add_child(b, "ln2", em_nn_layer_norm(EM_SHAPE(d), 1e-5, true)) && ok;
+    ok = !em_module_add_child(b, "mlp", em_nn_sequential(em_nn_linear(d, 4 * d), em_nn_gelu(), em_nn_linear(4 * d, d))) && ok;
     if (!ok) {
         em_module_free(b);
         return NULL;
@@ -225,16 +225,16 @@ static em_module *gpt_new(const gpt_cfg *c) {
     *ckpt = c->ckpt;
     em_module *m = em_module_new(&gpt_ops, ckpt); /* frees ckpt when it fails */
     if (!m) return NULL;
-    em_module *blocks = em_sequential_n(0, NULL);
+    em_module *blocks = em_nn_sequential_n(0, NULL);
     bool ok = blocks != NULL;
     for (int64_t i = 0; ok && i < c->layers; i++) ok = em_sequential_append(blocks, block_new(c->d_model, c->heads)) == EM_OK;
     if (!ok) em_module_free(blocks), blocks = NULL;
     /* each add takes ownership, also when it fails */
-    ok = !em_module_add_child(m, "tok_emb", em_embedding_module(c->vocab, c->d_model, EM_NO_PADDING_IDX)) && ok;
-    ok = !em_module_add_child(m, "pos_emb", em_embedding_module(c->context, c->d_model, EM_NO_PADDING_IDX)) && ok;
+    ok = !em_module_add_child(m, "tok_emb", em_nn_embedding(c->vocab, c->d_model, EM_NO_PADDING_IDX)) && ok;
+    ok = !em_module_add_child(m, "pos_emb", em_nn_embedding(c->context, c->d_model, EM_NO_PADDING_IDX)) && ok;
     ok = !em_module_add_child(m, "blocks", blocks) && ok;
-    ok = !em_module_add_child(m, "ln_f", em_layer_norm_module(EM_SHAPE(c->d_model), 1e-5, true)) && ok;
-    ok = !em_module_add_child(m, "head", em_linear(c->d_model, c->vocab)) && ok;
+    ok = !em_module_add_child(m, "ln_f", em_nn_layer_norm(EM_SHAPE(c->d_model), 1e-5, true)) && ok;
+    ok = !em_module_add_child(m, "head", em_nn_linear(c->d_model, c->vocab)) && ok;
     if (ok) { /* embeddings start small (N(0, 0.02), as GPT-2), not N(0, 1) */
         em_named_tensor p[2];
         em_module_parameters(m, p, 2);
