@@ -33,7 +33,7 @@ static volatile uintptr_t sink;
 /* ---------------------------------------------------------------- latency */
 
 static double ns_cached(size_t bytes, int n) {
-    const em_backend *be = &em_cpu_backend;
+    const em_backend *be = &em__cpu_backend;
     em_block b;
     em__mem_alloc(be, EM_DEVICE_CPU, bytes, &b);   /* warm: the segment exists */
     em__mem_free(be, EM_DEVICE_CPU, &b);
@@ -48,7 +48,7 @@ static double ns_cached(size_t bytes, int n) {
 
 /* 64 live blocks of mixed sizes; each step frees one and allocates another. */
 static double ns_cached_mixed(int n) {
-    const em_backend *be = &em_cpu_backend;
+    const em_backend *be = &em__cpu_backend;
     em_block live[64];
     uint64_t rng = 1;
     size_t sizes[64];

@@ -62,7 +62,7 @@ static void run_once(const inputs *in, double *t) {
     stream_add(em_data_ptr(in->a), em_data_ptr(in->b), em_data_ptr(in->c), BIG_N);
     t[2] = now() - t0;
     t0 = now();
-    em_cpu_backend.run(&(em_op_call){.op = EM_OP_ADD, .dtype = EM_F32, .dst = {in->a}, .src = {in->b, in->c}});
+    em__cpu_backend.run(&(em_op_call){.op = EM_OP_ADD, .dtype = EM_F32, .dst = {in->a}, .src = {in->b, in->c}});
     t[3] = now() - t0;
     t0 = now();
     em_add_(in->a, in->b, 1.0);

@@ -29,7 +29,7 @@ static void die_if_failed(const char *what) {
 }
 
 static void bench_copies(int dev) {
-    const em_backend *be = &em_opencl_backend;
+    const em_backend *be = &em__opencl_backend;
     size_t bytes = 64u << 20;
     char *host = malloc(bytes), *host2 = malloc(bytes);
     memset(host, 1, bytes);
@@ -60,7 +60,7 @@ static void bench_latency(em_device d) {
     em_tensor *x = em_zeros(EM_SHAPE(1), EM_OPTS(.device = d));
     em_tensor *one = em_ones(EM_SHAPE(1), EM_OPTS(.device = d));
     em_device_synchronize(d);
-    const em_backend *be = &em_opencl_backend;
+    const em_backend *be = &em__opencl_backend;
     int n = 10000;
     /* warm: compile the kernels used below */
     be->run(&(em_op_call){.op = EM_OP_FILL, .dtype = x->dtype, .dst = {x}, .f = {1.0}});

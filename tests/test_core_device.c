@@ -75,8 +75,8 @@ static void test_availability(void) {
         CHECK(r && *r);
         CHECK(em_device_count(EM_CUDA) == 0);
     }
-    CHECK(em__backend_for(EM_CPU) == &em_cpu_backend);
-    CHECK(em__backend_for(EM_CUDA) == &em_cuda_backend);
+    CHECK(em__backend_for(EM_CPU) == &em__cpu_backend);
+    CHECK(em__backend_for(EM_CUDA) == &em__cuda_backend);
     CHECK(em__backend_for(EM_MPS) == NULL);
     CHECK(em__backend_for((em_device_type)42) == NULL);
     CHECK(!em_failed());
@@ -102,14 +102,14 @@ static void test_registry(void) {
               be->gpu->release);
         CHECK(!strcmp(be->gpu->name, be->name));
     }
-    CHECK(em_cpu_backend.gpu == NULL);
+    CHECK(em__cpu_backend.gpu == NULL);
 #ifdef EMBER_HAVE_CUDA_HEADERS
-    CHECK(em_cuda_backend.gpu != NULL);
+    CHECK(em__cuda_backend.gpu != NULL);
 #else
-    CHECK(em_cuda_backend.gpu == NULL && em_cuda_backend.run == NULL);
+    CHECK(em__cuda_backend.gpu == NULL && em__cuda_backend.run == NULL);
 #endif
 #ifdef EMBER_HAVE_OPENCL
-    CHECK(em__backend_for(EM_OPENCL) == &em_opencl_backend && em_opencl_backend.gpu != NULL);
+    CHECK(em__backend_for(EM_OPENCL) == &em__opencl_backend && em__opencl_backend.gpu != NULL);
 #endif
     /* no launcher, no users' kernels: a clear error, not a crash */
     CHECK(em_kernel_compile("KERNEL k(GLOBAL float *x) {}\n", "k", EM_DEVICE_CPU) == NULL);
@@ -117,7 +117,7 @@ static void test_registry(void) {
 }
 
 static void test_backend_checked(void) {
-    CHECK(em__backend_checked(EM_DEVICE_CPU, "op") == &em_cpu_backend);
+    CHECK(em__backend_checked(EM_DEVICE_CPU, "op") == &em__cpu_backend);
     CHECK(em__backend_checked(EM_DEVICE(EM_CPU, 1), "op") == NULL);
     CHECK_ERROR(EM_ERR_DEVICE, "op: device cpu:1 does not exist");
     CHECK(em__backend_checked(EM_DEVICE(EM_MPS, 0), "em_zeros") == NULL);

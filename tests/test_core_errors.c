@@ -29,16 +29,16 @@ static void test_long_message_truncated(void) {
 static void test_save_restore(void) {
     em_error(EM_ERR_ARGUMENT, "kept");
     em_error_state s;
-    em_error_save(&s);
+    em__error_save(&s);
     em_clear_error();
     em_error(EM_ERR_OUT_OF_MEMORY, "transient");
     CHECK(em_last_status() == EM_ERR_OUT_OF_MEMORY);
-    em_error_restore(&s);
+    em__error_restore(&s);
     CHECK_ERROR(EM_ERR_ARGUMENT, "kept");
     /* Saving "no error" and restoring it clears. */
-    em_error_save(&s);
+    em__error_save(&s);
     em_error(EM_ERR_IO, "x");
-    em_error_restore(&s);
+    em__error_restore(&s);
     CHECK(!em_failed());
 }
 

@@ -34,7 +34,7 @@ static void test_copy_all_pairs(void) {
                         ttensor *in = tt_make(all_dtypes[si], sh->ndim, sh->d, (tlayout)li);
                         ttensor *out = tt_make(all_dtypes[di], sh->ndim, sh->d, (tlayout)lo);
                         tt_fill_random(in, -100, 100);
-                        CHECK_OK(be_copy(&em_cpu_backend, &out->t, &in->t));
+                        CHECK_OK(be_copy(&em__cpu_backend, &out->t, &in->t));
                         int64_t n = tt_numel(&out->t);
                         for (int64_t i = 0; i < n && bad < 10; i++) {
                             double e = expect_cast(tt_get(in, i), all_dtypes[di]), g = tt_get(out, i);
@@ -64,10 +64,10 @@ static void test_cast_special_values(void) {
     for (int i = 0; i < 6; i++) tt_set(in, i, vals[i]);
     ttensor *i32 = tt_make(EM_I32, 1, shape, L_CONTIG), *i64 = tt_make(EM_I64, 1, shape, L_CONTIG);
     ttensor *u8 = tt_make(EM_U8, 1, shape, L_CONTIG), *b = tt_make(EM_BOOL, 1, shape, L_CONTIG);
-    CHECK_OK(be_copy(&em_cpu_backend, &i32->t, &in->t));
-    CHECK_OK(be_copy(&em_cpu_backend, &i64->t, &in->t));
-    CHECK_OK(be_copy(&em_cpu_backend, &u8->t, &in->t));
-    CHECK_OK(be_copy(&em_cpu_backend, &b->t, &in->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &i32->t, &in->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &i64->t, &in->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &u8->t, &in->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &b->t, &in->t));
     for (int i = 0; i < 5; i++) CHECK(tt_get_i64(i32, i) == INT32_MIN || i == 4);
     CHECK(tt_get_i64(i32, 4) == INT32_MIN);
     CHECK(tt_get_i64(i32, 5) == 300);
@@ -81,7 +81,7 @@ static void test_cast_special_values(void) {
     /* bool bytes other than 0/1 read as true */
     ttensor *braw = tt_make(EM_BOOL, 1, shape, L_CONTIG), *f = tt_make(EM_F32, 1, shape, L_CONTIG);
     for (int i = 0; i < 6; i++) *tt_ptr(braw, i) = (unsigned char)(i * 50);
-    CHECK_OK(be_copy(&em_cpu_backend, &f->t, &braw->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &f->t, &braw->t));
     CHECK(tt_get(f, 0) == 0);
     for (int i = 1; i < 6; i++) CHECK(tt_get(f, i) == 1);
     tt_free(in); tt_free(i32); tt_free(i64); tt_free(u8); tt_free(b); tt_free(braw); tt_free(f);
@@ -97,8 +97,8 @@ static void test_half_conversions_bit_exact(void) {
     ttensor *f = tt_make(EM_F32, 1, shape, L_CONTIG), *h = tt_make(EM_F16, 1, shape, L_CONTIG);
     ttensor *b = tt_make(EM_BF16, 1, shape, L_CONTIG), *back = tt_make(EM_F32, 1, shape, L_CONTIG);
     for (int64_t i = 0; i < n; i++) memcpy(tt_ptr(f, i), &bits[i % 18], 4);
-    CHECK_OK(be_copy(&em_cpu_backend, &h->t, &f->t));
-    CHECK_OK(be_copy(&em_cpu_backend, &b->t, &f->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &h->t, &f->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &b->t, &f->t));
     for (int64_t i = 0; i < n; i++) {
         float v;
         uint16_t hv, bv;
@@ -108,7 +108,7 @@ static void test_half_conversions_bit_exact(void) {
         CHECK(hv == em_f32_to_f16(v));
         CHECK(bv == em_f32_to_bf16(v));
     }
-    CHECK_OK(be_copy(&em_cpu_backend, &back->t, &h->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &back->t, &h->t));
     for (int64_t i = 0; i < n; i++) {
         uint16_t hv;
         float want = 0, got;
@@ -127,7 +127,7 @@ static void test_copy_onto_itself(void) {
     tt_fill_random(x, -3, 3);
     double before[45];
     for (int i = 0; i < 45; i++) before[i] = tt_get(x, i);
-    CHECK_OK(be_copy(&em_cpu_backend, &x->t, &x->t));
+    CHECK_OK(be_copy(&em__cpu_backend, &x->t, &x->t));
     for (int i = 0; i < 45; i++) CHECK(tt_get(x, i) == before[i]);
     tt_free(x);
 }
@@ -142,7 +142,7 @@ static void test_fill(void) {
                     const tshape *sh = &shapes[s];
                     em_dtype dt = all_dtypes[di];
                     ttensor *out = tt_make(dt, sh->ndim, sh->d, (tlayout)lo);
-                    CHECK_OK(be_fill(&em_cpu_backend, &out->t, values[vi]));
+                    CHECK_OK(be_fill(&em__cpu_backend, &out->t, values[vi]));
                     double e;
                     if (dt == EM_I32 && values[vi] == 1e10) e = INT32_MIN;
                     else if (dt == EM_U8 && values[vi] == 1e10) e = (double)(10000000000ll & 255);
@@ -167,7 +167,7 @@ static void test_fill_affine(void) {
                 em_dtype dt = all_dtypes[di];
                 ttensor *out = tt_make(dt, sh->ndim, sh->d, (tlayout)lo);
                 double start = dt == EM_U8 ? 2 : -7, step = em_dtype_is_floating_test(dt) ? 0.25 : 3;
-                CHECK_OK(be_fill_affine(&em_cpu_backend, &out->t, start, step));
+                CHECK_OK(be_fill_affine(&em__cpu_backend, &out->t, start, step));
                 int64_t n = tt_numel(&out->t);
                 for (int64_t i = 0; i < n; i++) {
                     double e = expect_cast(start + (double)i * step, dt), g = tt_get(out, i);
@@ -182,7 +182,7 @@ static void test_fill_affine(void) {
     /* int64 beyond 2^53 stays exact */
     int64_t shape[1] = {4};
     ttensor *x = tt_make(EM_I64, 1, shape, L_CONTIG);
-    CHECK_OK(be_fill_affine(&em_cpu_backend, &x->t, 9007199254740992.0, 1));
+    CHECK_OK(be_fill_affine(&em__cpu_backend, &x->t, 9007199254740992.0, 1));
     for (int i = 0; i < 4; i++) CHECK(tt_get_i64(x, i) == 9007199254740992ll + i);
     tt_free(x);
 }

@@ -116,7 +116,7 @@ static int check_unary(em_op op, em_dtype dt, int s, int li, int lo, const doubl
     ttensor *in = tt_make(dt, sh->ndim, sh->d, (tlayout)li);
     ttensor *out = tt_make(dt, sh->ndim, sh->d, (tlayout)lo);
     fill_inputs(in, op, 0);
-    CHECK_OK(be_unary(&em_cpu_backend, op, &out->t, &in->t, p));
+    CHECK_OK(be_unary(&em__cpu_backend, op, &out->t, &in->t, p));
     int64_t n = tt_numel(&out->t);
     for (int64_t i = 0; i < n; i++) {
         bool ok;
@@ -159,7 +159,7 @@ static void test_unary(void) {
     for (int op = EM_OP_NEG; op <= EM_OP_CLAMP; op++)
         for (int di = 0; di < 8; di++) {
             em_dtype dt = all_dtypes[di];
-            if (!be_has(&em_cpu_backend, (em_op)op, dt)) continue;
+            if (!be_has(&em__cpu_backend, (em_op)op, dt)) continue;
             const double *p = op >= EM_OP_ADD_SCALAR ? unary_params[op] : NULL;
             for (int s = 0; s < NSHAPES; s++)
                 for (int pi = 0; pi < NPAIRS; pi++) {
@@ -179,14 +179,14 @@ static void test_unary(void) {
 /* supports answers for the elementwise ops and reductions as PyTorch would: float-only math
  * is float-only, bool is limited. */
 static void test_supports_op(void) {
-    CHECK(be_has(&em_cpu_backend, EM_OP_EXP, EM_F16));
-    CHECK(!be_has(&em_cpu_backend, EM_OP_EXP, EM_I64));
-    CHECK(!be_has(&em_cpu_backend, EM_OP_MEAN, EM_I32));
-    CHECK(!be_has(&em_cpu_backend, EM_OP_NEG, EM_BOOL));
-    CHECK(be_has(&em_cpu_backend, EM_OP_EQ, EM_BOOL));
-    CHECK(be_has(&em_cpu_backend, EM_OP_ARGMAX, EM_U8));
-    CHECK(!be_has(&em_cpu_backend, EM_OP_COUNT, EM_F32));
-    for (int op = 0; op <= EM_OP_ARGMIN; op++) CHECK(be_has(&em_cpu_backend, (em_op)op, EM_F32));
+    CHECK(be_has(&em__cpu_backend, EM_OP_EXP, EM_F16));
+    CHECK(!be_has(&em__cpu_backend, EM_OP_EXP, EM_I64));
+    CHECK(!be_has(&em__cpu_backend, EM_OP_MEAN, EM_I32));
+    CHECK(!be_has(&em__cpu_backend, EM_OP_NEG, EM_BOOL));
+    CHECK(be_has(&em__cpu_backend, EM_OP_EQ, EM_BOOL));
+    CHECK(be_has(&em__cpu_backend, EM_OP_ARGMAX, EM_U8));
+    CHECK(!be_has(&em__cpu_backend, EM_OP_COUNT, EM_F32));
+    for (int op = 0; op <= EM_OP_ARGMIN; op++) CHECK(be_has(&em__cpu_backend, (em_op)op, EM_F32));
     /* bool: exactly what PyTorch does on bool without promotion (sum promotes to int64 first) */
     const em_op on_bool[] = {EM_OP_ADD, EM_OP_MUL, EM_OP_MAXIMUM, EM_OP_MINIMUM, EM_OP_EQ, EM_OP_NE,
                              EM_OP_LT, EM_OP_LE, EM_OP_GT, EM_OP_GE, EM_OP_LOGICAL_AND, EM_OP_MAX,
@@ -194,14 +194,14 @@ static void test_supports_op(void) {
     for (int op = 0; op <= EM_OP_ARGMIN; op++) {
         bool want = false;
         for (size_t k = 0; k < sizeof on_bool / sizeof on_bool[0]; k++) want |= on_bool[k] == (em_op)op;
-        if (be_has(&em_cpu_backend, (em_op)op, EM_BOOL) != want)
+        if (be_has(&em__cpu_backend, (em_op)op, EM_BOOL) != want)
             fprintf(stderr, "  supports(op %d, bool) should be %s\n", op, want ? "true" : "false");
-        CHECK(be_has(&em_cpu_backend, (em_op)op, EM_BOOL) == want);
+        CHECK(be_has(&em__cpu_backend, (em_op)op, EM_BOOL) == want);
     }
     int64_t shape[1] = {3};
     ttensor *x = tt_make(EM_I64, 1, shape, L_CONTIG), *y = tt_make(EM_I64, 1, shape, L_CONTIG);
     tt_fill_random(x, 1, 5);
-    CHECK(be_unary(&em_cpu_backend, EM_OP_EXP, &y->t, &x->t, NULL) == EM_ERR_NOT_SUPPORTED);
+    CHECK(be_unary(&em__cpu_backend, EM_OP_EXP, &y->t, &x->t, NULL) == EM_ERR_NOT_SUPPORTED);
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "exp");
     tt_free(x);
     tt_free(y);
@@ -257,7 +257,7 @@ static void check_binary(em_op op, em_dtype dt, int s, int la, int lb, int lo, b
         ai[i] = tt_get_i64(a, i); bi[i] = tt_get_i64(b, i);
     }
     ttensor *out = inplace ? a : tt_make(odt, sh->ndim, sh->d, (tlayout)lo);
-    CHECK_OK(be_binary(&em_cpu_backend, op, &out->t, &a->t, &b->t));
+    CHECK_OK(be_binary(&em__cpu_backend, op, &out->t, &a->t, &b->t));
     for (int64_t i = 0; i < n; i++) {
         bool ok;
         double got = tt_get(out, i), want;
@@ -287,7 +287,7 @@ static void test_binary(void) {
     for (int op = EM_OP_ADD; op <= EM_OP_LOGICAL_AND; op++)
         for (int di = 0; di < 8; di++) {
             em_dtype dt = all_dtypes[di];
-            if (!be_has(&em_cpu_backend, (em_op)op, dt)) continue;
+            if (!be_has(&em__cpu_backend, (em_op)op, dt)) continue;
             for (int s = 0; s < NSHAPES; s++)
                 for (int ti = 0; ti < NTRIPLES; ti++) {
                     if (BIG(s) && (ti > 1 || !BIG_DTYPE(dt))) continue;
@@ -314,29 +314,29 @@ static void test_integer_corners(void) {
         memcpy(tt_ptr(a, i), &av[i], 8);
         memcpy(tt_ptr(b, i), &bv[i], 8);
     }
-    CHECK_OK(be_binary(&em_cpu_backend, EM_OP_DIV, &o->t, &a->t, &b->t));
+    CHECK_OK(be_binary(&em__cpu_backend, EM_OP_DIV, &o->t, &a->t, &b->t));
     CHECK(tt_get_i64(o, 0) == INT64_MIN);
     CHECK(tt_get_i64(o, 1) == 0);
     CHECK(tt_get_i64(o, 2) == -3);
     CHECK(tt_get_i64(o, 4) == -2);
     CHECK(tt_get_i64(o, 5) == 0);
-    CHECK_OK(be_binary(&em_cpu_backend, EM_OP_ADD, &o->t, &a->t, &b->t));
+    CHECK_OK(be_binary(&em__cpu_backend, EM_OP_ADD, &o->t, &a->t, &b->t));
     CHECK(tt_get_i64(o, 3) == INT64_MIN);
-    CHECK_OK(be_binary(&em_cpu_backend, EM_OP_MUL, &o->t, &a->t, &a->t));
+    CHECK_OK(be_binary(&em__cpu_backend, EM_OP_MUL, &o->t, &a->t, &a->t));
     CHECK(tt_get_i64(o, 0) == 0);
-    CHECK_OK(be_unary(&em_cpu_backend, EM_OP_NEG, &o->t, &a->t, NULL));
+    CHECK_OK(be_unary(&em__cpu_backend, EM_OP_NEG, &o->t, &a->t, NULL));
     CHECK(tt_get_i64(o, 0) == INT64_MIN);
-    CHECK_OK(be_unary(&em_cpu_backend, EM_OP_ABS, &o->t, &a->t, NULL));
+    CHECK_OK(be_unary(&em__cpu_backend, EM_OP_ABS, &o->t, &a->t, NULL));
     CHECK(tt_get_i64(o, 0) == INT64_MIN);
     double p[2] = {-INFINITY, INFINITY};
-    CHECK_OK(be_unary(&em_cpu_backend, EM_OP_CLAMP, &o->t, &a->t, p));
+    CHECK_OK(be_unary(&em__cpu_backend, EM_OP_CLAMP, &o->t, &a->t, p));
     for (int i = 0; i < 6; i++) CHECK(tt_get_i64(o, i) == av[i]);
     ttensor *a32 = tt_make(EM_I32, 1, shape, L_CONTIG), *b32 = tt_make(EM_I32, 1, shape, L_CONTIG);
     ttensor *o32 = tt_make(EM_I32, 1, shape, L_CONTIG);
     tt_set(a32, 0, INT32_MIN);
     tt_set(b32, 0, -1);
     for (int i = 1; i < 6; i++) { tt_set(a32, i, 9); tt_set(b32, i, 0); }
-    CHECK_OK(be_binary(&em_cpu_backend, EM_OP_DIV, &o32->t, &a32->t, &b32->t));
+    CHECK_OK(be_binary(&em__cpu_backend, EM_OP_DIV, &o32->t, &a32->t, &b32->t));
     CHECK(tt_get_i64(o32, 0) == INT32_MIN);
     CHECK(tt_get_i64(o32, 1) == 0);
     tt_free(a); tt_free(b); tt_free(o); tt_free(a32); tt_free(b32); tt_free(o32);
@@ -349,16 +349,16 @@ static void test_nan_semantics(void) {
     ttensor *o = tt_make(EM_F32, 1, shape, L_CONTIG);
     const double av[4] = {NAN, 1, NAN, -0.0}, bv[4] = {1, NAN, NAN, 2};
     for (int i = 0; i < 4; i++) { tt_set(a, i, av[i]); tt_set(b, i, bv[i]); }
-    CHECK_OK(be_binary(&em_cpu_backend, EM_OP_MAXIMUM, &o->t, &a->t, &b->t));
+    CHECK_OK(be_binary(&em__cpu_backend, EM_OP_MAXIMUM, &o->t, &a->t, &b->t));
     CHECK(isnan(tt_get(o, 0)) && isnan(tt_get(o, 1)) && isnan(tt_get(o, 2)) && tt_get(o, 3) == 2);
-    CHECK_OK(be_binary(&em_cpu_backend, EM_OP_MINIMUM, &o->t, &a->t, &b->t));
+    CHECK_OK(be_binary(&em__cpu_backend, EM_OP_MINIMUM, &o->t, &a->t, &b->t));
     CHECK(isnan(tt_get(o, 0)) && isnan(tt_get(o, 1)) && isnan(tt_get(o, 2)));
     double p[2] = {0, 1};
-    CHECK_OK(be_unary(&em_cpu_backend, EM_OP_CLAMP, &o->t, &a->t, p));
+    CHECK_OK(be_unary(&em__cpu_backend, EM_OP_CLAMP, &o->t, &a->t, p));
     CHECK(isnan(tt_get(o, 0)) && tt_get(o, 1) == 1);
-    CHECK_OK(be_unary(&em_cpu_backend, EM_OP_RELU, &o->t, &a->t, NULL));
+    CHECK_OK(be_unary(&em__cpu_backend, EM_OP_RELU, &o->t, &a->t, NULL));
     CHECK(isnan(tt_get(o, 0)));
-    CHECK_OK(be_unary(&em_cpu_backend, EM_OP_SIGN, &o->t, &a->t, NULL));
+    CHECK_OK(be_unary(&em__cpu_backend, EM_OP_SIGN, &o->t, &a->t, NULL));
     CHECK(tt_get(o, 0) == 0); /* PyTorch: sign(nan) = 0 */
     tt_free(a); tt_free(b); tt_free(o);
 }
@@ -380,7 +380,7 @@ static void test_where(void) {
                         tt_fill_random(c, 0, 1);
                         tt_fill_random(a, -50, 50);
                         tt_fill_random(b, -50, 50);
-                        CHECK_OK(be_where(&em_cpu_backend, &o->t, &c->t, &a->t, &b->t));
+                        CHECK_OK(be_where(&em__cpu_backend, &o->t, &c->t, &a->t, &b->t));
                         int64_t n = tt_numel(&o->t);
                         for (int64_t i = 0; i < n; i++) {
                             double want = tt_get(c, i) ? tt_get(a, i) : tt_get(b, i);

@@ -38,7 +38,7 @@ static void test_index_select_and_add(void) {
                         ttensor *in = tt_make(dt, 3, ishape, (tlayout)li), *out = tt_make(dt, 3, oshape, (tlayout)lo);
                         ttensor *index = make_index(n, ishape[dim], 2);
                         tt_fill_random(in, 0, 100);
-                        CHECK_OK(be_index_select(&em_cpu_backend, &out->t, &in->t, dim, &index->t));
+                        CHECK_OK(be_index_select(&em__cpu_backend, &out->t, &in->t, dim, &index->t));
                         int64_t no = tt_numel(&out->t), idx[3];
                         for (int64_t o = 0; o < no; o++) {
                             unflat(3, oshape, o, idx);
@@ -61,7 +61,7 @@ static void test_index_select_and_add(void) {
                                 idx[dim] = tt_get_i64(index, idx[dim]);
                                 want[flat(3, ishape, idx)] += tt_get(src, o);
                             }
-                            CHECK_OK(be_index_add(&em_cpu_backend, &acc->t, dim, &index->t, &src->t));
+                            CHECK_OK(be_index_add(&em__cpu_backend, &acc->t, dim, &index->t, &src->t));
                             for (int64_t i = 0; i < na; i++) {
                                 double w = dt == EM_U8 ? (double)((int64_t)want[i] & 255) : want[i];
                                 if (!tt_close(tt_get(acc, i), w, tt_tol(dt, w)) && bad++ < 10)
@@ -101,7 +101,7 @@ static void test_gather_and_scatter_add(void) {
                             memcpy(tt_ptr(index, i), &v, 8);
                         }
                         tt_fill_random(in, 0, 100);
-                        CHECK_OK(be_gather(&em_cpu_backend, &out->t, &in->t, dim, &index->t));
+                        CHECK_OK(be_gather(&em__cpu_backend, &out->t, &in->t, dim, &index->t));
                         for (int64_t i = 0; i < n; i++) {
                             unflat(3, ishape, i, idx);
                             idx[dim] = tt_get_i64(index, i);
@@ -119,7 +119,7 @@ static void test_gather_and_scatter_add(void) {
                                 idx[dim] = tt_get_i64(index, i);
                                 want[flat(3, big, idx)] += tt_get(out, i);
                             }
-                            CHECK_OK(be_scatter_add(&em_cpu_backend, &in->t, dim, &index->t, &out->t));
+                            CHECK_OK(be_scatter_add(&em__cpu_backend, &in->t, dim, &index->t, &out->t));
                             for (int64_t i = 0; i < nb; i++) {
                                 double w = dt == EM_U8 ? (double)((int64_t)want[i] & 255) : want[i];
                                 if (!tt_close(tt_get(in, i), w, tt_tol(dt, w)) && bad++ < 10)
@@ -143,18 +143,18 @@ static void test_bad_indices(void) {
     ttensor *index = make_index(2, 3, 1);
     int64_t v = 3;
     memcpy(tt_ptr(index, 1), &v, 8);
-    CHECK(be_index_select(&em_cpu_backend, &out->t, &in->t, 0, &index->t) == EM_ERR_ARGUMENT);
+    CHECK(be_index_select(&em__cpu_backend, &out->t, &in->t, 0, &index->t) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "index 3 is out of bounds for dimension 0 with size 3");
     CHECK(tt_guard_ok(out) && *tt_ptr(out, 0) == GUARD_BYTE);
     v = -1;
     memcpy(tt_ptr(index, 1), &v, 8);
-    CHECK(be_index_add(&em_cpu_backend, &in->t, 0, &index->t, &out->t) == EM_ERR_ARGUMENT);
+    CHECK(be_index_add(&em__cpu_backend, &in->t, 0, &index->t, &out->t) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "index -1");
     ttensor *gi = tt_make(EM_I64, 2, oshape, L_CONTIG);
     for (int i = 0; i < 8; i++) { int64_t z = i == 5 ? INT64_MAX : 0; memcpy(tt_ptr(gi, i), &z, 8); }
-    CHECK(be_gather(&em_cpu_backend, &out->t, &in->t, 1, &gi->t) == EM_ERR_ARGUMENT);
+    CHECK(be_gather(&em__cpu_backend, &out->t, &in->t, 1, &gi->t) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "out of bounds for dimension 1 with size 4");
-    CHECK(be_scatter_add(&em_cpu_backend, &in->t, 0, &gi->t, &out->t) == EM_ERR_ARGUMENT);
+    CHECK(be_scatter_add(&em__cpu_backend, &in->t, 0, &gi->t, &out->t) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "scatter_add");
     tt_free(in); tt_free(out); tt_free(index); tt_free(gi);
 }

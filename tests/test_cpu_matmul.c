@@ -61,7 +61,7 @@ static void check_mm(em_dtype dt, const mm_case *c, int nb, const int64_t *bshap
     if (dt == EM_U8) { tt_fill_random(a, 0, 20); tt_fill_random(b, 0, 20); }
     else if (dt == EM_BOOL) { tt_fill_random(a, 0, 1); tt_fill_random(b, 0, 1); }
     else { tt_fill_random(a, -4, 4); tt_fill_random(b, -4, 4); }
-    CHECK_OK(be_matmul(&em_cpu_backend, &o->t, &a->t, &b->t));
+    CHECK_OK(be_matmul(&em__cpu_backend, &o->t, &a->t, &b->t));
     int64_t nbatch = 1;
     for (int d = 0; d < nb; d++) nbatch *= bshape[d];
     bool fl = em_dtype_is_floating_test(dt);

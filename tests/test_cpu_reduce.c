@@ -68,7 +68,7 @@ static void check_reduce(em_op op, em_dtype dt, int s, int li, int lo, const boo
     ttensor *out = tt_make(is_arg(op) ? EM_I64 : dt, sh->ndim, oshape, (tlayout)lo);
     if (dt == EM_U8) tt_fill_random(in, 0, 255);
     else tt_fill_random(in, -100, 100);
-    em_status st = be_reduce(&em_cpu_backend, op, &out->t, &in->t, red);
+    em_status st = be_reduce(&em__cpu_backend, op, &out->t, &in->t, red);
     int64_t rn = 1;
     for (int d = 0; d < sh->ndim; d++) if (red[d]) rn *= sh->d[d];
     if (rn == 0 && op != EM_OP_SUM && op != EM_OP_MEAN && tt_numel(&out->t) > 0) {
@@ -111,7 +111,7 @@ static void test_reduce_all(void) {
     for (int oi = 0; oi < 6; oi++)
         for (int di = 0; di < 8; di++) {
             em_dtype dt = all_dtypes[di];
-            if (!be_has(&em_cpu_backend, ops[oi], dt)) continue;
+            if (!be_has(&em__cpu_backend, ops[oi], dt)) continue;
             for (int s = 0; s < NSHAPES; s++) {
                 int nd = shapes[s].ndim;
                 for (int mask = 0; mask < (1 << nd) || (nd == 0 && mask == 0); mask++) {
@@ -146,20 +146,20 @@ static void test_reduce_nan_and_ties(void) {
     tt_set(x, 0 * 600 + 500, 9); /* row 0 col 500 */
     ttensor *m = tt_make(EM_F32, 2, oshape, L_CONTIG), *am = tt_make(EM_I64, 2, oshape, L_CONTIG);
     bool red0[2] = {true, false}, red1[2] = {false, true};
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_MAX, &m->t, &x->t, red0));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_MAX, &m->t, &x->t, red0));
     CHECK(isnan(tt_get(m, 17)) && isnan(tt_get(m, 18)) && tt_get(m, 500) == 9 && tt_get(m, 4) == 4);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_MIN, &m->t, &x->t, red0));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_MIN, &m->t, &x->t, red0));
     CHECK(isnan(tt_get(m, 17)) && tt_get(m, 500) == 0);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_ARGMAX, &am->t, &x->t, red0));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_ARGMAX, &am->t, &x->t, red0));
     CHECK(tt_get_i64(am, 17) == 1 && tt_get_i64(am, 18) == 2 && tt_get_i64(am, 500) == 0 && tt_get_i64(am, 4) == 0);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_ARGMIN, &am->t, &x->t, red0));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_ARGMIN, &am->t, &x->t, red0));
     CHECK(tt_get_i64(am, 17) == 1 && tt_get_i64(am, 3) == 0);
     ttensor *r = tt_make(EM_I64, 2, rshape, L_CONTIG), *rm = tt_make(EM_F32, 2, rshape, L_CONTIG);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_ARGMAX, &r->t, &x->t, red1));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_ARGMAX, &r->t, &x->t, red1));
     CHECK(tt_get_i64(r, 0) == 500 && tt_get_i64(r, 1) == 17 && tt_get_i64(r, 2) == 17);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_ARGMIN, &r->t, &x->t, red1));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_ARGMIN, &r->t, &x->t, red1));
     CHECK(tt_get_i64(r, 0) == 0 && tt_get_i64(r, 1) == 17 && tt_get_i64(r, 2) == 17);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_MAX, &rm->t, &x->t, red1));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_MAX, &rm->t, &x->t, red1));
     CHECK(tt_get(rm, 0) == 9 && isnan(tt_get(rm, 1)));
     tt_free(x); tt_free(m); tt_free(am); tt_free(r); tt_free(rm);
 }
@@ -172,9 +172,9 @@ static void test_reduce_threads(void) {
     ttensor *s1 = tt_make(EM_F32, 1, one, L_CONTIG), *s2 = tt_make(EM_F32, 1, one, L_CONTIG);
     bool red[1] = {true};
     em_set_num_threads(1);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_SUM, &s1->t, &x->t, red));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_SUM, &s1->t, &x->t, red));
     em_set_num_threads(2);
-    CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_SUM, &s2->t, &x->t, red));
+    CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_SUM, &s2->t, &x->t, red));
     CHECK(memcmp(tt_ptr(s1, 0), tt_ptr(s2, 0), 4) == 0);
     double want = 0;
     for (int64_t i = 0; i < n; i++) want += (double)(float)((i % 3 == 0) ? 0.1 : -0.05);

@@ -62,7 +62,7 @@ static void test_rng_matches_contract(void) {
                 if (kind == EM_RNG_RANDINT && dt == EM_U8) p0 = 0;
                 ttensor *x = tt_make(dt, 2, shape, (tlayout)lo);
                 uint64_t seed = 0x1234567890abcdefull + (uint64_t)kind, offset = 1000 + (uint64_t)di;
-                CHECK_OK(be_rng(&em_cpu_backend, &x->t, (em_rng_kind)kind, seed, offset, p0, p1));
+                CHECK_OK(be_rng(&em__cpu_backend, &x->t, (em_rng_kind)kind, seed, offset, p0, p1));
                 for (int64_t i = 0; i < 37 * 29; i++) {
                     double v = contract_value((em_rng_kind)kind, dt, seed, offset + (uint64_t)i, p0, p1);
                     double want = dt == EM_F16 ? em_f16_to_f32(em_f32_to_f16((float)v))
@@ -85,12 +85,12 @@ static void test_rng_statistics_and_threads(void) {
     ttensor *r = tt_make(EM_I64, 1, shape, L_CONTIG), *b = tt_make(EM_BOOL, 1, shape, L_CONTIG);
     ttensor *u1 = tt_make(EM_F32, 1, shape, L_CONTIG);
     em_set_num_threads(2);
-    CHECK_OK(be_rng(&em_cpu_backend, &u->t, EM_RNG_UNIFORM, 7, 0, 0, 1));
-    CHECK_OK(be_rng(&em_cpu_backend, &g->t, EM_RNG_NORMAL, 7, 0, 1, 2));
-    CHECK_OK(be_rng(&em_cpu_backend, &r->t, EM_RNG_RANDINT, 7, 0, -3, 4));
-    CHECK_OK(be_rng(&em_cpu_backend, &b->t, EM_RNG_BERNOULLI, 7, 0, 0.25, 0));
+    CHECK_OK(be_rng(&em__cpu_backend, &u->t, EM_RNG_UNIFORM, 7, 0, 0, 1));
+    CHECK_OK(be_rng(&em__cpu_backend, &g->t, EM_RNG_NORMAL, 7, 0, 1, 2));
+    CHECK_OK(be_rng(&em__cpu_backend, &r->t, EM_RNG_RANDINT, 7, 0, -3, 4));
+    CHECK_OK(be_rng(&em__cpu_backend, &b->t, EM_RNG_BERNOULLI, 7, 0, 0.25, 0));
     em_set_num_threads(1);
-    CHECK_OK(be_rng(&em_cpu_backend, &u1->t, EM_RNG_UNIFORM, 7, 0, 0, 1));
+    CHECK_OK(be_rng(&em__cpu_backend, &u1->t, EM_RNG_UNIFORM, 7, 0, 0, 1));
     em_set_num_threads(2);
     CHECK(memcmp(u->st.block.handle, u1->st.block.handle, (size_t)n * 4) == 0);
     double su = 0, sg = 0, sg2 = 0, sb = 0;
@@ -115,7 +115,7 @@ static void test_rng_statistics_and_threads(void) {
     /* a draw at offset 10 is the draw at offset 0 shifted by 10 */
     int64_t s2[1] = {100};
     ttensor *a = tt_make(EM_F32, 1, s2, L_CONTIG);
-    CHECK_OK(be_rng(&em_cpu_backend, &a->t, EM_RNG_UNIFORM, 7, 10, 0, 1));
+    CHECK_OK(be_rng(&em__cpu_backend, &a->t, EM_RNG_UNIFORM, 7, 10, 0, 1));
     for (int i = 0; i < 90; i++) CHECK(tt_get(a, i) == tt_get(u, i + 10));
     tt_free(u); tt_free(g); tt_free(r); tt_free(b); tt_free(u1); tt_free(a);
 }

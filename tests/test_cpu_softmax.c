@@ -13,7 +13,7 @@ static void check_softmax(em_dtype dt, int s, int dim, int li, int lo, bool lg, 
     const tshape *sh = &shapes[s];
     ttensor *in = tt_make(dt, sh->ndim, sh->d, (tlayout)li), *out = tt_make(dt, sh->ndim, sh->d, (tlayout)lo);
     tt_fill_random(in, -8, 8);
-    CHECK_OK(be_softmax(&em_cpu_backend, &out->t, &in->t, dim, lg));
+    CHECK_OK(be_softmax(&em__cpu_backend, &out->t, &in->t, dim, lg));
     int64_t n = tt_numel(&in->t), len = sh->ndim ? sh->d[dim] : 1, inner = 1;
     for (int d = dim + 1; d < sh->ndim; d++) inner *= sh->d[d];
     double *rmax = malloc(sizeof(double) * (size_t)(n + 1)), *rsum = malloc(sizeof(double) * (size_t)(n + 1));
@@ -66,16 +66,16 @@ static void test_softmax_special(void) {
     ttensor *x = tt_make(EM_F32, 2, shape, L_CONTIG), *y = tt_make(EM_F32, 2, shape, L_CONTIG);
     const double v[9] = {1000, 1001, 1002, -INFINITY, 0, 0, NAN, 1, 2};
     for (int i = 0; i < 9; i++) tt_set(x, i, v[i]);
-    CHECK_OK(be_softmax(&em_cpu_backend, &y->t, &x->t, 1, false));
+    CHECK_OK(be_softmax(&em__cpu_backend, &y->t, &x->t, 1, false));
     CHECK_NEAR(tt_get(y, 2), exp(0) / (exp(-2) + exp(-1) + 1), 1e-6);
     CHECK(tt_get(y, 3) == 0);
     CHECK_NEAR(tt_get(y, 4), 0.5, 1e-7);
     CHECK(isnan(tt_get(y, 6)) && isnan(tt_get(y, 7)) && isnan(tt_get(y, 8)));
-    CHECK_OK(be_softmax(&em_cpu_backend, &y->t, &x->t, 1, true));
+    CHECK_OK(be_softmax(&em__cpu_backend, &y->t, &x->t, 1, true));
     CHECK_NEAR(tt_get(y, 2), -log(exp(-2) + exp(-1) + 1), 1e-5);
     CHECK(isinf(tt_get(y, 3)) && tt_get(y, 3) < 0);
     ttensor *xi = tt_make(EM_I64, 2, shape, L_CONTIG), *yi = tt_make(EM_I64, 2, shape, L_CONTIG);
-    CHECK(be_softmax(&em_cpu_backend, &yi->t, &xi->t, 1, false) == EM_ERR_NOT_SUPPORTED);
+    CHECK(be_softmax(&em__cpu_backend, &yi->t, &xi->t, 1, false) == EM_ERR_NOT_SUPPORTED);
     CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "softmax");
     tt_free(x); tt_free(y); tt_free(xi); tt_free(yi);
 }

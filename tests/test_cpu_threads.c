@@ -124,10 +124,10 @@ static void test_kernels_same_for_1_and_2_threads(void) {
         r[t][2] = tt_make(EM_F32, 2, oshape, L_CONTIG);
         r[t][3] = tt_make(EM_F16, 2, shape, L_SLICED);
         bool red[2] = {false, true};
-        CHECK_OK(be_binary(&em_cpu_backend, EM_OP_MUL, &r[t][0]->t, &a->t, &b->t));
-        CHECK_OK(be_unary(&em_cpu_backend, EM_OP_GELU, &r[t][1]->t, &a->t, NULL));
-        CHECK_OK(be_reduce(&em_cpu_backend, EM_OP_SUM, &r[t][2]->t, &b->t, red));
-        CHECK_OK(be_copy(&em_cpu_backend, &r[t][3]->t, &b->t));
+        CHECK_OK(be_binary(&em__cpu_backend, EM_OP_MUL, &r[t][0]->t, &a->t, &b->t));
+        CHECK_OK(be_unary(&em__cpu_backend, EM_OP_GELU, &r[t][1]->t, &a->t, NULL));
+        CHECK_OK(be_reduce(&em__cpu_backend, EM_OP_SUM, &r[t][2]->t, &b->t, red));
+        CHECK_OK(be_copy(&em__cpu_backend, &r[t][3]->t, &b->t));
     }
     for (int k = 0; k < 4; k++)
         CHECK(memcmp(r[0][k]->st.block.handle, r[1][k]->st.block.handle, r[0][k]->bytes) == 0);

@@ -22,7 +22,7 @@
 static em_cu_api g_cu;
 static em_nvrtc_api g_nvrtc; /* the real one, for the kernels' path */
 static bool g_have_nvrtc;
-static const em_backend *B = &em_cuda_backend;
+static const em_backend *B = &em__cuda_backend;
 
 /* ---- the library "on disk": the loader's dlopen/dlsym answered by the test ---- */
 #define FAKE_DIR "/ember-fake-cuda-libs"
@@ -108,7 +108,7 @@ static em_tensor *tensor(em_dtype dt, const int *shape) {
     size_t n = (size_t)shape[0] * shape[1] * shape[2] * shape[3];
     atomic_init(&s->refcount, 1);
     s->device = EM_DEVICE(EM_CUDA, 0);
-    s->backend = &em_cuda_backend;
+    s->backend = &em__cuda_backend;
     s->block.handle = calloc(n ? n : 1, em_dtype_size(dt));
     s->block.size = s->nbytes = (n ? n : 1) * em_dtype_size(dt);
     atomic_init(&t->refcount, 1);

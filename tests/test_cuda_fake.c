@@ -178,19 +178,19 @@ static void test_reason_no_driver(void) {
     em__cuda_backend_reset();
     em_cuda_fake_libs libs = {.cu_reason = "no driver: libcuda.so.1 not found (looked in X)"};
     em__cuda_loader_use_fakes(&libs);
-    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
-    CHECK(strstr(em_cuda_backend.unavailable_reason(), "no driver: libcuda.so.1 not found"));
-    CHECK(em_cuda_backend.device_count() == 0);
+    CHECK(em__cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    CHECK(strstr(em__cuda_backend.unavailable_reason(), "no driver: libcuda.so.1 not found"));
+    CHECK(em__cuda_backend.device_count() == 0);
     CHECK(!em_failed()); /* unavailability is a status, not a recorded error */
 }
 
 static void test_reason_no_device(void) {
     install(true);
     F.init_result = CUDA_ERROR_NO_DEVICE;
-    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
-    const char *r = em_cuda_backend.unavailable_reason();
+    CHECK(em__cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    const char *r = em__cuda_backend.unavailable_reason();
     CHECK(starts(r, "no device: cuInit returned CUDA_ERROR_NO_DEVICE (no CUDA-capable device"));
-    CHECK(em_cuda_backend.device_count() == 0);
+    CHECK(em__cuda_backend.device_count() == 0);
 }
 
 static void test_reason_strings(void) {
@@ -222,47 +222,47 @@ static void test_error_translation(void) {
 
 static void test_enumeration_creates_no_context(void) {
     install(true);
-    CHECK(em_cuda_backend.init() == EM_OK);
-    CHECK(em_cuda_backend.device_count() == NDEV);
-    CHECK(em_cuda_backend.unavailable_reason() == NULL);
+    CHECK(em__cuda_backend.init() == EM_OK);
+    CHECK(em__cuda_backend.device_count() == NDEV);
+    CHECK(em__cuda_backend.unavailable_reason() == NULL);
     em_device_props p;
-    CHECK_OK(em_cuda_backend.device_props(1, &p));
+    CHECK_OK(em__cuda_backend.device_props(1, &p));
     CHECK(!strcmp(p.name, "Fake GPU 1") && !strcmp(p.vendor, "NVIDIA"));
     CHECK(p.compute_capability == 86 && p.compute_units == 84 && p.is_gpu);
     CHECK(p.total_memory == (int64_t)16 << 30);
     CHECK(p.free_memory == (int64_t)2 << 30); /* from NVML: no context yet */
     CHECK(strstr(p.driver, "CUDA 12.4") && strstr(p.driver, "550.54.15"));
-    CHECK_OK(em_cuda_backend.synchronize(0)); /* nothing queued: must not create a context */
+    CHECK_OK(em__cuda_backend.synchronize(0)); /* nothing queued: must not create a context */
     CHECK(F.retains[0] == 0 && F.retains[1] == 0);
-    CHECK(em_cuda_backend.device_props(2, &p) == EM_ERR_DEVICE);
+    CHECK(em__cuda_backend.device_props(2, &p) == EM_ERR_DEVICE);
     CHECK_ERROR(EM_ERR_DEVICE, "cuda:2 does not exist (this machine has 2 CUDA devices)");
 }
 
 static void test_free_memory_without_nvml(void) {
     install(false);
     em_device_props p;
-    CHECK_OK(em_cuda_backend.device_props(0, &p));
+    CHECK_OK(em__cuda_backend.device_props(0, &p));
     CHECK(p.free_memory == -1);
     CHECK(F.retains[0] == 0);
     void *h = NULL;
-    CHECK_OK(em_cuda_backend.raw_alloc(0, 64, &h));
-    CHECK_OK(em_cuda_backend.device_props(0, &p));
+    CHECK_OK(em__cuda_backend.raw_alloc(0, 64, &h));
+    CHECK_OK(em__cuda_backend.device_props(0, &p));
     CHECK(p.free_memory == (int64_t)12 << 30); /* cuMemGetInfo, now that a context exists */
-    em_cuda_backend.raw_free(0, h);
+    em__cuda_backend.raw_free(0, h);
     CHECK(F.live_allocs == 0);
 }
 
 static void test_lazy_context_only_on_used_device(void) {
     install(true);
     void *h = NULL;
-    CHECK_OK(em_cuda_backend.raw_alloc(1, 256, &h));
+    CHECK_OK(em__cuda_backend.raw_alloc(1, 256, &h));
     CHECK(F.retains[1] == 1 && F.retains[0] == 0);
     void *h2 = NULL;
-    CHECK_OK(em_cuda_backend.raw_alloc(1, 0, &h2)); /* empty: still a distinct handle */
+    CHECK_OK(em__cuda_backend.raw_alloc(1, 0, &h2)); /* empty: still a distinct handle */
     CHECK(h2 != NULL && h2 != h);
     CHECK(F.retains[1] == 1); /* retained once, not per call */
-    em_cuda_backend.raw_free(1, h);
-    em_cuda_backend.raw_free(1, h2);
+    em__cuda_backend.raw_free(1, h);
+    em__cuda_backend.raw_free(1, h2);
     CHECK(F.live_allocs == 0 && F.retains[0] == 0);
     em__cuda_backend_reset();
     CHECK(F.releases[1] == 1 && F.releases[0] == 0);
@@ -272,34 +272,34 @@ static void test_alloc_oom_is_reported(void) {
     install(true);
     F.alloc_result = CUDA_ERROR_OUT_OF_MEMORY;
     void *h = NULL;
-    CHECK(em_cuda_backend.raw_alloc(0, 1000, &h) == EM_ERR_OUT_OF_MEMORY);
+    CHECK(em__cuda_backend.raw_alloc(0, 1000, &h) == EM_ERR_OUT_OF_MEMORY);
     CHECK_ERROR(EM_ERR_OUT_OF_MEMORY, "cuda:0: cuMemAlloc of 1000 bytes: CUDA_ERROR_OUT_OF_MEMORY");
 }
 
 static void test_copies_round_trip(void) {
     install(true);
     void *a = NULL, *b = NULL;
-    CHECK_OK(em_cuda_backend.raw_alloc(0, 64, &a));
-    CHECK_OK(em_cuda_backend.raw_alloc(1, 64, &b));
+    CHECK_OK(em__cuda_backend.raw_alloc(0, 64, &a));
+    CHECK_OK(em__cuda_backend.raw_alloc(1, 64, &b));
     float src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8] = {0};
-    CHECK_OK(em_cuda_backend.copy_h2d(0, a, 8, src, sizeof src, false));
-    CHECK_OK(em_cuda_backend.copy_d2d(1, b, 0, 0, a, 8, sizeof src)); /* across devices */
+    CHECK_OK(em__cuda_backend.copy_h2d(0, a, 8, src, sizeof src, false));
+    CHECK_OK(em__cuda_backend.copy_d2d(1, b, 0, 0, a, 8, sizeof src)); /* across devices */
     CHECK(F.peer_copies == 1);
     /* dst waits for src's work, then src waits for the copy */
     CHECK(F.records >= 2 && F.waits >= 2);
-    CHECK_OK(em_cuda_backend.copy_d2h(1, dst, b, 0, sizeof dst));
+    CHECK_OK(em__cuda_backend.copy_d2h(1, dst, b, 0, sizeof dst));
     CHECK(!memcmp(src, dst, sizeof src));
-    CHECK_OK(em_cuda_backend.copy_d2d(0, a, 40, 0, a, 8, 8)); /* same device */
+    CHECK_OK(em__cuda_backend.copy_d2d(0, a, 40, 0, a, 8, 8)); /* same device */
     CHECK(F.peer_copies == 1);
     float back[2];
-    CHECK_OK(em_cuda_backend.copy_d2h(0, back, a, 40, 8));
+    CHECK_OK(em__cuda_backend.copy_d2h(0, back, a, 40, 8));
     CHECK(back[0] == 1 && back[1] == 2);
-    em_cuda_backend.raw_free(0, a);
-    em_cuda_backend.raw_free(1, b);
+    em__cuda_backend.raw_free(0, a);
+    em__cuda_backend.raw_free(1, b);
     void *pinned = NULL;
-    CHECK_OK(em_cuda_backend.host_alloc_pinned(128, &pinned));
+    CHECK_OK(em__cuda_backend.host_alloc_pinned(128, &pinned));
     CHECK(pinned != NULL);
-    em_cuda_backend.host_free_pinned(pinned);
+    em__cuda_backend.host_free_pinned(pinned);
 }
 
 /* What NCCL gets through backend.h: device 1 current with its stream, then the caller's
@@ -307,24 +307,24 @@ static void test_copies_round_trip(void) {
 static void test_native_handles(void) {
     install(true);
     void *h = NULL, *queue = NULL, *restore = (void *)1;
-    CHECK_OK(em_cuda_backend.raw_alloc(1, 64, &h));
+    CHECK_OK(em__cuda_backend.raw_alloc(1, 64, &h));
     CHECK(t_ctx == -1); /* the backend gave the caller's (no) context back */
-    CHECK_OK(em_cuda_backend.native_enter(1, &queue, &restore));
+    CHECK_OK(em__cuda_backend.native_enter(1, &queue, &restore));
     CHECK(t_ctx == 1 && queue == (void *)&stream_tag[1] && restore == NULL);
-    em_cuda_backend.native_leave(restore);
+    em__cuda_backend.native_leave(restore);
     CHECK(t_ctx == -1);
-    CHECK(em_cuda_backend.native_address(1, h, 24) == (uintptr_t)h + 24);
-    CHECK(em_cuda_backend.native_enter(NDEV, &queue, &restore) == EM_ERR_DEVICE);
+    CHECK(em__cuda_backend.native_address(1, h, 24) == (uintptr_t)h + 24);
+    CHECK(em__cuda_backend.native_enter(NDEV, &queue, &restore) == EM_ERR_DEVICE);
     CHECK(t_ctx == -1);
     em_clear_error();
     const char *why = NULL, *loader_why = NULL;
     int version = -1, loader_version = -1;
-    void *lib = em_cuda_backend.native_library("nccl", &version, &why);
+    void *lib = em__cuda_backend.native_library("nccl", &version, &why);
     CHECK(lib == em__cuda_nccl(&loader_version, &loader_why) && version == loader_version);
     CHECK(lib ? why == NULL : why && strstr(why, "libnccl.so.2"));
-    CHECK(em_cuda_backend.native_library("cudnn", &version, &why) == NULL && version == 0);
+    CHECK(em__cuda_backend.native_library("cudnn", &version, &why) == NULL && version == 0);
     CHECK(why && strstr(why, "no such library"));
-    em_cuda_backend.raw_free(1, h);
+    em__cuda_backend.raw_free(1, h);
 }
 
 static void test_sync_error_names_last_op(void) {
@@ -343,7 +343,7 @@ static void test_sync_error_names_last_op(void) {
     /* cc 8.6 is in the fake NVRTC's list: a CUBIN for sm_86 was made and loaded */
     CHECK(starts(F.last_image, "fake elementwise.k sm_86"));
     F.sync_result = CUDA_ERROR_ILLEGAL_ADDRESS;
-    CHECK(em_cuda_backend.synchronize(0) == EM_ERR_BACKEND);
+    CHECK(em__cuda_backend.synchronize(0) == EM_ERR_BACKEND);
     CHECK_ERROR(EM_ERR_BACKEND, "the last op queued on this device was 'em_tanh' (kernel unary_f32)");
     F.sync_result = CUDA_SUCCESS;
     /* the module and function are reused: one compile, one load */
@@ -495,9 +495,9 @@ static void test_missing_nvrtc_lists_devices_but_ops_fail(void) {
     em_cuda_fake_libs libs = {.cu = &g_fake_cu, .nvrtc_reason = "libnvrtc not found (looked in X)",
                               .cublas_reason = "fake", .nvml_reason = "fake"};
     em__cuda_loader_use_fakes(&libs);
-    CHECK(em_cuda_backend.init() == EM_OK && em_cuda_backend.device_count() == NDEV);
+    CHECK(em__cuda_backend.init() == EM_OK && em__cuda_backend.device_count() == NDEV);
     em_device_props p;
-    CHECK_OK(em_cuda_backend.device_props(0, &p));
+    CHECK_OK(em__cuda_backend.device_props(0, &p));
     size_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
     void *params[1] = {NULL};
     CHECK(em__cuda_launch(0, "unary_f32", grid, block, params, NULL, 1, "em_exp") == EM_ERR_UNAVAILABLE);
@@ -749,9 +749,9 @@ int main(void) {
 /* Built without the CUDA headers: the backend is the fixed "unavailable" table. */
 #include "backends/backend.h"
 static void test_unavailable_without_headers(void) {
-    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
-    CHECK(strstr(em_cuda_backend.unavailable_reason(), "built without CUDA headers"));
-    CHECK(em_cuda_backend.device_count() == 0);
+    CHECK(em__cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    CHECK(strstr(em__cuda_backend.unavailable_reason(), "built without CUDA headers"));
+    CHECK(em__cuda_backend.device_count() == 0);
 }
 int main(void) {
     test_skip_case("fake-driver CUDA tests", "built without the CUDA headers (cuda.h): only the unavailable table is checked");

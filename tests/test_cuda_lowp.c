@@ -108,7 +108,7 @@ static em_tensor *tensor(em_dtype dt, int ndim, const int64_t *shape, const int6
     size_t bytes = (elems ? elems : 1) * em_dtype_size(dt);
     atomic_init(&s->refcount, 1);
     s->device = EM_DEVICE(EM_CUDA, 0);
-    s->backend = &em_cuda_backend;
+    s->backend = &em__cuda_backend;
     s->block.handle = calloc(1, bytes);
     s->block.size = s->nbytes = bytes;
     atomic_init(&t->refcount, 1);
@@ -132,7 +132,7 @@ static uint16_t *u16(em_tensor *t) { return (uint16_t *)t->storage->block.handle
 static float get(em_tensor *t, int64_t i) { return t->dtype == EM_BF16 ? bf2f(u16(t)[i]) : h2f(u16(t)[i]); }
 static void set(em_tensor *t, int64_t i, float v) { u16(t)[i] = t->dtype == EM_BF16 ? f2bf(v) : f2h(v); }
 
-static const em_backend *B = &em_cuda_backend;
+static const em_backend *B = &em__cuda_backend;
 
 /* out [M, N] (contiguous) = bias + a @ b, a [M, K] and b [K, N] with their strides */
 static void check(em_dtype dt, int64_t M, int64_t K, int64_t N, bool a_t, bool b_t, bool acc) {
@@ -248,7 +248,7 @@ static void test_widen(void) {
         drop(b);
         drop(o);
     }
-    CHECK(!be_has(&em_opencl_backend, EM_OP_MATMUL_WIDEN, EM_BF16)); /* its GEMM has no f16/bf16: not offered */
+    CHECK(!be_has(&em__opencl_backend, EM_OP_MATMUL_WIDEN, EM_BF16)); /* its GEMM has no f16/bf16: not offered */
 }
 
 /* the elementwise ops a Linear layer's forward and backward run, in bf16 and f16 */

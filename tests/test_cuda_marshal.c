@@ -116,7 +116,7 @@ static em_tensor *tensor(em_dtype dt, int ndim, const int64_t *shape, const int6
     size_t bytes = (elems ? elems : 1) * em_dtype_size(dt);
     atomic_init(&s->refcount, 1);
     s->device = EM_DEVICE(EM_CUDA, 0);
-    s->backend = &em_cuda_backend;
+    s->backend = &em__cuda_backend;
     s->block.handle = calloc(1, bytes);
     s->block.size = s->nbytes = bytes;
     atomic_init(&t->refcount, 1);
@@ -156,7 +156,7 @@ static float *f32(em_tensor *t) { return (float *)t->storage->block.handle; }
         em_clear_error();                                                                \
     } while (0)
 
-static const em_backend *B = &em_cuda_backend;
+static const em_backend *B = &em__cuda_backend;
 
 static void test_elementwise_ops(void) {
     if (!g_have_nvrtc) return;
@@ -578,8 +578,8 @@ int main(void) {
 /* Built without the CUDA headers: the backend is the fixed "unavailable" table. */
 #include "backends/backend.h"
 static void test_unavailable_without_headers(void) {
-    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE);
-    CHECK(em_cuda_backend.supports == NULL && em_cuda_backend.run == NULL);
+    CHECK(em__cuda_backend.init() == EM_ERR_UNAVAILABLE);
+    CHECK(em__cuda_backend.supports == NULL && em__cuda_backend.run == NULL);
 }
 int main(void) {
     printf("built without CUDA headers: there are no CUDA ops to marshal\n");

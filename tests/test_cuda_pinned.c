@@ -149,7 +149,7 @@ int main(void) {
 /* Built without the CUDA headers: pinned memory stays the CPU backend's. */
 #include "backends/backend.h"
 static void test_unavailable_without_headers(void) {
-    CHECK(em_cuda_backend.init() == EM_ERR_UNAVAILABLE && em_cuda_backend.event_record == NULL);
+    CHECK(em__cuda_backend.init() == EM_ERR_UNAVAILABLE && em__cuda_backend.event_record == NULL);
 }
 int main(void) {
     printf("built without CUDA headers: skipped the pinned-memory tests (no CUDA backend)\n");

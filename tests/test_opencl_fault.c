@@ -263,7 +263,7 @@ static void test_copy_failures(void) {
     CHECK_OK(em_copy_to_host(t, back, sizeof back));
     CHECK(memcmp(host, back, sizeof back) == 0);
     /* a copy on the device (the backend's entry: Ember's ops copy with kernels) */
-    const em_backend *be = &em_opencl_backend;
+    const em_backend *be = &em__opencl_backend;
     void *h1 = NULL, *h2 = NULL;
     CHECK_OK(be->raw_alloc(0, 256, &h1));
     CHECK_OK(be->raw_alloc(0, 256, &h2));
@@ -359,7 +359,7 @@ static void test_launch_failures(void) {
 }
 
 static void test_events(void) {
-    const em_backend *be = &em_opencl_backend;
+    const em_backend *be = &em__opencl_backend;
     void *ev = NULL;
     fault_arm("clEnqueueMarkerWithWaitList", 0, 1, CL_OUT_OF_RESOURCES);
     CHECK(be->event_record(0, &ev) == EM_ERR_BACKEND && ev == NULL);

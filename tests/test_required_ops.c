@@ -9,12 +9,12 @@
 
 /* the CPU backend, except that it declines exp and matmul */
 static bool holey_supports(const em_op_call *c) {
-    return c->op != EM_OP_EXP && c->op != EM_OP_MATMUL && em_cpu_backend.supports(c);
+    return c->op != EM_OP_EXP && c->op != EM_OP_MATMUL && em__cpu_backend.supports(c);
 }
 
 static target holey_target(const char *backend_name) {
     static em_backend be;
-    be = em_cpu_backend;
+    be = em__cpu_backend;
     be.name = backend_name;
     be.supports = holey_supports;
     target tg = {.dev = EM_DEVICE_CPU, .be = &be};

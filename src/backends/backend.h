@@ -101,10 +101,10 @@ const em_backend *em__backend_for(em_device_type t);
  * records a clear error otherwise. */
 const em_backend *em__backend_checked(em_device d, const char *op);
 
-extern const em_backend em_cpu_backend;
-extern const em_backend em_cuda_backend;   /* always built: it dlopens CUDA at run time */
+extern const em_backend em__cpu_backend;
+extern const em_backend em__cuda_backend;   /* always built: it dlopens CUDA at run time */
 #ifdef EMBER_HAVE_OPENCL
-extern const em_backend em_opencl_backend;
+extern const em_backend em__opencl_backend;
 #endif
 
 #endif

@@ -29,11 +29,11 @@ typedef struct registered {
     [t] = {.type = t, .name = n, .backend = be, .absent_reason = why, .lock = PTHREAD_MUTEX_INITIALIZER}
 
 static registered g_registry[EM_DEVICE_TYPE_COUNT] = {
-    EM__REGISTER(EM_CPU, "cpu", &em_cpu_backend, NULL),
-    EM__REGISTER(EM_CUDA, "cuda", &em_cuda_backend, NULL), /* always built: dlopens CUDA */
+    EM__REGISTER(EM_CPU, "cpu", &em__cpu_backend, NULL),
+    EM__REGISTER(EM_CUDA, "cuda", &em__cuda_backend, NULL), /* always built: dlopens CUDA */
     EM__REGISTER(EM_MPS, "mps", NULL, mps_reason),
 #ifdef EMBER_HAVE_OPENCL
-    EM__REGISTER(EM_OPENCL, "opencl", &em_opencl_backend, NULL),
+    EM__REGISTER(EM_OPENCL, "opencl", &em__opencl_backend, NULL),
 #else
     EM__REGISTER(EM_OPENCL, "opencl", NULL, NULL),
 #endif
@@ -49,10 +49,10 @@ static registered *entry_ready(em_device_type t) {
         /* A backend's init reports unavailability by status, but keep any message it
          * records from leaking into the caller's error state. */
         em_error_state saved;
-        em_error_save(&saved);
+        em__error_save(&saved);
         em_clear_error();
         r->status = !r->backend ? EM_ERR_UNAVAILABLE : r->backend->init ? r->backend->init() : EM_OK;
-        em_error_restore(&saved);
+        em__error_restore(&saved);
         atomic_store_explicit(&r->ready, true, memory_order_release);
     }
     pthread_mutex_unlock(&r->lock);
@@ -242,9 +242,9 @@ static int first_opencl_gpu(int *n) {
         em_device_props p;
         memset(&p, 0, sizeof p);
         em_error_state saved;
-        em_error_save(&saved);
+        em__error_save(&saved);
         em_status s = be->device_props(i, &p);
-        em_error_restore(&saved);
+        em__error_restore(&saved);
         if (s == EM_OK && p.is_gpu) return i;
     }
     return -1;
@@ -283,13 +283,13 @@ em_device em_device_auto(void) {
     const char *env = getenv("EMBER_DEVICE");
     if (env && *env) {
         em_error_state saved;
-        em_error_save(&saved);
+        em__error_save(&saved);
         em_clear_error();
         em_device d;
         bool ok = em_device_parse(env, &d) == EM_OK && em__backend_checked(d, "EMBER_DEVICE") != NULL;
         char why[300];
         snprintf(why, sizeof why, "%s", em_last_error());
-        em_error_restore(&saved);
+        em__error_restore(&saved);
         if (ok) {
             d = em_device_resolve(d);
             snprintf(tl_auto_reason, sizeof tl_auto_reason, "%s: chosen by EMBER_DEVICE=%s",

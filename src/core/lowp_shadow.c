@@ -94,7 +94,7 @@ em_tensor *em__shadow_take(em_tensor *t, em_dtype dt) {
     em_storage *s = t->storage, *stale = NULL;
     em_tensor *out = NULL;
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     pthread_mutex_lock(&g_lock);
     shadow_record *r = record_of(s, true); /* NULL only without host memory: no note, no copy */
     em_storage *sh = r ? r->copy : NULL;
@@ -109,7 +109,7 @@ em_tensor *em__shadow_take(em_tensor *t, em_dtype dt) {
     if (r) r->dtype = dt;
     pthread_mutex_unlock(&g_lock);
     em__storage_release(stale);
-    if (!out) em_error_restore(&saved); /* no header: the caller casts as usual */
+    if (!out) em__error_restore(&saved); /* no header: the caller casts as usual */
     return out;
 }
 
@@ -129,11 +129,11 @@ em_tensor *em__shadow_target(em_tensor *p) {
     pthread_mutex_unlock(&g_lock);
     if (dt == EM_F32) return NULL; /* no cast asked for one */
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     em_tensor *out = reuse ? em__tensor_alloc(reuse, dt, p->ndim, p->shape, p->strides, 0)
                            : em__tensor_new_on(s->backend, s->device, p->ndim, p->shape, dt);
     em__storage_release(reuse);
-    if (!out) em_error_restore(&saved); /* out of memory: the step runs without a copy */
+    if (!out) em__error_restore(&saved); /* out of memory: the step runs without a copy */
     return out;
 }
 

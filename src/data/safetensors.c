@@ -261,9 +261,9 @@ em_status em__safetensors_size(const char *name, const uint8_t *b, size_t len, u
     *total = 8 + hl;   /* a header we cannot read: the parser reports it, from these bytes */
     em__json root;
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     bool parsed = em__json_parse(name, (const char *)b + 8, (size_t)hl, 8, &root) == EM_OK;
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     if (!parsed) return EM_OK;
     uint64_t end = 0;
     for (int k = 0; root.type == EM__JSON_OBJECT && k < root.count; k++) {

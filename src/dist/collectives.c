@@ -272,9 +272,9 @@ em_status em__dist_progress(em_dist_work *w, bool block) {
             next = o->next_active;
             if (o != w) {
                 em_error_state saved;
-                em_error_save(&saved);
+                em__error_save(&saved);
                 em__dist_progress(o, false);
-                em_error_restore(&saved);
+                em__error_restore(&saved);
             }
         }
         if (w->finished) return w->status == EM_OK ? EM_OK : em_error(w->status, "%s", w->msg ? w->msg : "collective failed");
@@ -572,10 +572,10 @@ void em_dist_work_free(em_dist_work *w) {
     if (!w->finished) {
         /* MPI owns the buffers until the collective ends: wait, keeping a pending error */
         em_error_state saved;
-        em_error_save(&saved);
+        em__error_save(&saved);
         em_clear_error();
         em__dist_progress(w, true);
-        em_error_restore(&saved);
+        em__error_restore(&saved);
     }
     if (w->mpi_pending) {
         to_graveyard(w);

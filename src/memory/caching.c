@@ -198,9 +198,9 @@ static size_t release_whole(mem_state *st, int first, int last) {
     for (mem_block *b = list; b; b = b->link) queued |= b->streams != 0;
     if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
         em_error_state saved;
-        em_error_save(&saved);
+        em__error_save(&saved);
         st->be->synchronize(st->dev.index);
-        em_error_restore(&saved);
+        em__error_restore(&saved);
     }
     while (list) {
         mem_block *b = list;
@@ -268,7 +268,7 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
     size_t sizes[2] = {segment_size(st, size, pool), size};
     int n = sizes[0] > size ? 2 : 1;
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     if (st->release_on_grow && st->caching) release_whole(st, pool, pool);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
@@ -278,11 +278,11 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
         for (int k = 0; k < n; k++) {
             em_status s = raw_segment(st, sizes[k], pool, out, capped);
             if (s == EM_OK || s != EM_ERR_OUT_OF_MEMORY) {
-                if (s == EM_OK) em_error_restore(&saved);
+                if (s == EM_OK) em__error_restore(&saved);
                 else if (!em_failed()) em_error(s, "%s raw allocation of %zu bytes failed", st->be->name, sizes[k]);
                 return s;
             }
-            em_error_restore(&saved);  /* forget the backend's message: we may still recover */
+            em__error_restore(&saved);  /* forget the backend's message: we may still recover */
         }
     }
     return EM_ERR_OUT_OF_MEMORY;
@@ -306,9 +306,9 @@ static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool cappe
     char req[32], total[32], freeb[32], alloc[32], unalloc[32], largest[32], cap[160], dev[32];
     em_device_props p;
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     bool props = st->be->device_props && st->be->device_props(st->dev.index, &p) == EM_OK;
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     em__mem_refresh_derived(st);
     int64_t reserved = st->stats.reserved_bytes[EM_MEMORY_ALL].current;
     int64_t allocated = st->stats.allocated_bytes[EM_MEMORY_ALL].current;

@@ -162,9 +162,9 @@ void em__mem_cap_resolve(mem_state *st) {
     if (st->cap_fraction <= 0 || !st->be) return;
     em_device_props p;
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     bool ok = st->be->device_props && st->be->device_props(st->dev.index, &p) == EM_OK && p.total_memory > 0;
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     if (!ok) {
         char dev[32];
         em__mem_device_name(st->dev, dev, sizeof dev);

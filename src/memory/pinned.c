@@ -47,7 +47,7 @@ static int bin_of(size_t size) {
  * in that work is the device's to report (its next sync says which op), not this caller's. */
 static void wait_device(pin_block *b) {
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     if (b->use_event) {
         b->use_be->event_synchronize(b->use_event);
         b->use_be->event_destroy(b->use_event);
@@ -55,7 +55,7 @@ static void wait_device(pin_block *b) {
     } else if (b->use_be->synchronize) {
         b->use_be->synchronize(b->use_index);
     }
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     b->use_be = NULL;
 }
 
@@ -64,11 +64,11 @@ static bool use_done(pin_block *b) {
     if (!b->use_be) return true;
     if (!b->use_event) return false;
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     bool done = false;
     /* an error in the queued work also ends the wait: the device reports it */
     if (b->use_be->event_query(b->use_event, &done) != EM_OK) done = true;
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     return done;
 }
 
@@ -102,12 +102,12 @@ static void release_cached(void) {
 static pin_block *raw_take(size_t size) {
     void *p = NULL;
     const em_backend *prov = pin.provider;
-    if (!prov && em_cpu_backend.host_alloc_pinned && em_cpu_backend.host_free_pinned) prov = &em_cpu_backend;
+    if (!prov && em__cpu_backend.host_alloc_pinned && em__cpu_backend.host_free_pinned) prov = &em__cpu_backend;
     if (em__mem_debug_should_fail()) return NULL;
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     bool ok = prov ? prov->host_alloc_pinned(size, &p) == EM_OK : posix_memalign(&p, size >= 4096 ? 4096 : 64, size) == 0;
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     if (!ok) return NULL;
     pin_block *b = calloc(1, sizeof *b);
     if (!b) {
@@ -205,9 +205,9 @@ void em__mem_pinned_record_use(em_block *blk, const em_backend *be, int index) {
     b->use_index = index;
     if (be->event_record && be->event_query && be->event_synchronize && be->event_destroy) {
         em_error_state saved;
-        em_error_save(&saved);
+        em__error_save(&saved);
         if (be->event_record(index, &b->use_event) != EM_OK) b->use_event = NULL; /* then: the device */
-        em_error_restore(&saved);
+        em__error_restore(&saved);
     }
     pthread_mutex_unlock(&pin.lock);
 }

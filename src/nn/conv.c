@@ -33,7 +33,7 @@ static void hw_str(char *buf, size_t n, em_hw v, bool tuple) {
 static em_tensor *named(em_module *m, em_tensor *y, bool failed_before) {
     if (y || failed_before || !em_failed()) return y;
     em_error_state st;
-    em_error_save(&st);
+    em__error_save(&st);
     char repr[256];
     em_module_format(m, repr, sizeof repr);
     em_clear_error();

@@ -27,12 +27,12 @@ void em_clear_error(void) {
     tl_error.message[0] = '\0';
 }
 
-void em_error_save(em_error_state *s) {
+void em__error_save(em_error_state *s) {
     s->status = tl_error.status;
     memcpy(s->message, tl_error.message, sizeof s->message);
 }
 
-void em_error_restore(const em_error_state *s) {
+void em__error_restore(const em_error_state *s) {
     tl_error.status = s->status;
     memcpy(tl_error.message, s->message, sizeof tl_error.message);
 }

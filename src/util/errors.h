@@ -8,8 +8,8 @@
 /* For code that tries something that may fail and then recovers (an out-of-memory
  * retry): save the pending state, try, and restore it so no stale error leaks out. */
 typedef struct em_error_state { em_status status; char message[1024]; } em_error_state;
-void em_error_save(em_error_state *s);
-void em_error_restore(const em_error_state *s);
+void em__error_save(em_error_state *s);
+void em__error_restore(const em_error_state *s);
 
 /* Guard for op entry points: if t is NULL, return NULL, recording "argument 'name' of
  * op is NULL" only when no error is pending (so the first error of a chain survives). */

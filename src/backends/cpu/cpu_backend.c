@@ -254,7 +254,7 @@ static em_status cpu_run(const em_op_call *c) {
     return em_error(EM_ERR_INTERNAL, "cpu: no op %d", (int)c->op);
 }
 
-const em_backend em_cpu_backend = {
+const em_backend em__cpu_backend = {
     .name = "cpu",
     .type = EM_CPU,
     .init = cpu_init,

@@ -252,9 +252,9 @@ static void lowp_batch_chunk_from1(void *arg, int64_t begin, int64_t end) {
         gemm g = batch_gemm(j, i);
         em_lowp_gemm l = lowp_of(&g, j->m->out->dtype, false);
         em_error_state saved; /* a worker's own error state stays clean: the caller reports */
-        em_error_save(&saved);
+        em__error_save(&saved);
         em_status st = lowp_gemm(&l);
-        em_error_restore(&saved);
+        em__error_restore(&saved);
         if (st != EM_OK) atomic_store(&j->lowp_status, (int)st);
     }
 }

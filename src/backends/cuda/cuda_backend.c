@@ -141,7 +141,7 @@ em_cuda_device *em__cuda_activate(int index, const char *op) {
         /* CUDA is in use: pinned tensors from now on are page-locked by the driver
          * (cuMemHostAlloc), so their non-blocking copies are truly asynchronous instead
          * of staged. Outside g_lock: the pinned cache calls into this backend under its own. */
-        if (fresh) em__mem_pinned_set_provider(&em_cuda_backend);
+        if (fresh) em__mem_pinned_set_provider(&em__cuda_backend);
     }
     CUresult r = g_cu->cuCtxSetCurrent(d->ctx); /* per thread, and cheap */
     if (r != CUDA_SUCCESS) {
@@ -509,7 +509,7 @@ void em__cuda_backend_reset(void) {
     /* What the allocators hold came from this driver: give it back while it is loaded
      * (outside g_lock: freeing calls back into the backend). */
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     for (int i = 0; i < g.count; i++) {
         em_cuda_device *d = &g.devs[i];
         if (!d->active) continue;
@@ -519,7 +519,7 @@ void em__cuda_backend_reset(void) {
     }
     em__mem_pinned_set_provider(NULL);
     em_memory_empty_pinned_cache();
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < g.count; i++) {
         em_cuda_device *d = &g.devs[i];
@@ -562,7 +562,7 @@ static em_status cuda_run(const em_op_call *c) {
     }
 }
 
-const em_backend em_cuda_backend = {
+const em_backend em__cuda_backend = {
     .name = "cuda",
     .type = EM_CUDA,
     .init = cuda_init,
@@ -600,7 +600,7 @@ static const char *cuda_reason(void) {
 }
 static int cuda_count(void) { return 0; }
 
-const em_backend em_cuda_backend = {
+const em_backend em__cuda_backend = {
     .name = "cuda",
     .type = EM_CUDA,
     .init = cuda_init,

@@ -238,15 +238,15 @@ static bool run_remembered(conv_pass p, const em_cudnn_api *a, em_cudnn_handle h
     *ran = false;
     if (e->ws_bytes) {
         em_error_state saved;
-        em_error_save(&saved);
-        em_status st = em__mem_alloc(&em_cuda_backend, EM_DEVICE(EM_CUDA, dev), e->ws_bytes, &ws);
-        em_error_restore(&saved);
+        em__error_save(&saved);
+        em_status st = em__mem_alloc(&em__cuda_backend, EM_DEVICE(EM_CUDA, dev), e->ws_bytes, &ws);
+        em__error_restore(&saved);
         if (st != EM_OK) return false;
     }
     *ran = true;
     em_cudnn_status s = run_algo(p, a, h, D, e->algo, e->ws_bytes ? (char *)ws.handle + ws.offset : NULL,
                                  e->ws_bytes, x, w, y);
-    if (e->ws_bytes) em__mem_free(&em_cuda_backend, EM_DEVICE(EM_CUDA, dev), &ws);
+    if (e->ws_bytes) em__mem_free(&em__cuda_backend, EM_DEVICE(EM_CUDA, dev), &ws);
     if (s != EM_CUDNN_STATUS_SUCCESS) {
         f->fn = k_run_fn[p];
         f->status = s;
@@ -280,9 +280,9 @@ static bool run_pass(conv_pass p, const em_cudnn_api *a, em_cudnn_handle h, cons
         if (bytes) {
             /* from the caching allocator: counted, and an out-of-memory frees its cache first */
             em_error_state saved;
-            em_error_save(&saved);
-            em_status st = em__mem_alloc(&em_cuda_backend, EM_DEVICE(EM_CUDA, dev), bytes, &ws);
-            em_error_restore(&saved);
+            em__error_save(&saved);
+            em_status st = em__mem_alloc(&em__cuda_backend, EM_DEVICE(EM_CUDA, dev), bytes, &ws);
+            em__error_restore(&saved);
             if (st != EM_OK) {
                 if (em__cuda_trace_enabled())
                     fprintf(stderr, "ember: cuda:%d: %s: no memory for algorithm %d's %zu-byte workspace; "
@@ -293,7 +293,7 @@ static bool run_pass(conv_pass p, const em_cudnn_api *a, em_cudnn_handle h, cons
         void *wsp = bytes ? (char *)ws.handle + ws.offset : NULL;
         em_cudnn_status s = run_algo(p, a, h, D, perf[i].algo, wsp, bytes, x, w, y);
         /* queued on d's stream, like every later op: the block is reused only after it */
-        if (bytes) em__mem_free(&em_cuda_backend, EM_DEVICE(EM_CUDA, dev), &ws);
+        if (bytes) em__mem_free(&em__cuda_backend, EM_DEVICE(EM_CUDA, dev), &ws);
         if (s != EM_CUDNN_STATUS_SUCCESS) {
             f->fn = k_run_fn[p];
             f->status = s;

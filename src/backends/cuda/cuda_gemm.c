@@ -55,13 +55,13 @@ static cublasHandle_t handle_for(em_cuda_device *d, const em_cublas_api *cb, int
             /* After cublasSetStream, which resets the workspace to cuBLAS's own pool. Without
              * a block (no memory now) cuBLAS keeps that pool: slower, never wrong. */
             em_error_state saved;
-            em_error_save(&saved);
+            em__error_save(&saved);
             if (cb->cublasSetWorkspace &&
-                em__mem_alloc(&em_cuda_backend, EM_DEVICE(EM_CUDA, dev), workspace_bytes(d), &d->cublas_ws) == EM_OK &&
+                em__mem_alloc(&em__cuda_backend, EM_DEVICE(EM_CUDA, dev), workspace_bytes(d), &d->cublas_ws) == EM_OK &&
                 cb->cublasSetWorkspace(h, (char *)d->cublas_ws.handle + d->cublas_ws.offset,
                                        d->cublas_ws.size) != CUBLAS_STATUS_SUCCESS)
-                em__mem_free(&em_cuda_backend, EM_DEVICE(EM_CUDA, dev), &d->cublas_ws);
-            em_error_restore(&saved);
+                em__mem_free(&em__cuda_backend, EM_DEVICE(EM_CUDA, dev), &d->cublas_ws);
+            em__error_restore(&saved);
         }
     }
     pthread_mutex_unlock(&g_glock);
@@ -132,9 +132,9 @@ static em_status gemm_in(int dev, const em_gemm_args *g) {
     if (s == CUBLAS_STATUS_ALLOC_FAILED) {
         /* cuBLAS could not get device memory: what Ember caches is free for it, once */
         em_error_state saved;
-        em_error_save(&saved);
+        em__error_save(&saved);
         em_memory_empty_cache(EM_DEVICE(EM_CUDA, dev));
-        em_error_restore(&saved);
+        em__error_restore(&saved);
         s = call_gemm(cb, h, g, type, compute, elem);
     }
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH || s == CUBLAS_STATUS_ALLOC_FAILED) {
@@ -158,7 +158,7 @@ void em__cuda_gemm_release(struct em_cuda_device *d) {
     const em_cublas_api *cb = d->cublas ? em__cuda_cublas(NULL) : NULL;
     if (cb) cb->cublasDestroy(d->cublas);
     d->cublas = NULL;
-    if (d->cublas_ws.alloc_ctx) em__mem_free(&em_cuda_backend, EM_DEVICE(EM_CUDA, d->index), &d->cublas_ws);
+    if (d->cublas_ws.alloc_ctx) em__mem_free(&em__cuda_backend, EM_DEVICE(EM_CUDA, d->index), &d->cublas_ws);
 }
 
 #endif

@@ -300,7 +300,7 @@ static int resident_blocks_in(int dev, const char *kernel, size_t block) {
     if (!cu || !cu->cuOccupancyMaxActiveBlocksPerMultiprocessor) return 0;
     /* a failure here (say, the program does not compile) is the launch's to report */
     em_error_state saved;
-    em_error_save(&saved);
+    em__error_save(&saved);
     em_cuda_device *d = em__cuda_activate(dev, "launch");
     func_slot *slot = d ? get_function(d, kernel) : NULL;
     int n = 0;
@@ -317,7 +317,7 @@ static int resident_blocks_in(int dev, const char *kernel, size_t block) {
         }
         pthread_mutex_unlock(&g_klock);
     }
-    em_error_restore(&saved);
+    em__error_restore(&saved);
     return n;
 }
 

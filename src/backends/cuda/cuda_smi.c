@@ -10,7 +10,7 @@
  * orders them by bus. Never creates a context. */
 static int cuda_index_of(const em_nvml_api *nv, em_nvml_device h) {
 #ifdef EMBER_HAVE_CUDA_HEADERS
-    if (em_cuda_backend.init() != EM_OK) return -1;
+    if (em__cuda_backend.init() != EM_OK) return -1;
     int n = em__cuda_count();
     for (int i = 0; i < n; i++) {
         em_cuda_device *d = em__cuda_device(i);

@@ -341,7 +341,7 @@ static em_status ocl_sync(int index) {
 static bool ocl_supports(const em_op_call *call) { return em__gpu_supports(&em__ocl_gpu, call); }
 static em_status ocl_run(const em_op_call *call) { return em__gpu_run(&em__ocl_gpu, call); }
 
-const em_backend em_opencl_backend = {
+const em_backend em__opencl_backend = {
     .name = "opencl",
     .type = EM_OPENCL,
     .init = ocl_init,
