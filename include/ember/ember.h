@@ -42,5 +42,7 @@
 #include <ember/dist.h>
 /* TensorBoard event files (issue 17) */
 #include <ember/summary.h>
+/* language models: Hugging Face model folders, the forward pass with a KV cache, perplexity */
+#include <ember/models.h>
 
 #endif
