@@ -6,7 +6,7 @@
 # Private: every header under src/core, src/backends, src/memory and src/kernels.
 # Allowed across the line:
 #   src/nn, src/optim, src/data,
-#   src/dist                     -> src/core/internal_api.h only (the core's interface for them)
+#   src/dist, src/models         -> src/core/internal_api.h only (the core's interface for them)
 #   src/autograd                 -> also src/core/tensor_impl.h and src/core/errors.h: core calls
 #                                   autograd through record.h, whose nodes hang off tensors
 #   tools/                       -> nothing under src/ (the public API in include/ember/ only)
@@ -24,7 +24,7 @@ check() {
         rel="${file#"$root"/}"
         case "$rel" in
             src/autograd/*) layer=autograd ;;
-            src/nn/*|src/optim/*|src/data/*|src/dist/*) layer=upper ;;
+            src/nn/*|src/optim/*|src/data/*|src/dist/*|src/models/*) layer=upper ;;
             tools/*) layer=tools ;;
             *) continue ;;
         esac
@@ -51,7 +51,8 @@ check() {
                 fail=1
             fi
         done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*([<"][^>"]+[>"]).*/\1/p' "$file")
-    done < <(find "$root/src/autograd" "$root/src/nn" "$root/src/optim" "$root/src/data" "$root/src/dist" "$root/tools" \
+    done < <(find "$root/src/autograd" "$root/src/nn" "$root/src/optim" "$root/src/data" "$root/src/dist" \
+                  "$root/src/models" "$root/tools" \
                   -type f \( -name '*.c' -o -name '*.h' \) -print0 2>/dev/null)
     return $fail
 }
@@ -77,6 +78,9 @@ self_test() {
         "tools/ember/main.c|#include \"../../src/core/internal_api.h\"|1"
         "src/dist/ddp.c|#include \"../core/tensor_impl.h\"|1"
         "src/dist/collectives.c|#include \"../memory/allocator.h\"|1"
+        "src/models/tokenizer.c|#include \"../core/tensor_impl.h\"|1"
+        "src/models/tok_bpe.c|#include <backends/backend.h>|1"
+        "src/models/tokenizer.c|#include \"../data/json.h\"|0"
         "src/nn/layers.c|#include \"../util/strbuf.h\"|0"
         "src/optim/clip.c|#include \"../core/internal_api.h\"|0"
         "src/autograd/formulas.c|#include \"../core/tensor_impl.h\"|0"
