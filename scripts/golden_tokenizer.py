@@ -5,10 +5,10 @@ Run:  python3 -m venv /work/venv-tok && /work/venv-tok/bin/pip install tokenizer
       /work/venv-tok/bin/python scripts/golden_tokenizer.py [OUT_DIR]
       (default tests/data/tokenizer; nothing is installed or downloaded at run time)
 
-It trains five small BPE tokenizers (vocabularies of 1.5k-3k) on local text: the seeds' Korean
+It trains seven small BPE tokenizers (vocabularies of 0.6k-3k) on local text: the seeds' Korean
 tutorials (tests/data/tokenizer/seeds_ko.txt, copied from ../shared/seeds), Debian's
-`fortunes` (plain English) and some of Ember's own sources (code), one per style that
-Ember reads:
+`fortunes` (plain English) and code (tests/data/tokenizer/code_sample.txt: C and Python from
+Ember), one per style that Ember reads:
 
   gpt2        byte-level BPE, GPT-2's pre-tokenizer (ByteLevel with its regex), added tokens
               with lstrip/rstrip and single_word
@@ -22,6 +22,14 @@ Ember reads:
   metaspace   SentencePiece-style BPE as tokenizers builds it: NFKC, a Metaspace
               pre-tokenizer (prepend_scheme "first", split), byte fallback, a template
               "<s> $A </s>" and a ByteFallback + Metaspace decoder
+  misc        the rest of what Ember reads, for coverage: merges in the older "a b" form, a
+              continuing-subword prefix and end-of-word suffix, an unknown token not fused,
+              Strip and regex Replace normalizers, WhitespaceSplit, Digits and Split with
+              each behavior (and invert), RobertaProcessing, no decoder (tokens joined by
+              spaces)
+  misc2       a legacy Metaspace (add_prefix_space), unknown tokens fused, the decoders
+              Replace (regex), Strip per token and after Fuse, BertProcessing (Strip's `stop`
+              is left at 0: tokenizers panics where a token is shorter than it)
 
 For each it writes OUT_DIR/<name>/tokenizer.json (saved by tokenizers itself) and
 OUT_DIR/<name>/golden.txt: what tokenizers answers for a corpus of strings (Korean, emoji,
@@ -43,7 +51,6 @@ tokenizers as bytes.decode("utf-8", "replace") (U+FFFD for each maximal invalid 
 as Rust's String::from_utf8_lossy does), which is what Ember does with such bytes.
 <roundtrip> is 1 when decode(encode(x, add_special_tokens=False)) == x in tokenizers.
 """
-import glob
 import json
 import os
 import random
@@ -78,9 +85,7 @@ def training_text():
             fortunes.append(read(p))
     if not fortunes:
         sys.exit("golden_tokenizer: Debian's fortunes are missing (apt-get install fortunes)")
-    code = [read(p) for p in sorted(glob.glob(os.path.join(ROOT, "src", "util", "*.c")) +
-                                    glob.glob(os.path.join(ROOT, "src", "data", "json.c")) +
-                                    glob.glob(os.path.join(ROOT, "scripts", "golden_*.py")))]
+    code = [read(os.path.join(OUT, "code_sample.txt"))]
     lines = []
     for text in [korean] * 3 + fortunes + code:   # the Korean text thrice: more Hangul merges
         lines.extend(line for line in text.split("\n") if line.strip())
@@ -205,6 +210,54 @@ def make_metaspace(lines):
     return Tokenizer.from_str(text)
 
 
+def make_misc(lines):
+    tok = Tokenizer(models.BPE(unk_token="[UNK]", fuse_unk=False, continuing_subword_prefix="##",
+                               end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Strip(), normalizers.Replace(Regex("``|''"), '"')])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Split("-", behavior="merged_with_previous"),
+        pre_tokenizers.Split(Regex("[.,;:!?]"), behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex("_"), behavior="removed"),
+        pre_tokenizers.Split(Regex("(?i)[aeiou]{2,}"), behavior="contiguous", invert=True),
+        pre_tokenizers.Split(Regex("[xyz]"), behavior="merged_with_previous", invert=True),
+        pre_tokenizers.Digits(individual_digits=True)])
+    trainer = trainers.BpeTrainer(vocab_size=800, min_frequency=2, special_tokens=["[UNK]", "[CLS]", "[SEP]"],
+                                  limit_alphabet=60, continuing_subword_prefix="##", end_of_word_suffix="</w>",
+                                  show_progress=False)
+    tok.train_from_iterator(lines, trainer)
+    tok.post_processor = processors.RobertaProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                      ("[CLS]", tok.token_to_id("[CLS]")))
+    return tok
+
+
+def legacy_merges(doc):
+    """The merges in the older form, "a b" (no token of misc has a space)."""
+    doc["model"]["merges"] = [" ".join(m) for m in doc["model"]["merges"]]
+
+
+def legacy_metaspace(doc):
+    """The older Metaspace, before prepend_scheme: add_prefix_space true means "always"."""
+    doc["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}
+
+
+def make_misc2(lines):
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=600, min_frequency=2, special_tokens=["<unk>", "<cls>", "<sep>"],
+                                  limit_alphabet=70, show_progress=False)
+    tok.train_from_iterator(lines, trainer)
+    doc = json.loads(tok.to_str())
+    doc["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"Regex": "▁+"}, "content": " "},
+        {"type": "Strip", "content": "e", "start": 1, "stop": 0},
+        {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 2, "stop": 0}]}
+    doc["post_processor"] = {"type": "BertProcessing", "sep": ["<sep>", tok.token_to_id("<sep>")],
+                             "cls": ["<cls>", tok.token_to_id("<cls>")]}
+    return Tokenizer.from_str(json.dumps(doc))
+
+
 # ---- the corpus --------------------------------------------------------------------------------
 def corpus(korean, specials):
     paragraphs = [p for p in korean.split("\n") if p.strip()]
@@ -231,6 +284,8 @@ def corpus(korean, specials):
         "https://example.com/path?query=1&b=two#frag user@example.com",
         "Ember", "Ember's", "Embers", "use Ember now", "xEmber", "Ember_x", "<tool>", "a <tool> b", "a  <tool>  b",
         "▁ already ▁▁ metaspace", "<0x41> <unk> looks like a byte token", "ember rocks, embers and Ember; ember",
+        "``quoted'' text -- dashes-and-hyphens, snake_case_name; a.b.c!? 12-34 x1y2z3 aaa eee IOU queue",
+        "  strip me  ", "eeexe eee e  e", "<cls> [CLS] [UNK] <sep>",
     ]
     texts += paragraphs[:12]
     texts.append("\n".join(paragraphs[12:24]))
@@ -256,10 +311,20 @@ def ids_text(ids):
     return " ".join(map(str, ids)) if ids else "-"
 
 
-def write_golden(name, tok, korean, extra_files):
+def write_golden(name, tok, korean, extra_files, rewrite=None):
+    """rewrite(doc) edits the saved tokenizer.json into an older form that tokenizers still
+    reads (but would not write); the answers are those of the file as rewritten."""
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
-    tok.save(os.path.join(d, "tokenizer.json"))
+    path = os.path.join(d, "tokenizer.json")
+    tok.save(path)
+    if rewrite:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        rewrite(doc)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, ensure_ascii=False)
+        tok = Tokenizer.from_file(path)
     for fname, content in extra_files.items():
         with open(os.path.join(d, fname), "w", encoding="utf-8") as f:
             json.dump(content, f, indent=2, ensure_ascii=False)
@@ -324,6 +389,8 @@ def main():
     write_golden("llama2", make_llama2(lines), korean, {
         "tokenizer_config.json": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None}})
     write_golden("metaspace", make_metaspace(lines), korean, {})
+    write_golden("misc", make_misc(lines), korean, {}, rewrite=legacy_merges)
+    write_golden("misc2", make_misc2(lines), korean, {}, rewrite=legacy_metaspace)
 
 
 if __name__ == "__main__":

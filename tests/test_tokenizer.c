@@ -5,10 +5,14 @@
  * as text; decoding, whole and token by token (every piece valid UTF-8, all of them together
  * the whole decode); decode(encode(x)) == x where tokenizers gives that back; the tokens of
  * ids. Then the model folder's special ids, the API's checks and bad tokenizer.json files. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <ember/ember.h>
 #include <ember/tokenizer.h>
+#include "models/tokenizer_internal.h"   /* the pattern rewriting, checked directly */
 #include "test.h"
 
 static const char *data_dir(void) {
@@ -307,6 +311,439 @@ static void test_golden_llama3(void) { replay_named("llama3"); }
 static void test_golden_qwen2(void) { replay_named("qwen2"); }
 static void test_golden_llama2(void) { replay_named("llama2"); }
 static void test_golden_metaspace(void) { replay_named("metaspace"); }
+static void test_golden_misc(void) { replay_named("misc"); }
+static void test_golden_misc2(void) { replay_named("misc2"); }
+
+/* ---- a model folder's special ids ---------------------------------------------------------------- */
+static em_tokenizer *load_named(const char *name) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tokenizer/%s", data_dir(), name);
+    return em_tokenizer_load(dir);
+}
+
+static int64_t id_of(const em_tokenizer *tok, const char *token) {
+    return em_tokenizer_token_to_id(tok, token, strlen(token));
+}
+
+static void test_special_ids(void) {
+    /* llama3: bos from the configs, both end ids of generation_config.json's list */
+    em_tokenizer *tok = load_named("llama3");
+    CHECK(tok != NULL);
+    if (tok) {
+        int64_t eos[4] = {-1, -1, -1, -1};
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == id_of(tok, "<|begin_of_text|>"));
+        CHECK(em_tokenizer_eos_ids(tok, eos, 4) == 2);
+        CHECK(eos[0] == id_of(tok, "<|end_of_text|>") && eos[1] == id_of(tok, "<|eot_id|>"));
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_EOS) == eos[0]);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_PAD) == -1);
+        CHECK(em_tokenizer_eos_ids(tok, NULL, 0) == 2);
+        CHECK(em_tokenizer_is_special(tok, eos[1]) && !em_tokenizer_is_special(tok, id_of(tok, "a")));
+        em_tokenizer_free(tok);
+    }
+    /* llama2: the names of tokenizer_config.json */
+    tok = load_named("llama2");
+    CHECK(tok != NULL);
+    if (tok) {
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == 1);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_EOS) == 2);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_UNK) == 0);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_PAD) == -1);
+        em_tokenizer_free(tok);
+    }
+    /* qwen2: no BOS, a pad token written as an added token's object */
+    tok = load_named("qwen2");
+    if (tok) {
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == -1);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_EOS) == id_of(tok, "<|im_end|>"));
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_PAD) == id_of(tok, "<|endoftext|>"));
+        em_tokenizer_free(tok);
+    } else {
+        em_clear_error();   /* built without ICU: the golden case says so */
+    }
+    /* metaspace: no configs, BOS and EOS from the template "<s> $A </s>" */
+    tok = load_named("metaspace");
+    if (tok) {
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == 1);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_EOS) == 2);
+        em_tokenizer_free(tok);
+    } else {
+        em_clear_error();
+    }
+    /* gpt2 has neither configs nor a template */
+    tok = load_named("gpt2");
+    CHECK(tok != NULL);
+    if (tok) {
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == -1 && em_tokenizer_special_id(tok, EM_TOKEN_EOS) == -1);
+        CHECK(em_tokenizer_eos_ids(tok, NULL, 0) == 0);
+        em_tokenizer_free(tok);
+    }
+    /* the file itself, not its folder: the configs are not read */
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer/llama3/tokenizer.json", data_dir());
+    tok = em_tokenizer_load(path);
+    CHECK(tok != NULL);
+    if (tok) {
+        CHECK(em_tokenizer_eos_ids(tok, NULL, 0) == 0);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == id_of(tok, "<|begin_of_text|>"));   /* the template's */
+        em_tokenizer_free(tok);
+    }
+}
+
+/* ---- the API's checks -------------------------------------------------------------------------------- */
+static const char tiny_json[] =
+    "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \" \": 2, \"ab\": 3, \"\\u00e9\": 4},"
+    " \"merges\": [[\"a\", \"b\"]]},"
+    " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"},"
+    " {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 2}]}}";
+
+static void test_api_checks(void) {
+    em_tokenizer *tok = em_tokenizer_from_json(tiny_json, strlen(tiny_json), NULL);
+    CHECK(tok != NULL);
+    if (!tok) return;
+    int32_t ids[8];
+    size_t n = 99;
+    CHECK(em_tokenizer_encode(NULL, "ab", 2, 0, ids, 8, &n) == EM_ERR_ARGUMENT && n == 0);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "tokenizer is NULL");
+    CHECK(em_tokenizer_encode(tok, NULL, 3, 0, ids, 8, &n) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "text is NULL");
+    CHECK(em_tokenizer_encode(tok, "ab", 2, 1u << 7, ids, 8, &n) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "unknown flags");
+    CHECK(em_tokenizer_encode(tok, "ab", 2, 0, NULL, 8, &n) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "ids is NULL");
+    CHECK_OK(em_tokenizer_encode(tok, NULL, 0, 0, NULL, 0, &n));
+    CHECK(n == 0);
+    /* a buffer too small: the count, and nothing written past it */
+    CHECK_OK(em_tokenizer_encode(tok, "ab abb", 6, 0, NULL, 0, &n));
+    CHECK(n == 4);   /* ab, " ", ab, b */
+    for (int i = 0; i < 8; i++) ids[i] = -7;
+    CHECK(em_tokenizer_encode(tok, "ab abb", 6, 0, ids, 3, &n) == EM_ERR_ARGUMENT && n == 4);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "encodes to 4 ids, the buffer has room for 3");
+    CHECK(ids[3] == -7);
+    CHECK_OK(em_tokenizer_encode(tok, "ab abb", 6, 0, ids, 4, &n));
+    CHECK(n == 4 && ids[0] == 3 && ids[1] == 2 && ids[2] == 3 && ids[3] == 1);
+    /* a character the vocabulary lacks, with neither byte fallback nor unk: left out (and
+     * its neighbours then merge, as in tokenizers) */
+    CHECK_OK(em_tokenizer_encode(tok, "a\xe2\x82\xac" "b", 5, 0, ids, 8, &n));
+    CHECK(n == 1 && ids[0] == 3);
+
+    /* decode: Strip takes one leading space and up to two trailing ones */
+    int32_t text_ids[] = {2, 2, 0, 2, 1, 2, 2, 2};
+    char out[32];
+    size_t len = 0;
+    CHECK_OK(em_tokenizer_decode(tok, text_ids, 8, 0, out, sizeof out, &len));
+    CHECK(len == 5 && !strcmp(out, " a b "));
+    CHECK(em_tokenizer_decode(tok, text_ids, 8, 0, out, 5, &len) == EM_ERR_ARGUMENT && len == 5);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "5 bytes and a NUL");
+    int32_t bad_ids[] = {0, 5};
+    CHECK(em_tokenizer_decode(tok, bad_ids, 2, 0, out, sizeof out, &len) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "id 5 is out of the vocabulary");
+    int64_t neg[] = {-1};
+    CHECK(em_tokenizer_decode_i64(tok, neg, 1, 0, out, sizeof out, &len) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "id -1");
+    CHECK(em_tokenizer_decode(tok, NULL, 2, 0, out, sizeof out, &len) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "ids is NULL");
+    CHECK_OK(em_tokenizer_decode(tok, NULL, 0, 0, out, sizeof out, &len));
+    CHECK(len == 0 && out[0] == 0);
+
+    /* the stream: a bad id changes nothing; the held spaces come out when text follows */
+    em_decode_stream *st = em_decode_stream_new(tok, 0);
+    CHECK(st != NULL);
+    if (st) {
+        const char *piece;
+        size_t pn, total = 0;
+        char joined[32] = "";
+        for (int i = 0; i < 8; i++) {
+            CHECK_OK(em_decode_stream_step(st, text_ids[i], &piece, &pn));
+            CHECK(strlen(piece) == pn);
+            memcpy(joined + total, piece, pn);
+            total += pn;
+            if (i == 3) {
+                CHECK(em_decode_stream_step(st, 42, &piece, &pn) == EM_ERR_ARGUMENT && pn == 0 && !strcmp(piece, ""));
+                CHECK_ERROR(EM_ERR_ARGUMENT, "id 42");
+            }
+        }
+        CHECK_OK(em_decode_stream_finish(st, &piece, &pn));
+        memcpy(joined + total, piece, pn);
+        total += pn;
+        joined[total] = 0;
+        CHECK(!strcmp(joined, " a b "));
+        /* after finish, a new text: its first space is stripped again */
+        CHECK_OK(em_decode_stream_step(st, 2, &piece, &pn));
+        CHECK(pn == 0);
+        CHECK_OK(em_decode_stream_step(st, 0, &piece, &pn));
+        CHECK(pn == 1 && !strcmp(piece, "a"));
+        em_decode_stream_free(st);
+    }
+    CHECK(em_decode_stream_new(NULL, 0) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "tokenizer is NULL");
+    CHECK(em_decode_stream_step(NULL, 0, NULL, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "stream is NULL");
+
+    /* lookups */
+    size_t tl;
+    const char *t = em_tokenizer_id_to_token(tok, 4, &tl);
+    CHECK(t && tl == 2 && !strcmp(t, "\xc3\xa9"));
+    CHECK(em_tokenizer_id_to_token(tok, 5, NULL) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "out of the vocabulary's range");
+    CHECK(em_tokenizer_token_to_id(tok, "zz", 2) == -1 && !em_failed());
+    CHECK(em_tokenizer_token_to_id(tok, "ab", 2) == 3);
+    CHECK(em_tokenizer_vocab_size(tok) == 5);
+    CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == -1 && em_tokenizer_special_id(tok, EM_TOKEN_UNK) == -1);
+    em_tokenizer_free(tok);
+    em_tokenizer_free(NULL);
+    em_decode_stream_free(NULL);
+}
+
+/* The pattern rewriting: \s and \w as Oniguruma (and so tokenizers) read them, not PCRE2. */
+static void test_pattern_classes(void) {
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    tk_regex re;
+    CHECK_OK(em__tk_regex_compile(&re, "\\s", 2, false, "test"));
+    CHECK(em__tk_regex_at(&re, md, "\xc2\x85", 2, 0));            /* NEL: White_Space */
+    CHECK(em__tk_regex_at(&re, md, "\xe3\x80\x80", 3, 0));        /* ideographic space */
+    CHECK(!em__tk_regex_at(&re, md, "\xe1\xa0\x8e", 3, 0));       /* Mongolian vowel separator: PCRE2's \s has it */
+    em__tk_regex_free(&re);
+    CHECK_OK(em__tk_regex_compile(&re, "[^\\s\\p{L}]", 10, false, "test"));
+    CHECK(em__tk_regex_at(&re, md, "\xe1\xa0\x8e", 3, 0));
+    CHECK(!em__tk_regex_at(&re, md, " ", 1, 0) && !em__tk_regex_at(&re, md, "a", 1, 0));
+    em__tk_regex_free(&re);
+    CHECK_OK(em__tk_regex_compile(&re, "\\w", 2, false, "test"));
+    CHECK(em__tk_regex_at(&re, md, "\xcc\x81", 2, 0));            /* a combining mark */
+    CHECK(em__tk_regex_at(&re, md, "\xc2\xb2", 2, 0));            /* superscript two (No) */
+    CHECK(!em__tk_regex_at(&re, md, "-", 1, 0));
+    em__tk_regex_free(&re);
+    CHECK_OK(em__tk_regex_compile(&re, "a.b(", 4, true, "test"));   /* plain text */
+    CHECK(em__tk_regex_at(&re, md, "a.b(", 4, 0) && !em__tk_regex_at(&re, md, "axb(", 4, 0));
+    em__tk_regex_free(&re);
+    CHECK(em__tk_regex_compile(&re, "(", 1, false, "where") == EM_ERR_FORMAT);
+    CHECK_ERROR(EM_ERR_FORMAT, "where: cannot compile the pattern \"(\"");
+    pcre2_match_data_free(md);
+}
+
+/* ---- bad files ------------------------------------------------------------------------------------------ */
+static void expect_bad(const char *json, em_status code, const char *msg) {
+    em_tokenizer *tok = em_tokenizer_from_json(json, strlen(json), "bad.json");
+    if (tok) {
+        fprintf(stderr, "  loaded, expected \"%s\": %s\n", msg, json);
+        em_tokenizer_free(tok);
+    }
+    CHECK(tok == NULL);
+    CHECK_ERROR(code, msg);
+}
+
+#define MODEL(vocab, merges) "{\"model\": {\"type\": \"BPE\", \"vocab\": " vocab ", \"merges\": " merges
+#define BASE MODEL("{\"a\": 0, \"b\": 1, \"ab\": 2}", "[[\"a\", \"b\"]]")
+
+static void test_bad_files(void) {
+    expect_bad("", EM_ERR_FORMAT, "bad.json: bad JSON at byte 0");
+    expect_bad("[1, 2]", EM_ERR_FORMAT, "the top level: expected an object, found an array");
+    expect_bad("{\"version\": \"1.0\"}", EM_ERR_FORMAT, "no \"model\"");
+    expect_bad("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", EM_ERR_NOT_SUPPORTED,
+               "model.type: \"Unigram\" is not supported");
+    expect_bad("{\"model\": {\"type\": 3}}", EM_ERR_FORMAT, "model.type: expected a string, found a number");
+    expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", EM_ERR_FORMAT, "model.merges: missing");
+    expect_bad(MODEL("[\"a\"]", "[]") "}}", EM_ERR_FORMAT, "model.vocab: expected an object of token -> id, found an array");
+    expect_bad(MODEL("{\"a\": -1}", "[]") "}}", EM_ERR_FORMAT, "model.vocab[\"a\"]: expected a whole number");
+    expect_bad(MODEL("{\"a\": \"0\"}", "[]") "}}", EM_ERR_FORMAT, "found a string");
+    expect_bad(MODEL("{\"a\": 99999999}", "[]") "}}", EM_ERR_FORMAT, "past the largest allowed");
+    expect_bad(MODEL("{}", "[]") "}}", EM_ERR_FORMAT, "the vocabulary is empty");
+    expect_bad(MODEL("{\"a\": 0}", "{}") "}}", EM_ERR_FORMAT, "model.merges: expected an array, found an object");
+    expect_bad(MODEL("{\"a\": 0, \"b\": 1}", "[[\"a\", \"c\"]]") "}}", EM_ERR_FORMAT,
+               "model.merges[0]: \"c\" is not in the vocabulary");
+    expect_bad(MODEL("{\"a\": 0, \"b\": 1}", "[[\"a\", \"b\"]]") "}}", EM_ERR_FORMAT,
+               "\"a\" + \"b\" gives \"ab\", which is not in the vocabulary");
+    expect_bad(MODEL("{\"a\": 0, \"b\": 1, \"ab\": 2}", "[\"ab\"]") "}}", EM_ERR_FORMAT,
+               "model.merges[0]: expected two tokens separated by one space, found \"ab\"");
+    expect_bad(MODEL("{\"a\": 0}", "[7]") "}}", EM_ERR_FORMAT, "model.merges[0]: expected a pair");
+    expect_bad(BASE ", \"dropout\": 0.1}}", EM_ERR_NOT_SUPPORTED, "model.dropout: 0.1 is not supported");
+    expect_bad(BASE ", \"unk_token\": \"<unk>\"}}", EM_ERR_FORMAT, "model.unk_token: \"<unk>\" is not in the vocabulary");
+    expect_bad(BASE ", \"byte_fallback\": \"yes\"}}", EM_ERR_FORMAT, "model.byte_fallback: expected true or false");
+    expect_bad(BASE "}, \"normalizer\": {\"type\": \"Lowercase\"}}", EM_ERR_NOT_SUPPORTED,
+               "normalizer: type \"Lowercase\" is not supported");
+    expect_bad(BASE "}, \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\"}]}}",
+               EM_ERR_FORMAT, "normalizer.normalizers[0].prepend: expected a string, found nothing");
+    expect_bad(BASE "}, \"pre_tokenizer\": \"ByteLevel\"}", EM_ERR_FORMAT, "pre_tokenizer: expected an object, found a string");
+    expect_bad(BASE "}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, \"behavior\": "
+               "\"Isolated\", \"invert\": false}}", EM_ERR_FORMAT, "pre_tokenizer.pattern.Regex: cannot compile the pattern");
+    expect_bad(BASE "}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": "
+               "\"Sideways\"}}", EM_ERR_FORMAT, "pre_tokenizer.behavior: expected Removed, Isolated");
+    expect_bad(BASE "}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Glob\": \"a\"}, \"behavior\": "
+               "\"Isolated\"}}", EM_ERR_FORMAT, "pre_tokenizer.pattern: expected {\"String\": ...} or {\"Regex\": ...}");
+    expect_bad(BASE "}, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"ab\"}}", EM_ERR_FORMAT,
+               "pre_tokenizer.replacement: expected one character");
+    expect_bad(BASE "}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}", EM_ERR_NOT_SUPPORTED,
+               "pre_tokenizer: type \"BertPreTokenizer\" is not supported");
+    expect_bad(BASE "}, \"added_tokens\": [{\"id\": 3}]}", EM_ERR_FORMAT, "added_tokens[0].content: expected a string");
+    expect_bad(BASE "}, \"added_tokens\": {}}", EM_ERR_FORMAT, "added_tokens: expected an array");
+    expect_bad(BASE "}, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+               "{\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+               "\"special_tokens\": {}}}", EM_ERR_FORMAT, "the special token \"<s>\" is not in post_processor.special_tokens");
+    expect_bad(BASE "}, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [], \"special_tokens\": {}}}",
+               EM_ERR_FORMAT, "the single template has no sequence");
+    expect_bad(BASE "}, \"post_processor\": {\"type\": \"RobertaProcessing\", \"cls\": \"<s>\"}}", EM_ERR_FORMAT,
+               "post_processor.cls: expected [\"token\", id]");
+    expect_bad(BASE "}, \"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}}",
+               EM_ERR_FORMAT, "decoder.start: expected a whole number");
+
+    /* a decoder Ember cannot run: the tokenizer loads and encodes; decoding says why not */
+    const char *wordpiece = BASE "}, \"decoder\": {\"type\": \"WordPiece\", \"prefix\": \"##\"}}";
+    em_tokenizer *tok = em_tokenizer_from_json(wordpiece, strlen(wordpiece), "wp.json");
+    CHECK(tok != NULL);
+    if (tok) {
+        int32_t ids[4];
+        size_t n, len;
+        CHECK_OK(em_tokenizer_encode(tok, "ab", 2, 0, ids, 4, &n));
+        CHECK(n == 1 && ids[0] == 2);
+        CHECK(em_tokenizer_decode(tok, ids, n, 0, NULL, 0, &len) == EM_ERR_NOT_SUPPORTED);
+        CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "wp.json: decoder: the decoder \"WordPiece\" is not supported");
+        CHECK(em_decode_stream_new(tok, 0) == NULL);
+        CHECK_ERROR(EM_ERR_NOT_SUPPORTED, "WordPiece");
+        em_tokenizer_free(tok);
+    }
+
+    /* a real file cut short anywhere: bad JSON, nothing leaked */
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer/gpt2/tokenizer.json", data_dir());
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)size);
+    CHECK(fread(text, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    for (int k = 0; k < 24; k++) {
+        size_t cut = (size_t)size * (size_t)k / 24 + (size_t)k;   /* not on a round boundary */
+        tok = em_tokenizer_from_json(text, cut, "cut.json");
+        CHECK(tok == NULL);
+        CHECK_ERROR(EM_ERR_FORMAT, "cut.json: bad JSON at byte");
+    }
+    tok = em_tokenizer_from_json(text, (size_t)size, "whole.json");
+    CHECK(tok != NULL);
+    em_tokenizer_free(tok);
+    free(text);
+}
+
+/* A model folder with one bad file among good ones. */
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void remove_file(const char *dir, const char *name) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+}
+
+static void test_bad_folders(void) {
+    CHECK(em_tokenizer_load(NULL) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "a NULL path");
+    CHECK(em_tokenizer_load("/nonexistent/model") == NULL);
+    CHECK_ERROR(EM_ERR_IO, "/nonexistent/model: cannot open");
+    char dir[] = "/tmp/ember-tokenizer-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(em_tokenizer_load(dir) == NULL);   /* a folder without tokenizer.json */
+    CHECK_ERROR(EM_ERR_IO, "tokenizer.json: cannot open");
+    write_file(dir, "tokenizer.json", BASE "}}");
+    em_tokenizer *tok = em_tokenizer_load(dir);
+    CHECK(tok != NULL);
+    em_tokenizer_free(tok);
+    static const struct { const char *file, *text, *msg; } cases[] = {
+        {"tokenizer_config.json", "{\"bos_token\": \"<s>\"}", "tokenizer_config.json: bos_token: \"<s>\" is not a token"},
+        {"tokenizer_config.json", "{\"eos_token\": 3}", "eos_token: expected a token"},
+        {"tokenizer_config.json", "[]", "tokenizer_config.json: expected an object at the top level"},
+        {"tokenizer_config.json", "{\"bos_token\": ", "tokenizer_config.json: bad JSON at byte"},
+        {"generation_config.json", "{\"eos_token_id\": [0, 7]}", "generation_config.json: eos_token_id[1]: 7 is past"},
+        {"generation_config.json", "{\"bos_token_id\": \"a\"}", "generation_config.json: bos_token_id: expected a whole"},
+        {"config.json", "{\"pad_token_id\": -2}", "config.json: pad_token_id: expected a whole number"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        write_file(dir, cases[k].file, cases[k].text);
+        CHECK(em_tokenizer_load(dir) == NULL);
+        CHECK_ERROR(EM_ERR_FORMAT, cases[k].msg);
+        remove_file(dir, cases[k].file);
+    }
+    write_file(dir, "generation_config.json", "{\"eos_token_id\": [2, 1], \"pad_token_id\": 0}");
+    write_file(dir, "tokenizer_config.json", "{\"eos_token\": {\"content\": \"a\"}, \"bos_token\": \"b\"}");
+    tok = em_tokenizer_load(dir);
+    CHECK(tok != NULL);
+    if (tok) {   /* generation_config.json's ids win over tokenizer_config.json's names */
+        int64_t eos[2];
+        CHECK(em_tokenizer_eos_ids(tok, eos, 2) == 2 && eos[0] == 2 && eos[1] == 1);
+        CHECK(em_tokenizer_special_id(tok, EM_TOKEN_BOS) == 1 && em_tokenizer_special_id(tok, EM_TOKEN_PAD) == 0);
+        em_tokenizer_free(tok);
+    }
+    remove_file(dir, "generation_config.json");
+    remove_file(dir, "tokenizer_config.json");
+    remove_file(dir, "tokenizer.json");
+    rmdir(dir);
+}
+
+/* ---- threads: one tokenizer, several encodes at once --------------------------------------------------- */
+typedef struct enc_job {
+    const em_tokenizer *tok;
+    const char *text;
+    size_t len;
+    const int32_t *want;
+    size_t n_want;
+    int failures;
+} enc_job;
+
+static void *encode_many(void *arg) {
+    enc_job *j = arg;
+    int32_t *ids = malloc((j->n_want + 1) * sizeof *ids);
+    for (int r = 0; r < 10; r++) {
+        size_t n = 0;
+        if (em_tokenizer_encode(j->tok, j->text, j->len, EM_TOKENIZE_ADD_SPECIAL, ids, j->n_want, &n) != EM_OK ||
+            n != j->n_want || memcmp(ids, j->want, n * sizeof *ids))
+            j->failures++;
+    }
+    free(ids);
+    return NULL;
+}
+
+static void test_threads(void) {
+    em_tokenizer *tok = load_named("llama3");
+    CHECK(tok != NULL);
+    if (!tok) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer/seeds_ko.txt", data_dir());
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (!f) {
+        em_tokenizer_free(tok);
+        return;
+    }
+    char *text = malloc(1 << 16);
+    size_t len = fread(text, 1, 1 << 16, f);
+    fclose(f);
+    size_t n = 0;
+    CHECK_OK(em_tokenizer_encode(tok, text, len, EM_TOKENIZE_ADD_SPECIAL, NULL, 0, &n));
+    int32_t *want = malloc((n + 1) * sizeof *want);
+    CHECK_OK(em_tokenizer_encode(tok, text, len, EM_TOKENIZE_ADD_SPECIAL, want, n, &n));
+    enc_job jobs[4];
+    pthread_t th[4];
+    for (int t = 0; t < 4; t++) {
+        jobs[t] = (enc_job){tok, text, len, want, n, 0};
+        CHECK(pthread_create(&th[t], NULL, encode_many, &jobs[t]) == 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        CHECK(jobs[t].failures == 0);
+    }
+    CHECK(n > 1000);
+    free(want);
+    free(text);
+    em_tokenizer_free(tok);
+}
 
 int main(void) {
     RUN(test_golden_gpt2);
@@ -314,5 +751,13 @@ int main(void) {
     RUN(test_golden_qwen2);
     RUN(test_golden_llama2);
     RUN(test_golden_metaspace);
+    RUN(test_golden_misc);
+    RUN(test_golden_misc2);
+    RUN(test_special_ids);
+    RUN(test_api_checks);
+    RUN(test_pattern_classes);
+    RUN(test_bad_files);
+    RUN(test_bad_folders);
+    RUN(test_threads);
     return test_summary();
 }
