@@ -536,6 +536,7 @@ static void expect_bad(const char *json, em_status code, const char *msg) {
 
 static void test_bad_files(void) {
     expect_bad("", EM_ERR_FORMAT, "bad.json: bad JSON at byte 0");
+    expect_bad(MODEL("{\"a\xff\": 0}", "[]") "}}", EM_ERR_FORMAT, "bad.json: not UTF-8 at byte 38");
     expect_bad("[1, 2]", EM_ERR_FORMAT, "the top level: expected an object, found an array");
     expect_bad("{\"version\": \"1.0\"}", EM_ERR_FORMAT, "no \"model\"");
     expect_bad("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", EM_ERR_NOT_SUPPORTED,

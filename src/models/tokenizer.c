@@ -181,10 +181,13 @@ static em_status load_model(ld *l, const em__json *m) {
     for (int k = 0; k < vocab->count; k++) pool += strlen(vocab->keys[k]) + 1;
     if (em__tk_strmap_init(&bpe->vocab, (size_t)vocab->count, pool) != EM_OK) return EM_ERR_OUT_OF_MEMORY;
     for (int k = 0; k < vocab->count; k++) {
-        char p[80];
-        snprintf(p, sizeof p, "model.vocab[\"%.40s\"]", vocab->keys[k]);
-        uint64_t id;
-        if (get_index(l, &vocab->items[k], p, TK_MAX_IDS - 1, &id) != EM_OK) return EM_ERR_FORMAT;
+        const em__json *v = &vocab->items[k];
+        uint64_t id = v->u;
+        if (v->type != EM__JSON_NUMBER || !v->is_uint || v->u >= TK_MAX_IDS) {   /* the message's path only when needed */
+            char p[80];
+            snprintf(p, sizeof p, "model.vocab[\"%.40s\"]", vocab->keys[k]);
+            if (get_index(l, v, p, TK_MAX_IDS - 1, &id) != EM_OK) return EM_ERR_FORMAT;
+        }
         if (em__tk_strmap_add(&bpe->vocab, vocab->keys[k], strlen(vocab->keys[k]), (int32_t)id, NULL, NULL) != EM_OK)
             return EM_ERR_OUT_OF_MEMORY;
         if ((int32_t)id >= tok->n_ids) tok->n_ids = (int32_t)id + 1;
@@ -778,6 +781,21 @@ static em_tokenizer *from_json(const char *text, size_t len, const char *name) {
     }
     tok->bos = tok->pad = tok->unk = -1;
     ld l = {.file = tok->name, .tok = tok};
+    /* UTF-8 throughout, as tokenizers reads the file (a string): every token, pattern and
+     * replacement is then valid text */
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t bad;
+        bool incomplete;
+        int k = (unsigned char)text[i] < 0x80 ? 1 : em__utf8_char((const unsigned char *)text + i, len - i, &cp, &bad,
+                                                                  &incomplete);
+        if (!k) {
+            em_error(EM_ERR_FORMAT, "%s: not UTF-8 at byte %zu (a tokenizer.json is UTF-8 text)", tok->name, i);
+            em_tokenizer_free(tok);
+            return NULL;
+        }
+        i += (size_t)k;
+    }
     em__json root;
     if (em__json_parse_file(tok->name, text, len, &root) != EM_OK) {
         em_tokenizer_free(tok);
