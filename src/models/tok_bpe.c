@@ -484,6 +484,9 @@ static void cache_add(tk_work *w, const char *s, size_t n, uint64_t h, const int
 em_status em__tk_bpe_encode(const tk_bpe *m, tk_work *w, const char *s, size_t n, int32_t **out, size_t *n_out,
                             size_t *cap_out) {
     if (n == 0) return EM_OK;
+    if (n >= (size_t)INT32_MAX)   /* symbol positions are 32-bit */
+        return em_error(EM_ERR_ARGUMENT, "tokenizer: a piece of %zu bytes without a split is too long to encode (the "
+                        "most is %d)", n, INT32_MAX - 1);
     if (m->ignore_merges) {   /* a word the vocabulary has whole is that token, merges or not */
         int32_t id = em__tk_strmap_get(&m->vocab, s, n);
         if (id >= 0) return out_push(out, n_out, cap_out, id);

@@ -26,6 +26,7 @@ struct em_decode_stream {
     size_t *lead;          /* per Strip after the fuse: leading contents removed; SIZE_MAX: past them */
     size_t *held;          /* per Strip after the fuse: trailing contents held back */
     tk_buf out;            /* what the current call gives */
+    em_status err;         /* a failure inside a stage (out of memory, a pattern that failed) */
 };
 
 static const char replacement_char[] = "\xEF\xBF\xBD";
@@ -214,7 +215,8 @@ static void replace_push(em_decode_stream *d, size_t k, const char *t, size_t n)
         prev = e;
     }
     em__tk_put(&b, t + prev, n - prev);
-    if (b.oom || r < 0) d->out.oom = true;
+    if (r < 0) d->err = EM_ERR_NOT_SUPPORTED;   /* recorded by em__tk_regex_next */
+    else if (b.oom) d->out.oom = true;
     else token_push(d, k + 1, b.s ? b.s : "", b.len);
     em__tk_free(&b);
 }
@@ -282,6 +284,7 @@ static void stream_reset(em_decode_stream *d) {
     }
     d->fused = 0;
     d->partial.len = 0;
+    d->err = EM_OK;
 }
 
 static void stream_release(em_decode_stream *d) {
@@ -326,6 +329,7 @@ static em_status stream_step(em_decode_stream *d, int64_t id, const char *fn) {
     if (!t) return EM_OK;   /* an id no token has: left out, as tokenizers does */
     if (d->skip_special && em_tokenizer_is_special(tok, id)) return EM_OK;
     token_push(d, 0, t, n);
+    if (d->err) return d->err;
     return d->out.oom ? oom() : EM_OK;
 }
 
@@ -334,8 +338,10 @@ static em_status stream_finish(em_decode_stream *d) {
     for (size_t k = 0; k < tok->n_dec_tokens; k++)
         if (tok->dec[k].kind == TK_DEC_BYTE_FALLBACK) run_flush(d, k);
     bytes_push(d, "", 0, true);
+    em_status err = d->err;
     /* the contents each Strip held back are the end of the text: stripped */
     stream_reset(d);
+    if (err) return err;
     return d->out.oom ? oom() : EM_OK;
 }
 

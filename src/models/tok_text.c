@@ -441,10 +441,18 @@ static void byte_map_init(void) {
 
 static void put_byte_level(tk_buf *out, const char *s, size_t n) {
     pthread_once(&byte_map_once, byte_map_init);
+    size_t at = out->len;
+    em__tk_put(out, NULL, 2 * n);   /* room: each byte becomes one or two */
+    if (out->oom) return;
+    char *w = out->s + at;
     for (size_t i = 0; i < n; i++) {
         unsigned char b = (unsigned char)s[i];
-        em__tk_put(out, byte_map[b], byte_map_len[b]);
+        w[0] = byte_map[b][0];
+        w[1] = byte_map[b][1];
+        w += byte_map_len[b];
     }
+    out->len = (size_t)(w - out->s);
+    out->s[out->len] = 0;
 }
 
 em_status em__tk_normalize(const em_tokenizer *tok, const char *s, size_t n, tk_buf *out) {
@@ -773,9 +781,15 @@ em_status em__tk_pre_tokenize(const em_tokenizer *tok, pcre2_match_data *md, tk_
                 bool prepend = !(n && s[0] == ' ') && !starts &&   /* a leading space becomes the replacement */
                                (pre->prepend == TK_PREPEND_ALWAYS || (pre->prepend == TK_PREPEND_FIRST && pc->at_start));
                 if (prepend && n) em__tk_put(&t, pre->replacement, pre->replacement_len);
-                for (size_t j = 0; j < n; j++) {
-                    if (s[j] == ' ') em__tk_put(&t, pre->replacement, pre->replacement_len);
-                    else em__tk_put(&t, s + j, 1);
+                for (size_t j = 0; j < n;) {   /* each space becomes the replacement */
+                    const char *sp = memchr(s + j, ' ', n - j);
+                    size_t run = sp ? (size_t)(sp - (s + j)) : n - j;
+                    em__tk_put(&t, s + j, run);
+                    j += run;
+                    if (sp) {
+                        em__tk_put(&t, pre->replacement, pre->replacement_len);
+                        j++;
+                    }
                 }
                 if (t.oom) {
                     st = oom();
