@@ -33,6 +33,7 @@
 extern "C" {
 #endif
 
+/* A loaded tokenizer (opaque): read-only once loaded. */
 typedef struct em_tokenizer em_tokenizer;
 
 /* Loads a tokenizer from a `tokenizer.json` file or from a model folder holding one. From a
@@ -77,6 +78,7 @@ enum {
  * An id outside [0, em_tokenizer_vocab_size) is EM_ERR_ARGUMENT. */
 EM_API em_status em_tokenizer_decode(const em_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags,
                                      char *out, size_t cap, size_t *len);
+/* The same with int64 ids. */
 EM_API em_status em_tokenizer_decode_i64(const em_tokenizer *tok, const int64_t *ids, size_t n, unsigned flags,
                                          char *out, size_t cap, size_t *len);
 
@@ -86,12 +88,15 @@ EM_API em_status em_tokenizer_decode_i64(const em_tokenizer *tok, const int64_t 
  * back until it can. The pieces of all steps and of the finish, put together, are exactly
  * em_tokenizer_decode of all the ids. */
 typedef struct em_decode_stream em_decode_stream;
+/* A stream over tok (which must outlive it), flags as em_tokenizer_decode's; NULL and an error
+ * when the tokenizer's decoder is one Ember does not run. */
 EM_API em_decode_stream *em_decode_stream_new(const em_tokenizer *tok, unsigned flags);
 /* Adds one id. *text (valid until the stream's next call) and *len receive the new text,
  * often empty. On error (an id out of range) the stream is unchanged. */
 EM_API em_status em_decode_stream_step(em_decode_stream *s, int64_t id, const char **text, size_t *len);
 /* Ends the sequence: what was held back, completed or as U+FFFD. The stream starts over. */
 EM_API em_status em_decode_stream_finish(em_decode_stream *s, const char **text, size_t *len);
+/* Frees the stream; NULL is ignored. */
 EM_API void em_decode_stream_free(em_decode_stream *s);
 
 /* One past the largest id: ids are in [0, vocab_size) (there may be holes). */
@@ -105,6 +110,7 @@ EM_API const char *em_tokenizer_id_to_token(const em_tokenizer *tok, int64_t id,
 /* Whether id is an added token marked special. */
 EM_API bool em_tokenizer_is_special(const em_tokenizer *tok, int64_t id);
 
+/* The special tokens em_tokenizer_special_id answers for. */
 typedef enum em_special_token {
     EM_TOKEN_BOS, /* beginning of sequence */
     EM_TOKEN_EOS, /* end of sequence: the first of em_tokenizer_eos_ids */
