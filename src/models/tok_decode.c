@@ -196,7 +196,7 @@ static void run_flush(em_decode_stream *d, size_t k) {
     if (!r->len) return;
     size_t n = r->len;
     r->len = 0;   /* the stages after this one never touch this run */
-    if (em__utf8_valid(r->s, n)) {
+    if (em__utf8_valid(r->s, n, NULL)) {
         token_push(d, k + 1, r->s, n);
     } else {
         for (size_t i = 0; i < n; i++) token_push(d, k + 1, replacement_char, 3);

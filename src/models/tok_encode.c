@@ -41,7 +41,7 @@ static em_status encode(const em_tokenizer *tok, const char *text, size_t len, u
 
     /* bytes that are not UTF-8 are read as U+FFFD, as bytes.decode("utf-8", "replace") does */
     const char *s = text;
-    if (!em__utf8_valid(text, len)) {
+    if (!em__utf8_valid(text, len, NULL)) {
         em__tk_put_lossy(&clean, text, len);
         if (clean.oom) st = oom();
         s = clean.s;

@@ -89,22 +89,6 @@ bool em__is_white_space(uint32_t cp) {
            cp == 0x3000;
 }
 
-bool em__utf8_valid(const char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        if ((unsigned char)s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        size_t bad;
-        bool inc;
-        int k = em__utf8_char((const unsigned char *)s + i, n - i, &cp, &bad, &inc);
-        if (!k) return false;
-        i += (size_t)k;
-    }
-    return true;
-}
-
 /* The code point at s[i..n) of valid UTF-8, and its length. */
 static uint32_t char_at(const char *s, size_t n, size_t i, size_t *len) {
     uint32_t cp;

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <ember/tokenizer.h>
+#include "../util/utf8.h" /* em__utf8_valid */
 
 /* The most ids a tokenizer may have (the largest vocabularies in use hold about 260k). */
 #define TK_MAX_IDS (1 << 24)
@@ -45,8 +46,6 @@ void em__tk_put(tk_buf *b, const void *s, size_t n);
 void em__tk_free(tk_buf *b);
 /* Appends s[0..n) with each maximal invalid UTF-8 subpart replaced by U+FFFD. */
 void em__tk_put_lossy(tk_buf *b, const char *s, size_t n);
-/* True when s[0..n) is valid UTF-8. */
-bool em__utf8_valid(const char *s, size_t n);
 
 /* ---- regular expressions (PCRE2, tok_text.c) ------------------------------------------------ */
 typedef struct tk_regex {
