@@ -246,6 +246,9 @@ self_test() {
         "src/models/config.c|#include \"../data/json.h\"|0"
         "src/models/weights.c|#include \"../data/parsers.h\"|0"
         "src/models/model.c|#include \"../core/internal_api.h\"|0"
+        "src/models/tokenizer.c|#include \"../data/json.h\"|0"
+        "src/models/tokenizer.c|#include \"../core/tensor_impl.h\"|1"
+        "src/nn/layers.c|#include \"../models/tokenizer_internal.h\"|1"
         "src/autograd/formulas.c|#include \"../core/tensor_impl.h\"|0"
         "src/core/tensor.c|#include \"../memory/allocator.h\"|0"
         "src/core/device.c|#include \"../backends/op_call.h\"|0"
@@ -275,8 +278,8 @@ self_test() {
     done
     # a folder of src/ in no layer
     mkdir -p "$tmp/src/widgets"
-    printf '#include <ember/nn.h>\n' > "$tmp/src/widgets/gpt.c"
-    if check "$tmp" src/widgets/gpt.c 2>"$tmp/err" || ! grep -q "src/widgets/gpt.c" "$tmp/err"; then
+    printf '#include <ember/nn.h>\n' > "$tmp/src/widgets/gauge.c"
+    if check "$tmp" src/widgets/gauge.c 2>"$tmp/err" || ! grep -q "src/widgets/gauge.c" "$tmp/err"; then
         echo "self-test: a file in src/widgets/ (no layer) was not refused" >&2
         bad=1
     fi
