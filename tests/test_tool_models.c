@@ -4,6 +4,7 @@
  * is em_model_estimate's for the folder's config, and every bad input is exit status 2 (a
  * usage error) or 1 (a folder or file that cannot be read) with a message naming it. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include "test.h"
@@ -99,6 +100,69 @@ static void test_perplexity_matches_transformers(void) {
     CHECK(json_num(out, "windows") == 4);
 }
 
+/* g_dir/<name>: the golden GPT-2 folder's files, linked, with tests/data/tokenizer/<tok>'s
+ * tokenizer.json (none when tok is NULL). */
+static void folder_with_tokenizer(const char *name, const char *tok) {
+    char path[PATH_MAX], src[PATH_MAX + 64], abs_data[PATH_MAX];
+    CHECK(realpath(g_data, abs_data) != NULL);
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    CHECK(mkdir(path, 0700) == 0);
+    static const char *const files[] = {"config.json", "generation_config.json", "model.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof src, "%s/models/gpt2/%s", abs_data, files[i]);
+        snprintf(path, sizeof path, "%s/%s/%s", g_dir, name, files[i]);
+        CHECK(symlink(src, path) == 0);
+    }
+    if (tok) {
+        snprintf(src, sizeof src, "%s/tokenizer/%s/tokenizer.json", abs_data, tok);
+        snprintf(path, sizeof path, "%s/%s/tokenizer.json", g_dir, name);
+        CHECK(symlink(src, path) == 0);
+    }
+}
+
+/* A text file: the command encodes it with the folder's tokenizer, and its perplexity is the
+ * one of the ids the library's tokenizer gives (a BOS and EOS from the template included). */
+static void test_perplexity_of_text(void) {
+    /* a tokenizer trained on local text whose ids for this text are all within the tiny
+     * model's 500 */
+    folder_with_tokenizer("with_tokenizer", "misc2");
+    static const char text[] = "the cat sat on the mat.\nthe dog sat on the log.\n";
+    char path[256], dir[256], args[1024];
+    snprintf(dir, sizeof dir, "%s/with_tokenizer", g_dir);
+    snprintf(path, sizeof path, "%s/text.txt", g_dir);
+    FILE *f = fopen(path, "w");
+    if (f) fputs(text, f), fclose(f);
+    em_tokenizer *tok = em_tokenizer_load(dir);
+    CHECK(tok != NULL);
+    if (!tok) return;
+    int64_t ids[256];
+    size_t n = 0;
+    CHECK_OK(em_tokenizer_encode_i64(tok, text, strlen(text), EM_TOKENIZE_ADD_SPECIAL, ids, 256, &n));
+    em_tokenizer_free(tok);
+    CHECK(n > 10 && ids[0] == 1 && ids[n - 1] == 2);   /* misc2's template: <s> ... </s> */
+    snprintf(path, sizeof path, "%s/text.ids", g_dir);
+    f = fopen(path, "w");
+    for (size_t i = 0; f && i < n; i++) fprintf(f, "%lld ", (long long)ids[i]);
+    if (f) fclose(f);
+    snprintf(args, sizeof args, "perplexity %s %s/text.txt --max-length 16 --stride 5 --json", dir, g_dir);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    double from_text = json_num(out, "nll");
+    CHECK(json_num(out, "ids") == (double)n);
+    snprintf(args, sizeof args, "perplexity %s %s/text.ids --ids --max-length 16 --stride 5 --json", dir, g_dir);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    double from_ids = json_num(out, "nll");
+    printf("  text: %zu ids, nll %.8f; the same ids given: %.8f\n", n, from_text, from_ids);
+    CHECK(isfinite(from_text) && from_text > 0);
+    CHECK(from_text == from_ids);
+    /* standard input */
+    snprintf(args, sizeof args, "perplexity %s - --max-length 16 --stride 5 --json < %s/text.txt", dir, g_dir);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    CHECK(json_num(out, "nll") == from_ids);
+    /* the folders the bad cases use */
+    folder_with_tokenizer("no_tokenizer", NULL);
+    folder_with_tokenizer("other_tokenizer", "gpt2");
+}
+
 typedef struct bad_case {
     const char *args;  /* after "ember"; "@D" is tests/data, "@T" the test's directory */
     int rc;
@@ -147,6 +211,9 @@ static void test_bad_inputs(void) {
         {"perplexity @D/models/llama @T/one.ids --ids", 1, "at least 2"},
         {"perplexity @D/models/llama @T/big.ids --ids", 1, "outside the model's vocabulary"},
         {"perplexity @D/models/gpt2 @T/gpt2.ids --ids --max-length 1000", 1, "n_positions"},
+        {"perplexity @T/no_tokenizer @T/text.txt", 1, "@T/no_tokenizer/tokenizer.json: cannot open"},
+        {"perplexity @T/no_tokenizer @T/text.txt", 1, "token ids go through --ids"},
+        {"perplexity @T/other_tokenizer @T/text.txt", 1, "the folder's tokenizer.json is not the model's"},
         {"mem --model @T/empty", 1, "@T/empty/config.json"},
         {"mem --model @D/models/llama 7B", 2, "not both"},
         {"mem --model @D/models/llama --hidden 64", 2, "config.json"},
@@ -228,6 +295,7 @@ int main(void) {
         return 1;
     }
     RUN(test_perplexity_matches_transformers);
+    RUN(test_perplexity_of_text);
     RUN(test_bad_inputs);
     RUN(test_mem_model_dir);
     em_safetensors_free(g_golden);

@@ -36,7 +36,7 @@ OPT_TABLE_FITS(perplexity_table);
 
 const opt_command perplexity_options = {
     .name = "ember perplexity",
-    .usage = "ember perplexity MODEL_DIR FILE [options]\nember perplexity MODEL_DIR --ids FILE [options]",
+    .usage = "ember perplexity MODEL_DIR FILE [options]\nember perplexity MODEL_DIR FILE --ids [options]",
     .about = "The mean negative log-likelihood (nats per token) and the perplexity of a text under a Hugging Face "
              "model folder (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel), computed as "
              "transformers' perplexity guide computes it: windows of --max-length tokens every --stride tokens, each "
@@ -48,13 +48,15 @@ const opt_command perplexity_options = {
     .extra = "MODEL_DIR and one FILE",
     .options = perplexity_table,
     .count = OPT_COUNT(perplexity_table),
-    .epilogue = "Text needs the model's tokenizer (tokenizer.json), which this build of Ember does not have yet: give "
-                "the text's token ids with --ids (for instance from transformers' tokenizer(text).input_ids).",
+    .epilogue = "The text is encoded with the folder's tokenizer.json as transformers' tokenizer(text) encodes it: "
+                "with the special tokens its template adds (a BOS), and special tokens written in the text read as "
+                "such. Ids from elsewhere (another tokenizer, a data set's own ids) go through --ids.",
     .exit_status = "0 done; 1 the model or the file cannot be read, or the computation failed; 2 bad arguments",
 };
 
-/* The whole of a file (or of standard input), NUL-terminated; NULL and a message on failure. */
-static char *read_all(const char *path) {
+/* The whole of a file (or of standard input), NUL-terminated, its length in *len; NULL and a
+ * message on failure. */
+static char *read_all(const char *path, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
         fprintf(stderr, "%s: %s: cannot open: %s\n", tool, path, strerror(errno));
@@ -85,6 +87,7 @@ static char *read_all(const char *path) {
         return NULL;
     }
     buf[n] = '\0';
+    *len = n;
     return buf;
 }
 
@@ -132,6 +135,34 @@ static int parse_ids(const char *path, const char *s, int64_t **out, int64_t *n)
     return 0;
 }
 
+/* The ids of text under the folder's tokenizer, as tokenizer(text).input_ids: 0, or a message
+ * and 1. */
+static int encode_text(const char *dir, const char *path, const char *text, size_t len, int64_t **out, int64_t *n) {
+    em_tokenizer *tok = em_tokenizer_load(dir);
+    if (!tok) {
+        fprintf(stderr, "%s: %s (the text needs the model's tokenizer; token ids go through --ids)\n", tool,
+                em_last_error());
+        return 1;
+    }
+    size_t count = 0;
+    int64_t *ids = NULL;
+    em_status st = em_tokenizer_encode_i64(tok, text, len, EM_TOKENIZE_ADD_SPECIAL, NULL, 0, &count);
+    if (st == EM_OK) {
+        ids = malloc(sizeof *ids * (count ? count : 1));
+        if (!ids) st = em_error(EM_ERR_OUT_OF_MEMORY, "out of memory for %zu token ids", count);
+    }
+    if (st == EM_OK) st = em_tokenizer_encode_i64(tok, text, len, EM_TOKENIZE_ADD_SPECIAL, ids, count, &count);
+    em_tokenizer_free(tok);
+    if (st != EM_OK) {
+        fprintf(stderr, "%s: %s: %s\n", tool, path, em_last_error());
+        free(ids);
+        return 1;
+    }
+    *out = ids;
+    *n = (int64_t)count;
+    return 0;
+}
+
 static void json_string(const char *s) {
     putchar('"');
     for (; *s; s++) {
@@ -159,17 +190,19 @@ int cmd_perplexity(int argc, char **argv) {
     const char *dir = opts.args[0], *file = opts.args[1];
     em_device device;
     if (!mlp_parse_device(tool, "--device", v[P_DEVICE].given ? v[P_DEVICE].text : "auto", &device)) return 2;
-    if (!v[P_IDS].given) {
-        fprintf(stderr, "%s: %s: reading text needs the model's tokenizer, which this build of Ember does not have "
-                "yet (not built yet); give the text's token ids with --ids\n", tool, file);
-        return 1;
-    }
-    char *text = read_all(file);
+    size_t len;
+    char *text = read_all(file, &len);
     if (!text) return 1;
     int64_t *ids = NULL, n = 0;
-    int rc = parse_ids(file, text, &ids, &n);
-    free(text);
-    if (rc) return rc;
+    if (v[P_IDS].given) {
+        int rc = parse_ids(file, text, &ids, &n);
+        free(text);
+        if (rc) return rc;
+    } else {
+        int rc = encode_text(dir, file, text, len, &ids, &n);
+        free(text);
+        if (rc) return rc;
+    }
     if (n < 2) {
         fprintf(stderr, "%s: %s: %lld token id%s: a perplexity needs at least 2\n", tool, file, (long long)n,
                 n == 1 ? "" : "s");
@@ -188,8 +221,9 @@ int cmd_perplexity(int argc, char **argv) {
     const em_model_config *cfg = em_model_config_of(m);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] >= cfg->vocab_size) {
-            fprintf(stderr, "%s: %s: id %lld (the %lld-th) is outside the model's vocabulary of %lld\n", tool, file,
-                    (long long)ids[i], (long long)i + 1, (long long)cfg->vocab_size);
+            fprintf(stderr, "%s: %s: id %lld at position %lld is outside the model's vocabulary of %lld%s\n", tool,
+                    file, (long long)ids[i], (long long)i, (long long)cfg->vocab_size,
+                    v[P_IDS].given ? "" : " (the folder's tokenizer.json is not the model's)");
             em_model_free(m);
             free(ids);
             return 1;
@@ -214,10 +248,10 @@ int cmd_perplexity(int argc, char **argv) {
                (long long)n, (long long)max_length, (long long)stride, (long long)r.windows, (long long)r.tokens, r.nll,
                r.perplexity, loaded - t0, done - loaded);
     } else {
-        printf("%s: %s (%s, %s on %s): %lld ids, windows of %lld every %lld: %lld windows, %lld tokens scored in "
-               "%.2f s\n", tool, dir, cfg->architecture, em_dtype_name(em_model_dtype(m)),
+        printf("%s: %s (%s, %s on %s): %lld ids, windows of %lld every %lld: %lld window%s, %lld tokens scored "
+               "in %.2f s\n", tool, dir, cfg->architecture, em_dtype_name(em_model_dtype(m)),
                em_device_str(em_model_device(m)).s, (long long)n, (long long)max_length, (long long)stride,
-               (long long)r.windows, (long long)r.tokens, done - loaded);
+               (long long)r.windows, r.windows == 1 ? "" : "s", (long long)r.tokens, done - loaded);
         printf("mean negative log-likelihood: %.6f nats per token\nperplexity: %.4f\n", r.nll, r.perplexity);
     }
     em_model_free(m);
