@@ -42,7 +42,9 @@
 #include <ember/dist.h>
 /* TensorBoard event files (issue 17) */
 #include <ember/summary.h>
-/* language models: tokenizers from Hugging Face's tokenizer.json */
+/* language models: Hugging Face model folders, the forward pass with a KV cache, perplexity,
+ * and tokenizers from tokenizer.json */
+#include <ember/models.h>
 #include <ember/tokenizer.h>
 
 #endif

@@ -61,6 +61,9 @@ typedef struct em_estimate_opts {
      * activations are counted in it, plus the weights' casts that backward keeps; EM_F32
      * (zeroed): no autocast, activations in the weights' dtype. */
     em_dtype autocast_dtype;
+    /* The keys' and values' width per layer in the inference KV cache (num_key_value_heads x
+     * head_dim: narrower than hidden with grouped-query attention); 0: hidden. */
+    int64_t kv_width;
 } em_estimate_opts;
 
 /* The lines of an estimate, in print order. */

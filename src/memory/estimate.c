@@ -91,9 +91,9 @@ em_status em__estimate_memory(const em_estimate_opts *o, const em_estimate_state
         return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: unknown mode %d or optimizer %d", (int)o->mode,
                         (int)o->optimizer);
     if (o->lora_rank < 0 || o->lora_targets < 0 || o->hidden < 0 || o->layers < 0 || o->batch < 0 ||
-        o->seq < 0 || !(o->activation_bytes_per_sample >= 0) || !(o->input_bytes_per_sample >= 0) ||
+        o->seq < 0 || o->kv_width < 0 || !(o->activation_bytes_per_sample >= 0) || !(o->input_bytes_per_sample >= 0) ||
         !(o->largest_param >= 0) || !(o->lora_params >= 0))
-        return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: rank, targets, hidden, layers, batch, seq, "
+        return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: rank, targets, hidden, layers, batch, seq, KV width, "
                         "activation and input bytes, largest parameter and LoRA parameters must not be negative");
     if (o->autocast_dtype != EM_F32 && o->autocast_dtype != EM_F16 && o->autocast_dtype != EM_BF16)
         return em_error(EM_ERR_DTYPE, "em_estimate_memory: autocast_dtype must be float16 or bfloat16 (or float32 "
@@ -171,10 +171,11 @@ em_status em__estimate_memory(const em_estimate_opts *o, const em_estimate_state
     } else if (o->batch > 0 && o->seq > 0) {
         double batch = (double)o->batch, seq = (double)o->seq, heads = hidden >= 128 ? floor(hidden / 128) : 1;
         if (o->mode == EM_ESTIMATE_INFERENCE) {   /* the KV cache dominates */
-            saved = 2 * layers * batch * seq * hidden * weight_bytes;
-            snprintf(why[4], 256, "%sKV cache: 2 x %lld layers x batch %lld x seq %lld x hidden %lld x %.0f B",
+            double width = o->kv_width > 0 ? (double)o->kv_width : hidden;
+            saved = 2 * layers * batch * seq * width * weight_bytes;
+            snprintf(why[4], 256, "%sKV cache: 2 x %lld layers x batch %lld x seq %lld x %s %.0f x %.0f B",
                      in_why, (long long)out->layers, (long long)o->batch, (long long)o->seq,
-                     (long long)out->hidden, weight_bytes);
+                     o->kv_width > 0 ? "key-value width" : "hidden", width, weight_bytes);
         } else {   /* saved for backward, no recomputation (Korthikanti et al. 2022), 16-bit */
             saved = layers * seq * batch * hidden * (34 + 5 * heads * seq / hidden) * (act_bytes / 2);
             snprintf(why[4], 256, "%ssaved for backward: %lld layers x seq x batch x hidden x (34 + 5 x heads x "

@@ -1,0 +1,70 @@
+/* GPT-2's decoder (transformers' GPT2Model): token plus learned position embeddings, then per
+ * layer x + attn(ln_1(x)) and x + mlp(ln_2(x)) with Conv1D projections (weights [in, out]: an
+ * addmm of the bias, as transformers' Conv1D), gelu_new between the MLP's two; then ln_f. */
+#include <math.h>
+#include "models_internal.h"
+
+/* transformers' Conv1D: addmm(bias, x.view(-1, in), weight), weight [in, out]. */
+static em_tensor *conv1d(em_tensor *x, em_tensor *w, em_tensor *b) {
+    if (!x) return NULL;
+    em_shape s = em_shape_of(x);
+    em_tensor *y = em_addmm(b, em_reshape(x, EM_SHAPE(-1, s.d[s.ndim - 1])), w, 1, 1);
+    s.d[s.ndim - 1] = em_size(w, 1);
+    return y ? em_view(y, s) : NULL;
+}
+
+/* gelu_new, transformers' NewGELUActivation, op by op as its Python expression runs (so a
+ * bfloat16 model rounds where transformers' does):
+ * 0.5 * x * (1.0 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3.0)))). */
+static em_tensor *gelu_new(em_tensor *x) {
+    em_tensor *inner = em_add(x, em_mul_scalar(em_pow_scalar(x, 3.0), 0.044715));
+    em_tensor *t = em_tanh(em_mul_scalar(inner, sqrt(2.0 / M_PI)));
+    return em_mul(em_mul_scalar(x, 0.5), em_add_scalar(t, 1.0));
+}
+
+/* A third of c_attn's output as heads: [B, T, 3H] -> [B, n, T, D]. */
+static em_tensor *heads(em_tensor *qkv, int part, int64_t n, int64_t D) {
+    if (!qkv) return NULL;
+    int64_t B = em_size(qkv, 0), T = em_size(qkv, 1);
+    em_tensor *third = em_reshape(em_narrow(qkv, 2, part * n * D, n * D), EM_SHAPE(B, T, n, D));
+    return third ? em_transpose(third, 1, 2) : NULL;
+}
+
+static em_tensor *layer_forward(em_model *m, int L, em_tensor *x, em_tensor *key_mask, em_kv_cache *cache) {
+    const em_model_config *c = &m->cfg;
+    em_tensor **w = m->layers[L];
+    em_shape norm_shape = EM_SHAPE(c->hidden_size);
+    int64_t n = c->num_attention_heads, D = c->head_dim;
+    double scale = c->attention_scale / (c->scale_by_inverse_layer ? (double)(L + 1) : 1.0);
+    em_tensor *qkv = conv1d(em_layer_norm(x, norm_shape, w[GW_LN1], w[GW_LN1_BIAS], c->norm_eps), w[GW_ATTN],
+                            w[GW_ATTN_BIAS]);
+    em_tensor *a = em__model_attention(cache, L, heads(qkv, 0, n, D), heads(qkv, 1, n, D), heads(qkv, 2, n, D),
+                                       key_mask, scale);
+    x = em_add(conv1d(a, w[GW_ATTN_PROJ], w[GW_ATTN_PROJ_BIAS]), x);
+    em_tensor *h = em_layer_norm(x, norm_shape, w[GW_LN2], w[GW_LN2_BIAS], c->norm_eps);
+    em_tensor *f = conv1d(gelu_new(conv1d(h, w[GW_FC], w[GW_FC_BIAS])), w[GW_MLP_PROJ], w[GW_MLP_PROJ_BIAS]);
+    return em_add(x, f);
+}
+
+em_tensor *em__gpt2_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
+                           em_kv_cache *cache, int64_t keep) {
+    const em_model_config *c = &m->cfg;
+    em_tensor *x = em_add(em_embedding(ids, m->w[MW_EMBED], EM_NO_PADDING_IDX),
+                          em_embedding(positions, m->w[MW_POSITIONS], EM_NO_PADDING_IDX));
+    if (!x) return NULL;
+    x = em_keep(x);   /* owned across the layers, whose temporaries each layer's scope frees */
+    for (int L = 0; L < (int)c->num_hidden_layers && x; L++) {
+        em_scope s = em_scope_begin();
+        em_tensor *next = layer_forward(m, L, x, key_mask, cache);
+        if (next) next = em_keep(next);
+        em_scope_end(s);
+        em_release(x);
+        x = next;
+    }
+    if (!x) return NULL;
+    int64_t T = em_size(x, 1);
+    em_tensor *out = em_layer_norm(em_narrow(x, 1, T - keep, keep), EM_SHAPE(c->hidden_size), m->w[MW_NORM],
+                                   m->w[MW_NORM_BIAS], c->norm_eps);
+    em_release(x);
+    return out;
+}

@@ -1,0 +1,54 @@
+/* The Llama family's decoder (transformers' LlamaModel, MistralModel, Qwen2Model): token
+ * embedding, then per layer x + attn(rms_norm(x)) and x + mlp(rms_norm(x)), the attention with
+ * rotary q and k and grouped key-value heads, the MLP down(silu(gate(x)) * up(x)); then the
+ * final RMSNorm. Each step is the fused op that rounds where transformers' code rounds. */
+#include "models_internal.h"
+
+/* [B, T, n * D] as HF's view(B, T, n, D).transpose(1, 2): [B, n, T, D]. */
+static em_tensor *heads(em_tensor *y, int64_t B, int64_t T, int64_t n, int64_t D) {
+    return y ? em_transpose(em_view(y, EM_SHAPE(B, T, n, D)), 1, 2) : NULL;
+}
+
+/* One decoder layer on x [B, T, H]: the new hidden states (scoped). */
+static em_tensor *layer_forward(em_model *m, int L, em_tensor *x, em_tensor *cos, em_tensor *sin,
+                                em_tensor *key_mask, em_kv_cache *cache) {
+    const em_model_config *c = &m->cfg;
+    em_tensor **w = m->layers[L];
+    int64_t B = em_size(x, 0), T = em_size(x, 1), D = c->head_dim;
+    em_shape norm_shape = EM_SHAPE(c->hidden_size);
+    em_tensor *h = em_rms_norm(x, norm_shape, w[LW_INPUT_NORM], c->norm_eps);
+    em_tensor *q = heads(em__model_linear(h, w[LW_Q], w[LW_Q_BIAS]), B, T, c->num_attention_heads, D);
+    em_tensor *k = heads(em__model_linear(h, w[LW_K], w[LW_K_BIAS]), B, T, c->num_key_value_heads, D);
+    em_tensor *v = heads(em__model_linear(h, w[LW_V], w[LW_V_BIAS]), B, T, c->num_key_value_heads, D);
+    if (!q || !k || !v) return NULL;
+    em_tensor *a = em__model_attention(cache, L, em_rope(q, cos, sin), em_rope(k, cos, sin), v, key_mask,
+                                       c->attention_scale);
+    x = em_add(x, em__model_linear(a, w[LW_O], w[LW_O_BIAS]));
+    h = em_rms_norm(x, norm_shape, w[LW_POST_NORM], c->norm_eps);
+    em_tensor *mlp = em_swiglu(em__model_linear(h, w[LW_GATE], w[LW_GATE_BIAS]),
+                               em__model_linear(h, w[LW_UP], w[LW_UP_BIAS]));
+    return em_add(x, em__model_linear(mlp, w[LW_DOWN], w[LW_DOWN_BIAS]));
+}
+
+em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
+                            em_kv_cache *cache, int64_t keep) {
+    const em_model_config *c = &m->cfg;
+    em_tensor *cos, *sin;
+    if (em_rope_tables(&c->rope, positions, m->dtype, m->device, &cos, &sin) != EM_OK) return NULL;
+    em_tensor *x = em_embedding(ids, m->w[MW_EMBED], EM_NO_PADDING_IDX);
+    if (!x) return NULL;
+    x = em_keep(x);   /* owned across the layers, whose temporaries each layer's scope frees */
+    for (int L = 0; L < (int)c->num_hidden_layers && x; L++) {
+        em_scope s = em_scope_begin();
+        em_tensor *next = layer_forward(m, L, x, cos, sin, key_mask, cache);
+        if (next) next = em_keep(next);
+        em_scope_end(s);
+        em_release(x);
+        x = next;
+    }
+    if (!x) return NULL;
+    int64_t T = em_size(x, 1);
+    em_tensor *out = em_rms_norm(em_narrow(x, 1, T - keep, keep), EM_SHAPE(c->hidden_size), m->w[MW_NORM], c->norm_eps);
+    em_release(x);
+    return out;
+}

@@ -1,0 +1,97 @@
+/* Inside src/models: the loaded model, its weights by role, and the pieces the files of this
+ * folder share. The layer is an upper one like nn (public API, core's internal_api.h); it
+ * reads JSON and safetensors headers with src/data's parsers (json.h, parsers.h), which
+ * scripts/check_layers.sh allows models alone among the upper layers. */
+#ifndef EM_MODELS_INTERNAL_H
+#define EM_MODELS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ember/ember.h>
+#include <ember/models.h>
+#include "../core/internal_api.h"
+
+/* A decoder layer's weights, by role; a role the family or the config lacks stays NULL. */
+enum {
+    /* the Llama family */
+    LW_INPUT_NORM, LW_POST_NORM,
+    LW_Q, LW_Q_BIAS, LW_K, LW_K_BIAS, LW_V, LW_V_BIAS, LW_O, LW_O_BIAS,
+    LW_GATE, LW_GATE_BIAS, LW_UP, LW_UP_BIAS, LW_DOWN, LW_DOWN_BIAS,
+    LAYER_WEIGHTS
+};
+enum {
+    /* GPT-2, in the same array (its Conv1D weights are [in, out]) */
+    GW_LN1, GW_LN1_BIAS, GW_ATTN, GW_ATTN_BIAS, GW_ATTN_PROJ, GW_ATTN_PROJ_BIAS,
+    GW_LN2, GW_LN2_BIAS, GW_FC, GW_FC_BIAS, GW_MLP_PROJ, GW_MLP_PROJ_BIAS
+};
+_Static_assert((int)GW_MLP_PROJ_BIAS < (int)LAYER_WEIGHTS, "GPT-2's roles fit in a layer's array");
+
+/* The whole model's weights outside the layers. */
+enum { MW_EMBED, MW_POSITIONS, MW_NORM, MW_NORM_BIAS, MW_LM_HEAD, MODEL_WEIGHTS };
+
+/* One parameter: its transformers name, its expected shape, its role, and its tensor. */
+typedef struct model_param {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    int layer;          /* the decoder layer, or -1 for the model's own weights (MW_*) */
+    int role;           /* LW_* / GW_* in a layer, MW_* outside */
+    em_tensor *t;       /* the loaded tensor (owned by the model) */
+} model_param;
+
+struct em_model {
+    em_model_config cfg;
+    em_device device;
+    em_dtype dtype;
+    char family_name[64];    /* the architecture, for messages */
+    int nparams;
+    model_param *params;     /* in transformers' order */
+    em_tensor *w[MODEL_WEIGHTS];
+    em_tensor *(*layers)[LAYER_WEIGHTS];   /* num_hidden_layers of them */
+    size_t weight_bytes, mapped_bytes;
+};
+
+struct em_kv_cache {
+    const em_model *model;
+    int64_t batch, capacity, length;
+    int nlayers;
+    em_tensor **k, **v;      /* per layer [batch, n_kv, capacity, head_dim] */
+    em_tensor *mask;         /* bool [batch, capacity] */
+    bool masked;             /* a mask with padding was given: attention reads the cache's mask */
+};
+
+/* ---- config.c ---- */
+/* The parameter list of cfg's model, in transformers' order, with names, shapes and roles
+ * (no tensors yet). Malloc'ed into *out (n entries); EM_ERR_OUT_OF_MEMORY otherwise. */
+em_status em__model_param_specs(const em_model_config *cfg, model_param **out, int *n);
+
+/* ---- weights.c ---- */
+/* Finds dir's weights (model.safetensors, or the shards of model.safetensors.index.json),
+ * checks every tensor against params (by name, shape; nothing missing, nothing extra) and
+ * fills each params[i].t on device in dtype: a read-only view of the mapped file on the CPU
+ * when the dtype matches, else a converted copy. *mapped: bytes that are file pages. On
+ * failure every tensor made is released and every file unmapped. */
+em_status em__model_load_weights(const char *dir, const em_model_config *cfg, model_param *params, int nparams,
+                                 em_device device, em_dtype dtype, size_t *mapped);
+
+/* ---- forward.c ---- */
+/* y = x W^T (+ b) for x [..., in] and W [out, in] (nn.Linear); b may be NULL. */
+em_tensor *em__model_linear(em_tensor *x, em_tensor *w, em_tensor *b);
+/* The attention of one layer for q [B, Hq, T, D], k and v [B, Hkv, T, D] of this call's
+ * tokens: with a cache, k and v are written at its length and the attention reads the cache
+ * (causal from that offset, its key mask); without, causal over the call's tokens with
+ * key_mask (bool [B, T] or NULL). Result [B, T, Hq * D]. */
+em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_tensor *k, em_tensor *v,
+                               em_tensor *key_mask, double scale);
+/* The families' forwards (llama.c, gpt2.c): hidden states of the last `keep` positions of ids
+ * [B, T] after the final norm, [B, keep, hidden]. positions [T] or [B, T] int64 on device. */
+em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
+                            em_kv_cache *cache, int64_t keep);
+em_tensor *em__gpt2_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
+                           em_kv_cache *cache, int64_t keep);
+
+/* Re-records the pending error as "<prefix>: <its message>", keeping its status. */
+em_status em__model_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
