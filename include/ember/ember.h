@@ -44,5 +44,7 @@
 #include <ember/summary.h>
 /* language models: Hugging Face model folders, the forward pass with a KV cache, perplexity */
 #include <ember/models.h>
+/* language models: tokenizers from Hugging Face's tokenizer.json */
+#include <ember/tokenizer.h>
 
 #endif
