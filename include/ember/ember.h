@@ -46,5 +46,7 @@
 #include <ember/models.h>
 /* language models: tokenizers from Hugging Face's tokenizer.json */
 #include <ember/tokenizer.h>
+/* generation: prefill and decode with a KV cache, sampling, a model folder with its tokenizer */
+#include <ember/generate.h>
 
 #endif
