@@ -22,6 +22,7 @@ static const struct {
     {"mem", cmd_mem, "estimate the memory a model needs (inference, fine-tuning, LoRA)"},
     {"launch", cmd_launch, "start N processes of a program with torchrun's variables (Ember's torchrun)"},
     {"tokenize", cmd_tokenize, "the token ids of a text with a model's tokenizer.json (and back: --decode)"},
+    {"generate", cmd_generate, "continue a text with a model folder's language model, streamed, with tokens/s"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -34,7 +35,7 @@ static const struct {
     {"devices", &devices_options}, {"smi", &smi_options},   {"bench", &bench_options},
     {"train", &train_options},     {"train --model gpt", &gpt_train_options},
     {"eval", &eval_options},       {"mem", &mem_options},   {"launch", &launch_options},
-    {"tokenize", &tokenize_options},
+    {"tokenize", &tokenize_options}, {"generate", &generate_options},
 };
 
 static void usage(FILE *f) {
