@@ -53,7 +53,8 @@ def header_names():
 
 
 def run(cmd, **kw):
-    env = dict(os.environ, POCL_DEVICES=os.environ.get("POCL_DEVICES", "pthread pthread"))
+    # EMBER_SOURCE_DIR: the repository, where the blocks find the tiny model folders of tests/data
+    env = dict(os.environ, POCL_DEVICES=os.environ.get("POCL_DEVICES", "pthread pthread"), EMBER_SOURCE_DIR=ROOT)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, **kw)
 
 
