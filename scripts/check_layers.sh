@@ -278,8 +278,8 @@ self_test() {
     done
     # a folder of src/ in no layer
     mkdir -p "$tmp/src/widgets"
-    printf '#include <ember/nn.h>\n' > "$tmp/src/widgets/gpt.c"
-    if check "$tmp" src/widgets/gpt.c 2>"$tmp/err" || ! grep -q "src/widgets/gpt.c" "$tmp/err"; then
+    printf '#include <ember/nn.h>\n' > "$tmp/src/widgets/gauge.c"
+    if check "$tmp" src/widgets/gauge.c 2>"$tmp/err" || ! grep -q "src/widgets/gauge.c" "$tmp/err"; then
         echo "self-test: a file in src/widgets/ (no layer) was not refused" >&2
         bad=1
     fi

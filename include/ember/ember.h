@@ -42,9 +42,9 @@
 #include <ember/dist.h>
 /* TensorBoard event files (issue 17) */
 #include <ember/summary.h>
-/* language models: Hugging Face model folders, the forward pass with a KV cache, perplexity */
+/* language models: Hugging Face model folders, the forward pass with a KV cache, perplexity,
+ * and tokenizers from tokenizer.json */
 #include <ember/models.h>
-/* language models: tokenizers from Hugging Face's tokenizer.json */
 #include <ember/tokenizer.h>
 /* generation: prefill and decode with a KV cache, sampling, a model folder with its tokenizer */
 #include <ember/generate.h>

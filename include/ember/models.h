@@ -68,8 +68,8 @@ typedef enum em_model_family { EM_MODEL_LLAMA, EM_MODEL_GPT2 } em_model_family;
 typedef struct em_model_config {
     char architecture[64];        /* architectures[0]: "LlamaForCausalLM", "GPT2LMHeadModel" */
     char model_type[32];          /* "llama", "mistral", "qwen2", "gpt2" */
-    em_model_family family;
-    int64_t vocab_size;
+    em_model_family family;       /* how it computes: the Llama family or GPT-2 */
+    int64_t vocab_size;           /* rows of the input embedding: ids are in [0, vocab_size) */
     int64_t hidden_size;          /* GPT-2: n_embd */
     int64_t intermediate_size;    /* GPT-2: n_inner, 4 x n_embd when null */
     int64_t num_hidden_layers;    /* GPT-2: n_layer */
@@ -89,8 +89,8 @@ typedef struct em_model_config {
     em_dtype dtype;               /* config.json's dtype / torch_dtype (float32 when absent) */
     int64_t bos_token_id;         /* -1: none (generation_config.json wins over config.json) */
     int64_t pad_token_id;         /* -1: none */
-    int n_eos;                    /* end-of-sequence ids (an int or a list in the configs) */
-    int64_t eos_token_ids[EM_MODEL_MAX_EOS];
+    int n_eos;                    /* how many end-of-sequence ids (an int or a list in the configs) */
+    int64_t eos_token_ids[EM_MODEL_MAX_EOS]; /* the end-of-sequence ids, n_eos of them */
 } em_model_config;
 
 /* Reads dir/config.json and, when present, dir/generation_config.json. An architecture Ember
@@ -119,14 +119,16 @@ EM_API void em_model_free(em_model *m);
 EM_API const em_model_config *em_model_config_of(const em_model *m);
 EM_API em_device em_model_device(const em_model *m); /* where it lives */
 EM_API em_dtype em_model_dtype(const em_model *m);   /* the dtype it computes in */
-/* Parameters, in transformers' order: the number, and the i-th name with its tensor (a new
- * reference, scoped; NULL past the end). A tied output embedding is one parameter. */
+/* The number of parameter tensors (a tied output embedding is one). */
 EM_API int em_model_num_parameters(const em_model *m);
+/* The i-th parameter in transformers' order: its tensor (a new reference, scoped; NULL past
+ * the end) and in *name (may be NULL) its name. */
 EM_API em_tensor *em_model_parameter(const em_model *m, int i, const char **name);
 /* The same by name (transformers' spelling); NULL and EM_ERR_ARGUMENT when there is none. */
 EM_API em_tensor *em_model_parameter_by_name(const em_model *m, const char *name);
-/* Bytes of the weights, and how many of them are mapped file pages rather than copies. */
+/* Bytes of the weights. */
 EM_API size_t em_model_weight_bytes(const em_model *m);
+/* How many of em_model_weight_bytes are mapped file pages rather than copies. */
 EM_API size_t em_model_mapped_bytes(const em_model *m);
 
 /* ---- the key-value cache ----
@@ -151,6 +153,8 @@ EM_API em_status em_kv_cache_reset(em_kv_cache *c);
 EM_API em_tensor *em_kv_cache_layer(em_kv_cache *c, int layer, bool want_values);
 
 /* ---- the forward pass ---- */
+/* What em_model_forward takes besides the ids: zeroed means no mask, default positions, no
+ * cache, every position's logits. */
 typedef struct em_forward_opts {
     /* HF's attention_mask: nonzero where a token is real, 0 for padding (bool or integer),
      * [B, T] for this call's tokens or, with a cache, [B, length + T] for every position the
@@ -176,6 +180,7 @@ typedef struct em_perplexity_opts {
     int64_t max_length; /* window length; 0: max_position_embeddings */
     int64_t stride;     /* 0: max_length / 2 (rounded up) */
 } em_perplexity_opts;
+/* What em_model_perplexity computed. */
 typedef struct em_perplexity {
     double nll;          /* the mean negative log-likelihood, in nats */
     double perplexity;   /* exp(nll) */

@@ -38,8 +38,9 @@ typedef struct em_tokenizer em_tokenizer;
 
 /* Loads a tokenizer from a `tokenizer.json` file or from a model folder holding one. From a
  * folder, the special ids also come from `tokenizer_config.json` (bos_token, eos_token,
- * pad_token, unk_token) and `generation_config.json` (bos_token_id, eos_token_id (one id or
- * a list), pad_token_id; these win) when present. NULL and an error naming the file and
+ * pad_token, unk_token), then `config.json` and `generation_config.json` (bos_token_id,
+ * eos_token_id (one id or a list), pad_token_id; the last file wins, as in em_model_load's
+ * em_model_config) when present. NULL and an error naming the file and
  * what is wrong in it otherwise. */
 EM_API em_tokenizer *em_tokenizer_load(const char *path);
 /* The same from the text of a tokenizer.json in memory (len bytes; name is used in

@@ -4,6 +4,7 @@ against its JSON Schema in docs/schemas/ (python3-jsonschema, or the small valid
 where it is missing), the man page generated from the help texts, and bash completion.
 The command: $EMBER_TOOL (ctest sets it), else build/ember."""
 import json
+import math
 import os
 import re
 import shutil
@@ -175,6 +176,31 @@ class JsonSchemas(unittest.TestCase):
         finally:
             os.unlink(f.name)
 
+    def test_mem_model_folder(self):
+        folder = os.path.join(ROOT, "tests", "data", "models", "llama")
+        doc = self.check("mem", "mem", "--model", folder, "--json")
+        self.assertEqual(doc["architecture"], "LlamaForCausalLM")
+        self.assertEqual([e["mode"] for e in doc["estimates"]], ["inference", "full", "lora"])
+        doc = self.check("mem", "mem", "--model", folder, "--batch", "2", "--seq", "64", "--json")
+        self.assertEqual((doc["batch"], doc["seq"]), (2, 64))
+        broken = json.loads(json.dumps(doc))
+        del broken["kv_width"]
+        self.assertGreaterEqual(len(schema_errors(broken, "mem")), 1)
+
+    def test_perplexity(self):
+        folder = os.path.join(ROOT, "tests", "data", "models", "gpt2")
+        with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as f:
+            f.write(" ".join(str((7 * i) % 500) for i in range(100)))
+        try:
+            doc = self.check("perplexity", "perplexity", folder, f.name, "--ids", "--max-length", "32", "--json")
+        finally:
+            os.unlink(f.name)
+        self.assertEqual((doc["ids"], doc["max_length"], doc["stride"]), (100, 32, 16))
+        self.assertAlmostEqual(doc["perplexity"], math.exp(doc["nll"]), delta=1e-9 * doc["perplexity"])
+        broken = json.loads(json.dumps(doc))
+        broken["nll"] = "6.5"
+        self.assertGreaterEqual(len(schema_errors(broken, "perplexity")), 1)
+
     def test_bench(self):
         args = ["bench", "--quick", "--min-time", "0.005", "--sizes", "32", "--dtype", "f32", "--json"]
         doc = self.check("bench", *args, "--device", "cpu")
@@ -254,7 +280,7 @@ class ExitCodes(unittest.TestCase):
     def test_usage_is_2_failure_is_1(self):
         self.assertEqual(run()[0], 2)
         self.assertEqual(run("frobnicate")[0], 2)
-        for c in ("devices", "smi", "bench", "train", "eval", "mem", "tokenize", "generate"):
+        for c in ("devices", "smi", "bench", "train", "eval", "mem", "tokenize", "perplexity", "generate"):
             rc, _, err = run(c, "--no-such-option")
             self.assertEqual(rc, 2, f"ember {c} --no-such-option: {err}")
         self.assertEqual(run("bench", "--sizes")[0], 2)  # a missing value
@@ -271,6 +297,11 @@ class ExitCodes(unittest.TestCase):
         self.assertEqual(run("tokenize", "/nonexistent/model")[0], 2)  # no TEXT
         self.assertEqual(run("tokenize", "a", "b", "c")[0], 2)  # one TEXT too many
         self.assertEqual(run("tokenize", "a", "--decode", "1,x")[0], 2)
+        rc, _, err = run("perplexity", "/nonexistent/model", "/dev/null", "--ids")
+        self.assertEqual(rc, 1, err)
+        rc, _, err = run("mem", "--model", "/nonexistent/model")
+        self.assertEqual(rc, 1, err)
+        self.assertEqual(run("perplexity", "/nonexistent/model")[0], 2)  # no FILE
         rc, _, err = run("generate", "/nonexistent/model", "--prompt", "x")
         self.assertEqual(rc, 1, err)
         self.assertEqual(run("generate", "/nonexistent/model")[0], 2)  # no --prompt

@@ -4,6 +4,8 @@ for a skip whose reason it prints (reported as a skip, never a pass). Info strin
   c               a whole program
   c fragment      statements, compiled and run inside a main() that includes <ember/ember.h>
   c launch=N      a whole program run as N processes by `ember launch -n N`
+  c args=A B ...  a whole program run with arguments A B ..., each a path under the repository
+                  (tests/data/models/gpt2: a model folder the program reads)
   c skip: WHY     not compiled; WHY is printed
   sh run          each line run with the built ember (a leading build/ember is replaced); exit 0
   sh norun: WHY   not run; WHY is printed
@@ -53,22 +55,26 @@ def header_names():
 
 
 def run(cmd, **kw):
-    # EMBER_SOURCE_DIR: the repository, where the blocks find the tiny model folders of tests/data
-    env = dict(os.environ, POCL_DEVICES=os.environ.get("POCL_DEVICES", "pthread pthread"), EMBER_SOURCE_DIR=ROOT)
+    env = dict(os.environ, POCL_DEVICES=os.environ.get("POCL_DEVICES", "pthread pthread"))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, **kw)
 
 
 def c_block(where, info, text, tmp):
     """Returns ("pass" | "skip" | "fail", message)."""
     launch = None
-    if info == "c fragment":
+    args = []
+    if info.startswith("c args="):
+        args = [os.path.join(ROOT, a) for a in info.split("=", 1)[1].split()]
+        if not args or not all(os.path.exists(a) for a in args):
+            return "fail", f"'{info}': every argument must be a path under the repository"
+    elif info == "c fragment":
         text = "#include <stdio.h>\n#include <ember/ember.h>\nint main(void) {\n" + text + "return em_failed() ? 1 : 0;\n}\n"
     elif info.startswith("c launch="):
         launch = info.split("=", 1)[1]
         if not launch.isdigit():
             return "fail", f"bad process count in '{info}'"
     elif info != "c":
-        return "fail", f"unknown info string '{info}' (expected c, c fragment, c launch=N or c skip: WHY)"
+        return "fail", f"unknown info string '{info}' (expected c, c fragment, c launch=N, c args=... or c skip: WHY)"
     src = os.path.join(tmp, "block.c")
     exe = os.path.join(tmp, "block")
     with open(src, "w") as f:
@@ -79,7 +85,7 @@ def c_block(where, info, text, tmp):
              "-o", exe, "-L", libdir, "-l:" + os.path.basename(LIB), "-Wl,-rpath," + libdir, "-lm"])
     if p.returncode != 0:
         return "fail", "does not compile:\n" + p.stdout + p.stderr
-    cmd = [exe] if launch is None else [TOOL, "launch", "-n", launch, "--", exe]
+    cmd = [exe, *args] if launch is None else [TOOL, "launch", "-n", launch, "--", exe]
     p = run(cmd, cwd=tmp)
     out = (p.stdout + p.stderr).strip()
     if p.returncode == 77 or (launch and p.returncode != 0 and "skip:" in out):

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <ember/ember.h>
 #include <ember/estimate.h>
 #include "commands.h"
@@ -33,7 +34,7 @@ static const opt_choice optim_choices[] = {
 #define MEM_STR(x) MEM_STR_(x)
 static const opt_spec mem_table[] = {
     [M_PARAMS] = OPTION_STRING("--params", "PARAMS", "the parameter count, as PARAMS"),
-    [M_MODEL] = OPTION_STRING("--model", "NAME|FILE",
+    [M_MODEL] = OPTION_STRING("--model", "NAME|FILE|DIR",
                               "mlp or cnn: `ember train --model mlp|cnn`'s network (float32 unless --dtype; --batch "
                               "default 64); the training estimates print the CPU allocator's measured peak over two "
                               "real steps of the same training.\n"
@@ -45,7 +46,12 @@ static const opt_spec mem_table[] = {
                               "measured' says why.\n"
                               "FILE: an Ember checkpoint (em_module_save): parameters, dtype and the Linear layers' "
                               "widths come from its tensors; with --batch the activations and the optimizer's "
-                              "workspace are counted too"),
+                              "workspace are counted too.\n"
+                              "DIR: a Hugging Face model folder (LlamaForCausalLM, MistralForCausalLM, "
+                              "Qwen2ForCausalLM, GPT2LMHeadModel): its config.json's exact shape, the parameters "
+                              "counted tensor by tensor, the KV cache num_key_value_heads x head_dim wide, LoRA on "
+                              "q_proj and v_proj (GPT-2: c_attn); --dtype defaults to the config's; --batch and --seq "
+                              "count the activations (for inference, the KV cache)"),
     [M_CKPT_ACT] = OPTION_FLAG("--checkpoint-activations",
                                "with --model mlp, cnn or gpt: as `ember train --checkpoint-activations` (mlp/cnn: "
                                "em_checkpoint_sequential over sqrt(layers) segments; gpt: each block): only segment "
@@ -77,14 +83,14 @@ OPT_TABLE_FITS(mem_table);
 const opt_command mem_options = {
     .name = "ember mem",
     .usage = "ember mem PARAMS [options]\n"
-             "ember mem --model mlp|cnn|gpt|FILE.safetensors [options]",
+             "ember mem --model mlp|cnn|gpt|FILE.safetensors|MODEL_DIR [options]",
     .about = "Estimate the memory a model needs, in GB (1e9 bytes) with GiB alongside.",
     .positional = "PARAMS",
     .positional_help = "parameter count: 7B, 125M, 350K, 1.3e9 (or --params PARAMS)",
     .extra = "one parameter count only",
     .options = mem_table,
     .count = OPT_COUNT(mem_table),
-    .exit_status = "0 done; 1 a checkpoint that cannot be read; 2 bad arguments",
+    .exit_status = "0 done; 1 a checkpoint or model folder that cannot be read; 2 bad arguments",
 };
 
 typedef struct ref_device { const char *name; double bytes; } ref_device;
@@ -329,6 +335,75 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
     return rc;
 }
 
+/* ember mem --model MODEL_DIR: the estimates for a model folder's exact shape (em_model_estimate). */
+static int mem_model_dir(const char *dir, const char *params, bool dtype_given, bool shape_given, const char *mode,
+                         bool json, em_estimate_opts o) {
+    if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
+    if (shape_given) return bad("%s", "--hidden and --layers come from the model folder's config.json");
+    if (o.lora_targets)
+        return bad("%s", "--lora-targets: with a model folder LoRA adapts q_proj and v_proj (GPT-2: c_attn), PEFT's "
+                   "default targets");
+    if (o.activation_bytes_per_sample > 0 && o.batch <= 0) return bad("%s", "--act-bytes needs --batch");
+    if ((o.batch > 0) != (o.seq > 0) && o.activation_bytes_per_sample <= 0)
+        return bad("%s", "activations need both --batch and --seq (or --batch and --act-bytes)");
+    em_estimate_mode modes[3];
+    int nmodes;
+    if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    em_model_config cfg;
+    if (em_model_config_load(dir, &cfg) != EM_OK) {
+        fprintf(stderr, "ember mem: %s\n", em_last_error());
+        return 1;
+    }
+    if (!dtype_given && o.autocast_dtype == EM_F32) o.dtype = cfg.dtype;
+    em_estimate e, alt;
+    for (int m = 0; m < nmodes; m++) {   /* every request checked before anything is printed */
+        em_estimate_opts mo = o;
+        mo.mode = modes[m];
+        if (em_model_estimate(&cfg, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+    }
+    fit_device dev[MAX_DEVICES];
+    int ndev = list_devices(dev);
+    const char *dt = o.dtype == EM_F32 ? "float32" : o.dtype == EM_F16 ? "float16" : "bfloat16";
+    int64_t kv = cfg.num_key_value_heads * cfg.head_dim;
+    if (json) {
+        printf("{\n  \"model\": ");
+        json_string(dir);
+        printf(", \"architecture\": ");
+        json_string(cfg.architecture);
+        printf(", \"params\": %.0f, \"dtype\": \"%s\", \"hidden\": %lld, \"layers\": %lld, \"kv_width\": %lld, "
+               "\"batch\": %lld, \"seq\": %lld,\n  \"estimates\": [", e.params, dt, (long long)cfg.hidden_size,
+               (long long)cfg.num_hidden_layers, (long long)kv, (long long)o.batch, (long long)o.seq);
+    } else {
+        printf("ember mem: %s: %s, %.0f parameters, %s weights, hidden %lld, %lld layers, %lld heads and %lld "
+               "key-value heads of %lld%s%s\n", dir, cfg.architecture, e.params, dt, (long long)cfg.hidden_size,
+               (long long)cfg.num_hidden_layers, (long long)cfg.num_attention_heads, (long long)cfg.num_key_value_heads,
+               (long long)cfg.head_dim, o.autocast_dtype != EM_F32 ? ", autocast " : "",
+               o.autocast_dtype != EM_F32 ? em_dtype_name(o.autocast_dtype) : "");
+        if (o.batch <= 0) printf("give --batch B and --seq S to count the activations (for inference, the KV cache)\n");
+        printf("GB = 1e9 bytes, GiB = 2^30 bytes; MB = 1e6 bytes, MiB = 2^20 bytes for totals under 100 MB\n");
+    }
+    for (int m = 0; m < nmodes; m++) {
+        em_estimate_opts mo = o;
+        mo.mode = modes[m];
+        if (em_model_estimate(&cfg, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+        bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
+        if (has_alt) {
+            em_estimate_opts ao = mo;
+            ao.master_weights = !mo.master_weights;
+            if (em_model_estimate(&cfg, &ao, &alt) != EM_OK) return bad("%s", em_last_error());
+        }
+        if (json) print_json(&mo, &e, has_alt ? &alt : NULL, dev, ndev, m == 0, NAN);
+        else print_text(&mo, &e, has_alt ? &alt : NULL, dev, ndev);
+    }
+    if (json) printf("\n  ]\n}\n");
+    return 0;
+}
+
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 int cmd_mem(int argc, char **argv) {
     em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
     opt_result opts;
@@ -382,6 +457,8 @@ int cmd_mem(int argc, char **argv) {
     } else if (model && !strcmp(model, "gpt")) {
         return gpt_mem_main(&(gpt_mem_args){.batch = o.batch, .layers = o.layers, .hidden = o.hidden, .seq = o.seq,
                                             .lora_rank = o.lora_rank, .ckpt = ckpt, .json = json});
+    } else if (model && is_dir(model)) {
+        return mem_model_dir(model, params, dtype_given, v[M_HIDDEN].given || v[M_LAYERS].given, mode, json, o);
     } else if (model) {
         return mem_model(model, params, shape_given, mode, json, o);
     }

@@ -21,6 +21,7 @@ static const struct {
     {"eval", cmd_eval, "evaluate a checkpoint on the Fashion-MNIST test set"},
     {"mem", cmd_mem, "estimate the memory a model needs (inference, fine-tuning, LoRA)"},
     {"launch", cmd_launch, "start N processes of a program with torchrun's variables (Ember's torchrun)"},
+    {"perplexity", cmd_perplexity, "the perplexity of a text under a Hugging Face model folder"},
     {"tokenize", cmd_tokenize, "the token ids of a text with a model's tokenizer.json (and back: --decode)"},
     {"generate", cmd_generate, "continue a text with a model folder's language model, streamed, with tokens/s"},
 };
@@ -35,15 +36,16 @@ static const struct {
     {"devices", &devices_options}, {"smi", &smi_options},   {"bench", &bench_options},
     {"train", &train_options},     {"train --model gpt", &gpt_train_options},
     {"eval", &eval_options},       {"mem", &mem_options},   {"launch", &launch_options},
-    {"tokenize", &tokenize_options}, {"generate", &generate_options},
+    {"perplexity", &perplexity_options}, {"tokenize", &tokenize_options},
+    {"generate", &generate_options},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ember <command> [options]   (ember help <command> for its options)\n"
                "       ember --version | --help\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "  %-8s %s\n", "help", "the options of a command: ember help <command>");
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-10s %s\n", "help", "the options of a command: ember help <command>");
     fprintf(f, "\n  ember help --options <command>   its options as a table, one per line (tab-separated: name,\n"
                "                                   alias, kind, metavar, min, max, flags, choices) for scripts\n"
                "  ember help --man [<command>]     the man page's section of a command (roff), or every one\n");
