@@ -30,26 +30,28 @@ static void folder(char *buf, size_t size, const char *name) { snprintf(buf, siz
 
 /* A golden int64 vector as a malloc'ed array (*n its length); NULL when missing. */
 static int64_t *golden_ids(const char *key, int64_t *n) {
+    em_scope s = em_scope_begin();   /* the tensors' references end here */
     em_tensor *t = em_safetensors_get(g_golden, key);
-    if (!t) return NULL;
-    *n = em_numel(t);
-    int64_t *v = malloc(sizeof *v * (size_t)(*n + 1));
-    if (em_copy_to_host(em_to_dtype(t, EM_I64), v, sizeof *v * (size_t)*n) != EM_OK) {
+    int64_t *v = t ? malloc(sizeof *v * (size_t)(em_numel(t) + 1)) : NULL;
+    if (v) *n = em_numel(t);
+    if (v && em_copy_to_host(em_to_dtype(t, EM_I64), v, sizeof *v * (size_t)*n) != EM_OK) {
         free(v);
-        return NULL;
+        v = NULL;
     }
+    em_scope_end(s);
     return v;
 }
 
 static float *golden_f32(const char *key, int64_t *n) {
+    em_scope s = em_scope_begin();
     em_tensor *t = em_safetensors_get(g_golden, key);
-    if (!t) return NULL;
-    *n = em_numel(t);
-    float *v = malloc(sizeof *v * (size_t)*n);
-    if (em_copy_to_host(t, v, sizeof *v * (size_t)*n) != EM_OK) {
+    float *v = t ? malloc(sizeof *v * (size_t)em_numel(t)) : NULL;
+    if (v) *n = em_numel(t);
+    if (v && em_copy_to_host(t, v, sizeof *v * (size_t)*n) != EM_OK) {
         free(v);
-        return NULL;
+        v = NULL;
     }
+    em_scope_end(s);
     return v;
 }
 
