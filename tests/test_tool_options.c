@@ -298,6 +298,13 @@ static bool known(const table *t, const char *s) {
     return false;
 }
 
+/* How many of the table's options begin with s. */
+static int options_starting_with(const table *t, const char *s) {
+    int n = 0;
+    for (int i = 0; i < t->n; i++) n += !strncmp(t->rows[i].name, s, strlen(s));
+    return n;
+}
+
 static void probe_option(const table *t, const row *r) {
     const char *c = t->cmd, *pre = t->prefix;
     char v[160], as[200];
@@ -383,11 +390,12 @@ static void probe_option(const table *t, const row *r) {
         snprintf(as, sizeof as, "%s expects", r->name);
         expect(2, as, "%s %s %s no-such-word", c, pre, r->name);
     }
-    /* a slip of the keyboard: the last letter left off */
+    /* a slip of the keyboard: the last letter left off (where it leaves one option it could be:
+     * "--top-" is as near --top-k as --top-p) */
     size_t n = strlen(r->name);
     char slip[64];
     snprintf(slip, sizeof slip, "%.*s", (int)n - 1, r->name);
-    if (visible(r) && n >= 6 && !known(t, slip)) {
+    if (visible(r) && n >= 6 && !known(t, slip) && options_starting_with(t, slip) == 1) {
         snprintf(as, sizeof as, "unknown option '%s' (did you mean %s?)", slip, r->name);
         expect(2, as, "%s %s %s", c, pre, slip);
     }

@@ -46,5 +46,7 @@
  * and tokenizers from tokenizer.json */
 #include <ember/models.h>
 #include <ember/tokenizer.h>
+/* generation: prefill and decode with a KV cache, sampling, a model folder with its tokenizer */
+#include <ember/generate.h>
 
 #endif

@@ -1,6 +1,7 @@
 /* Creation of tensors on any device, and the global counter-based random generator. */
 #include "core_internal.h"
 #include "../util/errors.h"
+#include "../kernels/philox.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -225,6 +226,13 @@ void em__rng_set_state(uint64_t seed, uint64_t offset) {
     rng_seed = seed;
     rng_offset = offset;
     pthread_mutex_unlock(&rng_lock);
+}
+
+double em__philox_uniform_f64(uint64_t seed, uint64_t c) {
+    uint32_t w[4];
+    em__philox_element(seed, c, w);
+    uint64_t bits = ((uint64_t)w[1] << 21) ^ (uint64_t)(w[0] >> 11);
+    return (double)(bits & ((UINT64_C(1) << 53) - 1)) * 0x1p-53;
 }
 
 static em_tensor *random_tensor(const char *op, em_shape shape, em_opts o, em_rng_kind kind, double p0, double p1) {

@@ -171,5 +171,10 @@ em_status em__grad_record_custom(const em_custom_grad *fn, void *ctx, em_tensor 
  * torch.utils.checkpoint saves to replay dropout masks (src/core/create.c). */
 void em__rng_get_state(uint64_t *seed, uint64_t *offset);
 void em__rng_set_state(uint64_t seed, uint64_t offset);
+/* A uniform double in [0, 1) with 53 random bits from Philox 4x32-10's block for counter c under
+ * seed (src/kernels/philox.h): words 0 and 1 of the block, (w1 << 21 ^ w0 >> 11) * 2^-53. No
+ * global state: the same (seed, c) gives the same number everywhere (generation's sampling
+ * draws on the host with it, src/models/sampling.c). */
+double em__philox_uniform_f64(uint64_t seed, uint64_t c);
 
 #endif

@@ -229,6 +229,25 @@ class JsonSchemas(unittest.TestCase):
         broken["ids"][0] = -1
         self.assertGreaterEqual(len(schema_errors(broken, "tokenize")), 1)
 
+    def test_generate(self):
+        folder = os.path.join(ROOT, "tests", "data", "models", "gpt2")
+        doc = self.check("generate", "generate", folder, "--prompt", "The quick brown fox", "--max-new-tokens", "6",
+                         "--json")
+        self.assertEqual(len(doc["tokens"]), 6)
+        self.assertEqual(doc["finish"], "length")
+        self.assertEqual(doc["dtype"], "float32")
+        rc, out, err = run("tokenize", folder, "The quick brown fox")
+        self.assertEqual(out.split(), [str(i) for i in doc["prompt_tokens"]], err)
+        rc, out, err = run("tokenize", folder, "--decode", " ".join(map(str, doc["tokens"])))
+        self.assertEqual((rc, out), (0, doc["text"] + "\n"), err)
+        # streamed: the prompt and the same text on stdout, the statistics on stderr
+        rc, out, err = run("generate", folder, "--prompt", "The quick brown fox", "--max-new-tokens", "6")
+        self.assertEqual((rc, out), (0, "The quick brown fox" + doc["text"] + "\n"), err)
+        self.assertIn("tokens/s", err)
+        broken = json.loads(json.dumps(doc))
+        broken["finish"] = "tired"
+        self.assertGreaterEqual(len(schema_errors(broken, "generate")), 1)
+
 
 class ExitCodes(unittest.TestCase):
     def test_version_and_help(self):
@@ -261,7 +280,7 @@ class ExitCodes(unittest.TestCase):
     def test_usage_is_2_failure_is_1(self):
         self.assertEqual(run()[0], 2)
         self.assertEqual(run("frobnicate")[0], 2)
-        for c in ("devices", "smi", "bench", "train", "eval", "mem", "tokenize", "perplexity"):
+        for c in ("devices", "smi", "bench", "train", "eval", "mem", "tokenize", "perplexity", "generate"):
             rc, _, err = run(c, "--no-such-option")
             self.assertEqual(rc, 2, f"ember {c} --no-such-option: {err}")
         self.assertEqual(run("bench", "--sizes")[0], 2)  # a missing value
@@ -283,6 +302,10 @@ class ExitCodes(unittest.TestCase):
         rc, _, err = run("mem", "--model", "/nonexistent/model")
         self.assertEqual(rc, 1, err)
         self.assertEqual(run("perplexity", "/nonexistent/model")[0], 2)  # no FILE
+        rc, _, err = run("generate", "/nonexistent/model", "--prompt", "x")
+        self.assertEqual(rc, 1, err)
+        self.assertEqual(run("generate", "/nonexistent/model")[0], 2)  # no --prompt
+        self.assertEqual(run("generate", "a", "--prompt", "x", "--temperature", "-1")[0], 2)
 
     def test_interrupted_is_130(self):
         # a long benchmark, Ctrl-C'd once it runs: exit status 130, not death by signal

@@ -23,6 +23,7 @@ static const struct {
     {"launch", cmd_launch, "start N processes of a program with torchrun's variables (Ember's torchrun)"},
     {"perplexity", cmd_perplexity, "the perplexity of a text under a Hugging Face model folder"},
     {"tokenize", cmd_tokenize, "the token ids of a text with a model's tokenizer.json (and back: --decode)"},
+    {"generate", cmd_generate, "continue a text with a model folder's language model, streamed, with tokens/s"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -36,6 +37,7 @@ static const struct {
     {"train", &train_options},     {"train --model gpt", &gpt_train_options},
     {"eval", &eval_options},       {"mem", &mem_options},   {"launch", &launch_options},
     {"perplexity", &perplexity_options}, {"tokenize", &tokenize_options},
+    {"generate", &generate_options},
 };
 
 static void usage(FILE *f) {
