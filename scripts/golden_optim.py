@@ -4,7 +4,8 @@
 Run:  python scripts/golden_optim.py [out]   (default tests/data/golden_optim.safetensors)
       needs torch (>= 2.2: every optimizer's maximize and decoupled_weight_decay) and
       safetensors from PyPI, e.g. python3 -m venv /tmp/v && /tmp/v/bin/pip install torch safetensors
-The output is deterministic and committed; tests/test_optim_parity.c replays it.
+The output's tensors and metadata are deterministic (the header's metadata order is not, so
+the bytes may differ between runs) and committed; tests/test_optim_parity.c replays it.
 
 Everything is float64 (torch.set_default_dtype), so that PyTorch's own scalar state (step,
 NAdam's mu_product) is float64 too and the test can ask for agreement to ~1e-12.
