@@ -13,9 +13,9 @@
 /* Optimizer state below the smallest normal number is stored as zero. Adam's moments (and
  * SGD's momentum) for weights whose gradient is zero decay geometrically into subnormal
  * floats, and x86 arithmetic on those takes a microcode assist per element, which slows
- * every epoch after the first for as long as such weights stay idle. A flushed moment changes no parameter (the update
- * it stood for is below the parameter's rounding unless the parameter itself is ~1e-30),
- * and the caller's floating-point environment (MXCSR) is left alone. src/kernels/optim.k
+ * every epoch after the first while such weights stay idle. A flushed moment changes no
+ * parameter (the update it stood for is below the parameter's rounding unless the parameter
+ * itself is ~1e-30), and the caller's floating-point environment (MXCSR) is left alone. src/kernels/optim.k
  * flushes the same values the same way, so devices agree bit for bit. NaN stays NaN (both
  * comparisons are false). */
 #define OPT_FLUSH(x, TINY) ((x) < (TINY) && (x) > -(TINY) ? 0 : (x))
