@@ -333,6 +333,7 @@ typedef struct em_lr_scheduler_state {
     int64_t num_bad_epochs;   /* EM_LR_PLATEAU */
     int64_t cooldown_counter; /* EM_LR_PLATEAU */
 } em_lr_scheduler_state;
+/* scheduler.state_dict(): s's state into *out (restore it with em_lr_scheduler_load_state_dict). */
 EM_API em_status em_lr_scheduler_state_dict(const em_lr_scheduler *s, em_lr_scheduler_state *out);
 /* Restores st (checked first: the kind, a position >= 0, finite rates, counters >= 0; a
  * refused state changes nothing); an attached scheduler sets its optimizer's rate (and
