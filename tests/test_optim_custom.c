@@ -454,6 +454,46 @@ static void test_builtin_states_resume(void) {
     remove(g_path);
 }
 
+/* GradScaler with an optimizer that reads no found-inf flag in its kernels (a new built-in
+ * one, a user's): an inf gradient skips the whole step, parameters and states untouched, and
+ * a clean one is unscaled first and stepped as without a scaler. */
+static void test_scaler_skips_and_unscales(void) {
+    for (int which = 0; which < 2; which++) {
+        em_module *m = model(6), *ref = model(6);
+        em_optimizer *o = which ? em_optimizer_new(m, &my_adadelta_ops, &(adadelta_hyper){0.9, 1e-6}, 1.0)
+                                : em_rmsprop(m, 0.01);
+        em_optimizer *oref = which ? em_optimizer_new(ref, &my_adadelta_ops, &(adadelta_hyper){0.9, 1e-6}, 1.0)
+                                   : em_rmsprop(ref, 0.01);
+        em_grad_scaler *sc = em_grad_scaler_new(em_grad_scaler_defaults());
+        CHECK(o && oref && sc);
+        /* an inf in the gradient: skipped */
+        em_tensor *before = em_clone(param(m, 0));
+        set_grads(m, 1);
+        em_scope s = em_scope_begin();
+        CHECK(em_grad_scaler_scale(sc, em_ones(EM_SHAPE(1), EM_OPTS(0))) != NULL);   /* a scaled loss, as backward's */
+        CHECK_OK(em_set_grad(param(m, 1), em_full(EM_SHAPE(4), INFINITY, EM_OPTS(.dtype = EM_F64))));
+        em_scope_end(s);
+        CHECK_OK(em_grad_scaler_step(sc, o));
+        CHECK_OK(em_grad_scaler_update(sc));
+        CHECK(em_grad_scaler_skipped_steps(sc) == 1);
+        CHECK(rel_diff(param(m, 0), before) == 0);
+        em_release(before);
+        /* a clean gradient, scaled as the scaler's loss would scale it: the same step as plain */
+        double scale = em_grad_scaler_get_scale(sc);
+        set_grads(m, 2), set_grads(ref, 2);
+        s = em_scope_begin();
+        CHECK(em_grad_scaler_scale(sc, em_ones(EM_SHAPE(1), EM_OPTS(0))) != NULL);
+        for (int i = 0; i < 2; i++) CHECK_OK(em_set_grad(param(m, i), em_mul_scalar(em_grad(param(m, i)), scale)));
+        em_scope_end(s);
+        CHECK_OK(em_grad_scaler_step(sc, o));
+        CHECK_OK(em_step(oref));
+        CHECK(models_diff(m, ref) <= 1e-12);
+        em_grad_scaler_free(sc);
+        em_optim_free(o), em_optim_free(oref);
+        em_module_free(m), em_module_free(ref);
+    }
+}
+
 int main(void) {
     RUN(test_custom_matches_builtin);
     RUN(test_custom_checkpoint);
@@ -462,5 +502,6 @@ int main(void) {
     RUN(test_optimizer_new_bad_args);
     RUN(test_builtin_bad_options);
     RUN(test_builtin_states_resume);
+    RUN(test_scaler_skips_and_unscales);
     return test_summary();
 }
