@@ -2,9 +2,9 @@
  * scripts/golden_optim.py's file (tests/data/golden_optim.safetensors; the script describes
  * it). Optimizers: each case's parameters and every state PyTorch keeps (and only those)
  * after each of 10 steps, in float64 on both of Ember's paths (fused kernel and op-by-op),
- * in float32 on the CPU, and on opencl:0 when it is there. The options come from the
- * file's metadata with PyTorch's names, applied over Ember's defaults, so Ember's defaults
- * are PyTorch's too. Schedules: the rates (and OneCycleLR's momentum) of 50 steps attached
+ * in float32 on the CPU, and on opencl:0 and cuda:0 when they are there. The options come
+ * from the file's metadata with PyTorch's names, applied over Ember's defaults, so Ember's
+ * defaults are PyTorch's too. Schedules: the rates (and OneCycleLR's momentum) of 50 steps attached
  * to an optimizer and on their own, and again resumed at step 17 three ways: through a
  * checkpoint, made at the position (last_epoch), and through the state dict. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
@@ -270,23 +270,25 @@ static void test_optimizers_f32(void) {
     replay_all_optimizers(&(run_cfg){EM_DEVICE_CPU, EM_F32, false, 2e-3});
 }
 
-static bool opencl_here(void) {
-    if (em_device_available(EM_OPENCL)) return true;
-    test_skip("no OpenCL device: %s", em_device_unavailable_reason(EM_OPENCL));
-    return false;
-}
-
-static void test_optimizers_opencl(void) {
-    if (!opencl_here()) return;
-    replay_all_optimizers(&(run_cfg){EM_DEVICE(EM_OPENCL, 0), EM_F32, true, 2e-3});
+/* The fused kernels of an accelerator, in float32 and (where it has them) float64. */
+static void replay_on(em_device_type type) {
+    if (!em_device_available(type)) {
+        test_skip("no %s device: %s", em_device_type_name(type), em_device_unavailable_reason(type));
+        return;
+    }
+    em_device dev = EM_DEVICE(type, 0);
+    replay_all_optimizers(&(run_cfg){dev, EM_F32, true, 2e-3});
     em_scope s = em_scope_begin();
-    bool f64 = em_add(em_ones(EM_SHAPE(2), EM_OPTS(.dtype = EM_F64, .device = EM_DEVICE(EM_OPENCL, 0))),
-                      em_ones(EM_SHAPE(2), EM_OPTS(.dtype = EM_F64, .device = EM_DEVICE(EM_OPENCL, 0)))) != NULL;
+    bool f64 = em_add(em_ones(EM_SHAPE(2), EM_OPTS(.dtype = EM_F64, .device = dev)),
+                      em_ones(EM_SHAPE(2), EM_OPTS(.dtype = EM_F64, .device = dev))) != NULL;
     em_clear_error();
     em_scope_end(s);
-    if (f64) replay_all_optimizers(&(run_cfg){EM_DEVICE(EM_OPENCL, 0), EM_F64, true, 1e-10});
-    else printf("     opencl:0 has no double precision: float32 only\n");
+    if (f64) replay_all_optimizers(&(run_cfg){dev, EM_F64, true, 1e-10});
+    else printf("     %s has no double precision: float32 only\n", em_device_str(dev).s);
 }
+
+static void test_optimizers_opencl(void) { replay_on(EM_OPENCL); }
+static void test_optimizers_cuda(void) { replay_on(EM_CUDA); }
 
 /* ---- schedules ---- */
 
@@ -585,6 +587,7 @@ int main(void) {
     RUN(test_optimizers_f64_op_by_op);
     RUN(test_optimizers_f32);
     RUN(test_optimizers_opencl);
+    RUN(test_optimizers_cuda);
     RUN(test_schedules_attached);
     RUN(test_schedules_standalone);
     RUN(test_schedules_resume_from_checkpoint);
