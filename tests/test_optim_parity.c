@@ -385,6 +385,7 @@ static int g_nsched;
 static sched_case g_sched[24];
 
 static void load_sched_cases(void) {
+    em_scope s = em_scope_begin();   /* the file's tensors read here */
     for (int i = 0; i < em_safetensors_count(g_file) && g_nsched < 24; i++) {
         const char *name = em_safetensors_name(g_file, i);
         size_t n = strlen(name);
@@ -394,6 +395,7 @@ static void load_sched_cases(void) {
         if (load_sched_case(cname, &g_sched[g_nsched])) g_nsched++;
         else fprintf(stderr, "  cannot load schedule case %s\n", cname);
     }
+    em_scope_end(s);
 }
 
 /* The rate PyTorch had at position t, within 1e-12 relative (its recursive forms round
