@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "../kernels/layout.h" /* EMK_OPTF_*: the flags of the fused steps of the op list */
 
 /* Scalars of one fused optimizer step (PyTorch 1.13's single-tensor formulas). The
  * derived constants (em__optim_consts in op_call.h) are computed on the host,
@@ -21,6 +22,7 @@ typedef struct em_optim_args {
     double bias_correction1, bias_correction2; /* 1 - beta^step */
     bool decoupled;   /* AdamW: p *= 1 - lr * wd first; Adam: g += wd * p */
     bool amsgrad;     /* uses state max_exp_avg_sq */
+    bool maximize;    /* SGD and Adam: step along +g (the gradient negated first) */
     /* SGD */
     double momentum, dampening;
     bool nesterov;

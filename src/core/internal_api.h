@@ -48,6 +48,19 @@ bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_ten
                             const em_tensor *vmax);
 em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                               em_tensor *v, em_tensor *vmax);
+/* The other optimizers' fused steps (src/optim/adaptive.c): one op of the op list each
+ * (ADADELTA_STEP ... RADAM_STEP, whose entries give the layouts), dst {p, states}, src {g}.
+ * states has n entries, NULL where the options keep none (RMSprop's momentum_buffer and
+ * grad_avg); flags are the EMK_OPTF_* (src/kernels/layout.h), f the op's scalars. */
+typedef enum em_fused_optim {
+    EM_FUSED_ADADELTA, EM_FUSED_ADAGRAD, EM_FUSED_RMSPROP, EM_FUSED_ADAMAX, EM_FUSED_NADAM, EM_FUSED_RADAM,
+    EM_FUSED_OPTIM_COUNT
+} em_fused_optim;
+#define EM_FUSED_OPTIM_PARAMS 8 /* the op call's f[] */
+bool em__fused_optim_applies(em_fused_optim kind, const em_tensor *p, const em_tensor *g, em_tensor *const *states,
+                             int n);
+em_status em__fused_optim_step(em_fused_optim kind, em_tensor *p, const em_tensor *g, em_tensor *const *states, int n,
+                               int64_t flags, const double f[EM_FUSED_OPTIM_PARAMS]);
 
 /* ---- loss scaling (src/core/ops_amp.c; the scaler is src/optim/grad_scaler.c) ----
  * state: the scaler's contiguous float32 [4] {scale, growth tracker, found_inf, skipped}.

@@ -79,3 +79,43 @@ em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_ten
     if (copy) em__shadow_install(p, copy);
     return EM_OK;
 }
+
+/* ---- the other optimizers' steps: fused ops of the op list ---- */
+
+static const em_op fused_optim_op[EM_FUSED_OPTIM_COUNT] = {
+    [EM_FUSED_ADADELTA] = EM_OP_ADADELTA_STEP, [EM_FUSED_ADAGRAD] = EM_OP_ADAGRAD_STEP,
+    [EM_FUSED_RMSPROP] = EM_OP_RMSPROP_STEP,   [EM_FUSED_ADAMAX] = EM_OP_ADAMAX_STEP,
+    [EM_FUSED_NADAM] = EM_OP_NADAM_STEP,       [EM_FUSED_RADAM] = EM_OP_RADAM_STEP,
+};
+static const char *const fused_optim_name[EM_FUSED_OPTIM_COUNT] = {
+    [EM_FUSED_ADADELTA] = "fused Adadelta step", [EM_FUSED_ADAGRAD] = "fused Adagrad step",
+    [EM_FUSED_RMSPROP] = "fused RMSprop step",   [EM_FUSED_ADAMAX] = "fused Adamax step",
+    [EM_FUSED_NADAM] = "fused NAdam step",       [EM_FUSED_RADAM] = "fused RAdam step",
+};
+_Static_assert(EM_FUSED_OPTIM_PARAMS == EM_OP_MAX_PARAMS, "a fused step's scalars fill the call's f[]");
+
+bool em__fused_optim_applies(em_fused_optim kind, const em_tensor *p, const em_tensor *g, em_tensor *const *states,
+                             int n) {
+    if ((unsigned)kind >= EM_FUSED_OPTIM_COUNT || n < 0 || n >= EM_OP_MAX_DST || (n > 0 && !states)) return false;
+    const em_tensor *ts[EM_OP_MAX_DST] = {g};
+    int m = 1;
+    for (int k = 0; k < n; k++)
+        if (states[k]) ts[m++] = states[k];
+    return operands_fit(p, m, ts) && em__op_supported(p->storage->backend, fused_optim_op[kind], p->dtype);
+}
+
+em_status em__fused_optim_step(em_fused_optim kind, em_tensor *p, const em_tensor *g, em_tensor *const *states, int n,
+                               int64_t flags, const double f[EM_FUSED_OPTIM_PARAMS]) {
+    if ((unsigned)kind >= EM_FUSED_OPTIM_COUNT || !f)
+        return em_error(EM_ERR_ARGUMENT, "fused optimizer step: unknown kind %d or no scalars", (int)kind);
+    const char *name = fused_optim_name[kind];
+    if (!em__fused_optim_applies(kind, p, g, states, n)) return not_fused(name);
+    em_op_call c = {.op = fused_optim_op[kind], .dtype = p->dtype, .dst = {p}, .src = {g}, .i = {flags}};
+    for (int k = 0; k < n; k++) c.dst[1 + k] = states[k];
+    for (int k = 0; k < EM_FUSED_OPTIM_PARAMS; k++) c.f[k] = f[k];
+    em_status st = em__op_run(&c, name);
+    if (st != EM_OK) return st;
+    for (int k = 0; k <= n; k++)
+        if (c.dst[k]) em__bump_version(c.dst[k]);
+    return EM_OK;
+}

@@ -67,6 +67,17 @@ typedef struct emk_call {
 enum { EMK_OPS_UNARY(EMK_U_CODE_) EMK_U_COUNT_ };
 enum { EMK_OPS_BINARY(EMK_B_CODE_) EMK_OPS_COMPARE(EMK_B_CODE_) EMK_B_COUNT_ };
 enum { EMK_OPS_REDUCE(EMK_R_CODE_) EMK_R_COUNT_ };
+/* The flags (i[0]) of the fused optimizer steps of the op list (ADADELTA_STEP ... RADAM_STEP),
+ * set by src/optim/adaptive.c and read by the CPU's and the GPUs' kernels. */
+enum {
+    EMK_OPTF_WD = 1,          /* weight decay: g += wd * p, or with DECOUPLED p *= 1 - lr * wd */
+    EMK_OPTF_DECOUPLED = 2,   /* AdamW-style decay (NAdam, RAdam) */
+    EMK_OPTF_MAXIMIZE = 4,    /* g = -g first */
+    EMK_OPTF_CENTERED = 8,    /* RMSprop: grad_avg, and the variance's root */
+    EMK_OPTF_MOMENTUM = 16,   /* RMSprop: momentum_buffer */
+    EMK_OPTF_LERP_BIG = 32,   /* lerp(x, g, w) with |w| >= 0.5: g - (g - x) c, c = 1 - w; else x + c (g - x), c = w */
+    EMK_OPTF_RECTIFIED = 64   /* RAdam: rho_t > 5, the adaptive term applies */
+};
 /* random distributions (same order as em_rng_kind) */
 enum { EMK_RNG_UNIFORM, EMK_RNG_NORMAL, EMK_RNG_RANDINT, EMK_RNG_BERNOULLI };
 

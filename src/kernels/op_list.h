@@ -246,7 +246,33 @@
      * + x[j] sin[j+h], each product rounded to the dtype before the sum (HF's ops);      \
      * backward (the transpose, a rotation by -theta): out[j] = x[j] cos[j] +             \
      * x[j+h] sin[j+h], out[j+h] = x[j+h] cos[j+h] - x[j] sin[j] */                       \
-    X(ROPE, rope, FLOAT, GPU_ROWS(1, 3))
+    X(ROPE, rope, FLOAT, GPU_ROWS(1, 3))                                                  \
+    /* ---- optimizer steps (src/optim/adaptive.c, dispatched by src/core/ops_optim.c):   \
+     * one pass over p's elements. i[0]: the flags EMK_OPTF_* (layout.h); f: the scalars, \
+     * each rounded to the dtype first, as the op-by-op path's scalar arguments are.      \
+     * First g = -g with MAXIMIZE, then with WD (not DECOUPLED) g += p * wd, or with WD   \
+     * and DECOUPLED p *= f's decay; each lerp is per LERP_BIG with the constant c; each  \
+     * decaying state below the dtype's smallest normal is stored as 0 (cpu_optim.c) ----  \
+     * Adadelta: dst {p, square_avg, acc_delta}, src {g}; f {rho, 1 - rho, eps, wd, -lr}  \
+     * (PyTorch's _single_tensor_adadelta) */                                            \
+    X(ADADELTA_STEP, adadelta_step, FLOAT, GPU_ELEMS(3, 1))                               \
+    /* Adagrad: dst {p, sum}, src {g}; f {eps, wd, -lr / (1 + (step - 1) lr_decay)} */    \
+    X(ADAGRAD_STEP, adagrad_step, FLOAT, GPU_ELEMS(2, 1))                                 \
+    /* RMSprop: dst {p, square_avg, momentum_buffer (MOMENTUM) or NULL, grad_avg          \
+     * (CENTERED) or NULL}, src {g}; f {alpha, 1 - alpha, c (grad_avg's lerp), eps, wd,    \
+     * momentum, -lr} */                                                                  \
+    X(RMSPROP_STEP, rmsprop_step, FLOAT, GPU_ELEMS(4, 1))                                 \
+    /* Adamax: dst {p, exp_avg, exp_inf}, src {g}; f {c, beta2, eps, wd, -lr / (1 -       \
+     * beta1^step)} */                                                                    \
+    X(ADAMAX_STEP, adamax_step, FLOAT, GPU_ELEMS(3, 1))                                   \
+    /* NAdam: dst {p, exp_avg, exp_avg_sq}, src {g}; f {c, beta2, 1 - beta2,              \
+     * bias_correction2, eps, wd or (DECOUPLED) 1 - lr wd, grad's factor, exp_avg's       \
+     * factor} */                                                                         \
+    X(NADAM_STEP, nadam_step, FLOAT, GPU_ELEMS(3, 1))                                     \
+    /* RAdam: dst {p, exp_avg, exp_avg_sq}, src {g}; f {c, beta2, 1 - beta2, eps, wd or   \
+     * (DECOUPLED) 1 - lr wd, scale}: p += scale * (RECTIFIED ? exp_avg / (sqrt(exp_avg_sq) \
+     * + eps) : exp_avg) */                                                               \
+    X(RADAM_STEP, radam_step, FLOAT, GPU_ELEMS(3, 1))
 
 /* every op, in em_op order */
 #define EMK_OPS_ALL(X)                                                                    \

@@ -2,6 +2,7 @@
  * metadata in one safetensors file, written atomically (see include/ember/optim.h). */
 #include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,8 @@
 #include "optim_internal.h"
 #include <ember/parse.h>
 
-#define META_MAX 64          /* ours (4 + one step per parameter) are counted separately */
+#define META_MAX 64          /* ours (SCHED_META + 5, and per parameter its step and scalars) are counted separately */
+#define SCHED_META 7         /* the scheduler's: kind, last_epoch, base_lr, last_lr, best, two counters */
 #define NAME_MAX_LEN 512
 
 /* A growable list of owned names and borrowed tensors. */
@@ -98,9 +100,11 @@ em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer *opt,
     em_named_tensor *params = module_params(m, &np);
     em_named_tensor *bufs = calloc((size_t)nb + 1, sizeof *bufs);
     int nopt = opt ? em__optim_nparams(opt) : 0;
-    int cap_meta = nmeta + 4 + nopt;
+    const em_optimizer_ops *ops = opt ? em__optim_ops(opt) : NULL;
+    int ours = 5 + SCHED_META + nopt * (1 + (ops ? ops->nscalar : 0));
+    int cap_meta = nmeta + ours;
     const char **mk = calloc((size_t)cap_meta, sizeof *mk), **mv = calloc((size_t)cap_meta, sizeof *mv);
-    char *strings = calloc((size_t)(4 + nopt), 2 * NAME_MAX_LEN);   /* our metadata's text */
+    char *strings = calloc((size_t)ours, 2 * NAME_MAX_LEN);   /* our metadata's text */
     em_status st = EM_OK;
     bool ok = params && bufs && mk && mv && strings;
     if (ok) em_module_buffers(m, bufs, nb);
@@ -118,24 +122,40 @@ em_status em_checkpoint_save(const char *path, em_module *m, em_optimizer *opt,
     } while (0)
     if (ok) PUT("%s", "format", "%s", EM__CHECKPOINT_FORMAT);
     if (ok && opt) {
-        PUT("%s", "optimizer", "%s", em__optim_kind_name(opt));
+        PUT("%s", "optimizer", "%s", ops->name);
         PUT("%s", "optimizer.steps", "%" PRId64, *em__optim_step_count(opt));
         PUT("%s", "optimizer.lr", "%.17g", em_optim_lr(opt));
-        const char *const *snames;
-        int ns = em__optim_state_names(opt, &snames);
+        double initial_lr = *em__optim_initial_lr(opt);
+        if (!isnan(initial_lr)) PUT("%s", "optimizer.initial_lr", "%.17g", initial_lr);
+        em_lr_scheduler *sched = em__optim_scheduler(opt);
+        em_lr_scheduler_state ss;
+        if (sched && em_lr_scheduler_state_dict(sched, &ss) == EM_OK) {
+            PUT("%s", "optimizer.scheduler", "%s", em__lr_kind_name(ss.kind));
+            PUT("%s", "optimizer.scheduler.last_epoch", "%" PRId64, ss.last_epoch);
+            PUT("%s", "optimizer.scheduler.base_lr", "%.17g", ss.base_lr);
+            PUT("%s", "optimizer.scheduler.last_lr", "%.17g", ss.last_lr);
+            PUT("%s", "optimizer.scheduler.best", "%.17g", ss.best);   /* "inf" / "-inf" before any metric */
+            PUT("%s", "optimizer.scheduler.num_bad_epochs", "%" PRId64, ss.num_bad_epochs);
+            PUT("%s", "optimizer.scheduler.cooldown_counter", "%" PRId64, ss.cooldown_counter);
+        }
         for (int i = 0; ok && i < nopt; i++) {
             const char *pn = param_name(params, np, em__optim_param(opt, i));
-            if (strlen(pn) > NAME_MAX_LEN - 40) {
+            if (strlen(pn) > NAME_MAX_LEN - 48) {
                 st = em_error(EM_ERR_ARGUMENT, "%s: parameter name too long: '%.40s...'", op, pn);
                 ok = false;
                 break;
             }
             PUT("optimizer.%s.step", pn, "%" PRId64, *em__optim_param_step(opt, i));
-            for (int s = 0; ok && s < ns; s++) {
+            for (int c = 0; c < ops->nscalar; c++) {
+                char key[NAME_MAX_LEN];
+                snprintf(key, sizeof key, "optimizer.%s.%s", pn, ops->scalar_names[c]);
+                PUT("%s", key, "%.17g", *em__optim_scalar_slot(opt, i, c));
+            }
+            for (int s = 0; ok && s < ops->nstate; s++) {
                 em_tensor *t = *em__optim_state_slot(opt, i, s);
                 char name[NAME_MAX_LEN];
-                snprintf(name, sizeof name, "optimizer.%s.%s", pn, snames[s]);
-                if (t) ok = list_add(&l, name, t);
+                snprintf(name, sizeof name, "optimizer.%s.%s", pn, ops->state_names[s]);
+                if (t && em__optim_uses_state(opt, s)) ok = list_add(&l, name, t);
             }
         }
     }
@@ -166,21 +186,69 @@ static bool parse_i64(const char *s, int64_t *out) {
     return em_parse_i64(s, 0, INT64_MAX, out) == EM_NUM_OK;
 }
 
-/* Reads the optimizer's part of the file into fresh tensors (on each parameter's device and
- * dtype) and step counts, changing nothing in opt. fresh has nopt * ST slots. */
-static em_status read_optimizer(const em_safetensors *file, const char *path, em_module *m, em_optimizer *opt,
-                                em_tensor **fresh, int64_t *steps, int64_t *total, double *lr) {
+/* What the file holds of the optimizer, read and checked before anything changes. */
+typedef struct opt_read {
+    em_tensor **fresh;         /* [i * nstate + k]: state k of parameter i on its device, or NULL */
+    int64_t *steps;            /* [i] */
+    double *scalars;           /* [i * nscalar + k] */
+    int64_t total;
+    double lr, initial_lr;     /* initial_lr NaN: not in the file */
+    bool has_sched;
+    em_lr_scheduler_state sched;
+} opt_read;
+
+/* A number from the file's metadata: finite (or +-inf where inf_ok), within [lo, hi]. */
+static bool parse_f64(const char *s, double lo, double hi, bool inf_ok, double *out) {
+    if (inf_ok && s && (!strcmp(s, "inf") || !strcmp(s, "-inf"))) {
+        *out = s[0] == '-' ? -INFINITY : INFINITY;
+        return true;
+    }
+    return em_parse_f64(s, lo, hi, out) == EM_NUM_OK;
+}
+
+/* The attached scheduler's state: its kind must be the file's, and the file must hold one. */
+static em_status read_scheduler(const em_safetensors *file, const char *path, em_optimizer *opt, opt_read *r) {
     const char *op = "em_checkpoint_load";
+    em_lr_scheduler *sched = em__optim_scheduler(opt);
+    const char *kind = em_safetensors_metadata(file, "optimizer.scheduler");
+    if (!sched) return EM_OK;   /* a schedule saved but none attached: the caller may read the metadata */
+    if (!kind)
+        return em_error(EM_ERR_ARGUMENT, "%s: %s holds no scheduler state (saved without one), but the optimizer has "
+                        "a scheduler: free it before loading, or make it after with its position (last_epoch)", op, path);
+    r->has_sched = true;
+    em_lr_scheduler_state *ss = &r->sched;
+    if (!em__lr_kind_parse(kind, &ss->kind))
+        return em_error(EM_ERR_FORMAT, "%s: %s: unknown scheduler kind '%s'", op, path, kind);
+    if (!parse_i64(em_safetensors_metadata(file, "optimizer.scheduler.last_epoch"), &ss->last_epoch) ||
+        !parse_f64(em_safetensors_metadata(file, "optimizer.scheduler.base_lr"), 0, DBL_MAX, false, &ss->base_lr) ||
+        !parse_f64(em_safetensors_metadata(file, "optimizer.scheduler.last_lr"), 0, DBL_MAX, false, &ss->last_lr) ||
+        !parse_f64(em_safetensors_metadata(file, "optimizer.scheduler.best"), -DBL_MAX, DBL_MAX, true, &ss->best) ||
+        !parse_i64(em_safetensors_metadata(file, "optimizer.scheduler.num_bad_epochs"), &ss->num_bad_epochs) ||
+        !parse_i64(em_safetensors_metadata(file, "optimizer.scheduler.cooldown_counter"), &ss->cooldown_counter))
+        return em_error(EM_ERR_FORMAT, "%s: %s: bad or missing 'optimizer.scheduler.*' metadata", op, path);
+    return em__lr_scheduler_check_state(sched, ss, op, path);
+}
+
+/* Reads the optimizer's part of the file into fresh tensors (on each parameter's device and
+ * dtype), step counts, scalars and the scheduler's state, changing nothing in opt. */
+static em_status read_optimizer(const em_safetensors *file, const char *path, em_module *m, em_optimizer *opt,
+                                opt_read *r) {
+    const char *op = "em_checkpoint_load";
+    const em_optimizer_ops *ops = em__optim_ops(opt);
     const char *kind = em_safetensors_metadata(file, "optimizer");
     if (!kind)
         return em_error(EM_ERR_FORMAT, "%s: %s holds no optimizer state (saved without an optimizer?)", op, path);
-    if (strcmp(kind, em__optim_kind_name(opt)))
-        return em_error(EM_ERR_ARGUMENT, "%s: %s holds %s state, but the optimizer is %s", op, path, kind,
-                        em__optim_kind_name(opt));
+    if (strcmp(kind, ops->name))
+        return em_error(EM_ERR_ARGUMENT, "%s: %s holds %s state, but the optimizer is %s", op, path, kind, ops->name);
     const char *lr_text = em_safetensors_metadata(file, "optimizer.lr");
-    if (!parse_i64(em_safetensors_metadata(file, "optimizer.steps"), total) ||
-        em_parse_f64(lr_text, 0, DBL_MAX, lr) != EM_NUM_OK)
+    if (!parse_i64(em_safetensors_metadata(file, "optimizer.steps"), &r->total) ||
+        em_parse_f64(lr_text, 0, DBL_MAX, &r->lr) != EM_NUM_OK)
         return em_error(EM_ERR_FORMAT, "%s: %s: bad or missing 'optimizer.steps' / 'optimizer.lr' metadata", op, path);
+    const char *initial = em_safetensors_metadata(file, "optimizer.initial_lr");
+    r->initial_lr = NAN;
+    if (initial && !parse_f64(initial, 0, DBL_MAX, false, &r->initial_lr))
+        return em_error(EM_ERR_FORMAT, "%s: %s: bad metadata 'optimizer.initial_lr' ('%s')", op, path, initial);
+    if (read_scheduler(file, path, opt, r) != EM_OK) return em_last_status();
     int np = 0;
     em_named_tensor *params = module_params(m, &np);
     if (!params) return em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
@@ -188,8 +256,7 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
         free(params);
         return em_last_status();
     }
-    const char *const *snames;
-    int ns = em__optim_state_names(opt, &snames), nopt = em__optim_nparams(opt);
+    int ns = ops->nstate, nc = ops->nscalar, nopt = em__optim_nparams(opt);
     em_status st = EM_OK;
     em_grad_mode g = em_no_grad_begin();
     for (int i = 0; i < nopt && st == EM_OK; i++) {
@@ -197,12 +264,18 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
         const char *pn = param_name(params, np, p);
         char name[NAME_MAX_LEN];
         snprintf(name, sizeof name, "optimizer.%s.step", pn);
-        if (!parse_i64(em_safetensors_metadata(file, name), &steps[i])) {
+        if (!parse_i64(em_safetensors_metadata(file, name), &r->steps[i])) {
             st = em_error(EM_ERR_FORMAT, "%s: %s: missing or bad metadata '%s'", op, path, name);
             break;
         }
+        for (int c = 0; c < nc && st == EM_OK; c++) {
+            snprintf(name, sizeof name, "optimizer.%s.%s", pn, ops->scalar_names[c]);
+            if (!parse_f64(em_safetensors_metadata(file, name), -DBL_MAX, DBL_MAX, false, &r->scalars[i * nc + c]))
+                st = em_error(EM_ERR_FORMAT, "%s: %s: missing or bad metadata '%s'", op, path, name);
+        }
         for (int s = 0; s < ns && st == EM_OK; s++) {
-            snprintf(name, sizeof name, "optimizer.%s.%s", pn, snames[s]);
+            if (!em__optim_uses_state(opt, s)) continue;
+            snprintf(name, sizeof name, "optimizer.%s.%s", pn, ops->state_names[s]);
             bool present = false;
             for (int k = 0; k < em_safetensors_count(file) && !present; k++)
                 present = !strcmp(em_safetensors_name(file, k), name);
@@ -213,7 +286,7 @@ static em_status read_optimizer(const em_safetensors *file, const char *path, em
                 st = em_error(EM_ERR_FORMAT, "%s: %s: '%s' has a shape unlike its parameter's", op, path, name);
             else if (t) {
                 em_tensor *c = em_clone(em_to_dtype(em_to(t, em_device_of(p)), em_dtype_of(p)));
-                if (c) fresh[i * ns + s] = em_retain(c);
+                if (c) r->fresh[i * ns + s] = em_retain(c);
                 else st = em_last_status();
             } else
                 st = em_last_status();
@@ -248,16 +321,14 @@ em_status em_checkpoint_load_safetensors(const em_safetensors *file, em_module *
     if (!format || strcmp(format, EM__CHECKPOINT_FORMAT))
         st = em_error(EM_ERR_FORMAT, "%s: %s is not an Ember checkpoint (metadata 'format' is %s%s%s, expected '%s')",
                       op, path, format ? "'" : "", format ? format : "missing", format ? "'" : "", EM__CHECKPOINT_FORMAT);
-    int nopt = opt ? em__optim_nparams(opt) : 0, ns = 0;
-    if (opt) {
-        const char *const *snames;
-        ns = em__optim_state_names(opt, &snames);
-    }
-    em_tensor **fresh = calloc((size_t)(nopt * ns) + 1, sizeof *fresh);
-    int64_t *steps = calloc((size_t)nopt + 1, sizeof *steps), total = 0;
-    double lr = 0;
-    if (st == EM_OK && (!fresh || !steps)) st = em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-    if (st == EM_OK && opt) st = read_optimizer(file, path, m, opt, fresh, steps, &total, &lr);
+    const em_optimizer_ops *ops = opt ? em__optim_ops(opt) : NULL;
+    int nopt = opt ? em__optim_nparams(opt) : 0, ns = ops ? ops->nstate : 0, nc = ops ? ops->nscalar : 0;
+    opt_read r = {.fresh = calloc((size_t)(nopt * ns) + 1, sizeof *r.fresh),
+                  .steps = calloc((size_t)nopt + 1, sizeof *r.steps),
+                  .scalars = calloc((size_t)(nopt * nc) + 1, sizeof *r.scalars)};
+    if (st == EM_OK && (!r.fresh || !r.steps || !r.scalars))
+        st = em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    if (st == EM_OK && opt) st = read_optimizer(file, path, m, opt, &r);
     /* the model last: em__module_load_file checks everything before it copies */
     if (st == EM_OK) st = em__module_load_file(m, file, path);
     if (st == EM_OK && opt) {   /* nothing below can fail */
@@ -265,16 +336,20 @@ em_status em_checkpoint_load_safetensors(const em_safetensors *file, em_module *
             for (int s = 0; s < ns; s++) {
                 em_tensor **slot = em__optim_state_slot(opt, i, s);
                 em_release(*slot);
-                *slot = fresh[i * ns + s];
-                fresh[i * ns + s] = NULL;
+                *slot = r.fresh[i * ns + s];
+                r.fresh[i * ns + s] = NULL;
             }
-            *em__optim_param_step(opt, i) = steps[i];
+            for (int c = 0; c < nc; c++) *em__optim_scalar_slot(opt, i, c) = r.scalars[i * nc + c];
+            *em__optim_param_step(opt, i) = r.steps[i];
         }
-        *em__optim_step_count(opt) = total;
-        em_optim_set_lr(opt, lr);
+        *em__optim_step_count(opt) = r.total;
+        em_optim_set_lr(opt, r.lr);
+        if (!isnan(r.initial_lr)) *em__optim_initial_lr(opt) = r.initial_lr;
+        if (r.has_sched) em_lr_scheduler_load_state_dict(em__optim_scheduler(opt), &r.sched);   /* checked above */
     }
-    for (int i = 0; fresh && i < nopt * ns; i++) em_release(fresh[i]);
-    free(fresh);
-    free(steps);
+    for (int i = 0; r.fresh && i < nopt * ns; i++) em_release(r.fresh[i]);
+    free(r.fresh);
+    free(r.scalars);
+    free(r.steps);
     return st;
 }

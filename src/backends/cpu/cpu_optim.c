@@ -1,6 +1,6 @@
-/* Fused optimizer steps: SGD and Adam/AdamW in one pass over the elements, split across the
- * thread pool. Each element goes through exactly the roundings of optimizer.c's op-by-op
- * path (every product and sum rounded to the compute type, scalars rounded first), so the
+/* Fused optimizer steps: SGD, Adam/AdamW, Adadelta, Adagrad, RMSprop, Adamax, NAdam and
+ * RAdam in one pass over the elements, split across the thread pool. Each element goes
+ * through exactly the roundings of the op-by-op path (src/optim/sgd_adam.c, adaptive.c) (every product and sum rounded to the compute type, scalars rounded first), so the
  * two agree bit for bit in f32 and f64. f16/bf16 are computed in float through small
  * blocks and rounded once at the end (the op-by-op path rounds after every op). */
 #include "cpu_internal.h"
@@ -12,10 +12,10 @@
 
 /* Optimizer state below the smallest normal number is stored as zero. Adam's moments (and
  * SGD's momentum) for weights whose gradient is zero decay geometrically into subnormal
- * floats, and x86 arithmetic on those takes a microcode assist per element: with Adam, every
- * epoch after the first ran ~40% slower. A flushed moment changes no parameter (the update
- * it stood for is below the parameter's rounding unless the parameter itself is ~1e-30),
- * and the caller's floating-point environment (MXCSR) is left alone. src/kernels/optim.k
+ * floats, and x86 arithmetic on those takes a microcode assist per element, which slows
+ * every epoch after the first while such weights stay idle. A flushed moment changes no
+ * parameter (the update it stood for is below the parameter's rounding unless the parameter
+ * itself is ~1e-30), and the caller's floating-point environment (MXCSR) is left alone. src/kernels/optim.k
  * flushes the same values the same way, so devices agree bit for bit. NaN stays NaN (both
  * comparisons are false). */
 #define OPT_FLUSH(x, TINY) ((x) < (TINY) && (x) > -(TINY) ? 0 : (x))
@@ -36,7 +36,7 @@
 #define EM_CPU_MULTIVERSION
 #endif
 
-enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32 };
+enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32, F_MAXIMIZE = 64 };
 
 static int flags_of(const em_optim_args *a, bool adam) {
     int f = 0;
@@ -49,6 +49,7 @@ static int flags_of(const em_optim_args *a, bool adam) {
         if (a->nesterov) f |= F_NESTEROV;
         if (a->first_step) f |= F_FIRST;
     }
+    if (a->maximize) f |= F_MAXIMIZE;
     return f;
 }
 
@@ -78,6 +79,7 @@ static int flags_of(const em_optim_args *a, bool adam) {
         T eps = c[EM_OPT_EPS], step = c[EM_OPT_STEP];                                      \
         OPT_VLOOP(n, {                                                                  \
             T pi = p[i], gi = g[i];                                                        \
+            if (f & F_MAXIMIZE) gi = -gi;                                                  \
             if (f & F_DECAY) pi = pi * decay;                                              \
             if (f & F_WD) {                                                                \
                 T t = pi * wd;                                                             \
@@ -109,6 +111,7 @@ static int flags_of(const em_optim_args *a, bool adam) {
         T step = c[EM_OPT_STEP];                                                           \
         OPT_VLOOP(n, {                                                                  \
             T pi = p[i], d = g[i];                                                         \
+            if (f & F_MAXIMIZE) d = -d;                                                    \
             if (f & F_WD) {                                                                \
                 T t = pi * wd;                                                             \
                 d = d + t;                                                                 \
@@ -266,3 +269,309 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
     em_tensor *ts[5] = {p, (em_tensor *)g, m, v, a->amsgrad ? vmax : NULL};
     return run(true, a, ts);
 }
+
+/* ---- the other optimizers' steps: the op list's ADADELTA_STEP ... RADAM_STEP ----
+ * Each body mirrors its op-by-op path in src/optim/adaptive.c statement for statement (one
+ * rounding per op, the scalars rounded to T first), so that f32/f64 agree bit for bit; the
+ * decaying averages are flushed below the smallest normal number as Adam's are. Operands:
+ * p, the states s1..s3 (NULL where unused), g; c[] the call's f[] rounded to T. */
+#define MAXIMIZE_OF(f) ((f) & EMK_OPTF_MAXIMIZE)
+#define L2_OF(f) (((f) & EMK_OPTF_WD) && !((f) & EMK_OPTF_DECOUPLED))
+#define DECOUPLED_OF(f) (((f) & EMK_OPTF_WD) && ((f) & EMK_OPTF_DECOUPLED))
+#define DEF_STEP_KERNELS(T, SFX, SQRT, TINY)                                                     \
+    static inline __attribute__((always_inline)) void adadelta_body_##SFX(                       \
+        T *restrict p, T *restrict sq, T *restrict acc, const T *restrict g, int64_t n, const T *c, const int f) { \
+        T rho = c[0], omr = c[1], eps = c[2], wd = c[3], nlr = c[4];                             \
+        OPT_VLOOP(n, {                                                                           \
+            T pi = p[i], gi = g[i];                                                              \
+            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
+            if (L2_OF(f)) {                                                                      \
+                T t = pi * wd;                                                                   \
+                gi = gi + t;                                                                     \
+            }                                                                                    \
+            T gg = gi * gi, s = sq[i] * rho, t1 = gg * omr;                                      \
+            s = s + t1;                                                                          \
+            s = OPT_FLUSH(s, (T)TINY);                                                           \
+            T a1 = s + eps, a2 = acc[i] + eps;                                                   \
+            T std = SQRT(a1), dl = SQRT(a2);                                                     \
+            dl = dl / std;                                                                       \
+            dl = dl * gi;                                                                        \
+            T dd = dl * dl, a = acc[i] * rho, t2 = dd * omr;                                     \
+            a = a + t2;                                                                          \
+            a = OPT_FLUSH(a, (T)TINY);                                                           \
+            T u = dl * nlr;                                                                      \
+            p[i] = pi + u;                                                                       \
+            sq[i] = s;                                                                           \
+            acc[i] = a;                                                                          \
+        })                                                                                       \
+    }                                                                                            \
+    static inline __attribute__((always_inline)) void adagrad_body_##SFX(                        \
+        T *restrict p, T *restrict sum, const T *restrict g, int64_t n, const T *c, const int f) { \
+        T eps = c[0], wd = c[1], nclr = c[2];                                                    \
+        OPT_VLOOP(n, {                                                                           \
+            T pi = p[i], gi = g[i];                                                              \
+            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
+            if (L2_OF(f)) {                                                                      \
+                T t = pi * wd;                                                                   \
+                gi = gi + t;                                                                     \
+            }                                                                                    \
+            T gg = gi * gi, s = sum[i] + gg;                                                     \
+            T std = SQRT(s);                                                                     \
+            std = std + eps;                                                                     \
+            T q = gi / std, u = q * nclr;                                                        \
+            p[i] = pi + u;                                                                       \
+            sum[i] = s;                                                                          \
+        })                                                                                       \
+    }                                                                                            \
+    static inline __attribute__((always_inline)) void rmsprop_body_##SFX(                        \
+        T *restrict p, T *restrict sq, T *restrict buf, T *restrict ga, const T *restrict g, int64_t n, \
+        const T *c, const int f) {                                                               \
+        T alpha = c[0], oma = c[1], lc = c[2], eps = c[3], wd = c[4], mom = c[5], nlr = c[6];    \
+        OPT_VLOOP(n, {                                                                           \
+            T pi = p[i], gi = g[i];                                                              \
+            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
+            if (L2_OF(f)) {                                                                      \
+                T t = pi * wd;                                                                   \
+                gi = gi + t;                                                                     \
+            }                                                                                    \
+            T gg = gi * gi, s = sq[i] * alpha, t1 = gg * oma;                                    \
+            s = s + t1;                                                                          \
+            s = OPT_FLUSH(s, (T)TINY);                                                           \
+            sq[i] = s;                                                                           \
+            T avg;                                                                               \
+            if (f & EMK_OPTF_CENTERED) {                                                         \
+                T x = ga[i], d = gi - x, dc = d * lc;                                            \
+                x = (f & EMK_OPTF_LERP_BIG) ? gi - dc : x + dc;                                  \
+                x = OPT_FLUSH(x, (T)TINY);                                                       \
+                ga[i] = x;                                                                       \
+                T xx = x * x, var = s - xx;                                              \
+                avg = SQRT(var);                                                                 \
+            } else {                                                                             \
+                avg = SQRT(s);                                                                   \
+            }                                                                                    \
+            avg = avg + eps;                                                                     \
+            T q = gi / avg;                                                                      \
+            if (f & EMK_OPTF_MOMENTUM) {                                                         \
+                T b = buf[i] * mom;                                                              \
+                b = b + q;                                                                       \
+                b = OPT_FLUSH(b, (T)TINY);                                                       \
+                buf[i] = b;                                                                      \
+                q = b;                                                                           \
+            }                                                                                    \
+            T u = q * nlr;                                                                       \
+            p[i] = pi + u;                                                                       \
+        })                                                                                       \
+    }                                                                                            \
+    static inline __attribute__((always_inline)) void adamax_body_##SFX(                         \
+        T *restrict p, T *restrict m, T *restrict inf, const T *restrict g, int64_t n, const T *c, const int f) { \
+        T lc = c[0], b2 = c[1], eps = c[2], wd = c[3], nclr = c[4];                              \
+        OPT_VLOOP(n, {                                                                           \
+            T pi = p[i], gi = g[i];                                                              \
+            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
+            if (L2_OF(f)) {                                                                      \
+                T t = pi * wd;                                                                   \
+                gi = gi + t;                                                                     \
+            }                                                                                    \
+            T x = m[i], d = gi - x, dc = d * lc;                                                 \
+            x = (f & EMK_OPTF_LERP_BIG) ? gi - dc : x + dc;                                      \
+            x = OPT_FLUSH(x, (T)TINY);                                                           \
+            T a = inf[i] * b2, ag = gi < 0 ? -gi : gi, b = ag + eps;                             \
+            T mx = (a > b || a != a) ? a : b; /* em_maximum: NaN wins */                         \
+            T q = x / mx, u = q * nclr;                                                          \
+            p[i] = pi + u;                                                                       \
+            m[i] = x;                                                                            \
+            inf[i] = mx;                                                                         \
+        })                                                                                       \
+    }                                                                                            \
+    static inline __attribute__((always_inline)) void nadam_body_##SFX(                          \
+        T *restrict p, T *restrict m, T *restrict v, const T *restrict g, int64_t n, const T *c, const int f) { \
+        T lc = c[0], b2 = c[1], omb2 = c[2], bc2 = c[3], eps = c[4], wdx = c[5], cg = c[6], ca = c[7]; \
+        OPT_VLOOP(n, {                                                                           \
+            T pi = p[i], gi = g[i];                                                              \
+            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
+            if (DECOUPLED_OF(f)) pi = pi * wdx;                                                  \
+            if (L2_OF(f)) {                                                                      \
+                T t = pi * wdx;                                                                  \
+                gi = gi + t;                                                                     \
+            }                                                                                    \
+            T x = m[i], d = gi - x, dc = d * lc;                                                 \
+            x = (f & EMK_OPTF_LERP_BIG) ? gi - dc : x + dc;                                      \
+            x = OPT_FLUSH(x, (T)TINY);                                                           \
+            T gg = gi * gi, s = v[i] * b2, t1 = gg * omb2;                                       \
+            s = s + t1;                                                                          \
+            s = OPT_FLUSH(s, (T)TINY);                                                           \
+            T den = s / bc2;                                                                     \
+            den = SQRT(den);                                                                     \
+            den = den + eps;                                                                     \
+            T q1 = gi / den, u1 = q1 * cg;                                                       \
+            pi = pi + u1;                                                                        \
+            T q2 = x / den, u2 = q2 * ca;                                                        \
+            p[i] = pi + u2;                                                                      \
+            m[i] = x;                                                                            \
+            v[i] = s;                                                                            \
+        })                                                                                       \
+    }                                                                                            \
+    static inline __attribute__((always_inline)) void radam_body_##SFX(                          \
+        T *restrict p, T *restrict m, T *restrict v, const T *restrict g, int64_t n, const T *c, const int f) { \
+        T lc = c[0], b2 = c[1], omb2 = c[2], eps = c[3], wdx = c[4], scale = c[5];               \
+        OPT_VLOOP(n, {                                                                           \
+            T pi = p[i], gi = g[i];                                                              \
+            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
+            if (DECOUPLED_OF(f)) pi = pi * wdx;                                                  \
+            if (L2_OF(f)) {                                                                      \
+                T t = pi * wdx;                                                                  \
+                gi = gi + t;                                                                     \
+            }                                                                                    \
+            T x = m[i], d = gi - x, dc = d * lc;                                                 \
+            x = (f & EMK_OPTF_LERP_BIG) ? gi - dc : x + dc;                                      \
+            x = OPT_FLUSH(x, (T)TINY);                                                           \
+            T gg = gi * gi, s = v[i] * b2, t1 = gg * omb2;                                       \
+            s = s + t1;                                                                          \
+            s = OPT_FLUSH(s, (T)TINY);                                                           \
+            T q = x;                                                                             \
+            if (f & EMK_OPTF_RECTIFIED) {                                                        \
+                T den = SQRT(s);                                                                 \
+                den = den + eps;                                                                 \
+                q = x / den;                                                                     \
+            }                                                                                    \
+            T u = q * scale;                                                                     \
+            p[i] = pi + u;                                                                       \
+            m[i] = x;                                                                            \
+            v[i] = s;                                                                            \
+        })                                                                                       \
+    }                                                                                            \
+    /* one loop per common flag set (the body's branches fold away), the rest generic */         \
+    EM_CPU_MULTIVERSION static void adadelta_##SFX(T *const *a, int64_t n, const T *c, int f) {   \
+        switch (f) {                                                                             \
+        case 0: adadelta_body_##SFX(a[0], a[1], a[2], a[4], n, c, 0); break;                     \
+        case EMK_OPTF_WD: adadelta_body_##SFX(a[0], a[1], a[2], a[4], n, c, EMK_OPTF_WD); break; \
+        default: adadelta_body_##SFX(a[0], a[1], a[2], a[4], n, c, f); break;                    \
+        }                                                                                        \
+    }                                                                                            \
+    EM_CPU_MULTIVERSION static void adagrad_##SFX(T *const *a, int64_t n, const T *c, int f) {    \
+        switch (f) {                                                                             \
+        case 0: adagrad_body_##SFX(a[0], a[1], a[4], n, c, 0); break;                            \
+        case EMK_OPTF_WD: adagrad_body_##SFX(a[0], a[1], a[4], n, c, EMK_OPTF_WD); break;        \
+        default: adagrad_body_##SFX(a[0], a[1], a[4], n, c, f); break;                           \
+        }                                                                                        \
+    }                                                                                            \
+    EM_CPU_MULTIVERSION static void rmsprop_##SFX(T *const *a, int64_t n, const T *c, int f) {    \
+        switch (f) {                                                                             \
+        case 0: rmsprop_body_##SFX(a[0], a[1], a[2], a[3], a[4], n, c, 0); break;                \
+        case EMK_OPTF_MOMENTUM:                                                                  \
+            rmsprop_body_##SFX(a[0], a[1], a[2], a[3], a[4], n, c, EMK_OPTF_MOMENTUM); break;    \
+        case EMK_OPTF_CENTERED:                                                                  \
+            rmsprop_body_##SFX(a[0], a[1], a[2], a[3], a[4], n, c, EMK_OPTF_CENTERED); break;    \
+        case EMK_OPTF_CENTERED | EMK_OPTF_MOMENTUM:                                              \
+            rmsprop_body_##SFX(a[0], a[1], a[2], a[3], a[4], n, c, EMK_OPTF_CENTERED | EMK_OPTF_MOMENTUM); \
+            break;                                                                               \
+        default: rmsprop_body_##SFX(a[0], a[1], a[2], a[3], a[4], n, c, f); break;               \
+        }                                                                                        \
+    }                                                                                            \
+    EM_CPU_MULTIVERSION static void adamax_##SFX(T *const *a, int64_t n, const T *c, int f) {     \
+        switch (f) {                                                                             \
+        case 0: adamax_body_##SFX(a[0], a[1], a[2], a[4], n, c, 0); break;                       \
+        default: adamax_body_##SFX(a[0], a[1], a[2], a[4], n, c, f); break;                      \
+        }                                                                                        \
+    }                                                                                            \
+    EM_CPU_MULTIVERSION static void nadam_##SFX(T *const *a, int64_t n, const T *c, int f) {      \
+        switch (f) {                                                                             \
+        case 0: nadam_body_##SFX(a[0], a[1], a[2], a[4], n, c, 0); break;                        \
+        default: nadam_body_##SFX(a[0], a[1], a[2], a[4], n, c, f); break;                      \
+        }                                                                                        \
+    }                                                                                            \
+    EM_CPU_MULTIVERSION static void radam_##SFX(T *const *a, int64_t n, const T *c, int f) {      \
+        switch (f) {                                                                             \
+        case 0: radam_body_##SFX(a[0], a[1], a[2], a[4], n, c, 0); break;                        \
+        case EMK_OPTF_RECTIFIED: radam_body_##SFX(a[0], a[1], a[2], a[4], n, c, EMK_OPTF_RECTIFIED); break; \
+        default: radam_body_##SFX(a[0], a[1], a[2], a[4], n, c, f); break;                       \
+        }                                                                                        \
+    }
+DEF_STEP_KERNELS(float, f32, sqrtf, FLT_MIN)
+DEF_STEP_KERNELS(double, f64, sqrt, DBL_MIN)
+
+/* The operands in the kernels' order: p, the states (NULL where unused), g. */
+#define STEP_OPERANDS 5
+typedef struct step_job {
+    em_op op;
+    int flags;
+    em_dtype dt;
+    char *ptr[STEP_OPERANDS];
+    float cf[EM_OP_MAX_PARAMS];
+    double cd[EM_OP_MAX_PARAMS];
+} step_job;
+
+static void step_block(const step_job *j, char *const *ptr, int64_t n) {
+    if (j->dt == EM_F64) {
+        double *const *a = (double *const *)ptr;
+        switch (j->op) {
+        case EM_OP_ADADELTA_STEP: adadelta_f64(a, n, j->cd, j->flags); break;
+        case EM_OP_ADAGRAD_STEP: adagrad_f64(a, n, j->cd, j->flags); break;
+        case EM_OP_RMSPROP_STEP: rmsprop_f64(a, n, j->cd, j->flags); break;
+        case EM_OP_ADAMAX_STEP: adamax_f64(a, n, j->cd, j->flags); break;
+        case EM_OP_NADAM_STEP: nadam_f64(a, n, j->cd, j->flags); break;
+        default: radam_f64(a, n, j->cd, j->flags); break;
+        }
+        return;
+    }
+    float *const *a = (float *const *)ptr;
+    switch (j->op) {
+    case EM_OP_ADADELTA_STEP: adadelta_f32(a, n, j->cf, j->flags); break;
+    case EM_OP_ADAGRAD_STEP: adagrad_f32(a, n, j->cf, j->flags); break;
+    case EM_OP_RMSPROP_STEP: rmsprop_f32(a, n, j->cf, j->flags); break;
+    case EM_OP_ADAMAX_STEP: adamax_f32(a, n, j->cf, j->flags); break;
+    case EM_OP_NADAM_STEP: nadam_f32(a, n, j->cf, j->flags); break;
+    default: radam_f32(a, n, j->cf, j->flags); break;
+    }
+}
+
+static void step_range(void *ctx, int64_t begin, int64_t end) {
+    const step_job *j = ctx;
+    size_t es = em__cpu_esize(j->dt);
+    char *ptr[STEP_OPERANDS];
+    if (j->dt == EM_F32 || j->dt == EM_F64) {
+        for (int k = 0; k < STEP_OPERANDS; k++) ptr[k] = j->ptr[k] ? j->ptr[k] + (size_t)begin * es : NULL;
+        step_block(j, ptr, end - begin);
+        return;
+    }
+    /* f16 / bf16: through float blocks, rounded once when stored */
+    float buf[STEP_OPERANDS][OPTIM_BLOCK];
+    for (int64_t b = begin; b < end; b += OPTIM_BLOCK) {
+        int64_t n = end - b < OPTIM_BLOCK ? end - b : OPTIM_BLOCK;
+        for (int k = 0; k < STEP_OPERANDS; k++) {
+            ptr[k] = j->ptr[k] ? (char *)buf[k] : NULL;
+            if (j->ptr[k]) em__cpu_load_block(buf[k], j->ptr[k] + (size_t)b * es, (int64_t)es, n, j->dt);
+        }
+        step_job fj = *j;
+        fj.dt = EM_F32;
+        step_block(&fj, ptr, n);
+        for (int k = 0; k < STEP_OPERANDS - 1; k++)   /* every operand but g */
+            if (j->ptr[k]) em__cpu_store_block(j->ptr[k] + (size_t)b * es, (int64_t)es, n, j->dt, buf[k]);
+    }
+}
+
+static em_status run_step(const em_op_call *call) {
+    em_tensor *p = call->dst[0];
+    em_dtype dt = p->dtype;
+    if (!em_dtype_is_floating(dt))
+        return em_error(EM_ERR_NOT_SUPPORTED, "fused optimizer step: %s parameters are not floating point",
+                        em_dtype_name(dt));
+    step_job j = {.op = call->op, .flags = (int)call->i[0], .dt = dt};
+    for (int k = 0; k < EM_OP_MAX_PARAMS; k++) {
+        j.cd[k] = call->f[k];
+        j.cf[k] = (float)call->f[k];
+    }
+    j.ptr[0] = em__host_ptr(p);
+    for (int k = 1; k < STEP_OPERANDS - 1; k++) j.ptr[k] = call->dst[k] ? (char *)em__host_ptr(call->dst[k]) : NULL;
+    j.ptr[STEP_OPERANDS - 1] = (char *)em__host_ptr(call->src[0]);
+    int64_t n = em__cpu_numel(p);
+    if (n > 0) em__cpu_parallel_for(n, OPTIM_GRAIN, step_range, &j);
+    return EM_OK;
+}
+
+em_status em__cpu_adadelta_step(const em_op_call *call) { return run_step(call); }
+em_status em__cpu_adagrad_step(const em_op_call *call) { return run_step(call); }
+em_status em__cpu_rmsprop_step(const em_op_call *call) { return run_step(call); }
+em_status em__cpu_adamax_step(const em_op_call *call) { return run_step(call); }
+em_status em__cpu_nadam_step(const em_op_call *call) { return run_step(call); }
+em_status em__cpu_radam_step(const em_op_call *call) { return run_step(call); }

@@ -8,7 +8,7 @@
 #include "gpu_internal.h"
 
 /* the flags of optim.k */
-enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32, F_AMP = 64 };
+enum { F_WD = 1, F_DECAY = 2, F_AMSGRAD = 4, F_MOMENTUM = 8, F_NESTEROV = 16, F_FIRST = 32, F_AMP = 64, F_MAXIMIZE = 128 };
 
 /* Element offsets of the used operands (unused ones stay 0), and the kernel name. */
 static em_status prepare(const em_gpu *g, const char *family, em_tensor *const *ts, int n,
@@ -55,7 +55,8 @@ em_status em__gpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tenso
     double c[EM_OPT_NCONST];
     em__optim_consts(a, false, c);
     int f = (a->weight_decay != 0 ? F_WD : 0) | (a->momentum != 0 ? F_MOMENTUM : 0) |
-            (a->nesterov ? F_NESTEROV : 0) | (a->first_step ? F_FIRST : 0) | (a->amp ? F_AMP : 0);
+            (a->nesterov ? F_NESTEROV : 0) | (a->first_step ? F_FIRST : 0) | (a->amp ? F_AMP : 0) |
+            (a->maximize ? F_MAXIMIZE : 0);
     int64_t oamp = 0;
     if (a->amp && em__gpu_elem_offset(a->amp, &oamp)) return em_last_status();
     em_karg args[] = {buf_arg(p, p), buf_arg(grad, p), buf_arg(buf, p), EM_KI64(n),
@@ -83,6 +84,7 @@ em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
     int f = (a->amsgrad ? F_AMSGRAD : 0);
     if (a->weight_decay != 0) f |= a->decoupled ? F_DECAY : F_WD;
     if (a->amp) f |= F_AMP;
+    if (a->maximize) f |= F_MAXIMIZE;
     int64_t oamp = 0;
     if (a->amp && em__gpu_elem_offset(a->amp, &oamp)) return em_last_status();
     em_karg args[] = {buf_arg(p, p), buf_arg(grad, p), buf_arg(m, p), buf_arg(v, p), buf_arg(vmax, p),

@@ -1,0 +1,208 @@
+/* SGD, Adam and AdamW with PyTorch's single-tensor update formulas, as em_optimizer_ops
+ * tables run by optimizer.c. Each step runs the backend's fused kernel (one pass per
+ * parameter, the SGD_STEP / ADAM_STEP ops, which also read a loss scaler's flag on the
+ * device) when the parameter, its gradient and its state are contiguous on one device;
+ * otherwise, and as the reference the fused kernels are tested against, the same formulas
+ * written with the public in-place ops. */
+#include <math.h>
+#include <ember/ops.h>
+#include "../core/internal_api.h"
+#include "optim_internal.h"
+
+em_sgd_opts em_sgd_defaults(double lr) { return (em_sgd_opts){.lr = lr}; }
+
+em_adam_opts em_adam_defaults(double lr) {
+    return (em_adam_opts){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+}
+
+em_adam_opts em_adamw_defaults(double lr) {
+    em_adam_opts o = em_adam_defaults(lr);
+    o.weight_decay = 0.01;
+    return o;
+}
+
+/* PyTorch's refusal of a bad option: "Invalid momentum value: -1". */
+static bool bad(bool ok, const char *msg, double v) {
+    if (!ok) em_error(EM_ERR_ARGUMENT, "%s: %g", msg, v);
+    return !ok;
+}
+
+/* A loss scaler's flag, read on the host where no kernel reads it (this waits for the device). */
+static em_status amp_host_check(em_tensor *amp, bool *skip, double *skipped) {
+    float st[4] = {0};
+    em_status r = em_copy_to_host(amp, st, sizeof st);
+    *skip = st[2] != 0.0f;
+    *skipped = st[3];
+    return r;
+}
+
+/* ---- SGD ---- */
+
+enum { SGD_MOMENTUM_BUFFER };
+static const char *const sgd_state_names[] = {"momentum_buffer"};
+
+static em_status sgd_check(const void *hyper) {
+    const em_sgd_opts *s = hyper;
+    if (bad(s->momentum >= 0, "Invalid momentum value", s->momentum) ||
+        bad(s->weight_decay >= 0, "Invalid weight_decay value", s->weight_decay))
+        return EM_ERR_ARGUMENT;
+    if (s->nesterov && (s->momentum <= 0 || s->dampening != 0))
+        return em_error(EM_ERR_ARGUMENT, "Nesterov momentum requires a momentum and zero dampening");
+    return EM_OK;
+}
+
+static bool sgd_uses_state(const void *hyper, int k) {
+    (void)k;
+    return ((const em_sgd_opts *)hyper)->momentum != 0;
+}
+
+static double *sgd_momentum(void *hyper) { return &((em_sgd_opts *)hyper)->momentum; }
+
+static em_status sgd_fused(const em_optim_update *u, bool *done) {
+    const em_sgd_opts *s = u->hyper;
+    em_optimizer *o = u->optimizer;
+    em_tensor *amp = em__optim_amp(o), *buf = s->momentum != 0 ? u->state[SGD_MOMENTUM_BUFFER] : NULL;
+    if (!em__optim_fused_allowed(o) || !em__fused_sgd_applies(u->param, u->grad, buf)) return EM_OK;
+    if (amp && !em__amp_state_fits(amp, u->param)) return EM_OK;
+    /* under a scaler a first step skipped on the device leaves the (zero) buffer as it was */
+    em_optim_args a = {.lr = u->lr, .weight_decay = s->weight_decay, .momentum = s->momentum,
+                       .dampening = s->dampening, .nesterov = s->nesterov, .first_step = buf && u->fresh,
+                       .maximize = s->maximize, .amp = amp};
+    *done = true;
+    em_status st = em__fused_sgd_step(&a, u->param, u->grad, buf);
+    if (st == EM_OK) em__optim_count_fused(o);
+    return st;
+}
+
+static em_status sgd_step(const em_optim_update *u) {
+    bool done = false;
+    em_status fst = sgd_fused(u, &done);
+    if (done || fst != EM_OK) return fst;
+    em_tensor *amp = em__optim_amp(u->optimizer);
+    if (amp) {
+        bool skip;
+        double skipped;
+        em_status st = amp_host_check(amp, &skip, &skipped);
+        if (st != EM_OK || skip) return st;
+    }
+    const em_sgd_opts *s = u->hyper;
+    em_tensor *d = s->maximize ? em_neg(u->grad) : u->grad;
+    if (s->weight_decay != 0) d = em_add(d, em_mul_scalar(u->param, s->weight_decay));
+    if (s->momentum != 0) {
+        em_tensor *buf = u->state[SGD_MOMENTUM_BUFFER];
+        em_status st = u->fresh ? em_copy_(buf, d) : em_mul_scalar_(buf, s->momentum);  /* PyTorch's clone */
+        if (st == EM_OK && !u->fresh) st = em_add_(buf, d, 1.0 - s->dampening);
+        if (st != EM_OK) return st;
+        d = s->nesterov ? em_add(d, em_mul_scalar(buf, s->momentum)) : buf;
+    }
+    if (!d) return em_last_status();
+    return em_add_(u->param, d, -u->lr);
+}
+
+const em_optimizer_ops em__sgd_ops = {
+    .name = "sgd", .nstate = 1, .state_names = sgd_state_names, .hyper_size = sizeof(em_sgd_opts),
+    .check = sgd_check, .uses_state = sgd_uses_state, .step = sgd_step, .momentum = sgd_momentum,
+};
+
+em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts s) { return em_optimizer_new(m, &em__sgd_ops, &s, s.lr); }
+em_optimizer *em_sgd(em_module *m, double lr) { return em_sgd_ex(m, em_sgd_defaults(lr)); }
+
+/* ---- Adam and AdamW ---- */
+
+enum { ADAM_EXP_AVG, ADAM_EXP_AVG_SQ, ADAM_MAX_EXP_AVG_SQ };
+static const char *const adam_state_names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+
+static em_status adam_check(const void *hyper) {
+    const em_adam_opts *a = hyper;
+    if (bad(a->eps >= 0, "Invalid epsilon value", a->eps) ||
+        bad(a->beta1 >= 0 && a->beta1 < 1, "Invalid beta parameter at index 0", a->beta1) ||
+        bad(a->beta2 >= 0 && a->beta2 < 1, "Invalid beta parameter at index 1", a->beta2) ||
+        bad(a->weight_decay >= 0, "Invalid weight_decay value", a->weight_decay))
+        return EM_ERR_ARGUMENT;
+    return EM_OK;
+}
+
+static bool adam_uses_state(const void *hyper, int k) {
+    return k != ADAM_MAX_EXP_AVG_SQ || ((const em_adam_opts *)hyper)->amsgrad;
+}
+
+static double *adam_momentum(void *hyper) { return &((em_adam_opts *)hyper)->beta1; }
+
+static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done) {
+    const em_adam_opts *a = u->hyper;
+    em_optimizer *o = u->optimizer;
+    em_tensor *amp = em__optim_amp(o);
+    em_tensor *m = u->state[ADAM_EXP_AVG], *v = u->state[ADAM_EXP_AVG_SQ];
+    em_tensor *vmax = a->amsgrad ? u->state[ADAM_MAX_EXP_AVG_SQ] : NULL;
+    if (!em__optim_fused_allowed(o) || !em__fused_adam_applies(u->param, u->grad, m, v, vmax)) return EM_OK;
+    if (amp && !em__amp_state_fits(amp, u->param)) return EM_OK;
+    em_optim_args args = {.lr = u->lr, .weight_decay = a->weight_decay, .beta1 = a->beta1,
+                          .beta2 = a->beta2, .eps = a->eps,
+                          .bias_correction1 = 1.0 - pow(a->beta1, (double)u->step),
+                          .bias_correction2 = 1.0 - pow(a->beta2, (double)u->step),
+                          .decoupled = decoupled, .amsgrad = a->amsgrad, .maximize = a->maximize,
+                          .amp = amp, .step = u->step};
+    *done = true;
+    em_status st = em__fused_adam_step(&args, u->param, u->grad, m, v, vmax);
+    if (st == EM_OK) em__optim_count_fused(o);
+    return st;
+}
+
+static em_status adam_update(const em_optim_update *u, bool decoupled) {
+    const em_adam_opts *a = u->hyper;
+    bool done = false;
+    em_status st = adam_fused(u, decoupled, &done);
+    if (done || st != EM_OK) return st;
+    em_tensor *m = u->state[ADAM_EXP_AVG], *v = u->state[ADAM_EXP_AVG_SQ], *p = u->param;
+    em_tensor *g = a->maximize ? em_neg(u->grad) : u->grad;
+    double skipped = 0; /* a scaler's skipped steps: as the fused kernels, count the steps taken */
+    em_tensor *amp = em__optim_amp(u->optimizer);
+    if (amp) {
+        bool skip;
+        if ((st = amp_host_check(amp, &skip, &skipped)) != EM_OK || skip) return st;
+    }
+    if (a->weight_decay != 0) {
+        if (decoupled)
+            st = em_mul_scalar_(p, 1.0 - u->lr * a->weight_decay);
+        else
+            g = em_add(g, em_mul_scalar(p, a->weight_decay));
+    }
+    if (st == EM_OK) st = em_mul_scalar_(m, a->beta1);
+    if (st == EM_OK) st = em_add_(m, g, 1.0 - a->beta1);
+    if (st == EM_OK) st = em_mul_scalar_(v, a->beta2);
+    if (st == EM_OK) st = em_add_(v, em_mul(g, g), 1.0 - a->beta2);
+    if (st != EM_OK) return st;
+    double bc1 = 1.0 - pow(a->beta1, (double)u->step - skipped);
+    double bc2 = 1.0 - pow(a->beta2, (double)u->step - skipped);
+    em_tensor *second = v;
+    if (a->amsgrad) {
+        em_tensor *mx = u->state[ADAM_MAX_EXP_AVG_SQ];
+        if ((st = em_copy_(mx, em_maximum(mx, v))) != EM_OK) return st;
+        second = mx;
+    }
+    em_tensor *denom = em_add_scalar(em_div_scalar(em_sqrt(second), sqrt(bc2)), a->eps);
+    em_tensor *upd = em_div(m, denom);
+    if (!upd) return em_last_status();
+    return em_add_(p, upd, -(u->lr / bc1));
+}
+
+static em_status adam_step(const em_optim_update *u) { return adam_update(u, false); }
+static em_status adamw_step(const em_optim_update *u) { return adam_update(u, true); }
+
+const em_optimizer_ops em__adam_ops = {
+    .name = "adam", .nstate = 3, .state_names = adam_state_names, .hyper_size = sizeof(em_adam_opts),
+    .check = adam_check, .uses_state = adam_uses_state, .step = adam_step, .momentum = adam_momentum,
+};
+const em_optimizer_ops em__adamw_ops = {
+    .name = "adamw", .nstate = 3, .state_names = adam_state_names, .hyper_size = sizeof(em_adam_opts),
+    .check = adam_check, .uses_state = adam_uses_state, .step = adamw_step, .momentum = adam_momentum,
+};
+
+em_optimizer *em_adam_ex(em_module *m, em_adam_opts a) { return em_optimizer_new(m, &em__adam_ops, &a, a.lr); }
+em_optimizer *em_adam(em_module *m, double lr) { return em_adam_ex(m, em_adam_defaults(lr)); }
+em_optimizer *em_adamw_ex(em_module *m, em_adam_opts a) { return em_optimizer_new(m, &em__adamw_ops, &a, a.lr); }
+em_optimizer *em_adamw(em_module *m, double lr) { return em_adamw_ex(m, em_adamw_defaults(lr)); }
+
+bool em__optim_reads_scaler(const em_optimizer_ops *ops) {
+    return ops == &em__sgd_ops || ops == &em__adam_ops || ops == &em__adamw_ops;
+}
