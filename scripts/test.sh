@@ -17,22 +17,25 @@ rc=0
 ctest --test-dir "$dir" --output-on-failure -j2 || rc=$?
 # LeakSanitizer's own tracer can crash while it stops the process's threads at exit
 # ("Tracer caught signal 11 ... LeakSanitizer has encountered a fatal error": LLVM's
-# StopTheWorld racing a PoCL or OpenMP thread, seen once in test_lowp_matmul after all its
-# cases had passed; 6 runs alone did not repeat it). That is the sanitizer failing, not a leak
-# found, so when every failed test failed that way, those tests run once more, under the
-# same sanitizers and leak checking; any other failure stands as it is.
+# StopTheWorld racing a PoCL or OpenMP thread that is ending, after all of the test's cases
+# passed; seen in test_lowp_matmul and test_estimate_measured, more often on a loaded
+# machine: 1 run in 3 of the latter with other builds running). That is the sanitizer
+# failing, not a leak found, so while every failed test failed that way, those tests run
+# again, under the same sanitizers and leak checking, up to three times; any other failure
+# stands as it is.
 t="$dir/Testing/Temporary"
-if [ "$rc" -ne 0 ] && [ "$dir" = build-asan ] && [ -s "$t/LastTestsFailed.log" ]; then
+tries=0
+while [ "$rc" -ne 0 ] && [ "$dir" = build-asan ] && [ "$tries" -lt 3 ] && [ -s "$t/LastTestsFailed.log" ]; do
   nfail=$(wc -l <"$t/LastTestsFailed.log")
   ntracer=$(grep -c "LeakSanitizer has encountered a fatal error" "$t/LastTest.log" || true)
-  if [ "$nfail" -eq "$ntracer" ]; then
-    echo "sanitize: $nfail test(s) stopped by LeakSanitizer's tracer crashing (not a leak report):" \
-         "$(cut -d: -f2 "$t/LastTestsFailed.log" | tr '\n' ' ')- running them once more"
-    cp "$t/LastTest.log" "$t/FirstTry.log" # the whole run's log: its skips are listed below
-    skiplog="$t/FirstTry.log"
-    rc=0
-    ctest --test-dir "$dir" --output-on-failure --rerun-failed || rc=$?
-  fi
-fi
+  [ "$nfail" -eq "$ntracer" ] || break
+  echo "sanitize: $nfail test(s) stopped by LeakSanitizer's tracer crashing (not a leak report):" \
+       "$(cut -d: -f2 "$t/LastTestsFailed.log" | tr '\n' ' ')- running them once more"
+  # the whole first run's log: its skips are listed below
+  if [ "$tries" -eq 0 ]; then cp "$t/LastTest.log" "$t/FirstTry.log"; skiplog="$t/FirstTry.log"; fi
+  tries=$((tries + 1))
+  rc=0
+  ctest --test-dir "$dir" --output-on-failure --rerun-failed || rc=$?
+done
 scripts/list_skips.sh "${skiplog:-$t/LastTest.log}"
 exit "$rc"
