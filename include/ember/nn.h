@@ -77,7 +77,8 @@ EM_API em_status em_sequential_append(em_module *seq, em_module *m);
  * 1/sqrt(fan_in)) with fan_in = in / groups * kH * kW (PyTorch's kaiming_uniform(a=sqrt(5))).
  * em_nn_conv2d uses PyTorch's defaults: stride 1, padding 0, dilation 1, groups 1, bias.
  * Pools: stride EM_HW1(0) means kernel_size (PyTorch's stride=None). A shape error in
- * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."). */
+ * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."),
+ * as every layer's does (em_forward). */
 EM_API em_module *em_nn_conv2d(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
 /* nn.Conv2d with every argument. */
 EM_API em_module *em_nn_conv2d_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
@@ -93,7 +94,11 @@ EM_API em_status em_module_conv2d_shape(const em_module *m, int64_t *in_channels
                                  em_hw *kernel_size);
 
 /* ---- using modules ---- */
-/* m(x): a new reference (scoped like any op result). */
+/* m(x): a new reference (scoped like any op result). The forward runs in a scope of its own:
+ * its temporaries are freed when it returns (the graph keeps what backward needs). When a
+ * layer (a module without children) fails, its error is prefixed with the layer's repr, as
+ * PyTorch's Conv2d names itself: "Linear(in_features=9216, out_features=128, bias=True):
+ * em_addmm: mat1 and mat2 shapes cannot be multiplied (1792x28 and 9216x128)". */
 EM_API em_tensor *em_forward(em_module *m, em_tensor *x);
 EM_API void em_module_train(em_module *m);  /* training mode, recursively */
 EM_API void em_module_eval(em_module *m);   /* evaluation mode, recursively */
@@ -152,7 +157,8 @@ typedef struct em_safetensors em_safetensors;   /* include/ember/io.h */
 EM_API em_status em_module_load_safetensors(em_module *m, const em_safetensors *file);
 
 /* ---- norms, embedding, attention (torch.nn.functional and torch.nn) ----
- * Errors name the layer and the shapes ("LayerNorm: normalized_shape [8] must match ...").
+ * Errors name the op and the shapes ("layer_norm: normalized_shape [8] must match ..."); a layer's
+ * forward error is prefixed with the layer, as every layer's is (see em_forward).
  * Functional forms: */
 /* F.layer_norm: normalizes over the last normalized_shape.ndim dims (biased variance);
  * weight and bias (NULL for none) have normalized_shape. */

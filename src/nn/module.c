@@ -29,7 +29,7 @@ static bool grow(void **items, int *cap, int len, size_t elem) {
 
 em_module *em_module_new(const em_module_ops *ops, void *ctx) {
     if (!ops || !ops->name || !ops->forward) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_module_new: ops must give a name and a forward");
+        em_error(EM_ERR_ARGUMENT, "em_module_new: ops must give a name and a forward");
         if (ops && ops->free_ctx && ctx) ops->free_ctx(ctx);
         return NULL;
     }
@@ -70,7 +70,7 @@ static bool name_taken(const em_module *m, const char *name) {
 }
 
 static em_status check_new_name(const em_module *m, const char *name, const char *fn) {
-    if (!m || !name) return em_error(EM_ERR_ARGUMENT, "%s: module or name is NULL", fn);
+    if (!m || !name) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: module or name is NULL", fn);
     if (!*name || strchr(name, '.'))
         return em_error(EM_ERR_ARGUMENT, "%s: name \"%s\" must be non-empty and contain no '.'", fn, name);
     if (name_taken(m, name))
@@ -170,6 +170,18 @@ void em_module_free(em_module *m) {
     free(m);
 }
 
+/* A layer's failure names the layer, as PyTorch's Conv2d does in its messages: the error
+ * its forward just recorded, prefixed with its one-line repr ("Linear(in_features=9216,
+ * out_features=128, bias=True): em_addmm: mat1 and mat2 shapes cannot be multiplied ...").
+ * Containers are not named: the layer inside that failed already is. */
+static void name_failure(const em_module *m) {
+    em_error_state st;
+    em__error_save(&st);
+    char repr[256];
+    em_module_format(m, repr, sizeof repr);
+    em_error(st.status, "%s: %s", repr, st.message);
+}
+
 em_tensor *em_forward(em_module *m, em_tensor *x) {
     if (!m || !x) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_forward: %s is NULL", m ? "input" : "module");
@@ -177,7 +189,9 @@ em_tensor *em_forward(em_module *m, em_tensor *x) {
     }
     /* The forward's temporaries are freed here; the graph keeps what backward needs. */
     em_scope s = em_scope_begin();
+    unsigned long seq = em__error_seq();
     em_tensor *y = m->ops->forward(m, x);
+    if (!y && m->nkids == 0 && em__error_seq() != seq) name_failure(m);
     return em__scope_return(s, y);
 }
 

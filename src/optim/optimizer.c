@@ -55,7 +55,7 @@ em_adam_opts em_adamw_defaults(double lr) {
 }
 
 static bool check(bool ok, const char *msg, double v) {
-    if (!ok && !em_failed()) em_error(EM_ERR_ARGUMENT, "%s: %g", msg, v);
+    if (!ok) em_error(EM_ERR_ARGUMENT, "%s: %g", msg, v);
     return ok;
 }
 
@@ -119,7 +119,7 @@ em_optimizer *em_sgd_ex(em_module *m, em_sgd_opts s) {
         !check(s.weight_decay >= 0, "Invalid weight_decay value", s.weight_decay))
         return NULL;
     if (s.nesterov && (s.momentum <= 0 || s.dampening != 0)) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "Nesterov momentum requires a momentum and zero dampening");
+        em_error(EM_ERR_ARGUMENT, "Nesterov momentum requires a momentum and zero dampening");
         return NULL;
     }
     em_optimizer *o = optim_new(m, OPT_SGD);
