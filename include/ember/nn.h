@@ -307,13 +307,38 @@ EM_API em_tensor *em_checkpoint(em_checkpoint_fn fn, void *ctx, em_tensor *const
  * the last chunk (with the remainder) runs normally, as PyTorch does. */
 EM_API em_tensor *em_checkpoint_sequential(em_module *model, int segments, em_tensor *x);
 
-/* ---- losses (mean reduction) ---- */
-/* logits [N, C] (or [C], or [N, C, d...]); target int64 class indices [N] (or [N, d...]),
- * or floating class probabilities shaped like logits. label_smoothing in [0, 1]:
- * target becomes (1 - s) * one_hot + s / C, as PyTorch. */
+/* ---- losses (torch.nn.functional's, with their options) ---- */
+/* reduction='mean' | 'sum' | 'none' */
+typedef enum em_reduction { EM_REDUCTION_MEAN, EM_REDUCTION_SUM, EM_REDUCTION_NONE } em_reduction;
+/* A loss's options; zeroed (or a NULL pointer) means PyTorch's defaults. Every loss reads
+ * reduction; cross_entropy and nll_loss also weight and ignore_index; cross_entropy also
+ * label_smoothing. A field a loss does not take must stay zero (else EM_ERR_ARGUMENT). */
+typedef struct em_loss_opts {
+    em_reduction reduction;   /* EM_REDUCTION_MEAN (the zero value), _SUM, or _NONE: per element */
+    em_tensor *weight;        /* a weight per class [C] (floating, any device, no gradient), or NULL */
+    /* The class index whose targets count for nothing (no loss, no gradient, not in the mean's
+     * denominator), e.g. &(int64_t){pad_id}; NULL: PyTorch's default, -100. */
+    const int64_t *ignore_index;
+    double label_smoothing;   /* in [0, 1]: the target becomes (1 - s) * one_hot + s / C */
+} em_loss_opts;
+/* F.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing) with
+ * PyTorch's semantics and gradients: input [N, C] (or [C], or [N, C, d...]); target class
+ * indices [N] (or [], or [N, d...]; any integer dtype), or floating class probabilities of
+ * input's shape. With class indices, 'mean' divides the sum by the total weight of the
+ * targets not ignored (the count without weights; NaN when that is 0); with probabilities by
+ * N (times d...), and ignore_index must stay negative. Label smoothing with weights:
+ * (1 - s) * nll + s / C * sum_c -w_c log p_c, as PyTorch. A target outside [0, C) that is
+ * not ignore_index is an error naming its position ("target[3]"). */
+EM_API em_tensor *em_cross_entropy_ex(em_tensor *input, em_tensor *target, const em_loss_opts *opts);
+/* em_cross_entropy_ex with reduction 'mean', no weight, ignore_index -100. */
 EM_API em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
-/* log_probs [N, C], target int64 [N]: -mean(log_probs[i, target[i]]). */
-EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
+/* F.nll_loss(input, target, weight, ignore_index, reduction): input log-probabilities [N, C]
+ * (or [C], or [N, C, d...]), target class indices: -w[t] * input[n, t], reduced as
+ * cross_entropy's (label_smoothing must stay 0). */
+EM_API em_tensor *em_nll_loss_ex(em_tensor *input, em_tensor *target, const em_loss_opts *opts);
+EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target); /* em_nll_loss_ex, defaults */
+/* F.mse_loss(input, target, reduction): (input - target)^2 (broadcast), reduced. */
+EM_API em_tensor *em_mse_loss_ex(em_tensor *input, em_tensor *target, const em_loss_opts *opts);
 EM_API em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
 
 /* ---- the names from before the em_nn_ rule: deprecated, removed in the next release ---- */
