@@ -118,6 +118,17 @@ EM_API int em_module_buffers(em_module *m, em_named_tensor *out, int cap); /* (n
 EM_API int64_t em_module_num_parameters(em_module *m);
 /* Child i of m (borrowed), or NULL. */
 EM_API em_module *em_module_child(em_module *m, int i);
+/* The name child i was added under ("conv1", "0" in a Sequential; borrowed), or NULL. */
+EM_API const char *em_module_child_name(const em_module *m, int i);
+/* model.get_submodule(path): the module at a dotted path of child names ("conv1",
+ * "encoder.layers.0.fc"), the prefixes of the names in state dicts and in
+ * em_module_parameters; "" is m itself. Borrowed: valid while m is. Unknown names are
+ * EM_ERR_ARGUMENT naming the path and the module that lacks it, as PyTorch's
+ * ("Net has no attribute `conv3`"). */
+EM_API em_module *em_module_get(em_module *m, const char *path);
+/* model.get_parameter(path): the parameter at a dotted name as state dicts use it
+ * ("conv1.weight"); borrowed, or NULL and EM_ERR_ARGUMENT. */
+EM_API em_tensor *em_module_get_parameter(em_module *m, const char *path);
 
 /* What a module is, for code that inspects a model (memory estimates, exporters) without
  * comparing names: the built-in layers by kind, anything made with em_module_new as

@@ -137,6 +137,66 @@ em_module *em_module_child(em_module *m, int i) {
     return m && i >= 0 && i < m->nkids ? m->kids[i].m : NULL;
 }
 
+/* The module the first `len` bytes of path name, below m (m itself for an empty path). */
+static em_module *walk(em_module *m, const char *path, size_t len, const char *fn, const char *full) {
+    const char *p = path, *end = path + len;
+    while (p < end) {
+        const char *dot = memchr(p, '.', (size_t)(end - p));
+        size_t n = (size_t)((dot ? dot : end) - p);
+        em_module *next = NULL;
+        for (int i = 0; i < m->nkids && !next; i++)
+            if (strlen(m->kids[i].name) == n && !memcmp(m->kids[i].name, p, n)) next = m->kids[i].m;
+        if (!next) {
+            bool is_tensor = false;
+            for (int i = 0; i < m->nparams && !is_tensor; i++)
+                is_tensor = strlen(m->params[i].name) == n && !memcmp(m->params[i].name, p, n);
+            for (int i = 0; i < m->nbufs && !is_tensor; i++)
+                is_tensor = strlen(m->bufs[i].name) == n && !memcmp(m->bufs[i].name, p, n);
+            if (is_tensor)
+                em_error(EM_ERR_ARGUMENT, "%s: \"%s\": `%.*s` is a tensor of %s, not a module", fn, full, (int)n, p,
+                         m->ops->name);
+            else
+                em_error(EM_ERR_ARGUMENT, "%s: \"%s\": %s has no attribute `%.*s`", fn, full, m->ops->name, (int)n, p);
+            return NULL;
+        }
+        m = next;
+        p = dot ? dot + 1 : end;
+        if (dot && p == end) { /* "conv1." */
+            em_error(EM_ERR_ARGUMENT, "%s: \"%s\" ends with '.'", fn, full);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+em_module *em_module_get(em_module *m, const char *path) {
+    if (!m || !path) {
+        em__error_unless_pending(EM_ERR_ARGUMENT, "em_module_get: %s is NULL", m ? "the path" : "the module");
+        return NULL;
+    }
+    return walk(m, path, strlen(path), "em_module_get", path);
+}
+
+em_tensor *em_module_get_parameter(em_module *m, const char *path) {
+    const char *fn = "em_module_get_parameter";
+    if (!m || !path) {
+        em__error_unless_pending(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, m ? "the path" : "the module");
+        return NULL;
+    }
+    const char *last = strrchr(path, '.');
+    const char *name = last ? last + 1 : path;
+    em_module *owner = walk(m, path, last ? (size_t)(last - path) : 0, fn, path);
+    if (!owner) return NULL;
+    for (int i = 0; i < owner->nparams; i++)
+        if (!strcmp(owner->params[i].name, name)) return owner->params[i].t;
+    em_error(EM_ERR_ARGUMENT, "%s: \"%s\": %s has no parameter `%s`", fn, path, owner->ops->name, name);
+    return NULL;
+}
+
+const char *em_module_child_name(const em_module *m, int i) {
+    return m && i >= 0 && i < m->nkids ? m->kids[i].name : NULL;
+}
+
 void em_module_free(em_module *m) {
     if (!m) return;
     if (m->parent) { /* detach from the parent that owns it */
