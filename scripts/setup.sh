@@ -10,6 +10,7 @@ PACKAGES=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo   # OpenCL, run on the CPU by PoCL
   libclblast-dev                                 # CLBlast GEMM (dlopen'ed): its test runs, not skips
   libdnnl-dev                                    # oneDNN: bf16/f16 CPU matmul (AMX), convolution
+  libpcre2-dev libicu-dev                        # tokenizers: split patterns; NFC/NFKC normalizers
   libopenmpi-dev openmpi-bin                     # MPI: distributed training, the launcher
   iproute2                                       # ip netns: the two-host distributed test
   fortunes                                       # plain English text for `ember train --model gpt`

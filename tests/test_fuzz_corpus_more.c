@@ -1,9 +1,10 @@
 /* The checks of the newer fuzz targets (fuzz/fuzz_more.h: idx's gzip path, checkpoints,
- * JSON, device strings, EMBER_MEMORY_CAP; fuzz/fuzz_views.h: chains of view ops) over their
- * seed corpora (fuzz/corpus/<target>/) and deterministic mutations of each file: every
- * prefix, and bytes set to 0x00, 0xFF, '9', '"', ':', a flipped bit and +1 (every byte;
- * every `stride`-th for the slow checkpoint loads). So the normal suite and its ASan run
- * check these readers without libFuzzer. */
+ * JSON, device strings, EMBER_MEMORY_CAP; fuzz/fuzz_views.h: chains of view ops;
+ * fuzz/fuzz_tokenizer.h: tokenizer.json and text to encode) over their seed corpora
+ * (fuzz/corpus/<target>/) and deterministic mutations of each file: every prefix, and bytes
+ * set to 0x00, 0xFF, '9', '"', ':', a flipped bit and +1 (every byte; every `stride`-th for
+ * the slow checkpoint loads). So the normal suite and its ASan run check these readers
+ * without libFuzzer. */
 #include <dirent.h>
 #include <stdlib.h>
 
@@ -18,6 +19,7 @@ static const char *fuzz_current;
     } while (0)
 #include "../fuzz/fuzz_more.h"
 #include "../fuzz/fuzz_views.h"
+#include "../fuzz/fuzz_tokenizer.h"
 
 typedef void (*fuzz_fn)(const uint8_t *, size_t);
 
@@ -83,6 +85,8 @@ static void test_corpus_device(void) { run_dir("device", fuzz_device_one, 1); }
 static void test_corpus_memcap(void) { run_dir("memcap", fuzz_memcap_one, 1); }
 static void test_corpus_checkpoint(void) { run_dir("checkpoint", fuzz_checkpoint_one, 5); }
 static void test_corpus_views(void) { run_dir("views", fuzz_views_one, 1); }
+static void test_corpus_tokenizer_json(void) { run_dir("tokenizer_json", fuzz_tokenizer_json_one, 3); }
+static void test_corpus_tokenizer_encode(void) { run_dir("tokenizer_encode", fuzz_tokenizer_encode_one, 1); }
 
 int main(void) {
     RUN(test_corpus_idx_gz);
@@ -91,5 +95,7 @@ int main(void) {
     RUN(test_corpus_memcap);
     RUN(test_corpus_checkpoint);
     RUN(test_corpus_views);
+    RUN(test_corpus_tokenizer_json);
+    RUN(test_corpus_tokenizer_encode);
     return test_summary();
 }

@@ -401,11 +401,12 @@ static void test_the_parser_follows_each_table(void) {
         sscanf(t->prefix, "%63s", prefix_opt);
         for (int k = 0; k < t->n; k++)   /* (the option that selects the table is already given) */
             if (strcmp(t->rows[k].name, "--help") && strcmp(t->rows[k].name, prefix_opt)) probe_option(t, &t->rows[k]);
-        /* the command as a whole: an unknown option, an argument where none goes */
+        /* the command as a whole: an unknown option, an argument where none goes (more arguments
+         * than any command takes: OPT_MAX_POSITIONAL is 4) */
         expect(2, "unknown option '--no-such-option'", "%s %s --no-such-option", t->cmd, t->prefix);
         expect(2, "--help lists the options", "%s %s --no-such-option", t->cmd, t->prefix);
         expect(2, "--help takes no value", "%s %s --help=1", t->cmd, t->prefix);
-        expect(2, "unexpected argument", "%s %s stray1 stray2", t->cmd, t->prefix);
+        expect(2, "unexpected argument", "%s %s stray1 stray2 stray3 stray4 stray5", t->cmd, t->prefix);
         printf("  ember %s: %d probes\n", t->words, probes - before);
     }
 }

@@ -42,5 +42,7 @@
 #include <ember/dist.h>
 /* TensorBoard event files (issue 17) */
 #include <ember/summary.h>
+/* language models: tokenizers from Hugging Face's tokenizer.json */
+#include <ember/tokenizer.h>
 
 #endif

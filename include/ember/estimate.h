@@ -112,9 +112,9 @@ EM_API em_status em_estimate_module(em_module *m, const em_estimate_opts *o, em_
  * "10.weight"); an elementwise activation like ReLU is assumed between consecutive Linears
  * (the file holds no layers without parameters). */
 EM_API em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em_estimate *out);
+typedef struct em_safetensors em_safetensors; /* a loaded safetensors file: include/ember/io.h */
 /* The same from a file already loaded with em_safetensors_load (several estimates from one
  * read of the file). */
-typedef struct em_safetensors em_safetensors; /* include/ember/io.h */
 EM_API em_status em_estimate_safetensors(const em_safetensors *file, const em_estimate_opts *o, em_estimate *out);
 /* Parse a parameter count: "7B", "125M", "350k", "1.3e9", "1.5T" (K/M/B or G/T = 1e3/1e6/1e9/1e12). */
 EM_API em_status em_estimate_parse_params(const char *s, double *out);

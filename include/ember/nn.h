@@ -161,10 +161,10 @@ EM_API em_status em_module_save(em_module *m, const char *path); /* every parame
 /* Load in place (parameters keep their device and dtype). Every key must match, with the
  * same shape, as load_state_dict(strict=True). */
 EM_API em_status em_module_load(em_module *m, const char *path);
+typedef struct em_safetensors em_safetensors;   /* a loaded safetensors file: include/ember/io.h */
 /* The same from a file already loaded with em_safetensors_load (any device): the caller
  * reads the file once and may look at its metadata first. A training checkpoint's
  * "optimizer." tensors are ignored, as em_module_load does. */
-typedef struct em_safetensors em_safetensors;   /* include/ember/io.h */
 EM_API em_status em_module_load_safetensors(em_module *m, const em_safetensors *file);
 
 /* ---- norms, embedding, attention (torch.nn.functional and torch.nn) ----
@@ -212,10 +212,11 @@ EM_API em_tensor *em_rms_norm(em_tensor *x, em_shape normalized_shape, em_tensor
 EM_API em_tensor *em_rope(em_tensor *x, em_tensor *cos, em_tensor *sin);
 /* config.json's rope_scaling "rope_type" (HF's ROPE_INIT_FUNCTIONS): none, "linear", "llama3" */
 typedef enum em_rope_scaling { EM_ROPE_DEFAULT, EM_ROPE_LINEAR, EM_ROPE_LLAMA3 } em_rope_scaling;
+/* The rotary embedding's parameters from config.json (em_rope_inv_freq, em_rope_tables). */
 typedef struct em_rope_config {
     int64_t head_dim;       /* D: hidden_size / num_attention_heads unless config.json says */
     double theta;           /* rope_theta (10000 in Llama 2, 500000 in Llama 3) */
-    em_rope_scaling scaling;
+    em_rope_scaling scaling; /* rope_scaling's "rope_type" */
     double factor;          /* linear and llama3: rope_scaling["factor"] */
     double low_freq_factor, high_freq_factor;  /* llama3 */
     double original_max_position_embeddings;   /* llama3 */
@@ -243,10 +244,11 @@ EM_API em_status em_rope_tables(const em_rope_config *cfg, em_tensor *positions,
  * em_copy_(em_narrow(cache, 2, past, L), k). On autocast's lower-precision lists. */
 typedef struct em_attention_opts {
     double scale;          /* 0: 1 / sqrt(E) */
-    bool causal;
+    bool causal;           /* query i at position past + i sees keys j <= past + i */
     int64_t past;          /* with causal: the position of query 0 (the cache's fill) */
     em_tensor *key_mask;   /* bool [B, S] or NULL */
 } em_attention_opts;
+/* The attention described above; opts NULL: the defaults (scale 1 / sqrt(E), not causal, no mask). */
 EM_API em_tensor *em_attention(em_tensor *q, em_tensor *k, em_tensor *v, const em_attention_opts *opts);
 /* Modules, PyTorch's parameter and buffer names and defaults: */
 /* nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True): weight (ones), bias (zeros). */
@@ -353,45 +355,66 @@ EM_API em_tensor *em_mse_loss_ex(em_tensor *input, em_tensor *target, const em_l
 EM_API em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
 
 /* ---- the names from before the em_nn_ rule: deprecated, removed in the next release ---- */
+/* Deprecated name of em_nn_linear (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_linear") em_module *em_linear(int64_t in_features, int64_t out_features);
+/* Deprecated name of em_nn_linear_ex (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_linear_ex") em_module *em_linear_ex(int64_t in_features, int64_t out_features, bool bias);
+/* Deprecated name of em_nn_relu (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_relu") em_module *em_relu_module(void);
+/* Deprecated name of em_nn_gelu (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_gelu") em_module *em_gelu_module(void);
+/* Deprecated name of em_nn_sigmoid (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_sigmoid") em_module *em_sigmoid_module(void);
+/* Deprecated name of em_nn_tanh (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_tanh") em_module *em_tanh_module(void);
+/* Deprecated name of em_nn_dropout (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_dropout") em_module *em_dropout(double p);
+/* Deprecated name of em_nn_flatten (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_flatten") em_module *em_flatten_module(void);
+/* Deprecated name of em_nn_sequential_n (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_sequential_n") em_module *em_sequential_n(int n, em_module *const *modules);
 /* deprecated: use em_nn_sequential (this one warns through em_sequential_n) */
 #define em_sequential(...)                                                              \
     em_sequential_n((int)(sizeof((em_module *[]){__VA_ARGS__}) / sizeof(em_module *)), \
                     (em_module *[]){__VA_ARGS__})
+/* Deprecated name of em_nn_conv2d (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_conv2d") em_module *em_conv2d_module(int64_t in_channels, int64_t out_channels,
                                                                      em_hw kernel_size);
+/* Deprecated name of em_nn_conv2d_ex (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_conv2d_ex") em_module *em_conv2d_module_ex(int64_t in_channels, int64_t out_channels,
                                                                            em_hw kernel_size, em_hw stride,
                                                                            em_hw padding, em_hw dilation,
                                                                            int64_t groups, bool bias);
+/* Deprecated name of em_nn_max_pool2d (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_max_pool2d") em_module *em_max_pool2d_module(em_hw kernel_size, em_hw stride,
                                                                              em_hw padding, em_hw dilation,
                                                                              bool ceil_mode);
+/* Deprecated name of em_nn_avg_pool2d (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_avg_pool2d") em_module *em_avg_pool2d_module(em_hw kernel_size, em_hw stride,
                                                                              em_hw padding, bool ceil_mode,
                                                                              bool count_include_pad,
                                                                              int64_t divisor_override);
+/* Deprecated name of em_nn_adaptive_avg_pool2d (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_adaptive_avg_pool2d") em_module *em_adaptive_avg_pool2d_module(em_hw output_size);
+/* Deprecated name of em_nn_layer_norm (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_layer_norm") em_module *em_layer_norm_module(em_shape normalized_shape, double eps,
                                                                              bool elementwise_affine);
+/* Deprecated name of em_nn_batch_norm1d (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_batch_norm1d") em_module *em_batch_norm1d(int64_t num_features);
+/* Deprecated name of em_nn_batch_norm2d (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_batch_norm2d") em_module *em_batch_norm2d(int64_t num_features);
+/* Deprecated name of em_nn_batch_norm_ex (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_batch_norm_ex") em_module *em_batch_norm_ex(int spatial_dims, int64_t num_features,
                                                                             double eps, double momentum, bool affine,
                                                                             bool track_running_stats);
+/* Deprecated name of em_nn_embedding (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_embedding") em_module *em_embedding_module(int64_t num_embeddings,
                                                                            int64_t embedding_dim,
                                                                            int64_t padding_idx);
+/* Deprecated name of em_nn_multihead_attention (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_multihead_attention") em_module *em_multihead_attention(int64_t embed_dim,
                                                                                         int64_t num_heads);
+/* Deprecated name of em_nn_multihead_attention_ex (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_multihead_attention_ex") em_module *em_multihead_attention_ex(
     int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool batch_first);
 

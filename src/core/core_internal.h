@@ -103,11 +103,12 @@ static inline em_tensor *em__finish(em_tensor *out, em_grad_op op, int n, em_ten
 bool em__scope_active(void);
 
 /* ---- the one dispatch path: every op reaches its backend as an em_op_call ---- */
-/* Run c on the backend of its tensors' device (dst[0]'s). em__op_run is for the ops every
- * backend runs: a decline records EM_ERR_NOT_SUPPORTED "op: not supported for dtype X on
- * device D". em__op_try is for ops core can compose otherwise: a decline (the backend's
- * supports, or its run answering EM_ERR_NOT_SUPPORTED) returns EM_ERR_NOT_SUPPORTED with
- * nothing recorded. */
+/* Run c on the backend of its tensors' device (dst[0]'s), after the op's own checks of
+ * devices, dtypes and shapes. em__op_run is for the ops every backend runs: the backend's run
+ * reports an op or dtype it cannot run (an error naming it), as core asked em__check_support
+ * first where dtypes vary. em__op_try is for ops core can compose otherwise: a decline (the
+ * backend's supports, or its run answering EM_ERR_NOT_SUPPORTED) returns EM_ERR_NOT_SUPPORTED
+ * with nothing recorded. */
 em_status em__op_run(const em_op_call *c, const char *op);
 em_status em__op_try(const em_op_call *c);
 /* A unary op's f[] from its params (NULL: none): one scalar, two for clamp. */

@@ -118,14 +118,19 @@ em_tensor *em__tensor_new_on(const em_backend *be, em_device d, int ndim, const 
                              em_dtype dt) {
     /* ops compute their results' shapes from their inputs' (broadcast, concatenation, windows):
      * one that cannot be indexed is refused here, before a size computed from it wraps around */
-    if (!shape_fits(ndim, shape)) {
+    int64_t strides[EM_MAX_DIMS], numel = 1, span = 1; /* span: shape_fits's product, in the same pass */
+    bool fits = true;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = numel;
+        fits &= shape[i] >= 0 && !__builtin_mul_overflow(numel, shape[i], &numel) &&
+                !__builtin_mul_overflow(span, shape[i] ? shape[i] : 1, &span) && span <= INT64_MAX / 8;
+    }
+    if (!fits) {
         char buf[128];
         em_error(EM_ERR_ARGUMENT, "the result's shape %s has too many elements (its size in bytes overflows)",
                  em__shape_str(buf, sizeof buf, ndim, shape));
         return NULL;
     }
-    int64_t strides[EM_MAX_DIMS];
-    int64_t numel = em__contiguous_strides(ndim, shape, strides);
     em_storage *s = em__storage_new(be, d, (size_t)numel * em_dtype_size(dt), false);
     if (!s) return NULL;
     em_tensor *t = em__tensor_alloc(s, dt, ndim, shape, strides, 0);

@@ -8,12 +8,13 @@
 
 typedef struct jp {
     const char *name;
+    const char *what;   /* "JSON header" (safetensors), "JSON" (a whole file) */
     const char *s;
     size_t n, i, base;
 } jp;
 
 static em_status jfail(jp *p, size_t at, const char *what) {
-    return em_error(EM_ERR_FORMAT, "%s: bad JSON header at byte %zu: %s", p->name, p->base + at, what);
+    return em_error(EM_ERR_FORMAT, "%s: bad %s at byte %zu: %s", p->name, p->what, p->base + at, what);
 }
 
 static void jws(jp *p) {
@@ -294,8 +295,7 @@ static em_status parse_value(jp *p, em__json *out, int depth) {
     }
 }
 
-em_status em__json_parse(const char *name, const char *text, size_t n, size_t base, em__json *out) {
-    jp p = {.name = name ? name : "<memory>", .s = text, .n = text ? n : 0, .base = base};
+static em_status parse_document(jp p, em__json *out) {
     em_status s = parse_value(&p, out, 0);
     if (s != EM_OK) return s;
     jws(&p);
@@ -304,6 +304,16 @@ em_status em__json_parse(const char *name, const char *text, size_t n, size_t ba
         return jfail(&p, p.i, "unexpected text after the JSON value");
     }
     return EM_OK;
+}
+
+em_status em__json_parse(const char *name, const char *text, size_t n, size_t base, em__json *out) {
+    jp p = {.name = name ? name : "<memory>", .what = "JSON header", .s = text, .n = text ? n : 0, .base = base};
+    return parse_document(p, out);
+}
+
+em_status em__json_parse_file(const char *name, const char *text, size_t n, em__json *out) {
+    jp p = {.name = name ? name : "<memory>", .what = "JSON", .s = text, .n = text ? n : 0};
+    return parse_document(p, out);
 }
 
 void em__json_free(em__json *j) {

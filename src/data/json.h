@@ -1,4 +1,5 @@
-/* A small, bounded JSON parser for file headers (safetensors). Nesting is limited to
+/* A small, bounded JSON parser for file headers (safetensors) and whole JSON files (a
+ * model folder's tokenizer.json and configs, read by src/models). Nesting is limited to
  * EM__JSON_MAX_DEPTH, so hostile input cannot exhaust the stack. */
 #ifndef EM_DATA_JSON_H
 #define EM_DATA_JSON_H
@@ -32,6 +33,8 @@ typedef struct em__json {
 /* Parse text[0..n) as one JSON value followed only by whitespace. Errors read
  * "<name>: bad JSON header at byte <base + offset>: ...". */
 em_status em__json_parse(const char *name, const char *text, size_t n, size_t base, em__json *out);
+/* The same for a whole file: errors read "<name>: bad JSON at byte <offset>: ...". */
+em_status em__json_parse_file(const char *name, const char *text, size_t n, em__json *out);
 void em__json_free(em__json *j);
 /* The value of key in an object, or NULL. */
 const em__json *em__json_get(const em__json *obj, const char *key);

@@ -144,8 +144,8 @@ em_status em_dist_init(const char *backend) {
     int inited = 0, rc;
     MPI_Initialized(&inited);
     /* Open MPI's non-blocking all-reduce (libnbc) takes its binomial algorithm for 2 ranks,
-     * a reduce to one rank then a broadcast: twice the blocking call's time for large
-     * buffers (measured: +80% at 64 MB). Recursive doubling is one exchange for 2 ranks and
+     * a reduce to one rank then a broadcast: nearly twice the blocking call's time for large
+     * buffers. Recursive doubling is one exchange for 2 ranks and
      * gives both the same bits (a + b == b + a). A user's own setting wins. */
     if (!inited && env.size == 2) setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "recursive_doubling", 0);
     if (!inited) {

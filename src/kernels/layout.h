@@ -75,8 +75,8 @@ enum { EMK_RNG_UNIFORM, EMK_RNG_NORMAL, EMK_RNG_RANDINT, EMK_RNG_BERNOULLI };
  * items), and over n items with the EMK_BLOCK threads of one block. GPUs stride, so that
  * neighbouring threads touch neighbouring elements (coalescing); CPU devices (EMK_CPU, set by
  * the OpenCL backend for PoCL and the like) give each thread a contiguous chunk, which runs
- * sequentially through the caches and lets the compiler vectorize (measured 10-20x faster
- * on PoCL than striding). */
+ * sequentially through the caches and lets the compiler vectorize (an order of magnitude
+ * faster on PoCL than striding). */
 #ifdef EMK_CPU
 #define EMK_LOOP(i, n)                                                                    \
     for (i64 emk_c_ = ((n) + GLOBAL_SIZE(0) - 1) / GLOBAL_SIZE(0), i = GLOBAL_ID(0) * emk_c_, \
@@ -137,7 +137,7 @@ INLINE i64 emk_off(i64 i, EMK_CREF(emk_shape) sh, EMK_CREF(emk_strides) a) {
 }
 /* The same for two and three tensors sharing one index space (one division chain), as
  * macros that assign to the variables oa, ob (oc): a helper taking pointers to them kept
- * PoCL from vectorizing the loops around it (measured 10x slower copies). T is the type of
+ * PoCL from vectorizing the loops around it (copies an order of magnitude slower). T is the type of
  * the division chain (u32 or i64). */
 #define EMK_OFF2_T(T, i, sh, a, b, oa, ob)                                                \
     do {                                                                                  \

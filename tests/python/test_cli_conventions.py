@@ -185,6 +185,25 @@ class JsonSchemas(unittest.TestCase):
             self.check("bench", *args, "--device", "opencl:0", "--only", "copy,launch,crossover")
 
 
+    def test_tokenize(self):
+        folder = os.path.join(ROOT, "tests", "data", "tokenizer", "llama3")
+        doc = self.check("tokenize", "tokenize", folder, "Hello, 세계! 123", "--json")
+        self.assertEqual(doc["count"], len(doc["ids"]))
+        self.assertEqual(len(doc["tokens"]), len(doc["ids"]))
+        self.assertEqual(doc["tokens"][0], "<|begin_of_text|>")
+        self.assertEqual(doc["text"], "<|begin_of_text|>Hello, 세계! 123")
+        rc, out, err = run("tokenize", folder, "Hello, 세계! 123")
+        self.assertEqual((rc, out.split()), (0, [str(i) for i in doc["ids"]]), err)
+        back = self.check("tokenize", "tokenize", folder, "--decode", ",".join(map(str, doc["ids"])), "--json")
+        self.assertEqual(back["ids"], doc["ids"])
+        self.assertEqual(back["text"], doc["text"])
+        rc, out, err = run("tokenize", folder, "--decode", " ".join(map(str, doc["ids"][1:])))
+        self.assertEqual((rc, out), (0, "Hello, 세계! 123\n"), err)
+        broken = json.loads(json.dumps(doc))
+        broken["ids"][0] = -1
+        self.assertGreaterEqual(len(schema_errors(broken, "tokenize")), 1)
+
+
 class ExitCodes(unittest.TestCase):
     def test_version_and_help(self):
         rc, out, _ = run("--version")
@@ -216,7 +235,7 @@ class ExitCodes(unittest.TestCase):
     def test_usage_is_2_failure_is_1(self):
         self.assertEqual(run()[0], 2)
         self.assertEqual(run("frobnicate")[0], 2)
-        for c in ("devices", "smi", "bench", "train", "eval", "mem"):
+        for c in ("devices", "smi", "bench", "train", "eval", "mem", "tokenize"):
             rc, _, err = run(c, "--no-such-option")
             self.assertEqual(rc, 2, f"ember {c} --no-such-option: {err}")
         self.assertEqual(run("bench", "--sizes")[0], 2)  # a missing value
@@ -227,6 +246,12 @@ class ExitCodes(unittest.TestCase):
         self.assertEqual(rc, 1, err)
         rc, _, err = run("train", "--data", "/nonexistent/fashion-mnist", "--epochs", "1")
         self.assertEqual(rc, 1, err)
+        rc, _, err = run("tokenize", "/nonexistent/model", "text")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("/nonexistent/model: cannot open", err)
+        self.assertEqual(run("tokenize", "/nonexistent/model")[0], 2)  # no TEXT
+        self.assertEqual(run("tokenize", "a", "b", "c")[0], 2)  # one TEXT too many
+        self.assertEqual(run("tokenize", "a", "--decode", "1,x")[0], 2)
 
     def test_interrupted_is_130(self):
         # a long benchmark, Ctrl-C'd once it runs: exit status 130, not death by signal

@@ -12,8 +12,9 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_mem(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 extern const opt_command devices_options, smi_options, bench_options, train_options, eval_options, mem_options,
-    launch_options;
+    launch_options, tokenize_options;
 
 #endif

@@ -21,6 +21,7 @@ static const struct {
     {"eval", cmd_eval, "evaluate a checkpoint on the Fashion-MNIST test set"},
     {"mem", cmd_mem, "estimate the memory a model needs (inference, fine-tuning, LoRA)"},
     {"launch", cmd_launch, "start N processes of a program with torchrun's variables (Ember's torchrun)"},
+    {"tokenize", cmd_tokenize, "the token ids of a text with a model's tokenizer.json (and back: --decode)"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -33,6 +34,7 @@ static const struct {
     {"devices", &devices_options}, {"smi", &smi_options},   {"bench", &bench_options},
     {"train", &train_options},     {"train --model gpt", &gpt_train_options},
     {"eval", &eval_options},       {"mem", &mem_options},   {"launch", &launch_options},
+    {"tokenize", &tokenize_options},
 };
 
 static void usage(FILE *f) {

@@ -263,10 +263,13 @@ int opt_parse(const opt_command *c, int argc, char **argv, opt_result *r, FILE *
                 fprintf(err, "(%s --help lists the options)\n", invocation(c));
                 return 2;
             }
-            if (r->positional)   /* one argument: a second one is a mistake, not a replacement */
+            int most = c->max_positional > 0 ? c->max_positional : 1;
+            if (most > OPT_MAX_POSITIONAL) most = OPT_MAX_POSITIONAL;
+            if (r->nargs >= most)   /* one argument too many is a mistake, not a replacement */
                 return opt_usage_error(c, err, "unexpected argument '%s'%s%s (already '%s')", a, c->extra ? ": " : "",
-                                       c->extra ? c->extra : "", r->positional);
-            r->positional = a;
+                                       c->extra ? c->extra : "", r->args[r->nargs - 1]);
+            r->args[r->nargs++] = a;
+            if (!r->positional) r->positional = a;
             continue;
         }
         size_t len = name_length(a);

@@ -73,6 +73,8 @@ typedef struct opt_spec {
 
 /* The most options one command has room for (ember train has the most, 24). */
 #define OPT_MAX 40
+/* The most arguments that are no option (ember tokenize's MODEL_DIR TEXT). */
+#define OPT_MAX_POSITIONAL 4
 
 /* A command: its usage, its options and the text around them. Texts are lines separated by
  * '\n' (a blank line between paragraphs); each line is wrapped when printed. */
@@ -81,7 +83,9 @@ typedef struct opt_command {
     const char *invocation;    /* "ember train --model gpt" where it differs from name, else NULL */
     const char *usage;         /* "ember train [options]"; more forms on lines of their own */
     const char *about;         /* what the command does */
-    const char *positional;    /* "CHECKPOINT": one argument that is no option; NULL: none */
+    const char *positional;    /* "CHECKPOINT": one argument that is no option; NULL: none; with
+                                * max_positional, the names of several ("MODEL_DIR TEXT") */
+    int max_positional;        /* how many such arguments at most (0: one) */
     const char *positional_help;
     const char *extra;         /* after "unexpected argument 'X': ": what goes where instead */
     bool rest_after_dashdash;  /* "--" ends the options; what follows is the command's (ember launch) */
@@ -111,6 +115,8 @@ typedef struct opt_value {
 typedef struct opt_result {
     opt_value v[OPT_MAX];       /* in the table's order */
     const char *positional;     /* NULL when not given */
+    const char *args[OPT_MAX_POSITIONAL];   /* every argument that is no option, in order */
+    int nargs;
     char **rest;                /* after "--" (rest_after_dashdash), NULL-terminated as argv is */
     int nrest;
     bool dashdash;              /* "--" was there */

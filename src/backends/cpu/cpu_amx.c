@@ -390,11 +390,9 @@ TARGET static void run_region(const job *j, uint16_t *buf, int64_t r0, int64_t r
                     micro(as, bp + (cp * j->KT + pc) * 2 * TILE, kt, cb, pc > 0);
                     /* a part of the next piece is packed while the tiles work on this one (the
                      * packing is loads and stores the core runs beside them), and the source rows
-                     * of the part after it are fetched: the 1024 square on 1 thread faster in 8
-                     * of 8 alternated runs than packing the whole piece just before its use
-                     * (medians +5-9%); the prefetch won 6 of 8 more. A transposed A's pieces
-                     * packed so were 1-2% slower (the means of five alternated medians at
-                     * 512 x 1024 x 512 and x 784; slower in 6 of the 10 pairs) */
+                     * of the part after it are fetched, which measured faster than packing the
+                     * whole piece just before its use; a transposed A's pieces packed so
+                     * measured slower, so they are not (docs/benchmarks-history.md) */
                     int64_t u0 = cp * per, u1 = u0 + per < units ? u0 + per : units;
                     if (ahead)
                         for (int64_t i = u1; i < u1 + per && i < units && nic + i < r1; i++) {
@@ -428,7 +426,7 @@ em_status em__cpu_amx_gemm(const em_lowp_gemm *g) {
     if (g->P == 0 || g->Q == 0) return EM_OK;
     if (g->K == 0) return EM_ERR_NOT_SUPPORTED; /* nothing to multiply: the callers fill z */
     /* fewer than 32 rows or columns (a 10-class head): the 32 x 32 blocks would be mostly
-     * padding; oneDNN measured 1.1-1.5x faster there (bench_lowp_shapes), so it takes them
+     * padding; oneDNN measured faster there (bench_lowp_shapes), so it takes them
      * unless this kernel is asked for by name */
     if ((g->P < 32 || g->Q < 32) && choice() == 1 && em__cpu_dnnl_runs(EM_BF16)) return EM_ERR_NOT_SUPPORTED;
     job j = {.g = g, .split_rows = g->P >= g->Q};

@@ -73,14 +73,13 @@ static em_status cpu_device_props(int index, em_device_props *out) {
 /* Blocks from BIG_MIN up (the caching allocator's large segments, 2 MiB multiples):
  * - aligned to 2 MiB and advised as transparent huge pages, unless EMBER_CPU_HUGE_PAGES=0.
  *   With 4 KiB pages a training step's streams over weights, gradients and Adam's moments
- *   (hundreds of MB) miss the TLB at every page and the prefetchers restart at every page:
- *   the 4096-wide MLP's bf16 step on 2 threads went 89-93 -> 82-83 ms, its float32 step
- *   246 -> 234 ms (docs/BENCHMARKS.md). Smaller blocks keep 4 KiB pages: a huge page would
+ *   (hundreds of MB) miss the TLB at every page and the prefetchers restart at every page
+ *   (the 4096-wide MLP's steps, docs/benchmarks-history.md). Smaller blocks keep 4 KiB pages: a huge page would
  *   commit 2 MiB for a few touched bytes. PyTorch has this behind THP_MEM_ALLOC_ENABLE.
  * - started 256 B x (1..16) into their first page, in turn (jemalloc's cache-oblivious
  *   offset). Page-aligned buffers put Adam's p, g, m and v at the same address modulo 4 KiB,
  *   so a load from one looks like it may depend on an earlier store to another ("4K
- *   aliasing") and waits: a loop with Adam's streams ran 8% slower aligned than staggered
+ *   aliasing") and waits: a loop with Adam's streams ran slower aligned than staggered
  *   (bench_optim big).
  * Every block has a header in the 64 bytes before it holding what free() takes. */
 #define CPU_HEADER 64

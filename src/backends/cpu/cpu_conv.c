@@ -150,8 +150,8 @@ DEF_MAX_WINDOW(float, f32)
 DEF_MAX_WINDOW(double, f64)
 
 /* MaxPool2d(2) on a whole plane whose windows all lie inside it (the common case): four
- * loads and selects per output, no loop or bounds per window (measured 3x faster than the
- * general loop on real data, whose comparisons branch unpredictably) */
+ * loads and selects per output, no loop or bounds per window (the general loop's comparisons
+ * branch unpredictably on real data) */
 #define DEF_MAX2X2(T, SFX)                                                                        \
     static void max2x2_##SFX(const T *x, T *y, int64_t *ix, int64_t w, int64_t oh, int64_t ow) { \
         for (int64_t oy = 0; oy < oh; oy++) {                                                     \

@@ -2,7 +2,7 @@
  * and backward to the weights in f32, and in bf16 for cpu_conv_lowp.c (which decides when
  * bf16 runs here: the CPU-feature choice and the float32 copies stay there). Ember's tensors
  * are plain NCHW / (G)OIHW; oneDNN runs fastest in the blocked layouts it picks itself
- * (format "any": its jit:avx512 kernels, measured 3-6x faster than its gemm path on plain
+ * (format "any": its jit:avx512 kernels, several times faster than its gemm path on plain
  * layouts for the CNN's shapes), so each pass reorders its operands into those layouts and
  * its result back. The primitives (the convolution and its reorders) and their buffers are
  * built once per shape and dtype and kept in a small cache (48 entries; the oldest goes). A
@@ -163,8 +163,7 @@ static conv_prim *prim_new(int pass, dnnl_data_type_t dt, const em_window2d *g, 
     conv_mds plain, any;
     if (!describe(&plain, dt, g, O, G, false) || !describe(&any, dt, g, O, G, true)) return NULL;
     /* oneDNN's f32 blocked kernels for the data gradient are slow with few input channels
-     * (measured 0.8 GFLOP/s for one channel, 10x under its gemm path; 60 GFLOP/s for six):
-     * plain layouts below four */
+     * (an order of magnitude under its gemm path for one channel): plain layouts below four */
     bool use_any = dt != dnnl_f32 || !(pass == EM_CONV_BWD_DATA && g->c / G < 4);
     dnnl_primitive_desc_t pd = pass_pd(pass, use_any ? &any : &plain, bias);
     if (!pd) return NULL;

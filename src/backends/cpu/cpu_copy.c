@@ -156,9 +156,9 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *o, const 
  * even, NaN made quiet, subnormals kept; VCVTNEPS2BF16 would flush them). bf16 matmul's casts
  * of float32 master weights each step are memory-bound passes this makes several times faster. */
 /* bf16 -> f32 outputs of at least NT_BYTES go past the caches with streaming stores: a whole
- * weight's gradient (tens of MB) is then written once instead of read for ownership first
- * (measured 8.1 -> 5.7 ms for 4096x4096 on one thread). f32 -> bf16 measured slower with
- * them (its input read dominates), so it keeps plain stores. */
+ * weight's gradient (tens of MB) is then written once instead of read for ownership first.
+ * f32 -> bf16 measured slower with them (its input read dominates), so it keeps plain
+ * stores. */
 #define NT_BYTES (1 << 20)
 __attribute__((target("avx512f,avx512bw"))) static inline __m256i f32_to_bf16_16(__m512 f) {
     const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x400000);

@@ -310,8 +310,8 @@ static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z, co
 /* One GEMM as a grid of blocks: threads take row blocks (split_rows) or column blocks; with
  * row blocks, products wider than 2 * PANEL also go in column panels of PANEL (with column
  * blocks, those of at least 2 * PANEL rows: a thread's block is then cut in panels). oneDNN 2.6's
- * AMX kernel repacks the weight (y) as it goes, and measured here (1 thread, 2048 and 4096
- * square) 1.3-1.9x faster on panels of 256-512 columns than on the whole width. */
+ * AMX kernel repacks the weight (y) as it goes, and measured faster on panels of 256-512
+ * columns than on the whole width (1 thread, 2048 and 4096 square). */
 #define PANEL 512
 typedef struct job {
     const em_lowp_gemm *g;
@@ -444,9 +444,8 @@ static void bchunk(void *arg, int64_t begin, int64_t end) {
 
 /* EMBER_CPU_BATCHED_GEMM: "blas" never, "dnnl" always, else (auto) where measured faster
  * (bench_attn_bmm, 128 matrices of the GPT's attention, 1 thread): products at least as wide
- * as deep, 64x64 from depth 32, took 230 us against OpenBLAS's 385; the 64x32 ones from
- * depth 64 took 255-307 against 230-257, so those stay on BLAS. Batches under BATCH_MIN_MACS
- * multiply-adds in all stay on BLAS too. */
+ * as deep (64x64 from depth 32); the 64x32 ones from depth 64 measured slower, so those stay
+ * on BLAS. Batches under BATCH_MIN_MACS multiply-adds in all stay on BLAS too. */
 #define BATCH_MIN_MACS 1000000
 static bool batch_allowed(const em_lowp_gemm *g, int64_t total_macs) {
     const char *e = getenv("EMBER_CPU_BATCHED_GEMM");

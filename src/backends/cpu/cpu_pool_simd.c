@@ -1,8 +1,7 @@
 /* MaxPool2d(2) on f32 planes with AVX-512 or AVX2 (cpu_pool_simd.h): 16 (8) outputs of one
  * output row per step, two masked loads per input row split into even and odd columns, the
  * four window elements compared in row-major order exactly as the scalar loop does (so
- * results and indices are bit-identical to it). The scalar loop took 1.9 ms per CNN step:
- * its compares branch on data. */
+ * results and indices are bit-identical to it). The scalar loop's compares branch on data. */
 #include <stdatomic.h>
 #include <string.h>
 #include "cpu_pool_simd.h"

@@ -1,5 +1,5 @@
 /* f32 GEMM through oneDNN's dnnl_sgemm (builds with EMBER_HAVE_DNNL), beside OpenBLAS: on
- * AVX-512 it runs the training MLP's large products 10-30% faster (docs/BENCHMARKS.md,
+ * AVX-512 it runs the training MLP's large products faster (docs/BENCHMARKS.md,
  * bench_sgemm_shapes); small ones stay on OpenBLAS, whose per-call cost is lower. */
 #ifndef EM_BACKENDS_CPU_SGEMM_DNNL_H
 #define EM_BACKENDS_CPU_SGEMM_DNNL_H
@@ -17,7 +17,7 @@ bool em__cpu_sgemm_dnnl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const
 
 /* The policy: "auto" (oneDNN for products of at least EM_SGEMM_DNNL_MIN_MACS multiply-adds
  * and a depth k of at least EM_SGEMM_DNNL_MIN_K on CPUs with AVX-512, where it was measured
- * faster; a 64 x 10 x 256 product or a k = 10 one ran 10-20% slower than on OpenBLAS), "dnnl" (every f32 product) or
+ * faster; a 64 x 10 x 256 product or a k = 10 one ran slower than on OpenBLAS), "dnnl" (every f32 product) or
  * "openblas" (none). The first use reads EMBER_CPU_SGEMM; em__cpu_sgemm_policy switches it
  * (tests and benchmarks) and returns false, keeping the current one, for an unknown name
  * or "dnnl" in a build without oneDNN. */

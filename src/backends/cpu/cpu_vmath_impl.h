@@ -79,9 +79,8 @@ ATTR VINLINE static inline V VF(erf_v)(V x) {
  * backward needs too): with z = |x| / sqrt 2, erfc(z) = t P(t) e^(-z^2), t = 1 / (1 + p z)
  * (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7, as PyTorch's vectorized erf), so Phi is
  * erfc(z) / 2 below 0 (no cancellation) and 1 - erfc(z) / 2 above, for one exponential, a
- * reciprocal and a degree-4 polynomial instead of erf_v's two polynomials and exponential:
- * GELU forward 0.62 -> 0.48 ns and backward 1.0 -> 0.53 ns per element on one AVX-512 core
- * (PyTorch 2.15: 0.35-0.42 and 0.66-0.83). */
+ * reciprocal and a degree-4 polynomial instead of erf_v's two polynomials and exponential
+ * (bench_transformer_ops times GELU against PyTorch's). */
 ATTR VINLINE static inline V VF(gelu_phi)(V x, V *e) {
     V a = VMAX(x, VSUB(VSET(0.0f), x));
     V d = VFMA(a, VSET(0.3275911f * 0x1.6a09e6p-1f), VSET(1.0f)); /* 1 + p z */

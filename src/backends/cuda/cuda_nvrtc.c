@@ -58,8 +58,8 @@ char *em__cuda_compile(const em_cuda_source *main, const em_cuda_source *headers
     char arch_opt[64];
     int nopts = build_options(arch, cubin, extra_opts, nextra, arch_opt, sizeof arch_opt, opts);
     /* NVRTC's optimizer and code generator work on the program's kernels in parallel, on
-     * every core (--split-compile=0; the code is the same, so the cache key leaves it out):
-     * on 2 cores the nine library programs took 12.7 s instead of 19.4 (docs/BENCHMARKS.md).
+     * every core (--split-compile=0; the code is the same, so the cache key leaves it out),
+     * which shortens a cold cache's first compile (docs/BENCHMARKS.md).
      * An NVRTC that does not know the option is asked again without it, on a new program. */
     opts[nopts] = "--split-compile=0";
     r = nv->nvrtcCompileProgram(prog, nopts + 1, opts);

@@ -75,7 +75,7 @@ em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bo
 
 /* CPU devices: the vector-type kernel (matmul.k) on f32 or f64 operands whose b and out rows
  * are contiguous; other dtypes and layouts go through contiguous f32/f64 temporaries (a
- * copy is cheap next to the matmul: 50x faster than the tiled kernel on PoCL). f16/bf16
+ * copy is cheap next to the matmul, which runs far faster than the tiled kernel on PoCL). f16/bf16
  * thus accumulate in f32 and are rounded once, also on devices without cl_khr_fp16. */
 static em_status matmul_cpu_vec(const em_gpu *g, em_tensor *out, const em_tensor *a,
                                 const em_tensor *b, bool has_f64, bool acc) {

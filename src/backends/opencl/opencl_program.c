@@ -9,8 +9,8 @@
  *
  * PoCL is the exception for Ember's own (large) program: PoCL compiles kernels lazily at
  * their first launch and keeps them in its own cache (~40 ms rebuilds), but exporting
- * CL_PROGRAM_BINARIES makes it compile all ~220 kernels at once (measured 95 s against
- * 2.4 s for a lazy first use). So on PoCL the library binary is read from the cache but
+ * CL_PROGRAM_BINARIES makes it compile all ~220 kernels at once (minutes, against seconds
+ * for a lazy first use). So on PoCL the library binary is read from the cache but
  * not written; users' kernels (small) are cached everywhere. EMBER_OPENCL_CACHE=on forces
  * writing, EMBER_OPENCL_CACHE=off disables the cache. */
 #include <errno.h>
