@@ -4,7 +4,7 @@
  *                         nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
  *                         nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 10)).to(device)
  *   opt = torch.optim.Adam(model.parameters(), lr=1e-3)
- *   for x, y in loader: loss = F.cross_entropy(model(x.unsqueeze(1)), y); ...
+ *   for x, y in loader: loss = F.cross_entropy(model(x), y); ...   (x: [64, 1, 28, 28])
  *
  * Usage: example_cnn_fashion [STEPS]   (default 60 steps: a quick run for CI; 938 is one
  * epoch). It prints the loss as it trains and the accuracy on 2000 test images, and fails
