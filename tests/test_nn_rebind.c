@@ -118,7 +118,9 @@ static void test_rebind_cases(void) {
     em_scope_end(outer);
     em_tensor *own = em_ones(EM_SHAPE(2), EM_OPTS(0));
     em_tensor *next = em_rebind(own, em_add_scalar(own, 1.0));
-    CHECK(em_item(em_sum(own, EM_ALL_DIMS, false)) == 2.0);
+    em_tensor *total = em_sum(own, EM_ALL_DIMS, false);
+    CHECK(em_item(total) == 2.0 && em_numel(next) == 2);
+    em_release(total);
     em_release(own);
     em_release(next);
     CHECK(!em_failed());
