@@ -4,7 +4,7 @@
  *                         nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
  *                         nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 10)).to(device)
  *   opt = torch.optim.Adam(model.parameters(), lr=1e-3)
- *   for x, y in loader: loss = F.cross_entropy(model(x.unsqueeze(1)), y); ...
+ *   for x, y in loader: loss = F.cross_entropy(model(x), y); ...   (x: [64, 1, 28, 28])
  *
  * Usage: example_cnn_fashion [STEPS]   (default 60 steps: a quick run for CI; 938 is one
  * epoch). It prints the loss as it trains and the accuracy on 2000 test images, and fails
@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     for (long step = 0; step < steps; step++) {
         if (!em_loader_next(loader, &b) && !em_loader_next(loader, &b)) break; /* next epoch */
         em_scope s = em_scope_begin();
-        em_tensor *x = em_unsqueeze(b.x, 1);                       /* [64, 28, 28] -> [64, 1, 28, 28] */
+        em_tensor *x = b.x;                                        /* [64, 1, 28, 28], as torchvision gives it */
         em_tensor *loss = em_cross_entropy(em_forward(model, x), b.y, 0.0);
         CHECK_OR_DIE(em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK && em_step(opt) == EM_OK, "step");
         last = em_item(loss);
@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
     em_module_eval(model);
     em_grad_mode g = em_no_grad_begin();
     em_scope s = em_scope_begin();
-    em_tensor *x = em_to(em_unsqueeze(em_narrow(em_dataset_x(test), 0, 0, 2000), 1), dev);
+    em_tensor *x = em_to(em_narrow(em_dataset_x(test), 0, 0, 2000), dev);   /* [2000, 1, 28, 28] */
     em_tensor *y = em_to(em_narrow(em_dataset_y(test), 0, 0, 2000), dev);
     em_tensor *hits = em_sum(em_eq(em_argmax(em_forward(model, x), 1, false), y), EM_ALL_DIMS, false);
     double acc = em_item(hits) / 2000.0;

@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
         SEED_CHECK(em_loader_set_epoch(loader, epoch) == EM_OK);   /* sampler.set_epoch(epoch) */
         double sum = 0;
         int64_t steps = 0;
-        for (em_batch b; em_loader_next(loader, &b);) {
+        for (em_batch b = em_loader_iter(loader); em_loader_next(loader, &b);) {
             em_scope s = em_scope_begin();
             em_tensor *loss = em_cross_entropy(em_ddp_forward(ddp, b.x), b.y, 0.0);
             SEED_CHECK(em_zero_grad(opt) == EM_OK && em_backward(loss) == EM_OK && em_step(opt) == EM_OK);

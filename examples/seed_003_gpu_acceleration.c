@@ -83,7 +83,7 @@ static void train_loop(em_module *model, const em_dataset *dataset, em_device de
     for (int epoch = 0; epoch < 15; epoch++) {
         double total = 0;
         int batches = 0;
-        for (em_batch b; em_loader_next(dataloader, &b);) { /* for inputs, labels in dataloader: */
+        for (em_batch b = em_loader_iter(dataloader); em_loader_next(dataloader, &b);) { /* for inputs, labels in dataloader: */
             em_scope s = em_scope_begin(); /* the step's tensors are freed at its end */
             em_tensor *inputs = em_to(b.x, device); /* inputs = inputs.to(device) */
             em_tensor *labels = em_to(b.y, device); /* labels = labels.to(device) */

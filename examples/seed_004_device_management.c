@@ -194,7 +194,7 @@ static double portable_loop(em_device device) {
     for (int epoch = 0; epoch < 10; epoch++) {
         double total = 0;
         int n = 0;
-        for (em_batch b; em_loader_next(dataloader, &b);) { /* for batch_x, batch_y in dataloader: */
+        for (em_batch b = em_loader_iter(dataloader); em_loader_next(dataloader, &b);) { /* for batch_x, batch_y in dataloader: */
             em_scope s = em_scope_begin();
             em_tensor *batch_x = em_to(b.x, device); /* already there: the same data, no copy */
             em_tensor *batch_y = em_to(b.y, device); /* [32, 5] float32, already there too */

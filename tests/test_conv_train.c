@@ -27,7 +27,7 @@ static void train_on(em_device dev) {
     CHECK_OK(em_module_to(m, dev));
     em_optimizer *opt = em_adam(m, 2e-3);
     em_scope s = em_scope_begin();
-    em_tensor *x = em_to(em_unsqueeze(em_narrow(em_dataset_x(g_data), 0, 0, STEPS * BATCH), 1), dev);
+    em_tensor *x = em_to(em_narrow(em_dataset_x(g_data), 0, 0, STEPS * BATCH), dev); /* [N, 1, 28, 28] */
     em_tensor *y = em_to(em_narrow(em_dataset_y(g_data), 0, 0, STEPS * BATCH), dev);
     double first = 0, last = 0;
     for (int i = 0; i < STEPS && opt && x && y; i++) {

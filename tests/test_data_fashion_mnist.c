@@ -51,7 +51,8 @@ static void check_split(bool train) {
     }
     em_tensor *x = em_dataset_x(ds), *y = em_dataset_y(ds);
     CHECK(em_dataset_len(ds) == n);
-    CHECK(em_dtype_of(x) == EM_F32 && em_ndim(x) == 3 && em_size(x, 0) == n && em_size(x, 1) == 28 && em_size(x, 2) == 28);
+    CHECK(em_dtype_of(x) == EM_F32 && em_ndim(x) == 4 && em_size(x, 0) == n && em_size(x, 1) == 1 && em_size(x, 2) == 28 &&
+          em_size(x, 3) == 28); /* [N, C, H, W], as torchvision's */
     CHECK(em_dtype_of(y) == EM_I64 && em_ndim(y) == 1 && em_size(y, 0) == n);
     int64_t *labels = malloc((size_t)n * sizeof *labels);
     float *px = malloc((size_t)n * 784 * sizeof *px);

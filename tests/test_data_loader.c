@@ -301,6 +301,57 @@ static void test_seek(void) {
     em_scope_end(s);
 }
 
+/* for x, y in loader: ...; break, then another for loop: PyTorch's second loop is a new
+ * pass over every sample. em_loader_iter begins one; seek's position is kept for a resume. */
+static void test_iter_new_pass(void) {
+    em_scope s = em_scope_begin();
+    em_dataset *ds = make_dataset();
+    for (int prefetch = EM_PREFETCH_NONE; prefetch <= 2; prefetch += 3) {
+        em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 10, .shuffle = true, .seed = 9,
+                                                          .prefetch = prefetch});
+        int taken = 0;
+        for (em_batch b = em_loader_iter(l); em_loader_next(l, &b);)
+            if (++taken == 3) break;                                 /* leave epoch 0 early */
+        CHECK(taken == 3 && em_loader_epoch(l) == 0);
+        bool seen[N] = {false};
+        int64_t samples = 0, batches = 0;
+        for (em_batch b = em_loader_iter(l); em_loader_next(l, &b);) {
+            int64_t y[10];
+            CHECK(b.index == batches++);
+            CHECK_OK(em_copy_to_host(b.y, y, (size_t)b.size * sizeof *y));
+            for (int64_t i = 0; i < b.size; i++) seen[y[i]] = true;
+            samples += b.size;
+        }
+        CHECK(samples == N && batches == em_loader_len(l) && em_loader_epoch(l) == 1);
+        int distinct = 0;
+        for (int i = 0; i < N; i++) distinct += seen[i];
+        CHECK(distinct == N);
+        /* at an epoch's end a new loop starts the next epoch, skipping none */
+        samples = 0;
+        for (em_batch b = em_loader_iter(l); em_loader_next(l, &b);) samples += b.size;
+        CHECK(samples == N && em_loader_epoch(l) == 2);
+        /* em_loader_next alone continues mid-epoch (the explicit way on) */
+        em_batch b;
+        CHECK(em_loader_next(l, &b) && em_loader_next(l, &b) && b.index == 1);
+        CHECK(em_loader_next(l, &b) && b.index == 2 && em_loader_epoch(l) == 3);
+        /* a resume: seek, then a loop from iter starts at the seek's batch */
+        CHECK_OK(em_loader_seek(l, 7, 4));
+        batches = 0;
+        int64_t first = -1;
+        for (em_batch c = em_loader_iter(l); em_loader_next(l, &c);) {
+            if (first < 0) first = c.index;
+            batches++;
+        }
+        CHECK(first == 4 && batches == em_loader_len(l) - 4 && em_loader_epoch(l) == 7);
+        em_loader_free(l);
+    }
+    em_batch none = em_loader_iter(NULL);
+    CHECK(none.x == NULL && none.size == 0);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_loader_iter: argument 'l' is NULL");
+    em_dataset_free(ds);
+    em_scope_end(s);
+}
+
 static void test_device_and_pinned(void) {
     em_dataset *ds = make_dataset();
     em_loader *l = em_loader_new(ds, (em_loader_opts){.batch_size = 32, .pin_memory = true, .device = EM_DEVICE_CPU});
@@ -430,6 +481,9 @@ static void test_datasets_from_files(void) {
     em_dataset *ds = em_dataset_idx(test_data_path("tiny-images-idx3-ubyte.gz"),
                                     test_data_path("tiny-labels-idx1-ubyte"), 1.0 / 255);
     CHECK(ds && em_dataset_len(ds) == 4);
+    /* images come as torchvision's: [N, C, H, W] with one channel */
+    CHECK(ds && em_ndim(em_dataset_x(ds)) == 4 && em_size(em_dataset_x(ds), 1) == 1 &&
+          em_size(em_dataset_x(ds), 0) == 4);
     if (ds) {
         float x[24];
         int64_t y[4];
@@ -522,6 +576,7 @@ int main(void) {
     RUN(test_batch_ownership);
     RUN(test_device_and_pinned);
     RUN(test_seek);
+    RUN(test_iter_new_pass);
     RUN(test_pinned_copies_not_overwritten);
     RUN(test_datasets_from_files);
     return test_summary();

@@ -188,10 +188,13 @@ static void test_bad_arguments(void) {
     em_device missing[] = {EM_DEVICE_CPU, EM_DEVICE(EM_OPENCL, 7)};
     CHECK(em_data_parallel(model, missing, 2) == NULL);
     CHECK_ERROR(EM_ERR_DEVICE, "device 1 (opencl:7) does not exist");
-    /* a pending error is kept, nothing is made */
+    /* an earlier, unrelated error neither stops a valid call nor hides a new one */
     em_error(EM_ERR_SHAPE, "earlier");
-    CHECK(em_data_parallel(model, cpu, 1) == NULL);
-    CHECK_ERROR(EM_ERR_SHAPE, "earlier");
+    em_dp *one = em_data_parallel(model, cpu, 1);
+    CHECK(one != NULL);
+    em_dp_free(one);
+    CHECK(em_data_parallel(model, cpu, 2) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "device cpu is listed twice");
 
     em_device devs[2];
     if (two_devices(devs)) {
@@ -343,7 +346,7 @@ static void test_custom_module_and_worker_failure(void) {
     c->refuse = devs[1];
     CHECK(em_dp_forward(dp, x) == NULL);
     char want[96];
-    snprintf(want, sizeof want, "em_dp_forward: replica 1 on %s failed: picky: refuses", em_device_str(devs[1]).s);
+    snprintf(want, sizeof want, "em_dp_forward: replica 1 on %s failed: Picky(): picky: refuses", em_device_str(devs[1]).s);
     CHECK_ERROR(EM_ERR_BACKEND, want);
     CHECK(!em_failed());
     c->refuse = EM_DEVICE(EM_CUDA, 7);

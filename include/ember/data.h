@@ -1,10 +1,10 @@
 /* Datasets and data loaders (torch.utils.data in C).
  *
- *   em_dataset *train = em_dataset_fashion_mnist(NULL, true);   // x [60000, 28, 28] in [0, 1]
+ *   em_dataset *train = em_dataset_fashion_mnist(NULL, true);   // x [60000, 1, 28, 28] in [0, 1]
  *   em_loader *loader = em_loader_new(train, (em_loader_opts){.batch_size = 64, .shuffle = true});
- *   for (em_batch b; em_loader_next(loader, &b);) {
+ *   for (em_batch b = em_loader_iter(loader); em_loader_next(loader, &b);) {   // for x, y in loader:
  *       em_scope s = em_scope_begin();
- *       ... use b.x [64, 28, 28] float32 and b.y [64] int64 ...
+ *       ... use b.x [64, 1, 28, 28] float32 and b.y [64] int64 ...
  *       em_scope_end(s);
  *   }
  *   if (em_failed()) ...;           // em_loader_next returns false at the end of an epoch or on error
@@ -35,7 +35,9 @@ typedef struct em_dataset em_dataset; /* a dataset in memory: x and, optionally,
  * regression targets of any shape [N, ...], kept float64 if given float64, float32 otherwise.
  * The IDX, .npy and CSV loaders keep their behaviour (int64 labels). */
 EM_API em_dataset *em_dataset_new(em_tensor *x, em_tensor *y);
-/* IDX images and labels (raw or .gz); pixels are multiplied by scale (1.0 / 255 for [0, 1]). */
+/* IDX images and labels (raw or .gz); pixels are multiplied by scale (1.0 / 255 for [0, 1]).
+ * Images (an IDX file of count x rows x columns) come as [N, 1, rows, columns], one channel,
+ * as torchvision's MNIST datasets give them to a Conv2d; other IDX files keep their shape. */
 EM_API em_dataset *em_dataset_idx(const char *images, const char *labels, double scale);
 /* .npy features and labels (labels_path may be NULL); features multiplied by scale. */
 EM_API em_dataset *em_dataset_npy(const char *x_path, const char *y_path, double scale);
@@ -44,7 +46,7 @@ EM_API em_dataset *em_dataset_npy(const char *x_path, const char *y_path, double
 EM_API em_dataset *em_dataset_csv(const char *path, em_csv_opts opts, double scale);
 
 #define EM_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist" /* Debian's dataset-fashion-mnist */
-/* Fashion-MNIST's train (60000) or test (10000) split, pixels / 255. dir NULL means
+/* Fashion-MNIST's train (60000) or test (10000) split: x [N, 1, 28, 28], pixels / 255. dir NULL means
  * $EMBER_DATA_DIR if set (the files there or in its fashion-mnist/), else
  * EM_FASHION_MNIST_DIR (Debian's dataset-fashion-mnist). Files may be .gz or raw. */
 EM_API em_dataset *em_dataset_fashion_mnist(const char *dir, bool train);
@@ -97,11 +99,23 @@ typedef struct em_loader em_loader; /* an iterator over a dataset's batches */
  * seed + epoch (bounded draws by Lemire's unbiased method), so an epoch's order depends
  * only on (seed, epoch) and differs between epochs. Without shuffle the order is 0..N-1. */
 EM_API em_loader *em_loader_new(const em_dataset *ds, em_loader_opts opts);
+/* iter(loader): a new pass over the loader, as a Python for loop over a DataLoader begins
+ * one. When the epoch in progress was left early (a loop that broke out), its remaining
+ * batches are dropped and the next epoch starts; at an epoch's start it changes nothing.
+ * After em_loader_seek or em_loader_set_epoch, the pass starts where they put the loader
+ * (how a resumed run continues mid-epoch). Returns an empty batch for the loop's variable:
+ *   for (em_batch b = em_loader_iter(l); em_loader_next(l, &b);) { ... }
+ * NULL l: EM_ERR_ARGUMENT recorded (and em_loader_next then returns false). */
+EM_API em_batch em_loader_iter(em_loader *l);
 /* The next batch of the epoch: true and *b filled, or false at the end of the epoch (the
- * following call starts the next epoch) or on error (em_failed() tells which). */
+ * following call starts the next epoch) or on error (em_failed() tells which). On its own
+ * it continues the epoch where the last call left it (a loop written as
+ * `for (em_batch b; em_loader_next(l, &b);)` after a break goes on mid-epoch); begin a loop
+ * with em_loader_iter for a new pass. */
 EM_API bool em_loader_next(em_loader *l, em_batch *b);
 /* Abandon the rest of this epoch and start the next (a no-op before the first batch of
- * an epoch, so "reset, then loop" and "loop until false" count epochs alike). */
+ * an epoch, so "reset, then loop" and "loop until false" count epochs alike). Unlike
+ * em_loader_iter it also drops a position set by em_loader_seek. */
 EM_API em_status em_loader_reset(em_loader *l);
 /* Continue from batch `batch` of epoch `epoch` (the order is that epoch's, as if the
  * earlier batches had been taken): how a resumed training run picks up where it stopped. */

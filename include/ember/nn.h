@@ -77,7 +77,8 @@ EM_API em_status em_sequential_append(em_module *seq, em_module *m);
  * 1/sqrt(fan_in)) with fan_in = in / groups * kH * kW (PyTorch's kaiming_uniform(a=sqrt(5))).
  * em_nn_conv2d uses PyTorch's defaults: stride 1, padding 0, dilation 1, groups 1, bias.
  * Pools: stride EM_HW1(0) means kernel_size (PyTorch's stride=None). A shape error in
- * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."). */
+ * forward names the layer ("Conv2d(1, 6, kernel_size=(5, 5), stride=(1, 1)): conv2d: ..."),
+ * as every layer's does (em_forward). */
 EM_API em_module *em_nn_conv2d(int64_t in_channels, int64_t out_channels, em_hw kernel_size);
 /* nn.Conv2d with every argument. */
 EM_API em_module *em_nn_conv2d_ex(int64_t in_channels, int64_t out_channels, em_hw kernel_size, em_hw stride,
@@ -93,7 +94,11 @@ EM_API em_status em_module_conv2d_shape(const em_module *m, int64_t *in_channels
                                  em_hw *kernel_size);
 
 /* ---- using modules ---- */
-/* m(x): a new reference (scoped like any op result). */
+/* m(x): a new reference (scoped like any op result). The forward runs in a scope of its own:
+ * its temporaries are freed when it returns (the graph keeps what backward needs). When a
+ * layer (a module without children) fails, its error is prefixed with the layer's repr, as
+ * PyTorch's Conv2d names itself: "Linear(in_features=9216, out_features=128, bias=True):
+ * em_addmm: mat1 and mat2 shapes cannot be multiplied (1792x28 and 9216x128)". */
 EM_API em_tensor *em_forward(em_module *m, em_tensor *x);
 EM_API void em_module_train(em_module *m);  /* training mode, recursively */
 EM_API void em_module_eval(em_module *m);   /* evaluation mode, recursively */
@@ -113,6 +118,17 @@ EM_API int em_module_buffers(em_module *m, em_named_tensor *out, int cap); /* (n
 EM_API int64_t em_module_num_parameters(em_module *m);
 /* Child i of m (borrowed), or NULL. */
 EM_API em_module *em_module_child(em_module *m, int i);
+/* The name child i was added under ("conv1", "0" in a Sequential; borrowed), or NULL. */
+EM_API const char *em_module_child_name(const em_module *m, int i);
+/* model.get_submodule(path): the module at a dotted path of child names ("conv1",
+ * "encoder.layers.0.fc"), the prefixes of the names in state dicts and in
+ * em_module_parameters; "" is m itself. Borrowed: valid while m is. Unknown names are
+ * EM_ERR_ARGUMENT naming the path and the module that lacks it, as PyTorch's
+ * ("Net has no attribute `conv3`"). */
+EM_API em_module *em_module_get(em_module *m, const char *path);
+/* model.get_parameter(path): the parameter at a dotted name as state dicts use it
+ * ("conv1.weight"); borrowed, or NULL and EM_ERR_ARGUMENT. */
+EM_API em_tensor *em_module_get_parameter(em_module *m, const char *path);
 
 /* What a module is, for code that inspects a model (memory estimates, exporters) without
  * comparing names: the built-in layers by kind, anything made with em_module_new as
@@ -152,7 +168,8 @@ typedef struct em_safetensors em_safetensors;   /* a loaded safetensors file: in
 EM_API em_status em_module_load_safetensors(em_module *m, const em_safetensors *file);
 
 /* ---- norms, embedding, attention (torch.nn.functional and torch.nn) ----
- * Errors name the layer and the shapes ("LayerNorm: normalized_shape [8] must match ...").
+ * Errors name the op and the shapes ("layer_norm: normalized_shape [8] must match ..."); a layer's
+ * forward error is prefixed with the layer, as every layer's is (see em_forward).
  * Functional forms: */
 /* F.layer_norm: normalizes over the last normalized_shape.ndim dims (biased variance);
  * weight and bias (NULL for none) have normalized_shape. */
@@ -303,13 +320,38 @@ EM_API em_tensor *em_checkpoint(em_checkpoint_fn fn, void *ctx, em_tensor *const
  * the last chunk (with the remainder) runs normally, as PyTorch does. */
 EM_API em_tensor *em_checkpoint_sequential(em_module *model, int segments, em_tensor *x);
 
-/* ---- losses (mean reduction) ---- */
-/* logits [N, C] (or [C], or [N, C, d...]); target int64 class indices [N] (or [N, d...]),
- * or floating class probabilities shaped like logits. label_smoothing in [0, 1]:
- * target becomes (1 - s) * one_hot + s / C, as PyTorch. */
+/* ---- losses (torch.nn.functional's, with their options) ---- */
+/* reduction='mean' | 'sum' | 'none' */
+typedef enum em_reduction { EM_REDUCTION_MEAN, EM_REDUCTION_SUM, EM_REDUCTION_NONE } em_reduction;
+/* A loss's options; zeroed (or a NULL pointer) means PyTorch's defaults. Every loss reads
+ * reduction; cross_entropy and nll_loss also weight and ignore_index; cross_entropy also
+ * label_smoothing. A field a loss does not take must stay zero (else EM_ERR_ARGUMENT). */
+typedef struct em_loss_opts {
+    em_reduction reduction;   /* EM_REDUCTION_MEAN (the zero value), _SUM, or _NONE: per element */
+    em_tensor *weight;        /* a weight per class [C] (floating, any device, no gradient), or NULL */
+    /* The class index whose targets count for nothing (no loss, no gradient, not in the mean's
+     * denominator), e.g. &(int64_t){pad_id}; NULL: PyTorch's default, -100. */
+    const int64_t *ignore_index;
+    double label_smoothing;   /* in [0, 1]: the target becomes (1 - s) * one_hot + s / C */
+} em_loss_opts;
+/* F.cross_entropy(input, target, weight, ignore_index, reduction, label_smoothing) with
+ * PyTorch's semantics and gradients: input [N, C] (or [C], or [N, C, d...]); target class
+ * indices [N] (or [], or [N, d...]; any integer dtype), or floating class probabilities of
+ * input's shape. With class indices, 'mean' divides the sum by the total weight of the
+ * targets not ignored (the count without weights; NaN when that is 0); with probabilities by
+ * N (times d...), and ignore_index must stay negative. Label smoothing with weights:
+ * (1 - s) * nll + s / C * sum_c -w_c log p_c, as PyTorch. A target outside [0, C) that is
+ * not ignore_index is an error naming its position ("target[3]"). */
+EM_API em_tensor *em_cross_entropy_ex(em_tensor *input, em_tensor *target, const em_loss_opts *opts);
+/* em_cross_entropy_ex with reduction 'mean', no weight, ignore_index -100. */
 EM_API em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double label_smoothing);
-/* log_probs [N, C], target int64 [N]: -mean(log_probs[i, target[i]]). */
-EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
+/* F.nll_loss(input, target, weight, ignore_index, reduction): input log-probabilities [N, C]
+ * (or [C], or [N, C, d...]), target class indices: -w[t] * input[n, t], reduced as
+ * cross_entropy's (label_smoothing must stay 0). */
+EM_API em_tensor *em_nll_loss_ex(em_tensor *input, em_tensor *target, const em_loss_opts *opts);
+EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target); /* em_nll_loss_ex, defaults */
+/* F.mse_loss(input, target, reduction): (input - target)^2 (broadcast), reduced. */
+EM_API em_tensor *em_mse_loss_ex(em_tensor *input, em_tensor *target, const em_loss_opts *opts);
 EM_API em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
 
 /* ---- the names from before the em_nn_ rule: deprecated, removed in the next release ---- */

@@ -60,6 +60,16 @@ EM_API em_scope em_scope_begin(void);
 EM_API void em_scope_end(em_scope s); /* release what the scope holds (and end inner ones left open) */
 /* A reference owned by the caller that survives the current scope(s); returns t. */
 EM_API em_tensor *em_keep(em_tensor *t);
+/* x = em_rebind(x, em_relu(x)): Python's `x = F.relu(x)`, where the old x is freed as soon
+ * as nothing refers to it. Returns t; when old is held by the innermost open scope, that
+ * scope's reference to it is dropped now instead of at em_scope_end, so a forward written
+ * as a chain of rebinds peaks at two activations, not at all of them. What else refers to
+ * old keeps it: the autograd graph (what backward needs), an em_keep reference. Nothing is
+ * released when old belongs to someone else: the forward's input, a parameter, a batch, a
+ * tensor of an outer scope. The one rule: do not use old afterwards unless it is kept
+ * (`identity = em_keep(x)` before rebinding x, for a residual). old NULL or equal to t:
+ * returns t; t NULL (the op failed): old is dropped all the same and NULL returned. */
+EM_API em_tensor *em_rebind(em_tensor *old, em_tensor *t);
 
 /* ---- creation (on any device) ---- */
 EM_API em_tensor *em_empty(em_shape shape, em_opts o);             /* uninitialized */

@@ -22,7 +22,7 @@ static pthread_mutex_t g_hooks_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int em_autograd_add_grad_hook(em_grad_hook_fn fn, void *ctx) {
     if (!fn) {
-        em_error(EM_ERR_ARGUMENT, "em_autograd_add_grad_hook: argument 'fn' is NULL");
+        em__error_unless_pending(EM_ERR_ARGUMENT, "em_autograd_add_grad_hook: argument 'fn' is NULL");
         return -1;
     }
     pthread_mutex_lock(&g_hooks_mu);
@@ -54,8 +54,9 @@ static em_status run_hooks(em_tensor *leaf) {
     pthread_mutex_unlock(&g_hooks_mu);
     for (int i = 0; i < AG_MAX_HOOKS; i++) {
         if (!hooks[i].fn) continue;
+        unsigned long seq = em__error_seq();
         em_status st = hooks[i].fn(hooks[i].ctx, leaf);
-        if (st != EM_OK) return em_failed() ? em_last_status() : em_error(st, "backward: a gradient hook failed");
+        if (st != EM_OK) return em__error_seq() != seq ? em_last_status() : em_error(st, "backward: a gradient hook failed");
     }
     return EM_OK;
 }

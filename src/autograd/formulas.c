@@ -82,17 +82,17 @@ static em_tensor *ag_gelu_grad(em_tensor *x) {
 /* g * gelu'(x): one kernel where the backend has it (norms, embedding, attention: the
  * transformer's MLP spends its backward here), else the composition above */
 static em_tensor *ag_gelu_backward(em_tensor *g, em_tensor *x) {
-    bool failed_before = em_failed();
+    unsigned long seq = em__error_seq();
     em_tensor *fused = em__gelu_backward(g, x);
-    if (!fused && !failed_before && em_failed()) return NULL;   /* it applied and failed (no memory) */
+    if (!fused && em__error_seq() != seq) return NULL;   /* it applied and failed (no memory) */
     return fused ? fused : em_mul(g, ag_gelu_grad(x));
 }
 
 /* ReLU's: g where the output a > 0; one kernel where the backend has it, else gt and where */
 static em_tensor *ag_relu_backward(em_tensor *g, em_tensor *a) {
-    bool failed_before = em_failed();
+    unsigned long seq = em__error_seq();
     em_tensor *fused = em__relu_backward(g, a);
-    if (!fused && !failed_before && em_failed()) return NULL;   /* it applied and failed (no memory) */
+    if (!fused && em__error_seq() != seq) return NULL;   /* it applied and failed (no memory) */
     return fused ? fused : ag_keep_where(em_gt(a, em__ag_scalar_like(a, 0.0)), g);
 }
 
@@ -171,11 +171,12 @@ em_status em__ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {
     em_tensor *tmp[8] = {0};
     em_tensor **res = n->n <= 8 ? tmp : out; /* out is zeroed by the engine */
     const char *name = n->custom ? n->custom->name : em__ag_op_name(n->op);
+    unsigned long seq = em__error_seq(); /* a formula that failed recorded why after this */
     if (n->custom) {
         em_status cs = n->custom->backward(n->custom_ctx, g, n->n, res);
         if (cs != EM_OK) {
             for (int i = 0; i < n->n; i++) out[i] = NULL;
-            return em_failed() ? em_last_status() : em_error(cs, "%s: backward failed", name);
+            return em__error_seq() != seq ? em_last_status() : em_error(cs, "%s: backward failed", name);
         }
     }
     else if (is_pointwise(n->op))
@@ -188,9 +189,9 @@ em_status em__ag_node_backward(ag_node *n, em_tensor *g, em_tensor **out) {
         if (ag_input_needs(&n->in[i])) {
             r = em__ag_finish(res[i], &n->in[i]);
             if (!r && st == EM_OK) {
-                st = em_failed() ? em_last_status()
-                                 : em_error(EM_ERR_INTERNAL, "%s: no gradient computed for input %d",
-                                            name, i);
+                st = em__error_seq() != seq ? em_last_status()
+                                            : em_error(EM_ERR_INTERNAL, "%s: no gradient computed for input %d",
+                                                       name, i);
             }
         }
         out[i] = st == EM_OK && r ? em_retain(r) : NULL;

@@ -73,9 +73,9 @@ static bool is_transposed_matrix(em_tensor *b) {
  * cast) and the backend can: no rounding to bf16 for the cast's backward to undo */
 static em_tensor *product(em_tensor *x, em_tensor *y, bool widen) {
     if (widen) {
-        bool failed_before = em_failed();
+        unsigned long seq = em__error_seq();
         em_tensor *w = em__matmul_widen(x, y);
-        if (w || (!failed_before && em_failed())) return w; /* done, or it applied and failed */
+        if (w || em__error_seq() != seq) return w; /* done, or it applied and failed */
     }
     return em_matmul(x, y);
 }
@@ -126,11 +126,11 @@ static void backward_softmax(ag_node *n, em_tensor *g, em_tensor **out) {
         out[0] = em_mul_scalar(g, 0.0);
         return;
     }
-    bool failed_before = em_failed();
+    unsigned long seq = em__error_seq();
     em_tensor *fused = em__softmax_backward(g, y, dim.d[0], n->op == EM_GRAD_LOG_SOFTMAX);
     if (fused) /* one kernel where the backend has it (the attention's [B, H, T, T] scores) */
         out[0] = fused;
-    else if (!failed_before && em_failed()) /* it applied and failed (no memory): the step fails */
+    else if (em__error_seq() != seq) /* it applied and failed (no memory): the step fails */
         out[0] = NULL;
     else if (n->op == EM_GRAD_SOFTMAX) /* y * (g - sum(g * y)) */
         out[0] = em_mul(y, em_sub(g, em_sum(em_mul(g, y), dim, true)));

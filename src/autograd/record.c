@@ -161,8 +161,10 @@ em_status em__grad_record(em_grad_op op, em_tensor *out, int n, em_tensor *const
         else
             e->leaf = em_retain(t);
     }
+    unsigned long seq = em__error_seq();
     if (!save_for_op(node, op, out, inputs)) {
         em__grad_node_release(&node->base);
+        if (em__error_seq() != seq) return em_last_status(); /* the saved copy's allocation said why */
         return em_error(EM_ERR_OUT_OF_MEMORY, "autograd: out of host memory saving a tensor");
     }
     if (out->grad_fn) em__grad_node_release(out->grad_fn);

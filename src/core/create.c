@@ -168,7 +168,7 @@ em_tensor *em_from_data(const void *data, em_dtype src_dtype, em_shape shape, em
     int64_t numel;
     if (em__check_shape("em_from_data", shape.ndim, shape.d, src_dtype, &numel) != EM_OK) return NULL;
     if (!data && numel > 0) {
-        em_error(EM_ERR_ARGUMENT, "em_from_data: argument 'data' is NULL");
+        em__error_unless_pending(EM_ERR_ARGUMENT, "em_from_data: argument 'data' is NULL");
         return NULL;
     }
     if (!check_opts("em_from_data", shape.ndim, shape.d, o)) return NULL;

@@ -157,7 +157,7 @@ em_device_string em_device_str(em_device d) {
 em_status em_device_parse(const char *s, em_device *out) {
     static const char accepted[] =
         "expected one of cpu, cuda, cuda:N, mps, mps:0, opencl, opencl:N (N a device index >= 0)";
-    if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_device_parse: NULL argument");
+    if (!s || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_device_parse: NULL argument");
     const char *colon = strchr(s, ':');
     size_t type_len = colon ? (size_t)(colon - s) : strlen(s);
     int type = -1;
@@ -214,7 +214,7 @@ const char *em_device_unavailable_reason(em_device_type t) {
 }
 
 em_status em_device_get_props(em_device d, em_device_props *out) {
-    if (!out) return em_error(EM_ERR_ARGUMENT, "em_device_get_props: argument 'out' is NULL");
+    if (!out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_device_get_props: argument 'out' is NULL");
     const em_backend *be = em__backend_checked(d, "em_device_get_props");
     if (!be) return em_last_status();
     memset(out, 0, sizeof *out);

@@ -37,7 +37,7 @@ em_status em_dtype_parse(const char *s, em_dtype *out) {
         {"i64", EM_I64},     {"long", EM_I64},   {"int32", EM_I32},    {"i32", EM_I32},
         {"int", EM_I32},     {"uint8", EM_U8},   {"u8", EM_U8},        {"bool", EM_BOOL},
     };
-    if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_dtype_parse: NULL argument");
+    if (!s || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_dtype_parse: NULL argument");
     const char *name = strncmp(s, "torch.", 6) == 0 ? s + 6 : s;
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
         if (strcmp(name, aliases[i].name) == 0) {

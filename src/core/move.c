@@ -241,9 +241,9 @@ void *em_data_ptr(em_tensor *t) {
 }
 
 em_status em_copy_to_host(const em_tensor *t, void *dst, size_t dst_bytes) {
-    if (!t) return em_error(EM_ERR_ARGUMENT, "em_copy_to_host: argument 't' is NULL");
+    if (!t) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_copy_to_host: argument 't' is NULL");
     size_t need = tensor_bytes(t);
-    if (need > 0 && !dst) return em_error(EM_ERR_ARGUMENT, "em_copy_to_host: argument 'dst' is NULL");
+    if (need > 0 && !dst) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_copy_to_host: argument 'dst' is NULL");
     if (dst_bytes < need)
         return em_error(EM_ERR_ARGUMENT, "em_copy_to_host: destination has %zu bytes, the tensor needs %zu (%lld x %s)",
                         dst_bytes, need, (long long)em__numel_raw(t->ndim, t->shape), em_dtype_name(t->dtype));
@@ -268,7 +268,7 @@ double em_item(const em_tensor *t) {
 /* ---- moving a tensor in place (for nn's parameters and optim's state) ---- */
 
 em_status em__tensor_move_(em_tensor *t, em_device d, em_dtype dt) {
-    if (!t) return em_error(EM_ERR_ARGUMENT, "move: tensor is NULL");
+    if (!t) return em__error_unless_pending(EM_ERR_ARGUMENT, "move: tensor is NULL");
     if (t->grad) {
         em_status st = em__tensor_move_(t->grad, d, dt);
         if (st != EM_OK) return st;

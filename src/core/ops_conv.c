@@ -442,7 +442,8 @@ em_tensor *em_conv2d(em_tensor *input, em_tensor *weight, em_tensor *bias, em_hw
                      em_hw dilation, int64_t groups) {
     EM_CHECK_ARG(input, "em_conv2d", "input");
     EM_CHECK_ARG(weight, "em_conv2d", "weight");
-    if (!bias && em_failed()) return NULL; /* a NULL bias after a failed call is a failure, not "no bias" */
+    /* bias NULL means no bias, also while an earlier error is pending: a call with valid
+     * arguments runs (a bias that is NULL because its call failed leaves that error pending) */
     EM_AUTOCAST3(EM_AC_CONV2D, em_conv2d(input, weight, bias, stride, padding, dilation, groups), input, weight,
                  bias);
     bool squeeze;

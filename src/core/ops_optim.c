@@ -35,7 +35,7 @@ static em_status not_fused(const char *op) {
 }
 
 em_status em__fused_sgd_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *buf) {
-    if (!a || (a->momentum != 0 && !buf)) return em_error(EM_ERR_ARGUMENT, "fused SGD step: NULL argument");
+    if (!a || (a->momentum != 0 && !buf)) return em__error_unless_pending(EM_ERR_ARGUMENT, "fused SGD step: NULL argument");
     if (!em__fused_sgd_applies(p, g, buf)) return not_fused("fused SGD step");
     if (a->amp && !em__amp_state_fits(a->amp, p)) return not_fused("fused SGD step (scaler state)");
     em_status st =
@@ -49,7 +49,7 @@ em_status em__fused_sgd_step(const em_optim_args *a, em_tensor *p, const em_tens
 
 em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                               em_tensor *v, em_tensor *vmax) {
-    if (!a || (a->amsgrad && !vmax)) return em_error(EM_ERR_ARGUMENT, "fused Adam step: NULL argument");
+    if (!a || (a->amsgrad && !vmax)) return em__error_unless_pending(EM_ERR_ARGUMENT, "fused Adam step: NULL argument");
     if (!em__fused_adam_applies(p, g, m, v, a->amsgrad ? vmax : NULL)) return not_fused("fused Adam step");
     if (a->amp && !em__amp_state_fits(a->amp, p)) return not_fused("fused Adam step (scaler state)");
     /* p's low-precision copy for the next cast, written in the same pass (lowp_shadow.c);

@@ -235,7 +235,7 @@ int em_format(const em_tensor *t, char *buf, size_t size) {
 }
 
 em_status em_print(const em_tensor *t) {
-    if (!t) return em_error(EM_ERR_ARGUMENT, "em_print: argument 't' is NULL");
+    if (!t) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_print: argument 't' is NULL");
     em_strbuf b = em__sb_growing();
     em_status st = format_tensor(t, &b);
     if (st == EM_OK) printf("%s\n", b.s);

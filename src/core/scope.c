@@ -4,11 +4,17 @@
 #include "internal_api.h"
 #include "../util/errors.h"
 #include <stdlib.h>
+#include <string.h>
+
+/* Where each of the innermost scopes begins, for em_rebind; deeper nesting than this is
+ * legal, em_rebind just releases nothing early there. */
+#define SCOPE_MARKS 64
 
 typedef struct scope_stack {
     em_tensor **items;
     size_t len, cap;
     int depth;
+    size_t marks[SCOPE_MARKS]; /* marks[d - 1]: where the scope at depth d begins */
 } scope_stack;
 
 static _Thread_local scope_stack tl_scope;
@@ -17,6 +23,7 @@ bool em__scope_active(void) { return tl_scope.depth > 0; }
 
 em_scope em_scope_begin(void) {
     tl_scope.depth++;
+    if (tl_scope.depth <= SCOPE_MARKS) tl_scope.marks[tl_scope.depth - 1] = tl_scope.len;
     return (em_scope){.mark = tl_scope.len, .depth = tl_scope.depth};
 }
 
@@ -62,4 +69,20 @@ em_tensor *em__scope_return(em_scope s, em_tensor *t) {
 em_tensor *em_keep(em_tensor *t) {
     EM_CHECK_ARG(t, "em_keep", "t");
     return em_retain(t);
+}
+
+em_tensor *em_rebind(em_tensor *old, em_tensor *t) {
+    if (!old || old == t || tl_scope.depth == 0 || tl_scope.depth > SCOPE_MARKS) return t;
+    /* only a reference the innermost scope holds: the caller's input, a parameter or a
+     * tensor from an outer scope belongs to someone else. The newest first: that is where
+     * the previous value of a variable being rebound usually is. */
+    size_t mark = tl_scope.marks[tl_scope.depth - 1];
+    for (size_t i = tl_scope.len; i > mark; i--) {
+        if (tl_scope.items[i - 1] != old) continue;
+        memmove(&tl_scope.items[i - 1], &tl_scope.items[i], (tl_scope.len - i) * sizeof *tl_scope.items);
+        tl_scope.len--;
+        em_release(old);
+        break;
+    }
+    return t;
 }

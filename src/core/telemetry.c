@@ -39,7 +39,7 @@ const char *em_device_type_libraries(em_device_type t) {
 }
 
 em_status em_device_telemetry_get(em_device d, em_device_telemetry *out) {
-    if (!out) return em_error(EM_ERR_ARGUMENT, "em_device_telemetry_get: out is NULL");
+    if (!out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_device_telemetry_get: out is NULL");
     em_device_props props;
     em_status st = em_device_get_props(d, &props);
     if (st != EM_OK) return st;

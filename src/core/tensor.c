@@ -26,9 +26,10 @@ em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bo
     s->external_release = NULL;
     s->external_ctx = NULL;
     atomic_init(&s->attached, NULL);
+    unsigned long seq = em__error_seq();
     em_status st = pinned ? em__mem_alloc_pinned(nbytes, &s->block) : em__mem_alloc(be, d, nbytes, &s->block);
     if (st != EM_OK) {
-        if (!em_failed())
+        if (em__error_seq() == seq) /* the allocator said nothing: say what failed */
             em_error(st, "allocating %zu bytes on %s failed", nbytes, em_device_str(d).s);
         free(s);
         return NULL;

@@ -154,7 +154,7 @@ em_status em__csv_parse(const char *name, const void *buf, size_t len, const em_
     memset(x, 0, sizeof *x);
     if (y) memset(y, 0, sizeof *y);
     if (!name) name = "<memory>";
-    if (!buf && len) return em_error(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
+    if (!buf && len) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
     em_csv_opts opts = o ? *o : (em_csv_opts){0};
     csv_state s = {.name = name, .buf = buf, .len = len, .delim = opts.delimiter ? opts.delimiter : ','};
     if (s.delim == '"' || s.delim == '\n' || s.delim == '\r' || s.delim == ' ')

@@ -147,10 +147,18 @@ static em_tensor *load_part(const char *path, parse_fn parse, bool is_labels, do
 
 static em_dataset *load_pair(const char *xp, const char *yp, parse_fn parse, double scale, const char *op) {
     if (!xp) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: the features path is NULL", op);
+        em__error_unless_pending(EM_ERR_ARGUMENT, "%s: the features path is NULL", op);
         return NULL;
     }
     em_tensor *x = load_part(xp, parse, false, scale);
+    if (x && parse == em__idx_parse && em_ndim(x) == 3) {
+        /* IDX's images (count, rows, columns) as torchvision gives them: one channel,
+         * [N, 1, H, W], ready for a Conv2d */
+        em_tensor *images;
+        EM__UNSCOPED(images, em_unsqueeze(x, 1));
+        em_release(x);
+        x = images;
+    }
     em_tensor *y = x && yp ? load_part(yp, parse, true, 1.0) : NULL;
     if (yp && !y) {
         em_release(x);
@@ -230,13 +238,15 @@ em_dataset *em_dataset_fashion_mnist(const char *dir, bool train) {
         return NULL;
     }
     em_dataset *ds = em_dataset_idx(ip, lp, 1.0 / 255.0);
-    if (ds && (em_ndim(ds->x) != 3 || em_size(ds->x, 1) != 28 || em_size(ds->x, 2) != 28)) {
-        if (em_ndim(ds->x) == 3)
+    /* em_dataset_idx gave the images (count, rows, columns) a channel: [N, 1, rows, columns] */
+    if (ds && (em_ndim(ds->x) != 4 || em_size(ds->x, 2) != 28 || em_size(ds->x, 3) != 28)) {
+        if (em_ndim(ds->x) == 4)
             em_error(EM_ERR_FORMAT, "%s: expected 28x28 Fashion-MNIST images, found %lldx%lld", ip,
-                     (long long)em_size(ds->x, 1), (long long)em_size(ds->x, 2));
+                     (long long)em_size(ds->x, 2), (long long)em_size(ds->x, 3));
         else
             em_error(EM_ERR_FORMAT, "%s: expected 28x28 Fashion-MNIST images (3 dimensions: count, rows, columns), "
-                     "found %d dimension%s", ip, em_ndim(ds->x), em_ndim(ds->x) == 1 ? "" : "s");
+                     "found %d dimension%s", ip, em_ndim(ds->x) > 2 ? em_ndim(ds->x) - 1 : em_ndim(ds->x),
+                     em_ndim(ds->x) == 1 ? "" : "s");
         em_dataset_free(ds);
         return NULL;
     }

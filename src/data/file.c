@@ -111,7 +111,7 @@ em_status em__file_map_open(const char *path, em__file_map *m) {
 /* Opens path for reading and stats it; a directory is refused. */
 static em_status open_input(const char *path, int *fd, struct stat *st) {
     *fd = -1;
-    if (!path) return em_error(EM_ERR_ARGUMENT, "file path is NULL");
+    if (!path) return em__error_unless_pending(EM_ERR_ARGUMENT, "file path is NULL");
     if (!*path) return em_error(EM_ERR_ARGUMENT, "file path is empty");
     int d = open(path, O_RDONLY | O_CLOEXEC);
     if (d < 0) return em_error(EM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -330,7 +330,8 @@ em_status em__atomic_open(em__atomic_file *f, const char *path) {
     f->path = NULL;
     f->dest = NULL;
     f->tmp_path = NULL;
-    if (!path || !*path) return em_error(EM_ERR_ARGUMENT, "output path is NULL or empty");
+    if (!path) return em__error_unless_pending(EM_ERR_ARGUMENT, "output path is NULL");
+    if (!*path) return em_error(EM_ERR_ARGUMENT, "output path is empty");
     if (path[strlen(path) - 1] == '/') return em_error(EM_ERR_ARGUMENT, "%s: output path names a directory", path);
     char *dest = final_target(path);
     if (!dest) return em_last_status();

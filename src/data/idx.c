@@ -193,7 +193,7 @@ static em_status idx_parse(idx_src *s, em__array *out) {
 em_status em__idx_parse(const char *name, const void *buf, size_t len, em__array *out) {
     memset(out, 0, sizeof *out);
     if (!name) name = "<memory>";
-    if (!buf && len) return em_error(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
+    if (!buf && len) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
     idx_src s = {.name = name};
     const uint8_t *p = buf;
     if (len >= 2 && p[0] == 0x1f && p[1] == 0x8b) {

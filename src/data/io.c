@@ -62,7 +62,7 @@ em_status em__host_bytes(em_tensor *t, void **out, size_t *nbytes, const char *o
 
 em_status em_save_npy(const char *path, em_tensor *t) {
     if (!t) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_save_npy: argument 't' is NULL");
-    if (!path) return em_error(EM_ERR_ARGUMENT, "em_save_npy: argument 'path' is NULL");
+    if (!path) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_save_npy: argument 'path' is NULL");
     em_shape shape = em_shape_of(t);
     char hdr[1024];
     size_t hl = em__npy_header(em_dtype_of(t), shape.ndim, shape.d, hdr, sizeof hdr);

@@ -37,6 +37,7 @@ struct em_loader {
     int64_t ds_n;           /* samples in the dataset */
     int64_t epoch, next_index;
     bool done;              /* the epoch's batches have all been returned */
+    bool positioned;        /* em_loader_seek / _set_epoch placed it and no batch was taken since */
     em_tensor *held_x, *held_y;  /* the batch handed out last */
 
     bool threaded;
@@ -350,6 +351,7 @@ bool em_loader_next(em_loader *l, em_batch *b) {
         sl = make_batch(l, l->next_index);
     }
     l->next_index++;
+    l->positioned = false;
     if (sl.err) {
         em_error(sl.err, "em_loader_next: batch %lld: %s", (long long)sl.index, sl.msg ? sl.msg : "failed");
         slot_clear(&sl);
@@ -365,9 +367,26 @@ bool em_loader_next(em_loader *l, em_batch *b) {
     return true;
 }
 
+em_batch em_loader_iter(em_loader *l) {
+    if (!l) {
+        em__error_unless_pending(EM_ERR_ARGUMENT, "em_loader_iter: argument 'l' is NULL");
+        return (em_batch){0};
+    }
+    /* iter(loader) in PyTorch is a new pass: a loop left early (a break) leaves its rest
+     * unread. A position set by seek / set_epoch is where the caller wants to go on. */
+    if (l->positioned) {
+        l->positioned = false;
+    } else {
+        release_held(l);
+        if (l->done || l->next_index > 0) start_epoch(l, l->epoch + 1);
+    }
+    return (em_batch){0};
+}
+
 em_status em_loader_reset(em_loader *l) {
     if (!l) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_loader_reset: argument 'l' is NULL");
     release_held(l);
+    l->positioned = false;
     if (l->done || l->next_index > 0) start_epoch(l, l->epoch + 1);
     return EM_OK;
 }
@@ -379,6 +398,7 @@ em_status em_loader_seek(em_loader *l, int64_t epoch, int64_t batch) {
                         (long long)l->nbatches, (long long)epoch, (long long)batch);
     release_held(l);
     start_epoch_at(l, epoch, batch);
+    l->positioned = true;
     return EM_OK;
 }
 
@@ -387,6 +407,7 @@ em_status em_loader_set_epoch(em_loader *l, int64_t epoch) {
     if (epoch < 0) return em_error(EM_ERR_ARGUMENT, "em_loader_set_epoch: expected epoch >= 0, got %lld", (long long)epoch);
     release_held(l);
     start_epoch_at(l, epoch, 0);
+    l->positioned = true;
     return EM_OK;
 }
 

@@ -177,7 +177,7 @@ static em_status parse_dict(npy_lex *l, em__array *out) {
 em_status em__npy_parse(const char *name, const void *buf, size_t len, em__array *out) {
     memset(out, 0, sizeof *out);
     if (!name) name = "<memory>";
-    if (!buf && len) return em_error(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
+    if (!buf && len) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
     const uint8_t *b = buf;
     static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     size_t m = len < 6 ? len : 6;

@@ -220,7 +220,7 @@ em_status em__safetensors_parse_header(const char *name, const void *buf, size_t
                                        em__st_file *out) {
     memset(out, 0, sizeof *out);
     if (!name) name = "<memory>";
-    if (!buf && avail) return em_error(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
+    if (!buf && avail) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: NULL buffer", name);
     const uint8_t *b = buf;
     uint64_t hl;
     em_status hs = em__safetensors_header_length(name, buf, avail, file_len, &hl);

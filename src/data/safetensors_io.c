@@ -41,12 +41,12 @@ em_status em_safetensors_save_meta(const char *path, const char *const *names, e
     if (nmeta < 0 || (nmeta > 0 && (!keys || !values)))
         return em_error(EM_ERR_ARGUMENT, "%s: expected nmeta >= 0 keys and values, got nmeta = %d", op, nmeta);
     for (int i = 0; i < nmeta; i++)
-        if (!keys[i] || !values[i]) return em_error(EM_ERR_ARGUMENT, "%s: metadata entry %d is NULL", op, i);
+        if (!keys[i] || !values[i]) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: metadata entry %d is NULL", op, i);
     /* the header is UTF-8 JSON: Python's safetensors refuses a file with any other byte in it */
     for (int i = 0; i < nmeta; i++)
         if (!utf8_text(op, "metadata key", i, keys[i]) || !utf8_text(op, "metadata value", i, values[i]))
             return EM_ERR_ARGUMENT;
-    if (!path) return em_error(EM_ERR_ARGUMENT, "%s: argument 'path' is NULL", op);
+    if (!path) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: argument 'path' is NULL", op);
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return em_error(EM_ERR_ARGUMENT, "%s: expected n >= 0 names and tensors, got n = %d%s", op, n,
                         n > 0 ? " with a NULL array" : "");
@@ -54,7 +54,7 @@ em_status em_safetensors_save_meta(const char *path, const char *const *names, e
         if (!tensors[i])
             return em_failed() ? em_last_status()
                                : em_error(EM_ERR_ARGUMENT, "%s: tensor %d ('%s') is NULL", op, i, names[i] ? names[i] : "?");
-        if (!names[i]) return em_error(EM_ERR_ARGUMENT, "%s: name %d is NULL", op, i);
+        if (!names[i]) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: name %d is NULL", op, i);
         if (strcmp(names[i], "__metadata__") == 0)
             return em_error(EM_ERR_ARGUMENT, "%s: '__metadata__' is reserved and cannot name a tensor", op);
         if (!utf8_text(op, "tensor name", i, names[i])) return EM_ERR_ARGUMENT;

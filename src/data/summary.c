@@ -218,7 +218,8 @@ static int make_dirs(const char *dir) {
 em_summary_writer *em_summary_writer_open(const char *dir) {
     static const char op[] = "em_summary_writer_open";
     if (!dir || !*dir) {
-        em_error(EM_ERR_ARGUMENT, "%s: expected a folder, got %s", op, dir ? "an empty string" : "NULL");
+        if (dir) em_error(EM_ERR_ARGUMENT, "%s: expected a folder, got an empty string", op);
+        else em__error_unless_pending(EM_ERR_ARGUMENT, "%s: expected a folder, got NULL", op);
         return NULL;
     }
     int err = make_dirs(dir);
@@ -263,8 +264,9 @@ em_summary_writer *em_summary_writer_open(const char *dir) {
 const char *em_summary_writer_path(const em_summary_writer *w) { return w ? w->path : NULL; }
 
 static em_status check_args(const em_summary_writer *w, const char *tag, const char *op) {
-    if (!w) return em_error(EM_ERR_ARGUMENT, "%s: argument 'w' is NULL", op);
-    if (!tag || !*tag) return em_error(EM_ERR_ARGUMENT, "%s: expected a tag, got %s", op, tag ? "\"\"" : "NULL");
+    if (!w) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: argument 'w' is NULL", op);
+    if (!tag) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: expected a tag, got NULL", op);
+    if (!*tag) return em_error(EM_ERR_ARGUMENT, "%s: expected a tag, got \"\"", op);
     return EM_OK;
 }
 
@@ -358,7 +360,7 @@ em_status em_summary_add_text(em_summary_writer *w, const char *tag, const char 
     static const char op[] = "em_summary_add_text";
     em_status s = check_args(w, tag, op);
     if (s != EM_OK) return s;
-    if (!text) return em_error(EM_ERR_ARGUMENT, "%s: argument 'text' is NULL", op);
+    if (!text) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: argument 'text' is NULL", op);
     pb plugin = {0}, meta = {0}, tensor = {0}, v = {0};
     pb_bytes(&plugin, 1, "text", 4);           /* PluginData.plugin_name */
     pb_message(&meta, 1, &plugin);             /* SummaryMetadata.plugin_data */
@@ -374,7 +376,7 @@ em_status em_summary_add_text(em_summary_writer *w, const char *tag, const char 
 }
 
 em_status em_summary_writer_flush(em_summary_writer *w) {
-    if (!w) return em_error(EM_ERR_ARGUMENT, "em_summary_writer_flush: argument 'w' is NULL");
+    if (!w) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_summary_writer_flush: argument 'w' is NULL");
     if (fsync(w->fd) != 0 && errno != EINVAL)
         return em_error(EM_ERR_IO, "em_summary_writer_flush: cannot flush '%s': %s", w->path, strerror(errno));
     return EM_OK;

@@ -561,7 +561,7 @@ em_status em_dist_wait(em_dist_work *w) {
 
 em_status em_dist_test(em_dist_work *w, bool *done) {
     if (done) *done = false;
-    if (!w || !done) return em_error(EM_ERR_ARGUMENT, "em_dist_test: argument '%s' is NULL", w ? "done" : "w");
+    if (!w || !done) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_dist_test: argument '%s' is NULL", w ? "done" : "w");
     em_status st = em__dist_progress(w, false);
     *done = w->finished;
     return st;

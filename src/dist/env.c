@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dist_internal.h"
+#include "../util/errors.h"
 
 /* -1: not set; -2: set but not a number in [0, max]. */
 static long read_int(const char *name, long max) {
@@ -39,7 +40,7 @@ static em_status read_source(const source *s, em_dist_env *out, bool *found) {
 }
 
 em_status em_dist_env_read(em_dist_env *out) {
-    if (!out) return em_error(EM_ERR_ARGUMENT, "em_dist_env_read: argument 'out' is NULL");
+    if (!out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_dist_env_read: argument 'out' is NULL");
     *out = (em_dist_env){.rank = 0, .size = 1, .local_rank = 0, .source = "none"};
     bool have = false, found;
     for (size_t i = 0; i < sizeof SOURCES / sizeof *SOURCES; i++) {

@@ -276,10 +276,11 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
             st->stats.num_alloc_retries++;
         }
         for (int k = 0; k < n; k++) {
+            unsigned long seq = em__error_seq();
             em_status s = raw_segment(st, sizes[k], pool, out, capped);
             if (s == EM_OK || s != EM_ERR_OUT_OF_MEMORY) {
                 if (s == EM_OK) em__error_restore(&saved);
-                else if (!em_failed()) em_error(s, "%s raw allocation of %zu bytes failed", st->be->name, sizes[k]);
+                else if (em__error_seq() == seq) em_error(s, "%s raw allocation of %zu bytes failed", st->be->name, sizes[k]);
                 return s;
             }
             em__error_restore(&saved);  /* forget the backend's message: we may still recover */

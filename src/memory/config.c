@@ -44,7 +44,7 @@ static bool parse_size(const char *s, double *out, bool *has_unit) {
 em_status em_memory_parse_size(const char *s, int64_t *out) {
     double v;
     bool unit;
-    if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_memory_parse_size: NULL argument");
+    if (!s || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_memory_parse_size: NULL argument");
     if (!parse_size(s, &v, &unit))
         return em_error(EM_ERR_ARGUMENT, "cannot read the size '%s': expected a non-negative number with an "
                         "optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 512MiB", s);

@@ -10,7 +10,7 @@
 #include "../util/errors.h"
 
 em_status em_estimate_parse_params(const char *s, double *out) {
-    if (!s || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_parse_params: NULL argument");
+    if (!s || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_estimate_parse_params: NULL argument");
     const char *p = s;
     while (isspace((unsigned char)*p)) p++;
     char *end;
@@ -74,7 +74,7 @@ static void fmt_count(char *buf, size_t size, double v) {
 }
 
 em_status em__estimate_memory(const em_estimate_opts *o, const em_estimate_states *states, em_estimate *out) {
-    if (!o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: NULL argument");
+    if (!o || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_estimate_memory: NULL argument");
     memset(out, 0, sizeof *out);
     if (!(o->params >= 1) || !isfinite(o->params))
         return em_error(EM_ERR_ARGUMENT, "em_estimate_memory: params must be at least 1, got %g", o->params);

@@ -81,7 +81,7 @@ em_status em_memory_empty_cache(em_device d) {
 }
 
 em_status em_memory_get_stats(em_device d, em_memory_stats *out) {
-    if (!out) return em_error(EM_ERR_ARGUMENT, "em_memory_get_stats: argument 'out' is NULL");
+    if (!out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_memory_get_stats: argument 'out' is NULL");
     mem_state *st = em__mem_state(resolve(d));
     if (!st) return em_last_status();
     pthread_mutex_lock(&st->lock);

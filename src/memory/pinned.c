@@ -213,7 +213,7 @@ void em__mem_pinned_record_use(em_block *blk, const em_backend *be, int index) {
 }
 
 em_status em_memory_get_pinned_stats(em_memory_stats *out) {
-    if (!out) return em_error(EM_ERR_ARGUMENT, "em_memory_get_pinned_stats: argument 'out' is NULL");
+    if (!out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_memory_get_pinned_stats: argument 'out' is NULL");
     pthread_mutex_lock(&pin.lock);
     *out = pin.stats;
     int64_t largest = 0, cached = 0;

@@ -254,12 +254,12 @@ em_module *em_nn_multihead_attention_ex(int64_t embed_dim, int64_t num_heads, do
                                      bool batch_first) {
     const char *fn = "MultiheadAttention";
     if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads != 0) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: embed_dim (%lld) must be divisible by num_heads (%lld), both > 0",
+        em_error(EM_ERR_ARGUMENT, "%s: embed_dim (%lld) must be divisible by num_heads (%lld), both > 0",
                                    fn, (long long)embed_dim, (long long)num_heads);
         return NULL;
     }
     if (!(dropout >= 0.0 && dropout <= 1.0)) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: dropout must be in [0, 1], got %g", fn, dropout);
+        em_error(EM_ERR_ARGUMENT, "%s: dropout must be in [0, 1], got %g", fn, dropout);
         return NULL;
     }
     mha_ctx *c = malloc(sizeof *c);

@@ -86,13 +86,14 @@ static em_status ckpt_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
     em_grad_mode mode = em_set_grad_enabled(true);
     em_autocast open[EM_DEVICE_TYPE_COUNT];
     int nopen = enter_forward_autocast(k, open);
+    unsigned long seq = em__error_seq();
     em_tensor *y = nopen < 0 ? NULL : k->fn(k->fn_ctx, leaves, k->n);
     while (nopen > 0) em_autocast_end(open[--nopen]);
     em_set_grad_enabled(mode.previous);
     em__rng_set_state(seed, offset);         /* the caller's stream continues as before */
     if (!y)
-        return em_failed() ? em_last_status()
-                           : em_error(EM_ERR_ARGUMENT, "em_checkpoint: the function returned NULL when recomputed");
+        return em__error_seq() != seq ? em_last_status()
+                                      : em_error(EM_ERR_ARGUMENT, "em_checkpoint: the function returned NULL when recomputed");
     if (em_requires_grad(y)) {
         em_status st = em_backward_with(y, g, false);
         if (st != EM_OK) return st;
@@ -173,9 +174,10 @@ static em_tensor *checkpoint_impl(em_checkpoint_fn fn, void *fn_ctx, void (*free
             k->ac_dtype[t] = em_autocast_dtype((em_device_type)t);
         }
         em_grad_mode mode = em_no_grad_begin();
+        unsigned long seq = em__error_seq();
         y = fn(fn_ctx, saved, n);
         em_no_grad_end(mode);
-        if (!y && !em_failed()) em_error(EM_ERR_ARGUMENT, "em_checkpoint: the function returned NULL");
+        if (!y && em__error_seq() == seq) em_error(EM_ERR_ARGUMENT, "em_checkpoint: the function returned NULL");
         for (int i = 0; y && i < n; i++)   /* the node's output must be a tensor of its own */
             if (y == saved[i] || y == inputs[i]) y = em_detach(y);
     }

@@ -1,7 +1,7 @@
 /* Convolution and pooling layers: Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, with
  * PyTorch's parameter names (weight, bias), default init and reprs. A shape error from the
- * op comes back prefixed with the layer's repr, so it names the layer as well as the
- * shapes. */
+ * op comes back prefixed with the layer's repr (em_forward does that for every layer), so
+ * it names the layer as well as the shapes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,24 +29,10 @@ static void hw_str(char *buf, size_t n, em_hw v, bool tuple) {
     else snprintf(buf, n, "(%lld, %lld)", (long long)v.h, (long long)v.w);
 }
 
-/* y, or (when the op just failed) NULL with its message prefixed by m's repr */
-static em_tensor *named(em_module *m, em_tensor *y, bool failed_before) {
-    if (y || failed_before || !em_failed()) return y;
-    em_error_state st;
-    em__error_save(&st);
-    char repr[256];
-    em_module_format(m, repr, sizeof repr);
-    em_clear_error();
-    em_error(st.status, "%s: %s", repr, st.message);
-    return NULL;
-}
-
 static em_tensor *conv_forward(em_module *m, em_tensor *x) {
     const conv_ctx *c = m->ctx;
-    bool failed = em_failed();
-    em_tensor *y = em_conv2d(x, m->params[0].t, c->bias ? m->params[1].t : NULL, c->stride, c->padding,
-                             c->dilation, c->groups);
-    return named(m, y, failed || !x);
+    return em_conv2d(x, m->params[0].t, c->bias ? m->params[1].t : NULL, c->stride, c->padding, c->dilation,
+                     c->groups);
 }
 
 static void conv_describe(const em_module *m, char *buf, size_t size) {
@@ -84,8 +70,7 @@ em_module *em_nn_conv2d_ex(int64_t in_channels, int64_t out_channels, em_hw kern
     else if (padding.h < 0 || padding.w < 0) bad = "padding must be non-negative";
     else if (dilation.h <= 0 || dilation.w <= 0) bad = "dilation must be positive";
     if (bad) {
-        if (!em_failed())
-            em_error(EM_ERR_ARGUMENT, "Conv2d(%lld, %lld, kernel_size=(%lld, %lld), stride=(%lld, %lld), padding=(%lld, %lld), "
+        em_error(EM_ERR_ARGUMENT, "Conv2d(%lld, %lld, kernel_size=(%lld, %lld), stride=(%lld, %lld), padding=(%lld, %lld), "
                      "dilation=(%lld, %lld), groups=%lld): %s", (long long)in_channels, (long long)out_channels,
                      (long long)kernel_size.h, (long long)kernel_size.w, (long long)stride.h, (long long)stride.w,
                      (long long)padding.h, (long long)padding.w, (long long)dilation.h, (long long)dilation.w,
@@ -125,21 +110,17 @@ em_module *em_nn_conv2d(int64_t in_channels, int64_t out_channels, em_hw kernel_
 
 static em_tensor *max_pool_forward(em_module *m, em_tensor *x) {
     const pool_ctx *c = m->ctx;
-    bool failed = em_failed();
-    return named(m, em_max_pool2d(x, c->k, c->stride, c->padding, c->dilation, c->ceil_mode), failed || !x);
+    return em_max_pool2d(x, c->k, c->stride, c->padding, c->dilation, c->ceil_mode);
 }
 
 static em_tensor *avg_pool_forward(em_module *m, em_tensor *x) {
     const pool_ctx *c = m->ctx;
-    bool failed = em_failed();
-    return named(m, em_avg_pool2d(x, c->k, c->stride, c->padding, c->ceil_mode, c->count_include_pad, c->divisor),
-                 failed || !x);
+    return em_avg_pool2d(x, c->k, c->stride, c->padding, c->ceil_mode, c->count_include_pad, c->divisor);
 }
 
 static em_tensor *adaptive_forward(em_module *m, em_tensor *x) {
     const pool_ctx *c = m->ctx;
-    bool failed = em_failed();
-    return named(m, em_adaptive_avg_pool2d(x, c->k), failed || !x);
+    return em_adaptive_avg_pool2d(x, c->k);
 }
 
 static void max_pool_describe(const em_module *m, char *buf, size_t size) {
@@ -185,8 +166,7 @@ static em_module *pool_new(const em_module_ops *ops, pool_ctx v) {
     else if (v.padding.h < 0 || v.padding.w < 0) bad = "padding must be non-negative";
     else if (v.dilation.h <= 0 || v.dilation.w <= 0) bad = "dilation must be positive";
     if (bad) {
-        if (!em_failed())
-            em_error(EM_ERR_ARGUMENT, "%s(%s=(%lld, %lld)): %s", ops->name, adaptive ? "output_size" : "kernel_size",
+        em_error(EM_ERR_ARGUMENT, "%s(%s=(%lld, %lld)): %s", ops->name, adaptive ? "output_size" : "kernel_size",
                      (long long)v.k.h, (long long)v.k.w, bad);
         return NULL;
     }

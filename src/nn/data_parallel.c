@@ -141,9 +141,10 @@ static em_status check_model_device(em_dp *dp, const char *fn) {
 /* Listings of every replica's parameters and buffers, flattened (pointers stay valid while
  * no module of the trees changes). */
 static em_status list_tensors(em_dp *dp) {
+    unsigned long seq = em__error_seq();
     dp->nparams = em_module_parameters(dp->model, NULL, 0);
     dp->nbufs = em_module_buffers(dp->model, NULL, 0);
-    if (em_failed()) return em_last_status();
+    if (em__error_seq() != seq) return em_last_status();
     dp->params = calloc((size_t)dp->n * (size_t)dp->nparams + 1, sizeof *dp->params);
     dp->bufs = calloc((size_t)dp->n * (size_t)dp->nbufs + 1, sizeof *dp->bufs);
     if (!dp->params || !dp->bufs) return em_error(EM_ERR_OUT_OF_MEMORY, "em_data_parallel: out of host memory");
@@ -151,7 +152,7 @@ static em_status list_tensors(em_dp *dp) {
         em_module_parameters(dp->replicas[r], dp->params + (size_t)r * dp->nparams, dp->nparams);
         em_module_buffers(dp->replicas[r], dp->bufs + (size_t)r * dp->nbufs, dp->nbufs);
     }
-    return em_failed() ? em_last_status() : EM_OK;
+    return em__error_seq() != seq ? em_last_status() : EM_OK;
 }
 
 /* ---- workers ---- */
@@ -242,8 +243,9 @@ static void run_one(dp_worker *w, dp_job job, bool grad) {
     em_grad_mode g = em_set_grad_enabled(grad);
     if (job == JOB_FORWARD && w->index > 0) {
         em_autocast open[EM_DEVICE_TYPE_COUNT];
+        unsigned long seq = em__error_seq();
         int n = enter_autocast(w->dp, open);
-        if (em_failed()) worker_fail(w);
+        if (em__error_seq() != seq) worker_fail(w);
         else do_forward(w);
         while (n > 0) em_autocast_end(open[--n]);
     } else if (job == JOB_FORWARD) do_forward(w);
@@ -330,9 +332,8 @@ static void drop_forward(em_dp *dp) {
 
 em_dp *em_data_parallel(em_module *model, const em_device *devices, int n) {
     const char *fn = "em_data_parallel";
-    if (em_failed()) return NULL;
     if (!model || !devices) {
-        em_error(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, model ? "the device list" : "the module");
+        em__error_unless_pending(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, model ? "the device list" : "the module");
         return NULL;
     }
     if (n < 1 || n > EM_DP_MAX_DEVICES) {
@@ -447,7 +448,6 @@ em_tensor *em_dp_forward(em_dp *dp, em_tensor *x) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, dp ? "input" : "the em_dp");
         return NULL;
     }
-    if (em_failed()) return NULL;
     drop_forward(dp);
     if (check_unchanged(dp, fn) != EM_OK) return NULL;
     for (int i = 1; i < dp->n; i++) follow_training(dp->replicas[i], dp->model);
@@ -510,7 +510,6 @@ em_status em_dp_backward(em_dp *dp, em_tensor *loss) {
     const char *fn = "em_dp_backward";
     if (!dp || !loss) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "%s: %s is NULL", fn,
                                                                         dp ? "loss" : "the em_dp");
-    if (em_failed()) return em_last_status();
     if (dp->nactive == 0)
         return em_error(EM_ERR_AUTOGRAD, "%s: no em_dp_forward output with a graph to run backward through "
                         "(call em_dp_forward with grad mode on first; each forward takes one backward)", fn);
@@ -547,7 +546,6 @@ em_status em_dp_backward(em_dp *dp, em_tensor *loss) {
 
 em_status em_dp_sync(em_dp *dp) {
     if (!dp) return em_failed() ? em_last_status() : em_error(EM_ERR_ARGUMENT, "em_dp_sync: the em_dp is NULL");
-    if (em_failed()) return em_last_status();
     if (check_unchanged(dp, "em_dp_sync") != EM_OK) return em_last_status();
     if (dp->n == 1) return EM_OK;
     /* the model's values may still be queued on devices[0]: finished before others read them */

@@ -16,7 +16,7 @@ static void shape_text(char *buf, size_t size, em_shape s) {
 }
 
 em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx) {
-    const char *fn = "Embedding";
+    const char *fn = "embedding";
     if (!input || !weight) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, input ? "weight" : "input");
         return NULL;
@@ -48,9 +48,10 @@ em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx
         if (padding_idx < 0) padding_idx += rows;
     }
     em_scope s = em_scope_begin();
+    unsigned long seq = em__error_seq();
     if (em_numel(input) > 0) { /* one clear message naming the layer and both shapes */
         double lo = em_item(em_min(input, EM_ALL_DIMS, false)), hi = em_item(em_max(input, EM_ALL_DIMS, false));
-        if (!em_failed() && (lo < 0 || hi >= (double)rows)) {
+        if (em__error_seq() == seq && (lo < 0 || hi >= (double)rows)) {
             shape_text(a, sizeof a, is);
             shape_text(b, sizeof b, ws);
             em_error(EM_ERR_ARGUMENT, "%s: index %lld is out of range for %lld embeddings (input %s, weight %s): "
@@ -67,7 +68,7 @@ em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx
     }
     em_shape out = is;
     out.d[out.ndim++] = ws.d[1];
-    em_tensor *y = em_failed() ? NULL : em_reshape(em_index_select(w, 0, em_reshape(input, EM_SHAPE(-1))), out);
+    em_tensor *y = em__error_seq() != seq ? NULL : em_reshape(em_index_select(w, 0, em_reshape(input, EM_SHAPE(-1))), out);
     return em__scope_return(s, y);
 }
 
@@ -90,13 +91,13 @@ static const em_module_ops emb_ops = {.name = "Embedding", .forward = emb_forwar
 em_module *em_nn_embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx) {
     const char *fn = "em_nn_embedding";
     if (num_embeddings <= 0 || embedding_dim <= 0) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: num_embeddings and embedding_dim must be > 0, got %lld and %lld",
+        em_error(EM_ERR_ARGUMENT, "%s: num_embeddings and embedding_dim must be > 0, got %lld and %lld",
                                    fn, (long long)num_embeddings, (long long)embedding_dim);
         return NULL;
     }
     if (padding_idx != EM_NO_PADDING_IDX) {
         if (padding_idx < -num_embeddings || padding_idx >= num_embeddings) {
-            if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: Padding_idx %lld must be within num_embeddings (%lld)", fn,
+            em_error(EM_ERR_ARGUMENT, "%s: Padding_idx %lld must be within num_embeddings (%lld)", fn,
                                        (long long)padding_idx, (long long)num_embeddings);
             return NULL;
         }

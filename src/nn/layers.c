@@ -45,7 +45,7 @@ static em_tensor *uniform(em_shape shape, double bound) {
 
 em_module *em_nn_linear_ex(int64_t in_features, int64_t out_features, bool bias) {
     if (in_features < 0 || out_features < 0) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_nn_linear: features must be >= 0, got in=%lld, out=%lld",
+        em_error(EM_ERR_ARGUMENT, "em_nn_linear: features must be >= 0, got in=%lld, out=%lld",
                                    (long long)in_features, (long long)out_features);
         return NULL;
     }
@@ -124,7 +124,7 @@ static const em_module_ops dropout_ops = {
 
 em_module *em_nn_dropout(double p) {
     if (!(p >= 0.0 && p <= 1.0)) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "dropout probability has to be between 0 and 1, but got %g", p);
+        em_error(EM_ERR_ARGUMENT, "dropout probability has to be between 0 and 1, but got %g", p);
         return NULL;
     }
     dropout_ctx *c = malloc(sizeof *c);
@@ -149,7 +149,7 @@ static const em_module_ops sequential_ops = {.name = "Sequential", .forward = se
 em_status em_sequential_append(em_module *seq, em_module *m) {
     if (!seq || seq->ops != &sequential_ops) {
         em_module_free(m);
-        if (em_failed()) return em_last_status();
+        if (!seq) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_sequential_append: the Sequential is NULL");
         return em_error(EM_ERR_ARGUMENT, "em_sequential_append: not a Sequential module");
     }
     char name[24];

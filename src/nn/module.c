@@ -29,7 +29,7 @@ static bool grow(void **items, int *cap, int len, size_t elem) {
 
 em_module *em_module_new(const em_module_ops *ops, void *ctx) {
     if (!ops || !ops->name || !ops->forward) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_module_new: ops must give a name and a forward");
+        em_error(EM_ERR_ARGUMENT, "em_module_new: ops must give a name and a forward");
         if (ops && ops->free_ctx && ctx) ops->free_ctx(ctx);
         return NULL;
     }
@@ -70,7 +70,7 @@ static bool name_taken(const em_module *m, const char *name) {
 }
 
 static em_status check_new_name(const em_module *m, const char *name, const char *fn) {
-    if (!m || !name) return em_error(EM_ERR_ARGUMENT, "%s: module or name is NULL", fn);
+    if (!m || !name) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: module or name is NULL", fn);
     if (!*name || strchr(name, '.'))
         return em_error(EM_ERR_ARGUMENT, "%s: name \"%s\" must be non-empty and contain no '.'", fn, name);
     if (name_taken(m, name))
@@ -137,6 +137,66 @@ em_module *em_module_child(em_module *m, int i) {
     return m && i >= 0 && i < m->nkids ? m->kids[i].m : NULL;
 }
 
+/* The module the first `len` bytes of path name, below m (m itself for an empty path). */
+static em_module *walk(em_module *m, const char *path, size_t len, const char *fn, const char *full) {
+    const char *p = path, *end = path + len;
+    while (p < end) {
+        const char *dot = memchr(p, '.', (size_t)(end - p));
+        size_t n = (size_t)((dot ? dot : end) - p);
+        em_module *next = NULL;
+        for (int i = 0; i < m->nkids && !next; i++)
+            if (strlen(m->kids[i].name) == n && !memcmp(m->kids[i].name, p, n)) next = m->kids[i].m;
+        if (!next) {
+            bool is_tensor = false;
+            for (int i = 0; i < m->nparams && !is_tensor; i++)
+                is_tensor = strlen(m->params[i].name) == n && !memcmp(m->params[i].name, p, n);
+            for (int i = 0; i < m->nbufs && !is_tensor; i++)
+                is_tensor = strlen(m->bufs[i].name) == n && !memcmp(m->bufs[i].name, p, n);
+            if (is_tensor)
+                em_error(EM_ERR_ARGUMENT, "%s: \"%s\": `%.*s` is a tensor of %s, not a module", fn, full, (int)n, p,
+                         m->ops->name);
+            else
+                em_error(EM_ERR_ARGUMENT, "%s: \"%s\": %s has no attribute `%.*s`", fn, full, m->ops->name, (int)n, p);
+            return NULL;
+        }
+        m = next;
+        p = dot ? dot + 1 : end;
+        if (dot && p == end) { /* "conv1." */
+            em_error(EM_ERR_ARGUMENT, "%s: \"%s\" ends with '.'", fn, full);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+em_module *em_module_get(em_module *m, const char *path) {
+    if (!m || !path) {
+        em__error_unless_pending(EM_ERR_ARGUMENT, "em_module_get: %s is NULL", m ? "the path" : "the module");
+        return NULL;
+    }
+    return walk(m, path, strlen(path), "em_module_get", path);
+}
+
+em_tensor *em_module_get_parameter(em_module *m, const char *path) {
+    const char *fn = "em_module_get_parameter";
+    if (!m || !path) {
+        em__error_unless_pending(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, m ? "the path" : "the module");
+        return NULL;
+    }
+    const char *last = strrchr(path, '.');
+    const char *name = last ? last + 1 : path;
+    em_module *owner = walk(m, path, last ? (size_t)(last - path) : 0, fn, path);
+    if (!owner) return NULL;
+    for (int i = 0; i < owner->nparams; i++)
+        if (!strcmp(owner->params[i].name, name)) return owner->params[i].t;
+    em_error(EM_ERR_ARGUMENT, "%s: \"%s\": %s has no parameter `%s`", fn, path, owner->ops->name, name);
+    return NULL;
+}
+
+const char *em_module_child_name(const em_module *m, int i) {
+    return m && i >= 0 && i < m->nkids ? m->kids[i].name : NULL;
+}
+
 void em_module_free(em_module *m) {
     if (!m) return;
     if (m->parent) { /* detach from the parent that owns it */
@@ -170,6 +230,18 @@ void em_module_free(em_module *m) {
     free(m);
 }
 
+/* A layer's failure names the layer, as PyTorch's Conv2d does in its messages: the error
+ * its forward just recorded, prefixed with its one-line repr ("Linear(in_features=9216,
+ * out_features=128, bias=True): em_addmm: mat1 and mat2 shapes cannot be multiplied ...").
+ * Containers are not named: the layer inside that failed already is. */
+static void name_failure(const em_module *m) {
+    em_error_state st;
+    em__error_save(&st);
+    char repr[256];
+    em_module_format(m, repr, sizeof repr);
+    em_error(st.status, "%s: %s", repr, st.message);
+}
+
 em_tensor *em_forward(em_module *m, em_tensor *x) {
     if (!m || !x) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "em_forward: %s is NULL", m ? "input" : "module");
@@ -177,7 +249,9 @@ em_tensor *em_forward(em_module *m, em_tensor *x) {
     }
     /* The forward's temporaries are freed here; the graph keeps what backward needs. */
     em_scope s = em_scope_begin();
+    unsigned long seq = em__error_seq();
     em_tensor *y = m->ops->forward(m, x);
+    if (!y && m->nkids == 0 && em__error_seq() != seq) name_failure(m);
     return em__scope_return(s, y);
 }
 

@@ -37,7 +37,7 @@ static em_tensor *normalize(em_tensor *x, em_dims dims, double eps, em_tensor **
 /* ---- LayerNorm ---- */
 
 em_tensor *em_layer_norm(em_tensor *x, em_shape normalized_shape, em_tensor *weight, em_tensor *bias, double eps) {
-    const char *fn = "LayerNorm";
+    const char *fn = "layer_norm";
     if (!x) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: input is NULL", fn);
         return NULL;
@@ -110,7 +110,7 @@ em_module *em_nn_layer_norm(em_shape normalized_shape, double eps, bool elementw
     bool ok = normalized_shape.ndim >= 1 && normalized_shape.ndim <= EM_MAX_DIMS;
     for (int i = 0; ok && i < normalized_shape.ndim; i++) ok = normalized_shape.d[i] > 0;
     if (!ok || !(eps >= 0)) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: normalized_shape needs 1 to %d positive sizes (got %d dims) and "
+        em_error(EM_ERR_ARGUMENT, "%s: normalized_shape needs 1 to %d positive sizes (got %d dims) and "
                                    "eps >= 0 (got %g)", fn, EM_MAX_DIMS, normalized_shape.ndim, eps);
         return NULL;
     }
@@ -137,7 +137,7 @@ em_module *em_nn_layer_norm(em_shape normalized_shape, double eps, bool elementw
 
 em_tensor *em_batch_norm(em_tensor *x, em_tensor *running_mean, em_tensor *running_var, em_tensor *weight,
                          em_tensor *bias, bool training, double momentum, double eps) {
-    const char *fn = "BatchNorm";
+    const char *fn = "batch_norm";
     if (!x) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: input is NULL", fn);
         return NULL;
@@ -266,7 +266,7 @@ em_module *em_nn_batch_norm_ex(int spatial_dims, int64_t num_features, double ep
     const char *fn = "em_nn_batch_norm_ex";
     if ((spatial_dims != 1 && spatial_dims != 2) || num_features <= 0 || !(eps >= 0) ||
         !(isnan(momentum) || (momentum >= 0 && momentum <= 1))) {
-        if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: expected BatchNorm1d or 2d (got %dd), num_features > 0 (got %lld), "
+        em_error(EM_ERR_ARGUMENT, "%s: expected BatchNorm1d or 2d (got %dd), num_features > 0 (got %lld), "
                                    "eps >= 0 (got %g) and momentum in [0, 1] or NAN for None (got %g)", fn,
                                    spatial_dims, (long long)num_features, eps, momentum);
         return NULL;

@@ -190,7 +190,7 @@ static em_status estimate_walk(const char *fn, model_walk *walk, const em_estima
 }
 
 em_status em_estimate_module(em_module *m, const em_estimate_opts *o, em_estimate *out) {
-    if (!m || !o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_module: NULL argument");
+    if (!m || !o || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_estimate_module: NULL argument");
     model_walk walk = {0};
     em_named_tensor stack[64], *ps = stack;
     int n = em_module_parameters(m, stack, 64);
@@ -225,7 +225,7 @@ static int by_name(const void *x, const void *y) {
 }
 
 em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em_estimate *out) {
-    if (!path || !o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_checkpoint: NULL argument");
+    if (!path || !o || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_estimate_checkpoint: NULL argument");
     em_safetensors *st = em_safetensors_load(path, EM_DEVICE_CPU);
     if (!st) return em_last_status();
     em_status status = em_estimate_safetensors(st, o, out);
@@ -234,7 +234,7 @@ em_status em_estimate_checkpoint(const char *path, const em_estimate_opts *o, em
 }
 
 em_status em_estimate_safetensors(const em_safetensors *st, const em_estimate_opts *o, em_estimate *out) {
-    if (!st || !o || !out) return em_error(EM_ERR_ARGUMENT, "em_estimate_safetensors: NULL argument");
+    if (!st || !o || !out) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_estimate_safetensors: NULL argument");
     const char *path = em_safetensors_path(st);
     int n = em_safetensors_count(st);
     const char **names = malloc(sizeof *names * (size_t)(n > 0 ? n : 1));

@@ -85,7 +85,7 @@ em_tensor *em_grad_scaler_scale(em_grad_scaler *s, em_tensor *loss) {
 }
 
 em_status em_grad_scaler_unscale(em_grad_scaler *s, em_optimizer *opt) {
-    if (!s || !opt) return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_unscale: %s is NULL", s ? "optimizer" : "scaler");
+    if (!s || !opt) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_grad_scaler_unscale: %s is NULL", s ? "optimizer" : "scaler");
     if (!s->o.enabled) return EM_OK;
     if (!s->state)
         return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_unscale: nothing was scaled yet (call "
@@ -108,7 +108,7 @@ em_status em_grad_scaler_unscale(em_grad_scaler *s, em_optimizer *opt) {
 }
 
 em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt) {
-    if (!s || !opt) return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_step: %s is NULL", s ? "optimizer" : "scaler");
+    if (!s || !opt) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_grad_scaler_step: %s is NULL", s ? "optimizer" : "scaler");
     if (!s->o.enabled) return em_step(opt);
     if (listed(s->stepped, s->nstepped, opt))
         return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_step: already called on this optimizer since the last "
@@ -125,7 +125,7 @@ em_status em_grad_scaler_step(em_grad_scaler *s, em_optimizer *opt) {
 }
 
 em_status em_grad_scaler_update(em_grad_scaler *s) {
-    if (!s) return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_update: scaler is NULL");
+    if (!s) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_grad_scaler_update: scaler is NULL");
     if (!s->o.enabled) return EM_OK;
     if (s->nunscaled == 0)
         return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_update: no inf checks were recorded since the last update "
@@ -138,7 +138,7 @@ em_status em_grad_scaler_update(em_grad_scaler *s) {
 /* One slot of the state, read back (waits for the device). */
 static double read_slot(em_grad_scaler *s, int k, const char *fn) {
     if (!s) {
-        em_error(EM_ERR_ARGUMENT, "%s: scaler is NULL", fn);
+        em__error_unless_pending(EM_ERR_ARGUMENT, "%s: scaler is NULL", fn);
         return NAN;
     }
     float st[EM_AMP_NSTATE] = {(float)s->o.init_scale, (float)s->init_tracker, 0, (float)s->init_skipped};
@@ -165,7 +165,7 @@ int64_t em_grad_scaler_skipped_steps(em_grad_scaler *s) {
 
 em_status em_grad_scaler_state_dict(em_grad_scaler *s, em_grad_scaler_state *out) {
     if (!s || !out)
-        return em_error(EM_ERR_ARGUMENT, "em_grad_scaler_state_dict: %s is NULL", s ? "out" : "scaler");
+        return em__error_unless_pending(EM_ERR_ARGUMENT, "em_grad_scaler_state_dict: %s is NULL", s ? "out" : "scaler");
     em_grad_scaler_state r = {.scale = 1.0, .growth_factor = s->o.growth_factor, .backoff_factor = s->o.backoff_factor,
                               .growth_interval = s->o.growth_interval, .enabled = s->o.enabled};
     if (s->o.enabled) {
@@ -183,7 +183,7 @@ em_status em_grad_scaler_state_dict(em_grad_scaler *s, em_grad_scaler_state *out
 
 em_status em_grad_scaler_load_state_dict(em_grad_scaler *s, const em_grad_scaler_state *st) {
     const char *fn = "em_grad_scaler_load_state_dict";
-    if (!s || !st) return em_error(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, s ? "the state" : "scaler");
+    if (!s || !st) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: %s is NULL", fn, s ? "the state" : "scaler");
     if (!s->o.enabled)
         return em_error(EM_ERR_ARGUMENT, "%s: this scaler is disabled (enabled = false): it has no state to load", fn);
     if (!st->enabled)

@@ -1,20 +1,40 @@
-/* The thread-local sticky error: the first error since em_clear_error() wins. */
+/* The thread-local error: what the most recent failing call recorded of its own. A call
+ * that fails because of an earlier failure (a NULL argument, a sub-call that failed) keeps
+ * the earlier error instead of covering it (em__error_unless_pending). */
 #include "errors.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static _Thread_local em_error_state tl_error;
+static _Thread_local unsigned long tl_error_seq; /* errors recorded on this thread so far */
+
+static void record(em_status code, const char *fmt, va_list ap) {
+    tl_error.status = code;
+    vsnprintf(tl_error.message, sizeof tl_error.message, fmt, ap);
+    tl_error_seq++;
+}
 
 em_status em_error(em_status code, const char *fmt, ...) {
-    if (tl_error.status != EM_OK || code == EM_OK) return code;
-    tl_error.status = code;
+    if (code == EM_OK) return code;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_error.message, sizeof tl_error.message, fmt, ap);
+    record(code, fmt, ap);
     va_end(ap);
     return code;
 }
+
+em_status em__error_unless_pending(em_status code, const char *fmt, ...) {
+    if (tl_error.status != EM_OK) return tl_error.status;
+    if (code == EM_OK) return code;
+    va_list ap;
+    va_start(ap, fmt);
+    record(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+unsigned long em__error_seq(void) { return tl_error_seq; }
 
 em_status em_last_status(void) { return tl_error.status; }
 

@@ -31,7 +31,7 @@ em_dataset *mlp_dataset(const char *dir, bool train, int64_t limit, const char *
         return NULL;
     }
     if (limit <= 0) limit = n;
-    /* [N, 28, 28] images as [N, 784] rows: x.view(-1, 784), the seed's flattening */
+    /* [N, 1, 28, 28] images as [N, 784] rows: x.view(-1, 784), the seed's flattening */
     em_scope s = em_scope_begin();
     em_tensor *x = em_narrow(em_dataset_x(full), 0, 0, limit), *y = em_narrow(em_dataset_y(full), 0, 0, limit);
     if (limit < n) x = em_clone(x), y = em_clone(y);   /* a copy: the rest of the file is freed */

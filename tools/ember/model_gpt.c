@@ -676,17 +676,16 @@ static double gpt_params(const gpt_cfg *c) {
  *   input), the residual sum (LayerNorm 2's input), LayerNorm 2's output, the MLP's hidden
  *   activation before and after GELU (4d each) and the block's output (LayerNorms save no
  *   statistics: backward recomputes them); plus the embeddings' sum d (block 1's input) and
- *   the head's d + 3V: the final LayerNorm's output, the logits (held by the step), the
- *   log-softmax and cross-entropy's float one-hot target.
+ *   the head's d + 2V: the final LayerNorm's output, the logits (held by the step) and the
+ *   log-softmax (cross-entropy gathers each target's log-probability: no one-hot).
  *   --checkpoint-activations (em_checkpoint per block): a block keeps only its input.
  *   LoRA: nothing is recorded in block 1 before its first adapter (out_proj): its input, LN1's
  *   output, k, v, the scaled queries and the softmax (5d + HT) are not kept (also when block 1
  *   is recomputed), it has no attention backward; each adapter
  *   keeps its scaled x A^T (r; x A^T itself is freed).
  * The largest of these moments is the peak:
- *   forward's end: every kept tensor + 3V in cross-entropy (its int64 one-hot 2V and the
- *   product q x log_p), the previous step's gradients still alive (zero_grad comes after the
- *   forward);
+ *   forward's end: every kept tensor (cross-entropy's gather makes nothing of size V), the
+ *   previous step's gradients still alive (zero_grad comes after the forward);
  *   the last block's attention forward at its last product: the token embedding and the
  *   embeddings' sum (2d, alive until the model's forward returns), what the earlier blocks
  *   keep (with checkpointing their outputs), the block's LN1 output, q, k, v, the scaled
@@ -694,8 +693,8 @@ static double gpt_params(const gpt_cfg *c) {
  *   all held by their scopes until attention returns, and the causal mask [T, T] as bool and
  *   as 0 / -inf floats (5T^2 bytes, once per step); the previous step's gradients alive (the
  *   peak at a long context, and with LoRA in a 1-block model);
- *   the last block's MLP backward (Linear 2's): the head's 2V + 2d (log-softmax, one-hot, the
- *   final LayerNorm's input and output) and its adapter's r freed, the block recomputed first
+ *   the last block's MLP backward (Linear 2's): the head's V + 2d (the log-softmax, the final
+ *   LayerNorm's input and output) and its adapter's r freed, the block recomputed first
  *   with checkpointing (its 16d + HT again), the incoming gradient d and Linear 2's input
  *   gradient 4d (LoRA: the adapter path's 4d too, summed after, and Linear 2's adapter's r
  *   freed); gradients exist for the head, the final LayerNorm and Linear 2 only;
@@ -724,7 +723,7 @@ static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, dou
      * queries' places) */
     bool fused = em_sdpa_fused(EM_CPU);
     double att = fused ? H : H * T;
-    double tok = 4, block = 16 * d + att, head = d + 3 * V;
+    double tok = 4, block = 16 * d + att, head = d + 2 * V;
     double kept = c->ckpt ? d + L * d + head : d + L * block + head;
     if (rank && !c->ckpt) kept -= 5 * d + att;
     if (rank) kept += r * (c->ckpt ? 1 : 3 * L + 1);
@@ -737,16 +736,16 @@ static gpt_peak gpt_estimate_peak(const gpt_cfg *c, int64_t batch, int rank, dou
     double g_fwd = rank ? 4 * adapters : 4 * params;
     double g_mlp = rank ? 4 * adapters : 4 * (p_head + p_lin2);
     double g_attn = rank ? 4 * adapters : 4 * (p_head + p_block - 2 * d);
-    double fwd = fixed + g_fwd + N * 4 * (tok + kept + 3 * V);
+    double fwd = fixed + g_fwd + N * 4 * (tok + kept);
     double before = c->ckpt ? (L - 1) * d : (L - 1) * (block + 3 * r) - (rank && L > 1 ? 5 * d + att : 0);
     /* fused: LN1's output, q, k, v and the output being written, the row statistics; no
      * scores, no mask */
     double fwd_attn = fused ? fixed + g_fwd + N * 4 * (tok + 7 * d + before + H)
                             : fixed + g_fwd + N * 4 * (tok + 8 * d + before + 3 * H * T) + 5 * T * T;
-    double mlp = fixed + g_mlp + N * 4 * (tok + held - (2 * V + 2 * d + r) + d + 4 * d + (rank ? 4 * d - r : 0));
+    double mlp = fixed + g_mlp + N * 4 * (tok + held - (V + 2 * d + r) + d + 4 * d + (rank ? 4 * d - r : 0));
     /* fused: the output and v stay with the node until it runs; alive are the residual's
      * gradient, the incoming one and those of q, k and v (5d) */
-    double attn = fixed + g_attn + N * 4 * (tok + held - (2 * V + 2 * d + r) - (fused ? 10 : 12) * d - 3 * r +
+    double attn = fixed + g_attn + N * 4 * (tok + held - (V + 2 * d + r) - (fused ? 10 : 12) * d - 3 * r +
                                             (fused ? 5 * d : 2 * d + 2 * H * T) + (c->ckpt ? d : 0));
     gpt_peak p = {.kept = kept * T * 4, .total = fwd};
     snprintf(p.moment, sizeof p.moment, "the forward's end");
