@@ -180,7 +180,7 @@ static em_optim_update update_of(em_optimizer *o, opt_param *q, em_tensor *g) {
 /* The states of every parameter that has a gradient, made before any parameter changes:
  * running out of memory here leaves the optimizer as it was, not half-stepped (the fault
  * sweep, tests/test_fault_sweep.c). fresh[i] says that parameter i's were made here. */
-static em_status prepare(em_optimizer *opt, bool *fresh, bool pending) {
+static em_status prepare(em_optimizer *opt, bool *fresh, unsigned long seq) {
     bool *made = NULL;   /* [i * EM__OPTIM_MAX_STATE + k]: state k of parameter i made here */
     em_status st = EM_OK;
     for (int i = 0; i < opt->n && st == EM_OK; i++) {
@@ -204,7 +204,7 @@ static em_status prepare(em_optimizer *opt, bool *fresh, bool pending) {
         if (st == EM_OK && fresh[i] && opt->ops->init_state) {
             em_optim_update u = update_of(opt, q, NULL);
             st = opt->ops->init_state(&u);
-            if (st == EM_OK && !pending && em_failed()) st = em_last_status();   /* a lost failure */
+            if (st == EM_OK && em__error_seq() != seq) st = em_last_status();   /* a lost failure */
         }
     }
     if (st != EM_OK && made) {   /* undo: drop every state made here */
@@ -240,12 +240,12 @@ em_status em_step(em_optimizer *opt) {
             return EM_OK;
         }
     }
-    bool pending = em_failed();   /* an error from before: not the step's */
+    unsigned long seq = em__error_seq();   /* errors raised from here on are the step's */
     bool *fresh = calloc((size_t)opt->n + 1, sizeof *fresh);
     if (!fresh) return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
     em_grad_mode mode = em_no_grad_begin();
     em_scope s = em_scope_begin();
-    st = prepare(opt, fresh, pending);
+    st = prepare(opt, fresh, seq);
     em_scope_end(s);
     for (int i = 0; i < opt->n && st == EM_OK; i++) {
         opt_param *q = &opt->ps[i];
@@ -256,7 +256,7 @@ em_status em_step(em_optimizer *opt) {
         em_optim_update u = update_of(opt, q, g);
         u.fresh = fresh[i];
         st = opt->ops->step(&u);
-        if (st == EM_OK && !pending && em_failed()) st = em_last_status();   /* a step that lost a failure */
+        if (st == EM_OK && em__error_seq() != seq) st = em_last_status();   /* a step that lost a failure */
         if (st != EM_OK) q->step--;
         em_scope_end(ps);
     }
