@@ -36,11 +36,11 @@
 #include <ember/memory.h>
 #include <ember/estimate.h>
 #include <ember/parse.h>
-/* DataParallel over devices (issue 15) */
+/* DataParallel over devices */
 #include <ember/parallel.h>
 
 #include <ember/dist.h>
-/* TensorBoard event files (issue 17) */
+/* TensorBoard event files */
 #include <ember/summary.h>
 /* language models: Hugging Face model folders, the forward pass with a KV cache, perplexity,
  * and tokenizers from tokenizer.json */

@@ -103,7 +103,7 @@ em_status em__layer_norm_backward(em_tensor *g, em_tensor *x, em_tensor *w, int6
  * error where the backend lacks it or the operands do not fit (f32/f64, one shape): the
  * caller then composes it. */
 em_tensor *em__gelu_backward(em_tensor *g, em_tensor *x);
-/* ReLU's backward in one pass from its output y (ops_relu.c; the CNN's speed, issue 16):
+/* ReLU's backward in one pass from its output y (ops_fused.c; one pass matters to the CNN):
  * g where y > 0, else 0; NULL without an error where the backend has no such kernel (or
  * dtypes, shapes or devices differ): the caller composes. */
 em_tensor *em__relu_backward(em_tensor *g, em_tensor *y);

@@ -5,7 +5,7 @@
  * and written the same weights. The fused Adam step writes the bf16 value of each new weight
  * in its own pass instead (the element is still in a register), and the next cast hands
  * that copy out rather than casting: measured on the 4096-wide MLP's step, see
- * docs/BENCHMARKS.md (issue 14).
+ * docs/BENCHMARKS.md.
  *
  * The copy (the storage's "shadow") is kept in a record attached to the parameter's storage
  * (tensor_impl.h's em_storage_attachment), so the storage carries nothing of mixed precision
