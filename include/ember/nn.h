@@ -312,6 +312,42 @@ EM_API em_tensor *em_cross_entropy(em_tensor *logits, em_tensor *target, double 
 EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target);
 EM_API em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
 
+/* ---- fused linear cross-entropy (llm.c's fused classifier, Liger's FusedLinearCrossEntropy) ---- */
+/* reduction='mean' | 'sum' | 'none'. The same enum, names and values as the loss options
+ * being added to em_cross_entropy on another branch; one definition is kept when they meet. */
+typedef enum em_reduction {
+    EM_REDUCTION_MEAN, /* the mean over the targets not ignored (the zero value) */
+    EM_REDUCTION_SUM,  /* the sum over all rows */
+    EM_REDUCTION_NONE  /* one loss per row, [N] (0 for an ignored row) */
+} em_reduction;
+/* em_linear_cross_entropy's options; zeroed (or a NULL pointer) means the defaults. */
+typedef struct em_linear_ce_opts {
+    /* Rows of h per chunk: the float32 logits of one chunk, [chunk_size, V], are the largest
+     * temporaries. 0: the default, Liger's choice, the power of two nearest above
+     * N / ceil(V / H). Larger than N means one chunk. */
+    int64_t chunk_size;
+    em_reduction reduction; /* EM_REDUCTION_MEAN (the zero value), _SUM or _NONE */
+    /* The class index whose targets count for nothing (no loss, no gradient, not in the mean's
+     * denominator), e.g. &(int64_t){pad_id}; NULL: PyTorch's default, -100. */
+    const int64_t *ignore_index;
+    double label_smoothing; /* in [0, 1]: the target becomes (1 - s) * one_hot + s / V */
+} em_linear_ce_opts;
+/* F.cross_entropy(F.linear(h, weight, bias).float(), target, ignore_index=...,
+ * reduction=..., label_smoothing=...) computed chunk by chunk, so that the [N, V] logits
+ * never exist at once. h [N, H], weight [V, H], bias [V] or NULL: one floating dtype;
+ * target integer class indices [N] in [0, V) or ignore_index (one on a wrong class is an
+ * error naming its row). Each chunk's logits are F.linear's in h's dtype (bf16/f16: float32
+ * sums rounded once, as PyTorch's bf16 linear), then widened to float32 for the softmax: the
+ * loss is float32 for 16-bit inputs (the input's dtype otherwise). 'mean' over no target
+ * (all ignored) is NaN, as PyTorch's. When grad mode is on and h, weight or bias requires
+ * grad, the gradients are computed during the forward's chunk loop (the gradient of the
+ * logits rounded to h's dtype before the GEMMs, as the .float() cast's backward rounds it;
+ * weight's and bias's summed over chunks in float32, rounded once) and kept for backward,
+ * which scales them by the loss's gradient; with 'none' the backward runs the chunks again
+ * with the per-row gradient instead. Result scoped like any op's. */
+EM_API em_tensor *em_linear_cross_entropy(em_tensor *h, em_tensor *weight, em_tensor *bias, em_tensor *target,
+                                          const em_linear_ce_opts *opts);
+
 /* ---- the names from before the em_nn_ rule: deprecated, removed in the next release ---- */
 /* Deprecated name of em_nn_linear (same arguments). */
 EM_API EM_DEPRECATED("use em_nn_linear") em_module *em_linear(int64_t in_features, int64_t out_features);
