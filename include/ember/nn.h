@@ -324,7 +324,8 @@ typedef enum em_reduction {
 typedef struct em_linear_ce_opts {
     /* Rows of h per chunk: the float32 logits of one chunk, [chunk_size, V], are the largest
      * temporaries. 0: the default, Liger's choice, the power of two nearest above
-     * N / ceil(V / H). Larger than N means one chunk. */
+     * N / ceil(V / H), and at least 256 (thinner GEMMs run slower). Larger than N means one
+     * chunk. */
     int64_t chunk_size;
     em_reduction reduction; /* EM_REDUCTION_MEAN (the zero value), _SUM or _NONE */
     /* The class index whose targets count for nothing (no loss, no gradient, not in the mean's

@@ -225,12 +225,13 @@ static bool lce_check(const char *fn, em_tensor *h, em_tensor *w, em_tensor *b, 
     return true;
 }
 
-/* Liger's chunk: the power of two nearest above N / ceil(V / H), so that a chunk's logits are
- * about the size of h */
+/* Liger's chunk, the power of two nearest above N / ceil(V / H), so that a chunk's logits are
+ * about the size of h; but no fewer than 256 rows: each chunk reads W three times (the logits,
+ * dh, dW), and a thinner chunk's GEMMs are too thin to keep the cores busy (docs/BENCHMARKS.md) */
 static int64_t default_chunk(int64_t n, int64_t h, int64_t v) {
     int64_t inc = h > 0 ? (v + h - 1) / h : 1;
     if (inc < 1) inc = 1;
-    int64_t want = (n + inc - 1) / inc, c = 1;
+    int64_t want = (n + inc - 1) / inc, c = 256;
     while (c < want) c <<= 1;
     return c;
 }
