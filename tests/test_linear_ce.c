@@ -162,6 +162,38 @@ static void test_no_grad(void) {
     em_scope_end(s);
 }
 
+/* float64 against the composition (which PyTorch's formula is), a chunk that does not divide N;
+ * and 'mean' over rows all ignored: NaN, zero gradients, as PyTorch's. */
+static void test_f64_and_all_ignored(void) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(3);
+    em_opts o = EM_OPTS(.dtype = EM_F64, .requires_grad = true);
+    em_tensor *h = em_randn(EM_SHAPE(7, 5), o), *w = em_randn(EM_SHAPE(11, 5), o), *b = em_randn(EM_SHAPE(11), o);
+    em_tensor *t = em_randint(0, 11, EM_SHAPE(7), EM_OPTS(.dtype = EM_I64));
+    em_tensor *fused = em_linear_cross_entropy(h, w, b, t, &(em_linear_ce_opts){.chunk_size = 2, .label_smoothing = 0.3});
+    CHECK(fused && em_dtype_of(fused) == EM_F64);
+    CHECK_OK(em_backward(fused));
+    em_tensor *gh = em_clone(em_grad(h)), *gw = em_clone(em_grad(w)), *gb = em_clone(em_grad(b));
+    CHECK_OK(em_zero_grad_tensor(h));
+    CHECK_OK(em_zero_grad_tensor(w));
+    CHECK_OK(em_zero_grad_tensor(b));
+    em_tensor *composed = em_cross_entropy(em_addmm(b, h, em_transpose(w, 0, 1), 1.0, 1.0), t, 0.3);
+    CHECK_OK(em_backward(composed));
+    CHECK_NEAR(em_item(fused), em_item(composed), 1e-12);
+    CHECK(em_item(em_max(em_abs(em_sub(gh, em_grad(h))), EM_ALL_DIMS, false)) < 1e-12);
+    CHECK(em_item(em_max(em_abs(em_sub(gw, em_grad(w))), EM_ALL_DIMS, false)) < 1e-12);
+    CHECK(em_item(em_max(em_abs(em_sub(gb, em_grad(b))), EM_ALL_DIMS, false)) < 1e-12);
+
+    em_tensor *h2 = em_randn(EM_SHAPE(3, 5), EM_OPTS(.requires_grad = true)), *w2 = em_randn(EM_SHAPE(11, 5), EM_OPTS());
+    int64_t pad = 4;
+    em_tensor *all_pad = em_full(EM_SHAPE(3), 4, EM_OPTS(.dtype = EM_I64));
+    em_tensor *nan_loss = em_linear_cross_entropy(h2, w2, NULL, all_pad, &(em_linear_ce_opts){.ignore_index = &pad});
+    CHECK(nan_loss && isnan(em_item(nan_loss)));
+    CHECK_OK(em_backward(nan_loss));
+    CHECK(em_item(em_max(em_abs(em_grad(h2)), EM_ALL_DIMS, false)) == 0.0);
+    em_scope_end(s);
+}
+
 /* The peak of a training step's loss on the CPU: forward and backward, h, w, b requiring grad.
  * The fused op holds a chunk's logits (a few [chunk, V] float32 buffers at once) and the
  * gradients; the composition holds the [N, V] logits, their log-softmax and the target's
@@ -253,6 +285,7 @@ int main(void) {
     RUN(test_golden_opencl);
     RUN(test_golden_cuda);
     RUN(test_no_grad);
+    RUN(test_f64_and_all_ignored);
     RUN(test_memory);
     RUN(test_bad_arguments);
     em_safetensors_free(g_file);
