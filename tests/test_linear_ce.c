@@ -265,6 +265,14 @@ static void test_bad_arguments(void) {
     CHECK(loss != NULL);
     CHECK_OK(em_backward(loss));
     CHECK(em_grad(h) != NULL);
+    /* retain_graph: the second backward runs the chunks again and gives the same gradients */
+    em_tensor *first = em_clone(em_grad(h));
+    em_tensor *again = em_linear_cross_entropy(h, w, b, t, &(em_linear_ce_opts){.chunk_size = 3});
+    CHECK_OK(em_zero_grad_tensor(h));
+    CHECK_OK(em_backward_with(again, NULL, true));
+    CHECK_OK(em_zero_grad_tensor(h));
+    CHECK_OK(em_backward_with(again, NULL, false));
+    CHECK(em_item(em_max(em_abs(em_sub(em_grad(h), first)), EM_ALL_DIMS, false)) < 1e-6);
     /* a second backward without retain_graph is an error, not a crash */
     CHECK(em_backward(loss) != EM_OK);
     em_clear_error();

@@ -144,10 +144,17 @@ static em_status lce_backward(void *p, em_tensor *g, int n, em_tensor **grads) {
     if (em_failed()) return em_last_status();
     int exp2;
     bool exact = !low_precision(em_dtype_of(k->h)) || gv == 0.0 || fabs(frexp(gv, &exp2)) == 0.5;
-    if (!exact) return lce_rerun(k, em_mul_scalar(k->valid, k->share * gv), n, grads);
-    em_tensor *kept[3] = {k->gh, k->gw, k->gb};
-    for (int i = 0; i < 3 && i < n; i++)
-        if (k->need[i] && kept[i]) grads[i] = gv == 1.0 ? kept[i] : em_mul_scalar(kept[i], gv);
+    em_tensor **kept[3] = {&k->gh, &k->gw, &k->gb};
+    bool have = (!k->need[0] || k->gh) && (!k->need[1] || k->gw) && (!k->need[2] || !k->b || k->gb);
+    if (!exact || !have) return lce_rerun(k, em_mul_scalar(k->valid, k->share * gv), n, grads);
+    /* the kept gradients are handed over (scoped, no other holder: autograd takes each as the
+     * leaf's .grad without a copy); a second backward (retain_graph) runs the chunks again */
+    for (int i = 0; i < 3 && i < n; i++) {
+        if (!*kept[i]) continue;
+        em_tensor *g_i = em__scoped(*kept[i]);
+        *kept[i] = NULL;
+        if (k->need[i]) grads[i] = gv == 1.0 ? g_i : em_mul_scalar(g_i, gv);
+    }
     return em_last_status();
 }
 
