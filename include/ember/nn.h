@@ -321,8 +321,12 @@ EM_API em_tensor *em_checkpoint(em_checkpoint_fn fn, void *ctx, em_tensor *const
 EM_API em_tensor *em_checkpoint_sequential(em_module *model, int segments, em_tensor *x);
 
 /* ---- losses (torch.nn.functional's, with their options) ---- */
-/* reduction='mean' | 'sum' | 'none' */
-typedef enum em_reduction { EM_REDUCTION_MEAN, EM_REDUCTION_SUM, EM_REDUCTION_NONE } em_reduction;
+/* A loss's reduction='mean' | 'sum' | 'none' (the losses' and em_linear_cross_entropy's). */
+typedef enum em_reduction {
+    EM_REDUCTION_MEAN, /* the mean (over the targets not ignored, weighted: PyTorch's) (the zero value) */
+    EM_REDUCTION_SUM,  /* the sum */
+    EM_REDUCTION_NONE  /* one loss per element or row (0 for an ignored one) */
+} em_reduction;
 /* A loss's options; zeroed (or a NULL pointer) means PyTorch's defaults. Every loss reads
  * reduction; cross_entropy and nll_loss also weight and ignore_index; cross_entropy also
  * label_smoothing. A field a loss does not take must stay zero (else EM_ERR_ARGUMENT). */
@@ -353,6 +357,36 @@ EM_API em_tensor *em_nll_loss(em_tensor *log_probs, em_tensor *target); /* em_nl
 /* F.mse_loss(input, target, reduction): (input - target)^2 (broadcast), reduced. */
 EM_API em_tensor *em_mse_loss_ex(em_tensor *input, em_tensor *target, const em_loss_opts *opts);
 EM_API em_tensor *em_mse_loss(em_tensor *input, em_tensor *target); /* mean((input - target)^2) */
+
+/* ---- fused linear cross-entropy (llm.c's fused classifier, Liger's FusedLinearCrossEntropy) ---- */
+/* em_linear_cross_entropy's options; zeroed (or a NULL pointer) means the defaults. */
+typedef struct em_linear_ce_opts {
+    /* Rows of h per chunk: the float32 logits of one chunk, [chunk_size, V], are the largest
+     * temporaries. 0: the default, Liger's choice, the power of two nearest above
+     * N / ceil(V / H), and at least 256 (thinner GEMMs run slower). Larger than N means one
+     * chunk. */
+    int64_t chunk_size;
+    em_reduction reduction; /* EM_REDUCTION_MEAN (the zero value), _SUM or _NONE */
+    /* The class index whose targets count for nothing (no loss, no gradient, not in the mean's
+     * denominator), e.g. &(int64_t){pad_id}; NULL: PyTorch's default, -100. */
+    const int64_t *ignore_index;
+    double label_smoothing; /* in [0, 1]: the target becomes (1 - s) * one_hot + s / V */
+} em_linear_ce_opts;
+/* F.cross_entropy(F.linear(h, weight, bias).float(), target, ignore_index=...,
+ * reduction=..., label_smoothing=...) computed chunk by chunk, so that the [N, V] logits
+ * never exist at once. h [N, H], weight [V, H], bias [V] or NULL: one floating dtype;
+ * target integer class indices [N] in [0, V) or ignore_index (one on a wrong class is an
+ * error naming its row). Each chunk's logits are F.linear's in h's dtype (bf16/f16: float32
+ * sums rounded once, as PyTorch's bf16 linear), then widened to float32 for the softmax: the
+ * loss is float32 for 16-bit inputs (the input's dtype otherwise). 'mean' over no target
+ * (all ignored) is NaN, as PyTorch's. When grad mode is on and h, weight or bias requires
+ * grad, the gradients are computed during the forward's chunk loop (the gradient of the
+ * logits rounded to h's dtype before the GEMMs, as the .float() cast's backward rounds it;
+ * weight's and bias's summed over chunks in float32, rounded once) and kept for backward,
+ * which scales them by the loss's gradient; with 'none' the backward runs the chunks again
+ * with the per-row gradient instead. Result scoped like any op's. */
+EM_API em_tensor *em_linear_cross_entropy(em_tensor *h, em_tensor *weight, em_tensor *bias, em_tensor *target,
+                                          const em_linear_ce_opts *opts);
 
 /* ---- the names from before the em_nn_ rule: deprecated, removed in the next release ---- */
 /* Deprecated name of em_nn_linear (same arguments). */

@@ -116,6 +116,12 @@ em_tensor *em__relu_backward(em_tensor *g, em_tensor *y);
  * (autograd's formulas run without grad). */
 em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b);
 
+/* out += a @ b in place for 2-d a [M, K], b [K, N] (any strides) and a contiguous out [M, N],
+ * all of one floating dtype: one accumulating GEMM where the backend has matmul_acc, else a
+ * matmul and an add. Records no history. For a gradient summed over chunks without a second
+ * [M, N] buffer (src/nn/linear_ce.c). (ops_linalg.c) */
+em_status em__addmm_acc_(em_tensor *out, em_tensor *a, em_tensor *b);
+
 /* Softmax's (log: log-softmax's) backward from its output y along the last dim in one kernel
  * (scoped result), or NULL without an error where the backend lacks it or the operands do
  * not fit (f32/f64, one shape, dim the last): the caller then composes it. */

@@ -111,6 +111,27 @@ em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b) {
     return em__scoped(out);
 }
 
+em_status em__addmm_acc_(em_tensor *out, em_tensor *a, em_tensor *b) {
+    const char *op = "em__addmm_acc_";
+    if (!out || !a || !b) return em_error(EM_ERR_ARGUMENT, "%s: a tensor is NULL", op);
+    em_tensor *in[3] = {out, a, b};
+    if (em__check_same_device(op, 3, (const em_tensor *const *)in)) return em_last_status();
+    if (a->ndim != 2 || b->ndim != 2 || out->ndim != 2 || a->shape[1] != b->shape[0] || out->shape[0] != a->shape[0] ||
+        out->shape[1] != b->shape[1] || a->dtype != out->dtype || b->dtype != out->dtype ||
+        !em_dtype_is_floating(out->dtype) || !em_is_contiguous(out))
+        return em_error(EM_ERR_SHAPE, "%s: expected out [M, N] contiguous += a [M, K] @ b [K, N] of one floating dtype", op);
+    if (out->shape[0] * out->shape[1] == 0) return EM_OK;
+    if (em__op_supported(out->storage->backend, EM_OP_MATMUL_ACC, out->dtype)) {
+        em_status st = em__op_try(&(em_op_call){.op = EM_OP_MATMUL_ACC, .dtype = out->dtype, .dst = {out}, .src = {a, b}});
+        if (st != EM_ERR_NOT_SUPPORTED) return st;
+    }
+    em_scope s = em_scope_begin();
+    em_tensor *prod = em_matmul(a, b);
+    em_status st = prod ? em_add_(out, prod, 1.0) : em_last_status();
+    em_scope_end(s);
+    return st;
+}
+
 /* torch.addmm: beta * input + alpha * (mat1 @ mat2), input broadcast to [M, N]. With
  * beta = alpha = 1 on one floating dtype and a backend that accumulates (matmul_acc), out is
  * filled with the broadcast input and the GEMM adds into it (PyTorch's linear on the CPU):
