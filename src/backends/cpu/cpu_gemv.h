@@ -2,7 +2,8 @@
  *
  * A decoder reads each weight once per token to multiply it by one row (or a few: a batch of
  * prompts), so these products are bound by memory bandwidth, not arithmetic. A GEMM library
- * packs the weight first (oneDNN 2.6 reached 56-62% of this machine's read bandwidth at one row);
+ * packs (copies) the weight before multiplying, which costs a second pass over it for a single
+ * row (docs/BENCHMARKS.md compares the two with bench_gemv);
  * this kernel streams each weight row once straight from memory and multiplies it into every
  * input row while it is in registers: VDPBF16PS on CPUs with AVX512-BF16, else AVX2 + FMA
  * with bf16 widened to float32 by a shift. Accumulation is float32; the bias and the old z
