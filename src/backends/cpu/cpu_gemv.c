@@ -1,7 +1,8 @@
 /* bf16 products of a few rows with a transposed weight (decoding's), see cpu_gemv.h.
  *
  * Each block of the weight's rows (4 when X has up to 4 rows, else 2: at most 16 accumulators,
- * so the loads and accumulators fit the 32 AVX-512 registers) is read once, 32 bf16 at a time,
+ * so the loads and accumulators fit the 32 AVX-512 registers; AVX2's 16 registers spill some
+ * at 8 rows) is read once, 32 bf16 at a time,
  * and multiplied into every row of X, which stays in L1. One float32 accumulator per pair of
  * weight row and X row sums over K; it is reduced across its lanes at the end, where the bias
  * and the old z are added before the one rounding. The threads take blocks of weight rows, so
@@ -72,42 +73,44 @@ static void store_block(const em_lowp_gemm *g, int64_t q, int R, int P, const fl
 
 /* ---- AVX512-BF16: VDPBF16PS multiplies 32 bf16 pairs and adds them into 16 float32 lanes ---- */
 
-/* R weight rows x P rows of X; R and P are constants once inlined, so acc stays in registers */
+/* R weight rows x P rows of X (R * P <= 16); R and P are constants once inlined, so acc stays
+ * in registers */
 TARGET_BF16 static inline __attribute__((always_inline)) void block_bf16(const em_lowp_gemm *g, int64_t q, const int R,
                                                                          const int P) {
     const uint16_t *w = (const uint16_t *)g->y + q * g->ldy, *x = g->x;
     int64_t K = g->K, ldw = g->ldy, ldx = g->ldx, k = 0;
-    __m512 acc[4][4];
+    __m512 acc[4][EM_GEMV_MAX_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int p = 0; p < P; p++) acc[r][p] = _mm512_setzero_ps();
     for (; k + 32 <= K; k += 32) {
-        __m512i xv[4], wv[4];
-#pragma GCC unroll 4
+        __m512i xv[EM_GEMV_MAX_ROWS], wv[4];
+#pragma GCC unroll 8
         for (int p = 0; p < P; p++) xv[p] = _mm512_loadu_si512(x + p * ldx + k);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(w + r * ldw + k);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wv[r], (__m512bh)xv[p]);
     }
     if (k < K) { /* the tail, zero-filled by masked loads */
         __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
-        __m512i xv[4], wv[4];
+        __m512i xv[EM_GEMV_MAX_ROWS], wv[4];
         for (int p = 0; p < P; p++) xv[p] = _mm512_maskz_loadu_epi16(m, x + p * ldx + k);
         for (int r = 0; r < R; r++) wv[r] = _mm512_maskz_loadu_epi16(m, w + r * ldw + k);
         for (int r = 0; r < R; r++)
             for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wv[r], (__m512bh)xv[p]);
     }
-    float sum[16];
+    float sum[4 * EM_GEMV_MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int p = 0; p < P; p++) sum[r * P + p] = _mm512_reduce_add_ps(acc[r][p]);
     store_block(g, q, R, P, sum);
 }
 
-/* weight rows [q0, q1): blocks of 4 (P <= 4) or 2, the rest one at a time */
+/* weight rows [q0, q1): blocks of 4 (P <= 4) or 2 (P <= 8: at most 16 accumulators), the
+ * rest one at a time */
 #define RANGE_FOR_P(block, P)                                                                                   \
     do {                                                                                                        \
         int64_t q = q0;                                                                                         \
@@ -123,37 +126,14 @@ TARGET_BF16 static inline __attribute__((always_inline)) void block_bf16(const e
     case 2: RANGE_FOR_P(block, 2); break;                                                                       \
     case 3: RANGE_FOR_P(block, 3); break;                                                                       \
     case 4: RANGE_FOR_P(block, 4); break;                                                                       \
-    case 5: case 6: case 7: case 8: /* two passes of up to four rows each: at most 2 x 4 accumulators */ \
-        range_upper_half(g, q0, q1);                                                                            \
-        break;                                                                                                  \
+    case 5: RANGE_FOR_P(block, 5); break;                                                                       \
+    case 6: RANGE_FOR_P(block, 6); break;                                                                       \
+    case 7: RANGE_FOR_P(block, 7); break;                                                                       \
+    case 8: RANGE_FOR_P(block, 8); break;                                                                       \
     default: break;                                                                                             \
     }
 
-TARGET_BF16 static void range_bf16(const em_lowp_gemm *g, int64_t q0, int64_t q1);
-TARGET_AVX2 static void range_avx2(const em_lowp_gemm *g, int64_t q0, int64_t q1);
-
-/* P of 5..8: the first four rows of X, then the rest, each as its own product (the weight's
- * rows come from cache the second time: the range is a thread's chunk, tens of KB to MB). */
-static void range_split_rows(const em_lowp_gemm *g, int64_t q0, int64_t q1, int use_bf16) {
-    em_lowp_gemm a = *g, b = *g;
-    a.P = 4;
-    b.P = g->P - 4;
-    b.x = (const uint16_t *)g->x + 4 * g->ldx;
-    b.z = g->z_f32 ? (void *)((float *)g->z + 4 * g->ldz) : (void *)((uint16_t *)g->z + 4 * g->ldz);
-    if (use_bf16) {
-        range_bf16(&a, q0, q1);
-        range_bf16(&b, q0, q1);
-    } else {
-        range_avx2(&a, q0, q1);
-        range_avx2(&b, q0, q1);
-    }
-}
-
-TARGET_BF16 static void range_bf16(const em_lowp_gemm *g, int64_t q0, int64_t q1) {
-#define range_upper_half(g, q0, q1) range_split_rows(g, q0, q1, 1)
-    RANGE_SWITCH(block_bf16)
-#undef range_upper_half
-}
+TARGET_BF16 static void range_bf16(const em_lowp_gemm *g, int64_t q0, int64_t q1) { RANGE_SWITCH(block_bf16) }
 
 /* ---- AVX2 + FMA: bf16 widened to float32 (a 16-bit shift), 8 lanes ---- */
 
@@ -165,23 +145,23 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void block_avx2(const e
                                                                          const int P) {
     const uint16_t *w = (const uint16_t *)g->y + q * g->ldy, *x = g->x;
     int64_t K = g->K, ldw = g->ldy, ldx = g->ldx, k = 0;
-    __m256 acc[4][4];
+    __m256 acc[4][EM_GEMV_MAX_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_ps();
     for (; k + 8 <= K; k += 8) {
-        __m256 xv[4];
-#pragma GCC unroll 4
+        __m256 xv[EM_GEMV_MAX_ROWS];
+#pragma GCC unroll 8
         for (int p = 0; p < P; p++) xv[p] = widen8(x + p * ldx + k);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m256 wv = widen8(w + r * ldw + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int p = 0; p < P; p++) acc[r][p] = _mm256_fmadd_ps(wv, xv[p], acc[r][p]);
         }
     }
-    float sum[16];
+    float sum[4 * EM_GEMV_MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int p = 0; p < P; p++) {
             __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r][p]), _mm256_extractf128_ps(acc[r][p], 1));
@@ -194,11 +174,7 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void block_avx2(const e
     store_block(g, q, R, P, sum);
 }
 
-TARGET_AVX2 static void range_avx2(const em_lowp_gemm *g, int64_t q0, int64_t q1) {
-#define range_upper_half(g, q0, q1) range_split_rows(g, q0, q1, 0)
-    RANGE_SWITCH(block_avx2)
-#undef range_upper_half
-}
+TARGET_AVX2 static void range_avx2(const em_lowp_gemm *g, int64_t q0, int64_t q1) { RANGE_SWITCH(block_avx2) }
 
 /* ---- dispatch ---- */
 
