@@ -2,9 +2,11 @@
  * once per token, so its bf16 matrix-vector products (1 to a few rows times an nn.Linear weight
  * [out, in], seen transposed) can go no faster than memory streams the weight. This measures:
  *
- *   read_gbs     a pure read (a sum with AVX-512 or AVX2 loads, else scalar) over 1 GiB;
- *   triad_gbs    a = b + c over three 256 MiB float arrays (12 bytes per element, the
+ *   read_gbs     a pure read (sums with AVX-512 or AVX2 loads, four streams per thread, else
+ *                scalar) over 512 MiB;
+ *   triad_gbs    a = b + c over three 128 MiB float arrays (12 bytes per element, the
  *                write-allocate not counted, as STREAM counts it);
+ *                both timed in 32 MiB slices split over Ember's thread pool, the best slice;
  *   gemv_gbs     em_matmul(x, em_transpose(w, 0, 1)) with x [rows, in] and w [out, in] in bf16,
  *                weight bytes / time, at Llama-2-7B's shapes: 4096->4096 (q, k, v, o),
  *                4096->11008 (gate, up), 11008->4096 (down), 4096->32000 (the output head);
@@ -15,13 +17,14 @@
  *
  * Every weight is one of several copies that together span at least 512 MiB, used in turn, so
  * no product finds its weight in the 32 MiB L3 that a smaller loop would leave it in. Each
- * figure is the median of ROUNDS rounds; in each round the 1- and 2-thread runs alternate, and
- * the bandwidth loops run in the same rounds as the products (the machine is shared).
+ * figure is the median over the rounds of each round's best time (the best of several runs
+ * is the least disturbed by other work on a shared machine); in each round the 1- and
+ * 2-thread runs alternate, and the bandwidth loops run in the same rounds as the products.
  * Usage: bench_gemv [rounds] [--bandwidth-only] (default 5 rounds); EMBER_BENCH_GEMM=0 skips the
  * prefill GEMMs; --bandwidth-only measures the machine alone (bench/run_lm.sh's reference). */
 #include <ember/ember.h>
 #include <immintrin.h>
-#include <pthread.h>
+#include "backends/cpu/cpu_threads.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,27 +45,34 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* ---- the machine's bandwidth: plain loops on plain threads ---- */
-#define READ_BYTES ((size_t)1 << 30)
-#define TRIAD_FLOATS ((size_t)64 << 20)
+/* ---- the machine's bandwidth: plain loops ---- */
+static float *g_a, *g_b, *g_c;
+#define READ_BYTES ((size_t)512 << 20)
+#define TRIAD_FLOATS ((size_t)32 << 20)
 
+/* Four streams at once (the quarters of [p, p + n)): one sequential stream leaves a core's
+ * prefetchers short of requests in flight, and a GEMV over 4 weight rows reads 4 streams. */
 __attribute__((target("avx512f"))) static float read_avx512(const float *p, size_t n) {
+    size_t q = n / 4 / 16 * 16;
+    const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 64 <= n; i += 64) {
-        s0 = _mm512_add_ps(s0, _mm512_load_ps(p + i));
-        s1 = _mm512_add_ps(s1, _mm512_load_ps(p + i + 16));
-        s2 = _mm512_add_ps(s2, _mm512_load_ps(p + i + 32));
-        s3 = _mm512_add_ps(s3, _mm512_load_ps(p + i + 48));
+    for (size_t i = 0; i < q; i += 16) {
+        s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p0 + i));
+        s1 = _mm512_add_ps(s1, _mm512_loadu_ps(p1 + i));
+        s2 = _mm512_add_ps(s2, _mm512_loadu_ps(p2 + i));
+        s3 = _mm512_add_ps(s3, _mm512_loadu_ps(p3 + i));
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 __attribute__((target("avx2"))) static float read_avx2(const float *p, size_t n) {
+    size_t q = n / 4 / 8 * 8;
+    const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 32 <= n; i += 32) {
-        s0 = _mm256_add_ps(s0, _mm256_load_ps(p + i));
-        s1 = _mm256_add_ps(s1, _mm256_load_ps(p + i + 8));
-        s2 = _mm256_add_ps(s2, _mm256_load_ps(p + i + 16));
-        s3 = _mm256_add_ps(s3, _mm256_load_ps(p + i + 24));
+    for (size_t i = 0; i < q; i += 8) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(p0 + i));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(p1 + i));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p2 + i));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p3 + i));
     }
     float out[8];
     _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
@@ -74,45 +84,52 @@ static float read_scalar(const float *p, size_t n) {
     return s;
 }
 
-typedef struct bw_job {
+/* One slice of a pass, split over Ember's thread pool: the same threads, wake-up and split as
+ * the products below, so that both are timed alike. */
+typedef struct bw_slice {
     int kind; /* 0 read, 1 triad */
     float *a;
     const float *b, *c;
-    size_t n;
-    float sink;
-} bw_job;
+    float sink[64];
+} bw_slice;
 
-static void *bw_run(void *arg) {
-    bw_job *j = arg;
+static void bw_chunk(void *arg, int64_t begin, int64_t end) {
+    bw_slice *j = arg;
+    size_t n = (size_t)(end - begin);
     if (j->kind == 0) {
-        j->sink = __builtin_cpu_supports("avx512f") ? read_avx512(j->b, j->n)
-                  : __builtin_cpu_supports("avx2")  ? read_avx2(j->b, j->n)
-                                                    : read_scalar(j->b, j->n);
+        const float *p = j->b + begin;
+        float s = __builtin_cpu_supports("avx512f") ? read_avx512(p, n)
+                  : __builtin_cpu_supports("avx2")  ? read_avx2(p, n)
+                                                    : read_scalar(p, n);
+        j->sink[(begin / 4096) % 64] += s;
     } else {
-        float *restrict a = j->a;
-        const float *restrict b = j->b, *restrict c = j->c;
-        for (size_t i = 0; i < j->n; i++) a[i] = b[i] + c[i];
+        float *restrict a = j->a + begin;
+        const float *restrict b = j->b + begin, *restrict c = j->c + begin;
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + c[i];
     }
-    return NULL;
 }
 
-/* GB/s of one read or triad pass split over `threads` plain pthreads */
-static double bandwidth(int kind, int threads, float *a, const float *b, const float *c) {
-    size_t n = kind == 0 ? READ_BYTES / 4 : TRIAD_FLOATS, per = n / (size_t)threads;
-    bw_job jobs[2];
-    pthread_t tid[2];
-    double t0 = now();
-    for (int t = 0; t < threads; t++) {
-        size_t off = per * (size_t)t;
-        jobs[t] = (bw_job){kind, a + off, b + off, c + off, per, 0};
-        if (t > 0) pthread_create(&tid[t], NULL, bw_run, &jobs[t]);
-    }
-    bw_run(&jobs[0]);
-    for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
-    double dt = now() - t0;
-    volatile float sink = jobs[0].sink;
-    (void)sink;
-    return (double)n * (kind == 0 ? 4.0 : 12.0) / dt / 1e9;
+#define SLICE_FLOATS ((size_t)8 << 20) /* 32 MiB: as big as the 4096 x 4096 bf16 weight */
+
+/* GB/s of the best slice over 3 passes through the buffers (512 MiB read, 3 x 128 MiB for the
+ * triad: far past the L3), on em_get_num_threads() threads. A slice takes about as long as
+ * one product below, and both take their best time, so a shared machine disturbs both alike. */
+static double bandwidth(int kind) {
+    static bw_slice j;
+    size_t n = kind == 0 ? READ_BYTES / 4 : TRIAD_FLOATS;
+    double best = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (size_t off = 0; off + SLICE_FLOATS <= n; off += SLICE_FLOATS) {
+            j.kind = kind;
+            double t0 = now();
+            j.a = g_a + off;
+            j.b = (kind == 0 ? g_a : g_b) + off;
+            j.c = g_c + off;
+            em__cpu_parallel_for((int64_t)SLICE_FLOATS, 1 << 16, bw_chunk, &j);
+            double g = (double)SLICE_FLOATS * (kind == 0 ? 4.0 : 12.0) / (now() - t0) / 1e9;
+            if (g > best) best = g;
+        }
+    return best;
 }
 
 /* ---- the products ---- */
@@ -183,6 +200,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < READ_BYTES / 4; i++) a[i] = (float)(i & 1023);
     for (size_t i = 0; i < TRIAD_FLOATS; i++) { b[i] = 1; c[i] = 2; }
+    g_a = a, g_b = b, g_c = c;
 
     static double read_gbs[2][MAX_ROUNDS], triad_gbs[2][MAX_ROUNDS];
     static double gemv[NSHAPES][2][2][MAX_ROUNDS], gemv_dnnl[NSHAPES][2][2][MAX_ROUNDS], gemm_t[NSHAPES][2][2][MAX_ROUNDS];
@@ -208,9 +226,9 @@ int main(int argc, char **argv) {
     for (int round = 0; round < rounds; round++) {
         for (int t = 0; t < 2; t++) {
             int threads = (round + t) % 2 + 1; /* alternate which thread count goes first */
-            read_gbs[threads - 1][round] = bandwidth(0, threads, NULL, a, NULL);
-            triad_gbs[threads - 1][round] = bandwidth(1, threads, a, b, c);
             em_set_num_threads(threads);
+            read_gbs[threads - 1][round] = bandwidth(0);
+            triad_gbs[threads - 1][round] = bandwidth(1);
             for (int s = 0; s < nshapes; s++) {
                 for (int r = 0; r < 2; r++) {
                     product_time(&w[s], xv[s][r], 2); /* warm: a new shape may set up a kernel */

@@ -86,6 +86,9 @@ if len(ids) != n:
 open(text_path, "w").write(text)
 open(ids_path, "w").write(" ".join(map(str, ids)))
 EOF
+    # every side maps or reads its files: have them in the page cache before the first round
+    cat "$MODEL"/*.safetensors >/dev/null
+    [ "$have_llama" = yes ] && cat "$GGUF" >/dev/null
     : >"$TMP/results.jsonl"
     r=0
     while [ "$r" -lt "$ROUNDS" ]; do
