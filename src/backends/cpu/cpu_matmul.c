@@ -3,7 +3,8 @@
  * which), else through a contiguous copy; a weight broadcast over the batch folds the batch
  * into M (one big GEMM); large GEMMs are split across Ember's sleeping thread pool while
  * OpenBLAS itself runs single-threaded (its own idle threads spin); large f32 products go to
- * oneDNN's sgemm instead where it is faster (cpu_sgemm_dnnl.c). bf16 goes to Ember's AMX
+ * oneDNN's sgemm instead where it is faster (cpu_sgemm_dnnl.c). bf16 products of a few rows
+ * with a transposed weight (decoding's) go to Ember's GEMV (cpu_gemv.c); bf16 goes to Ember's AMX
  * kernel where the CPU has AMX (cpu_amx.c), f16/bf16 otherwise to oneDNN (cpu_dnnl.c: AMX /
  * AVX512-BF16, float32 accumulation), with the same layouts and batch folding, or, where
  * neither has a fast kernel, are converted to f32 and run as f32 (the portable path);
@@ -15,6 +16,7 @@
 #include "cpu_amx.h"
 #include "cpu_dnnl.h"
 #include "cpu_gemm.h"
+#include "cpu_gemv.h"
 #include "cpu_internal.h"
 #include "cpu_sgemm_dnnl.h"
 #ifdef EMBER_HAVE_BLAS
@@ -231,13 +233,18 @@ static void blas_matmul(const bmm *m, bool dbl, int la, int64_t lda, int lb, int
 
 /* ---- bf16/f16 on Ember's AMX kernel or oneDNN: the layouts and batch folding of blas_matmul ---- */
 
-/* A fast bf16/f16 GEMM here: Ember's AMX kernel (bf16), else oneDNN's. */
+/* A fast bf16/f16 kernel here for some shapes: Ember's GEMV (bf16, a few rows), Ember's AMX
+ * kernel (bf16), oneDNN's. A shape none of them takes comes back EM_ERR_NOT_SUPPORTED from
+ * lowp_gemm, and the caller converts to float32. */
 static bool lowp_runs(em_dtype dt) {
-    return em__cpu_amx_runs(dt) || em__cpu_dnnl_runs(dt);
+    return (dt == EM_BF16 && em__cpu_gemv_isa()) || em__cpu_amx_runs(dt) || em__cpu_dnnl_runs(dt);
 }
 
+/* Decoding's few-row products go to the GEMV, which streams the weight once (the GEMMs pack
+ * it first); the rest to the AMX kernel, else oneDNN. */
 static em_status lowp_gemm(const em_lowp_gemm *g) {
-    em_status st = em__cpu_amx_gemm(g);
+    em_status st = em__cpu_gemv(g);
+    if (st == EM_ERR_NOT_SUPPORTED) st = em__cpu_amx_gemm(g);
     return st == EM_ERR_NOT_SUPPORTED ? em__cpu_dnnl_gemm(g) : st;
 }
 
@@ -493,8 +500,8 @@ em_status em__cpu_matmul_widen(em_tensor *out, const em_tensor *a, const em_tens
     return st;
 }
 
-/* out = a @ b + bias with the bias in the GEMM's epilogue: Ember's AMX kernel (bf16, any
- * size), else oneDNN's (big enough products: cpu_dnnl.h) */
+/* out = a @ b + bias with the bias in the GEMM's epilogue: Ember's GEMV (bf16, a few rows),
+ * Ember's AMX kernel (bf16, any size), else oneDNN's (big enough products: cpu_dnnl.h) */
 em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_tensor *a, const em_tensor *b) {
     em_dtype dt = out->dtype;
     if ((dt != EM_F32 && dt != EM_BF16 && dt != EM_F16) || a->dtype != dt || b->dtype != dt || bias->dtype != dt ||
@@ -506,7 +513,8 @@ em_status em__cpu_addmm_bias(em_tensor *out, const em_tensor *bias, const em_ten
     if (la < 0 || lb < 0 || bias->shape[0] != N || K == 0) return EM_ERR_NOT_SUPPORTED;
     em_lowp_gemm g = {dt, M, N, K, em__host_ptr(a), em__host_ptr(b), em__host_ptr(out), la == 1, lb == 1,
                       lda, ldb, N, false, em__host_ptr(bias), false};
-    em_status st = em__cpu_amx_gemm(&g); /* any size: no per-call cost to amortize */
+    em_status st = em__cpu_gemv(&g); /* a few rows of bf16 */
+    if (st == EM_ERR_NOT_SUPPORTED) st = em__cpu_amx_gemm(&g); /* any size: no per-call cost to amortize */
     return st == EM_ERR_NOT_SUPPORTED ? em__cpu_dnnl_gemm_bias(&g) : st;
 }
 
