@@ -27,7 +27,7 @@
 #                 `pip install --target DIR sentencepiece`; default /work/llama-src/pydeps)
 #   GGUF_DIR      where the converted files go (default /work/models/gguf)
 # A side whose interpreter or command is missing is reported as skipped, with the reason.
-# Ember's side runs `ember generate MODEL_DIR --prompt TEXT --max-new-tokens N --temperature 0
+# Ember's side runs `ember generate MODEL_DIR --prompt TEXT --max-new-tokens N --temperature 0 --dtype bf16
 # --threads T --json` and reads prefill_seconds, decode_seconds and decode_tokens from its JSON.
 set -eu
 BUILD=${1:-build}
@@ -108,7 +108,7 @@ EOF
                 [ "$have_ember" = yes ] || continue
                 for t in $THREADS; do
                     "$BUILD/ember" generate "$MODEL" --prompt "$(cat "$TMP/prompt.txt")" --max-new-tokens $((NEW_TOKENS + 1)) \
-                        --temperature 0 --threads "$t" --json 2>"$TMP/err" >"$TMP/ember.json" || { tail -3 "$TMP/err" >&2; exit 1; }
+                        --temperature 0 --dtype bf16 --threads "$t" --json 2>"$TMP/err" >"$TMP/ember.json" || { tail -3 "$TMP/err" >&2; exit 1; }
                     "$TORCH_PYTHON" -c 'import json, sys
 j = json.load(open(sys.argv[1])); t = int(sys.argv[2])
 print(json.dumps({"impl": "ember", "threads": t, "prompt_tokens": len(j["prompt_tokens"]),

@@ -13,7 +13,7 @@
 
 static const char *const tool = "ember generate";
 
-enum { G_PROMPT, G_MAX_NEW, G_TEMPERATURE, G_TOP_K, G_TOP_P, G_REPETITION, G_SEED, G_STOP, G_DEVICE, G_DTYPE, G_JSON };
+enum { G_PROMPT, G_MAX_NEW, G_TEMPERATURE, G_TOP_K, G_TOP_P, G_REPETITION, G_SEED, G_STOP, G_DEVICE, G_DTYPE, G_THREADS, G_JSON };
 static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
                                            {"f16", 2}, {"float16", 2}, {NULL, 0}};
 static const opt_spec generate_table[] = {
@@ -33,6 +33,7 @@ static const opt_spec generate_table[] = {
     [G_DEVICE] = OPTION_DEVICE("--device", "cpu (default), cuda:N, opencl:N, auto"),
     [G_DTYPE] = OPTION_CHOICE("--dtype", dtype_choices, "the dtype the model computes in (default f32; the weights "
                               "are converted on load when the folder's differ)"),
+    [G_THREADS] = OPTION_INT("--threads", "N", 1, 4096, "CPU threads (default: every core)"),
     [G_JSON] = OPTION_FLAG("--json", "print one JSON object at the end instead of streaming"),
 };
 OPT_TABLE_FITS(generate_table);
@@ -124,6 +125,7 @@ int cmd_generate(int argc, char **argv) {
     const em_dtype dtypes[] = {EM_F32, EM_BF16, EM_F16};
     em_dtype dtype = v[G_DTYPE].given ? dtypes[v[G_DTYPE].choice] : EM_F32;
     bool json = v[G_JSON].given;
+    if (v[G_THREADS].given) em_set_num_threads((int)v[G_THREADS].i);
 
     em_lm *lm = em_lm_load(dir, &(em_model_opts){.device = dev, .dtype = dtype});
     if (!lm) {
@@ -170,10 +172,11 @@ int cmd_generate(int argc, char **argv) {
         printf(", \"text\": ");
         json_string(stdout, row->text, row->text_len);
         printf(", \"finish\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"prefill_seconds\": %.6f, "
-               "\"decode_seconds\": %.6f, \"prompt_tokens_per_s\": %.3f, \"tokens_per_s\": %.3f, "
+               "\"decode_seconds\": %.6f, \"decode_tokens\": %lld, \"prompt_tokens_per_s\": %.3f, \"tokens_per_s\": %.3f, "
                "\"weight_bytes\": %zu, \"mapped_bytes\": %zu, \"kv_cache_bytes\": %zu, \"peak_rss_bytes\": %.0f}\n",
                finish_name(row->finish), em_device_str(em_model_device(m)).s, em_dtype_name(em_model_dtype(m)),
-               g.prefill_seconds, g.decode_seconds, prompt_tps, tps, weights, mapped, g.kv_cache_bytes, peak);
+               g.prefill_seconds, g.decode_seconds, (long long)g.decode_tokens, prompt_tps, tps, weights, mapped,
+               g.kv_cache_bytes, peak);
     } else {
         /* what the decoder held back to the end (a character the last token left unfinished) */
         if (row->text_len > stream.printed) fwrite(row->text + stream.printed, 1, row->text_len - stream.printed, stdout);
