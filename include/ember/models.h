@@ -165,6 +165,9 @@ typedef struct em_forward_opts {
     em_tensor *position_ids;
     em_kv_cache *cache;      /* NULL: no cache (positions start at 0) */
     int64_t logits_to_keep;  /* 0: the logits of every position; n: of the last n only */
+    /* Recompute each decoder layer in backward instead of keeping its activations
+     * (em_checkpoint per layer; for training, include/ember/finetune.h). Not with a cache. */
+    bool checkpoint_layers;
 } em_forward_opts;
 /* The logits [B, T (or logits_to_keep), vocab_size] in the model's dtype (a new reference,
  * scoped) for token ids [B, T] (int64 or int32, any device), as transformers'

@@ -131,6 +131,11 @@ em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_
                  (long long)(past + T - 1), (long long)cfg->max_position_embeddings);
         return NULL;
     }
+    if (o.checkpoint_layers && cache) {
+        em_error(EM_ERR_ARGUMENT, "%s: checkpoint_layers recomputes layers in backward, which a cache (written in "
+                 "place) cannot allow: use one or the other", op);
+        return NULL;
+    }
     if (o.logits_to_keep < 0) {
         em_error(EM_ERR_ARGUMENT, "%s: logits_to_keep must not be negative, got %lld", op, (long long)o.logits_to_keep);
         return NULL;
@@ -141,8 +146,9 @@ em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_
     em_tensor *ids = em_to(input_ids, m->device);
     em_tensor *positions = ids ? positions_for(m, o.position_ids, B, T, past) : NULL;
     if (positions && key_mask_for(m, cache, o.attention_mask, B, T, &key_mask) == EM_OK) {
-        em_tensor *h = cfg->family == EM_MODEL_GPT2 ? em__gpt2_hidden(m, ids, positions, key_mask, cache, keep)
-                                                    : em__llama_hidden(m, ids, positions, key_mask, cache, keep);
+        bool ckpt = o.checkpoint_layers;
+        em_tensor *h = cfg->family == EM_MODEL_GPT2 ? em__gpt2_hidden(m, ids, positions, key_mask, cache, keep, ckpt)
+                                                    : em__llama_hidden(m, ids, positions, key_mask, cache, keep, ckpt);
         logits = em__model_linear(h, m->w[MW_LM_HEAD], NULL);
     }
     if (!logits) {
