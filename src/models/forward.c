@@ -23,6 +23,17 @@ em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_t
     if (!q || !k || !v) return NULL;
     int64_t B = em_size(q, 0), Hq = em_size(q, 1), T = em_size(q, 2), D = em_size(q, 3);
     em_attention_opts o = {.scale = scale, .causal = true, .key_mask = key_mask};
+    /* Under autocast the rotary embedding promotes q and k to float32 while v stays in the
+     * autocast dtype; the attention is on autocast's lower-precision list in PyTorch
+     * (scaled_dot_product_attention), so all three go to that dtype, as there. */
+    em_device_type dev = em_device_of(q).type;
+    if (em_autocast_enabled(dev)) {
+        em_dtype dt = em_autocast_dtype(dev);
+        q = em_to_dtype(q, dt);
+        k = em_to_dtype(k, dt);
+        v = em_to_dtype(v, dt);
+        if (!q || !k || !v) return NULL;
+    }
     if (cache) {
         int64_t past = cache->length;
         em_tensor *kc = cache->k[layer], *vc = cache->v[layer];
