@@ -4,8 +4,10 @@
  * trains; --merge and generate --adapter give the same text; and the bad inputs (a JSONL line
  * that is not an object, a prompt longer than the context, a target naming no module, an
  * adapter of another base model) fail with a message naming the line or the module. */
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include "test.h"
 #include "tool_run.h"
 
@@ -79,6 +81,55 @@ static void test_resume_is_bit_exact(void) {
     /* resuming with other options is refused, naming what differs */
     snprintf(args, sizeof args, "%s --out %s/stopped --resume --lora-rank 2", common, g_tmp);
     CHECK(finetune(args) == 1 && strstr(g_out, "another run") != NULL);
+}
+
+/* A SIGTERM from outside, at whatever point of a step it lands: the run stops after that step
+ * and the resumed run still ends on the uninterrupted run's adapters. */
+static void test_external_sigterm(void) {
+    const char *common = "--max-steps 40 --batch-size 2 --lr 1e-2 --seed 5 --warmup-steps 4";
+    char args[1024], log[256], a[256], b[256];
+    snprintf(args, sizeof args, "%s --out %s/ext_whole", common, g_tmp);
+    CHECK(finetune(args) == 0);
+    snprintf(log, sizeof log, "%s/ext.log", g_tmp);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char data[256], out[256];
+        snprintf(data, sizeof data, "%s/qa.jsonl", g_tmp);
+        snprintf(out, sizeof out, "%s/ext_stopped", g_tmp);
+        if (!freopen(log, "w", stderr)) _exit(99);
+        execl(tool_path(), "ember", "finetune", "tests/data/models/llama", "--data", data, "--seq", "32",
+              "--max-steps", "40", "--batch-size", "2", "--lr", "1e-2", "--seed", "5", "--warmup-steps", "4", "--out",
+              out, (char *)NULL);
+        _exit(98);
+    }
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    /* wait for the second step's line, then stop it */
+    bool seen = false;
+    for (int i = 0; i < 2000 && !seen; i++) {
+        size_t n = 0;
+        unsigned char *text = slurp(log, &n);
+        if (text) {
+            text[n] = '\0';
+            seen = strstr((char *)text, "step 2/40") != NULL;
+            free(text);
+        }
+        if (!seen) usleep(10000);
+    }
+    CHECK(seen);
+    kill(pid, SIGTERM);
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    bool stopped = WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM;
+    bool finished = WIFEXITED(st) && WEXITSTATUS(st) == 0;   /* the signal came after the last step */
+    CHECK(stopped || finished);
+    if (stopped) {
+        snprintf(args, sizeof args, "%s --out %s/ext_stopped --resume", common, g_tmp);
+        CHECK(finetune(args) == 0);
+    }
+    snprintf(a, sizeof a, "%s/ext_whole/adapter_model.safetensors", g_tmp);
+    snprintf(b, sizeof b, "%s/ext_stopped/adapter_model.safetensors", g_tmp);
+    CHECK(same_file(a, b));
 }
 
 static void test_checkpointing_changes_no_bit(void) {
@@ -165,6 +216,7 @@ int main(void) {
     free(qa);
     free(text);
     RUN(test_resume_is_bit_exact);
+    RUN(test_external_sigterm);
     RUN(test_checkpointing_changes_no_bit);
     RUN(test_amp_merge_and_generate);
     RUN(test_bad_inputs);

@@ -39,7 +39,8 @@
  * a second copy of the model.
  *
  * A model is read-only once loaded: several threads may run forwards at once, each with its
- * own cache. Errors follow Ember's model (NULL or a status, em_last_error() says what and
+ * own cache. Adding or loading LoRA adapters (include/ember/finetune.h) changes it: do that
+ * before threads share it. Errors follow Ember's model (NULL or a status, em_last_error() says what and
  * where: the file, the tensor, the config key). */
 #ifndef EMBER_MODELS_H
 #define EMBER_MODELS_H
