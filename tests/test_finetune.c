@@ -14,19 +14,23 @@
 static em_safetensors *g_golden;
 
 static const char *const cases[][2] = {{"llama", "q_proj,v_proj"}, {"gpt2", "c_attn"}};
+static em_device g_devs[3];   /* the CPU and the GPUs there are */
+static int g_ndev;
 
 /* The largest |a - b| relative to max|b| (both float32 on any device). */
 static double rel_diff(em_tensor *a, em_tensor *b) {
+    a = em_to(a, EM_DEVICE_CPU);
+    b = em_to(b, EM_DEVICE_CPU);
     em_tensor *d = em_max(em_abs(em_sub(em_to_dtype(a, EM_F32), em_to_dtype(b, EM_F32))), EM_ALL_DIMS, false);
     em_tensor *s = em_max(em_abs(em_to_dtype(b, EM_F32)), EM_ALL_DIMS, false);
     double dv = d ? em_item(d) : INFINITY, sv = s ? em_item(s) : 1;
     return dv / (sv > 1e-12 ? sv : 1);
 }
 
-static em_model *load_with_init(const char *name) {
+static em_model *load_on(const char *name, em_device dev) {
     char dir[256];
     snprintf(dir, sizeof dir, "tests/data/models/%s", name);
-    em_model *m = em_model_load(dir, NULL);
+    em_model *m = em_model_load(dir, &(em_model_opts){.device = dev});
     CHECK(m != NULL);
     if (!m) return NULL;
     snprintf(dir, sizeof dir, "tests/data/finetune/%s/init", name);
@@ -36,10 +40,14 @@ static em_model *load_with_init(const char *name) {
     return m;
 }
 
+static em_model *load_with_init(const char *name) { return load_on(name, EM_DEVICE_CPU); }
+
+/* On every device: the adapters live there, the gradients match PEFT's. */
 static void test_one_step_gradients(void) {
+    for (int di = 0; di < g_ndev; di++)
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         em_scope scope = em_scope_begin();
-        em_model *m = load_with_init(cases[c][0]);
+        em_model *m = load_on(cases[c][0], g_devs[di]);
         if (!m) continue;
         em_tensor *ids = em_safetensors_get(g_golden, "ids"), *labels = em_safetensors_get(g_golden, "labels");
         for (int ckpt = 0; ckpt < 2; ckpt++) {
@@ -60,8 +68,11 @@ static void test_one_step_gradients(void) {
                 CHECK(want != NULL && got != NULL);
                 if (!want || !got) continue;
                 double d = rel_diff(got, want);
-                if (!(d < 1e-4)) fprintf(stderr, "  %s (checkpoint %d): relative difference %g\n", key, ckpt, d);
+                if (!(d < 1e-4))
+                    fprintf(stderr, "  %s (%s, checkpoint %d): relative difference %g\n", key,
+                            em_device_str(g_devs[di]).s, ckpt, d);
                 CHECK(d < 1e-4);
+                CHECK(em_device_equal(em_device_of(got), g_devs[di]));
                 em_set_grad(p[i].tensor, NULL);
             }
             /* the base weights never get a gradient */
@@ -276,6 +287,14 @@ int main(void) {
         fprintf(stderr, "%s: %s\n", GOLDEN, em_last_error());
         return 1;
     }
+    g_devs[g_ndev++] = EM_DEVICE_CPU;
+    em_device_type gpus[] = {EM_OPENCL, EM_CUDA};
+    for (int i = 0; i < 2; i++) {
+        if (em_device_count(gpus[i]) > 0) g_devs[g_ndev++] = EM_DEVICE(gpus[i], 0);
+        else test_skip_case(gpus[i] == EM_OPENCL ? "gradients on opencl" : "gradients on cuda", "%s",
+                            em_device_unavailable_reason(gpus[i]) ? em_device_unavailable_reason(gpus[i]) : "no device");
+    }
+    em_clear_error();
     RUN(test_causal_lm_loss);
     RUN(test_one_step_gradients);
     RUN(test_ten_adamw_steps);
