@@ -27,9 +27,11 @@ static const char *const tool = "ember finetune";
 enum {
     F_DATA, F_OUT, F_RANK, F_ALPHA, F_TARGETS, F_EPOCHS, F_MAX_STEPS, F_SEQ, F_BATCH, F_LR, F_WD, F_WARMUP,
     F_MAX_GRAD_NORM, F_ACCUMULATE, F_AMP, F_CKPT_ACT, F_RESUME, F_SAVE_EVERY, F_EVAL_FRACTION, F_MERGE, F_DEVICE,
-    F_SEED, F_INTERRUPT_AFTER
+    F_DTYPE, F_SEED, F_INTERRUPT_AFTER
 };
 static const opt_choice amp_choices[] = {{"bf16", 1}, {"bfloat16", 1}, {NULL, 0}};
+static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
+                                           {"f16", 2}, {"float16", 2}, {NULL, 0}};
 static const opt_spec finetune_table[] = {
     [F_DATA] = OPTION_STRING("--data", "FILE", "the training data (required): plain text, or JSONL (a .jsonl name) of "
                              "{\"prompt\": ..., \"completion\": ...} objects"),
@@ -68,6 +70,8 @@ static const opt_spec finetune_table[] = {
     [F_MERGE] = OPTION_FLAG("--merge", "also write DIR/merged: the model with the adapters merged into its weights, "
                             "a full folder transformers loads"),
     [F_DEVICE] = OPTION_DEVICE("--device", "cpu (default), cuda:N, opencl:N, auto"),
+    [F_DTYPE] = OPTION_CHOICE("--dtype", dtype_choices, "the frozen base weights' dtype (default f32; converted on "
+                              "load when the folder's differ); the adapters are float32 whatever it is"),
     [F_SEED] = OPTION_INT("--seed", "S", 0, INT64_MAX, "the adapters' init, the split and the examples' order "
                           "(default 0)"),
     [F_INTERRUPT_AFTER] = {.name = "--interrupt-after", .kind = OPT_INT, .metavar = "N", .imin = 1,
@@ -593,6 +597,7 @@ typedef struct run {
     const char *targets;
     bool amp, ckpt, resume, merge, warmup_given;
     em_device dev;
+    em_dtype dtype;
 } run;
 
 static int parse(int argc, char **argv, run *r) {
@@ -636,6 +641,8 @@ static int parse(int argc, char **argv, run *r) {
     r->seed = v[F_SEED].i;
     r->interrupt_after = v[F_INTERRUPT_AFTER].i;
     if (v[F_DEVICE].given && !mlp_parse_device(tool, "--device", v[F_DEVICE].text, &r->dev)) return 2;
+    const em_dtype dtypes[] = {EM_F32, EM_BF16, EM_F16};
+    r->dtype = v[F_DTYPE].given ? dtypes[v[F_DTYPE].choice] : EM_F32;
     return -1;
 }
 
@@ -729,9 +736,12 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         pos.micro = last;
         tokens_done += tokens;
         double elapsed = now_seconds() - t0;
-        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB\n",
+        char device_mem[64] = "";
+        if (r->dev.type != EM_CPU)
+            snprintf(device_mem, sizeof device_mem, " peak_device %.1f MB", (double)em_memory_max_allocated(r->dev) / 1e6);
+        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB%s\n",
                 (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr, norm,
-                elapsed > 0 ? (double)tokens_done / elapsed : 0, peak_rss_mb());
+                elapsed > 0 ? (double)tokens_done / elapsed : 0, peak_rss_mb(), device_mem);
         if (r->interrupt_after && pos.step == r->interrupt_after) raise(SIGTERM);
         bool stop = interrupted != 0;
         if ((stop || (r->save_every && pos.step % r->save_every == 0)) &&
@@ -759,7 +769,7 @@ int cmd_finetune(int argc, char **argv) {
     run r;
     int status = parse(argc, argv, &r);
     if (status >= 0) return status;
-    em_lm *lm = em_lm_load(r.dir, &(em_model_opts){.device = r.dev});
+    em_lm *lm = em_lm_load(r.dir, &(em_model_opts){.device = r.dev, .dtype = r.dtype});
     if (!lm) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
         return 1;
