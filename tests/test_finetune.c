@@ -52,7 +52,7 @@ static void test_one_step_gradients(void) {
         em_tensor *ids = em_safetensors_get(g_golden, "ids"), *labels = em_safetensors_get(g_golden, "labels");
         for (int ckpt = 0; ckpt < 2; ckpt++) {
             em_module *lora = em_model_lora_module(m);
-            em_tensor *loss = em_model_loss(m, ids, labels, &(em_loss_opts){.checkpoint_layers = ckpt});
+            em_tensor *loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.checkpoint_layers = ckpt});
             CHECK(loss != NULL);
             if (!loss) break;
             char key[256];

@@ -84,14 +84,14 @@ EM_API em_status em_model_save_merged(em_model *m, const char *src_dir, const ch
 EM_API em_tensor *em_causal_lm_loss(em_tensor *logits, em_tensor *labels, int64_t num_items);
 
 /* What em_model_loss takes besides the ids and labels; zeroed: no mask, every layer kept. */
-typedef struct em_loss_opts {
+typedef struct em_model_loss_opts {
     em_tensor *attention_mask;  /* as em_forward_opts' (NULL: every token real) */
     bool checkpoint_layers;     /* recompute each decoder layer in backward (em_checkpoint) */
     int64_t num_items;          /* as em_causal_lm_loss's */
-} em_loss_opts;
+} em_model_loss_opts;
 /* The model's forward on input_ids [B, T] without a cache, then em_causal_lm_loss: the one
  * place the logits meet the loss. opts NULL: zeroed. */
-EM_API em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_loss_opts *opts);
+EM_API em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_model_loss_opts *opts);
 
 #ifdef __cplusplus
 }

@@ -618,8 +618,8 @@ done:
     return em__scope_return(scope, loss);
 }
 
-em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_loss_opts *opts) {
-    em_loss_opts o = opts ? *opts : (em_loss_opts){0};
+em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_model_loss_opts *opts) {
+    em_model_loss_opts o = opts ? *opts : (em_model_loss_opts){0};
     em_scope scope = em_scope_begin();
     em_tensor *logits = em_model_forward(m, input_ids, &(em_forward_opts){.attention_mask = o.attention_mask,
                                                                           .checkpoint_layers = o.checkpoint_layers});

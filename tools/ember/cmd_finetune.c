@@ -499,7 +499,7 @@ static double eval_loss(em_model *m, const dataset *d, const int64_t *idx, int64
         em_tensor *ids, *labels, *loss = NULL;
         if (make_batch(d, idx + at, rows, dev, &ids, &labels)) {
             em_autocast region = amp ? em_autocast_begin(dev.type, EM_BF16) : (em_autocast){0};
-            loss = em_model_loss(m, ids, labels, &(em_loss_opts){.num_items = 1});   /* the sum */
+            loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.num_items = 1});   /* the sum */
             if (amp) em_autocast_end(region);
         }
         double v = loss ? em_item(loss) : NAN;
@@ -715,7 +715,7 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
             em_tensor *ids, *labels, *loss = NULL;
             if (make_batch(d, order + at, rows, r->dev, &ids, &labels)) {
                 em_autocast region = r->amp ? em_autocast_begin(r->dev.type, EM_BF16) : (em_autocast){0};
-                loss = em_model_loss(m, ids, labels, &(em_loss_opts){.checkpoint_layers = r->ckpt,
+                loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.checkpoint_layers = r->ckpt,
                                                                      .num_items = items ? items : 1});
                 if (r->amp) em_autocast_end(region);
             }
