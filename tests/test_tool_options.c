@@ -305,6 +305,20 @@ static int options_starting_with(const table *t, const char *s) {
     return n;
 }
 
+/* Options of s's length that differ from it in one letter: as near to s as the option s was
+ * cut from (--see is one letter from --seq as from --seed). */
+static int options_one_letter_from(const table *t, const char *s) {
+    int n = 0;
+    for (int i = 0; i < t->n; i++) {
+        const char *name = t->rows[i].name;
+        if (strlen(name) != strlen(s)) continue;
+        int diff = 0;
+        for (size_t k = 0; s[k]; k++) diff += name[k] != s[k];
+        n += diff == 1;
+    }
+    return n;
+}
+
 static void probe_option(const table *t, const row *r) {
     const char *c = t->cmd, *pre = t->prefix;
     char v[160], as[200];
@@ -391,11 +405,12 @@ static void probe_option(const table *t, const row *r) {
         expect(2, as, "%s %s %s no-such-word", c, pre, r->name);
     }
     /* a slip of the keyboard: the last letter left off (where it leaves one option it could be:
-     * "--top-" is as near --top-k as --top-p) */
+     * "--top-" is as near --top-k as --top-p, "--see" as near --seq as --seed) */
     size_t n = strlen(r->name);
     char slip[64];
     snprintf(slip, sizeof slip, "%.*s", (int)n - 1, r->name);
-    if (visible(r) && n >= 6 && !known(t, slip) && options_starting_with(t, slip) == 1) {
+    if (visible(r) && n >= 6 && !known(t, slip) && options_starting_with(t, slip) == 1 &&
+        options_one_letter_from(t, slip) == 0) {
         snprintf(as, sizeof as, "unknown option '%s' (did you mean %s?)", slip, r->name);
         expect(2, as, "%s %s %s", c, pre, slip);
     }

@@ -48,5 +48,7 @@
 #include <ember/tokenizer.h>
 /* generation: prefill and decode with a KV cache, sampling, a model folder with its tokenizer */
 #include <ember/generate.h>
+/* fine-tuning: LoRA adapters on a loaded model, the causal LM loss, PEFT's adapter folders */
+#include <ember/finetune.h>
 
 #endif

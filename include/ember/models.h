@@ -39,7 +39,8 @@
  * a second copy of the model.
  *
  * A model is read-only once loaded: several threads may run forwards at once, each with its
- * own cache. Errors follow Ember's model (NULL or a status, em_last_error() says what and
+ * own cache. Adding or loading LoRA adapters (include/ember/finetune.h) changes it: do that
+ * before threads share it. Errors follow Ember's model (NULL or a status, em_last_error() says what and
  * where: the file, the tensor, the config key). */
 #ifndef EMBER_MODELS_H
 #define EMBER_MODELS_H
@@ -165,6 +166,9 @@ typedef struct em_forward_opts {
     em_tensor *position_ids;
     em_kv_cache *cache;      /* NULL: no cache (positions start at 0) */
     int64_t logits_to_keep;  /* 0: the logits of every position; n: of the last n only */
+    /* Recompute each decoder layer in backward instead of keeping its activations
+     * (em_checkpoint per layer; for training, include/ember/finetune.h). Not with a cache. */
+    bool checkpoint_layers;
 } em_forward_opts;
 /* The logits [B, T (or logits_to_keep), vocab_size] in the model's dtype (a new reference,
  * scoped) for token ids [B, T] (int64 or int32, any device), as transformers'

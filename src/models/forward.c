@@ -23,6 +23,17 @@ em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_t
     if (!q || !k || !v) return NULL;
     int64_t B = em_size(q, 0), Hq = em_size(q, 1), T = em_size(q, 2), D = em_size(q, 3);
     em_attention_opts o = {.scale = scale, .causal = true, .key_mask = key_mask};
+    /* Under autocast the rotary embedding promotes q and k to float32 while v stays in the
+     * autocast dtype; the attention is on autocast's lower-precision list in PyTorch
+     * (scaled_dot_product_attention), so all three go to that dtype, as there. */
+    em_device_type dev = em_device_of(q).type;
+    if (em_autocast_enabled(dev)) {
+        em_dtype dt = em_autocast_dtype(dev);
+        q = em_to_dtype(q, dt);
+        k = em_to_dtype(k, dt);
+        v = em_to_dtype(v, dt);
+        if (!q || !k || !v) return NULL;
+    }
     if (cache) {
         int64_t past = cache->length;
         em_tensor *kc = cache->k[layer], *vc = cache->v[layer];
@@ -131,6 +142,11 @@ em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_
                  (long long)(past + T - 1), (long long)cfg->max_position_embeddings);
         return NULL;
     }
+    if (o.checkpoint_layers && cache) {
+        em_error(EM_ERR_ARGUMENT, "%s: checkpoint_layers recomputes layers in backward, which a cache (written in "
+                 "place) cannot allow: use one or the other", op);
+        return NULL;
+    }
     if (o.logits_to_keep < 0) {
         em_error(EM_ERR_ARGUMENT, "%s: logits_to_keep must not be negative, got %lld", op, (long long)o.logits_to_keep);
         return NULL;
@@ -141,8 +157,9 @@ em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_
     em_tensor *ids = em_to(input_ids, m->device);
     em_tensor *positions = ids ? positions_for(m, o.position_ids, B, T, past) : NULL;
     if (positions && key_mask_for(m, cache, o.attention_mask, B, T, &key_mask) == EM_OK) {
-        em_tensor *h = cfg->family == EM_MODEL_GPT2 ? em__gpt2_hidden(m, ids, positions, key_mask, cache, keep)
-                                                    : em__llama_hidden(m, ids, positions, key_mask, cache, keep);
+        bool ckpt = o.checkpoint_layers;
+        em_tensor *h = cfg->family == EM_MODEL_GPT2 ? em__gpt2_hidden(m, ids, positions, key_mask, cache, keep, ckpt)
+                                                    : em__llama_hidden(m, ids, positions, key_mask, cache, keep, ckpt);
         logits = em__model_linear(h, m->w[MW_LM_HEAD], NULL);
     }
     if (!logits) {

@@ -271,8 +271,9 @@ static em_status run(em_model *m, const em_tokenizer *tok, gen_state *g, const e
     return EM_OK;
 }
 
-em_status em_generate(em_model *m, const em_tokenizer *tok, const int64_t *const *prompts, const int64_t *lengths,
-                      int64_t rows, const em_generate_opts *opts, em_generation *out) {
+static em_status generate_rows(em_model *m, const em_tokenizer *tok, const int64_t *const *prompts,
+                               const int64_t *lengths, int64_t rows, const em_generate_opts *opts,
+                               em_generation *out) {
     if (!out) return em_error(EM_ERR_ARGUMENT, "em_generate: argument 'out' is NULL");
     memset(out, 0, sizeof *out);
     em_generate_opts o = opts ? *opts : (em_generate_opts){0};
@@ -411,5 +412,15 @@ em_status em_lm_generate(em_lm *lm, const char *const *prompts, int64_t rows, co
     for (int64_t r = 0; ids && r < rows; r++) free(ids[r]);
     free(ids);
     free(lengths);
+    return st;
+}
+
+/* Inference only: in no-grad mode, so that a model with trainable LoRA adapters records no
+ * graph (and its adapters' outputs may be written into the cache). */
+em_status em_generate(em_model *m, const em_tokenizer *tok, const int64_t *const *prompts, const int64_t *lengths,
+                      int64_t rows, const em_generate_opts *opts, em_generation *out) {
+    em_grad_mode g = em_no_grad_begin();
+    em_status st = generate_rows(m, tok, prompts, lengths, rows, opts, out);
+    em_no_grad_end(g);
     return st;
 }

@@ -30,24 +30,35 @@ static em_tensor *heads(em_tensor *qkv, int part, int64_t n, int64_t D) {
     return third ? em_transpose(third, 1, 2) : NULL;
 }
 
+/* A Conv1D projection of h by the layer's weight of role (and its bias), with its adapter if any. */
+static em_tensor *proj(em_model *m, int L, int role, em_tensor *h) {
+    em_tensor **w = m->layers[L];
+    return em__model_lora(m, L, role, h, conv1d(h, w[role], w[role + 1]));
+}
+
 static em_tensor *layer_forward(em_model *m, int L, em_tensor *x, em_tensor *key_mask, em_kv_cache *cache) {
     const em_model_config *c = &m->cfg;
     em_tensor **w = m->layers[L];
     em_shape norm_shape = EM_SHAPE(c->hidden_size);
     int64_t n = c->num_attention_heads, D = c->head_dim;
     double scale = c->attention_scale / (c->scale_by_inverse_layer ? (double)(L + 1) : 1.0);
-    em_tensor *qkv = conv1d(em_layer_norm(x, norm_shape, w[GW_LN1], w[GW_LN1_BIAS], c->norm_eps), w[GW_ATTN],
-                            w[GW_ATTN_BIAS]);
+    em_tensor *qkv = proj(m, L, GW_ATTN, em_layer_norm(x, norm_shape, w[GW_LN1], w[GW_LN1_BIAS], c->norm_eps));
     em_tensor *a = em__model_attention(cache, L, heads(qkv, 0, n, D), heads(qkv, 1, n, D), heads(qkv, 2, n, D),
                                        key_mask, scale);
-    x = em_add(conv1d(a, w[GW_ATTN_PROJ], w[GW_ATTN_PROJ_BIAS]), x);
+    x = em_add(proj(m, L, GW_ATTN_PROJ, a), x);
     em_tensor *h = em_layer_norm(x, norm_shape, w[GW_LN2], w[GW_LN2_BIAS], c->norm_eps);
-    em_tensor *f = conv1d(gelu_new(conv1d(h, w[GW_FC], w[GW_FC_BIAS])), w[GW_MLP_PROJ], w[GW_MLP_PROJ_BIAS]);
+    em_tensor *f = proj(m, L, GW_MLP_PROJ, gelu_new(proj(m, L, GW_FC, h)));
     return em_add(x, f);
 }
 
+/* A checkpointed layer: inputs x and, when there is one, the key mask. */
+static em_tensor *checkpointed_layer(void *ctx, em_tensor *const *in, int n) {
+    model_layer_ctx *lc = ctx;
+    return layer_forward(lc->m, lc->layer, in[0], n > 1 ? in[1] : NULL, NULL);
+}
+
 em_tensor *em__gpt2_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
-                           em_kv_cache *cache, int64_t keep) {
+                           em_kv_cache *cache, int64_t keep, bool checkpoint) {
     const em_model_config *c = &m->cfg;
     em_tensor *x = em_add(em_embedding(ids, m->w[MW_EMBED], EM_NO_PADDING_IDX),
                           em_embedding(positions, m->w[MW_POSITIONS], EM_NO_PADDING_IDX));
@@ -55,7 +66,9 @@ em_tensor *em__gpt2_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em
     x = em_keep(x);   /* owned across the layers, whose temporaries each layer's scope frees */
     for (int L = 0; L < (int)c->num_hidden_layers && x; L++) {
         em_scope s = em_scope_begin();
-        em_tensor *next = layer_forward(m, L, x, key_mask, cache);
+        em_tensor *inputs[2] = {x, key_mask};
+        em_tensor *next = checkpoint ? em_checkpoint(checkpointed_layer, &m->layer_ctx[L], inputs, key_mask ? 2 : 1)
+                                     : layer_forward(m, L, x, key_mask, cache);
         if (next) next = em_keep(next);
         em_scope_end(s);
         em_release(x);

@@ -9,6 +9,12 @@ static em_tensor *heads(em_tensor *y, int64_t B, int64_t T, int64_t n, int64_t D
     return y ? em_transpose(em_view(y, EM_SHAPE(B, T, n, D)), 1, 2) : NULL;
 }
 
+/* A projection of h by the layer's weight of role (and its bias), with its adapter if any. */
+static em_tensor *proj(em_model *m, int L, int role, em_tensor *h) {
+    em_tensor **w = m->layers[L];
+    return em__model_lora(m, L, role, h, em__model_linear(h, w[role], w[role + 1]));
+}
+
 /* One decoder layer on x [B, T, H]: the new hidden states (scoped). */
 static em_tensor *layer_forward(em_model *m, int L, em_tensor *x, em_tensor *cos, em_tensor *sin,
                                 em_tensor *key_mask, em_kv_cache *cache) {
@@ -17,21 +23,26 @@ static em_tensor *layer_forward(em_model *m, int L, em_tensor *x, em_tensor *cos
     int64_t B = em_size(x, 0), T = em_size(x, 1), D = c->head_dim;
     em_shape norm_shape = EM_SHAPE(c->hidden_size);
     em_tensor *h = em_rms_norm(x, norm_shape, w[LW_INPUT_NORM], c->norm_eps);
-    em_tensor *q = heads(em__model_linear(h, w[LW_Q], w[LW_Q_BIAS]), B, T, c->num_attention_heads, D);
-    em_tensor *k = heads(em__model_linear(h, w[LW_K], w[LW_K_BIAS]), B, T, c->num_key_value_heads, D);
-    em_tensor *v = heads(em__model_linear(h, w[LW_V], w[LW_V_BIAS]), B, T, c->num_key_value_heads, D);
+    em_tensor *q = heads(proj(m, L, LW_Q, h), B, T, c->num_attention_heads, D);
+    em_tensor *k = heads(proj(m, L, LW_K, h), B, T, c->num_key_value_heads, D);
+    em_tensor *v = heads(proj(m, L, LW_V, h), B, T, c->num_key_value_heads, D);
     if (!q || !k || !v) return NULL;
     em_tensor *a = em__model_attention(cache, L, em_rope(q, cos, sin), em_rope(k, cos, sin), v, key_mask,
                                        c->attention_scale);
-    x = em_add(x, em__model_linear(a, w[LW_O], w[LW_O_BIAS]));
+    x = em_add(x, proj(m, L, LW_O, a));
     h = em_rms_norm(x, norm_shape, w[LW_POST_NORM], c->norm_eps);
-    em_tensor *mlp = em_swiglu(em__model_linear(h, w[LW_GATE], w[LW_GATE_BIAS]),
-                               em__model_linear(h, w[LW_UP], w[LW_UP_BIAS]));
-    return em_add(x, em__model_linear(mlp, w[LW_DOWN], w[LW_DOWN_BIAS]));
+    em_tensor *mlp = em_swiglu(proj(m, L, LW_GATE, h), proj(m, L, LW_UP, h));
+    return em_add(x, proj(m, L, LW_DOWN, mlp));
+}
+
+/* A checkpointed layer: inputs x, cos, sin and, when there is one, the key mask. */
+static em_tensor *checkpointed_layer(void *ctx, em_tensor *const *in, int n) {
+    model_layer_ctx *lc = ctx;
+    return layer_forward(lc->m, lc->layer, in[0], in[1], in[2], n > 3 ? in[3] : NULL, NULL);
 }
 
 em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
-                            em_kv_cache *cache, int64_t keep) {
+                            em_kv_cache *cache, int64_t keep, bool checkpoint) {
     const em_model_config *c = &m->cfg;
     em_tensor *cos, *sin;
     if (em_rope_tables(&c->rope, positions, m->dtype, m->device, &cos, &sin) != EM_OK) return NULL;
@@ -40,7 +51,9 @@ em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, e
     x = em_keep(x);   /* owned across the layers, whose temporaries each layer's scope frees */
     for (int L = 0; L < (int)c->num_hidden_layers && x; L++) {
         em_scope s = em_scope_begin();
-        em_tensor *next = layer_forward(m, L, x, cos, sin, key_mask, cache);
+        em_tensor *inputs[4] = {x, cos, sin, key_mask};
+        em_tensor *next = checkpoint ? em_checkpoint(checkpointed_layer, &m->layer_ctx[L], inputs, key_mask ? 4 : 3)
+                                     : layer_forward(m, L, x, cos, sin, key_mask, cache);
         if (next) next = em_keep(next);
         em_scope_end(s);
         em_release(x);

@@ -23,9 +23,11 @@ em_status em__model_error_prefix(const char *fmt, ...) {
 
 void em_model_free(em_model *m) {
     if (!m) return;
+    em__model_lora_free(m);
     for (int i = 0; i < m->nparams; i++) em_release(m->params[i].t);
     free(m->params);
     free(m->layers);
+    free(m->layer_ctx);
     free(m);
 }
 
@@ -57,7 +59,8 @@ em_model *em_model_load(const char *dir, const em_model_opts *opts) {
     snprintf(m->family_name, sizeof m->family_name, "%s", m->cfg.architecture);
     if (em__model_param_specs(&m->cfg, &m->params, &m->nparams) != EM_OK) goto fail;
     m->layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->layers);
-    if (!m->layers) {
+    m->layer_ctx = calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->layer_ctx);
+    if (!m->layers || !m->layer_ctx) {
         em_error(EM_ERR_OUT_OF_MEMORY, "em_model_load: out of host memory");
         goto fail;
     }
@@ -70,6 +73,7 @@ em_model *em_model_load(const char *dir, const em_model_opts *opts) {
         m->weight_bytes += em_nbytes(p->t);
     }
     if (m->cfg.tie_word_embeddings) m->w[MW_LM_HEAD] = m->w[MW_EMBED];
+    for (int L = 0; L < (int)m->cfg.num_hidden_layers; L++) m->layer_ctx[L] = (model_layer_ctx){.m = m, .layer = L};
     return m;
 fail:
     em_model_free(m);

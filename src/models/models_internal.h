@@ -50,7 +50,21 @@ struct em_model {
     em_tensor *w[MODEL_WEIGHTS];
     em_tensor *(*layers)[LAYER_WEIGHTS];   /* num_hidden_layers of them */
     size_t weight_bytes, mapped_bytes;
+    /* LoRA (finetune.c): the adapters' module (NULL: none), and per layer and role the
+     * adapters lora_A [r, in] and lora_B [out, r] (borrowed from the module; NULL: none). */
+    em_module *lora;
+    em_tensor *(*lora_ab)[LAYER_WEIGHTS][2];
+    int64_t lora_rank;
+    double lora_alpha, lora_scale;
+    char lora_targets[256];            /* the config's targets, comma-separated */
+    struct model_layer_ctx *layer_ctx; /* per layer, what em_checkpoint hands back */
 };
+
+/* What a checkpointed decoder layer's function needs besides its inputs. */
+typedef struct model_layer_ctx {
+    em_model *m;
+    int layer;
+} model_layer_ctx;
 
 struct em_kv_cache {
     const em_model *model;
@@ -87,9 +101,16 @@ em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_t
 /* The families' forwards (llama.c, gpt2.c): hidden states of the last `keep` positions of ids
  * [B, T] after the final norm, [B, keep, hidden]. positions [T] or [B, T] int64 on device. */
 em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
-                            em_kv_cache *cache, int64_t keep);
+                            em_kv_cache *cache, int64_t keep, bool checkpoint);
 em_tensor *em__gpt2_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
-                           em_kv_cache *cache, int64_t keep);
+                           em_kv_cache *cache, int64_t keep, bool checkpoint);
+
+/* ---- finetune.c ---- */
+/* y plus the adapter of (layer, role) applied to x, (x A^T B^T) * scale in float32 added in
+ * y's dtype; y itself (not a new reference) when that projection has no adapter. */
+em_tensor *em__model_lora(em_model *m, int layer, int role, em_tensor *x, em_tensor *y);
+/* Frees the adapters (em_model_free). */
+void em__model_lora_free(em_model *m);
 
 /* Re-records the pending error as "<prefix>: <its message>", keeping its status. */
 em_status em__model_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -10,8 +10,8 @@
 
 #include "models_internal.h"
 
-em_status em_model_perplexity(em_model *m, const int64_t *ids, int64_t n, const em_perplexity_opts *opts,
-                              em_perplexity *out) {
+static em_status perplexity_windows(em_model *m, const int64_t *ids, int64_t n, const em_perplexity_opts *opts,
+                                    em_perplexity *out) {
     if (!m || !ids || !out) return em_error(EM_ERR_ARGUMENT, "em_model_perplexity: NULL argument");
     em_perplexity_opts o = opts ? *opts : (em_perplexity_opts){0};
     int64_t max_length = o.max_length ? o.max_length : m->cfg.max_position_embeddings;
@@ -59,4 +59,14 @@ em_status em_model_perplexity(em_model *m, const int64_t *ids, int64_t n, const 
     out->tokens = count;
     out->windows = windows;
     return EM_OK;
+}
+
+/* Inference only: in no-grad mode, so that a model with trainable LoRA adapters records no
+ * graph (and its adapters' outputs may be written into the cache). */
+em_status em_model_perplexity(em_model *m, const int64_t *ids, int64_t n, const em_perplexity_opts *opts,
+                              em_perplexity *out) {
+    em_grad_mode g = em_no_grad_begin();
+    em_status st = perplexity_windows(m, ids, n, opts, out);
+    em_no_grad_end(g);
+    return st;
 }

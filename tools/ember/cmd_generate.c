@@ -13,7 +13,10 @@
 
 static const char *const tool = "ember generate";
 
-enum { G_PROMPT, G_MAX_NEW, G_TEMPERATURE, G_TOP_K, G_TOP_P, G_REPETITION, G_SEED, G_STOP, G_DEVICE, G_DTYPE, G_THREADS, G_JSON };
+enum {
+    G_PROMPT, G_MAX_NEW, G_TEMPERATURE, G_TOP_K, G_TOP_P, G_REPETITION, G_SEED, G_STOP, G_DEVICE, G_DTYPE, G_ADAPTER,
+    G_THREADS, G_JSON
+};
 static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
                                            {"f16", 2}, {"float16", 2}, {NULL, 0}};
 static const opt_spec generate_table[] = {
@@ -33,6 +36,8 @@ static const opt_spec generate_table[] = {
     [G_DEVICE] = OPTION_DEVICE("--device", "cpu (default), cuda:N, opencl:N, auto"),
     [G_DTYPE] = OPTION_CHOICE("--dtype", dtype_choices, "the dtype the model computes in (default f32; the weights "
                               "are converted on load when the folder's differ)"),
+    [G_ADAPTER] = OPTION_STRING("--adapter", "DIR", "a PEFT LoRA adapter folder (ember finetune's --out, or peft's "
+                                "save_pretrained) applied to the model"),
     [G_THREADS] = OPTION_INT("--threads", "N", 1, 4096, "CPU threads (default: every core)"),
     [G_JSON] = OPTION_FLAG("--json", "print one JSON object at the end instead of streaming"),
 };
@@ -130,6 +135,11 @@ int cmd_generate(int argc, char **argv) {
     em_lm *lm = em_lm_load(dir, &(em_model_opts){.device = dev, .dtype = dtype});
     if (!lm) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
+        return 1;
+    }
+    if (v[G_ADAPTER].given && em_model_lora_load(em_lm_model(lm), v[G_ADAPTER].text) != EM_OK) {
+        fprintf(stderr, "%s: %s\n", tool, em_last_error());
+        em_lm_free(lm);
         return 1;
     }
     const char *stop = v[G_STOP].given ? v[G_STOP].text : NULL;

@@ -24,6 +24,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "the perplexity of a text under a Hugging Face model folder"},
     {"tokenize", cmd_tokenize, "the token ids of a text with a model's tokenizer.json (and back: --decode)"},
     {"generate", cmd_generate, "continue a text with a model folder's language model, streamed, with tokens/s"},
+    {"finetune", cmd_finetune, "LoRA fine-tuning of a model folder on text or prompt/completion JSONL (PEFT folders)"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -37,7 +38,7 @@ static const struct {
     {"train", &train_options},     {"train --model gpt", &gpt_train_options},
     {"eval", &eval_options},       {"mem", &mem_options},   {"launch", &launch_options},
     {"perplexity", &perplexity_options}, {"tokenize", &tokenize_options},
-    {"generate", &generate_options},
+    {"generate", &generate_options}, {"finetune", &finetune_options},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,305 @@
+/* LoRA fine-tuning against PyTorch + PEFT (tests/data/finetune/golden.safetensors, from
+ * scripts/golden_finetune.py): the loss and every adapter gradient of one step, the losses of
+ * ten AdamW steps with warm-up, cosine and clipping; saving and loading PEFT folders, merging;
+ * the loss's ignored labels; the bad inputs (a target naming no module, an adapter made for
+ * another base model). With EMBER_FINETUNE_EXPORT=DIR it also writes, per model, the adapters
+ * after the ten steps, its logits on the batch and the merged model folder into DIR/<model>,
+ * which the script's --check loads in PEFT and transformers. */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "test.h"
+
+#define GOLDEN "tests/data/finetune/golden.safetensors"
+static em_safetensors *g_golden;
+
+static const char *const cases[][2] = {{"llama", "q_proj,v_proj"}, {"gpt2", "c_attn"}};
+static em_device g_devs[3];   /* the CPU and the GPUs there are */
+static int g_ndev;
+
+/* The largest |a - b| relative to max|b| (both float32 on any device). */
+static double rel_diff(em_tensor *a, em_tensor *b) {
+    a = em_to(a, EM_DEVICE_CPU);
+    b = em_to(b, EM_DEVICE_CPU);
+    em_tensor *d = em_max(em_abs(em_sub(em_to_dtype(a, EM_F32), em_to_dtype(b, EM_F32))), EM_ALL_DIMS, false);
+    em_tensor *s = em_max(em_abs(em_to_dtype(b, EM_F32)), EM_ALL_DIMS, false);
+    double dv = d ? em_item(d) : INFINITY, sv = s ? em_item(s) : 1;
+    return dv / (sv > 1e-12 ? sv : 1);
+}
+
+static em_model *load_on(const char *name, em_device dev) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "tests/data/models/%s", name);
+    em_model *m = em_model_load(dir, &(em_model_opts){.device = dev});
+    CHECK(m != NULL);
+    if (!m) return NULL;
+    snprintf(dir, sizeof dir, "tests/data/finetune/%s/init", name);
+    em_status st = em_model_lora_load(m, dir);
+    if (st != EM_OK) fprintf(stderr, "  %s\n", em_last_error());
+    CHECK(st == EM_OK);
+    return m;
+}
+
+static em_model *load_with_init(const char *name) { return load_on(name, EM_DEVICE_CPU); }
+
+/* On every device: the adapters live there, the gradients match PEFT's. */
+static void test_one_step_gradients(void) {
+    for (int di = 0; di < g_ndev; di++)
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        em_scope scope = em_scope_begin();
+        em_model *m = load_on(cases[c][0], g_devs[di]);
+        if (!m) continue;
+        em_tensor *ids = em_safetensors_get(g_golden, "ids"), *labels = em_safetensors_get(g_golden, "labels");
+        for (int ckpt = 0; ckpt < 2; ckpt++) {
+            em_module *lora = em_model_lora_module(m);
+            em_tensor *loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.checkpoint_layers = ckpt});
+            CHECK(loss != NULL);
+            if (!loss) break;
+            char key[256];
+            snprintf(key, sizeof key, "%s/loss", cases[c][0]);
+            CHECK_NEAR(em_item(loss), em_item(em_safetensors_get(g_golden, key)), 1e-5);
+            CHECK(em_backward(loss) == EM_OK);
+            em_named_tensor p[16];
+            int n = em_module_parameters(lora, p, 16);
+            CHECK(n == (c == 0 ? 8 : 4));   /* 2 layers x targets x (A, B) */
+            for (int i = 0; i < n && i < 16; i++) {
+                snprintf(key, sizeof key, "%s/grad/base_model.model.%s", cases[c][0], p[i].name);
+                em_tensor *want = em_safetensors_get(g_golden, key), *got = em_grad(p[i].tensor);
+                CHECK(want != NULL && got != NULL);
+                if (!want || !got) continue;
+                double d = rel_diff(got, want);
+                if (!(d < 1e-4))
+                    fprintf(stderr, "  %s (%s, checkpoint %d): relative difference %g\n", key,
+                            em_device_str(g_devs[di]).s, ckpt, d);
+                CHECK(d < 1e-4);
+                CHECK(em_device_equal(em_device_of(got), g_devs[di]));
+                em_set_grad(p[i].tensor, NULL);
+            }
+            /* the base weights never get a gradient */
+            em_tensor *w = em_model_parameter(m, 2, NULL);
+            CHECK(!em_requires_grad(w) && em_grad(w) == NULL);
+        }
+        em_model_free(m);
+        em_scope_end(scope);
+    }
+}
+
+/* Ten AdamW steps as the script's; the model keeps the trained adapters. */
+static void train_ten_steps(em_model *m, const char *name) {
+    em_tensor *ids = em_safetensors_get(g_golden, "ids"), *labels = em_safetensors_get(g_golden, "labels");
+    em_adam_opts o = em_adam_defaults(1e-2);
+    o.weight_decay = 0.01;
+    em_optimizer *opt = em_adamw_ex(em_model_lora_module(m), o);
+    CHECK(opt != NULL);
+    char key[128];
+    snprintf(key, sizeof key, "%s/losses", name);
+    em_tensor *want = em_safetensors_get(g_golden, key);
+    float losses[10] = {0};
+    if (want) em_copy_to_host(want, losses, sizeof losses);
+    em_lr_schedule sched = em_lr_cosine(3, 10, 0);
+    for (int t = 0; t < 10 && opt; t++) {
+        em_scope s = em_scope_begin();
+        em_optim_set_lr(opt, em_lr_at(sched, 1e-2, t));
+        em_tensor *loss = em_model_loss(m, ids, labels, NULL);
+        CHECK(loss != NULL);
+        if (!loss) {
+            em_scope_end(s);
+            break;
+        }
+        double l = em_item(loss);
+        if (!(fabs(l - losses[t]) <= 1e-4 * fabs(losses[t]) + 1e-5))
+            fprintf(stderr, "  %s step %d: loss %.8g, PyTorch %.8g\n", name, t, l, losses[t]);
+        CHECK_NEAR(l, losses[t], 1e-4 * fabs(losses[t]) + 1e-5);
+        CHECK(em_backward(loss) == EM_OK);
+        CHECK(!isnan(em_clip_grad_norm(em_model_lora_module(m), 1.0)));
+        CHECK(em_step(opt) == EM_OK);
+        CHECK(em_zero_grad(opt) == EM_OK);
+        em_scope_end(s);
+    }
+    em_optim_free(opt);
+}
+
+static void test_ten_adamw_steps(void) {
+    const char *export_dir = getenv("EMBER_FINETUNE_EXPORT");
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        em_scope scope = em_scope_begin();
+        const char *name = cases[c][0];
+        em_model *m = load_with_init(name);
+        if (!m) continue;
+        train_ten_steps(m, name);
+        em_named_tensor p[16];
+        int n = em_module_parameters(em_model_lora_module(m), p, 16);
+        for (int i = 0; i < n && i < 16; i++) {
+            char key[256];
+            snprintf(key, sizeof key, "%s/final/base_model.model.%s", name, p[i].name);
+            em_tensor *want = em_safetensors_get(g_golden, key);
+            CHECK(want != NULL);
+            double d = want ? rel_diff(p[i].tensor, want) : 1;
+            if (!(d < 1e-4)) fprintf(stderr, "  %s: relative difference %g\n", key, d);
+            CHECK(d < 1e-4);
+        }
+        if (export_dir) {
+            char dir[1024], path[1100];
+            snprintf(dir, sizeof dir, "%s/%s", export_dir, name);
+            CHECK(em_model_lora_save(m, dir, name) == EM_OK);
+            em_tensor *logits = em_model_forward(m, em_safetensors_get(g_golden, "ids"), NULL);
+            snprintf(path, sizeof path, "%s/ember_logits.safetensors", dir);
+            const char *names[] = {"logits"};
+            CHECK(logits && em_safetensors_save(path, names, &logits, 1) == EM_OK);
+            char src[256];
+            snprintf(src, sizeof src, "tests/data/models/%s", name);
+            snprintf(path, sizeof path, "%s/merged", dir);
+            CHECK(em_model_save_merged(m, src, path) == EM_OK);
+        }
+        em_model_free(m);
+        em_scope_end(scope);
+    }
+}
+
+/* Save, load into a fresh model, merge: the same logits three ways. */
+static void test_save_load_merge(void) {
+    char tmp[] = "/tmp/ember_finetune_XXXXXX";
+    CHECK(mkdtemp(tmp) != NULL);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        em_scope scope = em_scope_begin();
+        const char *name = cases[c][0];
+        char src[256], adapter[512], merged[512];
+        snprintf(src, sizeof src, "tests/data/models/%s", name);
+        snprintf(adapter, sizeof adapter, "%s/%s-adapter", tmp, name);
+        snprintf(merged, sizeof merged, "%s/%s-merged", tmp, name);
+        em_model *m = load_with_init(name);
+        if (!m) continue;
+        em_tensor *ids = em_safetensors_get(g_golden, "ids");
+        em_tensor *want = em_model_forward(m, ids, NULL);
+        CHECK(em_model_lora_save(m, adapter, src) == EM_OK);
+        CHECK(em_model_save_merged(m, src, merged) == EM_OK);
+        em_model *fresh = em_model_load(src, NULL);
+        CHECK(fresh && !em_model_has_lora(fresh) && em_model_lora_load(fresh, adapter) == EM_OK);
+        em_lora_config cfg;
+        CHECK(em_model_lora_config(fresh, &cfg) == EM_OK && cfg.rank == 4 && cfg.alpha == 8);
+        em_tensor *got = em_model_forward(fresh, ids, NULL);
+        CHECK(got && rel_diff(got, want) == 0);
+        /* loading again into a model that has the same adapters overwrites them */
+        CHECK(em_model_lora_load(fresh, adapter) == EM_OK);
+        em_model *mm = em_model_load(merged, NULL);
+        CHECK(mm != NULL);
+        em_tensor *gm = mm ? em_model_forward(mm, ids, NULL) : NULL;
+        double d = gm ? rel_diff(gm, want) : 1;
+        if (!(d < 1e-5)) fprintf(stderr, "  %s merged: relative difference %g\n", name, d);
+        CHECK(d < 1e-5);
+        /* the base is the model without adapters: the merged weights differ from it */
+        em_model *plain = em_model_load(src, NULL);
+        em_tensor *gp = plain ? em_model_forward(plain, ids, NULL) : NULL;
+        CHECK(gp && rel_diff(gp, want) > 1e-4);
+        em_model_free(plain);
+        em_model_free(mm);
+        em_model_free(fresh);
+        em_model_free(m);
+        em_scope_end(scope);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    CHECK(system(cmd) == 0);
+}
+
+/* transformers' ForCausalLMLoss by hand on a small case: -100 ignored, mean over counted. */
+static void test_causal_lm_loss(void) {
+    em_scope scope = em_scope_begin();
+    em_manual_seed(3);
+    em_tensor *logits = em_randn(EM_SHAPE(1, 4, 5), EM_OPTS(.dtype = EM_F32));
+    int64_t lab[4] = {7 /* never read: position 0 has no prediction */, 2, -100, 4};
+    em_tensor *labels = em_from_data(lab, EM_I64, EM_SHAPE(1, 4), EM_OPTS(.dtype = EM_I64));
+    float x[20];
+    em_copy_to_host(logits, x, sizeof x);
+    double want = 0;
+    int targets[2][2] = {{0, 2}, {2, 4}};   /* (position predicting, label) */
+    for (int k = 0; k < 2; k++) {
+        const float *row = x + 5 * targets[k][0];
+        double mx = row[0], z = 0;
+        for (int j = 1; j < 5; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < 5; j++) z += exp(row[j] - mx);
+        want += -(row[targets[k][1]] - mx - log(z));
+    }
+    em_tensor *l = em_causal_lm_loss(logits, labels, 0);
+    CHECK(l && fabs(em_item(l) - want / 2) < 1e-6);
+    em_tensor *l3 = em_causal_lm_loss(logits, labels, 3);
+    CHECK(l3 && fabs(em_item(l3) - want / 3) < 1e-6);
+    int64_t bad[4] = {0, 1, 9, 2};
+    em_tensor *bl = em_from_data(bad, EM_I64, EM_SHAPE(1, 4), EM_OPTS(.dtype = EM_I64));
+    CHECK(em_causal_lm_loss(logits, bl, 0) == NULL && strstr(em_last_error(), "labels[0, 2] = 9"));
+    em_clear_error();
+    em_scope_end(scope);
+}
+
+static void test_bad_inputs(void) {
+    em_scope scope = em_scope_begin();
+    em_model *m = em_model_load("tests/data/models/llama", NULL);
+    CHECK(m != NULL);
+    if (!m) {
+        em_scope_end(scope);
+        return;
+    }
+    /* a target naming no module */
+    CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8, .targets = "q_proj,c_attn"}) ==
+          EM_ERR_ARGUMENT);
+    CHECK(strstr(em_last_error(), "'c_attn' matches no module") && strstr(em_last_error(), "q_proj, k_proj"));
+    CHECK(!em_model_has_lora(m));
+    em_clear_error();
+    CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 65, .targets = "q_proj"}) == EM_ERR_ARGUMENT);
+    CHECK(strstr(em_last_error(), "rank 65"));
+    em_clear_error();
+    /* GPT-2's adapter on a Llama: its targets name no module of this model */
+    CHECK(em_model_lora_load(m, "tests/data/finetune/gpt2/init") != EM_OK);
+    CHECK(strstr(em_last_error(), "c_attn") && !em_model_has_lora(m));
+    em_clear_error();
+    /* a Llama adapter of another shape: the same names, other sizes */
+    em_model *qwen = em_model_load("tests/data/models/qwen2", NULL);
+    if (qwen) {
+        const em_model_config *qc = em_model_config_of(qwen);
+        if (qc->hidden_size != em_model_config_of(m)->hidden_size ||
+            qc->num_key_value_heads * qc->head_dim != em_model_config_of(m)->num_key_value_heads * em_model_config_of(m)->head_dim) {
+            CHECK(em_model_lora_load(qwen, "tests/data/finetune/llama/init") != EM_OK);
+            CHECK(strstr(em_last_error(), "another base model") != NULL);
+            CHECK(!em_model_has_lora(qwen));
+            em_clear_error();
+        }
+        em_model_free(qwen);
+    }
+    CHECK(em_model_lora_load(m, "tests/data/finetune/missing") != EM_OK);
+    em_clear_error();
+    /* adapters already there; checkpointing with a cache */
+    CHECK(em_model_lora_add(m, NULL) == EM_OK);
+    CHECK(em_model_lora_add(m, NULL) == EM_ERR_ARGUMENT);
+    em_clear_error();
+    em_kv_cache *cache = em_kv_cache_new(m, 1, 8);
+    int64_t one[1] = {5};
+    em_tensor *ids = em_from_data(one, EM_I64, EM_SHAPE(1, 1), EM_OPTS(.dtype = EM_I64));
+    CHECK(em_model_forward(m, ids, &(em_forward_opts){.cache = cache, .checkpoint_layers = true}) == NULL);
+    em_clear_error();
+    em_kv_cache_free(cache);
+    em_model_free(m);
+    em_scope_end(scope);
+}
+
+int main(void) {
+    g_golden = em_safetensors_load(GOLDEN, EM_DEVICE_CPU);
+    if (!g_golden) {
+        fprintf(stderr, "%s: %s\n", GOLDEN, em_last_error());
+        return 1;
+    }
+    g_devs[g_ndev++] = EM_DEVICE_CPU;
+    em_device_type gpus[] = {EM_OPENCL, EM_CUDA};
+    for (int i = 0; i < 2; i++) {
+        if (em_device_count(gpus[i]) > 0) g_devs[g_ndev++] = EM_DEVICE(gpus[i], 0);
+        else test_skip_case(gpus[i] == EM_OPENCL ? "gradients on opencl" : "gradients on cuda", "%s",
+                            em_device_unavailable_reason(gpus[i]) ? em_device_unavailable_reason(gpus[i]) : "no device");
+    }
+    em_clear_error();
+    RUN(test_causal_lm_loss);
+    RUN(test_one_step_gradients);
+    RUN(test_ten_adamw_steps);
+    RUN(test_save_load_merge);
+    RUN(test_bad_inputs);
+    em_safetensors_free(g_golden);
+    return test_summary();
+}

@@ -1,0 +1,846 @@
+/* ember finetune: LoRA fine-tuning of a Hugging Face model folder (include/ember/finetune.h)
+ * on plain text or prompt/completion JSONL, with AdamW, a warm-up then cosine schedule,
+ * clipping, gradient accumulation, bf16 autocast, activation checkpointing, a held-out eval
+ * loss, and checkpoints that a signal writes and --resume continues bit for bit.
+ *
+ * Reproducibility: the adapters' initial values come from --seed (em_manual_seed); the order
+ * of the examples in epoch e is a pure function of (seed, e), drawn by this file's own
+ * generator, so a resumed run re-derives it from the checkpoint's (epoch, micro-batch)
+ * instead of restoring a generator's state. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <ember/ember.h>
+#include "commands.h"
+#include "mlp.h"       /* mlp_parse_device */
+#include "options.h"
+
+static const char *const tool = "ember finetune";
+
+enum {
+    F_DATA, F_OUT, F_RANK, F_ALPHA, F_TARGETS, F_EPOCHS, F_MAX_STEPS, F_SEQ, F_BATCH, F_LR, F_WD, F_WARMUP,
+    F_MAX_GRAD_NORM, F_ACCUMULATE, F_AMP, F_CKPT_ACT, F_RESUME, F_SAVE_EVERY, F_EVAL_FRACTION, F_MERGE, F_DEVICE,
+    F_DTYPE, F_SEED, F_INTERRUPT_AFTER
+};
+static const opt_choice amp_choices[] = {{"bf16", 1}, {"bfloat16", 1}, {NULL, 0}};
+static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
+                                           {"f16", 2}, {"float16", 2}, {NULL, 0}};
+static const opt_spec finetune_table[] = {
+    [F_DATA] = OPTION_STRING("--data", "FILE", "the training data (required): plain text, or JSONL (a .jsonl name) of "
+                             "{\"prompt\": ..., \"completion\": ...} objects"),
+    [F_OUT] = OPTION_STRING("--out", "DIR", "where the adapter folder goes (required): adapter_config.json, "
+                            "adapter_model.safetensors, and checkpoint.safetensors for --resume"),
+    [F_RANK] = OPTION_INT("--lora-rank", "R", 1, 1 << 16, "the adapters' rank r (default 8)"),
+    [F_ALPHA] = OPTION_DOUBLE("--lora-alpha", "A", 0, 1e9, "lora_alpha: the adapters' output is scaled by A / R "
+                              "(default 16)"),
+    [F_TARGETS] = OPTION_LIST("--lora-targets", "LIST", "the module names to adapt (default q_proj,v_proj; GPT-2: "
+                              "c_attn); Llama family: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, GPT-2: "
+                              "c_attn c_proj c_fc"),
+    [F_EPOCHS] = OPTION_INT("--epochs", "E", 1, 1 << 20, "passes over the training examples (default 1)"),
+    [F_MAX_STEPS] = OPTION_INT("--max-steps", "N", 1, INT64_MAX / 4, "stop after N optimizer steps instead (epochs "
+                               "repeat as needed)"),
+    [F_SEQ] = OPTION_INT("--seq", "S", 2, 1 << 20, "tokens per sequence (default 128, at most the model's context): "
+                         "plain text is packed into sequences of S, JSONL examples are padded to S"),
+    [F_BATCH] = OPTION_INT("--batch-size", "B", 1, 1 << 16, "sequences per micro-batch (default 4)"),
+    [F_LR] = OPTION_DOUBLE("--lr", "LR", 0, 10, "the peak learning rate (default 2e-4)"),
+    [F_WD] = OPTION_DOUBLE("--weight-decay", "WD", 0, 10, "AdamW's decoupled weight decay on the adapters (default "
+                           "0.01, PyTorch's)"),
+    [F_WARMUP] = OPTION_INT("--warmup-steps", "N", 0, INT64_MAX / 4, "linear warm-up steps before the cosine decay "
+                            "(default a tenth of the steps)"),
+    [F_MAX_GRAD_NORM] = OPTION_DOUBLE("--max-grad-norm", "N", 0, 1e9, "clip the gradients' total norm to N (default "
+                                      "1.0; 0: no clipping)"),
+    [F_ACCUMULATE] = OPTION_INT("--accumulate", "N", 1, 1 << 16, "micro-batches per optimizer step (default 1)"),
+    [F_AMP] = OPTION_CHOICE("--amp", amp_choices, "compute the forward under bf16 autocast (the adapters and "
+                            "optimizer stay float32)"),
+    [F_CKPT_ACT] = OPTION_FLAG("--checkpoint-activations", "recompute each decoder layer in backward instead of "
+                               "keeping its activations"),
+    [F_RESUME] = OPTION_FLAG("--resume", "continue from DIR/checkpoint.safetensors: adapters, optimizer, schedule "
+                             "and data position"),
+    [F_SAVE_EVERY] = OPTION_INT("--save-every", "N", 0, INT64_MAX / 4, "write the checkpoint every N steps (default "
+                                "0: at the end and on a signal only)"),
+    [F_EVAL_FRACTION] = OPTION_DOUBLE("--eval-fraction", "F", 0, 0.9, "hold out this fraction of the examples for an "
+                                      "eval loss after each epoch and at the end (default 0: none)"),
+    [F_MERGE] = OPTION_FLAG("--merge", "also write DIR/merged: the model with the adapters merged into its weights, "
+                            "a full folder transformers loads"),
+    [F_DEVICE] = OPTION_DEVICE("--device", "cpu (default), cuda:N, opencl:N, auto"),
+    [F_DTYPE] = OPTION_CHOICE("--dtype", dtype_choices, "the frozen base weights' dtype (default f32; converted on "
+                              "load when the folder's differ); the adapters are float32 whatever it is"),
+    [F_SEED] = OPTION_INT("--seed", "S", 0, INT64_MAX, "the adapters' init, the split and the examples' order "
+                          "(default 0)"),
+    [F_INTERRUPT_AFTER] = {.name = "--interrupt-after", .kind = OPT_INT, .metavar = "N", .imin = 1,
+                           .imax = INT64_MAX / 4, .flags = OPT_HIDDEN,
+                           .help = "for tests: raise SIGTERM at the end of step N"},
+};
+OPT_TABLE_FITS(finetune_table);
+
+const opt_command finetune_options = {
+    .name = "ember finetune",
+    .usage = "ember finetune MODEL_DIR --data FILE --out DIR [options]",
+    .about = "Fine-tunes a language model from a Hugging Face model folder (Llama, Mistral, Qwen2, GPT-2) with LoRA "
+             "adapters, as PEFT does: the base weights stay frozen, only the adapters train. The result is a PEFT "
+             "adapter folder (peft's PeftModel.from_pretrained and `ember generate --adapter DIR` load it) and, with "
+             "--merge, a full model folder.\n\n"
+             "Data: plain text is tokenized whole and packed into sequences of --seq tokens (the remainder dropped); "
+             "JSONL holds one {\"prompt\": ..., \"completion\": ...} object a line, the prompt encoded with the "
+             "tokenizer's special tokens (a BOS) and the completion after it with the end-of-sequence id; the loss "
+             "counts the completion's tokens only. A completion is cut at --seq; a prompt that leaves no room for "
+             "it is an error naming the line.\n\n"
+             "Training: AdamW (PyTorch's defaults, --weight-decay), a linear warm-up then cosine decay to 0, "
+             "gradient clipping, --accumulate micro-batches per step (the loss averaged over all their counted "
+             "tokens, as transformers' Trainer), no dropout. A progress line a step on standard error: loss, "
+             "learning rate, gradient norm, tokens/s and memory.",
+    .positional = "MODEL_DIR",
+    .positional_help = "a model folder as save_pretrained writes it, with its tokenizer.json",
+    .extra = "MODEL_DIR and options",
+    .options = finetune_table,
+    .count = OPT_COUNT(finetune_table),
+    .epilogue = "Signals: SIGINT, SIGTERM and SIGHUP stop after the current step, write DIR/checkpoint.safetensors "
+                "and exit with 128 + the signal; --resume with the same options continues where it stopped and "
+                "ends with the same adapters, bit for bit on the CPU, as a run that was never stopped.",
+    .exit_status = "0 done; 1 the model, the data or the training failed; 2 bad arguments; 128" OPT_NBSP "+" OPT_NBSP
+                   "N stopped by signal N (checkpoint written)",
+};
+
+/* ---- signals ---- */
+
+static volatile sig_atomic_t interrupted;
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void on_stop_signal(int sig) {
+    if (interrupted) _exit(128 + interrupted);   /* a second signal: at once */
+    interrupted = sig;
+}
+
+static void catch_stop_signals(bool on) {
+    for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++) {
+        struct sigaction sa = {.sa_handler = on ? on_stop_signal : SIG_DFL};
+        sigemptyset(&sa.sa_mask);
+        sigaction(stop_signals[i], &sa, NULL);
+    }
+}
+
+/* ---- the examples ---- */
+
+typedef struct example {
+    int64_t *ids, *labels;   /* seq each (pads: labels -100) */
+    int64_t counted;         /* labels that count (not -100) after position 0 */
+} example;
+
+typedef struct dataset {
+    example *ex;
+    int64_t n, cap, seq;
+} dataset;
+
+static void dataset_free(dataset *d) {
+    for (int64_t i = 0; i < d->n; i++) {
+        free(d->ex[i].ids);
+        free(d->ex[i].labels);
+    }
+    free(d->ex);
+    *d = (dataset){0};
+}
+
+static example *dataset_add(dataset *d) {
+    if (d->n == d->cap) {
+        int64_t cap = d->cap ? 2 * d->cap : 64;
+        example *ex = realloc(d->ex, (size_t)cap * sizeof *ex);
+        if (!ex) return NULL;
+        d->ex = ex;
+        d->cap = cap;
+    }
+    example *e = &d->ex[d->n];
+    e->ids = malloc((size_t)d->seq * sizeof *e->ids);
+    e->labels = malloc((size_t)d->seq * sizeof *e->labels);
+    if (!e->ids || !e->labels) {
+        free(e->ids);
+        free(e->labels);
+        return NULL;
+    }
+    d->n++;
+    return e;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: cannot read %s: %s\n", tool, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap + 1);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *b = realloc(buf, 2 * cap + 1);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+    }
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "%s: %s: %s\n", tool, path, buf ? "read error" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* A JSON string at *p (after its opening quote) decoded into a malloc'ed UTF-8 string; NULL on
+ * a bad string. */
+static char *json_string_value(const char **p) {
+    const char *s = *p;
+    size_t cap = 64, n = 0;
+    char *out = malloc(cap);
+    while (out && *s && *s != '"') {
+        if (n + 8 > cap) {
+            char *o = realloc(out, cap *= 2);
+            if (!o) break;
+            out = o;
+        }
+        unsigned char c = (unsigned char)*s++;
+        if (c < 0x20) break;
+        if (c != '\\') {
+            out[n++] = (char)c;
+            continue;
+        }
+        char e = *s++;
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (e && simple) {
+            out[n++] = "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
+            continue;
+        }
+        if (e != 'u') break;
+        unsigned long cp = 0;
+        for (int k = 0; k < 4; k++, s++) {
+            int h = (*s >= '0' && *s <= '9') ? *s - '0' : (*s | 32) >= 'a' && (*s | 32) <= 'f' ? (*s | 32) - 'a' + 10 : -1;
+            if (h < 0) goto bad;
+            cp = cp * 16 + (unsigned long)h;
+        }
+        if (cp >= 0xD800 && cp < 0xDC00 && s[0] == '\\' && s[1] == 'u') {
+            unsigned long lo = 0;
+            for (int k = 2; k < 6; k++) {
+                int h = (s[k] >= '0' && s[k] <= '9') ? s[k] - '0'
+                      : (s[k] | 32) >= 'a' && (s[k] | 32) <= 'f' ? (s[k] | 32) - 'a' + 10 : -1;
+                if (h < 0) goto bad;
+                lo = lo * 16 + (unsigned long)h;
+            }
+            if (lo < 0xDC00 || lo > 0xDFFF) goto bad;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            s += 6;
+        } else if (cp >= 0xD800 && cp <= 0xDFFF) {
+            goto bad;
+        }
+        if (cp < 0x80) out[n++] = (char)cp;
+        else if (cp < 0x800) out[n++] = (char)(0xC0 | (cp >> 6)), out[n++] = (char)(0x80 | (cp & 0x3F));
+        else if (cp < 0x10000)
+            out[n++] = (char)(0xE0 | (cp >> 12)), out[n++] = (char)(0x80 | ((cp >> 6) & 0x3F)),
+            out[n++] = (char)(0x80 | (cp & 0x3F));
+        else
+            out[n++] = (char)(0xF0 | (cp >> 18)), out[n++] = (char)(0x80 | ((cp >> 12) & 0x3F)),
+            out[n++] = (char)(0x80 | ((cp >> 6) & 0x3F)), out[n++] = (char)(0x80 | (cp & 0x3F));
+    }
+    if (out && *s == '"') {
+        out[n] = '\0';
+        *p = s + 1;
+        return out;
+    }
+bad:
+    free(out);
+    return NULL;
+}
+
+static const char *skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+    return p;
+}
+
+/* One JSONL line: an object whose "prompt" and "completion" are strings (other members may
+ * be strings, numbers, true, false or null). Returns false with *why set otherwise. */
+static bool parse_line(const char *line, char **prompt, char **completion, const char **why) {
+    *prompt = *completion = NULL;
+    const char *p = skip_ws(line);
+    *why = "expected a JSON object {\"prompt\": ..., \"completion\": ...}";
+    if (*p++ != '{') return false;
+    p = skip_ws(p);
+    if (*p == '}') p++;
+    else
+        for (;;) {
+            if (*p++ != '"') return false;
+            char *key = json_string_value(&p);
+            if (!key) return false;
+            p = skip_ws(p);
+            if (*p++ != ':') {
+                free(key);
+                return false;
+            }
+            p = skip_ws(p);
+            char **slot = !strcmp(key, "prompt") ? prompt : !strcmp(key, "completion") ? completion : NULL;
+            free(key);
+            if (*p == '"') {
+                p++;
+                char *v = json_string_value(&p);
+                if (!v) return false;
+                if (slot && !*slot) *slot = v;
+                else free(v);
+            } else {
+                if (slot) {
+                    *why = "\"prompt\" and \"completion\" must be strings";
+                    return false;
+                }
+                size_t k = strspn(p, "-+.0123456789eE");
+                if (!k && !strncmp(p, "true", 4)) k = 4;
+                else if (!k && !strncmp(p, "false", 5)) k = 5;
+                else if (!k && !strncmp(p, "null", 4)) k = 4;
+                if (!k) {
+                    *why = "members other than \"prompt\" and \"completion\" may only be strings, numbers, booleans or "
+                           "null";
+                    return false;
+                }
+                p += k;
+            }
+            p = skip_ws(p);
+            if (*p == ',') {
+                p = skip_ws(p + 1);
+                continue;
+            }
+            if (*p++ != '}') return false;
+            break;
+        }
+    if (*skip_ws(p)) return false;
+    if (!*prompt || !*completion) {
+        *why = "the object needs string members \"prompt\" and \"completion\"";
+        return false;
+    }
+    return true;
+}
+
+/* Encodes text (no special tokens added) into a malloc'ed array. */
+static int64_t *encode(const em_tokenizer *tok, const char *text, unsigned flags, int64_t *n) {
+    size_t count = 0;
+    if (em_tokenizer_encode_i64(tok, text, strlen(text), flags, NULL, 0, &count) != EM_OK && count == 0 && *text) {
+        return NULL;
+    }
+    em_clear_error();
+    int64_t *ids = malloc((count ? count : 1) * sizeof *ids);
+    if (ids && em_tokenizer_encode_i64(tok, text, strlen(text), flags, ids, count, &count) != EM_OK) {
+        free(ids);
+        return NULL;
+    }
+    *n = (int64_t)count;
+    return ids;
+}
+
+static void finish_example(example *e, int64_t seq) {
+    e->counted = 0;
+    for (int64_t t = 1; t < seq; t++) e->counted += e->labels[t] != -100;
+}
+
+static bool load_jsonl(const char *path, char *text, const em_tokenizer *tok, const em_model_config *cfg, dataset *d) {
+    int64_t eos = cfg->n_eos ? cfg->eos_token_ids[0] : -1;
+    int64_t pad = cfg->pad_token_id >= 0 ? cfg->pad_token_id : eos >= 0 ? eos : 0;
+    int64_t lineno = 0;
+    for (char *line = text, *next; line; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        if (!*skip_ws(line)) continue;
+        char *prompt, *completion;
+        const char *why;
+        if (!parse_line(line, &prompt, &completion, &why)) {
+            free(prompt);
+            free(completion);
+            fprintf(stderr, "%s: %s:%lld: %s\n", tool, path, (long long)lineno, why);
+            return false;
+        }
+        int64_t np = 0, nc = 0;
+        int64_t *p = encode(tok, prompt, EM_TOKENIZE_ADD_SPECIAL, &np);
+        int64_t *c = p ? encode(tok, completion, 0, &nc) : NULL;
+        free(prompt);
+        free(completion);
+        if (!p || !c) {
+            free(p);
+            free(c);
+            fprintf(stderr, "%s: %s:%lld: %s\n", tool, path, (long long)lineno, em_last_error());
+            return false;
+        }
+        if (np >= d->seq) {
+            fprintf(stderr, "%s: %s:%lld: the prompt is %lld tokens, which leaves no room for the completion in "
+                    "the context of --seq %lld tokens\n", tool, path, (long long)lineno, (long long)np,
+                    (long long)d->seq);
+            free(p);
+            free(c);
+            return false;
+        }
+        example *e = dataset_add(d);
+        if (!e) {
+            free(p);
+            free(c);
+            fprintf(stderr, "%s: out of memory\n", tool);
+            return false;
+        }
+        int64_t t = 0;
+        for (int64_t i = 0; i < np; i++, t++) e->ids[t] = p[i], e->labels[t] = -100;
+        for (int64_t i = 0; i < nc && t < d->seq; i++, t++) e->ids[t] = e->labels[t] = c[i];
+        if (eos >= 0 && t < d->seq) e->ids[t] = e->labels[t] = eos, t++;
+        for (; t < d->seq; t++) e->ids[t] = pad, e->labels[t] = -100;   /* right padding: no one attends to it */
+        finish_example(e, d->seq);
+        free(p);
+        free(c);
+    }
+    if (!d->n) fprintf(stderr, "%s: %s holds no example\n", tool, path);
+    return d->n > 0;
+}
+
+static bool load_text(const char *path, const char *text, const em_tokenizer *tok, dataset *d) {
+    int64_t n = 0;
+    int64_t *ids = encode(tok, text, 0, &n);
+    if (!ids) {
+        fprintf(stderr, "%s: %s: %s\n", tool, path, em_last_error());
+        return false;
+    }
+    if (n < d->seq) {
+        fprintf(stderr, "%s: %s holds %lld tokens, fewer than one sequence of --seq %lld\n", tool, path, (long long)n,
+                (long long)d->seq);
+        free(ids);
+        return false;
+    }
+    for (int64_t at = 0; at + d->seq <= n; at += d->seq) {
+        example *e = dataset_add(d);
+        if (!e) {
+            free(ids);
+            fprintf(stderr, "%s: out of memory\n", tool);
+            return false;
+        }
+        memcpy(e->ids, ids + at, (size_t)d->seq * sizeof *ids);
+        memcpy(e->labels, ids + at, (size_t)d->seq * sizeof *ids);
+        finish_example(e, d->seq);
+    }
+    free(ids);
+    return true;
+}
+
+/* ---- the order of the examples: splitmix64 from (seed, stream) ---- */
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* order[0..n) a permutation drawn from (seed, stream) by Fisher-Yates. */
+static void shuffle(int64_t *order, int64_t n, uint64_t seed, uint64_t stream) {
+    uint64_t s = seed * 0x100000001B3ull ^ (stream + 1) * 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < n; i++) order[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(splitmix(&s) % (uint64_t)(i + 1));
+        int64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+/* ---- batches ---- */
+
+/* The examples idx[0..rows) as ids and labels [rows, seq] tensors on dev (scoped). */
+static bool make_batch(const dataset *d, const int64_t *idx, int64_t rows, em_device dev, em_tensor **ids,
+                       em_tensor **labels) {
+    int64_t seq = d->seq;
+    int64_t *a = malloc((size_t)(rows * seq) * sizeof *a), *b = malloc((size_t)(rows * seq) * sizeof *b);
+    if (a && b)
+        for (int64_t r = 0; r < rows; r++) {
+            memcpy(a + r * seq, d->ex[idx[r]].ids, (size_t)seq * sizeof *a);
+            memcpy(b + r * seq, d->ex[idx[r]].labels, (size_t)seq * sizeof *b);
+        }
+    *ids = a && b ? em_from_data(a, EM_I64, EM_SHAPE(rows, seq), EM_OPTS(.dtype = EM_I64, .device = dev)) : NULL;
+    *labels = *ids ? em_from_data(b, EM_I64, EM_SHAPE(rows, seq), EM_OPTS(.dtype = EM_I64, .device = dev)) : NULL;
+    free(a);
+    free(b);
+    return *labels != NULL;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : NAN;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The eval loss: the mean over every counted token of the held-out examples; NAN on failure. */
+static double eval_loss(em_model *m, const dataset *d, const int64_t *idx, int64_t n, int64_t batch, bool amp,
+                        em_device dev) {
+    double total = 0;
+    int64_t counted = 0;
+    em_grad_mode g = em_no_grad_begin();
+    for (int64_t at = 0; at < n; at += batch) {
+        int64_t rows = n - at < batch ? n - at : batch, items = 0;
+        for (int64_t r = 0; r < rows; r++) items += d->ex[idx[at + r]].counted;
+        if (!items) continue;
+        em_scope s = em_scope_begin();
+        em_tensor *ids, *labels, *loss = NULL;
+        if (make_batch(d, idx + at, rows, dev, &ids, &labels)) {
+            em_autocast region = amp ? em_autocast_begin(dev.type, EM_BF16) : (em_autocast){0};
+            loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.num_items = 1});   /* the sum */
+            if (amp) em_autocast_end(region);
+        }
+        double v = loss ? em_item(loss) : NAN;
+        em_scope_end(s);
+        if (isnan(v)) {
+            total = NAN;
+            break;
+        }
+        total += v;
+        counted += items;
+    }
+    em_no_grad_end(g);
+    return counted ? total / (double)counted : NAN;
+}
+
+/* ---- the checkpoint ---- */
+
+typedef struct position {
+    int64_t step, epoch, micro;   /* steps done; the epoch and micro-batch to train next */
+} position;
+
+static bool save_checkpoint(const char *out, em_model *m, em_optimizer *opt, const position *pos, int64_t seed,
+                            int64_t n_train, int64_t total) {
+    char path[4096], v[6][64];
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    em_lora_config c;
+    em_model_lora_config(m, &c);
+    snprintf(v[0], sizeof v[0], "%lld", (long long)pos->step);
+    snprintf(v[1], sizeof v[1], "%lld", (long long)pos->epoch);
+    snprintf(v[2], sizeof v[2], "%lld", (long long)pos->micro);
+    snprintf(v[3], sizeof v[3], "%lld", (long long)seed);
+    snprintf(v[4], sizeof v[4], "%lld", (long long)n_train);
+    snprintf(v[5], sizeof v[5], "%lld", (long long)total);
+    const char *keys[] = {"finetune.step", "finetune.epoch", "finetune.micro", "finetune.seed", "finetune.examples",
+                          "finetune.total_steps", "finetune.lora"};
+    char lora[400];
+    snprintf(lora, sizeof lora, "r=%lld alpha=%.17g targets=%s", (long long)c.rank, c.alpha, c.targets);
+    const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], lora};
+    if (em_checkpoint_save(path, em_model_lora_module(m), opt, keys, values, 7) != EM_OK) {
+        fprintf(stderr, "%s: saving %s: %s\n", tool, path, em_last_error());
+        return false;
+    }
+    return true;
+}
+
+static bool meta_i64(em_safetensors *f, const char *key, int64_t *out) {
+    const char *s = em_safetensors_metadata(f, key);
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || errno || *end || v < 0) return false;
+    *out = v;
+    return true;
+}
+
+static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, position *pos, int64_t seed,
+                            int64_t n_train, int64_t total) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
+    if (!f) {
+        fprintf(stderr, "%s: --resume: %s\n", tool, em_last_error());
+        return false;
+    }
+    em_lora_config c;
+    em_model_lora_config(m, &c);
+    char lora[400];
+    snprintf(lora, sizeof lora, "r=%lld alpha=%.17g targets=%s", (long long)c.rank, c.alpha, c.targets);
+    const char *saved = em_safetensors_metadata(f, "finetune.lora");
+    int64_t s_seed = 0, s_n = 0, s_total = 0;
+    bool ok = meta_i64(f, "finetune.step", &pos->step) && meta_i64(f, "finetune.epoch", &pos->epoch) &&
+              meta_i64(f, "finetune.micro", &pos->micro) && meta_i64(f, "finetune.seed", &s_seed) &&
+              meta_i64(f, "finetune.examples", &s_n) && meta_i64(f, "finetune.total_steps", &s_total) && saved;
+    if (!ok) fprintf(stderr, "%s: --resume: %s is not a checkpoint of ember finetune\n", tool, path);
+    else if (strcmp(saved, lora) || s_seed != seed || s_n != n_train || s_total != total) {
+        fprintf(stderr, "%s: --resume: %s was written by another run (adapters %s, seed %lld, %lld training examples, "
+                "%lld steps); this one has adapters %s, seed %lld, %lld examples, %lld steps: give the same options "
+                "and data\n", tool, path, saved, (long long)s_seed, (long long)s_n, (long long)s_total, lora,
+                (long long)seed, (long long)n_train, (long long)total);
+        ok = false;
+    } else if (em_checkpoint_load_safetensors(f, em_model_lora_module(m), opt) != EM_OK) {
+        fprintf(stderr, "%s: --resume: %s\n", tool, em_last_error());
+        ok = false;
+    }
+    em_safetensors_free(f);
+    return ok;
+}
+
+/* ---- the command ---- */
+
+typedef struct run {
+    const char *dir, *data, *out;
+    int64_t rank, epochs, max_steps, seq, batch, warmup, accumulate, save_every, seed, interrupt_after;
+    double alpha, lr, wd, max_grad_norm, eval_fraction;
+    const char *targets;
+    bool amp, ckpt, resume, merge, warmup_given;
+    em_device dev;
+    em_dtype dtype;
+} run;
+
+static int parse(int argc, char **argv, run *r) {
+    opt_result opts;
+    int status = opt_parse(&finetune_options, argc, argv, &opts, stdout, stderr);
+    if (status >= 0) return status;
+    const opt_value *v = opts.v;
+    *r = (run){.dir = opts.positional, .rank = 8, .alpha = 16, .epochs = 1, .seq = 128, .batch = 4, .lr = 2e-4,
+               .wd = 0.01, .max_grad_norm = 1.0, .accumulate = 1, .dev = EM_DEVICE_CPU};
+    if (!r->dir) return opt_usage_error(&finetune_options, stderr, "expected MODEL_DIR (a model folder)");
+    if (!v[F_DATA].given) return opt_usage_error(&finetune_options, stderr, "expected --data FILE");
+    if (!v[F_OUT].given) return opt_usage_error(&finetune_options, stderr, "expected --out DIR");
+    if (v[F_EPOCHS].given && v[F_MAX_STEPS].given)
+        return opt_usage_error(&finetune_options, stderr, "--epochs and --max-steps are two ways to say how long: give "
+                               "one");
+    if (v[F_ALPHA].given && !(v[F_ALPHA].d > 0))
+        return opt_usage_error(&finetune_options, stderr, "--lora-alpha must be positive, got %s", v[F_ALPHA].text);
+    if (v[F_LR].given && !(v[F_LR].d > 0))
+        return opt_usage_error(&finetune_options, stderr, "--lr must be positive, got %s", v[F_LR].text);
+    r->data = v[F_DATA].text;
+    r->out = v[F_OUT].text;
+    if (v[F_RANK].given) r->rank = v[F_RANK].i;
+    if (v[F_ALPHA].given) r->alpha = v[F_ALPHA].d;
+    r->targets = v[F_TARGETS].given ? v[F_TARGETS].text : NULL;
+    if (v[F_EPOCHS].given) r->epochs = v[F_EPOCHS].i;
+    if (v[F_MAX_STEPS].given) r->max_steps = v[F_MAX_STEPS].i;
+    if (v[F_SEQ].given) r->seq = v[F_SEQ].i;
+    if (v[F_BATCH].given) r->batch = v[F_BATCH].i;
+    if (v[F_LR].given) r->lr = v[F_LR].d;
+    if (v[F_WD].given) r->wd = v[F_WD].d;
+    r->warmup_given = v[F_WARMUP].given;
+    r->warmup = v[F_WARMUP].i;
+    if (v[F_MAX_GRAD_NORM].given) r->max_grad_norm = v[F_MAX_GRAD_NORM].d;
+    if (v[F_ACCUMULATE].given) r->accumulate = v[F_ACCUMULATE].i;
+    r->amp = v[F_AMP].given;
+    r->ckpt = v[F_CKPT_ACT].given;
+    r->resume = v[F_RESUME].given;
+    r->save_every = v[F_SAVE_EVERY].i;
+    r->eval_fraction = v[F_EVAL_FRACTION].given ? v[F_EVAL_FRACTION].d : 0;
+    r->merge = v[F_MERGE].given;
+    r->seed = v[F_SEED].i;
+    r->interrupt_after = v[F_INTERRUPT_AFTER].i;
+    if (v[F_DEVICE].given && !mlp_parse_device(tool, "--device", v[F_DEVICE].text, &r->dev)) return 2;
+    const em_dtype dtypes[] = {EM_F32, EM_BF16, EM_F16};
+    r->dtype = v[F_DTYPE].given ? dtypes[v[F_DTYPE].choice] : EM_F32;
+    return -1;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The training loop over a prepared model and data; returns the exit status. */
+static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t *eval_idx, int64_t n_eval) {
+    int64_t micro_per_epoch = (n_train + r->batch - 1) / r->batch;
+    int64_t steps_per_epoch = (micro_per_epoch + r->accumulate - 1) / r->accumulate;
+    int64_t total = r->max_steps ? r->max_steps : r->epochs * steps_per_epoch;
+    int64_t warmup = r->warmup_given ? r->warmup : total / 10;
+    if (warmup > total) warmup = total;
+    em_lr_schedule sched = em_lr_cosine(warmup, total, 0);
+    em_adam_opts ao = em_adam_defaults(r->lr);
+    ao.weight_decay = r->wd;
+    em_module *lora = em_model_lora_module(m);
+    em_optimizer *opt = em_adamw_ex(lora, ao);
+    int64_t *order = malloc((size_t)n_train * sizeof *order);
+    if (!opt || !order) {
+        fprintf(stderr, "%s: %s\n", tool, opt ? "out of memory" : em_last_error());
+        em_optim_free(opt);
+        free(order);
+        return 1;
+    }
+    position pos = {0};
+    if (r->resume && !load_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)) {
+        em_optim_free(opt);
+        free(order);
+        return 1;
+    }
+    fprintf(stderr, "%s: %lld training examples of %lld tokens, %lld held out; %lld steps (%lld micro-batches of %lld "
+            "a step), warm-up %lld; %lld adapter parameters%s\n", tool, (long long)n_train, (long long)d->seq,
+            (long long)n_eval, (long long)total, (long long)r->accumulate, (long long)r->batch, (long long)warmup,
+            (long long)em_module_num_parameters(lora), pos.step ? " (resumed)" : "");
+    int rc = 0;
+    int64_t shuffled_epoch = -1;
+    double t0 = now_seconds();
+    int64_t tokens_done = 0;
+    catch_stop_signals(true);
+    while (pos.step < total && rc == 0) {
+        if (pos.micro >= micro_per_epoch) {
+            if (n_eval) {
+                double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev);
+                fprintf(stderr, "%s: epoch %lld eval loss %.4f (perplexity %.2f)\n", tool, (long long)pos.epoch + 1, el,
+                        exp(el));
+            }
+            pos.epoch++;
+            pos.micro = 0;
+        }
+        if (shuffled_epoch != pos.epoch) {
+            shuffle(order, n_train, (uint64_t)r->seed, (uint64_t)pos.epoch);
+            shuffled_epoch = pos.epoch;
+        }
+        int64_t first = pos.micro, last = pos.micro + r->accumulate;
+        if (last > micro_per_epoch) last = micro_per_epoch;
+        int64_t items = 0, tokens = 0;
+        for (int64_t k = first; k < last; k++)
+            for (int64_t i = k * r->batch; i < (k + 1) * r->batch && i < n_train; i++) {
+                items += d->ex[order[i]].counted;
+                tokens += d->seq;
+            }
+        double lr = em_lr_at(sched, r->lr, pos.step), loss_sum = 0, norm = 0;
+        em_optim_set_lr(opt, lr);
+        for (int64_t k = first; k < last && rc == 0; k++) {
+            int64_t at = k * r->batch, rows = n_train - at < r->batch ? n_train - at : r->batch;
+            em_scope s = em_scope_begin();
+            em_tensor *ids, *labels, *loss = NULL;
+            if (make_batch(d, order + at, rows, r->dev, &ids, &labels)) {
+                em_autocast region = r->amp ? em_autocast_begin(r->dev.type, EM_BF16) : (em_autocast){0};
+                loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.checkpoint_layers = r->ckpt,
+                                                                     .num_items = items ? items : 1});
+                if (r->amp) em_autocast_end(region);
+            }
+            if (!loss || em_backward(loss) != EM_OK) rc = 1;
+            else loss_sum += em_item(loss);
+            em_scope_end(s);
+        }
+        if (rc == 0 && r->max_grad_norm > 0) {
+            norm = em_clip_grad_norm(lora, r->max_grad_norm);
+            if (isnan(norm) && em_failed()) rc = 1;
+        }
+        if (rc == 0 && (em_step(opt) != EM_OK || em_zero_grad(opt) != EM_OK)) rc = 1;
+        if (rc) {
+            fprintf(stderr, "%s: step %lld: %s\n", tool, (long long)pos.step + 1, em_last_error());
+            break;
+        }
+        pos.step++;
+        pos.micro = last;
+        tokens_done += tokens;
+        double elapsed = now_seconds() - t0;
+        char device_mem[64] = "";
+        if (r->dev.type != EM_CPU)
+            snprintf(device_mem, sizeof device_mem, " peak_device %.1f MB", (double)em_memory_max_allocated(r->dev) / 1e6);
+        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB%s\n",
+                (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr, norm,
+                elapsed > 0 ? (double)tokens_done / elapsed : 0, peak_rss_mb(), device_mem);
+        if (r->interrupt_after && pos.step == r->interrupt_after) raise(SIGTERM);
+        bool stop = interrupted != 0;
+        if ((stop || (r->save_every && pos.step % r->save_every == 0)) &&
+            !save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total))
+            rc = 1;
+        if (stop && rc == 0) {
+            fprintf(stderr, "%s: stopped by %s after step %lld; --resume continues from %s/checkpoint.safetensors\n",
+                    tool, interrupted == SIGINT ? "SIGINT" : interrupted == SIGTERM ? "SIGTERM" : "SIGHUP",
+                    (long long)pos.step, r->out);
+            rc = 128 + interrupted;
+        }
+    }
+    catch_stop_signals(false);
+    if (rc == 0 && n_eval) {
+        double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev);
+        fprintf(stderr, "%s: eval loss %.4f (perplexity %.2f)\n", tool, el, exp(el));
+    }
+    if (rc == 0 && !save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)) rc = 1;
+    em_optim_free(opt);
+    free(order);
+    return rc;
+}
+
+int cmd_finetune(int argc, char **argv) {
+    run r;
+    int status = parse(argc, argv, &r);
+    if (status >= 0) return status;
+    em_lm *lm = em_lm_load(r.dir, &(em_model_opts){.device = r.dev, .dtype = r.dtype});
+    if (!lm) {
+        fprintf(stderr, "%s: %s\n", tool, em_last_error());
+        return 1;
+    }
+    em_model *m = em_lm_model(lm);
+    const em_model_config *cfg = em_model_config_of(m);
+    int rc = 1;
+    dataset d = {.seq = r.seq};
+    int64_t *order = NULL;
+    size_t len = 0;
+    char *text = NULL;
+    if (r.seq > cfg->max_position_embeddings) {
+        fprintf(stderr, "%s: --seq %lld exceeds the model's context of %lld positions\n", tool, (long long)r.seq,
+                (long long)cfg->max_position_embeddings);
+        goto done;
+    }
+    if (mkdir(r.out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "%s: cannot create %s: %s\n", tool, r.out, strerror(errno));
+        goto done;
+    }
+    if (!(text = read_file(r.data, &len))) goto done;
+    bool jsonl = ends_with(r.data, ".jsonl");
+    if (!(jsonl ? load_jsonl(r.data, text, em_lm_tokenizer(lm), cfg, &d) : load_text(r.data, text, em_lm_tokenizer(lm), &d)))
+        goto done;
+    /* the held-out split: a fixed draw from the seed, the last n_eval of it */
+    order = malloc((size_t)d.n * sizeof *order);
+    if (!order) goto done;
+    shuffle(order, d.n, (uint64_t)r.seed, UINT64_MAX - 1);
+    int64_t n_eval = (int64_t)ceil(r.eval_fraction * (double)d.n);
+    if (r.eval_fraction > 0 && n_eval >= d.n) {
+        fprintf(stderr, "%s: --eval-fraction %g of %lld examples leaves none to train on\n", tool, r.eval_fraction,
+                (long long)d.n);
+        goto done;
+    }
+    int64_t n_train = d.n - n_eval;
+    /* the examples in the split's order: the first n_train train, the rest are held out */
+    dataset train_set = d;
+    example *ex = malloc((size_t)d.n * sizeof *ex);
+    if (!ex) goto done;
+    for (int64_t i = 0; i < d.n; i++) ex[i] = d.ex[order[i]];
+    free(d.ex);
+    d.ex = ex;
+    train_set.ex = ex;
+    int64_t *eval_idx = malloc((size_t)(n_eval ? n_eval : 1) * sizeof *eval_idx);
+    if (!eval_idx) goto done;
+    for (int64_t i = 0; i < n_eval; i++) eval_idx[i] = n_train + i;
+    em_manual_seed((uint64_t)r.seed);
+    if (em_model_lora_add(m, &(em_lora_config){.rank = r.rank, .alpha = r.alpha, .targets = r.targets}) != EM_OK) {
+        fprintf(stderr, "%s: %s\n", tool, em_last_error());
+        free(eval_idx);
+        goto done;
+    }
+    rc = train(&r, m, &train_set, n_train, eval_idx, n_eval);
+    free(eval_idx);
+    if (rc == 0 && em_model_lora_save(m, r.out, r.dir) != EM_OK) {
+        fprintf(stderr, "%s: %s\n", tool, em_last_error());
+        rc = 1;
+    }
+    if (rc == 0 && r.merge) {
+        char merged[4096];
+        snprintf(merged, sizeof merged, "%s/merged", r.out);
+        if (em_model_save_merged(m, r.dir, merged) != EM_OK) {
+            fprintf(stderr, "%s: %s\n", tool, em_last_error());
+            rc = 1;
+        }
+    }
+    if (rc == 0) fprintf(stderr, "%s: adapters written to %s%s\n", tool, r.out, r.merge ? " (merged model in merged/)" : "");
+done:
+    free(text);
+    free(order);
+    dataset_free(&d);
+    em_lm_free(lm);
+    return rc;
+}
