@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "mlp.h"       /* mlp_parse_device */
 #include "options.h"
+#include "text_io.h"
 
 static const char *const tool = "ember generate";
 
@@ -63,26 +64,6 @@ const opt_command generate_options = {
                 "\"kv_cache_bytes\", \"peak_rss_bytes\", ...} (docs/schemas/generate.schema.json).",
     .exit_status = "0 done; 1 the folder cannot be loaded or the generation failed; 2 bad arguments",
 };
-
-/* A JSON string of s[0..n) (valid UTF-8 passes as it is). */
-static void json_string(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static void json_ids(FILE *f, const int64_t *ids, int64_t n) {
-    fputc('[', f);
-    for (int64_t i = 0; i < n; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)ids[i]);
-    fputc(']', f);
-}
 
 /* The process's peak resident memory in bytes (Linux reports KiB). */
 static double peak_rss_bytes(void) {
@@ -176,11 +157,11 @@ int cmd_generate(int argc, char **argv) {
     size_t weights = em_model_weight_bytes(m), mapped = em_model_mapped_bytes(m);
     if (json) {
         printf("{\"prompt_tokens\": ");
-        json_ids(stdout, row->prompt, row->n_prompt);
+        tool_json_ids(stdout, row->prompt, row->n_prompt);
         printf(", \"tokens\": ");
-        json_ids(stdout, row->tokens, row->n_tokens);
+        tool_json_ids(stdout, row->tokens, row->n_tokens);
         printf(", \"text\": ");
-        json_string(stdout, row->text, row->text_len);
+        tool_json_string(stdout, row->text, row->text_len);
         printf(", \"finish\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"prefill_seconds\": %.6f, "
                "\"decode_seconds\": %.6f, \"decode_tokens\": %lld, \"prompt_tokens_per_s\": %.3f, \"tokens_per_s\": %.3f, "
                "\"weight_bytes\": %zu, \"mapped_bytes\": %zu, \"kv_cache_bytes\": %zu, \"peak_rss_bytes\": %.0f}\n",

@@ -14,6 +14,7 @@
 #include "model_gpt.h"
 #include "mem_measured.h"
 #include "options.h"
+#include "text_io.h"
 
 enum { M_PARAMS, M_MODEL, M_CKPT_ACT, M_DTYPE, M_MODE, M_OPTIM, M_MASTER_WEIGHTS, M_LORA_RANK, M_LORA_TARGETS,
        M_HIDDEN, M_LAYERS, M_BATCH, M_SEQ, M_ACT_BYTES, M_AMP, M_JSON };
@@ -123,16 +124,6 @@ static int list_devices(fit_device *out) {
     return n;
 }
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-        else putchar(*s);
-    }
-    putchar('"');
-}
-
 static int bad(const char *fmt, const char *arg) {
     fprintf(stderr, "ember mem: ");
     fprintf(stderr, fmt, arg);
@@ -237,7 +228,7 @@ static void print_json(const em_estimate_opts *o, const em_estimate *e, const em
         snprintf(key, sizeof key, "%s", em_estimate_line_name((em_estimate_line)l));
         for (char *c = key; *c; c++) if (*c == ' ') *c = '_';
         printf(", \"%s_bytes\": %.0f, \"%s_why\": ", key, e->bytes[l], key);
-        json_string(e->why[l]);
+        tool_json_string(stdout, e->why[l], strlen(e->why[l]));
     }
     if (!isnan(measured)) printf(", \"measured_peak_bytes\": %.0f", measured);
     if (alt) printf(", \"%s_total_bytes\": %.0f", o->master_weights ? "without_master_weights" : "with_master_weights",
@@ -245,7 +236,7 @@ static void print_json(const em_estimate_opts *o, const em_estimate *e, const em
     printf(", \"devices\": [");
     for (int i = 0; i < ndev; i++) {
         printf("%s{\"name\": ", i ? ", " : "");
-        json_string(dev[i].name);
+        tool_json_string(stdout, dev[i].name, strlen(dev[i].name));
         printf(", \"bytes\": %.0f, \"fits\": %s, \"needed\": %.0f}", dev[i].bytes,
                e->bytes[EM_ESTIMATE_TOTAL] <= dev[i].bytes ? "true" : "false",
                ceil(e->bytes[EM_ESTIMATE_TOTAL] / dev[i].bytes));
@@ -288,7 +279,7 @@ static int mem_model_file(const em_safetensors *file, const char *path, const em
     int ndev = list_devices(dev);
     if (json) {
         printf("{\n  \"model\": ");
-        json_string(path);
+        tool_json_string(stdout, path, strlen(path));
         printf(", \"params\": %.0f, \"dtype\": \"%s\", \"linear_layers\": %lld, \"widest\": %lld, "
                "\"batch\": %lld,\n  \"estimates\": [", params_n, dt, (long long)e.layers, (long long)e.hidden,
                (long long)o.batch);
@@ -367,9 +358,9 @@ static int mem_model_dir(const char *dir, const char *params, bool dtype_given, 
     int64_t kv = cfg.num_key_value_heads * cfg.head_dim;
     if (json) {
         printf("{\n  \"model\": ");
-        json_string(dir);
+        tool_json_string(stdout, dir, strlen(dir));
         printf(", \"architecture\": ");
-        json_string(cfg.architecture);
+        tool_json_string(stdout, cfg.architecture, strlen(cfg.architecture));
         printf(", \"params\": %.0f, \"dtype\": \"%s\", \"hidden\": %lld, \"layers\": %lld, \"kv_width\": %lld, "
                "\"batch\": %lld, \"seq\": %lld,\n  \"estimates\": [", e.params, dt, (long long)cfg.hidden_size,
                (long long)cfg.num_hidden_layers, (long long)kv, (long long)o.batch, (long long)o.seq);

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "mlp.h"
 #include "options.h"
+#include "text_io.h"
 
 static const char *const tool = "ember perplexity";
 
@@ -53,43 +54,6 @@ const opt_command perplexity_options = {
                 "such. Ids from elsewhere (another tokenizer, a data set's own ids) go through --ids.",
     .exit_status = "0 done; 1 the model or the file cannot be read, or the computation failed; 2 bad arguments",
 };
-
-/* The whole of a file (or of standard input), NUL-terminated, its length in *len; NULL and a
- * message on failure. */
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "%s: %s: cannot open: %s\n", tool, path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    bool failed = !buf || ferror(f);
-    if (f != stdin) fclose(f);
-    if (failed) {
-        fprintf(stderr, "%s: %s: %s\n", tool, path, buf ? "read failed" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
 
 /* Ids written as decimal numbers separated by white space or commas: 0 and the ids, or a
  * message and 1. */
@@ -163,16 +127,6 @@ static int encode_text(const char *dir, const char *path, const char *text, size
     return 0;
 }
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-        else putchar(*s);
-    }
-    putchar('"');
-}
-
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -191,7 +145,7 @@ int cmd_perplexity(int argc, char **argv) {
     em_device device;
     if (!mlp_parse_device(tool, "--device", v[P_DEVICE].given ? v[P_DEVICE].text : "auto", &device)) return 2;
     size_t len;
-    char *text = read_all(file, &len);
+    char *text = tool_read_all(tool, file, &len);
     if (!text) return 1;
     int64_t *ids = NULL, n = 0;
     if (v[P_IDS].given) {
@@ -239,9 +193,9 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
     } else if (v[P_JSON].given) {
         printf("{\"model\": ");
-        json_string(dir);
+        tool_json_string(stdout, dir, strlen(dir));
         printf(", \"architecture\": ");
-        json_string(cfg->architecture);
+        tool_json_string(stdout, cfg->architecture, strlen(cfg->architecture));
         printf(", \"device\": \"%s\", \"dtype\": \"%s\", \"ids\": %lld, \"max_length\": %lld, \"stride\": %lld, "
                "\"windows\": %lld, \"tokens\": %lld, \"nll\": %.17g, \"perplexity\": %.17g, \"load_seconds\": %.3f, "
                "\"seconds\": %.3f}\n", em_device_str(em_model_device(m)).s, em_dtype_name(em_model_dtype(m)),

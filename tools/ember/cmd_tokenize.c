@@ -7,6 +7,7 @@
 #include <ember/ember.h>
 #include "commands.h"
 #include "options.h"
+#include "text_io.h"
 
 static const char *const tool = "ember tokenize";
 
@@ -39,55 +40,6 @@ const opt_command tokenize_options = {
     .epilogue = "The text is UTF-8; bytes that are not are read as U+FFFD, as tokenizers reads them.",
     .exit_status = "0 done; 1 the tokenizer cannot be read or the text not encoded; 2 bad arguments",
 };
-
-/* A JSON string of s[0..n) (valid UTF-8 passes as it is). */
-static void json_string(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-/* The whole of a file (or of standard input) into memory; NULL and a message on failure. */
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "%s: %s: cannot open: %s\n", tool, path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    bool failed = !buf || ferror(f);
-    if (f != stdin) fclose(f);
-    if (failed) {
-        fprintf(stderr, "%s: %s: %s\n", tool, path, buf ? "read failed" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 /* Ids written as decimal numbers separated by commas or white space. */
 static int parse_ids(const char *s, int64_t **out, size_t *n) {
@@ -152,11 +104,11 @@ static int report(const em_tokenizer *tok, const int64_t *ids, size_t n, bool js
         size_t tn = 0;
         const char *t = em_tokenizer_id_to_token(tok, ids[i], &tn);
         if (i) printf(", ");
-        if (t) json_string(stdout, t, tn);
+        if (t) tool_json_string(stdout, t, tn);
         else printf("null"), em_clear_error();   /* an id no token has */
     }
     printf("], \"count\": %zu, \"text\": ", n);
-    json_string(stdout, text, len);
+    tool_json_string(stdout, text, len);
     printf("}\n");
     free(text);
     return 0;
@@ -179,7 +131,7 @@ int cmd_tokenize(int argc, char **argv) {
 
     char *owned = NULL;
     size_t len = text ? strlen(text) : 0;
-    if (v[T_FILE].given && !(text = owned = read_all(v[T_FILE].text, &len))) return 1;
+    if (v[T_FILE].given && !(text = owned = tool_read_all(tool, v[T_FILE].text, &len))) return 1;
     int64_t *ids = NULL;
     size_t n = 0;
     if (v[T_DECODE].given) {
