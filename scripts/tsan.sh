@@ -3,8 +3,8 @@
 # under it: the stress test (threads creating, computing on and freeing tensors on the CPU
 # and OpenCL, sharing read-only tensors, raising errors on one thread), the CPU worker pool
 # and the data loader's prefetch thread, DataParallel's replica threads, the low-precision GEMMs
-# (oneDNN's cache and the AMX kernel's buffer pool, called from several threads at once), and
-# one tokenizer encoding on several threads at once.
+# (oneDNN's cache and the AMX kernel's buffer pool, called from several threads at once), the
+# bf16 GEMV split over the worker pool, and one tokenizer encoding on several threads at once.
 # Any report fails the script. The stress test runs twice: linked with the static library, as
 # ctest builds it, and with the shared one (libember.so), whose loading runs code the static
 # link never does (ifunc resolvers, constructors) and has crashed before main under TSan.
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-40}"
-tests=(test_threads_stress test_cpu_threads test_data_loader test_data_parallel test_lowp_matmul test_tokenizer)
+tests=(test_threads_stress test_cpu_threads test_data_loader test_data_parallel test_lowp_matmul test_cpu_gemv test_tokenizer)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=thread -DEMBER_WERROR=ON >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target "${tests[@]}" ember
 # the stress test over libember.so: it uses the public API only, so it links as a user's program does
