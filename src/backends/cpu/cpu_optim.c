@@ -278,17 +278,23 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
 #define MAXIMIZE_OF(f) ((f) & EMK_OPTF_MAXIMIZE)
 #define L2_OF(f) (((f) & EMK_OPTF_WD) && !((f) & EMK_OPTF_DECOUPLED))
 #define DECOUPLED_OF(f) (((f) & EMK_OPTF_WD) && ((f) & EMK_OPTF_DECOUPLED))
+/* The gradient each step starts from: negated to maximize, plus wd * p for L2 weight decay
+ * (the decoupled decay scales p itself, before this). */
+#define OPT_GRAD_IN(T, pi, gi, wd, f)                                                            \
+    do {                                                                                         \
+        if (MAXIMIZE_OF(f)) gi = -gi;                                                            \
+        if (L2_OF(f)) {                                                                          \
+            T t_ = (pi) * (wd);                                                                  \
+            gi = gi + t_;                                                                        \
+        }                                                                                        \
+    } while (0)
 #define DEF_STEP_KERNELS(T, SFX, SQRT, TINY)                                                     \
     static inline __attribute__((always_inline)) void adadelta_body_##SFX(                       \
         T *restrict p, T *restrict sq, T *restrict acc, const T *restrict g, int64_t n, const T *c, const int f) { \
         T rho = c[0], omr = c[1], eps = c[2], wd = c[3], nlr = c[4];                             \
         OPT_VLOOP(n, {                                                                           \
             T pi = p[i], gi = g[i];                                                              \
-            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
-            if (L2_OF(f)) {                                                                      \
-                T t = pi * wd;                                                                   \
-                gi = gi + t;                                                                     \
-            }                                                                                    \
+            OPT_GRAD_IN(T, pi, gi, wd, f);                                                       \
             T gg = gi * gi, s = sq[i] * rho, t1 = gg * omr;                                      \
             s = s + t1;                                                                          \
             s = OPT_FLUSH(s, (T)TINY);                                                           \
@@ -310,11 +316,7 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
         T eps = c[0], wd = c[1], nclr = c[2];                                                    \
         OPT_VLOOP(n, {                                                                           \
             T pi = p[i], gi = g[i];                                                              \
-            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
-            if (L2_OF(f)) {                                                                      \
-                T t = pi * wd;                                                                   \
-                gi = gi + t;                                                                     \
-            }                                                                                    \
+            OPT_GRAD_IN(T, pi, gi, wd, f);                                                       \
             T gg = gi * gi, s = sum[i] + gg;                                                     \
             T std = SQRT(s);                                                                     \
             std = std + eps;                                                                     \
@@ -329,11 +331,7 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
         T alpha = c[0], oma = c[1], lc = c[2], eps = c[3], wd = c[4], mom = c[5], nlr = c[6];    \
         OPT_VLOOP(n, {                                                                           \
             T pi = p[i], gi = g[i];                                                              \
-            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
-            if (L2_OF(f)) {                                                                      \
-                T t = pi * wd;                                                                   \
-                gi = gi + t;                                                                     \
-            }                                                                                    \
+            OPT_GRAD_IN(T, pi, gi, wd, f);                                                       \
             T gg = gi * gi, s = sq[i] * alpha, t1 = gg * oma;                                    \
             s = s + t1;                                                                          \
             s = OPT_FLUSH(s, (T)TINY);                                                           \
@@ -367,11 +365,7 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
         T lc = c[0], b2 = c[1], eps = c[2], wd = c[3], nclr = c[4];                              \
         OPT_VLOOP(n, {                                                                           \
             T pi = p[i], gi = g[i];                                                              \
-            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
-            if (L2_OF(f)) {                                                                      \
-                T t = pi * wd;                                                                   \
-                gi = gi + t;                                                                     \
-            }                                                                                    \
+            OPT_GRAD_IN(T, pi, gi, wd, f);                                                       \
             T x = m[i], d = gi - x, dc = d * lc;                                                 \
             x = (f & EMK_OPTF_LERP_BIG) ? gi - dc : x + dc;                                      \
             x = OPT_FLUSH(x, (T)TINY);                                                           \
@@ -388,12 +382,8 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
         T lc = c[0], b2 = c[1], omb2 = c[2], bc2 = c[3], eps = c[4], wdx = c[5], cg = c[6], ca = c[7]; \
         OPT_VLOOP(n, {                                                                           \
             T pi = p[i], gi = g[i];                                                              \
-            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
             if (DECOUPLED_OF(f)) pi = pi * wdx;                                                  \
-            if (L2_OF(f)) {                                                                      \
-                T t = pi * wdx;                                                                  \
-                gi = gi + t;                                                                     \
-            }                                                                                    \
+            OPT_GRAD_IN(T, pi, gi, wdx, f);                                                      \
             T x = m[i], d = gi - x, dc = d * lc;                                                 \
             x = (f & EMK_OPTF_LERP_BIG) ? gi - dc : x + dc;                                      \
             x = OPT_FLUSH(x, (T)TINY);                                                           \
@@ -416,12 +406,8 @@ em_status em__cpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
         T lc = c[0], b2 = c[1], omb2 = c[2], eps = c[3], wdx = c[4], scale = c[5];               \
         OPT_VLOOP(n, {                                                                           \
             T pi = p[i], gi = g[i];                                                              \
-            if (MAXIMIZE_OF(f)) gi = -gi;                                                        \
             if (DECOUPLED_OF(f)) pi = pi * wdx;                                                  \
-            if (L2_OF(f)) {                                                                      \
-                T t = pi * wdx;                                                                  \
-                gi = gi + t;                                                                     \
-            }                                                                                    \
+            OPT_GRAD_IN(T, pi, gi, wdx, f);                                                      \
             T x = m[i], d = gi - x, dc = d * lc;                                                 \
             x = (f & EMK_OPTF_LERP_BIG) ? gi - dc : x + dc;                                      \
             x = OPT_FLUSH(x, (T)TINY);                                                           \
