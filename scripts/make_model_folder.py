@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Write a Llama-shaped Hugging Face model folder with random bfloat16 weights.
+"""Write a Llama- or GPT-2-shaped Hugging Face model folder with random bfloat16 weights.
 
 Run:  /work/venv-lm/bin/python scripts/make_model_folder.py --preset llama-1b /work/models/llama-1b
       /work/venv-lm/bin/python scripts/make_model_folder.py --preset llama2-7b /work/models/llama2-7b
+      /work/venv-lm/bin/python scripts/make_model_folder.py --preset gpt2-124m /tmp/gpt2
       (needs only numpy; any shape: --hidden, --layers, --heads, --kv-heads, --intermediate,
-      --vocab, --tied, --seed, --shard-gb)
+      --vocab, --tied, --seed, --shard-gb; --repeat-block for a quick folder to time and size)
 
 Presets:
   llama2-7b  Llama 2 7B's shape: hidden 4096, 32 layers, 32 heads (no GQA), intermediate 11008,
@@ -12,6 +13,9 @@ Presets:
   llama-1b   Llama 3.2 1B's shape: hidden 2048, 16 layers, 32 heads and 8 key/value heads,
              intermediate 8192, vocabulary 128256, tied embeddings, llama3 rope scaling;
              1.24e9 parameters, 2.47 GB
+  gpt2-124m  GPT-2's smallest shape: hidden 768, 12 layers, 12 heads, intermediate 3072,
+             vocabulary 50257, 1024 positions, tied; 1.24e8 parameters, 0.25 GB (GPT2LMHeadModel:
+             Conv1D weights stored [in, out], LayerNorm weights 1 and biases 0, other biases 0)
   tiny       a few MB, for checking the script and the tools that read its output
 
 The folder holds what transformers, llama.cpp's convert_hf_to_gguf.py and Ember read:
@@ -32,6 +36,11 @@ numpy generator seeded by (seed, tensor index), so the folder is the same on eve
 machine. The tensors are generated and written a block of rows at a time, so memory stays
 near 64 MiB plus the block's indexes whatever the model's size, and each shard's safetensors
 header is written first from the shapes alone.
+
+--repeat-block draws one block of 64 MiB once and writes it again and again (the values keep
+their distribution; a weight matrix's rows repeat every 64 MiB): several times faster, for a
+folder that is only timed or sized (the GPU check makes a 7B folder this way), never for a
+model whose outputs are compared.
 """
 import argparse
 import json
@@ -49,6 +58,8 @@ PRESETS = {
                      rope_theta=500000.0, max_positions=131072,
                      rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+    "gpt2-124m": dict(family="gpt2", hidden=768, layers=12, heads=12, kv_heads=12, intermediate=3072,
+                      vocab=50257, tied=True, max_positions=1024),
     "tiny": dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=176, vocab=1024, tied=False,
                  rope_theta=10000.0, max_positions=2048, rope_scaling=None),
 }
@@ -56,7 +67,9 @@ BLOCK_BYTES = 64 << 20  # rows generated at once: about this many bytes of bfloa
 
 
 def tensor_list(c):
-    """(name, shape, kind) in transformers' order; kind 'normal' or 'ones'."""
+    """(name, shape, kind) in transformers' order; kind 'normal', 'ones' or 'zeros'."""
+    if c.get("family") == "gpt2":
+        return gpt2_tensor_list(c)
     h, d = c["hidden"], c["hidden"] // c["heads"]
     kv = c["kv_heads"] * d
     out = [("model.embed_tokens.weight", (c["vocab"], h), "normal")]
@@ -74,6 +87,23 @@ def tensor_list(c):
     out.append(("model.norm.weight", (h,), "ones"))
     if not c["tied"]:
         out.append(("lm_head.weight", (c["vocab"], h), "normal"))
+    return out
+
+
+def gpt2_tensor_list(c):
+    """GPT2LMHeadModel's tensors: Conv1D weights are [in, out]; the head is tied to wte."""
+    h, i = c["hidden"], c["intermediate"]
+    out = [("transformer.wte.weight", (c["vocab"], h), "normal"),
+           ("transformer.wpe.weight", (c["max_positions"], h), "normal")]
+    for n in range(c["layers"]):
+        p = f"transformer.h.{n}."
+        out += [(p + "ln_1.weight", (h,), "ones"), (p + "ln_1.bias", (h,), "zeros"),
+                (p + "attn.c_attn.weight", (h, 3 * h), "normal"), (p + "attn.c_attn.bias", (3 * h,), "zeros"),
+                (p + "attn.c_proj.weight", (h, h), "normal"), (p + "attn.c_proj.bias", (h,), "zeros"),
+                (p + "ln_2.weight", (h,), "ones"), (p + "ln_2.bias", (h,), "zeros"),
+                (p + "mlp.c_fc.weight", (h, i), "normal"), (p + "mlp.c_fc.bias", (i,), "zeros"),
+                (p + "mlp.c_proj.weight", (i, h), "normal"), (p + "mlp.c_proj.bias", (h,), "zeros")]
+    out += [("transformer.ln_f.weight", (h,), "ones"), ("transformer.ln_f.bias", (h,), "zeros")]
     return out
 
 
@@ -98,11 +128,24 @@ def normal_table():
     return to_bf16(q)
 
 
-def write_tensor(f, index, shape, kind, seed, table):
+REPEATED = {}  # --repeat-block: the one block every normal tensor writes
+
+
+def write_tensor(f, index, shape, kind, seed, table, repeat=False):
     rows = shape[0]
     cols = nbytes(shape) // 2 // rows
-    if kind == "ones":
-        f.write(np.full(shape, 0x3F80, dtype=np.uint16).tobytes())  # 1.0 in bfloat16
+    if kind in ("ones", "zeros"):
+        f.write(np.full(shape, 0x3F80 if kind == "ones" else 0, dtype=np.uint16).tobytes())  # 1.0 or 0 in bfloat16
+        return
+    if repeat:
+        if "block" not in REPEATED:
+            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed])))
+            REPEATED["block"] = table[np.frombuffer(rng.bytes(BLOCK_BYTES), dtype=np.uint16)].tobytes()
+        block, left = REPEATED["block"], nbytes(shape)
+        while left:
+            n = min(left, len(block))
+            f.write(block[:n])
+            left -= n
         return
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, index])))
     step = max(1, BLOCK_BYTES // (2 * cols))
@@ -111,7 +154,7 @@ def write_tensor(f, index, shape, kind, seed, table):
         f.write(table[np.frombuffer(rng.bytes(2 * n * cols), dtype=np.uint16)].tobytes())
 
 
-def write_shard(path, tensors, seed, first_index, table):
+def write_shard(path, tensors, seed, first_index, table, repeat=False):
     header = {"__metadata__": {"format": "pt"}}
     off = 0
     for name, shape, _ in tensors:
@@ -123,7 +166,7 @@ def write_shard(path, tensors, seed, first_index, table):
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for i, (name, shape, kind) in enumerate(tensors):
-            write_tensor(f, first_index + i, shape, kind, seed, table)
+            write_tensor(f, first_index + i, shape, kind, seed, table, repeat)
     os.replace(path + ".part", path)  # an interrupted run leaves no shard that looks whole
     return off
 
@@ -189,6 +232,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shard-gb", type=float, default=2.0, help="largest shard, in GB (1e9 bytes)")
     ap.add_argument("--force", action="store_true", help="overwrite a model folder already there")
+    ap.add_argument("--repeat-block", action="store_true",
+                    help="write one random 64 MiB block again and again: quick, for timing and sizing only")
     a = ap.parse_args()
     c = dict(PRESETS[a.preset])
     for k in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"):
@@ -199,6 +244,13 @@ def main():
     for k in ("hidden", "layers", "heads", "kv_heads", "intermediate", "vocab"):
         if c[k] < 1:
             sys.exit(f"make_model_folder: --{k.replace('_', '-')} must be at least 1, got {c[k]}")
+    if c.get("family") == "gpt2":
+        if a.kv_heads is not None and a.kv_heads != c["heads"]:
+            sys.exit(f"make_model_folder: GPT-2 has no grouped key/value heads (--kv-heads {a.kv_heads}, "
+                     f"--heads {c['heads']})")
+        if not c["tied"]:
+            sys.exit("make_model_folder: this GPT-2 ties its head to the token embedding (--tied no is Llama's)")
+        c["kv_heads"] = c["heads"]
     if c["hidden"] % c["heads"] or c["heads"] % c["kv_heads"]:
         sys.exit(f"make_model_folder: hidden {c['hidden']} must divide into {c['heads']} heads, and the heads "
                  f"into {c['kv_heads']} key/value heads")
@@ -224,7 +276,7 @@ def main():
     weight_map, index, table = {}, 0, normal_table()
     for i, shard in enumerate(shards):
         name = "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_shard(os.path.join(a.out, name), shard, a.seed, index, table)
+        write_shard(os.path.join(a.out, name), shard, a.seed, index, table, a.repeat_block)
         index += len(shard)
         for t in shard:
             weight_map[t[0]] = name
@@ -237,16 +289,26 @@ def main():
         os.remove(index_path)
 
     head_dim = c["hidden"] // c["heads"]
-    config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": c["hidden"], "intermediate_size": c["intermediate"], "num_hidden_layers": c["layers"],
-        "num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"], "head_dim": head_dim,
-        "vocab_size": c["vocab"], "max_position_embeddings": c["max_positions"], "rms_norm_eps": 1e-5,
-        "rope_theta": c["rope_theta"], "rope_scaling": c["rope_scaling"], "hidden_act": "silu",
-        "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "initializer_range": 0.02,
-        "tie_word_embeddings": c["tied"], "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
-        "use_cache": True,
-    }
+    if c.get("family") == "gpt2":
+        config = {
+            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": c["vocab"],
+            "n_positions": c["max_positions"], "n_embd": c["hidden"], "n_layer": c["layers"], "n_head": c["heads"],
+            "n_inner": c["intermediate"], "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.02,
+            "scale_attn_weights": True, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+            "torch_dtype": "bfloat16", "use_cache": True,
+        }
+    else:
+        config = {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": c["hidden"], "intermediate_size": c["intermediate"], "num_hidden_layers": c["layers"],
+            "num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"], "head_dim": head_dim,
+            "vocab_size": c["vocab"], "max_position_embeddings": c["max_positions"], "rms_norm_eps": 1e-5,
+            "rope_theta": c["rope_theta"], "rope_scaling": c["rope_scaling"], "hidden_act": "silu",
+            "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "initializer_range": 0.02,
+            "tie_word_embeddings": c["tied"], "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+            "use_cache": True,
+        }
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     with open(os.path.join(a.out, "generation_config.json"), "w") as f:
