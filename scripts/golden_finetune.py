@@ -3,6 +3,7 @@
 
       python scripts/golden_finetune.py [outdir]          (default tests/data/finetune)
       python scripts/golden_finetune.py --check BUILD_DIR
+      python scripts/golden_finetune.py [outdir] --full-only   (golden_full.safetensors alone)
 needs torch, transformers (>= 5), peft and safetensors from PyPI; reads the tiny model folders
 of tests/data/models (scripts/golden_models.py). Nothing is downloaded.
 
@@ -20,6 +21,14 @@ Ember trains):
    weight_decay 0.01) with clip_grad_norm_(1.0) and the learning rate of Ember's em_lr_at
    for a linear warm-up of 3 steps then cosine to 0 at step 10: the loss before each step in
    "<case>/losses" [10], and the adapters after them in "<case>/final/<name>".
+
+4. full fine-tuning (every weight trained, no adapters), from the folder's own weights: 5 steps
+   on that batch of AdamW(lr 1e-3, weight_decay 0.1 on the weights of 2 or more dimensions,
+   none on biases and norm weights: transformers' Trainer's two groups) with
+   clip_grad_norm_(1.0) and em_lr_at's rates for a warm-up of 2 steps then cosine to 0 at
+   step 5: the loss before each step in "<case>/losses" [5] and a few weights after them in
+   "<case>/final/<name>" of golden_full.safetensors (a matrix, the token embedding, which a
+   tied head also trains, and a norm weight, which no decay reaches).
 
 --check BUILD_DIR runs BUILD_DIR/test_finetune with EMBER_FINETUNE_EXPORT set, which makes it
 save the adapters of its 10 steps with em_model_lora_save, its logits on the batch and the
@@ -60,6 +69,49 @@ def lr_at(t):
         return 0.0
     progress = (t - WARMUP) / (STEPS - WARMUP)
     return 0.5 * LR * (1 + math.cos(math.pi * progress))
+
+
+FULL_LR, FULL_WD, FULL_STEPS, FULL_WARMUP = 1e-3, 0.1, 5, 2
+FULL_FINAL = {"llama": ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                        "model.layers.1.post_attention_layernorm.weight", "model.norm.weight"],
+              "gpt2": ["transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", "transformer.h.1.ln_2.weight",
+                       "transformer.h.1.mlp.c_fc.bias", "transformer.ln_f.bias"]}
+
+
+def full_lr_at(t):
+    """em_lr_at for em_lr_cosine(FULL_WARMUP, FULL_STEPS, 0)."""
+    import math
+    if t < FULL_WARMUP:
+        return FULL_LR * (t + 1) / FULL_WARMUP
+    progress = (t - FULL_WARMUP) / (FULL_STEPS - FULL_WARMUP)
+    return 0.5 * FULL_LR * (1 + math.cos(math.pi * progress))
+
+
+def generate_full(out):
+    tensors = {}
+    ids, labels = batch()
+    for name in CASES:
+        model = base(name)
+        params = dict(model.named_parameters())  # a tied head is the embedding, listed once
+        decay = [p for p in params.values() if p.dim() >= 2]
+        no_decay = [p for p in params.values() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": FULL_WD}, {"params": no_decay, "weight_decay": 0.0}],
+                                lr=FULL_LR)
+        losses = []
+        for t in range(FULL_STEPS):
+            for group in opt.param_groups:
+                group["lr"] = full_lr_at(t)
+            loss = model(input_ids=ids, labels=labels).loss
+            losses.append(loss.item())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        tensors[f"{name}/losses"] = torch.tensor(losses, dtype=torch.float32)
+        for n in FULL_FINAL[name]:
+            tensors[f"{name}/final/{n}"] = params[n].detach().clone()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out, "golden_full.safetensors"))
+    print("wrote", os.path.join(out, "golden_full.safetensors"))
 
 
 def base(name):
@@ -144,6 +196,9 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--check":
         check(sys.argv[2])
     else:
-        out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "data", "finetune")
+        args = [a for a in sys.argv[1:] if not a.startswith("--")]
+        out = args[0] if args else os.path.join(ROOT, "tests", "data", "finetune")
         os.makedirs(out, exist_ok=True)
-        generate(out)
+        if "--full-only" not in sys.argv:
+            generate(out)
+        generate_full(out)

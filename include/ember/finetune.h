@@ -75,6 +75,20 @@ EM_API em_status em_model_lora_load(em_model *m, const char *dir);
  * adapters. */
 EM_API em_status em_model_save_merged(em_model *m, const char *src_dir, const char *out_dir);
 
+/* Full fine-tuning, as a transformers model trains when no adapter is added: makes every
+ * weight of m a trainable parameter. Each becomes an owned float32 copy (a mapped file is
+ * read-only) that requires a gradient; em_model_module then holds them for the optimizers,
+ * clipping and checkpoints, named as transformers names them
+ * ("model.layers.0.self_attn.q_proj.weight"; a tied output embedding is the one parameter
+ * "model.embed_tokens.weight" / "transformer.wte.weight"). The model must compute in float32
+ * (loaded with dtype EM_F32): lower-precision compute comes from autocast, over float32
+ * master weights. Refused, the model unchanged, when it has adapters (LoRA trains the
+ * adapters alone) or another dtype; calling it twice is a no-op. em_model_save_merged writes
+ * the trained weights as a full model folder. */
+EM_API em_status em_model_unfreeze(em_model *m);
+/* The weights as a module after em_model_unfreeze (owned by the model), else NULL and an error. */
+EM_API em_module *em_model_module(em_model *m);
+
 /* transformers' ForCausalLMLoss: the cross-entropy (in float32) of logits [B, T, V] at
  * position t against labels [B, T] (int64 or int32, any device) at t + 1, labels -100 ignored.
  * num_items > 0: the sum divided by num_items (its num_items_in_batch, for gradient

@@ -47,6 +47,9 @@ typedef struct em_adam_opts {
     double lr, beta1, beta2, eps, weight_decay; /* as torch.optim.Adam's (betas = (beta1, beta2)) */
     bool amsgrad;                               /* keep the maximum of exp_avg_sq */
     bool maximize;                              /* ascend: step along +grad */
+    /* weight_decay only on parameters of 2 or more dimensions: none on biases and norm
+     * weights, the two param_groups transformers' Trainer and nanoGPT give AdamW */
+    bool decay_matrices_only;
 } em_adam_opts;
 /* torch.optim.Adadelta: square_avg and acc_delta, averaged with rho. */
 typedef struct em_adadelta_opts {

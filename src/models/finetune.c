@@ -628,3 +628,92 @@ em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, c
     em_tensor *loss = logits ? em_causal_lm_loss(logits, labels, o.num_items) : NULL;
     return em__scope_return(scope, loss);
 }
+
+/* ---- full fine-tuning ---- */
+
+/* The tree of containers a dotted name needs under root, made as the names come in order:
+ * levels[d] is the last container made at depth d, reused while the names share it. */
+#define FULL_DEPTH 8
+static em_module *parent_of(em_module *root, tree_node *levels, const char *name, const char **leaf) {
+    em_module *cur = root;
+    const char *p = name;
+    int d = 0;
+    for (const char *dot; (dot = strchr(p, '.')) != NULL; p = dot + 1, d++) {
+        if (d >= FULL_DEPTH || (size_t)(dot - p) >= sizeof levels[d].name) {
+            em_error(EM_ERR_ARGUMENT, "em_model_unfreeze: the weight name '%s' is too deep or long", name);
+            return NULL;
+        }
+        char comp[32];
+        snprintf(comp, sizeof comp, "%.*s", (int)(dot - p), p);
+        if (!levels[d].mod || strcmp(levels[d].name, comp)) {
+            for (int e = d + 1; e < FULL_DEPTH; e++) levels[e].mod = NULL; /* a new branch */
+            levels[d].mod = NULL;
+        }
+        cur = child_named(cur, &levels[d], comp);
+        if (!cur) return NULL;
+    }
+    *leaf = p;
+    return cur;
+}
+
+em_status em_model_unfreeze(em_model *m) {
+    const char *op = "em_model_unfreeze";
+    if (!m) return em_error(EM_ERR_ARGUMENT, "%s: the model is NULL", op);
+    if (m->full) return EM_OK;
+    if (m->lora)
+        return em_error(EM_ERR_ARGUMENT, "%s: the model has LoRA adapters, which train alone; full fine-tuning "
+                        "needs a model without them", op);
+    if (m->dtype != EM_F32)
+        return em_error(EM_ERR_DTYPE, "%s: full fine-tuning keeps float32 weights, the model computes in %s (load "
+                        "it with dtype float32 and train under autocast for bf16 compute)", op, em_dtype_name(m->dtype));
+    em_tensor **copies = calloc((size_t)m->nparams, sizeof *copies);
+    em_module *root = em_module_new(&container_ops, NULL);
+    em_status st = copies && root ? EM_OK
+                                  : (em_failed() ? em_last_status() : em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of memory", op));
+    tree_node levels[FULL_DEPTH] = {{0}};
+    /* every copy is made before any weight is replaced: a failure leaves the model as it was */
+    em_grad_mode g = em_no_grad_begin();
+    em_scope scope = em_scope_begin();
+    for (int i = 0; i < m->nparams && st == EM_OK; i++) {
+        em_tensor *c = em_clone(m->params[i].t);
+        copies[i] = c ? em_keep(c) : NULL; /* the model's own reference, past this scope */
+        const char *leaf = NULL;
+        em_module *parent = copies[i] ? parent_of(root, levels, m->params[i].name, &leaf) : NULL;
+        if (!parent || em_module_add_parameter(parent, leaf, copies[i]) != EM_OK) st = em_last_status();
+    }
+    em_scope_end(scope);
+    em_no_grad_end(g);
+    if (st != EM_OK) {
+        for (int i = 0; i < m->nparams; i++) em_release(copies[i]);
+        free(copies);
+        em_module_free(root);
+        return st;
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        model_param *p = &m->params[i];
+        em_tensor *old = p->t;
+        if (p->layer >= 0) {
+            m->layers[p->layer][p->role] = copies[i];
+        } else {
+            m->w[p->role] = copies[i];
+            if (p->role == MW_EMBED && m->cfg.tie_word_embeddings) m->w[MW_LM_HEAD] = copies[i];
+        }
+        p->t = copies[i];
+        em_release(old);
+    }
+    free(copies);
+    m->full = root;
+    m->mapped_bytes = 0;
+    return EM_OK;
+}
+
+em_module *em_model_module(em_model *m) {
+    if (!m) {
+        em_error(EM_ERR_ARGUMENT, "em_model_module: the model is NULL");
+        return NULL;
+    }
+    if (!m->full)
+        em_error(EM_ERR_ARGUMENT, "em_model_module: the model's weights are frozen (em_model_unfreeze makes them "
+                 "parameters)");
+    return m->full;
+}

@@ -24,6 +24,7 @@ em_status em__model_error_prefix(const char *fmt, ...) {
 void em_model_free(em_model *m) {
     if (!m) return;
     em__model_lora_free(m);
+    em_module_free(m->full);
     for (int i = 0; i < m->nparams; i++) em_release(m->params[i].t);
     free(m->params);
     free(m->layers);

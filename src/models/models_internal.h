@@ -57,6 +57,9 @@ struct em_model {
     int64_t lora_rank;
     double lora_alpha, lora_scale;
     char lora_targets[256];            /* the config's targets, comma-separated */
+    /* Full fine-tuning (finetune.c, em_model_unfreeze): every weight as a parameter, named as
+     * transformers names it (NULL: the weights are frozen). */
+    em_module *full;
     struct model_layer_ctx *layer_ctx; /* per layer, what em_checkpoint hands back */
 };
 

@@ -128,6 +128,11 @@ static bool adam_uses_state(const void *hyper, int k) {
 
 static double *adam_momentum(void *hyper) { return &((em_adam_opts *)hyper)->beta1; }
 
+/* The weight decay this parameter gets (none on a bias or norm weight with decay_matrices_only). */
+static double adam_decay(const em_adam_opts *a, const em_tensor *p) {
+    return a->decay_matrices_only && em_ndim(p) < 2 ? 0.0 : a->weight_decay;
+}
+
 static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done) {
     const em_adam_opts *a = u->hyper;
     em_optimizer *o = u->optimizer;
@@ -136,7 +141,7 @@ static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done
     em_tensor *vmax = a->amsgrad ? u->state[ADAM_MAX_EXP_AVG_SQ] : NULL;
     if (!em__optim_fused_allowed(o) || !em__fused_adam_applies(u->param, u->grad, m, v, vmax)) return EM_OK;
     if (amp && !em__amp_state_fits(amp, u->param)) return EM_OK;
-    em_optim_args args = {.lr = u->lr, .weight_decay = a->weight_decay, .beta1 = a->beta1,
+    em_optim_args args = {.lr = u->lr, .weight_decay = adam_decay(a, u->param), .beta1 = a->beta1,
                           .beta2 = a->beta2, .eps = a->eps,
                           .bias_correction1 = 1.0 - pow(a->beta1, (double)u->step),
                           .bias_correction2 = 1.0 - pow(a->beta2, (double)u->step),
@@ -161,11 +166,12 @@ static em_status adam_update(const em_optim_update *u, bool decoupled) {
         bool skip;
         if ((st = amp_host_check(amp, &skip, &skipped)) != EM_OK || skip) return st;
     }
-    if (a->weight_decay != 0) {
+    double wd = adam_decay(a, p);
+    if (wd != 0) {
         if (decoupled)
-            st = em_mul_scalar_(p, 1.0 - u->lr * a->weight_decay);
+            st = em_mul_scalar_(p, 1.0 - u->lr * wd);
         else
-            g = em_add(g, em_mul_scalar(p, a->weight_decay));
+            g = em_add(g, em_mul_scalar(p, wd));
     }
     if (st == EM_OK) st = em_mul_scalar_(m, a->beta1);
     if (st == EM_OK) st = em_add_(m, g, 1.0 - a->beta1);

@@ -27,7 +27,7 @@ static const char *const tool = "ember finetune";
 enum {
     F_DATA, F_OUT, F_RANK, F_ALPHA, F_TARGETS, F_EPOCHS, F_MAX_STEPS, F_SEQ, F_BATCH, F_LR, F_WD, F_WARMUP,
     F_MAX_GRAD_NORM, F_ACCUMULATE, F_AMP, F_CKPT_ACT, F_RESUME, F_SAVE_EVERY, F_EVAL_FRACTION, F_MERGE, F_DEVICE,
-    F_DTYPE, F_SEED, F_INTERRUPT_AFTER
+    F_DTYPE, F_SEED, F_FULL, F_INTERRUPT_AFTER
 };
 static const opt_choice amp_choices[] = {{"bf16", 1}, {"bfloat16", 1}, {NULL, 0}};
 static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
@@ -74,6 +74,9 @@ static const opt_spec finetune_table[] = {
                               "load when the folder's differ); the adapters are float32 whatever it is"),
     [F_SEED] = OPTION_INT("--seed", "S", 0, INT64_MAX, "the adapters' init, the split and the examples' order "
                           "(default 0)"),
+    [F_FULL] = OPTION_FLAG("--full", "train every weight instead of adapters (full fine-tuning): float32 master "
+                           "weights (bf16 compute with --amp bf16), no weight decay on biases and norm weights; DIR "
+                           "gets the trained model as a full folder"),
     [F_INTERRUPT_AFTER] = {.name = "--interrupt-after", .kind = OPT_INT, .metavar = "N", .imin = 1,
                            .imax = INT64_MAX / 4, .flags = OPT_HIDDEN,
                            .help = "for tests: raise SIGTERM at the end of step N"},
@@ -86,7 +89,8 @@ const opt_command finetune_options = {
     .about = "Fine-tunes a language model from a Hugging Face model folder (Llama, Mistral, Qwen2, GPT-2) with LoRA "
              "adapters, as PEFT does: the base weights stay frozen, only the adapters train. The result is a PEFT "
              "adapter folder (peft's PeftModel.from_pretrained and `ember generate --adapter DIR` load it) and, with "
-             "--merge, a full model folder.\n\n"
+             "--merge, a full model folder. --full trains every weight instead and writes the trained model as a "
+             "full folder.\n\n"
              "Data: plain text is tokenized whole and packed into sequences of --seq tokens (the remainder dropped); "
              "JSONL holds one {\"prompt\": ..., \"completion\": ...} object a line, the prompt encoded with the "
              "tokenizer's special tokens (a BOS) and the completion after it with the end-of-sequence id; the loss "
@@ -521,12 +525,24 @@ typedef struct position {
     int64_t step, epoch, micro;   /* steps done; the epoch and micro-batch to train next */
 } position;
 
+/* What trains, as a checkpoint records it: the adapters' config, or "full"; and its module. */
+static void trained_kind(em_model *m, char *buf, size_t size) {
+    em_lora_config c;
+    if (!em_model_has_lora(m)) {
+        snprintf(buf, size, "full");
+        return;
+    }
+    em_model_lora_config(m, &c);
+    snprintf(buf, size, "r=%lld alpha=%.17g targets=%s", (long long)c.rank, c.alpha, c.targets);
+}
+static em_module *trained_module(em_model *m) {
+    return em_model_has_lora(m) ? em_model_lora_module(m) : em_model_module(m);
+}
+
 static bool save_checkpoint(const char *out, em_model *m, em_optimizer *opt, const position *pos, int64_t seed,
                             int64_t n_train, int64_t total) {
     char path[4096], v[6][64];
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
-    em_lora_config c;
-    em_model_lora_config(m, &c);
     snprintf(v[0], sizeof v[0], "%lld", (long long)pos->step);
     snprintf(v[1], sizeof v[1], "%lld", (long long)pos->epoch);
     snprintf(v[2], sizeof v[2], "%lld", (long long)pos->micro);
@@ -536,9 +552,9 @@ static bool save_checkpoint(const char *out, em_model *m, em_optimizer *opt, con
     const char *keys[] = {"finetune.step", "finetune.epoch", "finetune.micro", "finetune.seed", "finetune.examples",
                           "finetune.total_steps", "finetune.lora"};
     char lora[400];
-    snprintf(lora, sizeof lora, "r=%lld alpha=%.17g targets=%s", (long long)c.rank, c.alpha, c.targets);
+    trained_kind(m, lora, sizeof lora);
     const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], lora};
-    if (em_checkpoint_save(path, em_model_lora_module(m), opt, keys, values, 7) != EM_OK) {
+    if (em_checkpoint_save(path, trained_module(m), opt, keys, values, 7) != EM_OK) {
         fprintf(stderr, "%s: saving %s: %s\n", tool, path, em_last_error());
         return false;
     }
@@ -564,10 +580,8 @@ static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, pos
         fprintf(stderr, "%s: --resume: %s\n", tool, em_last_error());
         return false;
     }
-    em_lora_config c;
-    em_model_lora_config(m, &c);
     char lora[400];
-    snprintf(lora, sizeof lora, "r=%lld alpha=%.17g targets=%s", (long long)c.rank, c.alpha, c.targets);
+    trained_kind(m, lora, sizeof lora);
     const char *saved = em_safetensors_metadata(f, "finetune.lora");
     int64_t s_seed = 0, s_n = 0, s_total = 0;
     bool ok = meta_i64(f, "finetune.step", &pos->step) && meta_i64(f, "finetune.epoch", &pos->epoch) &&
@@ -580,7 +594,7 @@ static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, pos
                 "and data\n", tool, path, saved, (long long)s_seed, (long long)s_n, (long long)s_total, lora,
                 (long long)seed, (long long)n_train, (long long)total);
         ok = false;
-    } else if (em_checkpoint_load_safetensors(f, em_model_lora_module(m), opt) != EM_OK) {
+    } else if (em_checkpoint_load_safetensors(f, trained_module(m), opt) != EM_OK) {
         fprintf(stderr, "%s: --resume: %s\n", tool, em_last_error());
         ok = false;
     }
@@ -595,7 +609,7 @@ typedef struct run {
     int64_t rank, epochs, max_steps, seq, batch, warmup, accumulate, save_every, seed, interrupt_after;
     double alpha, lr, wd, max_grad_norm, eval_fraction;
     const char *targets;
-    bool amp, ckpt, resume, merge, warmup_given;
+    bool amp, ckpt, resume, merge, warmup_given, full;
     em_device dev;
     em_dtype dtype;
 } run;
@@ -643,6 +657,17 @@ static int parse(int argc, char **argv, run *r) {
     if (v[F_DEVICE].given && !mlp_parse_device(tool, "--device", v[F_DEVICE].text, &r->dev)) return 2;
     const em_dtype dtypes[] = {EM_F32, EM_BF16, EM_F16};
     r->dtype = v[F_DTYPE].given ? dtypes[v[F_DTYPE].choice] : EM_F32;
+    r->full = v[F_FULL].given;
+    if (r->full) {
+        const int lora_only[] = {F_RANK, F_ALPHA, F_TARGETS, F_MERGE};
+        for (size_t i = 0; i < sizeof lora_only / sizeof *lora_only; i++)
+            if (v[lora_only[i]].given)
+                return opt_usage_error(&finetune_options, stderr, "%s is an adapters' option; --full trains every "
+                                       "weight", finetune_table[lora_only[i]].name);
+        if (r->dtype != EM_F32)
+            return opt_usage_error(&finetune_options, stderr, "--full keeps float32 master weights: --dtype %s is not "
+                                   "one (--amp bf16 computes in bf16)", v[F_DTYPE].text);
+    }
     return -1;
 }
 
@@ -661,7 +686,8 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
     em_lr_schedule sched = em_lr_cosine(warmup, total, 0);
     em_adam_opts ao = em_adam_defaults(r->lr);
     ao.weight_decay = r->wd;
-    em_module *lora = em_model_lora_module(m);
+    ao.decay_matrices_only = r->full;
+    em_module *lora = trained_module(m);
     em_optimizer *opt = em_adamw_ex(lora, ao);
     int64_t *order = malloc((size_t)n_train * sizeof *order);
     if (!opt || !order) {
@@ -677,9 +703,9 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         return 1;
     }
     fprintf(stderr, "%s: %lld training examples of %lld tokens, %lld held out; %lld steps (%lld micro-batches of %lld "
-            "a step), warm-up %lld; %lld adapter parameters%s\n", tool, (long long)n_train, (long long)d->seq,
+            "a step), warm-up %lld; %lld %s parameters%s\n", tool, (long long)n_train, (long long)d->seq,
             (long long)n_eval, (long long)total, (long long)r->accumulate, (long long)r->batch, (long long)warmup,
-            (long long)em_module_num_parameters(lora), pos.step ? " (resumed)" : "");
+            (long long)em_module_num_parameters(lora), r->full ? "trained" : "adapter", pos.step ? " (resumed)" : "");
     int rc = 0;
     int64_t shuffled_epoch = -1;
     double t0 = now_seconds();
@@ -817,13 +843,25 @@ int cmd_finetune(int argc, char **argv) {
     if (!eval_idx) goto done;
     for (int64_t i = 0; i < n_eval; i++) eval_idx[i] = n_train + i;
     em_manual_seed((uint64_t)r.seed);
-    if (em_model_lora_add(m, &(em_lora_config){.rank = r.rank, .alpha = r.alpha, .targets = r.targets}) != EM_OK) {
+    if ((r.full ? em_model_unfreeze(m)
+                : em_model_lora_add(m, &(em_lora_config){.rank = r.rank, .alpha = r.alpha, .targets = r.targets})) !=
+        EM_OK) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
         free(eval_idx);
         goto done;
     }
     rc = train(&r, m, &train_set, n_train, eval_idx, n_eval);
     free(eval_idx);
+    if (rc == 0 && r.full) {
+        /* the trained weights as a full folder beside the checkpoint */
+        if (em_model_save_merged(m, r.dir, r.out) != EM_OK) {
+            fprintf(stderr, "%s: %s\n", tool, em_last_error());
+            rc = 1;
+        } else {
+            fprintf(stderr, "%s: model written to %s\n", tool, r.out);
+        }
+        goto done;
+    }
     if (rc == 0 && em_model_lora_save(m, r.out, r.dir) != EM_OK) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
         rc = 1;
