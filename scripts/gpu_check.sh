@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
 # The one-command proof of Ember's CUDA backend on an NVIDIA GPU (docs/GPU_CHECK.md).
 #
-# Usage: scripts/gpu_check.sh OUT_DIR [--part 1|2|all] [--dry-run] [--build-dir DIR]
-#                                     [--only STEP,...] [--budget SECONDS]
+# Usage: scripts/gpu_check.sh OUT_DIR [--part proof|1|2|lm|all] [--quick] [--dry-run]
+#                                     [--build-dir DIR] [--only STEP,...] [--budget SECONDS]
 #
 # Run from a copy of the repository with .gpu/ beside it (scripts/gpu_prepare.sh makes it: a
-# private prefix with OpenBLAS and zlib, and Fashion-MNIST). With the device tool:
-#   run(command="scripts/gpu_check.sh $OUT --part 1", carry=[".gpu"], timeout_s=600)
-#   run(command="scripts/gpu_check.sh $OUT --part 2", carry=[".gpu"], timeout_s=600)
-# Each part builds Ember first when its build is missing (a later call may land on a fresh
-# machine), runs its steps each under `timeout`, stops starting steps when its time budget
-# (default 530 s) is spent, and leaves exactly three files in OUT_DIR:
-#   report-partN.md, report-partN.json   pass/fail/skip per step, the figures, each figure as
+# private prefix with OpenBLAS and zlib, Fashion-MNIST, and the kernel cache). With the device tool:
+#   run(command="scripts/gpu_check.sh $OUT", carry=[".gpu"], timeout_s=500)
+# That is the proof in one call of at most 8 minutes on a fresh machine, the build included
+# (--part proof, the default, with a 440 s budget): it builds only what its steps run, and its
+# steps come most telling first, so that what the budget cuts is the least missed. Each run
+# builds Ember first when its build is missing (a later call may land on a fresh machine),
+# runs its steps each under `timeout`, stops starting steps when its time budget is spent,
+# and leaves exactly three files in OUT_DIR:
+#   report-TAG.md, report-TAG.json       pass/fail/skip per step, the figures, each figure as
 #                                        a fraction of the roofline (measured and spec)
-#   logs-partN.tar.gz                    every step's full output
+#   logs-TAG.tar.gz                      every step's full output
+# (TAG: the part, "partN" for 1 and 2, "quick" with --quick.)
+# proof: preflight, deps, build, devices, golden (the golden and backend-op suites with
+#         EMBER_CUDA_LAUNCH_BLOCKING=1), lm_models (random-weight GPT-2 124M, Llama-3.2-1B and
+#         Llama-2-7B-shaped folders), lm_decode / lm_decode_torch (the 1B model's prefill and
+#         decode tokens/s against the memory bandwidth), gpt2_train / gpt2_train_torch /
+#         gpt2_train_compile (a GPT-2 124M training step, batch 8 x 1024, bf16 autocast, AdamW:
+#         tokens/s and model FLOP utilisation; PyTorch eager and torch.compile), attention /
+#         attention_torch (causal bf16 attention forward and backward at 1024-8192 against
+#         PyTorch's SDPA), lora_7b (a LoRA step of the 7B model under EMBER_MEMORY_CAP=cuda=24GiB,
+#         its peak printed), mlp_graphs (the seed MLP's epoch with and without CUDA graphs),
+#         train_cuda, train_torch, copy_d2d, roofline_torch, bench; then, budget permitting,
+#         memcheck.
+# --quick: the proof's build, devices, golden, lm_models, lm_decode(_torch), gpt2_train(_torch)
+#         and attention(_torch): a second look in about half the time.
+# lm:     the language-model steps alone (after preflight, deps, build, devices).
 # Part 1: preflight, deps, build, devices, ctest (whole suite with cuda:0 present),
 #         blocking (golden + backend-ops suites with EMBER_CUDA_LAUNCH_BLOCKING=1),
 #         memcheck (compute-sanitizer over backend-ops and golden).
@@ -25,22 +42,24 @@
 #         the GPU, ember train on the CPU), bench_cpu, train_amp (--amp bf16 and f16 on cuda:0),
 #         nccl (the DDP seed twin as one rank over NCCL), train_cnn, train_cnn_torch (the CNN
 #         through cuDNN, and in PyTorch on the GPU), racecheck, synccheck.
-# --only STEP,...: those steps, from either part, after preflight, deps, build and devices;
+# all:    every step of every part (for a machine without the 600 s limit of a call).
+# --only STEP,...: those steps, from any part, after preflight, deps, build and devices;
 #   e.g. what a part had to skip for time: --part 2 --only racecheck,synccheck
 # --dry-run: on a machine without a GPU, every step that needs one is reported "skip" with
-#   the reason; the others run (CI runs this: scripts/gpu_check_test.sh). Without --dry-run a
-#   missing GPU fails those steps.
+#   the reason; the others run, the language-model steps on the CPU with tiny folders (CI runs
+#   this: scripts/gpu_check_test.sh). Without --dry-run a missing GPU fails those steps.
 # Environment: EMBER_GPU_DIR (.gpu), PYTHON (python3), EMBER_GPU_CHECK_BUILD (build-gpu).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-OUT="" PART=all DRY=0 ONLY="" BUDGET=530
+OUT="" PART=proof DRY=0 ONLY="" BUDGET="" QUICK=0
 BUILD=${EMBER_GPU_CHECK_BUILD:-build-gpu}
 while (($#)); do
     case "$1" in
-    --part) PART=${2:-}; shift 2 || { echo "gpu_check: --part needs 1, 2 or all" >&2; exit 2; } ;;
+    --part) PART=${2:-}; shift 2 || { echo "gpu_check: --part needs proof, 1, 2, lm or all" >&2; exit 2; } ;;
+    --quick) QUICK=1; shift ;;
     --dry-run) DRY=1; shift ;;
     --build-dir) BUILD=${2:-}; shift 2 || { echo "gpu_check: --build-dir needs a directory" >&2; exit 2; } ;;
     --only) ONLY=${2:-}; shift 2 || { echo "gpu_check: --only needs step names" >&2; exit 2; } ;;
@@ -52,14 +71,23 @@ while (($#)); do
     esac
 done
 [ -n "$OUT" ] || { echo "gpu_check: OUT_DIR missing (--help for usage)" >&2; exit 2; }
-case "$PART" in 1 | 2 | all) ;; *) echo "gpu_check: --part expects 1, 2 or all, got '$PART'" >&2; exit 2 ;; esac
+case "$PART" in proof | 1 | 2 | lm | all) ;; *) echo "gpu_check: --part expects proof, 1, 2, lm or all, got '$PART'" >&2; exit 2 ;; esac
+((QUICK)) && [ "$PART" != proof ] && { echo "gpu_check: --quick is a subset of --part proof, not of --part $PART" >&2; exit 2; }
+# the proof fits one call of the device tool (at most 8 minutes with the machine's start);
+# a part of the old two-call split has the rest of a 600 s call
+if [ -z "$BUDGET" ]; then
+    BUDGET=530
+    [ "$PART" = proof ] && BUDGET=440
+    ((QUICK)) && BUDGET=240
+fi
 [[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "gpu_check: --budget expects whole seconds, got '$BUDGET'" >&2; exit 2; }
 [ -n "$BUILD" ] || { echo "gpu_check: --build-dir is empty" >&2; exit 2; }
 mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 TAG=part$PART
-[ "$PART" = all ] && TAG=all
+case "$PART" in all | proof | lm) TAG=$PART ;; esac
+((QUICK)) && TAG=quick
 PY=${PYTHON:-python3}
 GPU_DIR=${EMBER_GPU_DIR:-$ROOT/.gpu}
 NPROC=$(nproc 2>/dev/null || echo 2)
@@ -87,6 +115,11 @@ elif [ -x /usr/local/cuda/bin/compute-sanitizer ]; then SAN=/usr/local/cuda/bin/
 else SAN=""; fi
 TORCH_OK=0
 "$PY" -c "import torch" >/dev/null 2>&1 && TORCH_OK=1
+# make_model_folder.py needs numpy: this interpreter's, else the system's
+NUMPY_PY=""
+for p in "$PY" /usr/bin/python3; do
+    "$p" -c "import numpy" >/dev/null 2>&1 && { NUMPY_PY=$p; break; }
+done
 
 # The private prefix of .gpu/deps.tar.xz, unpacked once into the build directory.
 DEPS=$BUILD/deps
@@ -125,6 +158,8 @@ step() {
         data) [ -n "$DATA" ] || [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
                   why=${why:-"skipped: no Fashion-MNIST ($GPU_DIR/fashion-mnist or the Debian package)"} ;;
         build) [ -x "$EMBER" ] || why=${why:-"skipped: no build ($BUILD/ember missing)"} ;;
+        models) [ -r "$MODELS/llama-1b/config.json" ] || why=${why:-"skipped: no model folders (the lm_models step did not make them)"} ;;
+        numpy) [ -n "$NUMPY_PY" ] || why=${why:-"skipped: neither $PY nor /usr/bin/python3 imports numpy"} ;;
         esac
     done
     if [ -n "$why" ]; then
@@ -164,7 +199,7 @@ step() {
 note() { echo "$*" >>"$FACTS/$STEP_NAME.note"; }
 
 # Everything a step function uses must reach the child bash.
-export ORIG_LD ROOT BUILD DEPS EMBER PY SAN DATA DRY NPROC FACTS LOGS GPU_DIR TRIPLET
+export ORIG_LD ROOT BUILD DEPS EMBER PY SAN DATA DRY QUICK NPROC FACTS LOGS GPU_DIR TRIPLET
 export -f use_deps note
 
 s_preflight() {
@@ -240,7 +275,8 @@ s_build() {
             echo "== the build failed: again with$tried"
             cmake -S "$ROOT" -B "$BUILD" $tried || return 1
         fi
-        if cmake --build "$BUILD" -j"$NPROC"; then
+        # shellcheck disable=SC2086  # BUILD_TARGETS is a list of words
+        if cmake --build "$BUILD" -j"$NPROC" ${BUILD_TARGETS:+--target $BUILD_TARGETS}; then
             [ -n "$tried" ] && note "built only with$tried (see build.log for why)"
             break
         fi
@@ -249,6 +285,120 @@ s_build() {
     grep -E "^(EMBER_BLAS|EMBER_WERROR|EMBER_OPENBLAS_LIB|EMBER_CBLAS_INCLUDE|OPENBLAS_LIBRARIES|EMBER_CUDA_INCLUDE|ZLIB_LIBRARY_RELEASE|OpenCL_LIBRARY)" \
         "$BUILD/CMakeCache.txt" | tee "$FACTS/cmake_found"
     [ -x "$BUILD/ember" ]
+}
+
+# The golden and backend-op suites on cuda:0, each op waited for (an error names its op)
+LM_GOLDEN='^(test_golden_ops|test_backend_ops|test_lm_golden|test_attention_fused|test_optim_golden)$'
+s_golden() {
+    export STEP_NAME=golden
+    EMBER_CUDA_LAUNCH_BLOCKING=1 ctest_run 150 4 -R "$LM_GOLDEN"
+    local rc=$?
+    note "$(grep -E '^[0-9]+% tests passed' "$LOGS/golden.log" 2>/dev/null | tail -n1)"
+    return $rc
+}
+
+# ---- the language-model steps ----
+# Random-weight folders (scripts/make_model_folder.py, numpy only), made once into the build
+# directory; the 7B one with --repeat-block (it is only timed and sized). A dry run makes tiny
+# ones and runs Ember's side on the CPU, which proves the commands and what reads their output.
+MODELS=$BUILD/lm-models
+LMDEV=cuda:0
+((DRY)) && LMDEV=cpu
+make_folder() { # name preset-and-options...
+    [ -r "$MODELS/$1/config.json" ] && { echo "$MODELS/$1: already made"; return 0; }
+    "$NUMPY_PY" "$ROOT/scripts/make_model_folder.py" "$MODELS/$1" "${@:2}"
+}
+s_lm_models() {
+    export STEP_NAME=lm_models
+    mkdir -p "$MODELS" || return 1
+    if ((DRY)); then
+        make_folder gpt2 --preset gpt2-124m --layers 2 --hidden 64 --heads 4 --intermediate 256 --vocab 1024 &&
+            make_folder llama-1b --preset tiny &&
+            make_folder llama2-7b --preset tiny --kv-heads 4 --repeat-block || return 1
+    else
+        make_folder gpt2 --preset gpt2-124m && make_folder llama-1b --preset llama-1b || return 1
+        ((QUICK)) || make_folder llama2-7b --preset llama2-7b --repeat-block || return 1
+    fi
+    # the text the training steps read: the repository's own documents, enough for every step
+    cat "$ROOT"/README.md "$ROOT"/docs/*.md >"$MODELS/train.txt" || return 1
+    du -sh "$MODELS"/*
+}
+# a prompt of n tokens for make_model_folder's tokenizer: " ab" is one token, after the BOS
+lm_prompt() { local n=$1 w=""; for ((i = 0; i < n; i++)); do w+=" ab"; done; echo "${w# }"; }
+s_lm_decode() {
+    export STEP_NAME=lm_decode
+    local n=512 new=128
+    ((DRY)) && n=32 new=8
+    "$EMBER" generate "$MODELS/llama-1b" --device "$LMDEV" --dtype bf16 --prompt "$(lm_prompt $n)" \
+        --max-new-tokens $new --temperature 0 --json >"$FACTS/lm_decode_ember.json" || return 1
+    cat "$FACTS/lm_decode_ember.json"
+    ((DRY)) && return 0
+    # a second run with CUDA graphs off, when this build has them
+    EMBER_CUDA_GRAPHS=0 "$EMBER" generate "$MODELS/llama-1b" --device "$LMDEV" --dtype bf16 --prompt "$(lm_prompt $n)" \
+        --max-new-tokens $new --temperature 0 --json >"$FACTS/lm_decode_ember_nographs.json" || return 1
+    cat "$FACTS/lm_decode_ember_nographs.json"
+}
+s_lm_decode_torch() {
+    export STEP_NAME=lm_decode_torch
+    LD_LIBRARY_PATH=$ORIG_LD "$PY" "$ROOT/bench/lm_gpu_torch.py" llama-decode --device cuda:0 --prompt 512 \
+        --new-tokens 128 | tee "$FACTS/lm_decode_torch.txt"
+    return "${PIPESTATUS[0]}"
+}
+# Full training of GPT-2 124M (ember finetune --full: AdamW over every weight, float32 masters)
+s_gpt2_train() {
+    export STEP_NAME=gpt2_train
+    local seq=1024 batch=8 steps=12
+    ((DRY)) && seq=64 batch=2 steps=3
+    "$EMBER" finetune "$MODELS/gpt2" --full --data "$MODELS/train.txt" --out "$MODELS/gpt2-out" --device "$LMDEV" \
+        --dtype f32 --amp bf16 --seq $seq --batch-size $batch --max-steps $steps --lr 6e-4 --warmup-steps 2 2>&1 |
+        tee "$FACTS/gpt2_train_ember.txt"
+    return "${PIPESTATUS[0]}"
+}
+s_gpt2_train_torch() {
+    export STEP_NAME=gpt2_train_torch
+    LD_LIBRARY_PATH=$ORIG_LD "$PY" "$ROOT/bench/lm_gpu_torch.py" gpt2-train --device cuda:0 --batch 8 --seq 1024 \
+        --steps 10 --peak-tflops 989.5 | tee "$FACTS/gpt2_train_torch.txt"
+    return "${PIPESTATUS[0]}"
+}
+s_gpt2_train_compile() {
+    export STEP_NAME=gpt2_train_compile
+    LD_LIBRARY_PATH=$ORIG_LD "$PY" "$ROOT/bench/lm_gpu_torch.py" gpt2-train --compile --device cuda:0 --batch 8 \
+        --seq 1024 --steps 10 --peak-tflops 989.5 | tee "$FACTS/gpt2_train_compile.txt"
+    return "${PIPESTATUS[0]}"
+}
+s_attention() {
+    export STEP_NAME=attention
+    local lengths=1024,2048,4096,8192 t=0.3
+    ((DRY)) && lengths=64,128 t=0.02
+    "$BUILD/bench_attention" "$LMDEV" --lengths $lengths --batch 4 --heads 16 --head-dim 64 --min-time $t |
+        tee "$FACTS/attention_ember.txt"
+    return "${PIPESTATUS[0]}"
+}
+s_attention_torch() {
+    export STEP_NAME=attention_torch
+    LD_LIBRARY_PATH=$ORIG_LD "$PY" "$ROOT/bench/lm_gpu_torch.py" sdpa --device cuda:0 --lengths 1024,2048,4096,8192 \
+        --batch 4 --heads 16 --head-dim 64 --min-time 0.3 | tee "$FACTS/attention_torch.txt"
+    return "${PIPESTATUS[0]}"
+}
+# Seed 002's "one 24 GB card is enough with LoRA": the 7B model's LoRA step under a 24 GiB cap
+s_lora_7b() {
+    export STEP_NAME=lora_7b
+    local cap=cuda=24GiB seq=512
+    ((DRY)) && cap=cpu=24GiB seq=64
+    EMBER_MEMORY_CAP=$cap "$EMBER" finetune "$MODELS/llama2-7b" --data "$MODELS/train.txt" --out "$MODELS/lora-out" \
+        --device "$LMDEV" --dtype bf16 --amp bf16 --checkpoint-activations --seq $seq --batch-size 1 --max-steps 3 \
+        --lora-rank 8 2>&1 | tee "$FACTS/lora_7b_ember.txt"
+    local rc=${PIPESTATUS[0]}
+    note "$(grep -E '^step ' "$FACTS/lora_7b_ember.txt" | tail -n1)"
+    return "$rc"
+}
+# The seed MLP, launch-bound: its epoch with CUDA graphs (the default) and without
+s_mlp_graphs() {
+    export STEP_NAME=mlp_graphs
+    train_ember cuda:0 2 | tee "$FACTS/mlp_graphs_on.log"
+    local rc=${PIPESTATUS[0]}
+    EMBER_CUDA_GRAPHS=0 train_ember cuda:0 2 | tee "$FACTS/mlp_graphs_off.log"
+    ((PIPESTATUS[0] == 0 && rc == 0))
 }
 
 s_devices() {
@@ -296,8 +446,8 @@ sanitize() {
 s_memcheck() { export STEP_NAME=memcheck; local r=0; sanitize memcheck test_backend_ops || r=1; sanitize memcheck test_golden_ops || r=1; return $r; }
 s_racecheck() { export STEP_NAME=racecheck; local r=0; sanitize racecheck test_backend_ops || r=1; sanitize racecheck test_golden_ops || r=1; return $r; }
 s_synccheck() { export STEP_NAME=synccheck; local r=0; sanitize synccheck test_backend_ops || r=1; sanitize synccheck test_golden_ops || r=1; return $r; }
-export -f ctest_run sanitize
-export GOLDEN
+export -f ctest_run sanitize make_folder lm_prompt
+export GOLDEN LM_GOLDEN MODELS LMDEV NUMPY_PY
 
 SMI_FIELDS=name,index,count,driver_version,memory.total,memory.used,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,compute_cap
 s_smi() {
@@ -391,25 +541,73 @@ export SMI_FIELDS EPOCHS
 export -f train_ember
 
 for f in preflight deps build devices ctest blocking memcheck racecheck synccheck smi bench bench_cpu copy_d2d \
-    roofline_torch train_cuda train_cpu train_torch train_amp nccl train_cnn train_cnn_torch; do
+    roofline_torch train_cuda train_cpu train_torch train_amp nccl train_cnn train_cnn_torch golden lm_models \
+    lm_decode lm_decode_torch gpt2_train gpt2_train_torch gpt2_train_compile attention attention_torch lora_7b \
+    mlp_graphs; do
     export -f "s_$f"
 done
 
-echo "gpu_check: part $PART$( ((DRY)) && echo ' (dry run)'), build in $BUILD, report in $OUT, budget ${BUDGET} s"
+# The proof builds only what its steps run (a fresh machine's build is part of its 8 minutes)
+BUILD_TARGETS=""
+if [ "$PART" = proof ] || [ "$PART" = lm ]; then
+    BUILD_TARGETS="ember_cli bench_attention bench_device_copy"
+    [ "$PART" = proof ] && BUILD_TARGETS="$BUILD_TARGETS test_golden_ops test_backend_ops test_lm_golden test_attention_fused test_optim_golden"
+fi
+[ -n "$ONLY" ] && BUILD_TARGETS="" # --only may name any step
+export BUILD_TARGETS
+# A kernel cache made here (scripts/gpu_prepare.sh: NVRTC's output for sm_90) saves the
+# first run's compiles; copied, since the carried folder may be read-only
+if [ -d "$GPU_DIR/kernel-cache" ] && [ -z "${EMBER_CACHE_DIR:-}" ]; then
+    mkdir -p "$BUILD/kernel-cache" && cp -n "$GPU_DIR"/kernel-cache/* "$BUILD/kernel-cache/" 2>/dev/null
+    export EMBER_CACHE_DIR=$BUILD/kernel-cache
+fi
+
+echo "gpu_check: part $PART$( ((QUICK)) && echo ' --quick')$( ((DRY)) && echo ' (dry run)'), build in $BUILD, report in $OUT, budget ${BUDGET} s"
 step preflight "" 60 s_preflight
 step deps "" 120 s_deps
 use_deps # the prefix the deps step unpacked
 step build "" 420 s_build
 step devices build 60 s_devices
-# --only names steps of either part
-P1=1 P2=1
-[ -z "$ONLY" ] && [ "$PART" = 2 ] && P1=0
-[ -z "$ONLY" ] && [ "$PART" = 1 ] && P2=0
+# --only names steps of any part
+P1=0 P2=0 PLM=0 PROOF=0
+case "$PART" in
+1) P1=1 ;;
+2) P2=1 ;;
+lm) PLM=1 ;;
+proof) PROOF=1 ;;
+all) P1=1 P2=1 PLM=1 ;;
+esac
+[ -n "$ONLY" ] && P1=1 P2=1 PLM=1 PROOF=0
+lm_steps() { # the language-model steps, the figures first; --quick leaves out the slowest
+    step lm_models build,numpy 150 s_lm_models
+    step lm_decode build,models 90 s_lm_decode
+    step lm_decode_torch gpu,torch 90 s_lm_decode_torch
+    step gpt2_train build,models 120 s_gpt2_train
+    step gpt2_train_torch gpu,torch 90 s_gpt2_train_torch
+    step attention build 90 s_attention
+    step attention_torch gpu,torch 90 s_attention_torch
+    ((QUICK)) && return 0
+    step lora_7b build,models 150 s_lora_7b
+    step mlp_graphs gpu,build,data 90 s_mlp_graphs
+    step gpt2_train_compile gpu,torch 150 s_gpt2_train_compile
+}
+if ((PROOF)); then
+    step golden gpu,build 150 s_golden
+    lm_steps
+    if ((!QUICK)); then
+        step train_cuda gpu,build,data 120 s_train_cuda
+        step train_torch gpu,torch,data 120 s_train_torch
+        step copy_d2d gpu,build 60 s_copy_d2d
+        step roofline_torch gpu,torch 120 s_roofline_torch
+        step memcheck gpu,sanitizer,build 200 s_memcheck
+    fi
+fi
 if ((P1)); then
     step ctest gpu,build 330 s_ctest
     step blocking gpu,build 200 s_blocking
     step memcheck gpu,sanitizer,build 200 s_memcheck
 fi
+((PLM)) && lm_steps
 if ((P2)); then # the figures first; the slow sanitizers last, where the budget cuts
     step smi gpu,build 60 s_smi
     step bench gpu,build 180 s_bench
@@ -428,7 +626,7 @@ if ((P2)); then # the figures first; the slow sanitizers last, where the budget 
 fi
 
 # ---- the report, and the logs in one archive ----
-"$PY" "$ROOT/scripts/gpu_report.py" report --part "$PART" --dry-run "$DRY" --logs "$LOGS" \
+"$PY" "$ROOT/scripts/gpu_report.py" report --part "$PART" --tag "$TAG" --dry-run "$DRY" --logs "$LOGS" \
     --md "$OUT/report-$TAG.md" --json "$OUT/report-$TAG.json"
 rep=$?
 # a runaway log (a sanitizer's error flood) keeps its first and last 4 MiB

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # CI's check of the GPU proof scripts on a machine without a GPU (docs/GPU_CHECK.md):
-#  1. scripts/gpu_check.sh --dry-run (reusing a build directory) exits 0 and leaves exactly
-#     report-all.md, report-all.json and logs-all.tar.gz; the JSON has a status for every
-#     step, every GPU step is a skip that says why, the others pass; the archive holds a log
-#     per step that ran.
+#  1. scripts/gpu_check.sh --dry-run (reusing a build directory), the one-call proof and then
+#     --part all, each exits 0 and leaves exactly its report-TAG.md, report-TAG.json and
+#     logs-TAG.tar.gz; the JSON has a status for every step, every GPU step is a skip that
+#     says why, the others pass (the language-model steps on the CPU with tiny folders, their
+#     figures read back); the archive holds a log per step that ran.
 #     --only runs just the named steps after the four that everything stands on.
 #  2. Bad arguments exit 2 with a message.
 #  3. gpu_report.py turns made-up GPU figures into the right roofline fractions, and its
@@ -17,16 +18,44 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "gpu_check_test: FAIL: $*" >&2; exit 1; }
 
-# 1. the dry run
-scripts/gpu_check.sh "$T/out" --dry-run --build-dir "$BUILD" >"$T/dry.log" 2>&1 || { cat "$T/dry.log"; fail "dry run exited $?"; }
+# 1. the dry run: the one-call proof (the default), then every step (--part all)
+scripts/gpu_check.sh "$T/proof" --dry-run --build-dir "$BUILD" >"$T/proof.log" 2>&1 || { cat "$T/proof.log"; fail "proof dry run exited $?"; }
+[ "$(ls "$T/proof" | sort | tr '\n' ' ')" = "logs-proof.tar.gz report-proof.json report-proof.md " ] ||
+    fail "expected exactly the three report files, found: $(ls "$T/proof")"
+"$PY" - "$T/proof/report-proof.json" <<'EOF' || fail "report-proof.json has the wrong shape"
+import json, sys
+r = json.load(open(sys.argv[1]))
+gpu = {"golden", "lm_decode_torch", "gpt2_train_torch", "attention_torch", "mlp_graphs", "gpt2_train_compile",
+       "train_cuda", "train_torch", "copy_d2d", "roofline_torch", "memcheck"}
+cpu = {"preflight", "deps", "build", "devices", "lm_models", "lm_decode", "gpt2_train", "attention", "lora_7b"}
+names = [s["name"] for s in r["steps"]]
+assert set(names) == gpu | cpu and len(names) == len(set(names)), f"steps {names}"
+assert names[:5] == ["preflight", "deps", "build", "devices", "golden"], names  # most telling first
+for s in r["steps"]:
+    if s["name"] in gpu:
+        assert s["status"] == "skip" and "no driver" in s["note"], s
+    else:
+        assert s["status"] == "pass", s
+assert r["dry_run"] is True and r["part"] == "proof" and r["tag"] == "proof"
+lm = r["figures"]["lm"]
+assert lm["decode"]["ember"]["decode_tokens_per_s"] > 0 and lm["decode"]["ember"]["prefill_tokens_per_s"] > 0, lm
+assert lm["gpt2_train"]["ember"]["tokens_per_s"] > 0, lm
+assert [a["seq"] for a in lm["attention"]] == [64, 128] and all(a["ember"]["fwd_bwd_tflops"] >= 0 for a in lm["attention"])
+assert lm["lora_7b"]["steps"] == 3 and lm["lora_7b"]["peaks_MB"], lm
+EOF
+grep -q "^## Language models" "$T/proof/report-proof.md" || fail "report-proof.md has no language-model section"
+
+scripts/gpu_check.sh "$T/out" --dry-run --part all --build-dir "$BUILD" >"$T/dry.log" 2>&1 || { cat "$T/dry.log"; fail "dry run of every step exited $?"; }
 [ "$(ls "$T/out" | sort | tr '\n' ' ')" = "logs-all.tar.gz report-all.json report-all.md " ] ||
     fail "expected exactly the three report files, found: $(ls "$T/out")"
 "$PY" - "$T/out/report-all.json" <<'EOF' || fail "report-all.json has the wrong shape"
 import json, sys
 r = json.load(open(sys.argv[1]))
 gpu = {"ctest", "blocking", "memcheck", "racecheck", "synccheck", "smi", "bench", "copy_d2d", "roofline_torch",
-       "train_cuda", "train_torch", "train_amp", "nccl", "train_cnn", "train_cnn_torch"}
-cpu = {"preflight", "deps", "build", "devices", "bench_cpu", "train_cpu"}
+       "train_cuda", "train_torch", "train_amp", "nccl", "train_cnn", "train_cnn_torch", "lm_decode_torch",
+       "gpt2_train_torch", "attention_torch", "mlp_graphs", "gpt2_train_compile"}
+cpu = {"preflight", "deps", "build", "devices", "bench_cpu", "train_cpu", "lm_models", "lm_decode", "gpt2_train",
+       "attention", "lora_7b"}
 names = [s["name"] for s in r["steps"]]
 assert set(names) == gpu | cpu, f"steps {names}"
 for s in r["steps"]:
@@ -45,7 +74,7 @@ assert r["spec"]["hbm_GBps"] == 4800.0
 EOF
 grep -q "^## Steps" "$T/out/report-all.md" || fail "report-all.md has no Steps section"
 tar -tzf "$T/out/logs-all.tar.gz" >"$T/list"
-for s in preflight build devices bench_cpu train_cpu; do
+for s in preflight build devices bench_cpu train_cpu lm_decode; do
     grep -qx "logs-all/$s.log" "$T/list" || fail "logs-all.tar.gz has no $s.log"
 done
 
@@ -57,7 +86,7 @@ assert [(s["name"], s["status"]) for s in r["steps"]] == [(n, "pass") for n in (
 assert r["part"] == "1"' "$T/only/report-part1.json" || fail "--only ran the wrong steps"
 
 # 2. argument errors
-for args in "" "$T/x --part 3" "$T/x --budget soon" "$T/x --bogus" "$T/x $T/y"; do
+for args in "" "$T/x --part 3" "$T/x --budget soon" "$T/x --bogus" "$T/x $T/y" "$T/x --part 1 --quick"; do
     # shellcheck disable=SC2086  # the words are the arguments
     rc=0; scripts/gpu_check.sh $args >"$T/err" 2>&1 || rc=$?
     [ "$rc" = 2 ] && grep -q "gpu_check:" "$T/err" || fail "gpu_check.sh $args: expected exit 2 and a message, got $rc"

@@ -9,6 +9,12 @@
 #                         Compressed because OpenBLAS alone is 36 MB and libdnnl 40 MB (7 MB as
 #                         xz); gpu_check.sh unpacks it.
 #   .gpu/fashion-mnist/   the four IDX files of Debian's dataset-fashion-mnist (30 MB, gzip)
+#   .gpu/kernel-cache/    every kernel program compiled by NVRTC as an sm_90 GPU (H100, H200)
+#                         loads it (test_cuda_kernels_compile with EMBER_CUDA_PREWARM_SM=90,
+#                         into an empty EMBER_CACHE_DIR; the CUBINs alone, about 6 MB), so the
+#                         GPU check compiles no kernel when that machine's NVRTC is this one's
+#                         version; another version misses the cache and compiles as usual.
+#                         Skipped, with a note, where there is no NVRTC or build/.
 #   .gpu/MANIFEST         package versions and file sizes
 # The GPU machine receives the folder by carry=[".gpu"] (64 MiB at most: this script fails
 # above 60 MiB). Usage: scripts/gpu_prepare.sh [dir]   (default .gpu)
@@ -78,6 +84,22 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
     cp "$FMDIR/$f.gz" "$DIR/fashion-mnist/"
 done
 echo "data fashion-mnist from $FMDIR" >>"$work/MANIFEST"
+
+# The kernel cache for compute capability 9.0, from the build's test program
+BUILD=${EMBER_BUILD_DIR:-build}
+if [ -f "$BUILD/CMakeCache.txt" ] && cmake --build "$BUILD" --target test_cuda_kernels_compile >/dev/null 2>&1; then
+    mkdir -p "$work/kc" "$DIR/kernel-cache"
+    if (cd "$(dirname "$0")/.." && EMBER_CACHE_DIR="$work/kc" EMBER_CUDA_PREWARM_SM=90 "$BUILD/test_cuda_kernels_compile" \
+        >"$work/kc.log" 2>&1); then
+        cp "$work"/kc/*.cubin "$DIR/kernel-cache/"
+        echo "kernel-cache $(grep -m1 'programs cached' "$work/kc.log" | sed 's/^ *//')" >>"$work/MANIFEST"
+    else
+        echo "gpu_prepare: no kernel cache: test_cuda_kernels_compile failed ($(tail -n1 "$work/kc.log"))" >&2
+        rmdir "$DIR/kernel-cache"
+    fi
+else
+    echo "gpu_prepare: no kernel cache: no build of test_cuda_kernels_compile in $BUILD" >&2
+fi
 (cd "$DIR" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2) >>"$work/MANIFEST"
 cp "$work/MANIFEST" "$DIR/MANIFEST"
 
@@ -89,4 +111,4 @@ if [ "$mib" -ge "$LIMIT_MIB" ]; then
     echo "gpu_prepare: $DIR is over $LIMIT_MIB MiB: too close to the 64 MiB carry limit" >&2
     exit 1
 fi
-echo "gpu_prepare: done. On the GPU machine: scripts/gpu_check.sh \$OUT --part 1 (carry .gpu)"
+echo "gpu_prepare: done. On the GPU machine: scripts/gpu_check.sh \$OUT (carry .gpu)"

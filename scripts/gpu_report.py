@@ -25,6 +25,22 @@ SPEC = {
     "notes": {"f32": "FP32 without tensor cores (CUDA cores)", "f64": "FP64 tensor cores",
               "tf32": "f32 matmul with EMBER_CUDA_ALLOW_TF32=1 (TF32 tensor cores)"},
 }
+# The H100 SXM (80 GB HBM3), which the device tool may lend instead: its datasheet's figures
+SPEC_H100 = {
+    "source": "spec: NVIDIA H100 SXM datasheet (tensor-core figures dense, i.e. half the sparsity figures)",
+    "hbm_GBps": 3350.0,
+    "pcie_GBps_per_direction": 64.0,
+    "matmul_TFLOPs": {"bf16": 989.5, "f16": 989.5, "tf32": 494.7, "f32": 67.0, "f64": 67.0},
+    "notes": SPEC["notes"],
+}
+
+
+def pick_spec(mc):
+    """The datasheet of the GPU nvidia-smi named (the H200's when none or another)."""
+    names = " ".join(str(g.get("name", "")) for g in mc.get("gpus", []))
+    return SPEC_H100 if "H100" in names else SPEC
+
+
 # Fields that the two tools read at different instants: compared with a tolerance, never failed
 VARYING = {"utilization.gpu", "utilization.memory", "temperature.gpu", "power.draw"}
 
@@ -197,6 +213,102 @@ def parse_torch_train(text):
             "accuracy": num(kv.get("accuracy")), "device": kv.get("device")}
 
 
+def result_lines(text):
+    """The `result key=value ...` lines of bench/lm_gpu_torch.py and bench_attention, as dicts."""
+    out = []
+    for m in re.finditer(r"^result (.*)$", text or "", re.M):
+        out.append({k: (num(v) if re.fullmatch(r"-?[\d.]+(e-?\d+)?", v) else v)
+                    for k, v in (p.split("=", 1) for p in m.group(1).split() if "=" in p)})
+    return out
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def finetune_steps(text):
+    """`ember finetune`'s progress lines: step, tokens/s, peak (MB, as printed)."""
+    steps = []
+    for m in re.finditer(r"^step (\d+)/(\d+) .*?tokens/s ([\d.]+)(.*)$", text or "", re.M):
+        peaks = [num(x) for x in re.findall(r"peak\S* ([\d.]+) MB", m.group(4))]
+        steps.append({"step": int(m.group(1)), "tokens_per_s": num(m.group(3)), "peaks_MB": peaks})
+    return steps
+
+
+GPT2_FLOPS_PER_TOKEN = 6 * 124439808 + 6 * 12 * 1024 * 768  # GPT-2 124M at 1024 (bench/lm_gpu_torch.py's count)
+
+
+def lm_figures(facts, fig):
+    """The language-model steps' figures, each beside PyTorch's and the roofline."""
+    j = lambda name: read_json(os.path.join(facts, name))
+    t = lambda name: read(os.path.join(facts, name))
+    bw = (fig.get("roofline_torch") or {}).get("copy_traffic_GBps")
+    lm = {}
+    dec = {}
+    for key, name in (("ember", "lm_decode_ember.json"), ("ember_no_graphs", "lm_decode_ember_nographs.json")):
+        e = j(name)
+        if e and e.get("decode_seconds"):
+            tps = e["decode_tokens"] / e["decode_seconds"]
+            gbps = (e.get("weight_bytes") or 0) * tps / 1e9
+            dec[key] = {"prefill_tokens_per_s": e.get("prompt_tokens_per_s"), "decode_tokens_per_s": round(tps, 2),
+                        "weight_GBps": round(gbps, 1), "fraction_of_measured_bw": frac(gbps, bw),
+                        "fraction_of_spec_bw": frac(gbps, SPEC["hbm_GBps"]), "device": e.get("device")}
+    tr = result_lines(t("lm_decode_torch.txt"))
+    if tr:
+        r = tr[-1]
+        dec["torch"] = {"prefill_tokens_per_s": r.get("prefill_tokens_per_s"),
+                        "decode_tokens_per_s": r.get("decode_tokens_per_s"), "weight_GBps": r.get("weight_GBps"),
+                        "fraction_of_measured_bw": frac(r.get("weight_GBps"), bw)}
+    if "ember" in dec and "torch" in dec and dec["torch"]["decode_tokens_per_s"]:
+        dec["ember_over_torch_decode"] = round(dec["ember"]["decode_tokens_per_s"] / dec["torch"]["decode_tokens_per_s"], 3)
+    if dec:
+        dec["measured_bw_GBps"] = bw
+        lm["decode"] = dec
+    g = {}
+    steps = finetune_steps(t("gpt2_train_ember.txt"))
+    if steps:
+        after = [s["tokens_per_s"] for s in steps[2:]] or [s["tokens_per_s"] for s in steps]
+        tps = median(after)
+        g["ember"] = {"tokens_per_s": tps, "steps": len(steps),
+                      "mfu": frac(tps * GPT2_FLOPS_PER_TOKEN / 1e12, SPEC["matmul_TFLOPs"]["bf16"]) if tps else None}
+    for key, name in (("torch", "gpt2_train_torch.txt"), ("torch_compile", "gpt2_train_compile.txt")):
+        r = result_lines(t(name))
+        if r:
+            g[key] = {"tokens_per_s": r[-1].get("tokens_per_s"), "mfu": r[-1].get("mfu"), "step_ms": r[-1].get("step_ms")}
+    for key in ("torch", "torch_compile"):
+        if "ember" in g and key in g and g["ember"]["tokens_per_s"] and g[key]["tokens_per_s"]:
+            g[f"ember_over_{key}"] = round(g["ember"]["tokens_per_s"] / g[key]["tokens_per_s"], 3)
+    if g:
+        lm["gpt2_train"] = g
+    att = {}
+    for r in result_lines(t("attention_ember.txt")) + result_lines(t("attention_torch.txt")):
+        att.setdefault(int(r.get("seq", 0)), {})[r.get("impl")] = {
+            "fwd_tflops": r.get("fwd_tflops"), "fwd_bwd_tflops": r.get("fwd_bwd_tflops"), "fused": r.get("fused")}
+    rows = []
+    for n in sorted(att):
+        e, p = att[n].get("ember"), att[n].get("torch")
+        rows.append({"seq": n, "ember": e, "torch": p,
+                     "ember_over_torch_fwd_bwd": round(e["fwd_bwd_tflops"] / p["fwd_bwd_tflops"], 3)
+                     if e and p and e.get("fwd_bwd_tflops") and p.get("fwd_bwd_tflops") else None})
+    if rows:
+        lm["attention"] = rows
+    steps = finetune_steps(t("lora_7b_ember.txt"))
+    if steps:
+        lm["lora_7b"] = {"steps": len(steps), "tokens_per_s": steps[-1]["tokens_per_s"],
+                         "peaks_MB": steps[-1]["peaks_MB"]}
+    on, off = parse_ember_train(t("mlp_graphs_on.log")), parse_ember_train(t("mlp_graphs_off.log"))
+    if on and off:
+        a, b = on.get("s_per_epoch_after_first") or on["s_per_epoch"], off.get("s_per_epoch_after_first") or off["s_per_epoch"]
+        lm["mlp_graphs"] = {"s_per_epoch_graphs": a, "s_per_epoch_no_graphs": b,
+                            "speedup": round(b / a, 3) if a else None}
+    if lm:
+        fig["lm"] = lm
+
+
 def figures(facts):
     j = lambda name: read_json(os.path.join(facts, name))
     t = lambda name: read(os.path.join(facts, name))
@@ -254,6 +366,7 @@ def figures(facts):
     smi = t("smi_compare.txt")
     if smi:
         fig["smi_compare"] = smi.strip().splitlines()
+    lm_figures(facts, fig)
     return fig
 
 
@@ -284,7 +397,7 @@ def machine(facts):
 def write_md(rep, path):
     L = []
     a = L.append
-    a(f"# Ember GPU check, part {rep['part']}{' (dry run)' if rep['dry_run'] else ''}\n")
+    a(f"# Ember GPU check, {rep['tag']}{' (dry run)' if rep['dry_run'] else ''}\n")
     s = rep["summary"]
     a(f"{rep['generated_utc']}, commit {rep['machine'].get('commit', 'unknown')}: **{s['verdict']}** "
       f"({s['pass']} pass, {s['fail']} fail, {s['skip']} skip)\n")
@@ -358,6 +471,51 @@ def write_md(rep, path):
         if "cnn_torch_over_ember_after_first" in tr:
             a(f"\nThe CNN: PyTorch's s/epoch over Ember's after the first: {tr['cnn_torch_over_ember_after_first']}")
         a("")
+    lm = fig.get("lm") or {}
+    if lm:
+        a("## Language models\n")
+        d = lm.get("decode") or {}
+        if d:
+            a(f"Llama-3.2-1B-shaped, bf16, a 512-token prompt then greedy decoding; the bandwidth is the weight bytes a "
+              f"token reads times decode tokens/s, beside PyTorch's measured copy traffic ({fmt(d.get('measured_bw_GBps'), 0)} GB/s)\n")
+            a("| run | prefill tok/s | decode tok/s | GB/s | of measured | of spec |")
+            a("|---|---:|---:|---:|---:|---:|")
+            for k in ("ember", "ember_no_graphs", "torch"):
+                if k in d:
+                    r = d[k]
+                    a(f"| {k} | {fmt(r.get('prefill_tokens_per_s'))} | {fmt(r.get('decode_tokens_per_s'), 2)} | "
+                      f"{fmt(r.get('weight_GBps'), 0)} | {pct(r.get('fraction_of_measured_bw'))} | {pct(r.get('fraction_of_spec_bw'))} |")
+            if "ember_over_torch_decode" in d:
+                a(f"\nEmber's decode tokens/s over PyTorch's: {d['ember_over_torch_decode']}")
+            a("")
+        g = lm.get("gpt2_train") or {}
+        if g:
+            a("GPT-2 124M training, batch 8 x 1024, bf16 autocast, AdamW\n")
+            a("| run | tokens/s | MFU |")
+            a("|---|---:|---:|")
+            for k in ("ember", "torch", "torch_compile"):
+                if k in g:
+                    a(f"| {k} | {fmt(g[k].get('tokens_per_s'), 0)} | {pct(g[k].get('mfu'))} |")
+            for k in ("ember_over_torch", "ember_over_torch_compile"):
+                if k in g:
+                    a(f"\n{k}: {g[k]}")
+            a("")
+        if lm.get("attention"):
+            a("Causal bf16 attention, batch 4, 16 heads of 64: forward + backward TFLOP/s\n")
+            a("| seq | Ember | PyTorch SDPA | Ember / PyTorch |")
+            a("|---:|---:|---:|---:|")
+            for r in lm["attention"]:
+                a(f"| {r['seq']} | {fmt((r['ember'] or {}).get('fwd_bwd_tflops'))} | {fmt((r['torch'] or {}).get('fwd_bwd_tflops'))} | "
+                  f"{r['ember_over_torch_fwd_bwd'] if r['ember_over_torch_fwd_bwd'] is not None else '-'} |")
+            a("")
+        if lm.get("lora_7b"):
+            r = lm["lora_7b"]
+            a(f"LoRA step of the Llama-2-7B-shaped model under EMBER_MEMORY_CAP=cuda=24GiB: {r['steps']} steps, "
+              f"{fmt(r['tokens_per_s'], 0)} tokens/s, peaks {r['peaks_MB']} MB\n")
+        if lm.get("mlp_graphs"):
+            r = lm["mlp_graphs"]
+            a(f"The seed MLP's epoch: {fmt(r['s_per_epoch_graphs'], 3)} s with CUDA graphs, "
+              f"{fmt(r['s_per_epoch_no_graphs'], 3)} s without ({r['speedup']}x)\n")
     for key, title in (("sanitizers", "compute-sanitizer"), ("smi_compare", "ember smi / devices against nvidia-smi")):
         if fig.get(key):
             a(f"## {title}\n\n```\n" + "\n".join(fig[key]) + "\n```\n")
@@ -376,15 +534,18 @@ def report(a):
         name, status, rc, secs, limit, note = parts[:6]
         steps.append({"name": name, "status": status, "rc": int(rc) if rc.lstrip("-").isdigit() else None,
                       "seconds": int(secs) if secs.isdigit() else 0, "limit_s": int(limit) if limit.isdigit() else None,
-                      "note": note, "log": f"logs-part{a.part}/{name}.log" if a.part != "all" else f"logs-all/{name}.log"})
+                      "note": note, "log": f"logs-{a.tag}/{name}.log"})
     counts = {k: sum(1 for s in steps if s["status"] == k) for k in ("pass", "fail", "timeout", "skip")}
     failed = counts["fail"] + counts["timeout"]
     verdict = "FAIL" if failed else ("PASS" if counts["pass"] and not counts["skip"] else
                                      "PASS with skips" if counts["pass"] else "NOTHING RAN")
     facts = os.path.join(a.logs, "facts")
-    rep = {"schema": 1, "part": a.part, "dry_run": a.dry_run == "1",
+    mc = machine(facts)
+    global SPEC
+    SPEC = pick_spec(mc)
+    rep = {"schema": 1, "part": a.part, "tag": a.tag, "dry_run": a.dry_run == "1",
            "generated_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-           "machine": machine(facts),
+           "machine": mc,
            "summary": {"verdict": verdict, "pass": counts["pass"], "fail": failed, "skip": counts["skip"],
                        "steps": len(steps)},
            "steps": steps, "figures": figures(facts), "spec": SPEC}
@@ -403,11 +564,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["report"])
     ap.add_argument("--part", required=True)
+    ap.add_argument("--tag", help="the report's name: partN, proof, quick, lm or all (default: from --part)")
     ap.add_argument("--dry-run", default="0")
     ap.add_argument("--logs", required=True)
     ap.add_argument("--md", required=True)
     ap.add_argument("--json", required=True)
-    return report(ap.parse_args())
+    a = ap.parse_args()
+    if not a.tag:
+        a.tag = a.part if a.part in ("all", "proof", "lm", "quick") else f"part{a.part}"
+    return report(a)
 
 
 if __name__ == "__main__":

@@ -242,9 +242,44 @@ static void test_compile_error_is_reported(void) {
     CHECK_ERROR(EM_ERR_BACKEND, "undefined_thing");
 }
 
+/* EMBER_CUDA_PREWARM_SM=90 (scripts/gpu_prepare.sh): every program's image as a device of
+ * compute capability 9.0 loads it (a CUBIN for sm_90, with the backend's own options), into
+ * the kernel cache, so that a GPU machine given that cache compiles nothing. */
+static void test_prewarm(void) {
+    const char *sm = getenv("EMBER_CUDA_PREWARM_SM");
+    if (!sm || !*sm) {
+        test_skip_case("kernel cache for a GPU", "EMBER_CUDA_PREWARM_SM is not set (scripts/gpu_prepare.sh sets it)");
+        return;
+    }
+    int cc = atoi(sm), supported[64], n = 0, arch = 0;
+    bool cubin = false;
+    const em_nvrtc_api *nv = em__cuda_nvrtc(NULL, NULL, NULL);
+    if (!nv) return; /* reported above */
+    if (nv->nvrtcGetNumSupportedArchs && nv->nvrtcGetSupportedArchs && nv->nvrtcGetNumSupportedArchs(&n) == NVRTC_SUCCESS &&
+        n > 0 && n <= 64)
+        nv->nvrtcGetSupportedArchs(supported);
+    else
+        n = 0;
+    em__cuda_pick_target(cc, supported, n, &arch, &cubin);
+    CHECK(arch > 0);
+    int made = 0;
+    for (int i = 0; i < em__cuda_program_count(); i++) {
+        const char *name = NULL;
+        char *text = em__cuda_program_text(i, &name);
+        size_t size = 0;
+        char *image = text ? em__cuda_program_image(name, text, arch, cubin, &size) : NULL;
+        CHECK(image != NULL && size > 0);
+        made += image != NULL;
+        free(image);
+        free(text);
+    }
+    printf("     %d programs cached as %s_%d for compute capability %d\n", made, cubin ? "sm" : "compute", arch, cc);
+}
+
 int main(void) {
     RUN(test_every_program_compiles_and_assembles);
     RUN(test_compile_error_is_reported);
+    RUN(test_prewarm);
     return test_summary();
 }
 

@@ -101,20 +101,23 @@ static em_status device_target(const em_cuda_device *d, int *arch, bool *cubin) 
 
 /* ---- modules and functions ---- */
 
+char *em__cuda_program_image(const char *name, const char *text, int arch, bool cubin, size_t *size) {
+    em_cuda_source src = {name, text};
+    /* Matmul may contract multiply-adds, as the CPU's BLAS does; everything else rounds
+     * each operation like the CPU (cuda_nvrtc.c). */
+    static const char *const contract[] = {"--fmad=true"};
+    bool fmad = !strcmp(name, "matmul.k");
+    return em__cuda_compile_cached(&src, NULL, 0, arch, cubin, fmad ? contract : NULL, fmad ? 1 : 0, size, NULL);
+}
+
 em_status em__cuda_load_module(em_cuda_device *d, const char *name, const char *text,
                                CUmodule *out) {
     int arch = 0;
     bool cubin = false;
     em_status s = device_target(d, &arch, &cubin);
     if (s != EM_OK) return s;
-    em_cuda_source src = {name, text};
     size_t size = 0;
-    /* Matmul may contract multiply-adds, as the CPU's BLAS does; everything else rounds
-     * each operation like the CPU (cuda_nvrtc.c). */
-    static const char *const contract[] = {"--fmad=true"};
-    bool fmad = !strcmp(name, "matmul.k");
-    char *image = em__cuda_compile_cached(&src, NULL, 0, arch, cubin, fmad ? contract : NULL, fmad ? 1 : 0,
-                                          &size, NULL);
+    char *image = em__cuda_program_image(name, text, arch, cubin, &size);
     if (!image) return em_last_status();
     char log[4096] = "";
     CUjit_option opt[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};

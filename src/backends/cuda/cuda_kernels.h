@@ -16,6 +16,11 @@ int em__cuda_program_of(const char *kernel);
  * architectures NVRTC supports: a CUBIN for cc itself when listed, else PTX for the newest
  * listed architecture below cc (arch 0 when there is none). */
 void em__cuda_pick_target(int cc, const int *archs, int narchs, int *arch, bool *cubin);
+/* Program name's compiled image for arch (a CUBIN when cubin, else PTX), through the disk
+ * cache, with the options the backend loads it with (malloc'ed; NULL and an error when NVRTC
+ * is missing or fails). em__cuda_load_module uses it, and so does a cache made in advance
+ * for a GPU this machine lacks (test_cuda_kernels_compile with EMBER_CUDA_PREWARM_SM). */
+char *em__cuda_program_image(const char *name, const char *text, int arch, bool cubin, size_t *size);
 /* Compile program text (cached on disk) for device d's target and load it; the device's
  * context must be current. */
 struct em_cuda_device;
