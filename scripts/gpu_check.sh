@@ -299,7 +299,7 @@ s_golden() {
 
 # ---- the language-model steps ----
 # Random-weight folders (scripts/make_model_folder.py, numpy only), made once into the build
-# directory; the 7B one with --repeat-block (it is only timed and sized). A dry run makes tiny
+# directory; the 1B and 7B ones with --repeat-block (they are only timed and sized). A dry run makes tiny
 # ones and runs Ember's side on the CPU, which proves the commands and what reads their output.
 MODELS=$BUILD/lm-models
 LMDEV=cuda:0
@@ -316,7 +316,7 @@ s_lm_models() {
             make_folder llama-1b --preset tiny &&
             make_folder llama2-7b --preset tiny --kv-heads 4 --repeat-block || return 1
     else
-        make_folder gpt2 --preset gpt2-124m && make_folder llama-1b --preset llama-1b || return 1
+        make_folder gpt2 --preset gpt2-124m && make_folder llama-1b --preset llama-1b --repeat-block || return 1
         ((QUICK)) || make_folder llama2-7b --preset llama2-7b --repeat-block || return 1
     fi
     # the text the training steps read: the repository's own documents, enough for every step
