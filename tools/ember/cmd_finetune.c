@@ -36,7 +36,8 @@ static const opt_spec finetune_table[] = {
     [F_DATA] = OPTION_STRING("--data", "FILE", "the training data (required): plain text, or JSONL (a .jsonl name) of "
                              "{\"prompt\": ..., \"completion\": ...} objects"),
     [F_OUT] = OPTION_STRING("--out", "DIR", "where the adapter folder goes (required): adapter_config.json, "
-                            "adapter_model.safetensors, and checkpoint.safetensors for --resume"),
+                            "adapter_model.safetensors (with --full: the trained model's folder), and "
+                            "checkpoint.safetensors for --resume"),
     [F_RANK] = OPTION_INT("--lora-rank", "R", 1, 1 << 16, "the adapters' rank r (default 8)"),
     [F_ALPHA] = OPTION_DOUBLE("--lora-alpha", "A", 0, 1e9, "lora_alpha: the adapters' output is scaled by A / R "
                               "(default 16)"),
