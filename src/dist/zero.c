@@ -335,7 +335,10 @@ em_zero *em_zero_new(em_module *model, em_dist_group *g, em_optimizer *like, con
         em_scope_end(s);
         if (!z->shards || !z->placeholder) st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OUT_OF_MEMORY;
     }
-    for (int k = 0; st == EM_OK && k < z->nunits; k++) st = shard_unit(z, &z->units[k], k);
+    for (int k = 0; st == EM_OK && k < z->nunits; k++) {
+        z->units[k].z = z;
+        st = shard_unit(z, &z->units[k], k);
+    }
     em_no_grad_end(mode);
     if (st == EM_OK) {
         z->opt = em_optimizer_new(z->shards, em_optim_ops(like), em_optim_hyper(like), em_optim_lr(like));
@@ -351,21 +354,16 @@ em_zero *em_zero_new(em_module *model, em_dist_group *g, em_optimizer *like, con
 
 /* ---- training ---- */
 
-typedef struct unit_call {
-    em_zero *z;
-    zero_unit *u;
-} unit_call;
-
 /* One unit's forward at stage 3, as em_checkpoint's function: the forward (grad mode off)
  * gathers and frees; the recomputation in backward (grad mode on) gathers and leaves the
  * parameters for the backward, after which reduce_unit frees them. */
 static em_tensor *unit_forward(void *ctx, em_tensor *const *in, int n) {
     (void)n;
-    unit_call *c = ctx;
-    if (em__zero_gather(c->z, c->u) != EM_OK) return NULL;
-    em_tensor *y = em_forward(c->u->block, in[0]);
+    zero_unit *u = ctx;
+    if (em__zero_gather(u->z, u) != EM_OK) return NULL;
+    em_tensor *y = em_forward(u->block, in[0]);
     if (!em_is_grad_enabled()) {
-        em_status st = em__zero_release(c->z, c->u);
+        em_status st = em__zero_release(u->z, u);
         if (st != EM_OK) return NULL;
     }
     return y;
@@ -393,8 +391,7 @@ em_tensor *em_zero_forward(em_zero *z, em_tensor *x) {
             y = em_forward(block, y);
             continue;
         }
-        unit_call call = {z, u};
-        y = em_checkpoint(unit_forward, &call, &y, 1);
+        y = em_checkpoint(unit_forward, u, &y, 1);   /* u outlives the graph: z owns it */
     }
     return em__scope_return(s, y ? em_retain(y) : NULL);
 }

@@ -15,6 +15,7 @@ typedef struct zero_param {
 
 /* A unit: a block's parameters, flat, each rank owning [rank * shard, (rank + 1) * shard). */
 typedef struct zero_unit {
+    struct em_zero *z;        /* its owner: the unit is em_checkpoint's context at stage 3 */
     em_module *block;         /* what em_zero_forward runs for it at stage 3 (borrowed) */
     zero_param *params;
     int nparams;
