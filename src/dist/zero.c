@@ -431,18 +431,17 @@ static em_tensor *stage1_grad_shard(em_zero *z, zero_unit *u) {
     return shard;
 }
 
-/* After the step: the compute copies from the masters. Stages 1-2 all-gather this rank's
- * part into the flat buffer (from a copy: MPI may not read and write one buffer), then
- * write the own part once more, which bumps the buffer's version so that casts of the
- * parameters made before (autocast's cache) are not reused. */
+/* After the step: the compute copies from the masters (copied, not cast: a cast of an
+ * optimizer's parameter would make core keep a low-precision shadow of it, lowp_shadow.c).
+ * Stages 1-2 all-gather this rank's part into the flat buffer (from a copy: MPI may not
+ * read and write one buffer), then write the own part once more, which bumps the buffer's
+ * version so that casts of the parameters made before (autocast's cache) are not reused. */
 static em_status refresh_compute(em_zero *z, zero_unit *u) {
-    em_tensor *mine = z->dtype == EM_F32 ? em_clone(u->master) : em_to_dtype(u->master, z->dtype);
-    if (!mine) return em_last_status();
-    if (z->stage == 3) {
-        if (!u->compute_shard) return EM_OK;   /* float32: the master is the shard gathered */
-        return em_copy_(u->compute_shard, mine);
-    }
-    em_status st = em_dist_all_gather(z->g, u->flat, mine);
+    if (z->stage == 3)   /* float32: the master is the shard that is gathered */
+        return u->compute_shard ? em_copy_(u->compute_shard, u->master) : EM_OK;
+    em_tensor *mine = em_empty(EM_SHAPE(u->shard), EM_OPTS(.dtype = z->dtype, .device = z->device));
+    em_status st = mine ? em_copy_(mine, u->master) : em_last_status();
+    if (st == EM_OK) st = em_dist_all_gather(z->g, u->flat, mine);
     if (st == EM_OK) st = em_copy_(em_narrow(u->flat, 0, (int64_t)z->rank * u->shard, u->shard), mine);
     return st;
 }
@@ -459,8 +458,12 @@ em_status em__zero_refresh_all(em_zero *z) {
     return st;
 }
 
+/* One unit at a time, so that only one unit's float32 gradient shard exists at once (the
+ * optimizer steps the parameters that have a gradient: here that unit's master); the
+ * optimizer's step count then says one step, as for one em_step. */
 em_status em_zero_step(em_zero *z) {
     if (!z) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_step: z is NULL");
+    int64_t steps = em_optim_steps(z->opt);
     em_status st = EM_OK;
     for (int k = 0; st == EM_OK && k < z->nunits; k++) {
         zero_unit *u = &z->units[k];
@@ -471,12 +474,13 @@ em_status em_zero_step(em_zero *z) {
         else if (!u->grad_shard) g = em_zeros(EM_SHAPE(u->shard), EM_OPTS(.dtype = EM_F32, .device = z->device));
         else g = z->dtype == EM_F32 ? u->grad_shard : em_to_dtype(u->grad_shard, EM_F32);
         st = g ? em_set_grad(u->master, g) : em_last_status();
+        if (st == EM_OK) st = em_step(z->opt);
+        em_set_grad(u->master, NULL);
+        if (st == EM_OK) st = refresh_compute(z, u);
         em_no_grad_end(mode);
         em_scope_end(s);
     }
-    if (st == EM_OK) st = em_step(z->opt);
-    for (int k = 0; k < z->nunits; k++) em_set_grad(z->units[k].master, NULL);
-    if (st == EM_OK) st = em__zero_refresh_all(z);
+    if (st == EM_OK) st = em_optim_set_steps(z->opt, steps + 1);
     return st;
 }
 
