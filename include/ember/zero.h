@@ -110,8 +110,13 @@ EM_API em_tensor *em_zero_full_parameters(em_zero *z);
 EM_API em_status em_zero_save(em_zero *z, const char *dir, const char *const *keys, const char *const *values, int nmeta);
 EM_API em_status em_zero_load(em_zero *z, const char *dir, em_safetensors **meta); /* see above */
 
-/* Frees z and its shards and optimizer; the model keeps its current values, gathered
- * (stage 3 gathers them: a collective). NULL is ignored. */
+/* Stage 3: gives every parameter of the model full storage of its own with its current
+ * value (a collective; 4P bytes for float32), so that the model can be used without z (to
+ * evaluate it or save it with em_module_save). Call it last: z must not train after it.
+ * Stages 1-2: nothing to do (the parameters are views of flat buffers they keep alive). */
+EM_API em_status em_zero_unshard(em_zero *z);
+/* Frees z, its shards and its optimizer (no collective). At stage 3 the model's parameters
+ * stay placeholders unless em_zero_unshard ran. NULL is ignored. */
 EM_API void em_zero_free(em_zero *z);
 
 /* ---- memory per rank (the paper's formulas) ----

@@ -522,22 +522,37 @@ em_tensor *em_zero_full_parameters(em_zero *z) {
     return em__scope_return(s, all ? em_retain(all) : NULL);
 }
 
+em_status em_zero_unshard(em_zero *z) {
+    if (!z) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_unshard: z is NULL");
+    if (z->stage < 3) return EM_OK;   /* the parameters are views of flat buffers they keep alive */
+    em_status st = EM_OK;
+    for (int k = 0; st == EM_OK && k < z->nunits; k++) {
+        zero_unit *u = &z->units[k];
+        em_scope s = em_scope_begin();
+        em_grad_mode mode = em_no_grad_begin();
+        st = em__zero_gather(z, u);
+        for (int i = 0; st == EM_OK && i < u->nparams; i++) {
+            em_tensor *own = em_clone(u->params[i].p);
+            st = own ? em__tensor_set_data_(u->params[i].p, own) : em_last_status();
+        }
+        em_release(u->flat);   /* the parameters hold copies of their own now */
+        u->flat = NULL;
+        u->gathered = false;
+        em_no_grad_end(mode);
+        em_scope_end(s);
+    }
+    if (st == EM_OK) z->unsharded = true;
+    return st;
+}
+
 void em_zero_free(em_zero *z) {
     if (!z) return;
     if (z->hook >= 0) em_autograd_remove_grad_hook(z->hook);
-    em_scope s = em_scope_begin();
-    em_grad_mode mode = em_no_grad_begin();
-    /* stage 3: the model keeps full parameters of its own (a copy of the gathered values) */
-    for (int k = 0; z->stage == 3 && z->opt && k < z->nunits; k++) {
-        zero_unit *u = &z->units[k];
-        if (em__zero_gather(z, u) != EM_OK) break;
-        for (int i = 0; i < u->nparams; i++) {
-            em_tensor *own = em_clone(u->params[i].p);
-            if (own) em__tensor_set_data_(u->params[i].p, own);
-        }
+    for (int k = 0; z->stage == 3 && !z->unsharded && k < z->nunits; k++) {
+        em_scope s = em_scope_begin();
+        em__zero_release(z, &z->units[k]);   /* a unit left gathered by a failed backward */
+        em_scope_end(s);
     }
-    em_no_grad_end(mode);
-    em_scope_end(s);
     em_optim_free(z->opt);
     em_module_free(z->shards);
     em_release(z->placeholder);

@@ -44,6 +44,7 @@ struct em_zero {
     em_optimizer *opt;        /* over shards */
     em_tensor *placeholder;   /* stage 3: one NaN, what a parameter points at between uses */
     int hook;                 /* the gradient hook's id (stages 2-3), or -1 */
+    bool unsharded;           /* em_zero_unshard gave the parameters full storage again */
 };
 
 /* A parameter's view of a flat buffer, in its shape. */
