@@ -73,7 +73,9 @@ typedef struct em_zero_opts {
  * become views of the flat buffers, at stage 3 placeholders) over g (NULL: the world), with
  * an optimizer of like's kind, options and learning rate over this rank's shards (like is
  * only read: free it after). Every parameter that requires grad must share one device and
- * one dtype (float32, bfloat16 or float16). NULL and an error on failure. */
+ * one dtype (float32, bfloat16 or float16). NULL and an error on failure; a failure after
+ * the checks (a collective or an allocation) may leave the model partly sharded (stage 3:
+ * some parameters placeholders): free it. */
 EM_API em_zero *em_zero_new(em_module *model, em_dist_group *g, em_optimizer *like, const em_zero_opts *opts);
 /* The model's forward: em_forward at stages 1 and 2; at stage 3 each unit gathered for its
  * forward and freed after (a Sequential's children in order). */
