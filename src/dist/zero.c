@@ -393,7 +393,7 @@ em_tensor *em_zero_forward(em_zero *z, em_tensor *x) {
         }
         y = em_checkpoint(unit_forward, u, &y, 1);   /* u outlives the graph: z owns it */
     }
-    return em__scope_return(s, y ? em_retain(y) : NULL);
+    return em__scope_return(s, y);
 }
 
 em_status em_zero_clear_grads(em_zero *z) {
@@ -519,7 +519,7 @@ em_tensor *em_zero_full_parameters(em_zero *z) {
     }
     em_tensor *all = ok ? em_cat(parts, z->nunits, 0) : NULL;
     em_no_grad_end(mode);
-    return em__scope_return(s, all ? em_retain(all) : NULL);
+    return em__scope_return(s, all);
 }
 
 em_status em_zero_unshard(em_zero *z) {
