@@ -118,7 +118,7 @@ static zero_param *find_param(em_zero *z, const em_tensor *leaf, zero_unit **uni
 /* Stages 2-3, from autograd (every backward, every leaf): a unit is reduced as soon as each
  * of its parameters has a gradient; at the end of a backward, any unit with gradients left
  * (a parameter used twice after its unit was reduced, or one that got none) is reduced too,
- * in unit order on every rank. */
+ * last unit first on every rank, the order backward meets them. */
 static em_status grad_ready(void *ctx, em_tensor *leaf) {
     em_zero *z = ctx;
     if (!leaf) {
@@ -162,7 +162,7 @@ static void free_units(em_zero *z) {
     z->nunits = 0;
 }
 
-/* Unit k from block's trainable parameters (none: no unit). */
+/* The next unit: block's trainable parameters (none: no unit). */
 static em_status add_unit(em_zero *z, em_module *block, const char *prefix) {
     int n = em_module_parameters(block, NULL, 0);
     if (n <= 0) return EM_OK;
