@@ -494,6 +494,65 @@ static void test_scaler_skips_and_unscales(void) {
     }
 }
 
+/* Restoring an optimizer by hand (em_optim_ops, _set_state, _set_scalar, _set_steps): a
+ * second Adam given the first one's table, states, steps and scalars continues exactly as the
+ * first does. */
+static void test_restore_by_hand(void) {
+    em_manual_seed(4);
+    em_module *a = em_nn_linear(6, 3);
+    em_module *b = em_nn_linear(6, 3);
+    em_named_tensor pa[2], pb[2];
+    CHECK(em_module_parameters(a, pa, 2) == 2 && em_module_parameters(b, pb, 2) == 2);
+    em_optimizer *oa = em_adamw(a, 1e-2);
+    em_scope s = em_scope_begin();
+    em_grad_mode mode = em_no_grad_begin();
+    for (int i = 0; i < 2; i++) CHECK_OK(em_copy_(pb[i].tensor, pa[i].tensor));
+    em_no_grad_end(mode);
+    em_tensor *x = em_randn(EM_SHAPE(5, 6), EM_OPTS(0));
+    for (int step = 0; step < 3; step++) {
+        em_zero_grad(oa);
+        CHECK_OK(em_backward(em_sum(em_mul(em_forward(a, x), em_forward(a, x)), EM_ALL_DIMS, false)));
+        CHECK_OK(em_step(oa));
+    }
+    CHECK(em_optim_ops(oa) != NULL && !strcmp(em_optim_ops(oa)->name, "adamw"));
+    em_optimizer *ob = em_optimizer_new(b, em_optim_ops(oa), em_optim_hyper(oa), em_optim_lr(oa));
+    CHECK(ob != NULL);
+    mode = em_no_grad_begin();
+    for (int i = 0; i < 2; i++) CHECK_OK(em_copy_(pb[i].tensor, pa[i].tensor));
+    em_no_grad_end(mode);
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(em_optim_set_state(ob, pb[i].tensor, "exp_avg", em_reshape(em_optim_state(oa, pa[i].tensor, "exp_avg"), EM_SHAPE(-1))));
+        CHECK_OK(em_optim_set_state(ob, pb[i].tensor, "exp_avg_sq", em_optim_state(oa, pa[i].tensor, "exp_avg_sq")));
+        CHECK_OK(em_optim_set_scalar(ob, pb[i].tensor, "step", em_optim_scalar(oa, pa[i].tensor, "step")));
+    }
+    CHECK_OK(em_optim_set_steps(ob, em_optim_steps(oa)));
+    CHECK(em_optim_steps(ob) == 3 && em_optim_scalar(ob, pb[0].tensor, "step") == 3);
+    for (em_optimizer *o = oa; o; o = o == oa ? ob : NULL) {
+        em_module *m = o == oa ? a : b;
+        em_zero_grad(o);
+        CHECK_OK(em_backward(em_sum(em_mul(em_forward(m, x), em_forward(m, x)), EM_ALL_DIMS, false)));
+        CHECK_OK(em_step(o));
+    }
+    for (int i = 0; i < 2; i++)
+        CHECK(em_item(em_max(em_abs(em_sub(pa[i].tensor, pb[i].tensor)), EM_ALL_DIMS, false)) == 0);
+    /* refusals name what is wrong */
+    CHECK(em_optim_set_state(ob, pb[0].tensor, "momentum_buffer", x) == EM_ERR_ARGUMENT);
+    CHECK(strstr(em_last_error(), "keeps no state \"momentum_buffer\"") != NULL);
+    CHECK(em_optim_set_state(ob, pb[0].tensor, "exp_avg", x) == EM_ERR_ARGUMENT);
+    CHECK(strstr(em_last_error(), "needs 18 elements (the parameter's), got 30") != NULL);
+    CHECK(em_optim_set_scalar(ob, pb[0].tensor, "step", -1) == EM_ERR_ARGUMENT);
+    CHECK(em_optim_set_scalar(ob, pb[0].tensor, "mu_product", 1) == EM_ERR_ARGUMENT);
+    CHECK(em_optim_set_scalar(ob, x, "step", 1) == EM_ERR_ARGUMENT);
+    CHECK(em_optim_set_steps(ob, -2) == EM_ERR_ARGUMENT);
+    CHECK(em_optim_ops(NULL) == NULL);
+    em_clear_error();
+    em_scope_end(s);
+    em_optim_free(oa);
+    em_optim_free(ob);
+    em_module_free(a);
+    em_module_free(b);
+}
+
 int main(void) {
     RUN(test_custom_matches_builtin);
     RUN(test_custom_checkpoint);
@@ -503,5 +562,6 @@ int main(void) {
     RUN(test_builtin_bad_options);
     RUN(test_builtin_states_resume);
     RUN(test_scaler_skips_and_unscales);
+    RUN(test_restore_by_hand);
     return test_summary();
 }

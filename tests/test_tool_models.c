@@ -275,6 +275,33 @@ static void test_mem_model_dir(void) {
     CHECK(strstr(out, "LlamaForCausalLM") && strstr(out, "4 heads and 2 key-value heads of 16"));
 }
 
+/* ember mem --model DIR --zero S --ranks N: the folder's parameter count through the ZeRO
+ * paper's formulas (em_zero_estimate), float32 and mixed precision */
+static void test_mem_zero(void) {
+    char dir[512], args[1024];
+    snprintf(dir, sizeof dir, "%s/models/llama", g_data);
+    em_model_config cfg;
+    CHECK_OK(em_model_config_load(dir, &cfg));
+    double p = (double)em_model_config_num_parameters(&cfg);
+    for (int stage = 0; stage <= 3; stage++)
+        for (int mixed = 0; mixed < 2; mixed++) {
+            snprintf(args, sizeof args, "mem --model %s --mode full --zero %d --ranks 3 --dtype %s --json", dir, stage,
+                     mixed ? "bf16" : "f32");
+            CHECK(tool_run(args, out, sizeof out) == 0);
+            em_zero_memory z;
+            CHECK_OK(em_zero_estimate(p, stage, 3, mixed, &z));
+            CHECK(json_num(out, "params") == p);
+            CHECK(json_num(out, "total_bytes") == z.total);
+            /* the paper's per-parameter bytes */
+            static const double f32[] = {16, 8 + 8.0 / 3, 4 + 12.0 / 3, 16.0 / 3};
+            static const double mix[] = {16, 4 + 12.0 / 3, 2 + 14.0 / 3, 16.0 / 3};
+            CHECK_NEAR(z.total / p, mixed ? mix[stage] : f32[stage], 1e-12);
+        }
+    snprintf(args, sizeof args, "mem --model %s --zero 3 --ranks 4", dir);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    CHECK(strstr(out, "ZeRO stage 3 over 4 ranks") && strstr(out, "this rank's shard"));
+}
+
 int main(void) {
     if (!tool_path()) {
         test_skip_case("test_tool_models", "build/ember is missing next to this test");
@@ -298,6 +325,7 @@ int main(void) {
     RUN(test_perplexity_of_text);
     RUN(test_bad_inputs);
     RUN(test_mem_model_dir);
+    RUN(test_mem_zero);
     em_safetensors_free(g_golden);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

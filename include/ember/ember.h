@@ -50,5 +50,6 @@
 #include <ember/generate.h>
 /* fine-tuning: LoRA adapters on a loaded model, the causal LM loss, PEFT's adapter folders */
 #include <ember/finetune.h>
+#include <ember/zero.h>
 
 #endif

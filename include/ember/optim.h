@@ -141,7 +141,19 @@ EM_API em_tensor *em_optim_state(em_optimizer *opt, em_tensor *p, const char *na
 EM_API double em_optim_scalar(const em_optimizer *opt, em_tensor *p, const char *name);
 /* The optimizer's kind: "sgd", "adam", "adamw", "adadelta", "adagrad", "rmsprop",
  * "adamax", "nadam", "radam", or a user optimizer's em_optimizer_ops name. */
+typedef struct em_optimizer_ops em_optimizer_ops; /* an optimizer's definition (below) */
 EM_API const char *em_optim_name(const em_optimizer *opt);
+/* The optimizer's table: to make another optimizer of the same kind and options with
+ * em_optimizer_new(m2, em_optim_ops(opt), em_optim_hyper(opt), em_optim_lr(opt)) (ZeRO's
+ * optimizer over its shards, include/ember/zero.h). NULL and an error for NULL. */
+EM_API const em_optimizer_ops *em_optim_ops(const em_optimizer *opt);
+/* Restoring state saved in another layout than em_checkpoint_save's (ZeRO's shards loaded on
+ * another number of ranks): value (p's numel, any shape, dtype and device) is copied into
+ * p's state `name`, which is made first if missing; a scalar by name, "step" included (a
+ * whole number >= 0); the number of em_step calls. */
+EM_API em_status em_optim_set_state(em_optimizer *opt, em_tensor *p, const char *name, em_tensor *value);
+EM_API em_status em_optim_set_scalar(em_optimizer *opt, em_tensor *p, const char *name, double value); /* see above */
+EM_API em_status em_optim_set_steps(em_optimizer *opt, int64_t steps); /* see above */
 
 /* ---- writing an optimizer ----
  * An optimizer is a table of what it keeps per parameter and a function that updates one
@@ -185,7 +197,7 @@ typedef struct em_optim_update {
 } em_optim_update;
 
 /* An optimizer's definition. The table must outlive every optimizer made from it. */
-typedef struct em_optimizer_ops {
+struct em_optimizer_ops {
     const char *name;                 /* its kind: checkpoints record it, and load only into this kind */
     int nstate;                       /* state tensors per parameter (0 to 8), each of the parameter's shape, */
     const char *const *state_names;   /* dtype and device, made as zeros before its first update */
@@ -207,7 +219,7 @@ typedef struct em_optimizer_ops {
     /* Optional: where the options keep the momentum OneCycleLR cycles (SGD's momentum,
      * Adam's beta1), or NULL: then OneCycleLR with cycle_momentum is refused. */
     double *(*momentum)(void *hyper);
-} em_optimizer_ops;
+};
 
 /* An optimizer over every parameter of m (shared parameters counted once) from ops, with a
  * copy of the hyper_size bytes at hyper as its options and lr as its learning rate. The ops

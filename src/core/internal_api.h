@@ -32,6 +32,14 @@ em_tensor *em__grad_borrowed(const em_tensor *t);
  * (src/core/move.c). */
 em_status em__tensor_move_(em_tensor *t, em_device d, em_dtype dt);
 
+/* t takes src's storage and layout (PyTorch's `t.data = src`): t's handle, .grad and
+ * requires_grad stay; src must have t's shape, dtype and device (it may be a view, an
+ * expanded one included). Views of t made before keep the old storage. ZeRO stage 3
+ * (src/dist/zero.c) points a parameter into its block's gathered flat buffer for a forward
+ * and at a one-element placeholder after, so the full values exist only while in use
+ * (src/core/move.c). */
+em_status em__tensor_set_data_(em_tensor *t, em_tensor *src);
+
 /* ---- fused optimizer steps (src/core/ops_optim.c) ----
  * The fused step applies when p is floating and contiguous and every other operand is
  * present, contiguous, with p's dtype and shape, on p's device, and p's backend has the

@@ -267,6 +267,25 @@ double em_item(const em_tensor *t) {
 
 /* ---- moving a tensor in place (for nn's parameters and optim's state) ---- */
 
+em_status em__tensor_set_data_(em_tensor *t, em_tensor *src) {
+    if (!t || !src) return em__error_unless_pending(EM_ERR_ARGUMENT, "set_data: tensor is NULL");
+    if (t->ndim != src->ndim || memcmp(t->shape, src->shape, (size_t)t->ndim * sizeof t->shape[0]) != 0 ||
+        t->dtype != src->dtype || !em_device_equal(t->storage->device, src->storage->device))
+        return em_error(EM_ERR_ARGUMENT, "set_data: expected a tensor of the same shape, dtype and device");
+    if (t == src || t->storage == src->storage) {
+        memcpy(t->strides, src->strides, sizeof t->strides);
+        t->offset = src->offset;
+        return EM_OK;
+    }
+    atomic_fetch_add(&src->storage->refcount, 1);
+    em_storage *old = t->storage;
+    t->storage = src->storage;
+    memcpy(t->strides, src->strides, sizeof t->strides);
+    t->offset = src->offset;
+    em__storage_release(old);
+    return EM_OK;
+}
+
 em_status em__tensor_move_(em_tensor *t, em_device d, em_dtype dt) {
     if (!t) return em__error_unless_pending(EM_ERR_ARGUMENT, "move: tensor is NULL");
     if (t->grad) {

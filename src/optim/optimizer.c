@@ -362,6 +362,73 @@ double em_optim_scalar(const em_optimizer *opt, em_tensor *p, const char *name) 
     return NAN;
 }
 
+const em_optimizer_ops *em_optim_ops(const em_optimizer *opt) {
+    if (!opt) em_error(EM_ERR_ARGUMENT, "em_optim_ops: optimizer is NULL");
+    return opt ? opt->ops : NULL;
+}
+
+em_status em_optim_set_state(em_optimizer *opt, em_tensor *p, const char *name, em_tensor *value) {
+    if (!opt || !p || !name || !value)
+        return em__error_unless_pending(EM_ERR_ARGUMENT, "em_optim_set_state: argument '%s' is NULL",
+                                        !opt ? "opt" : !p ? "p" : !name ? "name" : "value");
+    int k = -1;
+    for (int j = 0; j < opt->ops->nstate && k < 0; j++)
+        if (!strcmp(opt->ops->state_names[j], name)) k = j;
+    if (k < 0) {
+        char names[256];
+        list_names(names, sizeof names, opt->ops->state_names, opt->ops->nstate, NULL);
+        return em_error(EM_ERR_ARGUMENT, "em_optim_set_state: %s keeps no state \"%s\" (its states: %s)", opt->ops->name,
+                        name, names);
+    }
+    opt_param *q = param_of(opt, p);
+    if (!q) return em_error(EM_ERR_ARGUMENT, "em_optim_set_state: the tensor is not a parameter of this optimizer");
+    if (em_numel(value) != em_numel(p))
+        return em_error(EM_ERR_ARGUMENT, "em_optim_set_state: state \"%s\" needs %lld elements (the parameter's), got %lld",
+                        name, (long long)em_numel(p), (long long)em_numel(value));
+    em_scope s = em_scope_begin();
+    em_grad_mode mode = em_no_grad_begin();
+    em_status st = EM_OK;
+    if (!q->state[k]) {
+        em_tensor *z = em_empty_like(p);
+        if (!z) st = em_last_status();
+        else q->state[k] = em_retain(z);
+    }
+    if (st == EM_OK) st = em_copy_(q->state[k], em_reshape(value, em_shape_of(p)));
+    em_no_grad_end(mode);
+    em_scope_end(s);
+    return st;
+}
+
+em_status em_optim_set_scalar(em_optimizer *opt, em_tensor *p, const char *name, double value) {
+    if (!opt || !p || !name)
+        return em__error_unless_pending(EM_ERR_ARGUMENT, "em_optim_set_scalar: argument '%s' is NULL",
+                                        !opt ? "opt" : !p ? "p" : "name");
+    opt_param *q = param_of(opt, p);
+    if (!q) return em_error(EM_ERR_ARGUMENT, "em_optim_set_scalar: the tensor is not a parameter of this optimizer");
+    if (!strcmp(name, "step")) {
+        if (!(value >= 0 && value <= 9e15 && value == floor(value)))
+            return em_error(EM_ERR_ARGUMENT, "em_optim_set_scalar: \"step\" must be a whole number >= 0, got %g", value);
+        q->step = (int64_t)value;
+        return EM_OK;
+    }
+    for (int k = 0; k < opt->ops->nscalar; k++)
+        if (!strcmp(opt->ops->scalar_names[k], name)) {
+            q->scalar[k] = value;
+            return EM_OK;
+        }
+    char names[256];
+    list_names(names, sizeof names, opt->ops->scalar_names, opt->ops->nscalar, "step");
+    return em_error(EM_ERR_ARGUMENT, "em_optim_set_scalar: %s keeps no scalar \"%s\" (its scalars: %s)", opt->ops->name,
+                    name, names);
+}
+
+em_status em_optim_set_steps(em_optimizer *opt, int64_t steps) {
+    OPT_CHECK(opt, "em_optim_set_steps");
+    if (steps < 0) return em_error(EM_ERR_ARGUMENT, "em_optim_set_steps: expected steps >= 0, got %lld", (long long)steps);
+    opt->steps = steps;
+    return EM_OK;
+}
+
 /* ---- for the built-in steps (optim_internal.h) ---- */
 
 void em__optim_set_fused(em_optimizer *opt, bool fused) {

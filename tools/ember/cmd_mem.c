@@ -17,7 +17,7 @@
 #include "text_io.h"
 
 enum { M_PARAMS, M_MODEL, M_CKPT_ACT, M_DTYPE, M_MODE, M_OPTIM, M_MASTER_WEIGHTS, M_LORA_RANK, M_LORA_TARGETS,
-       M_HIDDEN, M_LAYERS, M_BATCH, M_SEQ, M_ACT_BYTES, M_AMP, M_JSON };
+       M_HIDDEN, M_LAYERS, M_BATCH, M_SEQ, M_ACT_BYTES, M_AMP, M_JSON, M_ZERO, M_RANKS };
 static const opt_choice dtype_choices[] = {
     {"f16", EM_F16}, {"fp16", EM_F16}, {"float16", EM_F16}, {"half", EM_F16},
     {"bf16", EM_BF16}, {"bfloat16", EM_BF16},
@@ -78,6 +78,13 @@ static const opt_spec mem_table[] = {
                .help = "training under autocast (ember train --amp): float32 weights (unless --dtype), activations "
                        "in the low dtype plus the weights' casts"},
     [M_JSON] = OPTION_FLAG("--json", "machine-readable output"),
+    [M_ZERO] = OPTION_INT("--zero", "S", 0, 3,
+                          "full fine-tuning with Adam sharded by ZeRO stage S over --ranks (0: plain data parallel; "
+                          "1: optimizer states, 2: and gradients, 3: and parameters): the bytes per rank by the ZeRO "
+                          "paper's formulas (em_zero_estimate), activations not counted; for a PARAMS count or a "
+                          "model folder; --dtype f32 trains in float32, f16/bf16 in mixed precision with float32 "
+                          "master weights"),
+    [M_RANKS] = OPTION_INT("--ranks", "N", 1, 1000000, "with --zero: the number of ranks the state is sharded over"),
 };
 OPT_TABLE_FITS(mem_table);
 
@@ -395,6 +402,68 @@ static bool is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* ember mem --zero S --ranks N: the per-rank bytes of full fine-tuning with Adam under ZeRO,
+ * for a parameter count or a model folder's. */
+static int mem_zero(const char *params, const char *model, const char *mode, bool dtype_given, em_dtype dtype,
+                    int stage, int ranks, bool json) {
+    if (mode && strcmp(mode, "full") != 0 && strcmp(mode, "all") != 0)
+        return bad("--zero estimates full fine-tuning: --mode %s does not apply", mode);
+    double p = 0;
+    const char *what = params;
+    char label[320];
+    if (model) {
+        if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
+        if (!is_dir(model))
+            return bad("--zero takes a parameter count or a Hugging Face model folder, got --model %s", model);
+        em_model_config cfg;
+        em_estimate e;
+        if (em_model_config_load(model, &cfg) != EM_OK) {
+            fprintf(stderr, "ember mem: %s\n", em_last_error());
+            return 1;
+        }
+        if (!dtype_given) dtype = cfg.dtype;
+        if (em_model_estimate(&cfg, &(em_estimate_opts){.mode = EM_ESTIMATE_FULL, .dtype = dtype}, &e) != EM_OK)
+            return bad("%s", em_last_error());
+        p = e.params;
+        snprintf(label, sizeof label, "%.200s (%.100s)", model, cfg.architecture);
+        what = label;
+    } else {
+        if (!params) return bad("%s", "give a parameter count or --model DIR with --zero, e.g. ember mem 7B --zero 3 --ranks 8");
+        if (em_estimate_parse_params(params, &p) != EM_OK) return bad("%s", em_last_error());
+    }
+    bool mixed = dtype != EM_F32;
+    em_zero_memory z, plain;
+    if (em_zero_estimate(p, stage, ranks, mixed, &z) != EM_OK || em_zero_estimate(p, 0, ranks, mixed, &plain) != EM_OK)
+        return bad("%s", em_last_error());
+    if (json) {
+        printf("{\n  \"params\": %.0f, \"dtype\": \"%s\", \"mixed_precision\": %s, \"zero_stage\": %d, \"ranks\": %d,\n"
+               "  \"per_rank\": {\"parameters_bytes\": %.0f, \"gradients_bytes\": %.0f, \"master_weights_bytes\": %.0f, "
+               "\"optimizer_states_bytes\": %.0f, \"total_bytes\": %.0f},\n  \"stage0_total_bytes\": %.0f\n}\n",
+               p, em_dtype_name(dtype), mixed ? "true" : "false", stage, ranks, z.parameters, z.gradients,
+               z.master_weights, z.optimizer, z.total, plain.total);
+        return 0;
+    }
+    printf("ember mem: %s, %.0f parameters, full fine-tuning with Adam, ZeRO stage %d over %d rank%s, %s\n", what, p,
+           stage, ranks, ranks == 1 ? "" : "s",
+           mixed ? "mixed precision (16-bit parameters and gradients, float32 master weights and states)"
+                 : "float32 (parameters, gradients and states)");
+    bool mb = z.total < 1e8;
+    double u = mb ? 1e6 : 1e9, ui = mb ? 1048576.0 : 1073741824.0;
+    const char *un = mb ? "MB" : "GB", *uin = mb ? "MiB" : "GiB";
+    printf("  %-17s %9.2f %s (%8.2f %s)  %s\n", "parameters", z.parameters / u, un, z.parameters / ui, uin,
+           stage >= 3 ? "this rank's shard" : "every parameter");
+    printf("  %-17s %9.2f %s (%8.2f %s)  %s\n", "gradients", z.gradients / u, un, z.gradients / ui, uin,
+           stage >= 2 ? "this rank's shard" : "every gradient");
+    if (mixed)
+        printf("  %-17s %9.2f %s (%8.2f %s)  %s\n", "master weights", z.master_weights / u, un, z.master_weights / ui,
+               uin, stage >= 1 ? "float32, this rank's shard" : "float32, every parameter");
+    printf("  %-17s %9.2f %s (%8.2f %s)  %s\n", "optimizer states", z.optimizer / u, un, z.optimizer / ui, uin,
+           stage >= 1 ? "Adam's two float32 states, this rank's shard" : "Adam's two float32 states, every parameter");
+    printf("  %-17s %9.2f %s (%8.2f %s)  per rank, plus activations (not counted); stage 0 (plain data parallel): "
+           "%.2f %s\n", "total", z.total / u, un, z.total / ui, uin, plain.total / u, un);
+    return 0;
+}
+
 int cmd_mem(int argc, char **argv) {
     em_estimate_opts o = {.dtype = EM_F16, .optimizer = EM_ESTIMATE_ADAM};
     opt_result opts;
@@ -422,6 +491,14 @@ int cmd_mem(int argc, char **argv) {
     o.seq = v[M_SEQ].i;
     o.activation_bytes_per_sample = (double)v[M_ACT_BYTES].i;
     if (o.autocast_dtype != EM_F32 && !dtype_given) o.dtype = EM_F32;   /* autocast keeps float32 weights */
+    if (v[M_RANKS].given && !v[M_ZERO].given) return bad("%s", "--ranks goes with --zero S");
+    if (v[M_ZERO].given) {
+        if (!v[M_RANKS].given) return bad("%s", "--zero needs --ranks N (the ranks the state is sharded over)");
+        if (v[M_OPTIM].given && o.optimizer != EM_ESTIMATE_ADAM && o.optimizer != EM_ESTIMATE_ADAMW)
+            return bad("%s", "--zero counts Adam's two states per parameter (the paper's formulas): --optim adam or adamw");
+        return mem_zero(params, model, v[M_MODE].given ? mode : NULL, dtype_given, o.dtype, (int)v[M_ZERO].i,
+                        (int)v[M_RANKS].i, json);
+    }
     /* ember train's models: --model cnn counts the CNN from its layers, --model mlp walks the
      * MLP (em_estimate_module); both print the measured peak of real steps alongside */
     bool cnn = model && !strcmp(model, "cnn"), mlp = model && !strcmp(model, "mlp"), classifier = cnn || mlp;
