@@ -260,6 +260,32 @@ static void test_fused_optimizer_steps(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
 }
 
+/* The fused attention (attention.k): forward, the split decode with its merge, backward, in
+ * f32 and bf16. */
+static void test_attention_kernels(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_dtype dts[2] = {EM_F32, EM_BF16};
+    for (int i = 0; i < 2; i++) {
+        em_dtype dt = dts[i];
+        em_tensor *q = T(dt, 2, 4, 5, 64), *k = T(dt, 2, 2, 40, 64), *v = T(dt, 2, 2, 40, 64), *o = T(dt, 2, 4, 5, 64);
+        em_tensor *g = T(dt, 2, 4, 5, 64), *dq = T(dt, 2, 4, 5, 64), *dk = T(dt, 2, 2, 40, 64), *dv = T(dt, 2, 2, 40, 64);
+        em_tensor *lse = T(EM_F32, 40), *work = T(EM_F32, 4 * 40 * 66), *mask = T(EM_BOOL, 2, 40);
+        OP(be_call(B, (em_op_call){.op = EM_OP_SDPA, .dtype = dt, .dst = {o, lse}, .src = {q, k, v, mask},
+                                   .f = {0.125}, .i = {1, 35, 1}}));
+        int before = F.launches;
+        OP(be_call(B, (em_op_call){.op = EM_OP_SDPA, .dtype = dt, .dst = {o, lse, work}, .src = {q, k, v},
+                                   .f = {0.125}, .i = {1, 35, 4}}));
+        CHECK(F.launches == before + 2); /* the parts, then the merge */
+        before = F.launches;
+        OP(be_call(B, (em_op_call){.op = EM_OP_SDPA_BACKWARD, .dtype = dt, .dst = {dq, dk, dv},
+                                   .src = {g, q, k, v, o, lse}, .f = {0.125}, .i = {1, 35}}));
+        CHECK(F.launches == before + 2); /* dk and dv, then dq */
+        em_tensor *all[] = {q, k, v, o, g, dq, dk, dv, lse, work, mask};
+        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) drop(all[j]);
+    }
+}
+
 static void test_integer_matmul_uses_the_kernel(void) {
     if (!g_have_nvrtc) return;
     install();
@@ -556,6 +582,7 @@ int main(void) {
     RUN(test_elementwise_ops);
     RUN(test_reduce_softmax_index_rng);
     RUN(test_fused_optimizer_steps);
+    RUN(test_attention_kernels);
     RUN(test_integer_matmul_uses_the_kernel);
     RUN(test_tall_matmul_fits_the_grid);
     RUN(test_1d_grid_from_occupancy);

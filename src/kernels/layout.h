@@ -59,6 +59,25 @@ typedef struct emk_call {
 #define EMK_PF_bf16(c, k) ((c).f[k])
 #define EMK_PF_f64(c, k) AS_F64((c).fd[k])
 
+/* The fused attention's kernels (attention.k, launched by src/backends/gpu/gpu_attention.c):
+ * the problem's sizes, and each operand's element offset from its buffer and its batch, head
+ * and row strides (the last stride is 1). Query heads h of one key/value head hk = h / G
+ * (G = Hq / Hkv) are taken together: the group's G * L query rows, row rho being query
+ * i = rho % L of head hk * G + rho / L, so a key/value tile read into local memory serves
+ * every head that shares it. */
+#define EMK_ATT_THREADS 128 /* threads per work-group of every attention kernel */
+#define EMK_ATT_DMAX 128    /* the largest head dim (E and Ev) the kernels take */
+#define EMK_ATT_ROWS 16     /* query rows per forward work-group (and per split decode) */
+typedef struct emk_attn {
+    EMK_I64 B, Hq, Hkv, L, S, E, Ev;
+    EMK_I64 past, causal, has_mask;
+    EMK_I64 splits, split_keys; /* split decode: key parts, keys per part (splits > 1) */
+    EMK_I64 q[4], k[4], v[4], o[4], g[4]; /* {offset, batch, head, row} strides */
+    EMK_I64 dq[4], dk[4], dv[4];
+    EMK_I64 lse_off, mask_off, part_off; /* lse [B, Hq, L]; mask [B, S]; partials */
+    float scale, pad_;
+} emk_attn;
+
 /* op codes, generated from op_list.h in em_op's order: unary, binary (arithmetic, then the
  * comparisons that write bool), reductions */
 #define EMK_U_CODE_(NAME, name, dtypes, gpu) EMK_U_##NAME,

@@ -138,20 +138,23 @@
     X(RNG, rng, ANY, GPU_OWN)                                                             \
     /* ---- attention ----                                                                \
      * optional (core composes matmul, softmax and matmul). dst {out [B, Hq, L, Ev],      \
-     * lse [B, Hq, L] float32 contiguous, or NULL}, src {q [B, Hq, L, E], k [B, Hkv, S,   \
+     * lse [B, Hq, L] float32 contiguous, or NULL, work (a float32 contiguous workspace   \
+     * of i[2] * B * Hq * L * (Ev + 2) elements) or NULL}, src {q [B, Hq, L, E], k [B, Hkv, S, \
      * E], v [B, Hkv, S, Ev], key_mask (EM_BOOL [B, S] contiguous) or NULL}; f {scale};   \
-     * i {causal, past}: out = softmax(scale q k^T) v per (batch, query head), query      \
+     * i {causal, past, splits}: out = softmax(scale q k^T) v per (batch, query head), query \
      * head h reading key/value head h / (Hq / Hkv); query i (at position past + i) sees  \
      * keys j <= past + i when causal, and only keys whose key_mask is true; lse receives \
      * each row's log-sum-exp of its visible scaled scores. A row that sees no key gives  \
      * zeros (lse -inf). q, k, v and out of the call's dtype (16-bit ones accumulate in   \
-     * float32), any strides with the last one 1, every size > 0 */                       \
-    X(SDPA, sdpa, FLOAT, GPU_NONE)                                                        \
+     * float32), any strides with the last one 1, every size > 0. With work, a backend   \
+     * may split the keys into up to `splits` parts whose partial softmax sums it merges  \
+     * (the GPUs' split decode: core gives work for a few query rows against many keys) */ \
+    X(SDPA, sdpa, FLOAT, GPU_OWN)                                                         \
     /* dst {dq, dk, dv}, src {g, q, k, v, out, lse}; f {scale}; i {causal, past}: the     \
      * backward of SDPA (no key mask) from the output's gradient g (out's shape); dq, dk, \
      * dv of q's, k's and v's shapes (dk, dv summed over the query heads sharing a key    \
      * head), any strides with the last one 1 */                                          \
-    X(SDPA_BACKWARD, sdpa_backward, FLOAT, GPU_NONE)                                      \
+    X(SDPA_BACKWARD, sdpa_backward, FLOAT, GPU_OWN)                                       \
     /* ---- convolution and pooling (src/core/ops_conv.c): contiguous NCHW tensors with   \
      * the shapes of the window `arg` (an em_window2d); f32, f64, f16 or bf16, one dtype  \
      * (f16/bf16 summed in float32) ----                                                  \

@@ -49,6 +49,11 @@ em_status em__gpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tenso
                             em_tensor *buf);
 em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *grad,
                              em_tensor *m, em_tensor *v, em_tensor *vmax);
+/* fused attention (gpu_attention.c): whether the kernels take the call (f32/f16/bf16, head
+ * dims up to EMK_ATT_DMAX; tensors absent: the dtype alone), and the two ops */
+bool em__gpu_sdpa_takes(const em_op_call *c);
+em_status em__gpu_sdpa(const em_op_call *c);
+em_status em__gpu_sdpa_backward(const em_op_call *c);
 em_status em__gpu_amp_unscale(em_tensor *grad, em_tensor *state);
 em_status em__gpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
 em_status em__gpu_im2col(em_tensor *cols, const em_tensor *in, const em_window2d *g);
