@@ -256,6 +256,15 @@ static void test_fused_optimizer_steps(void) {
     OP(be_fused_sgd(B, &sgd, p, g, m));
     OP(be_fused_sgd(B, &sgd, d, dg, d));
     OP(be_fused_sgd(B, &sgd, h, hg, h));
+    /* the multi-tensor step: nine parameters (two launches of EMK_MT_SLOTS), one with a bf16 copy */
+    em_adam_multi_item items[9];
+    adam.amsgrad = false;
+    for (int i = 0; i < 9; i++) items[i] = (em_adam_multi_item){.p = p, .g = g, .m = m, .v = v, .args = adam};
+    items[3].low = h;
+    em_adam_multi mt = {.n = 9, .items = items};
+    int before = F.launches;
+    OP(be_call(B, (em_op_call){.op = EM_OP_ADAM_STEP_MULTI, .dtype = EM_F32, .dst = {p}, .arg = &mt}));
+    CHECK(F.launches == before + 2);
     em_tensor *all[] = {p, g, m, v, vm, d, dg, h, hg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
 }

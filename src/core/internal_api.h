@@ -48,6 +48,13 @@ bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_ten
                             const em_tensor *vmax);
 em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                               em_tensor *v, em_tensor *vmax);
+/* Adam/AdamW over several parameters in one call (ADAM_STEP_MULTI: the GPUs' multi-tensor
+ * kernel). Whether item's operands fit it (float32, contiguous, on a backend with the op;
+ * no amsgrad, no scaler); then the step on mt's items (all on one device: the caller groups
+ * them), each item's low copy made here where one is wanted. EM_ERR_NOT_SUPPORTED with
+ * nothing recorded and nothing written where the backend declines (step each instead). */
+bool em__fused_adam_multi_applies(const em_adam_multi_item *item);
+em_status em__fused_adam_multi_step(em_adam_multi *mt);
 /* The other optimizers' fused steps (src/optim/adaptive.c): one op of the op list each
  * (ADADELTA_STEP ... RADAM_STEP, whose entries give the layouts), dst {p, states}, src {g}.
  * states has n entries, NULL where the options keep none (RMSprop's momentum_buffer and

@@ -190,6 +190,12 @@
      * src {g}. A backend whose `supports` accepts the call with arg's lowp_out set also  \
      * writes p's new value cast to lowp_out's dtype (the mixed-precision weight copy) */ \
     X(ADAM_STEP, adam_step, FLOAT, GPU_OWN)                                               \
+    /* optional (optim steps each parameter with ADAM_STEP otherwise): Adam/AdamW over    \
+     * many parameters at once. dst {the first parameter}; arg an em_adam_multi           \
+     * (optim_args.h): float32 parameters on one device, each with its gradient, exp_avg  \
+     * and exp_avg_sq (contiguous, its shape), its em_optim_args (no amsgrad, no scaler)  \
+     * and optionally a bf16 or f16 copy of its new value written in the same pass */     \
+    X(ADAM_STEP_MULTI, adam_step_multi, FLOAT, GPU_OWN)                                   \
     /* ---- loss scaling (GradScaler); state: a contiguous float32 [4] {scale, growth     \
      * tracker, found_inf, skipped steps} (EM_AMP_*) on the device. Neither waits for the \
      * device ----                                                                        \

@@ -54,6 +54,8 @@ em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
 bool em__gpu_sdpa_takes(const em_op_call *c);
 em_status em__gpu_sdpa(const em_op_call *c);
 em_status em__gpu_sdpa_backward(const em_op_call *c);
+/* ADAM_STEP_MULTI: EMK_MT_SLOTS parameters per launch */
+em_status em__gpu_adam_multi(const em_adam_multi *mt);
 em_status em__gpu_amp_unscale(em_tensor *grad, em_tensor *state);
 em_status em__gpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
 em_status em__gpu_im2col(em_tensor *cols, const em_tensor *in, const em_window2d *g);

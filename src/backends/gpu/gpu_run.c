@@ -35,6 +35,7 @@ bool em__gpu_supports(const em_gpu *g, const em_op_call *c) {
     /* the mixed-precision weight copy is written by the CPU's Adam step only */
     if (c->op == EM_OP_ADAM_STEP && c->arg && ((const em_optim_args *)c->arg)->lowp_out) return false;
     if (c->op == EM_OP_SDPA || c->op == EM_OP_SDPA_BACKWARD) return em__gpu_sdpa_takes(c);
+    if (c->op == EM_OP_ADAM_STEP_MULTI) return c->dtype == EM_F32;
     return true;
 }
 
@@ -108,6 +109,7 @@ em_status em__gpu_run(const em_gpu *g, const em_op_call *c) {
     case EM_OP_POOL2D_BACKWARD: return em__gpu_pool2d_backward((em_pool_kind)c->i[0], d[0], s[0], s[1], win);
     case EM_OP_SGD_STEP: return em__gpu_fused_sgd(c->arg, d[0], s[0], d[1]);
     case EM_OP_ADAM_STEP: return em__gpu_fused_adam(c->arg, d[0], s[0], d[1], d[2], d[3]);
+    case EM_OP_ADAM_STEP_MULTI: return em__gpu_adam_multi(c->arg);
     case EM_OP_AMP_UNSCALE: return em__gpu_amp_unscale(d[0], d[1]);
     case EM_OP_AMP_UPDATE: return em__gpu_amp_update(d[0], c->f[0], c->f[1], c->i[0]);
     default:
