@@ -222,6 +222,12 @@ static void test_reduce_softmax_index_rng(void) {
     OP(be_reduce(B, EM_OP_MAX, bmax, bm, last));
     OP(be_softmax(B, x, x, 1, false));
     OP(be_softmax(B, h, h, 0, true));
+    /* the fused linear cross-entropy's rows */
+    em_tensor *ct = T(EM_I64, 4), *cv = T(EM_F32, 4), *crs = T(EM_F32, 4), *cl = T(EM_F32, 4), *cdz = T(EM_F32, 4, 300);
+    OP(be_call(B, (em_op_call){.op = EM_OP_CE_ROWS, .dtype = EM_F32, .dst = {cl, cdz}, .src = {x, ct, cv, crs},
+                               .f = {0.1}}));
+    em_tensor *ce[] = {ct, cv, crs, cl, cdz};
+    for (size_t i = 0; i < sizeof ce / sizeof ce[0]; i++) drop(ce[i]);
 
     em_tensor *idx = T(EM_I64, 3), *sel = T(EM_F32, 4, 3), *src = T(EM_F32, 4, 3);
     em_tensor *gidx = T(EM_I64, 4, 2), *gout = T(EM_F32, 4, 2), *gi64 = T(EM_I64, 4, 2);

@@ -172,6 +172,13 @@ em_tensor *em__rope_backward(em_tensor *g, em_tensor *cos, em_tensor *sin);
  * "composed")? Records nothing. em__sdpa: softmax(scale q k^T, causal: query i sees keys
  * j <= i) v with its autograd node; EM_ERR_INTERNAL where it does not apply. */
 bool em__sdpa_applies(const em_tensor *q, const em_tensor *k, const em_tensor *v);
+/* The fused linear cross-entropy's rows (op_list.h's CE_ROWS) where the backend has them (the
+ * GPUs): from a chunk's logits z [c, V] (the loss's dtype), its targets, valid [c] and
+ * rowscale [c] (NULL: no gradient), writes each row's loss into loss [c] (NULL: none) and sets
+ * *dz to rowscale (softmax(z) - q), scoped. EM_ERR_NOT_SUPPORTED with nothing recorded or
+ * written where the backend declines (nn/linear_ce.c composes then). Not differentiable. */
+em_status em__ce_rows(em_tensor *z, em_tensor *target, em_tensor *valid, em_tensor *rowscale, double smoothing,
+                      em_tensor *loss, em_tensor **dz);
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal);
 
 /* ---- custom autograd functions and the RNG state (activation checkpointing,

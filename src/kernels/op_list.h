@@ -136,6 +136,14 @@
      * based Philox 4x32-10: element i (row-major) of out uses counter offset + i and key \
      * seed, so every backend draws the same numbers (src/kernels/philox.h) */            \
     X(RNG, rng, ANY, GPU_OWN)                                                             \
+    /* optional (nn composes log_softmax, gather, sum, exp and scatter_add): the fused    \
+     * linear cross-entropy's rows (src/nn/linear_ce.c). dst {loss [c], dz [c, V] or      \
+     * NULL}, src {z [c, V], target (EM_I64 [c], each in [0, V)), valid [c], rowscale      \
+     * [c] or NULL (NULL exactly when dz is)}; f {s}: with logp = log_softmax(z) per row   \
+     * and q = (1 - s) one_hot(target) + s / V, loss = valid (-(1 - s) logp[target] - s /  \
+     * V sum(logp)) and dz = rowscale (exp(logp) - q), summed in the composition's order;  \
+     * every tensor contiguous, all but target of the call's dtype */                     \
+    X(CE_ROWS, ce_rows, FLOAT, GPU_OWN)                                                   \
     /* ---- attention ----                                                                \
      * optional (core composes matmul, softmax and matmul). dst {out [B, Hq, L, Ev],      \
      * lse [B, Hq, L] float32 contiguous, or NULL, work (a float32 contiguous workspace   \

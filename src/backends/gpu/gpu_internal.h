@@ -38,6 +38,9 @@ em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bo
 em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__gpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__gpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log);
+/* CE_ROWS (softmax.k's ce_rows_f32): one block per row */
+em_status em__gpu_ce_rows(em_tensor *loss, em_tensor *dz, const em_tensor *z, const em_tensor *target,
+                          const em_tensor *valid, const em_tensor *rowscale, double smoothing);
 em_status em__gpu_index_select(em_tensor *out, const em_tensor *in, int dim,
                                const em_tensor *index);
 em_status em__gpu_index_add(em_tensor *out, int dim, const em_tensor *index,

@@ -36,6 +36,7 @@ bool em__gpu_supports(const em_gpu *g, const em_op_call *c) {
     if (c->op == EM_OP_ADAM_STEP && c->arg && ((const em_optim_args *)c->arg)->lowp_out) return false;
     if (c->op == EM_OP_SDPA || c->op == EM_OP_SDPA_BACKWARD) return em__gpu_sdpa_takes(c);
     if (c->op == EM_OP_ADAM_STEP_MULTI) return c->dtype == EM_F32;
+    if (c->op == EM_OP_CE_ROWS) return c->dtype == EM_F32;
     return true;
 }
 
@@ -110,6 +111,7 @@ em_status em__gpu_run(const em_gpu *g, const em_op_call *c) {
     case EM_OP_SGD_STEP: return em__gpu_fused_sgd(c->arg, d[0], s[0], d[1]);
     case EM_OP_ADAM_STEP: return em__gpu_fused_adam(c->arg, d[0], s[0], d[1], d[2], d[3]);
     case EM_OP_ADAM_STEP_MULTI: return em__gpu_adam_multi(c->arg);
+    case EM_OP_CE_ROWS: return em__gpu_ce_rows(d[0], d[1], s[0], s[1], s[2], s[3], c->f[0]);
     case EM_OP_AMP_UNSCALE: return em__gpu_amp_unscale(d[0], d[1]);
     case EM_OP_AMP_UPDATE: return em__gpu_amp_update(d[0], c->f[0], c->f[1], c->i[0]);
     default:
