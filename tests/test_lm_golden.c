@@ -186,7 +186,7 @@ static void run_device(em_device d) {
 
 /* Each backend runs the ops tests/required_ops.txt requires of it (a decline off the list is
  * reported as a skip): the fused ops in f32, bf16 and f16 (the CPU's rope in f32: 16-bit
- * composes faster there), the CPU's attention in f32. */
+ * composes faster there), the attention in f32 (the CPU's kernels and the GPUs'). */
 static void test_required(void) {
     targets_init();
     static const em_op ops[] = {EM_OP_RMS_NORM, EM_OP_RMS_NORM_BACKWARD, EM_OP_SWIGLU, EM_OP_SWIGLU_BACKWARD, EM_OP_ROPE};

@@ -38,9 +38,10 @@ int64_t em__optim_fused_updates(const em_optimizer *opt);
 typedef struct em__optim_batch {
     bool open;                /* em_step is collecting */
     bool per_tensor;          /* never collect (tests: the per-tensor fused path as reference) */
-    int n, cap;
-    em_adam_multi_item *items;
+    int n, cap;               /* arrays for cap updates, made before em_step changes anything */
+    em_adam_multi_item *items, *group;
     int *param;
+    bool *taken;
     int64_t calls;            /* multi-tensor calls made (tests: which path ran) */
 } em__optim_batch;
 em__optim_batch *em__optim_batch_of(em_optimizer *opt);

@@ -155,7 +155,9 @@ void em_optim_free(em_optimizer *opt) {
     }
     free(opt->ps);
     free(opt->batch.items);
+    free(opt->batch.group);
     free(opt->batch.param);
+    free(opt->batch.taken);
     free(opt->hyper);
     free(opt);
 }
@@ -243,6 +245,21 @@ em_status em_step(em_optimizer *opt) {
             opt->steps++;
             return EM_OK;
         }
+    }
+    /* Adam/AdamW collect their updates (sgd_adam.c): room for all of them now, so that no
+     * allocation can fail once states or parameters have changed */
+    if ((opt->ops == &em__adam_ops || opt->ops == &em__adamw_ops) && opt->batch.cap < opt->n) {
+        size_t n = (size_t)opt->n;
+        em_adam_multi_item *items = realloc(opt->batch.items, sizeof *items * n);
+        if (items) opt->batch.items = items;
+        em_adam_multi_item *group = items ? realloc(opt->batch.group, sizeof *group * n) : NULL;
+        if (group) opt->batch.group = group;
+        int *param = group ? realloc(opt->batch.param, sizeof *param * n) : NULL;
+        if (param) opt->batch.param = param;
+        bool *taken = param ? realloc(opt->batch.taken, sizeof *taken * n) : NULL;
+        if (taken) opt->batch.taken = taken;
+        if (!taken) return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
+        opt->batch.cap = opt->n;
     }
     unsigned long seq = em__error_seq();   /* errors raised from here on are the step's */
     bool *fresh = calloc((size_t)opt->n + 1, sizeof *fresh);

@@ -5,7 +5,6 @@
  * otherwise, and as the reference the fused kernels are tested against, the same formulas
  * written with the public in-place ops. */
 #include <math.h>
-#include <stdlib.h>
 #include <ember/ops.h>
 #include "../core/internal_api.h"
 #include "optim_internal.h"
@@ -146,16 +145,8 @@ static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done
     *done = true;
     em__optim_batch *b = em__optim_batch_of(o);
     em_adam_multi_item item = {.p = u->param, .g = u->grad, .m = m, .v = v, .args = args};
-    if (b->open && em__fused_adam_multi_applies(&item)) { /* run with the others at the end of em_step */
-        if (b->n == b->cap) {
-            int cap = b->cap ? 2 * b->cap : 16;
-            em_adam_multi_item *ni = realloc(b->items, sizeof *ni * (size_t)cap);
-            if (ni) b->items = ni;
-            int *np = ni ? realloc(b->param, sizeof *np * (size_t)cap) : NULL;
-            if (np) b->param = np;
-            if (!ni || !np) return em_error(EM_ERR_OUT_OF_MEMORY, "adam step: out of host memory");
-            b->cap = cap;
-        }
+    /* run with the others at the end of em_step (which made room for every parameter) */
+    if (b->open && b->n < b->cap && em__fused_adam_multi_applies(&item)) {
         b->items[b->n] = item;
         b->param[b->n++] = em__optim_current_param(o);
         em__optim_count_fused(o);
@@ -168,9 +159,10 @@ static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done
 
 em_status em__optim_flush_batch(em_optimizer *o) {
     em__optim_batch *b = em__optim_batch_of(o);
-    bool *ran = calloc((size_t)b->n + 1, sizeof *ran);
-    em_adam_multi_item *group = malloc(sizeof *group * ((size_t)b->n + 1));
-    em_status st = ran && group ? EM_OK : em_error(EM_ERR_OUT_OF_MEMORY, "adam step: out of host memory");
+    bool *ran = b->taken;
+    em_adam_multi_item *group = b->group;
+    em_status st = EM_OK;
+    for (int i = 0; i < b->n; i++) ran[i] = false;
     /* one call per device, the parameters in their order */
     for (int i = 0; i < b->n && st == EM_OK; i++) {
         if (ran[i]) continue;
@@ -194,8 +186,6 @@ em_status em__optim_flush_batch(em_optimizer *o) {
             }
         }
     }
-    free(ran);
-    free(group);
     return st;
 }
 
