@@ -222,6 +222,12 @@ static void test_reduce_softmax_index_rng(void) {
     OP(be_reduce(B, EM_OP_MAX, bmax, bm, last));
     OP(be_softmax(B, x, x, 1, false));
     OP(be_softmax(B, h, h, 0, true));
+    /* the fused linear cross-entropy's rows */
+    em_tensor *ct = T(EM_I64, 4), *cv = T(EM_F32, 4), *crs = T(EM_F32, 4), *cl = T(EM_F32, 4), *cdz = T(EM_F32, 4, 300);
+    OP(be_call(B, (em_op_call){.op = EM_OP_CE_ROWS, .dtype = EM_F32, .dst = {cl, cdz}, .src = {x, ct, cv, crs},
+                               .f = {0.1}}));
+    em_tensor *ce[] = {ct, cv, crs, cl, cdz};
+    for (size_t i = 0; i < sizeof ce / sizeof ce[0]; i++) drop(ce[i]);
 
     em_tensor *idx = T(EM_I64, 3), *sel = T(EM_F32, 4, 3), *src = T(EM_F32, 4, 3);
     em_tensor *gidx = T(EM_I64, 4, 2), *gout = T(EM_F32, 4, 2), *gi64 = T(EM_I64, 4, 2);
@@ -256,8 +262,43 @@ static void test_fused_optimizer_steps(void) {
     OP(be_fused_sgd(B, &sgd, p, g, m));
     OP(be_fused_sgd(B, &sgd, d, dg, d));
     OP(be_fused_sgd(B, &sgd, h, hg, h));
+    /* the multi-tensor step: nine parameters (two launches of EMK_MT_SLOTS), one with a bf16 copy */
+    em_adam_multi_item items[9];
+    adam.amsgrad = false;
+    for (int i = 0; i < 9; i++) items[i] = (em_adam_multi_item){.p = p, .g = g, .m = m, .v = v, .args = adam};
+    items[3].low = h;
+    em_adam_multi mt = {.n = 9, .items = items};
+    int before = F.launches;
+    OP(be_call(B, (em_op_call){.op = EM_OP_ADAM_STEP_MULTI, .dtype = EM_F32, .dst = {p}, .arg = &mt}));
+    CHECK(F.launches == before + 2);
     em_tensor *all[] = {p, g, m, v, vm, d, dg, h, hg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) drop(all[i]);
+}
+
+/* The fused attention (attention.k): forward, the split decode with its merge, backward, in
+ * f32 and bf16. */
+static void test_attention_kernels(void) {
+    if (!g_have_nvrtc) return;
+    install();
+    em_dtype dts[2] = {EM_F32, EM_BF16};
+    for (int i = 0; i < 2; i++) {
+        em_dtype dt = dts[i];
+        em_tensor *q = T(dt, 2, 4, 5, 64), *k = T(dt, 2, 2, 40, 64), *v = T(dt, 2, 2, 40, 64), *o = T(dt, 2, 4, 5, 64);
+        em_tensor *g = T(dt, 2, 4, 5, 64), *dq = T(dt, 2, 4, 5, 64), *dk = T(dt, 2, 2, 40, 64), *dv = T(dt, 2, 2, 40, 64);
+        em_tensor *lse = T(EM_F32, 40), *work = T(EM_F32, 4 * 40 * 66), *mask = T(EM_BOOL, 2, 40);
+        OP(be_call(B, (em_op_call){.op = EM_OP_SDPA, .dtype = dt, .dst = {o, lse}, .src = {q, k, v, mask},
+                                   .f = {0.125}, .i = {1, 35, 1}}));
+        int before = F.launches;
+        OP(be_call(B, (em_op_call){.op = EM_OP_SDPA, .dtype = dt, .dst = {o, lse, work}, .src = {q, k, v},
+                                   .f = {0.125}, .i = {1, 35, 4}}));
+        CHECK(F.launches == before + 2); /* the parts, then the merge */
+        before = F.launches;
+        OP(be_call(B, (em_op_call){.op = EM_OP_SDPA_BACKWARD, .dtype = dt, .dst = {dq, dk, dv},
+                                   .src = {g, q, k, v, o, lse}, .f = {0.125}, .i = {1, 35}}));
+        CHECK(F.launches == before + 2); /* dk and dv, then dq */
+        em_tensor *all[] = {q, k, v, o, g, dq, dk, dv, lse, work, mask};
+        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) drop(all[j]);
+    }
 }
 
 static void test_integer_matmul_uses_the_kernel(void) {
@@ -556,6 +597,7 @@ int main(void) {
     RUN(test_elementwise_ops);
     RUN(test_reduce_softmax_index_rng);
     RUN(test_fused_optimizer_steps);
+    RUN(test_attention_kernels);
     RUN(test_integer_matmul_uses_the_kernel);
     RUN(test_tall_matmul_fits_the_grid);
     RUN(test_1d_grid_from_occupancy);

@@ -2,14 +2,17 @@
  * scripts/golden_linear_ce.py): F.cross_entropy(F.linear(h, w, b).float(), target, ...) for each
  * reduction, with ignored rows, label smoothing, a custom ignore_index, no bias, in float32 and
  * bfloat16; the loss and the gradients of h, w and b, on every available device and with chunk
- * sizes that divide N (10) and do not, the default chunk and one chunk larger than N. Then the
- * memory it saves on the CPU against the unfused composition, and bad arguments. */
+ * sizes that divide N (10) and do not, the default chunk and one chunk larger than N. The GPUs'
+ * kernel for the rows' loss and gradient (CE_ROWS, softmax.k's ce_rows_f32) against the CPU's
+ * composition of the same rows, on PoCL. Then the memory it saves on the CPU against the
+ * unfused composition, and bad arguments. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ember/ember.h>
 #include "test.h"
+#include "core/internal_api.h"
 
 static em_safetensors *g_file;
 static em_device g_dev;
@@ -150,6 +153,73 @@ static void test_golden_cuda(void) {
 }
 
 /* No gradient wanted: no graph, and the same loss. */
+/* max |a - b| / max |b| (normwise: the GEMMs of the two devices sum in other orders) */
+static double rel_diff(em_tensor *a, em_tensor *b) {
+    em_tensor *d = em_max(em_abs(em_sub(em_cpu(a), em_cpu(b))), EM_ALL_DIMS, false);
+    em_tensor *m = em_max(em_abs(em_cpu(b)), EM_ALL_DIMS, false);
+    return d && m ? em_item(d) / (em_item(m) + 1e-30) : INFINITY;
+}
+
+/* The rows' kernel on the GPU against the composition on the CPU (which declines the op):
+ * rows longer and shorter than a block, label smoothing or none, every reduction, an ignored
+ * row; and the op itself runs on the GPU only. */
+static void test_gpu_rows_kernel(void) {
+    if (em_device_count(EM_OPENCL) == 0) SKIP("no OpenCL device");
+    em_device gpu = EM_DEVICE(EM_OPENCL, 0);
+    static const int64_t vocab[2] = {37, 1000};
+    static const double smooth[2] = {0.0, 0.1};
+    static const em_reduction red[3] = {EM_REDUCTION_MEAN, EM_REDUCTION_SUM, EM_REDUCTION_NONE};
+    for (int vi = 0; vi < 2; vi++)
+        for (int si = 0; si < 2; si++)
+            for (int ri = 0; ri < 3; ri++) {
+                em_scope s = em_scope_begin();
+                em_manual_seed(41);
+                int64_t N = 9, H = 16, V = vocab[vi];
+                em_tensor *h0 = em_randn(EM_SHAPE(N, H), EM_OPTS()), *w0 = em_randn(EM_SHAPE(V, H), EM_OPTS());
+                em_tensor *b0 = em_randn(EM_SHAPE(V), EM_OPTS());
+                int64_t tv[9] = {0, 5, V - 1, -100, 3, 7, 11, 2, 1};
+                em_tensor *t = em_from_data(tv, EM_I64, EM_SHAPE(N), EM_OPTS(.dtype = EM_I64));
+                em_linear_ce_opts o = {.chunk_size = 4, .reduction = red[ri], .label_smoothing = smooth[si]};
+                em_tensor *loss[2], *gr[2][3];
+                for (int d = 0; d < 2; d++) {
+                    em_device dev = d ? gpu : EM_DEVICE_CPU;
+                    em_tensor *in[3] = {em_clone(em_to(h0, dev)), em_clone(em_to(w0, dev)), em_clone(em_to(b0, dev))};
+                    for (int i = 0; i < 3; i++) CHECK_OK(em_set_requires_grad(in[i], true));
+                    loss[d] = em_linear_cross_entropy(in[0], in[1], in[2], em_to(t, dev), &o);
+                    CHECK(loss[d] != NULL);
+                    if (!loss[d]) break;
+                    CHECK_OK(em_backward(em_sum(loss[d], EM_ALL_DIMS, false)));
+                    for (int i = 0; i < 3; i++) gr[d][i] = em_grad(in[i]);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "V=%lld s=%g reduction %d", (long long)V, smooth[si], ri);
+                double e = loss[0] && loss[1] ? rel_diff(loss[1], loss[0]) : INFINITY;
+                for (int i = 0; i < 3 && loss[1]; i++) {
+                    double gi = rel_diff(gr[1][i], gr[0][i]);
+                    e = gi > e ? gi : e;
+                }
+                if (!(e < 1e-5)) fprintf(stderr, "  %s: relative difference %g\n", what, e);
+                CHECK(e < 1e-5);
+                em_scope_end(s);
+            }
+    /* the op: on the GPU it runs, the CPU declines it (nothing recorded) */
+    em_scope s = em_scope_begin();
+    for (int d = 0; d < 2; d++) {
+        em_device dev = d ? gpu : EM_DEVICE_CPU;
+        em_tensor *z = em_to(em_randn(EM_SHAPE(3, 50), EM_OPTS()), dev);
+        em_tensor *tg = em_to(em_from_data((int64_t[]){1, 49, 0}, EM_I64, EM_SHAPE(3), EM_OPTS(.dtype = EM_I64)), dev);
+        em_tensor *valid = em_to(em_ones(EM_SHAPE(3), EM_OPTS()), dev), *rs = em_to(em_full(EM_SHAPE(3), 0.5, EM_OPTS()), dev);
+        em_tensor *lo = em_to(em_zeros(EM_SHAPE(3), EM_OPTS()), dev), *dz = NULL;
+        em_status st = em__ce_rows(z, tg, valid, rs, 0.1, lo, &dz);
+        CHECK(d ? st == EM_OK && dz != NULL : st == EM_ERR_NOT_SUPPORTED && !em_failed());
+        if (d && dz) { /* dz rows sum to 0: rowscale (1 - (1 - s) - s) */
+            double sum = em_item(em_max(em_abs(em_sum(dz, EM_DIMS(1), false)), EM_ALL_DIMS, false));
+            CHECK(sum < 1e-6);
+        }
+    }
+    em_scope_end(s);
+}
+
 static void test_no_grad(void) {
     em_scope s = em_scope_begin();
     em_manual_seed(7);
@@ -292,6 +362,7 @@ int main(void) {
     RUN(test_golden_cpu);
     RUN(test_golden_opencl);
     RUN(test_golden_cuda);
+    RUN(test_gpu_rows_kernel);
     RUN(test_no_grad);
     RUN(test_f64_and_all_ignored);
     RUN(test_memory);

@@ -193,8 +193,9 @@ EM_API em_tensor *em_scaled_dot_product_attention(em_tensor *q, em_tensor *k, em
 /* Whether em_scaled_dot_product_attention runs as one fused kernel on devices of type t when
  * q, k, v are float32 with no attn_mask, no dropout and no autocast region: softmax(q k^T) is
  * then never stored, backward recomputes it from each row's log-sum-exp (PyTorch's flash
- * attention). True on the CPU unless the environment sets EMBER_ATTENTION=composed; false
- * where the backend composes matmul, softmax and matmul (OpenCL, CUDA today). */
+ * attention). True on the CPU, OpenCL and CUDA (Ember's attention kernels; on the GPUs for
+ * head dims up to 128, wider heads are composed) unless the environment sets
+ * EMBER_ATTENTION=composed; false where the backend composes matmul, softmax and matmul. */
 EM_API bool em_sdpa_fused(em_device_type t);
 /* ---- the language models' ops (Llama, Mistral, Qwen2 as transformers computes them) ---- */
 /* F.rms_norm and HF's LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) over the last

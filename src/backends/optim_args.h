@@ -39,4 +39,17 @@ typedef struct em_optim_args {
     struct em_tensor *lowp_out;
 } em_optim_args;
 
+/* One parameter of a multi-tensor Adam/AdamW step (op_list.h's ADAM_STEP_MULTI). */
+typedef struct em_adam_multi_item {
+    struct em_tensor *p, *m, *v;
+    const struct em_tensor *g;
+    struct em_tensor *low; /* p's new value cast to bf16/f16 (lowp_out's meaning), or NULL */
+    em_optim_args args;
+} em_adam_multi_item;
+
+typedef struct em_adam_multi {
+    int n;
+    em_adam_multi_item *items;
+} em_adam_multi;
+
 #endif

@@ -56,6 +56,13 @@ bool em__fused_adam_applies(const em_tensor *p, const em_tensor *g, const em_ten
                             const em_tensor *vmax);
 em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_tensor *g, em_tensor *m,
                               em_tensor *v, em_tensor *vmax);
+/* Adam/AdamW over several parameters in one call (ADAM_STEP_MULTI: the GPUs' multi-tensor
+ * kernel). Whether item's operands fit it (float32, contiguous, on a backend with the op;
+ * no amsgrad, no scaler); then the step on mt's items (all on one device: the caller groups
+ * them), each item's low copy made here where one is wanted. EM_ERR_NOT_SUPPORTED with
+ * nothing recorded and nothing written where the backend declines (step each instead). */
+bool em__fused_adam_multi_applies(const em_adam_multi_item *item);
+em_status em__fused_adam_multi_step(em_adam_multi *mt);
 /* The other optimizers' fused steps (src/optim/adaptive.c): one op of the op list each
  * (ADADELTA_STEP ... RADAM_STEP, whose entries give the layouts), dst {p, states}, src {g}.
  * states has n entries, NULL where the options keep none (RMSprop's momentum_buffer and
@@ -173,6 +180,13 @@ em_tensor *em__rope_backward(em_tensor *g, em_tensor *cos, em_tensor *sin);
  * "composed")? Records nothing. em__sdpa: softmax(scale q k^T, causal: query i sees keys
  * j <= i) v with its autograd node; EM_ERR_INTERNAL where it does not apply. */
 bool em__sdpa_applies(const em_tensor *q, const em_tensor *k, const em_tensor *v);
+/* The fused linear cross-entropy's rows (op_list.h's CE_ROWS) where the backend has them (the
+ * GPUs): from a chunk's logits z [c, V] (the loss's dtype), its targets, valid [c] and
+ * rowscale [c] (NULL: no gradient), writes each row's loss into loss [c] (NULL: none) and sets
+ * *dz to rowscale (softmax(z) - q), scoped. EM_ERR_NOT_SUPPORTED with nothing recorded or
+ * written where the backend declines (nn/linear_ce.c composes then). Not differentiable. */
+em_status em__ce_rows(em_tensor *z, em_tensor *target, em_tensor *valid, em_tensor *rowscale, double smoothing,
+                      em_tensor *loss, em_tensor **dz);
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal);
 
 /* ---- custom autograd functions and the RNG state (activation checkpointing,

@@ -1,5 +1,6 @@
 /* Fused scaled-dot-product attention where the backend has the kernels (the CPU:
- * src/backends/cpu/cpu_attention.c), as PyTorch 2.x runs F.scaled_dot_product_attention on
+ * src/backends/cpu/cpu_attention.c; OpenCL and CUDA: src/kernels/attention.k, which decline
+ * heads wider than they hold, so core composes those), as PyTorch 2.x runs F.scaled_dot_product_attention on
  * its flash kernel: one node whose backward recomputes the probabilities from q, k and each
  * row's log-sum-exp, so no [L, S] tensor outlives the forward. src/nn/attention.c asks
  * em__sdpa_applies and composes matmul, softmax and matmul elsewhere (masks, dropout,
@@ -21,6 +22,24 @@
 static bool fused_wanted(void) {
     const char *e = getenv("EMBER_ATTENTION"); /* read on every call: tests compare both */
     return !e || strcmp(e, "composed") != 0;
+}
+
+/* Whether be's kernels take this attention (the backend's `supports` with the operands: the
+ * GPUs' kernels have a largest head dim). src {q, k, v} as the call's forward or backward
+ * reads them. */
+static bool kernels_take(const em_backend *be, em_op op, em_dtype dt, const em_tensor *q, const em_tensor *k,
+                         const em_tensor *v) {
+    em_op_call c = {.op = op, .dtype = dt};
+    if (op == EM_OP_SDPA) {
+        c.src[0] = q;
+        c.src[1] = k;
+        c.src[2] = v;
+    } else {
+        c.src[1] = q;
+        c.src[2] = k;
+        c.src[3] = v;
+    }
+    return be->supports && be->supports(&c);
 }
 
 bool em_sdpa_fused(em_device_type t) {
@@ -45,7 +64,8 @@ bool em__sdpa_applies(const em_tensor *q, const em_tensor *k, const em_tensor *v
         for (int d = 0; d < nd; d++)
             if (t->shape[d] <= 0 || (d < nd - 2 && t->shape[d] != q->shape[d])) return false;
     }
-    return k->shape[nd - 1] == q->shape[nd - 1] && v->shape[nd - 2] == k->shape[nd - 2];
+    return k->shape[nd - 1] == q->shape[nd - 1] && v->shape[nd - 2] == k->shape[nd - 2] &&
+           kernels_take(be, EM_OP_SDPA, EM_F32, q, k, v) && kernels_take(be, EM_OP_SDPA_BACKWARD, EM_F32, q, k, v);
 }
 
 /* t as the kernels' [B, H, rows, cols]: size-1 dims in front (a new view, not scoped). */
@@ -115,25 +135,26 @@ static em_status sdpa_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
                             "instead. Hint: the tensor was saved by %s; modify a clone instead, or modify it after "
                             "backward.", names[i], now, x->version[i], op);
     }
-    if (!g || g->dtype != EM_F32 || !em__same_device(g, x->out) || g->ndim != x->out->ndim ||
+    em_dtype dt = x->q->dtype; /* float32 on the CPU; also f16/bf16 where the backend has them */
+    if (!g || g->dtype != dt || !em__same_device(g, x->out) || g->ndim != x->out->ndim ||
         memcmp(g->shape, x->out->shape, sizeof(int64_t) * (size_t)g->ndim) != 0)
         return em_failed() ? em_last_status() : em_error(EM_ERR_INTERNAL, "%s: a gradient unlike the output", op);
     em_tensor *gc = NULL;
     if (g->shape[g->ndim - 1] > 1 && g->strides[g->ndim - 1] != 1) { /* the kernels read rows */
-        gc = em__copy_raw(g, EM_F32);
+        gc = em__copy_raw(g, dt);
         if (!gc) return em_last_status();
         g = gc;
     }
-    em_tensor *d[3] = {heads_last(x->q, x->q->shape[x->q->ndim - 1], EM_F32), NULL, NULL};
-    d[1] = d[0] ? heads_last(x->k, x->k->shape[x->k->ndim - 1], EM_F32) : NULL;
-    d[2] = d[1] ? heads_last(x->v, x->v->shape[x->v->ndim - 1], EM_F32) : NULL;
+    em_tensor *d[3] = {heads_last(x->q, x->q->shape[x->q->ndim - 1], dt), NULL, NULL};
+    d[1] = d[0] ? heads_last(x->k, x->k->shape[x->k->ndim - 1], dt) : NULL;
+    d[2] = d[1] ? heads_last(x->v, x->v->shape[x->v->ndim - 1], dt) : NULL;
     em_tensor *v4[8] = {NULL};
     const em_tensor *src[8] = {d[0], d[1], d[2], g, x->q, x->k, x->v, x->out};
     em_status st = d[2] ? EM_OK : em_last_status();
     for (int i = 0; i < 8 && st == EM_OK; i++)
         if (!(v4[i] = as4(src[i]))) st = em_last_status();
     if (st == EM_OK)
-        st = em__op_run(&(em_op_call){.op = EM_OP_SDPA_BACKWARD, .dtype = EM_F32, .dst = {v4[0], v4[1], v4[2]},
+        st = em__op_run(&(em_op_call){.op = EM_OP_SDPA_BACKWARD, .dtype = dt, .dst = {v4[0], v4[1], v4[2]},
                                       .src = {v4[3], v4[4], v4[5], v4[6], v4[7], x->lse}, .f = {x->scale},
                                       .i = {x->causal, x->past}}, op);
     for (int i = 0; i < 8; i++) em_release(v4[i]);
@@ -152,26 +173,51 @@ static const em_custom_grad SDPA_GRAD = {
     .destroy = sdpa_destroy,
 };
 
+/* The GPUs' split decode: how many parts of the keys a few query rows (at most 16 per
+ * key/value head: one work-group of attention.k) against many keys are split into, each part
+ * of at least SPLIT_KEYS keys, so that decoding one token still occupies the GPU; 1 for
+ * everything else. The CPU splits its own way (cpu_attention.c) and gets no workspace. */
+#define SPLIT_KEYS 256
+#define SPLIT_MAX 64
+static int64_t decode_splits(const em_backend *be, int64_t group_rows, int64_t keys) {
+    if (!be->gpu || group_rows > 16 || keys < 2 * SPLIT_KEYS) return 1;
+    int64_t n = keys / SPLIT_KEYS;
+    return n < SPLIT_MAX ? n : SPLIT_MAX;
+}
+
 /* The kernels on q, k, v (2 to 4 dims, last strides 1, one dtype) with the node when a
- * gradient is needed (the caller checked that the backward applies: f32, no mask). */
+ * gradient is needed (the caller checked that the backward applies: no mask). NULL with
+ * *declined set (nothing recorded) where the backend declines these operands. */
 static em_tensor *sdpa_fused(const char *op, em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal,
-                             int64_t past, const em_tensor *mask) {
+                             int64_t past, const em_tensor *mask, bool *declined) {
     const em_backend *be = q->storage->backend;
     int nd = q->ndim;
+    *declined = false;
     int64_t rows = 1;
     for (int i = 0; i < nd - 1; i++) rows *= q->shape[i];
     em_tensor *in[3] = {q, k, v};
     bool grad = em__grad_needed(3, in);
     em_tensor *out = heads_last(q, v->shape[nd - 1], q->dtype);
     em_tensor *lse = out && grad ? em__tensor_new_on(be, q->storage->device, 1, &rows, EM_F32) : NULL;
-    em_tensor *v4[4] = {NULL};
+    em_tensor *v4[4] = {NULL}, *work = NULL;
     const em_tensor *src[4] = {out, q, k, v};
     em_status st = out && (lse || !grad) ? EM_OK : em_last_status();
     for (int i = 0; i < 4 && st == EM_OK; i++)
         if (!(v4[i] = as4(src[i]))) st = em_last_status();
-    if (st == EM_OK)
-        st = em__op_run(&(em_op_call){.op = EM_OP_SDPA, .dtype = q->dtype, .dst = {v4[0], lse},
-                                      .src = {v4[1], v4[2], v4[3], mask}, .f = {scale}, .i = {causal, past}}, op);
+    int64_t splits = 1;
+    if (st == EM_OK) {
+        int64_t L = v4[1]->shape[2], S = v4[2]->shape[2], G = v4[1]->shape[1] / v4[2]->shape[1];
+        splits = decode_splits(be, G * L, causal && past + L < S ? past + L : S);
+        int64_t n = splits * rows * (v->shape[nd - 1] + 2);
+        if (splits > 1 && !(work = em__tensor_new_on(be, q->storage->device, 1, &n, EM_F32))) st = em_last_status();
+    }
+    if (st == EM_OK) {
+        st = em__op_try(&(em_op_call){.op = EM_OP_SDPA, .dtype = q->dtype, .dst = {v4[0], lse, work},
+                                      .src = {v4[1], v4[2], v4[3], mask}, .f = {scale},
+                                      .i = {causal, past, splits}});
+        if (st == EM_ERR_NOT_SUPPORTED && !em_failed()) *declined = true;
+    }
+    em_release(work);
     for (int i = 0; i < 4; i++) em_release(v4[i]);
     if (st != EM_OK || !grad) {
         em_release(lse);
@@ -217,7 +263,11 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool
         em_error(EM_ERR_INTERNAL, "scaled_dot_product_attention: the fused kernel does not apply here");
         return NULL;
     }
-    return sdpa_fused("scaled_dot_product_attention", q, k, v, scale, causal, 0, NULL);
+    bool declined;
+    em_tensor *y = sdpa_fused("scaled_dot_product_attention", q, k, v, scale, causal, 0, NULL, &declined);
+    if (declined)
+        em_error(EM_ERR_INTERNAL, "scaled_dot_product_attention: the backend declined operands em__sdpa_applies took");
+    return y;
 }
 
 /* ---- em_attention: grouped-query heads, a causal offset, a key mask ---- */
@@ -318,13 +368,15 @@ em_tensor *em_attention(em_tensor *q, em_tensor *k, em_tensor *v, const em_atten
     em_tensor *in[3] = {q, k, v};
     bool grad = em__grad_needed(3, in);
     const em_backend *be = q->storage->backend;
-    bool fused = fused_wanted() && numel > 0 && em__op_supported(be, EM_OP_SDPA, q->dtype) &&
-                 (!grad || (!mask && em__op_supported(be, EM_OP_SDPA_BACKWARD, q->dtype)));
+    bool fused = fused_wanted() && numel > 0 && kernels_take(be, EM_OP_SDPA, q->dtype, q, k, v) &&
+                 (!grad || (!mask && kernels_take(be, EM_OP_SDPA_BACKWARD, q->dtype, q, k, v)));
     em_scope s = em_scope_begin();
     if (fused) {
         em_tensor *qq = rows_unit(q), *kk = rows_unit(k), *vv = rows_unit(v), *mm = mask ? em_contiguous(mask) : NULL;
-        em_tensor *y = qq && kk && vv && (mm || !mask) ? sdpa_fused(op, qq, kk, vv, scale, o.causal, o.past, mm) : NULL;
-        return em__scope_return(s, y);
+        bool declined = false;
+        em_tensor *y = qq && kk && vv && (mm || !mask) ? sdpa_fused(op, qq, kk, vv, scale, o.causal, o.past, mm, &declined)
+                                                       : NULL;
+        if (!declined) return em__scope_return(s, y);
     }
     return em__scope_return(s, attention_composed(q, k, v, scale, o.causal, o.past, mask));
 }

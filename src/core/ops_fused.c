@@ -114,6 +114,39 @@ static em_tensor *swiglu_composed(em_tensor *const *in) {
     return em_mul(em_mul(in[0], em_sigmoid(in[0])), in[1]);
 }
 
+em_status em__ce_rows(em_tensor *z, em_tensor *target, em_tensor *valid, em_tensor *rowscale, double smoothing,
+                      em_tensor *loss, em_tensor **dz) {
+    *dz = NULL;
+    const em_backend *be = z ? z->storage->backend : NULL;
+    em_tensor *ts[4] = {target, valid, rowscale, loss};
+    bool ok = be && z->ndim == 2 && target && valid && (rowscale || loss) &&
+              em__is_contiguous_raw(2, z->shape, z->strides);
+    for (int i = 0; i < 4 && ok; i++) {
+        em_tensor *t = ts[i];
+        if (!t) continue;
+        ok = t->ndim == 1 && t->shape[0] == z->shape[0] && t->dtype == (i == 0 ? EM_I64 : z->dtype) &&
+             em__same_device(t, z) && em__is_contiguous_raw(1, t->shape, t->strides);
+    }
+    if (!ok || !em__op_supported(be, EM_OP_CE_ROWS, z->dtype)) return EM_ERR_NOT_SUPPORTED;
+    em_tensor *d = rowscale ? em__tensor_new_on(be, z->storage->device, 2, z->shape, z->dtype) : NULL;
+    /* the op always writes the rows' losses: somewhere to put them when the caller wants none */
+    em_tensor *scratch = !loss && (d || !rowscale) ? em__tensor_new_on(be, z->storage->device, 1, z->shape, z->dtype) : NULL;
+    if ((rowscale && !d) || (!loss && !scratch)) {
+        em_release(d);
+        return em_last_status();
+    }
+    em_status st = em__op_try(&(em_op_call){.op = EM_OP_CE_ROWS, .dtype = z->dtype, .dst = {loss ? loss : scratch, d},
+                                            .src = {z, target, valid, rowscale}, .f = {smoothing}});
+    em_release(scratch);
+    if (st != EM_OK) {
+        em_release(d);
+        return st;
+    }
+    if (loss) em__bump_version(loss);
+    if (d) *dz = em__scoped(d);
+    return EM_OK;
+}
+
 em_tensor *em_swiglu(em_tensor *gate, em_tensor *up) {
     return em__fused_op("em_swiglu", EM_OP_SWIGLU, EM_GRAD_SWIGLU, 2, (em_tensor *[]){gate, up}, swiglu_composed);
 }

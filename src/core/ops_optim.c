@@ -80,6 +80,38 @@ em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_ten
     return EM_OK;
 }
 
+/* ---- Adam/AdamW over many parameters ---- */
+
+bool em__fused_adam_multi_applies(const em_adam_multi_item *it) {
+    if (!it || !it->p || it->p->dtype != EM_F32 || it->args.amsgrad || it->args.amp) return false;
+    const em_tensor *ts[] = {it->g, it->m, it->v};
+    return operands_fit(it->p, 3, ts) && em__op_supported(it->p->storage->backend, EM_OP_ADAM_STEP_MULTI, EM_F32);
+}
+
+em_status em__fused_adam_multi_step(em_adam_multi *mt) {
+    if (!mt || mt->n <= 0 || !mt->items) return em__error_unless_pending(EM_ERR_ARGUMENT, "fused Adam step: no parameters");
+    for (int i = 0; i < mt->n; i++)
+        if (!em__fused_adam_multi_applies(&mt->items[i]) || !em__same_device(mt->items[i].p, mt->items[0].p))
+            return not_fused("fused Adam step (multi-tensor)");
+    for (int i = 0; i < mt->n; i++) mt->items[i].low = em__shadow_target(mt->items[i].p);
+    em_status st = em__op_try(&(em_op_call){.op = EM_OP_ADAM_STEP_MULTI, .dtype = EM_F32, .dst = {mt->items[0].p},
+                                            .arg = mt});
+    for (int i = 0; i < mt->n; i++) {
+        em_adam_multi_item *it = &mt->items[i];
+        if (st != EM_OK) {
+            em_release(it->low);
+            it->low = NULL;
+            continue;
+        }
+        em__bump_version(it->m);
+        em__bump_version(it->v);
+        em__bump_version(it->p);
+        if (it->low) em__shadow_install(it->p, it->low);
+        it->low = NULL;
+    }
+    return st;
+}
+
 /* ---- the other optimizers' steps: fused ops of the op list ---- */
 
 static const em_op fused_optim_op[EM_FUSED_OPTIM_COUNT] = {

@@ -182,6 +182,14 @@ INLINE double emk_addd(double a, double b) { return a + b; }
 #endif
 #endif
 
+/* unroll the next loop (a fixed trip count): per-thread arrays it indexes then live in
+ * registers, not in a stack frame; usable inside macros */
+#ifdef EMK_CUDA
+#define EMK_UNROLL _Pragma("unroll")
+#else
+#define EMK_UNROLL
+#endif
+
 #define EMK_I64_MAX ((i64)EMK_U64C(0x7fffffffffffffff))
 #define EMK_I64_MIN (-EMK_I64_MAX - 1)
 #define EMK_F32_INF AS_F32(0x7f800000u)

@@ -59,6 +59,44 @@ typedef struct emk_call {
 #define EMK_PF_bf16(c, k) ((c).f[k])
 #define EMK_PF_f64(c, k) AS_F64((c).fd[k])
 
+/* The fused attention's kernels (attention.k, launched by src/backends/gpu/gpu_attention.c):
+ * the problem's sizes, and each operand's element offset from its buffer and its batch, head
+ * and row strides (the last stride is 1). Query heads h of one key/value head hk = h / G
+ * (G = Hq / Hkv) are taken together: the group's G * L query rows, row rho being query
+ * i = rho % L of head hk * G + rho / L, so a key/value tile read into local memory serves
+ * every head that shares it. */
+#define EMK_ATT_THREADS 128 /* threads per work-group of every attention kernel */
+#define EMK_ATT_DMAX 128    /* the largest head dim (E and Ev) the kernels take */
+#define EMK_ATT_ROWS 16     /* query rows per forward work-group (and per split decode) */
+typedef struct emk_attn {
+    EMK_I64 B, Hq, Hkv, L, S, E, Ev;
+    EMK_I64 past, causal, has_mask;
+    EMK_I64 splits, split_keys; /* split decode: key parts, keys per part (splits > 1) */
+    EMK_I64 q[4], k[4], v[4], o[4], g[4]; /* {offset, batch, head, row} strides */
+    EMK_I64 dq[4], dk[4], dv[4];
+    EMK_I64 lse_off, mask_off, part_off; /* lse [B, Hq, L]; mask [B, S]; partials */
+    float scale, pad_;
+} emk_attn;
+
+/* The multi-tensor Adam/AdamW step (optim.k's adam_multi_f32, src/backends/gpu/gpu_optim.c):
+ * up to EMK_MT_SLOTS float32 parameters per launch, the slot's buffers passed as kernel
+ * arguments (OpenCL 1.2 has no table of buffers), their element ranges laid end to end:
+ * element x of the launch is element x - start[s] of slot s where start[s] <= x < start[s + 1].
+ * Per slot: the element offsets of p, g, m, v and the low-precision copy, the flags (EMK_MT_*)
+ * and the scalars (EMK_MT_C_*, rounded to float32 as the per-tensor kernel's arguments). */
+#define EMK_MT_SLOTS 6 /* 5 buffers each and the table: 31 arguments, within CUDA's launcher's 32 */
+enum { EMK_MT_P, EMK_MT_G, EMK_MT_M, EMK_MT_V, EMK_MT_LOW, EMK_MT_NOFF };
+enum { EMK_MT_C_WD, EMK_MT_C_DECAY, EMK_MT_C_B1, EMK_MT_C_OMB1, EMK_MT_C_B2, EMK_MT_C_OMB2, EMK_MT_C_SBC2,
+       EMK_MT_C_EPS, EMK_MT_C_STEP, EMK_MT_NC };
+/* the flags: optim.k's EMK_OPT_WD, _DECAY and _MAXIMIZE, and the low copy's dtype */
+enum { EMK_MT_LOW_BF16 = 256, EMK_MT_LOW_F16 = 512 };
+typedef struct emk_adam_multi {
+    EMK_I64 start[EMK_MT_SLOTS + 1];
+    EMK_I64 off[EMK_MT_SLOTS * EMK_MT_NOFF];
+    EMK_I64 flags[EMK_MT_SLOTS];
+    float c[EMK_MT_SLOTS * EMK_MT_NC];
+} emk_adam_multi;
+
 /* op codes, generated from op_list.h in em_op's order: unary, binary (arithmetic, then the
  * comparisons that write bool), reductions */
 #define EMK_U_CODE_(NAME, name, dtypes, gpu) EMK_U_##NAME,
@@ -111,9 +149,11 @@ enum { EMK_RNG_UNIFORM, EMK_RNG_NORMAL, EMK_RNG_RANDINT, EMK_RNG_BERNOULLI };
     (__CUDACC_VER_MAJOR__ > 11 || (__CUDACC_VER_MAJOR__ == 11 && __CUDACC_VER_MINOR__ >= 7))
 #define EMK_SHAPE const __grid_constant__ emk_shape
 #define EMK_STRIDES const __grid_constant__ emk_strides
+#define EMK_PARAM(T) const __grid_constant__ T
 #else
 #define EMK_SHAPE emk_shape
 #define EMK_STRIDES emk_strides
+#define EMK_PARAM(T) T /* any struct parameter indexed by a variable (see above) */
 #endif
 #ifdef EMK_CUDA
 #define EMK_CREF(T) const T &

@@ -136,22 +136,33 @@
      * based Philox 4x32-10: element i (row-major) of out uses counter offset + i and key \
      * seed, so every backend draws the same numbers (src/kernels/philox.h) */            \
     X(RNG, rng, ANY, GPU_OWN)                                                             \
+    /* optional (nn composes log_softmax, gather, sum, exp and scatter_add): the fused    \
+     * linear cross-entropy's rows (src/nn/linear_ce.c). dst {loss [c], dz [c, V] or      \
+     * NULL}, src {z [c, V], target (EM_I64 [c], each in [0, V)), valid [c], rowscale      \
+     * [c] or NULL (NULL exactly when dz is)}; f {s}: with logp = log_softmax(z) per row   \
+     * and q = (1 - s) one_hot(target) + s / V, loss = valid (-(1 - s) logp[target] - s /  \
+     * V sum(logp)) and dz = rowscale (exp(logp) - q), summed in the composition's order;  \
+     * every tensor contiguous, all but target of the call's dtype */                     \
+    X(CE_ROWS, ce_rows, FLOAT, GPU_OWN)                                                   \
     /* ---- attention ----                                                                \
      * optional (core composes matmul, softmax and matmul). dst {out [B, Hq, L, Ev],      \
-     * lse [B, Hq, L] float32 contiguous, or NULL}, src {q [B, Hq, L, E], k [B, Hkv, S,   \
+     * lse [B, Hq, L] float32 contiguous, or NULL, work (a float32 contiguous workspace   \
+     * of i[2] * B * Hq * L * (Ev + 2) elements) or NULL}, src {q [B, Hq, L, E], k [B, Hkv, S, \
      * E], v [B, Hkv, S, Ev], key_mask (EM_BOOL [B, S] contiguous) or NULL}; f {scale};   \
-     * i {causal, past}: out = softmax(scale q k^T) v per (batch, query head), query      \
+     * i {causal, past, splits}: out = softmax(scale q k^T) v per (batch, query head), query \
      * head h reading key/value head h / (Hq / Hkv); query i (at position past + i) sees  \
      * keys j <= past + i when causal, and only keys whose key_mask is true; lse receives \
      * each row's log-sum-exp of its visible scaled scores. A row that sees no key gives  \
      * zeros (lse -inf). q, k, v and out of the call's dtype (16-bit ones accumulate in   \
-     * float32), any strides with the last one 1, every size > 0 */                       \
-    X(SDPA, sdpa, FLOAT, GPU_NONE)                                                        \
+     * float32), any strides with the last one 1, every size > 0. With work, a backend   \
+     * may split the keys into up to `splits` parts whose partial softmax sums it merges  \
+     * (the GPUs' split decode: core gives work for a few query rows against many keys) */ \
+    X(SDPA, sdpa, FLOAT, GPU_OWN)                                                         \
     /* dst {dq, dk, dv}, src {g, q, k, v, out, lse}; f {scale}; i {causal, past}: the     \
      * backward of SDPA (no key mask) from the output's gradient g (out's shape); dq, dk, \
      * dv of q's, k's and v's shapes (dk, dv summed over the query heads sharing a key    \
      * head), any strides with the last one 1 */                                          \
-    X(SDPA_BACKWARD, sdpa_backward, FLOAT, GPU_NONE)                                      \
+    X(SDPA_BACKWARD, sdpa_backward, FLOAT, GPU_OWN)                                       \
     /* ---- convolution and pooling (src/core/ops_conv.c): contiguous NCHW tensors with   \
      * the shapes of the window `arg` (an em_window2d); f32, f64, f16 or bf16, one dtype  \
      * (f16/bf16 summed in float32) ----                                                  \
@@ -187,6 +198,12 @@
      * src {g}. A backend whose `supports` accepts the call with arg's lowp_out set also  \
      * writes p's new value cast to lowp_out's dtype (the mixed-precision weight copy) */ \
     X(ADAM_STEP, adam_step, FLOAT, GPU_OWN)                                               \
+    /* optional (optim steps each parameter with ADAM_STEP otherwise): Adam/AdamW over    \
+     * many parameters at once. dst {the first parameter}; arg an em_adam_multi           \
+     * (optim_args.h): float32 parameters on one device, each with its gradient, exp_avg  \
+     * and exp_avg_sq (contiguous, its shape), its em_optim_args (no amsgrad, no scaler)  \
+     * and optionally a bf16 or f16 copy of its new value written in the same pass */     \
+    X(ADAM_STEP_MULTI, adam_step_multi, FLOAT, GPU_OWN)                                   \
     /* ---- loss scaling (GradScaler); state: a contiguous float32 [4] {scale, growth     \
      * tracker, found_inf, skipped steps} (EM_AMP_*) on the device. Neither waits for the \
      * device ----                                                                        \

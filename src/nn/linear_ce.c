@@ -57,7 +57,15 @@ static em_status lce_chunks(const lce_ctx *k, em_tensor *loss_rows, em_tensor *r
         em_scope inner = em_scope_begin();
         em_tensor *z = k->b ? em_addmm(k->b, hc, wt, 1.0, 1.0) : em_matmul(hc, wt);
         if (z && low) z = em_to_dtype(z, k->acc);
-        logp = em_keep(em_log_softmax(z, 1));
+        /* the backend's kernel for the rows' loss and dz where it has one (the GPUs), else the
+         * composition below */
+        em_tensor *dz_fused = NULL;
+        em_status fs = z ? em__ce_rows(z, em_narrow(k->target, 0, start, c), em_narrow(k->valid, 0, start, c),
+                                       rowscale ? em_narrow(rowscale, 0, start, c) : NULL, s,
+                                       loss_rows ? em_narrow(loss_rows, 0, start, c) : NULL, &dz_fused)
+                         : EM_ERR_NOT_SUPPORTED;
+        if (fs == EM_OK) dz = dz_fused ? em_keep(dz_fused) : NULL;
+        else if (!em_failed()) logp = em_keep(em_log_softmax(z, 1));
         em_scope_end(inner);
         if (logp && loss_rows) {
             em_tensor *row = em_mul_scalar(em_squeeze(em_gather(logp, 1, tcol), 1), -(1.0 - s));
@@ -80,6 +88,8 @@ static em_status lce_chunks(const lce_ctx *k, em_tensor *loss_rows, em_tensor *r
                 em_release(dz);
                 dz = q_t;
             }
+        }
+        if (dz && rowscale && !em_failed()) {
             /* 16-bit: dz rounded to h's dtype as the .float() cast's backward rounds it; the
              * weight's and bias's sums see those rounded values, widened again, in float32 */
             em_tensor *dz_low = dz && low ? em_to_dtype(dz, dt) : dz;

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <ember/optim.h>
+#include "../core/internal_api.h" /* em_adam_multi_item: the collected updates */
 
 #define EM__OPTIM_MAX_STATE 8   /* em_optimizer_ops.nstate's bound (optim.h) */
 #define EM__OPTIM_MAX_SCALAR 8  /* em_optimizer_ops.nscalar's bound */
@@ -29,6 +30,23 @@ bool em__optim_fused_allowed(const em_optimizer *opt);
 /* Counts one parameter update done by a fused kernel; the count proves which path ran. */
 void em__optim_count_fused(em_optimizer *opt);
 int64_t em__optim_fused_updates(const em_optimizer *opt);
+/* Adam and AdamW's multi-tensor step (sgd_adam.c): while em_step runs, the updates the GPUs'
+ * multi-tensor kernel takes (em__fused_adam_multi_applies) are collected instead of launched,
+ * then em__optim_flush_batch runs them together, one call per device (each item falls back
+ * to its own fused step where the backend declines). batch_param[j] is item j's parameter's
+ * index in the optimizer (em_step undoes those steps' counts on a failure). */
+typedef struct em__optim_batch {
+    bool open;                /* em_step is collecting */
+    bool per_tensor;          /* never collect (tests: the per-tensor fused path as reference) */
+    int n, cap;               /* arrays for cap updates, made before em_step changes anything */
+    em_adam_multi_item *items, *group;
+    int *param;
+    bool *taken;
+    int64_t calls;            /* multi-tensor calls made (tests: which path ran) */
+} em__optim_batch;
+em__optim_batch *em__optim_batch_of(em_optimizer *opt);
+int em__optim_current_param(const em_optimizer *opt); /* em_step's parameter index */
+em_status em__optim_flush_batch(em_optimizer *opt);
 /* Loss scaling (grad_scaler.c): while state is set, em_step's kernels read the scaler's
  * found-inf flag and skipped count from it (NULL: no scaler). Borrowed. */
 void em__optim_set_amp(em_optimizer *opt, em_tensor *state);

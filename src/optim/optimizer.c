@@ -35,6 +35,8 @@ struct em_optimizer {
     bool unfused;                /* always take the op-by-op path (tests, benchmarks) */
     int64_t fused_updates;       /* parameter updates done by a fused kernel */
     em_tensor *amp;              /* borrowed during a scaler's step (grad_scaler.c), else NULL */
+    em__optim_batch batch;       /* Adam/AdamW's multi-tensor updates during em_step */
+    int current;                 /* the parameter em_step is updating */
 };
 
 /* Move every state tensor of opt to its parameter's device and dtype: the module's tensors
@@ -152,6 +154,10 @@ void em_optim_free(em_optimizer *opt) {
         for (int k = 0; k < EM__OPTIM_MAX_STATE; k++) em_release(opt->ps[i].state[k]);
     }
     free(opt->ps);
+    free(opt->batch.items);
+    free(opt->batch.group);
+    free(opt->batch.param);
+    free(opt->batch.taken);
     free(opt->hyper);
     free(opt);
 }
@@ -240,6 +246,21 @@ em_status em_step(em_optimizer *opt) {
             return EM_OK;
         }
     }
+    /* Adam/AdamW collect their updates (sgd_adam.c): room for all of them now, so that no
+     * allocation can fail once states or parameters have changed */
+    if ((opt->ops == &em__adam_ops || opt->ops == &em__adamw_ops) && opt->batch.cap < opt->n) {
+        size_t n = (size_t)opt->n;
+        em_adam_multi_item *items = realloc(opt->batch.items, sizeof *items * n);
+        if (items) opt->batch.items = items;
+        em_adam_multi_item *group = items ? realloc(opt->batch.group, sizeof *group * n) : NULL;
+        if (group) opt->batch.group = group;
+        int *param = group ? realloc(opt->batch.param, sizeof *param * n) : NULL;
+        if (param) opt->batch.param = param;
+        bool *taken = param ? realloc(opt->batch.taken, sizeof *taken * n) : NULL;
+        if (taken) opt->batch.taken = taken;
+        if (!taken) return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
+        opt->batch.cap = opt->n;
+    }
     unsigned long seq = em__error_seq();   /* errors raised from here on are the step's */
     bool *fresh = calloc((size_t)opt->n + 1, sizeof *fresh);
     if (!fresh) return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
@@ -247,11 +268,14 @@ em_status em_step(em_optimizer *opt) {
     em_scope s = em_scope_begin();
     st = prepare(opt, fresh, seq);
     em_scope_end(s);
+    opt->batch.n = 0;
+    opt->batch.open = !opt->batch.per_tensor;
     for (int i = 0; i < opt->n && st == EM_OK; i++) {
         opt_param *q = &opt->ps[i];
         em_tensor *g = em__grad_borrowed(q->p);   /* not em_grad: registering it with the scope may fail */
         if (!g) continue;
         em_scope ps = em_scope_begin();
+        opt->current = i;
         q->step++;
         em_optim_update u = update_of(opt, q, g);
         u.fresh = fresh[i];
@@ -260,6 +284,14 @@ em_status em_step(em_optimizer *opt) {
         if (st != EM_OK) q->step--;
         em_scope_end(ps);
     }
+    opt->batch.open = false;
+    if (st == EM_OK && opt->batch.n > 0) {
+        st = em__optim_flush_batch(opt);
+        if (st == EM_OK && em__error_seq() != seq) st = em_last_status();
+    }
+    if (st != EM_OK) /* the collected updates did not all run: their steps do not count */
+        for (int j = 0; j < opt->batch.n; j++) opt->ps[opt->batch.param[j]].step--;
+    opt->batch.n = 0;
     em_no_grad_end(mode);
     free(fresh);
     if (st == EM_OK) opt->steps++;
@@ -436,6 +468,8 @@ void em__optim_set_fused(em_optimizer *opt, bool fused) {
 }
 bool em__optim_fused_allowed(const em_optimizer *opt) { return !opt->unfused; }
 void em__optim_count_fused(em_optimizer *opt) { opt->fused_updates++; }
+em__optim_batch *em__optim_batch_of(em_optimizer *opt) { return &opt->batch; }
+int em__optim_current_param(const em_optimizer *opt) { return opt->current; }
 int64_t em__optim_fused_updates(const em_optimizer *opt) { return opt ? opt->fused_updates : 0; }
 void em__optim_set_amp(em_optimizer *opt, em_tensor *state) {
     if (opt) opt->amp = state;

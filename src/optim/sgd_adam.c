@@ -148,8 +148,49 @@ static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done
                           .decoupled = decoupled, .amsgrad = a->amsgrad, .maximize = a->maximize,
                           .amp = amp, .step = u->step};
     *done = true;
+    em__optim_batch *b = em__optim_batch_of(o);
+    em_adam_multi_item item = {.p = u->param, .g = u->grad, .m = m, .v = v, .args = args};
+    /* run with the others at the end of em_step (which made room for every parameter) */
+    if (b->open && b->n < b->cap && em__fused_adam_multi_applies(&item)) {
+        b->items[b->n] = item;
+        b->param[b->n++] = em__optim_current_param(o);
+        em__optim_count_fused(o);
+        return EM_OK;
+    }
     em_status st = em__fused_adam_step(&args, u->param, u->grad, m, v, vmax);
     if (st == EM_OK) em__optim_count_fused(o);
+    return st;
+}
+
+em_status em__optim_flush_batch(em_optimizer *o) {
+    em__optim_batch *b = em__optim_batch_of(o);
+    bool *ran = b->taken;
+    em_adam_multi_item *group = b->group;
+    em_status st = EM_OK;
+    for (int i = 0; i < b->n; i++) ran[i] = false;
+    /* one call per device, the parameters in their order */
+    for (int i = 0; i < b->n && st == EM_OK; i++) {
+        if (ran[i]) continue;
+        em_device d = em_device_of(b->items[i].p);
+        int n = 0;
+        for (int j = i; j < b->n; j++) {
+            em_device dj = em_device_of(b->items[j].p);
+            if (!ran[j] && dj.type == d.type && dj.index == d.index) {
+                group[n++] = b->items[j];
+                ran[j] = true;
+            }
+        }
+        em_adam_multi mt = {.n = n, .items = group};
+        st = em__fused_adam_multi_step(&mt);
+        if (st == EM_OK) b->calls++;
+        else if (st == EM_ERR_NOT_SUPPORTED && !em_failed()) { /* declined: each on its own */
+            st = EM_OK;
+            for (int j = 0; j < n && st == EM_OK; j++) {
+                em_adam_multi_item *it = &group[j];
+                st = em__fused_adam_step(&it->args, it->p, it->g, it->m, it->v, NULL);
+            }
+        }
+    }
     return st;
 }
 

@@ -177,6 +177,8 @@ static bool cpu_supports(const em_op_call *c) {
     case EM_OP_SDPA: return c->dtype != EM_F64;
     case EM_OP_ROPE: return c->dtype == EM_F32 || c->dtype == EM_F64; /* 16-bit: composed (cpu_lm.c) */
     case EM_OP_SDPA_BACKWARD: return c->dtype == EM_F32;
+    case EM_OP_ADAM_STEP_MULTI: return false; /* a loop over the parameters gains nothing here */
+    case EM_OP_CE_ROWS: return false; /* the composition runs on the CPU's vector kernels */
     case EM_OP_CONV2D:
     case EM_OP_CONV2D_BACKWARD_INPUT:
     case EM_OP_CONV2D_BACKWARD_WEIGHT:
@@ -245,6 +247,10 @@ static em_status cpu_run(const em_op_call *c) {
     case EM_OP_SGD_STEP: return em__cpu_fused_sgd(c->arg, d[0], s[0], d[1]);
     /* the optimizer args' lowp_out (the mixed-precision weight copy) is honoured here */
     case EM_OP_ADAM_STEP: return em__cpu_fused_adam(c->arg, d[0], s[0], d[1], d[2], d[3]);
+    case EM_OP_ADAM_STEP_MULTI:
+        return em_error(EM_ERR_NOT_SUPPORTED, "cpu: the multi-tensor Adam step is a GPU kernel (step each parameter)");
+    case EM_OP_CE_ROWS:
+        return em_error(EM_ERR_NOT_SUPPORTED, "cpu: the cross-entropy rows are a GPU kernel (composed here)");
     case EM_OP_AMP_UNSCALE: return em__cpu_amp_unscale(d[0], d[1]);
     case EM_OP_AMP_UPDATE: return em__cpu_amp_update(d[0], c->f[0], c->f[1], c->i[0]);
     EMK_OPS_FUSED(CPU_FUSED_CASE_)

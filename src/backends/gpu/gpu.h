@@ -2,7 +2,7 @@
  * for every GPU backend.
  *
  * gpu_run.c's switch runs every op call (layouts, kernel choice, launch geometry; the op
- * families in gpu_ops.c, gpu_ops_nd.c, gpu_optim.c and gpu_conv.c, the fused ops by one
+ * families in gpu_ops.c, gpu_ops_nd.c, gpu_optim.c, gpu_conv.c and gpu_attention.c, the fused ops by one
  * generic launch) on top of a small launcher (em_gpu below) that each GPU backend provides:
  * OpenCL in src/backends/opencl/, CUDA (NVRTC + driver API) in src/backends/cuda/. A
  * backend's supports and run pass their calls to em__gpu_supports / em__gpu_run; the

@@ -38,6 +38,9 @@ em_status em__gpu_reduce(em_op op, em_tensor *out, const em_tensor *in, const bo
 em_status em__gpu_matmul(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__gpu_matmul_acc(em_tensor *out, const em_tensor *a, const em_tensor *b);
 em_status em__gpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log);
+/* CE_ROWS (softmax.k's ce_rows_f32): one block per row */
+em_status em__gpu_ce_rows(em_tensor *loss, em_tensor *dz, const em_tensor *z, const em_tensor *target,
+                          const em_tensor *valid, const em_tensor *rowscale, double smoothing);
 em_status em__gpu_index_select(em_tensor *out, const em_tensor *in, int dim,
                                const em_tensor *index);
 em_status em__gpu_index_add(em_tensor *out, int dim, const em_tensor *index,
@@ -49,6 +52,13 @@ em_status em__gpu_fused_sgd(const em_optim_args *a, em_tensor *p, const em_tenso
                             em_tensor *buf);
 em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tensor *grad,
                              em_tensor *m, em_tensor *v, em_tensor *vmax);
+/* fused attention (gpu_attention.c): whether the kernels take the call (f32/f16/bf16, head
+ * dims up to EMK_ATT_DMAX; tensors absent: the dtype alone), and the two ops */
+bool em__gpu_sdpa_takes(const em_op_call *c);
+em_status em__gpu_sdpa(const em_op_call *c);
+em_status em__gpu_sdpa_backward(const em_op_call *c);
+/* ADAM_STEP_MULTI: EMK_MT_SLOTS parameters per launch */
+em_status em__gpu_adam_multi(const em_adam_multi *mt);
 em_status em__gpu_amp_unscale(em_tensor *grad, em_tensor *state);
 em_status em__gpu_amp_update(em_tensor *state, double growth, double backoff, int64_t interval);
 em_status em__gpu_im2col(em_tensor *cols, const em_tensor *in, const em_window2d *g);

@@ -271,6 +271,27 @@ em_status em__gpu_softmax(em_tensor *out, const em_tensor *in, int dim, bool log
     return g->launch(dev, name, grid, block, 9, args, "softmax");
 }
 
+/* The fused linear cross-entropy's rows (op_list.h's CE_ROWS): one block per row. */
+em_status em__gpu_ce_rows(em_tensor *loss, em_tensor *dz, const em_tensor *z, const em_tensor *target,
+                          const em_tensor *valid, const em_tensor *rowscale, double smoothing) {
+    const em_gpu *g = em__gpu_of(z);
+    int dev = EM__DEV(z);
+    int64_t rows = z->shape[0], V = z->shape[1], off[6] = {0};
+    const em_tensor *ts[6] = {loss, dz, z, target, valid, rowscale};
+    for (int i = 0; i < 6; i++)
+        if (ts[i] && em__gpu_elem_offset(ts[i], &off[i])) return em_last_status();
+    if (rows == 0 || V == 0) return EM_OK;
+    void *zb = z->storage->block.handle;
+    em_karg args[] = {EM_KBUF(loss->storage->block.handle), EM_KBUF(dz ? dz->storage->block.handle : zb),
+                      EM_KBUF(zb), EM_KBUF(target->storage->block.handle), EM_KBUF(valid->storage->block.handle),
+                      EM_KBUF(rowscale ? rowscale->storage->block.handle : zb), EM_KI64(rows), EM_KI64(V),
+                      EM_KI64(off[0]), EM_KI64(off[1]), EM_KI64(off[2]), EM_KI64(off[3]), EM_KI64(off[4]),
+                      EM_KI64(off[5]), EM_KI32(1 | (dz && rowscale ? 2 : 0)), EM_KF32(smoothing)};
+    int64_t blocks = rows < block_cap(g, dev) ? rows : block_cap(g, dev);
+    size_t grid[3] = {(size_t)blocks, 1, 1}, block[3] = {EMK_BLOCK, 1, 1};
+    return g->launch(dev, "ce_rows_f32", grid, block, (int)(sizeof args / sizeof args[0]), args, "linear_cross_entropy");
+}
+
 /* ---- indexing ---- */
 
 /* index_select and gather take the same arguments; only the kernel differs. */

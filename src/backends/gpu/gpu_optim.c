@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include "../../util/errors.h"
 #include "gpu_internal.h"
 
@@ -98,6 +99,55 @@ em_status em__gpu_fused_adam(const em_optim_args *a, em_tensor *p, const em_tens
                       scalar_arg(f64, a->lr), scalar_arg(f64, (double)a->step)};
     return em__gpu_launch_1d(g, EM__DEV(p), name, n, (int)(sizeof args / sizeof args[0]), args,
                              "fused adam step");
+}
+
+/* ---- multi-tensor Adam/AdamW (optim.k's adam_multi_f32) ---- */
+
+em_status em__gpu_adam_multi(const em_adam_multi *mt) {
+    if (!mt || mt->n <= 0) return EM_OK;
+    em_tensor *first = mt->items[0].p;
+    const em_gpu *g = em__gpu_of(first);
+    int dev = EM__DEV(first);
+    for (int at = 0; at < mt->n; at += EMK_MT_SLOTS) {
+        int n = mt->n - at < EMK_MT_SLOTS ? mt->n - at : EMK_MT_SLOTS;
+        emk_adam_multi t;
+        memset(&t, 0, sizeof t);
+        em_karg args[5 * EMK_MT_SLOTS + 1];
+        for (int s = 0; s < EMK_MT_SLOTS; s++) {
+            const em_adam_multi_item *it = &mt->items[at + (s < n ? s : 0)]; /* unused slots: any buffers */
+            const em_tensor *ts[EMK_MT_NOFF] = {it->p, it->g, it->m, it->v, it->low ? it->low : it->p};
+            for (int k = 0; k < EMK_MT_NOFF; k++) {
+                args[k * EMK_MT_SLOTS + s] = EM_KBUF(ts[k]->storage->block.handle);
+                if (s < n && em__gpu_elem_offset(ts[k], &t.off[s * EMK_MT_NOFF + k])) return em_last_status();
+            }
+            t.start[s + 1] = t.start[s] + (s < n ? numel_of(it->p) : 0);
+            if (s >= n) continue;
+            const em_optim_args *a = &it->args;
+            double c[EM_OPT_NCONST];
+            em__optim_consts(a, true, c);
+            float *tc = &t.c[s * EMK_MT_NC];
+            tc[EMK_MT_C_WD] = (float)c[EM_OPT_WD];
+            tc[EMK_MT_C_DECAY] = (float)c[EM_OPT_DECAY];
+            tc[EMK_MT_C_B1] = (float)c[EM_OPT_B1];
+            tc[EMK_MT_C_OMB1] = (float)c[EM_OPT_OMB1];
+            tc[EMK_MT_C_B2] = (float)c[EM_OPT_B2];
+            tc[EMK_MT_C_OMB2] = (float)c[EM_OPT_OMB2];
+            tc[EMK_MT_C_SBC2] = (float)c[EM_OPT_SQRT_BC2];
+            tc[EMK_MT_C_EPS] = (float)c[EM_OPT_EPS];
+            tc[EMK_MT_C_STEP] = (float)c[EM_OPT_STEP];
+            int64_t f = 0;
+            if (a->weight_decay != 0) f |= a->decoupled ? F_DECAY : F_WD;
+            if (a->maximize) f |= F_MAXIMIZE;
+            if (it->low) f |= it->low->dtype == EM_BF16 ? EMK_MT_LOW_BF16 : EMK_MT_LOW_F16;
+            t.flags[s] = f;
+        }
+        args[5 * EMK_MT_SLOTS] = EM_KSTRUCT(t);
+        if (t.start[EMK_MT_SLOTS] == 0) continue;
+        em_status st = em__gpu_launch_1d(g, dev, "adam_multi_f32", t.start[EMK_MT_SLOTS],
+                                         (int)(sizeof args / sizeof args[0]), args, "fused adam step (multi-tensor)");
+        if (st != EM_OK) return st;
+    }
+    return EM_OK;
 }
 
 /* ---- loss scaling (backend.h's amp_unscale / amp_update; kernels in optim.k) ---- */

@@ -34,6 +34,9 @@ bool em__gpu_supports(const em_gpu *g, const em_op_call *c) {
     if (!em__gpu_dtype_ok(c->op, c->dtype)) return false;
     /* the mixed-precision weight copy is written by the CPU's Adam step only */
     if (c->op == EM_OP_ADAM_STEP && c->arg && ((const em_optim_args *)c->arg)->lowp_out) return false;
+    if (c->op == EM_OP_SDPA || c->op == EM_OP_SDPA_BACKWARD) return em__gpu_sdpa_takes(c);
+    if (c->op == EM_OP_ADAM_STEP_MULTI) return c->dtype == EM_F32;
+    if (c->op == EM_OP_CE_ROWS) return c->dtype == EM_F32;
     return true;
 }
 
@@ -99,12 +102,16 @@ em_status em__gpu_run(const em_gpu *g, const em_op_call *c) {
     case EM_OP_SCATTER_ADD: return em__gpu_scatter_add(d[0], (int)c->i[0], s[0], s[1]);
     case EM_OP_RNG:
         return em__gpu_rng(d[0], (em_rng_kind)c->i[0], (uint64_t)c->i[1], (uint64_t)c->i[2], c->f[0], c->f[1]);
+    case EM_OP_SDPA: return em__gpu_sdpa(c);
+    case EM_OP_SDPA_BACKWARD: return em__gpu_sdpa_backward(c);
     case EM_OP_IM2COL: return em__gpu_im2col(d[0], s[0], win);
     case EM_OP_COL2IM: return em__gpu_col2im(d[0], s[0], win);
     case EM_OP_POOL2D: return em__gpu_pool2d((em_pool_kind)c->i[0], d[0], d[1], s[0], win);
     case EM_OP_POOL2D_BACKWARD: return em__gpu_pool2d_backward((em_pool_kind)c->i[0], d[0], s[0], s[1], win);
     case EM_OP_SGD_STEP: return em__gpu_fused_sgd(c->arg, d[0], s[0], d[1]);
     case EM_OP_ADAM_STEP: return em__gpu_fused_adam(c->arg, d[0], s[0], d[1], d[2], d[3]);
+    case EM_OP_ADAM_STEP_MULTI: return em__gpu_adam_multi(c->arg);
+    case EM_OP_CE_ROWS: return em__gpu_ce_rows(d[0], d[1], s[0], s[1], s[2], s[3], c->f[0]);
     case EM_OP_AMP_UNSCALE: return em__gpu_amp_unscale(d[0], d[1]);
     case EM_OP_AMP_UPDATE: return em__gpu_amp_update(d[0], c->f[0], c->f[1], c->i[0]);
     default:
