@@ -314,6 +314,71 @@ static void test_fused_loss_matches_logits(void) {
     }
 }
 
+/* The fine-tuning path on bf16 weights: the base weights stay bf16 with no gradient (no
+ * buffer of their size appears in backward: what backward leaves allocated is the adapters'
+ * float32 gradients and little else), and checkpoint_layers keeps only the layers' inputs
+ * between the forward and the backward (a fraction of what the forward keeps without it)
+ * and lowers the step's peak. */
+static void test_bf16_frozen_weights_and_checkpointing(void) {
+    em_scope scope = em_scope_begin();
+    em_model *m = em_model_load("tests/data/models/llama", &(em_model_opts){.dtype = EM_BF16});
+    CHECK(m != NULL);
+    if (!m) {
+        em_scope_end(scope);
+        return;
+    }
+    CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8, .targets = "q_proj,v_proj"}) == EM_OK);
+    em_named_tensor p[32];
+    int n = em_module_parameters(em_model_lora_module(m), p, 32);
+    int64_t adapter_bytes = 0;
+    for (int i = 0; i < n && i < 32; i++) adapter_bytes += em_numel(p[i].tensor) * 4;
+    int64_t B = 2, T = 96, V = em_model_config_of(m)->vocab_size;
+    int64_t *ids_h = malloc((size_t)(B * T) * sizeof *ids_h);
+    CHECK(ids_h != NULL);
+    if (!ids_h) {
+        em_model_free(m);
+        em_scope_end(scope);
+        return;
+    }
+    for (int64_t i = 0; i < B * T; i++) ids_h[i] = (i * 53 + 7) % V;
+    em_tensor *ids = em_from_data(ids_h, EM_I64, EM_SHAPE(B, T), EM_OPTS(.dtype = EM_I64));
+    free(ids_h);
+    int64_t kept[2] = {0, 0}, peak[2] = {0, 0};
+    for (int ckpt = 0; ckpt < 2; ckpt++) {
+        em_scope s = em_scope_begin();
+        int64_t before = em_memory_allocated(EM_DEVICE_CPU);
+        em_memory_reset_peak_stats(EM_DEVICE_CPU);
+        em_tensor *loss = em_model_loss(m, ids, ids, &(em_model_loss_opts){.checkpoint_layers = ckpt});
+        CHECK(loss != NULL);
+        kept[ckpt] = em_memory_allocated(EM_DEVICE_CPU) - before;
+        CHECK(loss && em_backward(loss) == EM_OK);
+        peak[ckpt] = em_memory_max_allocated(EM_DEVICE_CPU) - before;
+        em_scope_end(s);
+        /* what remains: the adapters' gradients (and allocator rounding), no base weight's */
+        int64_t left = em_memory_allocated(EM_DEVICE_CPU) - before;
+        if (!(left <= adapter_bytes + 64 * 1024))
+            fprintf(stderr, "  checkpoint %d: %lld bytes left after backward, adapters' gradients %lld\n", ckpt,
+                    (long long)left, (long long)adapter_bytes);
+        CHECK(left <= adapter_bytes + 64 * 1024);
+        for (int i = 0; i < n && i < 32; i++) {
+            CHECK(em_grad(p[i].tensor) != NULL);
+            em_set_grad(p[i].tensor, NULL);
+        }
+    }
+    CHECK(em_model_num_parameters(m) > 0);
+    for (int i = 0; i < em_model_num_parameters(m); i++) {
+        em_tensor *w = em_model_parameter(m, i, NULL);
+        CHECK(w && em_dtype_of(w) == EM_BF16 && !em_requires_grad(w) && em_grad(w) == NULL);
+    }
+    if (!(kept[1] * 2 < kept[0] && peak[1] < peak[0]))
+        fprintf(stderr, "  kept between forward and backward %lld / %lld bytes, peak %lld / %lld (checkpointed / not)\n",
+                (long long)kept[1], (long long)kept[0], (long long)peak[1], (long long)peak[0]);
+    CHECK(kept[1] * 2 < kept[0]);
+    CHECK(peak[1] < peak[0]);
+    em_model_free(m);
+    em_scope_end(scope);
+}
+
 static void test_bad_inputs(void) {
     em_scope scope = em_scope_begin();
     em_model *m = em_model_load("tests/data/models/llama", NULL);
@@ -381,6 +446,7 @@ int main(void) {
     RUN(test_causal_lm_loss);
     RUN(test_fused_loss_matches_logits);
     RUN(test_one_step_gradients);
+    RUN(test_bf16_frozen_weights_and_checkpointing);
     RUN(test_ten_adamw_steps);
     RUN(test_save_load_merge);
     RUN(test_bad_inputs);
