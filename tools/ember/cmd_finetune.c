@@ -474,6 +474,7 @@ static bool make_batch(const dataset *d, const int64_t *idx, int64_t rows, em_de
     return *labels != NULL;
 }
 
+/* getrusage's max RSS in MB (2^20 bytes: ru_maxrss is in KiB). */
 static double peak_rss_mb(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : NAN;
@@ -598,6 +599,7 @@ typedef struct run {
     bool amp, ckpt, resume, merge, warmup_given;
     em_device dev;
     em_dtype dtype;
+    double start_rss_mb;   /* the peak RSS before the model is loaded: the step's growth is over it */
 } run;
 
 static int parse(int argc, char **argv, run *r) {
@@ -736,12 +738,19 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         pos.micro = last;
         tokens_done += tokens;
         double elapsed = now_seconds() - t0;
-        char device_mem[64] = "";
+        /* the allocator's peak (tensors; the mapped weights are file pages, not allocations)
+         * and the RSS's growth over the start, which holds both and what `ember mem` predicts */
+        char device_mem[96] = "";
         if (r->dev.type != EM_CPU)
             snprintf(device_mem, sizeof device_mem, " peak_device %.1f MB", (double)em_memory_max_allocated(r->dev) / 1e6);
-        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB%s\n",
-                (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr, norm,
-                elapsed > 0 ? (double)tokens_done / elapsed : 0, peak_rss_mb(), device_mem);
+        else   /* in peak_rss's unit, 2^20 bytes; reserved: the caching allocator's segments */
+            snprintf(device_mem, sizeof device_mem, " peak_alloc %.1f MB peak_reserved %.1f MB",
+                     (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0,
+                     (double)em_memory_max_reserved(EM_DEVICE_CPU) / 1048576.0);
+        double rss = peak_rss_mb();
+        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB "
+                "rss_growth %.1f MB%s\n", (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr,
+                norm, elapsed > 0 ? (double)tokens_done / elapsed : 0, rss, rss - r->start_rss_mb, device_mem);
         if (r->interrupt_after && pos.step == r->interrupt_after) raise(SIGTERM);
         bool stop = interrupted != 0;
         if ((stop || (r->save_every && pos.step % r->save_every == 0)) &&
@@ -769,6 +778,7 @@ int cmd_finetune(int argc, char **argv) {
     run r;
     int status = parse(argc, argv, &r);
     if (status >= 0) return status;
+    r.start_rss_mb = peak_rss_mb();
     em_lm *lm = em_lm_load(r.dir, &(em_model_opts){.device = r.dev, .dtype = r.dtype});
     if (!lm) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
