@@ -27,7 +27,7 @@ static const char *const tool = "ember finetune";
 enum {
     F_DATA, F_OUT, F_RANK, F_ALPHA, F_TARGETS, F_EPOCHS, F_MAX_STEPS, F_SEQ, F_BATCH, F_LR, F_WD, F_WARMUP,
     F_MAX_GRAD_NORM, F_ACCUMULATE, F_AMP, F_CKPT_ACT, F_RESUME, F_SAVE_EVERY, F_EVAL_FRACTION, F_MERGE, F_DEVICE,
-    F_DTYPE, F_SEED, F_INTERRUPT_AFTER
+    F_DTYPE, F_SEED, F_INTERRUPT_AFTER, F_THREADS
 };
 static const opt_choice amp_choices[] = {{"bf16", 1}, {"bfloat16", 1}, {NULL, 0}};
 static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
@@ -77,6 +77,7 @@ static const opt_spec finetune_table[] = {
     [F_INTERRUPT_AFTER] = {.name = "--interrupt-after", .kind = OPT_INT, .metavar = "N", .imin = 1,
                            .imax = INT64_MAX / 4, .flags = OPT_HIDDEN,
                            .help = "for tests: raise SIGTERM at the end of step N"},
+    [F_THREADS] = OPTION_INT("--threads", "N", 1, 4096, "CPU threads (default: every core)"),
 };
 OPT_TABLE_FITS(finetune_table);
 
@@ -642,6 +643,7 @@ static int parse(int argc, char **argv, run *r) {
     r->merge = v[F_MERGE].given;
     r->seed = v[F_SEED].i;
     r->interrupt_after = v[F_INTERRUPT_AFTER].i;
+    if (v[F_THREADS].given) em_set_num_threads((int)v[F_THREADS].i);
     if (v[F_DEVICE].given && !mlp_parse_device(tool, "--device", v[F_DEVICE].text, &r->dev)) return 2;
     const em_dtype dtypes[] = {EM_F32, EM_BF16, EM_F16};
     r->dtype = v[F_DTYPE].given ? dtypes[v[F_DTYPE].choice] : EM_F32;
