@@ -690,16 +690,21 @@ em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, c
         em_error(EM_ERR_ARGUMENT, "%s: num_items must not be negative, got %lld", op, (long long)o.num_items);
         return NULL;
     }
+    /* the labels checked against the ids before the forward spends anything on them (the
+     * ids themselves are the forward's to check) */
+    em_dtype ldt = em_dtype_of(labels);
+    if (input_ids && em_ndim(input_ids) == 2 &&
+        (em_ndim(labels) != 2 || em_size(labels, 0) != em_size(input_ids, 0) ||
+         em_size(labels, 1) != em_size(input_ids, 1) || (ldt != EM_I64 && ldt != EM_I32))) {
+        em_error(EM_ERR_ARGUMENT, "%s: expected int64/int32 labels [%lld, %lld] as the ids, got %d dims (%s)", op,
+                 (long long)em_size(input_ids, 0), (long long)em_size(input_ids, 1), em_ndim(labels),
+                 em_dtype_name(ldt));
+        return NULL;
+    }
     em_scope scope = em_scope_begin();
     /* the hidden states meet the output embedding and the loss here, and only here */
     em_tensor *h = em__model_hidden(m, input_ids, &(em_forward_opts){.attention_mask = o.attention_mask,
                                                                      .checkpoint_layers = o.checkpoint_layers});
-    em_dtype ldt = labels ? em_dtype_of(labels) : EM_I64;
-    em_tensor *loss = NULL;
-    if (h && (em_ndim(labels) != 2 || em_size(labels, 0) != em_size(h, 0) || em_size(labels, 1) != em_size(h, 1) ||
-              (ldt != EM_I64 && ldt != EM_I32)))
-        em_error(EM_ERR_ARGUMENT, "%s: expected int64/int32 labels [%lld, %lld] as the ids, got %d dims (%s)", op,
-                 (long long)em_size(h, 0), (long long)em_size(h, 1), em_ndim(labels), em_dtype_name(ldt));
-    else if (h) loss = fused_causal_lm_loss(m, h, labels, o.num_items);
+    em_tensor *loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items) : NULL;
     return em__scope_return(scope, loss);
 }
