@@ -231,6 +231,154 @@ static void test_causal_lm_loss(void) {
     em_scope_end(scope);
 }
 
+/* em_model_loss (the fused linear cross-entropy on the hidden states) against the unfused
+ * em_causal_lm_loss on em_model_forward's logits: the untied head (llama) and the tied ones
+ * (qwen2, gpt2), a completion-only mask (the prompt's labels -100), float32 and bf16
+ * autocast; the same loss and adapter gradients, and a smaller peak than the logits' path. */
+static void test_fused_loss_matches_logits(void) {
+    static const char *const names[] = {"llama", "qwen2", "gpt2"};
+    for (size_t c = 0; c < sizeof names / sizeof *names; c++)
+    for (int amp = 0; amp < 2; amp++) {
+        em_scope scope = em_scope_begin();
+        char dir[128];
+        snprintf(dir, sizeof dir, "tests/data/models/%s", names[c]);
+        em_model *m = em_model_load(dir, NULL);
+        CHECK(m != NULL);
+        if (!m) {
+            em_scope_end(scope);
+            continue;
+        }
+        em_manual_seed(11);
+        CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8}) == EM_OK);
+        /* lora_B starts at zero, which would leave lora_A without a gradient */
+        em_named_tensor p[32];
+        int n = em_module_parameters(em_model_lora_module(m), p, 32);
+        em_grad_mode g = em_no_grad_begin();
+        for (int i = 0; i < n && i < 32; i++) em_copy_(p[i].tensor, em_mul_scalar(em_randn(em_shape_of(p[i].tensor), EM_OPTS(.dtype = EM_F32)), 0.1));
+        em_no_grad_end(g);
+        int64_t B = 2, T = 12, V = em_model_config_of(m)->vocab_size;
+        int64_t ids_h[24], lab_h[24];
+        for (int64_t i = 0; i < B * T; i++) {
+            ids_h[i] = (i * 37 + 5) % V;
+            lab_h[i] = i % T < 5 ? -100 : ids_h[i];   /* the first five of each row are the prompt */
+        }
+        em_tensor *ids = em_from_data(ids_h, EM_I64, EM_SHAPE(B, T), EM_OPTS(.dtype = EM_I64));
+        em_tensor *labels = em_from_data(lab_h, EM_I64, EM_SHAPE(B, T), EM_OPTS(.dtype = EM_I64));
+        em_tensor *want_grad[32] = {0}, *got_grad[32] = {0};
+        double loss_of[2] = {0, 0};
+        int64_t peak_of[2] = {0, 0};
+        for (int fused = 0; fused < 2; fused++) {
+            em_memory_reset_peak_stats(EM_DEVICE_CPU);
+            int64_t before = em_memory_allocated(EM_DEVICE_CPU);
+            em_autocast region = amp ? em_autocast_begin(EM_CPU, EM_BF16) : (em_autocast){0};
+            em_tensor *loss = fused ? em_model_loss(m, ids, labels, NULL)
+                                    : em_causal_lm_loss(em_model_forward(m, ids, NULL), labels, 0);
+            if (amp) em_autocast_end(region);
+            CHECK(loss != NULL && em_backward(loss) == EM_OK);
+            peak_of[fused] = em_memory_max_allocated(EM_DEVICE_CPU) - before;
+            if (!loss) break;
+            loss_of[fused] = em_item(loss);
+            for (int i = 0; i < n && i < 32; i++) {
+                em_tensor *gr = em_grad(p[i].tensor);
+                CHECK(gr != NULL);
+                (fused ? got_grad : want_grad)[i] = gr ? em_clone(gr) : NULL;
+                em_set_grad(p[i].tensor, NULL);
+            }
+        }
+        double tol = amp ? 1e-3 : 1e-5;
+        if (!(fabs(loss_of[1] - loss_of[0]) <= tol * fabs(loss_of[0])))
+            fprintf(stderr, "  %s (amp %d): fused loss %.8g, unfused %.8g\n", names[c], amp, loss_of[1], loss_of[0]);
+        CHECK(fabs(loss_of[1] - loss_of[0]) <= tol * fabs(loss_of[0]));
+        for (int i = 0; i < n && i < 32; i++) {
+            if (!want_grad[i] || !got_grad[i]) continue;
+            double d = rel_diff(got_grad[i], want_grad[i]);
+            /* bf16: the two paths round the logits' gradient and its product at other points */
+            if (!(d < (amp ? 5e-2 : 1e-4)))
+                fprintf(stderr, "  %s (amp %d) %s: relative difference %g\n", names[c], amp, p[i].name, d);
+            CHECK(d < (amp ? 5e-2 : 1e-4));
+        }
+        if (!(peak_of[1] < peak_of[0]))
+            fprintf(stderr, "  %s (amp %d): fused peak %lld bytes, unfused %lld\n", names[c], amp,
+                    (long long)peak_of[1], (long long)peak_of[0]);
+        CHECK(peak_of[1] < peak_of[0]);
+        /* labels that do not match the ids, and a label outside the vocabulary */
+        em_tensor *short_labels = em_narrow(labels, 1, 0, T - 1);
+        CHECK(em_model_loss(m, ids, short_labels, NULL) == NULL && strstr(em_last_error(), "labels"));
+        em_clear_error();
+        lab_h[7] = V;
+        em_tensor *bad = em_from_data(lab_h, EM_I64, EM_SHAPE(B, T), EM_OPTS(.dtype = EM_I64));
+        CHECK(em_model_loss(m, ids, bad, NULL) == NULL && strstr(em_last_error(), "labels[0, 7]"));
+        em_clear_error();
+        em_model_free(m);
+        em_scope_end(scope);
+    }
+}
+
+/* The fine-tuning path on bf16 weights: the base weights stay bf16 with no gradient (no
+ * buffer of their size appears in backward: what backward leaves allocated is the adapters'
+ * float32 gradients and little else), and checkpoint_layers keeps only the layers' inputs
+ * between the forward and the backward (a fraction of what the forward keeps without it)
+ * and lowers the step's peak. */
+static void test_bf16_frozen_weights_and_checkpointing(void) {
+    em_scope scope = em_scope_begin();
+    em_model *m = em_model_load("tests/data/models/llama", &(em_model_opts){.dtype = EM_BF16});
+    CHECK(m != NULL);
+    if (!m) {
+        em_scope_end(scope);
+        return;
+    }
+    CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8, .targets = "q_proj,v_proj"}) == EM_OK);
+    em_named_tensor p[32];
+    int n = em_module_parameters(em_model_lora_module(m), p, 32);
+    int64_t adapter_bytes = 0;
+    for (int i = 0; i < n && i < 32; i++) adapter_bytes += em_numel(p[i].tensor) * 4;
+    int64_t B = 2, T = 96, V = em_model_config_of(m)->vocab_size;
+    int64_t *ids_h = malloc((size_t)(B * T) * sizeof *ids_h);
+    CHECK(ids_h != NULL);
+    if (!ids_h) {
+        em_model_free(m);
+        em_scope_end(scope);
+        return;
+    }
+    for (int64_t i = 0; i < B * T; i++) ids_h[i] = (i * 53 + 7) % V;
+    em_tensor *ids = em_from_data(ids_h, EM_I64, EM_SHAPE(B, T), EM_OPTS(.dtype = EM_I64));
+    free(ids_h);
+    int64_t kept[2] = {0, 0}, peak[2] = {0, 0};
+    for (int ckpt = 0; ckpt < 2; ckpt++) {
+        em_scope s = em_scope_begin();
+        int64_t before = em_memory_allocated(EM_DEVICE_CPU);
+        em_memory_reset_peak_stats(EM_DEVICE_CPU);
+        em_tensor *loss = em_model_loss(m, ids, ids, &(em_model_loss_opts){.checkpoint_layers = ckpt});
+        CHECK(loss != NULL);
+        kept[ckpt] = em_memory_allocated(EM_DEVICE_CPU) - before;
+        CHECK(loss && em_backward(loss) == EM_OK);
+        peak[ckpt] = em_memory_max_allocated(EM_DEVICE_CPU) - before;
+        em_scope_end(s);
+        /* what remains: the adapters' gradients (and allocator rounding), no base weight's */
+        int64_t left = em_memory_allocated(EM_DEVICE_CPU) - before;
+        if (!(left <= adapter_bytes + 64 * 1024))
+            fprintf(stderr, "  checkpoint %d: %lld bytes left after backward, adapters' gradients %lld\n", ckpt,
+                    (long long)left, (long long)adapter_bytes);
+        CHECK(left <= adapter_bytes + 64 * 1024);
+        for (int i = 0; i < n && i < 32; i++) {
+            CHECK(em_grad(p[i].tensor) != NULL);
+            em_set_grad(p[i].tensor, NULL);
+        }
+    }
+    CHECK(em_model_num_parameters(m) > 0);
+    for (int i = 0; i < em_model_num_parameters(m); i++) {
+        em_tensor *w = em_model_parameter(m, i, NULL);
+        CHECK(w && em_dtype_of(w) == EM_BF16 && !em_requires_grad(w) && em_grad(w) == NULL);
+    }
+    if (!(kept[1] * 2 < kept[0] && peak[1] < peak[0]))
+        fprintf(stderr, "  kept between forward and backward %lld / %lld bytes, peak %lld / %lld (checkpointed / not)\n",
+                (long long)kept[1], (long long)kept[0], (long long)peak[1], (long long)peak[0]);
+    CHECK(kept[1] * 2 < kept[0]);
+    CHECK(peak[1] < peak[0]);
+    em_model_free(m);
+    em_scope_end(scope);
+}
+
 static void test_bad_inputs(void) {
     em_scope scope = em_scope_begin();
     em_model *m = em_model_load("tests/data/models/llama", NULL);
@@ -296,7 +444,9 @@ int main(void) {
     }
     em_clear_error();
     RUN(test_causal_lm_loss);
+    RUN(test_fused_loss_matches_logits);
     RUN(test_one_step_gradients);
+    RUN(test_bf16_frozen_weights_and_checkpointing);
     RUN(test_ten_adamw_steps);
     RUN(test_save_load_merge);
     RUN(test_bad_inputs);

@@ -218,6 +218,7 @@ static void test_bad_inputs(void) {
         {"mem --model @D/models/llama 7B", 2, "not both"},
         {"mem --model @D/models/llama --hidden 64", 2, "config.json"},
         {"mem --model @D/models/llama --batch 2", 2, "--seq"},
+        {"mem --model @D/models/llama --checkpoint-activations", 2, "needs --batch and --seq"},
         {"mem --model @D/models/llama --mode sideways", 2, "--mode expects all, inference, full or lora"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -256,7 +257,12 @@ static void test_mem_model_dir(void) {
             static const em_estimate_mode modes[] = {EM_ESTIMATE_INFERENCE, EM_ESTIMATE_FULL, EM_ESTIMATE_LORA};
             em_estimate_opts o = {.mode = modes[m], .dtype = cfg.dtype, .optimizer = EM_ESTIMATE_ADAM, .batch = 2,
                                   .seq = 48};
-            CHECK_OK(em_model_estimate(&cfg, &o, &e));
+            /* with a batch, LoRA is one step of ember finetune (em_model_estimate_finetune) */
+            if (modes[m] == EM_ESTIMATE_LORA)
+                CHECK_OK(em_model_estimate_finetune(&cfg, &(em_finetune_estimate_opts){.batch = 2, .seq = 48,
+                                                                                         .dtype = cfg.dtype}, &e));
+            else
+                CHECK_OK(em_model_estimate(&cfg, &o, &e));
             char pat[64];
             snprintf(pat, sizeof pat, "\"mode\": \"%s\"", mode_names[m]);
             const char *at = strstr(out, pat);
@@ -268,8 +274,20 @@ static void test_mem_model_dir(void) {
                    e.trainable_params);
         }
     }
-    /* the text form names the shape */
+    /* --checkpoint-activations: the checkpointed step's estimate */
     char args[1024];
+    snprintf(args, sizeof args, "mem --model %s/models/llama --mode lora --batch 2 --seq 48 --checkpoint-activations "
+             "--lora-rank 4 --json", g_data);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    em_model_config cfg;
+    snprintf(args, sizeof args, "%s/models/llama", g_data);
+    CHECK_OK(em_model_config_load(args, &cfg));
+    em_estimate ck;
+    CHECK_OK(em_model_estimate_finetune(&cfg, &(em_finetune_estimate_opts){.batch = 2, .seq = 48, .lora_rank = 4,
+                                                                            .checkpoint = true, .dtype = cfg.dtype}, &ck));
+    CHECK(json_num(out, "total_bytes") == ck.bytes[EM_ESTIMATE_TOTAL]);
+    CHECK(json_num(out, "activations_bytes") == ck.bytes[EM_ESTIMATE_ACTIVATIONS]);
+    /* the text form names the shape */
     snprintf(args, sizeof args, "mem --model %s/models/llama --mode inference", g_data);
     CHECK(tool_run(args, out, sizeof out) == 0);
     CHECK(strstr(out, "LlamaForCausalLM") && strstr(out, "4 heads and 2 key-value heads of 16"));

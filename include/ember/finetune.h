@@ -103,8 +103,12 @@ typedef struct em_model_loss_opts {
     bool checkpoint_layers;     /* recompute each decoder layer in backward (em_checkpoint) */
     int64_t num_items;          /* as em_causal_lm_loss's */
 } em_model_loss_opts;
-/* The model's forward on input_ids [B, T] without a cache, then em_causal_lm_loss: the one
- * place the logits meet the loss. opts NULL: zeroed. */
+/* The model's forward on input_ids [B, T] without a cache up to the final norm, then the
+ * causal LM loss as em_causal_lm_loss computes it from the logits, but fused with the output
+ * projection (em_linear_cross_entropy, chunk by chunk): the float32 logits [B * (T - 1), V]
+ * never exist at once, tied or untied head, ignored labels (-100) counting for nothing. Under
+ * autocast the projection runs in the autocast dtype, as the unfused linear would. Labels
+ * must be [B, T] as the ids. opts NULL: zeroed. */
 EM_API em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_model_loss_opts *opts);
 
 #ifdef __cplusplus

@@ -203,6 +203,38 @@ EM_API em_status em_model_perplexity(em_model *m, const int64_t *ids, int64_t n,
  * seq, rank); its params, hidden, layers, lora_targets and lora_params are ignored. */
 EM_API em_status em_model_estimate(const em_model_config *cfg, const em_estimate_opts *o, em_estimate *out);
 
+/* ---- the peak of one LoRA fine-tuning step (`ember mem --model DIR --lora-rank R`) ---- */
+typedef struct em_finetune_estimate_opts {
+    int64_t batch, seq;         /* the micro-batch: batch sequences of seq tokens (both > 0) */
+    int64_t lora_rank;          /* 0: 8 */
+    const char *lora_targets;   /* comma-separated module names; NULL or "": the family's default
+                                   (q_proj,v_proj; GPT-2: c_attn) */
+    bool checkpoint;            /* em_model_loss_opts.checkpoint_layers */
+    em_dtype dtype;             /* the base weights' dtype (zeroed: float32) */
+    em_dtype autocast_dtype;    /* EM_BF16 / EM_F16: the step under autocast; zeroed: none */
+} em_finetune_estimate_opts;
+/* The peak of one step of `ember finetune` (em_model_loss, backward, AdamW on the adapters)
+ * on the CPU, counted from the shape, as lines of an em_estimate:
+ *   weights: the base weights in their dtype (mapped from the file when it matches; under
+ *     autocast with float32 weights, plus the cast cache's copies) and the adapters (float32);
+ *   gradients: the adapters' (float32; the base weights get none);
+ *   optimizer states: AdamW's two per adapter parameter (float32);
+ *   activations: what autograd keeps between the forward and the backward, per decoder block
+ *     the tensors its backward reads (the norms' inputs, the projections' inputs, the
+ *     adapters' float32 inputs, q, k, v, the attention's output, the MLP's three [T, I]
+ *     tensors, and with a 16-bit attention the probabilities twice, [heads, T, T]); with
+ *     checkpoint, each block's input plus one block recomputed;
+ *   workspace: the larger of the backward's temporaries in one block (the attention's
+ *     [heads, T, T] gradients, the MLP's) and the fused loss's (em_model_loss's chunk of
+ *     float32 logits, its log-softmax and gradient, and the [B * T, hidden] rows).
+ * Not counted: the process itself, the tokenizer and the data, the allocator's rounding and
+ * caching (the RSS holds reserved segments, a few percent over the allocated peak). The
+ * counts follow the code as written (the CPU backend; the fused attention for float32
+ * without a padding mask); tests/test_finetune_estimate.c and bench/finetune_mem.sh compare
+ * them with measured peaks. EM_ERR_ARGUMENT for a bad shape, rank or target. */
+EM_API em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetune_estimate_opts *o,
+                                            em_estimate *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -558,6 +558,39 @@ em_status em_model_save_merged(em_model *m, const char *src_dir, const char *out
 
 /* ---- the loss ---- */
 
+/* transformers' shift: the label of position t + 1 is the target of position t. Reads labels
+ * [B, T] (int64 or int32, any device) into targets[B * (T - 1)] (-100 kept) and counts the
+ * targets that are not -100; a label outside [0, V) other than -100 is an error naming its
+ * position. */
+static em_status shifted_targets(const char *op, em_tensor *labels, int64_t B, int64_t T, int64_t V, int64_t *targets,
+                                 int64_t *counted) {
+    em_scope scope = em_scope_begin();
+    em_tensor *host = em_contiguous(em_to_dtype(em_to(labels, EM_DEVICE_CPU), EM_I64));
+    int64_t *lab = malloc((size_t)(B * T) * sizeof *lab);
+    em_status st = !host ? em_last_status() : !lab ? em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op)
+                                                   : em_copy_to_host(host, lab, (size_t)(B * T) * sizeof *lab);
+    *counted = 0;
+    for (int64_t b = 0; b < B && st == EM_OK; b++)
+        for (int64_t t = 1; t < T && st == EM_OK; t++) {
+            int64_t y = lab[b * T + t];
+            if (y != -100 && (y < 0 || y >= V))
+                st = em_error(EM_ERR_ARGUMENT, "%s: labels[%lld, %lld] = %lld is neither -100 nor a token id in [0, %lld)",
+                              op, (long long)b, (long long)t, (long long)y, (long long)V);
+            targets[b * (T - 1) + t - 1] = y;
+            *counted += y != -100;
+        }
+    free(lab);
+    em_scope_end(scope);
+    return st;
+}
+
+/* The summed loss divided as ForCausalLMLoss divides it: by num_items, else by the counted
+ * tokens; none counted gives 0, not NaN. */
+static em_tensor *divide_loss(em_tensor *total, int64_t num_items, int64_t counted) {
+    int64_t denom = num_items ? num_items : counted;
+    return denom ? em_div_scalar(total, (double)denom) : em_mul_scalar(total, 0.0);
+}
+
 em_tensor *em_causal_lm_loss(em_tensor *logits, em_tensor *labels, int64_t num_items) {
     const char *op = "em_causal_lm_loss";
     EM_CHECK_ARG(logits, op, "logits");
@@ -575,57 +608,104 @@ em_tensor *em_causal_lm_loss(em_tensor *logits, em_tensor *labels, int64_t num_i
     }
     int64_t B = em_size(logits, 0), T = em_size(logits, 1), V = em_size(logits, 2), N = B * (T - 1);
     em_scope scope = em_scope_begin();
-    em_tensor *host = em_to_dtype(em_to(labels, EM_DEVICE_CPU), EM_I64);
-    int64_t *lab = N > 0 ? malloc((size_t)(B * T) * sizeof *lab) : NULL;
-    int64_t *safe = N > 0 ? malloc((size_t)N * sizeof *safe) : NULL;
-    float *weight = N > 0 ? malloc((size_t)N * sizeof *weight) : NULL;
+    if (N == 0) {   /* one position: nothing to predict */
+        em_tensor *zero = em_mul_scalar(em_sum(em_to_dtype(logits, EM_F32), EM_ALL_DIMS, false), 0.0);
+        return em__scope_return(scope, zero);
+    }
+    int64_t *safe = malloc((size_t)N * sizeof *safe);
+    float *weight = malloc((size_t)N * sizeof *weight);
     em_tensor *loss = NULL;
     int64_t counted = 0;
-    if (!host) goto done;
-    if (N > 0 && (!lab || !safe || !weight)) {
-        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
-        goto done;
-    }
-    if (N == 0) {   /* one position: nothing to predict */
-        loss = em_mul_scalar(em_sum(em_to_dtype(logits, EM_F32), EM_ALL_DIMS, false), 0.0);
-        goto done;
-    }
-    if (em_copy_to_host(em_contiguous(host), lab, (size_t)(B * T) * sizeof *lab) != EM_OK) goto done;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 1; t < T; t++) {
-            int64_t y = lab[b * T + t], i = b * (T - 1) + t - 1;
-            if (y != -100 && (y < 0 || y >= V)) {
-                em_error(EM_ERR_ARGUMENT, "%s: labels[%lld, %lld] = %lld is neither -100 nor a token id in [0, %lld)",
-                         op, (long long)b, (long long)t, (long long)y, (long long)V);
-                goto done;
-            }
-            safe[i] = y == -100 ? 0 : y;
-            weight[i] = y == -100 ? 0.0f : 1.0f;
-            counted += y != -100;
+    if (!safe || !weight) em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+    else if (shifted_targets(op, labels, B, T, V, safe, &counted) == EM_OK) {
+        for (int64_t i = 0; i < N; i++) {
+            weight[i] = safe[i] == -100 ? 0.0f : 1.0f;
+            if (safe[i] == -100) safe[i] = 0;
         }
-    em_device dev = em_device_of(logits);
-    em_tensor *idx = em_from_data(safe, EM_I64, EM_SHAPE(N, 1), EM_OPTS(.dtype = EM_I64, .device = dev));
-    em_tensor *w = em_from_data(weight, EM_F32, EM_SHAPE(N, 1), EM_OPTS(.dtype = EM_F32, .device = dev));
-    em_tensor *shifted = em_reshape(em_narrow(em_to_dtype(logits, EM_F32), 1, 0, T - 1), EM_SHAPE(N, V));
-    em_tensor *picked = em_gather(em_log_softmax(shifted, 1), 1, idx);
-    em_tensor *total = em_neg(em_sum(em_mul(picked, w), EM_ALL_DIMS, false));
-    int64_t denom = num_items ? num_items : counted;
-    loss = denom ? em_div_scalar(total, (double)denom) : em_mul_scalar(total, 0.0);
-done:
-    free(lab);
+        em_device dev = em_device_of(logits);
+        em_tensor *idx = em_from_data(safe, EM_I64, EM_SHAPE(N, 1), EM_OPTS(.dtype = EM_I64, .device = dev));
+        em_tensor *w = em_from_data(weight, EM_F32, EM_SHAPE(N, 1), EM_OPTS(.dtype = EM_F32, .device = dev));
+        em_tensor *shifted = em_reshape(em_narrow(em_to_dtype(logits, EM_F32), 1, 0, T - 1), EM_SHAPE(N, V));
+        em_tensor *picked = em_gather(em_log_softmax(shifted, 1), 1, idx);
+        loss = divide_loss(em_neg(em_sum(em_mul(picked, w), EM_ALL_DIMS, false)), num_items, counted);
+    }
     free(safe);
     free(weight);
     return em__scope_return(scope, loss);
 }
 
+int64_t em__model_loss_chunk(int64_t vocab) {
+    /* A chunk's float32 logits and the two more [chunk, V] float32 tensors the chunk loop
+     * holds with them (the log-softmax and the gradient) are the loss's largest temporaries:
+     * rows enough for about 32 MiB of logits, a power of two, at least 32. With Llama 2's
+     * 32000 ids that is 256 rows, em_linear_cross_entropy's own minimum; a 128256-id
+     * vocabulary gets 64, a quarter of that memory, for about the same speed on the CPU. */
+    int64_t rows = 32;
+    while (rows * 2 * vocab * 4 <= ((int64_t)32 << 20)) rows *= 2;
+    return rows;
+}
+
+/* The loss from the final hidden states h [B, T, H] and the output embedding, chunk by chunk
+ * (em_linear_cross_entropy): the same numbers as em_causal_lm_loss on the output projection's
+ * logits, without the [B * (T - 1), V] float32 logits ever existing at once. */
+static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *labels, int64_t num_items) {
+    const char *op = "em_model_loss";
+    int64_t B = em_size(h, 0), T = em_size(h, 1), H = em_size(h, 2), N = B * (T - 1);
+    em_tensor *head = m->w[MW_LM_HEAD];   /* the embedding itself when tied */
+    if (N == 0) return em_mul_scalar(em_sum(em_to_dtype(h, EM_F32), EM_ALL_DIMS, false), 0.0);
+    int64_t *targets = malloc((size_t)N * sizeof *targets);
+    if (!targets) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        return NULL;
+    }
+    int64_t counted = 0;
+    em_status st = shifted_targets(op, labels, B, T, em_size(head, 0), targets, &counted);
+    em_tensor *target = st == EM_OK ? em_from_data(targets, EM_I64, EM_SHAPE(N), EM_OPTS(.dtype = EM_I64, .device = m->device))
+                                    : NULL;
+    free(targets);
+    if (!target) return NULL;
+    /* Under autocast the output projection is a linear in the autocast dtype, as the unfused
+     * forward's matmul would run it; the chunk loop's own ops then run as written. */
+    em_device_type dt = m->device.type;
+    bool cast = em_autocast_enabled(dt) && em_dtype_of(h) == EM_F32;
+    em_dtype low = em_autocast_dtype(dt);
+    em_tensor *rows = em_reshape(em_narrow(h, 1, 0, T - 1), EM_SHAPE(N, H));
+    if (cast) {
+        rows = em_to_dtype(rows, low);
+        head = em_to_dtype(head, low);
+    }
+    em_autocast off = em_autocast_begin_ex(dt, low, false);
+    em_tensor *total = em_linear_cross_entropy(rows, head, NULL, target,
+                                               &(em_linear_ce_opts){.reduction = EM_REDUCTION_SUM,
+                                                                    .chunk_size = em__model_loss_chunk(em_size(head, 0))});
+    em_autocast_end(off);
+    return total ? divide_loss(total, num_items, counted) : NULL;
+}
+
 em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_model_loss_opts *opts) {
+    const char *op = "em_model_loss";
+    EM_CHECK_ARG(labels, op, "labels");
     em_model_loss_opts o = opts ? *opts : (em_model_loss_opts){0};
+    if (o.num_items < 0) {
+        em_error(EM_ERR_ARGUMENT, "%s: num_items must not be negative, got %lld", op, (long long)o.num_items);
+        return NULL;
+    }
+    /* the labels checked against the ids before the forward spends anything on them (the
+     * ids themselves are the forward's to check) */
+    em_dtype ldt = em_dtype_of(labels);
+    if (input_ids && em_ndim(input_ids) == 2 &&
+        (em_ndim(labels) != 2 || em_size(labels, 0) != em_size(input_ids, 0) ||
+         em_size(labels, 1) != em_size(input_ids, 1) || (ldt != EM_I64 && ldt != EM_I32))) {
+        em_error(EM_ERR_ARGUMENT, "%s: expected int64/int32 labels [%lld, %lld] as the ids, got %d dims (%s)", op,
+                 (long long)em_size(input_ids, 0), (long long)em_size(input_ids, 1), em_ndim(labels),
+                 em_dtype_name(ldt));
+        return NULL;
+    }
     em_scope scope = em_scope_begin();
-    em_tensor *logits = em_model_forward(m, input_ids, &(em_forward_opts){.attention_mask = o.attention_mask,
-                                                                          .checkpoint_layers = o.checkpoint_layers});
-    /* the logits meet the loss here, and only here: a fused linear cross-entropy can take the
-     * final hidden states and the output embedding in their place */
-    em_tensor *loss = logits ? em_causal_lm_loss(logits, labels, o.num_items) : NULL;
+    /* the hidden states meet the output embedding and the loss here, and only here */
+    em_tensor *h = em__model_hidden(m, input_ids, &(em_forward_opts){.attention_mask = o.attention_mask,
+                                                                     .checkpoint_layers = o.checkpoint_layers});
+    em_tensor *loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items) : NULL;
     return em__scope_return(scope, loss);
 }
 

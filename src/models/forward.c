@@ -108,7 +108,8 @@ static em_tensor *positions_for(em_model *m, em_tensor *given, int64_t B, int64_
     return em_to_dtype(em_to(given, m->device), EM_I64);
 }
 
-em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_opts *opts) {
+/* The forward up to the final norm (hidden_only) or through the output projection. */
+static em_tensor *model_forward(em_model *m, em_tensor *input_ids, const em_forward_opts *opts, bool hidden_only) {
     const char *op = "em_model_forward";
     if (!m) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: argument 'm' is NULL", op);
@@ -160,7 +161,7 @@ em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_
         bool ckpt = o.checkpoint_layers;
         em_tensor *h = cfg->family == EM_MODEL_GPT2 ? em__gpt2_hidden(m, ids, positions, key_mask, cache, keep, ckpt)
                                                     : em__llama_hidden(m, ids, positions, key_mask, cache, keep, ckpt);
-        logits = em__model_linear(h, m->w[MW_LM_HEAD], NULL);
+        logits = hidden_only ? h : em__model_linear(h, m->w[MW_LM_HEAD], NULL);
     }
     if (!logits) {
         em__model_error_prefix("%s (%s)", op, m->family_name);
@@ -169,4 +170,12 @@ em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_
     }
     if (cache) cache->length += T;
     return em__scope_return(scope, logits);
+}
+
+em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_opts *opts) {
+    return model_forward(m, input_ids, opts, false);
+}
+
+em_tensor *em__model_hidden(em_model *m, em_tensor *input_ids, const em_forward_opts *opts) {
+    return model_forward(m, input_ids, opts, true);
 }

@@ -95,6 +95,10 @@ em_status em__model_load_weights(const char *dir, const em_model_config *cfg, mo
 /* ---- forward.c ---- */
 /* y = x W^T (+ b) for x [..., in] and W [out, in] (nn.Linear); b may be NULL. */
 em_tensor *em__model_linear(em_tensor *x, em_tensor *w, em_tensor *b);
+/* em_model_forward's checks and decoder stack without the output projection: the hidden
+ * states after the final norm, [B, T (or logits_to_keep), hidden] in the model's dtype, for
+ * a loss that applies the output embedding itself (em_model_loss's fused cross-entropy). */
+em_tensor *em__model_hidden(em_model *m, em_tensor *input_ids, const em_forward_opts *opts);
 /* The attention of one layer for q [B, Hq, T, D], k and v [B, Hkv, T, D] of this call's
  * tokens: with a cache, k and v are written at its length and the attention reads the cache
  * (causal from that offset, its key mask); without, causal over the call's tokens with
@@ -112,6 +116,9 @@ em_tensor *em__gpt2_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em
 /* y plus the adapter of (layer, role) applied to x, (x A^T B^T) * scale in float32 added in
  * y's dtype; y itself (not a new reference) when that projection has no adapter. */
 em_tensor *em__model_lora(em_model *m, int layer, int role, em_tensor *x, em_tensor *y);
+/* Rows per chunk of em_model_loss's fused cross-entropy for a vocabulary of vocab ids (also
+ * what em_model_estimate_finetune counts). */
+int64_t em__model_loss_chunk(int64_t vocab);
 /* Frees the adapters (em_model_free). */
 void em__model_lora_free(em_model *m);
 

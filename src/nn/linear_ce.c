@@ -93,7 +93,7 @@ static em_status lce_chunks(const lce_ctx *k, em_tensor *loss_rows, em_tensor *r
             /* 16-bit: dz rounded to h's dtype as the .float() cast's backward rounds it; the
              * weight's and bias's sums see those rounded values, widened again, in float32 */
             em_tensor *dz_low = dz && low ? em_to_dtype(dz, dt) : dz;
-            em_tensor *dz_acc = dz_low && low ? em_to_dtype(dz_low, k->acc) : dz;
+            em_tensor *dz_acc = dz_low && low && (gw || gb) ? em_to_dtype(dz_low, k->acc) : dz;
             if (gh && dz_low) em_copy_(em_narrow(gh, 0, start, c), em_matmul(dz_low, k->w));
             if (gw && dz_acc && !em_failed())
                 em__addmm_acc_(gw, em_transpose(dz_acc, 0, 1), low ? em_to_dtype(hc, k->acc) : hc);

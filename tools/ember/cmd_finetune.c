@@ -27,7 +27,7 @@ static const char *const tool = "ember finetune";
 enum {
     F_DATA, F_OUT, F_RANK, F_ALPHA, F_TARGETS, F_EPOCHS, F_MAX_STEPS, F_SEQ, F_BATCH, F_LR, F_WD, F_WARMUP,
     F_MAX_GRAD_NORM, F_ACCUMULATE, F_AMP, F_CKPT_ACT, F_RESUME, F_SAVE_EVERY, F_EVAL_FRACTION, F_MERGE, F_DEVICE,
-    F_DTYPE, F_SEED, F_FULL, F_INTERRUPT_AFTER
+    F_DTYPE, F_SEED, F_FULL, F_INTERRUPT_AFTER, F_THREADS
 };
 static const opt_choice amp_choices[] = {{"bf16", 1}, {"bfloat16", 1}, {NULL, 0}};
 static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
@@ -81,6 +81,7 @@ static const opt_spec finetune_table[] = {
     [F_INTERRUPT_AFTER] = {.name = "--interrupt-after", .kind = OPT_INT, .metavar = "N", .imin = 1,
                            .imax = INT64_MAX / 4, .flags = OPT_HIDDEN,
                            .help = "for tests: raise SIGTERM at the end of step N"},
+    [F_THREADS] = OPTION_INT("--threads", "N", 1, 4096, "CPU threads (default: every core)"),
 };
 OPT_TABLE_FITS(finetune_table);
 
@@ -479,6 +480,7 @@ static bool make_batch(const dataset *d, const int64_t *idx, int64_t rows, em_de
     return *labels != NULL;
 }
 
+/* getrusage's max RSS in MB (2^20 bytes: ru_maxrss is in KiB). */
 static double peak_rss_mb(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : NAN;
@@ -613,6 +615,7 @@ typedef struct run {
     bool amp, ckpt, resume, merge, warmup_given, full;
     em_device dev;
     em_dtype dtype;
+    double start_rss_mb;   /* the peak RSS before the model is loaded: the step's growth is over it */
 } run;
 
 static int parse(int argc, char **argv, run *r) {
@@ -655,6 +658,7 @@ static int parse(int argc, char **argv, run *r) {
     r->merge = v[F_MERGE].given;
     r->seed = v[F_SEED].i;
     r->interrupt_after = v[F_INTERRUPT_AFTER].i;
+    if (v[F_THREADS].given) em_set_num_threads((int)v[F_THREADS].i);
     if (v[F_DEVICE].given && !mlp_parse_device(tool, "--device", v[F_DEVICE].text, &r->dev)) return 2;
     const em_dtype dtypes[] = {EM_F32, EM_BF16, EM_F16};
     r->dtype = v[F_DTYPE].given ? dtypes[v[F_DTYPE].choice] : EM_F32;
@@ -763,12 +767,19 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         pos.micro = last;
         tokens_done += tokens;
         double elapsed = now_seconds() - t0;
-        char device_mem[64] = "";
+        /* the allocator's peak (tensors; the mapped weights are file pages, not allocations)
+         * and the RSS's growth over the start, which holds both and what `ember mem` predicts */
+        char device_mem[96] = "";
         if (r->dev.type != EM_CPU)
             snprintf(device_mem, sizeof device_mem, " peak_device %.1f MB", (double)em_memory_max_allocated(r->dev) / 1e6);
-        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB%s\n",
-                (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr, norm,
-                elapsed > 0 ? (double)tokens_done / elapsed : 0, peak_rss_mb(), device_mem);
+        else   /* in peak_rss's unit, 2^20 bytes; reserved: the caching allocator's segments */
+            snprintf(device_mem, sizeof device_mem, " peak_alloc %.1f MB peak_reserved %.1f MB",
+                     (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0,
+                     (double)em_memory_max_reserved(EM_DEVICE_CPU) / 1048576.0);
+        double rss = peak_rss_mb();
+        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB "
+                "rss_growth %.1f MB%s\n", (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr,
+                norm, elapsed > 0 ? (double)tokens_done / elapsed : 0, rss, rss - r->start_rss_mb, device_mem);
         if (r->interrupt_after && pos.step == r->interrupt_after) raise(SIGTERM);
         bool stop = interrupted != 0;
         if ((stop || (r->save_every && pos.step % r->save_every == 0)) &&
@@ -796,6 +807,7 @@ int cmd_finetune(int argc, char **argv) {
     run r;
     int status = parse(argc, argv, &r);
     if (status >= 0) return status;
+    r.start_rss_mb = peak_rss_mb();
     em_lm *lm = em_lm_load(r.dir, &(em_model_opts){.device = r.dev, .dtype = r.dtype});
     if (!lm) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());

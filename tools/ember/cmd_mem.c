@@ -52,11 +52,16 @@ static const opt_spec mem_table[] = {
                               "Qwen2ForCausalLM, GPT2LMHeadModel): its config.json's exact shape, the parameters "
                               "counted tensor by tensor, the KV cache num_key_value_heads x head_dim wide, LoRA on "
                               "q_proj and v_proj (GPT-2: c_attn); --dtype defaults to the config's; --batch and --seq "
-                              "count the activations (for inference, the KV cache)"),
+                              "count the activations (for inference, the KV cache); with them, the LoRA estimate is "
+                              "the peak of one step of `ember finetune` with the same --batch-size, --seq, "
+                              "--lora-rank, --dtype, --amp and --checkpoint-activations, counted block by block "
+                              "(em_model_estimate_finetune)"),
     [M_CKPT_ACT] = OPTION_FLAG("--checkpoint-activations",
                                "with --model mlp, cnn or gpt: as `ember train --checkpoint-activations` (mlp/cnn: "
                                "em_checkpoint_sequential over sqrt(layers) segments; gpt: each block): only segment "
-                               "inputs are kept, the segment being backpropagated is recomputed and counted"),
+                               "inputs are kept, the segment being backpropagated is recomputed and counted; with a "
+                               "model folder, --batch and --seq: as `ember finetune --checkpoint-activations` (each "
+                               "decoder block)"),
     [M_DTYPE] = {.name = "--dtype", .kind = OPT_CHOICE, .choices = dtype_choices, .flags = OPT_NOCASE,
                  .help = "the weights' dtype (default f16)"},
     [M_MODE] = OPTION_CHOICE("--mode", mode_choices, "which estimates to print (default all)"),
@@ -334,8 +339,16 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
 }
 
 /* ember mem --model MODEL_DIR: the estimates for a model folder's exact shape (em_model_estimate). */
+/* The LoRA line of a model folder with a batch: one step of `ember finetune` counted from the
+ * shape (em_model_estimate_finetune), PEFT's default targets. */
+static em_status finetune_estimate(const em_model_config *cfg, const em_estimate_opts *o, bool ckpt, em_estimate *e) {
+    em_finetune_estimate_opts fo = {.batch = o->batch, .seq = o->seq, .lora_rank = o->lora_rank, .checkpoint = ckpt,
+                                    .dtype = o->dtype, .autocast_dtype = o->autocast_dtype};
+    return em_model_estimate_finetune(cfg, &fo, e);
+}
+
 static int mem_model_dir(const char *dir, const char *params, bool dtype_given, bool shape_given, const char *mode,
-                         bool json, em_estimate_opts o) {
+                         bool json, bool ckpt, em_estimate_opts o) {
     if (params) return bad("give either a parameter count or --model, not both (got '%s')", params);
     if (shape_given) return bad("%s", "--hidden and --layers come from the model folder's config.json");
     if (o.lora_targets)
@@ -347,6 +360,10 @@ static int mem_model_dir(const char *dir, const char *params, bool dtype_given, 
     em_estimate_mode modes[3];
     int nmodes;
     if (!parse_mode(mode, modes, &nmodes)) return bad("unknown mode '%s': expected all, inference, full or lora", mode);
+    /* with a batch, LoRA is one step of `ember finetune` counted block by block */
+    bool lora_step = o.batch > 0 && o.seq > 0 && o.activation_bytes_per_sample <= 0;
+    if (ckpt && !lora_step)
+        return bad("%s", "--checkpoint-activations with a model folder: the LoRA step's estimate needs --batch and --seq");
     em_model_config cfg;
     if (em_model_config_load(dir, &cfg) != EM_OK) {
         fprintf(stderr, "ember mem: %s\n", em_last_error());
@@ -357,7 +374,9 @@ static int mem_model_dir(const char *dir, const char *params, bool dtype_given, 
     for (int m = 0; m < nmodes; m++) {   /* every request checked before anything is printed */
         em_estimate_opts mo = o;
         mo.mode = modes[m];
-        if (em_model_estimate(&cfg, &mo, &e) != EM_OK) return bad("%s", em_last_error());
+        em_status st = mo.mode == EM_ESTIMATE_LORA && lora_step ? finetune_estimate(&cfg, &mo, ckpt, &e)
+                                                                 : em_model_estimate(&cfg, &mo, &e);
+        if (st != EM_OK) return bad("%s", em_last_error());
     }
     fit_device dev[MAX_DEVICES];
     int ndev = list_devices(dev);
@@ -383,6 +402,17 @@ static int mem_model_dir(const char *dir, const char *params, bool dtype_given, 
     for (int m = 0; m < nmodes; m++) {
         em_estimate_opts mo = o;
         mo.mode = modes[m];
+        if (mo.mode == EM_ESTIMATE_LORA && lora_step) {
+            mo.optimizer = EM_ESTIMATE_ADAMW;   /* ember finetune's */
+            if (finetune_estimate(&cfg, &mo, ckpt, &e) != EM_OK) return bad("%s", em_last_error());
+            if (!json)
+                printf("\none step of `ember finetune --batch-size %lld --seq %lld%s` on the CPU (weights in %s%s)",
+                       (long long)o.batch, (long long)o.seq, ckpt ? " --checkpoint-activations" : "", dt,
+                       o.autocast_dtype != EM_F32 ? ", --amp" : "");
+            if (json) print_json(&mo, &e, NULL, dev, ndev, m == 0, NAN);
+            else print_text(&mo, &e, NULL, dev, ndev);
+            continue;
+        }
         if (em_model_estimate(&cfg, &mo, &e) != EM_OK) return bad("%s", em_last_error());
         bool has_alt = modes[m] == EM_ESTIMATE_FULL && o.dtype != EM_F32;
         if (has_alt) {
@@ -503,8 +533,9 @@ int cmd_mem(int argc, char **argv) {
      * MLP (em_estimate_module); both print the measured peak of real steps alongside */
     bool cnn = model && !strcmp(model, "cnn"), mlp = model && !strcmp(model, "mlp"), classifier = cnn || mlp;
     char cnn_why[256] = "";
-    if (ckpt && !classifier && !(model && !strcmp(model, "gpt")))
-        return bad("%s", "--checkpoint-activations needs --model mlp, cnn or gpt (ember train's models)");
+    if (ckpt && !classifier && !(model && !strcmp(model, "gpt")) && !(model && is_dir(model)))
+        return bad("%s", "--checkpoint-activations needs --model mlp, cnn or gpt (ember train's models) or a model "
+                   "folder (ember finetune's LoRA step)");
     if (classifier) {
         if (params) {
             char msg[200];
@@ -526,7 +557,7 @@ int cmd_mem(int argc, char **argv) {
         return gpt_mem_main(&(gpt_mem_args){.batch = o.batch, .layers = o.layers, .hidden = o.hidden, .seq = o.seq,
                                             .lora_rank = o.lora_rank, .ckpt = ckpt, .json = json});
     } else if (model && is_dir(model)) {
-        return mem_model_dir(model, params, dtype_given, v[M_HIDDEN].given || v[M_LAYERS].given, mode, json, o);
+        return mem_model_dir(model, params, dtype_given, v[M_HIDDEN].given || v[M_LAYERS].given, mode, json, ckpt, o);
     } else if (model) {
         return mem_model(model, params, shape_given, mode, json, o);
     }
