@@ -77,6 +77,20 @@ typedef struct em_backend {
     uintptr_t (*native_address)(int index, void *handle, size_t offset);
     void *(*native_library)(const char *name, int *version, const char **reason);
 
+    /* ---- graphs (optional: NULL where the backend has none; src/core/graph.c) ----
+     * graph_available: whether this device's driver can record graphs (*reason when not).
+     * graph_begin: from now on the work queued on device index's queue is recorded, not run.
+     * graph_end: stop recording and give the recorded work as one replayable graph; when
+     * something that cannot be recorded happened in between (a host wait, a copy to or from
+     * host memory, a driver call that waits), the recording is dropped and the error names
+     * what it was; either way the device is out of capture afterwards. graph_launch queues the
+     * whole graph once; graph_destroy frees it. */
+    bool (*graph_available)(int index, const char **reason);
+    em_status (*graph_begin)(int index);
+    em_status (*graph_end)(int index, void **graph);
+    em_status (*graph_launch)(int index, void *graph);
+    void (*graph_destroy)(int index, void *graph);
+
     /* ---- ops ---- */
     /* GPU backends: the launcher under the shared GPU op layer (src/backends/gpu/gpu.h),
      * which runs their ops; users' kernels use it too. NULL: none. */

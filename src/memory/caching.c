@@ -107,14 +107,15 @@ static void tree_insert(mem_state *st, int pool, mem_block *x) {
     st->rng ^= st->rng >> 17;
     st->rng ^= st->rng << 5;
     x->prio = st->rng;
-    mem_block **p = &st->free_tree[pool];
+    mem_block **p = &x->seg->owner->free_tree[pool];
     while (*p && (*p)->prio > x->prio) p = block_less(x, *p) ? &(*p)->left : &(*p)->right;
     treap_split(*p, x, &x->left, &x->right);
     *p = x;
 }
 
 static void tree_remove(mem_state *st, int pool, mem_block *x) {
-    mem_block **p = &st->free_tree[pool];
+    (void)st;
+    mem_block **p = &x->seg->owner->free_tree[pool];
     while (*p != x) p = block_less(x, *p) ? &(*p)->left : &(*p)->right;
     *p = treap_join(x->left, x->right);
     x->left = x->right = NULL;
@@ -149,12 +150,13 @@ static void collect_whole(mem_block *t, mem_block **list, int64_t *count) {
 
 void em__mem_refresh_derived(mem_state *st) {
     int64_t largest = 0, whole = 0;
-    for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++) {
-        mem_block *t = st->free_tree[pool];
-        while (t && t->right) t = t->right;
-        if (t && (int64_t)t->size > largest) largest = (int64_t)t->size;
-        collect_whole(st->free_tree[pool], NULL, &whole);
-    }
+    for (mem_pool *P = &st->shared; P; P = P == &st->shared ? st->privates : P->next)
+        for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++) {
+            mem_block *t = P->free_tree[pool];
+            while (t && t->right) t = t->right;
+            if (t && (int64_t)t->size > largest) largest = (int64_t)t->size;
+            collect_whole(P->free_tree[pool], NULL, &whole);
+        }
     memcpy(st->stats.active, st->stats.allocation, sizeof st->stats.active);
     memcpy(st->stats.active_bytes, st->stats.allocated_bytes, sizeof st->stats.active_bytes);
     st->stats.largest_free_block = largest;
@@ -178,23 +180,42 @@ static void split_update(mem_state *st, const mem_segment *s, split_part before)
     mem__stat_add(st->stats.inactive_split, s->pool, after.count - before.count);
 }
 
+/* Forget a retired private pool once its last segment is gone. */
+static void pool_forget_if_empty(mem_state *st, mem_pool *P) {
+    if (P == &st->shared || !P->retired || P->segments > 0) return;
+    for (mem_pool **q = &st->privates; *q; q = &(*q)->next)
+        if (*q == P) {
+            *q = P->next;
+            break;
+        }
+    free(P);
+}
+
 static void release_segment(mem_state *st, mem_block *b) {
     mem_segment *seg = b->seg;
+    seg->owner->segments--;
     st->be->raw_free(st->dev.index, seg->handle);
     st->stats.num_raw_frees++;
     mem__stat_add(st->stats.segment, seg->pool, -1);
     mem__stat_add(st->stats.reserved_bytes, seg->pool, -(int64_t)seg->size);
     block_recycle(st, b);
+    mem_pool *owner = seg->owner;
     free(seg);
+    pool_forget_if_empty(st, owner);
 }
 
-/* Give back every fully free segment of pools first..last (lock held); returns bytes. */
+/* Give back every fully free segment of pools first..last (lock held): the shared pool's and
+ * those of private pools whose graph is gone; returns bytes. Nothing during a graph capture:
+ * freeing device memory waits for the device, which a capture forbids. */
 static size_t release_whole(mem_state *st, int first, int last) {
     mem_block *list = NULL;
     int64_t n = 0;
     size_t bytes = 0;
     bool queued = false;
-    for (int pool = first; pool <= last; pool++) collect_whole(st->free_tree[pool], &list, &n);
+    if (st->capture) return 0;
+    for (mem_pool *P = &st->shared; P; P = P == &st->shared ? st->privates : P->next)
+        if (P == &st->shared || P->retired)
+            for (int pool = first; pool <= last; pool++) collect_whole(P->free_tree[pool], &list, &n);
     for (mem_block *b = list; b; b = b->link) queued |= b->streams != 0;
     if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
         em_error_state saved;
@@ -244,8 +265,10 @@ static em_status raw_segment(mem_state *st, size_t size, int pool, mem_block **o
         if (b) block_recycle(st, b);
         return EM_ERR_OUT_OF_MEMORY;
     }
+    mem_pool *owner = st->capture ? st->capture : &st->shared;
     *seg = (mem_segment){.handle = h, .size = size, .id = st->next_segment_id++, .pool = pool,
-                         .nblocks = 1, .nfree = 1, .free_bytes = size, .st = st};
+                         .nblocks = 1, .nfree = 1, .free_bytes = size, .st = st, .owner = owner};
+    owner->segments++;
     b->seg = seg;
     b->size = size;
     st->stats.num_raw_allocs++;
@@ -377,7 +400,8 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     size_t size = round_size(bytes);
     int pool = size <= MEM_SMALL_SIZE ? EM_MEMORY_SMALL_POOL : EM_MEMORY_LARGE_POOL;
     uint64_t bit = (uint64_t)1 << stream;
-    mem_block *b = tree_best_fit(st->free_tree[pool], size);
+    mem_pool *from = st->capture ? st->capture : &st->shared;
+    mem_block *b = tree_best_fit(from->free_tree[pool], size);
     if (b) {
         tree_remove(st, pool, b);
         if (b->streams & ~bit) {   /* another queue may still use it: wait for the device */
@@ -496,8 +520,83 @@ void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
         absorb_next(st, b, n);
     }
     split_update(st, seg, before);
-    if (!st->caching && seg->nblocks == 1) release_segment(st, b);
+    /* a whole segment goes back at once without caching, or when its graph is gone (never
+     * during a capture: freeing device memory waits for the device) */
+    if ((!st->caching || seg->owner->retired) && seg->nblocks == 1 && !st->capture) release_segment(st, b);
     else tree_insert(st, pool, b);
     pthread_mutex_unlock(&st->lock);
     *blk = (em_block){0};
+}
+
+/* ---------------------------------------------------------------- graph pools */
+
+uint64_t em__mem_capture_begin(const em_backend *be, em_device d) {
+    mem_state *st = em__mem_state(d);
+    if (!st) return 0;
+    mem_pool *P = calloc(1, sizeof *P);
+    if (!P) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "memory: out of host memory for a graph's memory pool");
+        return 0;
+    }
+    pthread_mutex_lock(&st->lock);
+    if (st->capture) {
+        pthread_mutex_unlock(&st->lock);
+        free(P);
+        char dev[32];
+        em__mem_device_name(d, dev, sizeof dev);
+        em_error(EM_ERR_ARGUMENT, "graph capture on %s: a capture is already under way on this device "
+                 "(end it first)", dev);
+        return 0;
+    }
+    if (!st->be) {
+        st->be = be;
+        em__mem_cap_resolve(st);
+    }
+    P->id = ++st->next_pool_id;
+    P->next = st->privates;
+    st->privates = P;
+    st->capture = P;
+    uint64_t id = P->id;
+    pthread_mutex_unlock(&st->lock);
+    return id;
+}
+
+void em__mem_capture_end(em_device d) {
+    mem_state *st = em__mem_state_peek(d);
+    if (!st) return;
+    pthread_mutex_lock(&st->lock);
+    st->capture = NULL;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void em__mem_pool_release(em_device d, uint64_t id) {
+    mem_state *st = em__mem_state_peek(d);
+    if (!st || !id) return;
+    pthread_mutex_lock(&st->lock);
+    for (mem_pool *P = st->privates; P; P = P->next) {
+        if (P->id != id) continue;
+        if (st->capture == P) st->capture = NULL;
+        P->retired = true;
+        /* the pool's whole segments go now, the rest when their last block is freed; release
+         * frees the pool itself with its last segment */
+        int64_t owned = P->segments, n = 0;
+        mem_block *list = NULL;
+        for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++)
+            collect_whole(P->free_tree[pool], &list, &n);
+        while (list) {
+            mem_block *b = list;
+            list = b->link;
+            tree_remove(st, b->seg->pool, b);
+            release_segment(st, b);
+        }
+        if (owned == 0) pool_forget_if_empty(st, P);
+        break;
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+bool em__mem_block_in_pool(const em_block *blk, uint64_t id) {
+    if (!blk || !blk->alloc_ctx) return false;
+    const mem_block *b = blk->alloc_ctx;
+    return b->seg->owner->id == id;
 }

@@ -103,7 +103,11 @@ void *em__cuda_nccl(int *version, const char **reason);
     X(cuEventSynchronize, 1) X(cuEventDestroy, 1) X(cuModuleLoadDataEx, 1)           \
     X(cuModuleUnload, 1) X(cuModuleGetFunction, 1) X(cuLaunchKernel, 1)             \
     X(cuFuncGetParamInfo, 0) /* driver 12.4+: argument sizes are checked when present */ \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 0) /* sizes 1-D grids when present */
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 0) /* sizes 1-D grids when present */ \
+    /* graphs (cuda_graph.c): all of them, or no graphs */                          \
+    X(cuStreamBeginCapture, 0) X(cuStreamEndCapture, 0) X(cuGraphInstantiateWithFlags, 0) \
+    X(cuGraphLaunch, 0) X(cuGraphExecDestroy, 0) X(cuGraphDestroy, 0)              \
+    X(cuThreadExchangeStreamCaptureMode, 0)
 
 #define EM_NVRTC_FUNCS(X)                                                            \
     X(nvrtcVersion, 1) X(nvrtcGetErrorString, 1) X(nvrtcCreateProgram, 1)            \
