@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include "backends/cuda/cuda_internal.h"
 
@@ -51,6 +52,15 @@ static struct {
     int illegal_in_capture;
     int allocs_in_capture;           /* cuMemAlloc calls made (in relaxed mode) during a capture */
     int frees;                       /* cuMemFree calls */
+    /* virtual memory: address ranges reserved and freed, chunks mapped and unmapped (each
+     * mapping's offset from its range's start, in order), and the bytes mapped now */
+    bool no_vmm;                     /* the device says it has no virtual memory management */
+    int va_reserves, va_frees, maps, unmaps, live_phys;
+    size_t mapped_bytes;
+    CUdeviceptr last_va;
+    size_t map_offsets[64];
+    int creates;                     /* cuMemCreate calls */
+    int map_fail_at;                 /* > 0: cuMemCreate number N (counting from 1) and later fail */
 } F;
 static char ctx_tag[NDEV], stream_tag[NDEV];
 /* the context current on this thread: the device whose primary context it is, -1 none */
@@ -122,7 +132,8 @@ static CUresult f_attr(int *v, CUdevice_attribute a, CUdevice d) {
     (void)d;
     *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? (F.cc_major ? F.cc_major : 8)
        : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? (F.cc_major ? F.cc_minor : 6)
-       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 84 : 0;
+       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 84
+       : a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ? !F.no_vmm : 0;
     return CUDA_SUCCESS;
 }
 static CUresult f_total(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return CUDA_SUCCESS; }
@@ -473,6 +484,73 @@ static CUresult f_graph_destroy(CUgraph graph) {
     F.live_graphs--;
     return CUDA_SUCCESS;
 }
+/* ---- virtual memory: a reserved range is an inaccessible mapping of host address space,
+ * and mapping a chunk makes that part readable and writable, so copies into it work and a
+ * stray access to an unmapped chunk faults ---- */
+#define FAKE_GRANULARITY ((size_t)2 << 20)
+typedef struct fake_phys { size_t size; } fake_phys;
+static CUresult f_granularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags o) {
+    (void)o;
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    *g = FAKE_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+static CUresult f_reserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long fl) {
+    (void)align; (void)addr; (void)fl;
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (size % FAKE_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    void *m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    F.va_reserves++;
+    *p = F.last_va = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+static CUresult f_address_free(CUdeviceptr p, size_t size) {
+    munmap((void *)(uintptr_t)p, size);
+    F.va_frees++;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_create(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                             unsigned long long fl) {
+    (void)prop; (void)fl;
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (F.map_fail_at > 0 && ++F.creates >= F.map_fail_at) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (F.map_fail_at <= 0) F.creates++;
+    if (size % FAKE_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    fake_phys *ph = malloc(sizeof *ph);
+    ph->size = size;
+    F.live_phys++;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_release(CUmemGenericAllocationHandle h) {
+    free((void *)(uintptr_t)h);
+    F.live_phys--;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_map(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                          unsigned long long fl) {
+    (void)off; (void)fl;
+    if (((fake_phys *)(uintptr_t)h)->size != size) return CUDA_ERROR_INVALID_VALUE;
+    if (mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE)) return CUDA_ERROR_INVALID_VALUE;
+    if (F.maps < 64) F.map_offsets[F.maps] = (size_t)(p - F.last_va);
+    F.maps++;
+    F.mapped_bytes += size;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_unmap(CUdeviceptr p, size_t size) {
+    madvise((void *)(uintptr_t)p, size, MADV_DONTNEED);
+    mprotect((void *)(uintptr_t)p, size, PROT_NONE);
+    F.unmaps++;
+    F.mapped_bytes -= size;
+    return CUDA_SUCCESS;
+}
+static CUresult f_set_access(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t count) {
+    (void)p; (void)size;
+    return count == 1 && d->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* Forget captures a test left open (a fresh driver). */
 static void fake_capture_reset(void) {
     for (int d = 0; d < NDEV; d++) {
@@ -510,6 +588,9 @@ static em_cu_api fake_cu(void) {
     a.cuGraphInstantiateWithFlags = f_instantiate; a.cuGraphLaunch = f_graph_launch;
     a.cuGraphExecDestroy = f_exec_destroy; a.cuGraphDestroy = f_graph_destroy;
     a.cuThreadExchangeStreamCaptureMode = f_exchange_mode;
+    a.cuMemGetAllocationGranularity = f_granularity; a.cuMemAddressReserve = f_reserve;
+    a.cuMemAddressFree = f_address_free; a.cuMemCreate = f_mem_create; a.cuMemRelease = f_mem_release;
+    a.cuMemMap = f_mem_map; a.cuMemUnmap = f_mem_unmap; a.cuMemSetAccess = f_set_access;
     return a;
 }
 

@@ -15,8 +15,11 @@
  * at one level is an error, and so is an empty entry ("cpu=5MiB,,"). EMBER_MEMORY_POLICY=pytorch follows PyTorch's caching policy exactly; the default
  * ("ember") differs in one point: before taking a new segment from the device, it gives back
  * the fully free cached segments of that pool, which best fit just found too small (this
- * halves peak reserved memory when shapes vary; see docs/BENCHMARKS.md). All three are read
- * when a device first allocates or is first asked for statistics. */
+ * halves peak reserved memory when shapes vary; see docs/BENCHMARKS.md).
+ * EMBER_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's syntax, CUDA devices only): each pool
+ * grows one reserved address range by mapping memory at its end instead of taking new segments,
+ * so changing shapes do not fragment memory; empty_cache unmaps the free end. All of these are
+ * read when a device first allocates or is first asked for statistics. */
 #ifndef EMBER_MEMORY_H
 #define EMBER_MEMORY_H
 

@@ -37,6 +37,18 @@ typedef struct em_backend {
     /* ---- raw memory (the caching allocator sits on top) ---- */
     em_status (*raw_alloc)(int index, size_t bytes, void **handle);
     void (*raw_free)(int index, void *handle);
+    /* Optional: virtual memory, for the allocator's expandable segments (NULL: none).
+     * vm_granularity: the size every mapping is a multiple of (0: none on this device).
+     * vm_reserve: `size` bytes of address space with no memory behind it; *base is a handle
+     * like raw_alloc's (blocks address it with byte offsets). vm_map backs [offset, offset +
+     * size) with new device memory, readable and writable by the device; vm_unmap gives that
+     * memory back (exactly a range vm_map mapped, after the work queued on it), vm_release the
+     * address space (everything unmapped). */
+    size_t (*vm_granularity)(int index);
+    em_status (*vm_reserve)(int index, size_t size, void **base);
+    em_status (*vm_map)(int index, void *base, size_t offset, size_t size);
+    void (*vm_unmap)(int index, void *base, size_t offset, size_t size);
+    void (*vm_release)(int index, void *base, size_t size);
     /* Optional: page-locked host memory for fast copies (NULL: plain malloc). */
     em_status (*host_alloc_pinned)(size_t bytes, void **ptr);
     void (*host_free_pinned)(void *ptr);

@@ -30,6 +30,12 @@ typedef struct mem_segment {
     size_t free_bytes;
     struct mem_state *st;
     struct mem_pool *owner;    /* the pool whose trees hold its free blocks */
+    struct mem_block *tail;    /* its last block by address */
+    /* An expandable segment (EMBER_CUDA_ALLOC_CONF=expandable_segments:True): `handle` is an
+     * address range of va_size bytes reserved once, of which the first `size` are mapped in
+     * chunks of the device's granularity; it grows at its end instead of a new segment. */
+    bool expandable;
+    size_t va_size;
 } mem_segment;
 
 /* A block: (segment, offset, size). Free blocks live in their pool's tree, ordered by
@@ -73,6 +79,10 @@ typedef struct mem_state {
     mem_pool *capture;         /* during a graph capture on this device: its private pool */
     mem_pool *privates;        /* private pools still holding segments */
     uint64_t next_pool_id;
+    bool expandable;           /* expandable segments asked for (EMBER_CUDA_ALLOC_CONF) */
+    bool vm_checked;           /* granularity asked of the backend */
+    size_t granularity;        /* the backend's mapping granularity; 0: no expandable segments */
+    mem_segment *grow[EM_MEMORY_POOLS]; /* each pool's expandable segment, NULL until needed */
     mem_block *spare;          /* recycled block records */
     uint32_t rng;
     uint64_t next_segment_id;

@@ -115,6 +115,13 @@ em_status em__cuda_graph_end(int index, void **graph);
 em_status em__cuda_graph_launch(int index, void *graph);
 void em__cuda_graph_destroy(int index, void *graph);
 
+/* The virtual-memory entries of the backend table (cuda_vmm.c; backend.h says what each does). */
+size_t em__cuda_vm_granularity(int index);
+em_status em__cuda_vm_reserve(int index, size_t size, void **base);
+em_status em__cuda_vm_map(int index, void *base, size_t offset, size_t size);
+void em__cuda_vm_unmap(int index, void *base, size_t offset, size_t size);
+void em__cuda_vm_release(int index, void *base, size_t size);
+
 /* Wait for d's stream; a failure names the last op queued. */
 em_status em__cuda_sync_device(em_cuda_device *d, const char *why);
 
