@@ -621,6 +621,7 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     mem__stat_up(&S->requested_bytes[0], (int64_t)bytes);
     mem__stat_up(&S->requested_bytes[pool], (int64_t)bytes);
     split_update(st, seg, before);
+    em__mem_history_record(st, true, b, stream);
     *out = (em_block){.handle = seg->handle, .offset = b->offset, .size = b->size, .alloc_ctx = b};
     pthread_mutex_unlock(&st->lock);
     return EM_OK;
@@ -668,6 +669,7 @@ void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
     mem__stat_down(&S->allocated_bytes[pool], (int64_t)b->size);
     mem__stat_down(&S->requested_bytes[0], (int64_t)b->requested);
     mem__stat_down(&S->requested_bytes[pool], (int64_t)b->requested);
+    em__mem_history_record(st, false, b, b->streams ? __builtin_ctzll(b->streams) : 0);
     b->allocated = false;
     b->requested = 0;
     seg->nfree++;

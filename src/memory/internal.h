@@ -128,6 +128,9 @@ void em__mem_device_name(em_device d, char *buf, size_t size);
 void em__mem_config_from_env(mem_state *st);
 /* Resolve a fractional cap once the backend is known (lock held). */
 void em__mem_cap_resolve(mem_state *st);
+/* Memory history (history.c): note an allocation (alloc true) or a free of block b, with
+ * st's statistics after it, when a recording is on (lock held). */
+void em__mem_history_record(const mem_state *st, bool alloc, const mem_block *b, int stream);
 /* Fault injection: true when this raw allocation should fail. */
 bool em__mem_debug_should_fail(void);
 /* Request-level fault injection: counts this request; true when it should fail. */
