@@ -25,7 +25,8 @@
  * side should not count calls.
  *
  * EMBER_CUDA_GRAPHS=0 turns graphs off: em_graph_available says so, a step always runs
- * eagerly, and capture_begin fails with EM_ERR_NOT_SUPPORTED. */
+ * eagerly, and capture_begin fails with EM_ERR_NOT_SUPPORTED (read by em_graph_available,
+ * hence when a step is made and at each capture_begin). */
 #ifndef EMBER_GRAPH_H
 #define EMBER_GRAPH_H
 

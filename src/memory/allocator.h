@@ -44,8 +44,6 @@ void em__mem_pinned_record_use(em_block *b, const em_backend *be, int index);
 uint64_t em__mem_capture_begin(const em_backend *be, em_device d);
 void em__mem_capture_end(em_device d);
 void em__mem_pool_release(em_device d, uint64_t pool_id);
-/* Whether a live block came from private pool `pool_id` (tests). */
-bool em__mem_block_in_pool(const em_block *b, uint64_t pool_id);
 
 /* Fault injection for tests: raw allocation number `nth` from now (1 = the next one), and
  * the `count - 1` after it, fail as if the device were full. nth <= 0 turns it off. */

@@ -760,9 +760,3 @@ void em__mem_pool_release(em_device d, uint64_t id) {
     }
     pthread_mutex_unlock(&st->lock);
 }
-
-bool em__mem_block_in_pool(const em_block *blk, uint64_t id) {
-    if (!blk || !blk->alloc_ctx) return false;
-    const mem_block *b = blk->alloc_ctx;
-    return b->seg->owner->id == id;
-}
