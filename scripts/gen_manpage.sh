@@ -12,7 +12,8 @@ commands="$("$ember" --help | sed -n '/^commands:/,/^$/p' | awk 'NR > 1 && $1 !=
 [ -n "$commands" ] || { echo "gen_manpage: no commands in '$ember --help'" >&2; exit 1; }
 sections="$("$ember" help --man)"
 for c in $commands; do   # a command without a section would be a command without a table
-    grep -qx ".SS ember $c" <<<"$sections" || { echo "gen_manpage: no section for ember $c" >&2; exit 1; }
+    # the section's title is roff: a - in a command's name is written \-
+    grep -qxF ".SS ember ${c//-/\\-}" <<<"$sections" || { echo "gen_manpage: no section for ember $c" >&2; exit 1; }
 done
 {
     echo ".TH EMBER 1 \"\" \"ember $version\" \"User Commands\""

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include "backends/cuda/cuda_internal.h"
 
@@ -44,14 +45,70 @@ static struct {
      * 8-byte values of the parameters whose bit is set in capture_u64 */
     unsigned capture_u64;
     uint64_t last_u64[32];
+    /* graphs: captures begun and ended, graphs instantiated and launched, what was recorded,
+     * and the calls refused because they cannot be captured (each invalidates the capture) */
+    int capture_begins, capture_ends, instantiates, graph_launches, live_graphs, live_execs;
+    int captured_nodes;              /* nodes recorded by all captures */
+    int illegal_in_capture;
+    int allocs_in_capture;           /* cuMemAlloc calls made (in relaxed mode) during a capture */
+    int frees;                       /* cuMemFree calls */
+    /* virtual memory: address ranges reserved and freed, chunks mapped and unmapped (each
+     * mapping's offset from its range's start, in order), and the bytes mapped now */
+    bool no_vmm;                     /* the device says it has no virtual memory management */
+    int va_reserves, va_frees, maps, unmaps, live_phys;
+    size_t mapped_bytes;
+    CUdeviceptr last_va;
+    size_t map_offsets[64];
+    int creates;                     /* cuMemCreate calls */
+    int map_fail_at;                 /* > 0: cuMemCreate number N (counting from 1) and later fail */
 } F;
 static char ctx_tag[NDEV], stream_tag[NDEV];
 /* the context current on this thread: the device whose primary context it is, -1 none */
 static _Thread_local int t_ctx = -1;
 static pthread_mutex_t f_lock = PTHREAD_MUTEX_INITIALIZER; /* counters touched by threads */
 
+/* ---- stream capture: a capture records copies, memsets and launches as nodes instead of
+ * running them; cuGraphLaunch runs the copies and memsets again and counts the launches ---- */
+typedef struct fake_node { int kind; CUdeviceptr dst; const void *src; size_t n; unsigned char v; } fake_node;
+enum { NODE_KERNEL, NODE_COPY, NODE_MEMSET };
+typedef struct fake_graph { int n, cap; fake_node *nodes; } fake_graph;
+static struct { bool active, invalidated; fake_graph *g; } capture[NDEV];
+/* the capturing thread's interaction mode (cuThreadExchangeStreamCaptureMode) */
+static _Thread_local int t_capturing = -1; /* the device this thread captures on, -1 none */
+static _Thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+/* An unsafe call (one that waits, allocates or frees) on a capturing thread outside relaxed
+ * mode: refused, and the capture is invalidated, as the driver does. */
+static bool unsafe_in_capture(void) {
+    if (t_capturing < 0 || t_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return false;
+    pthread_mutex_lock(&f_lock);
+    F.illegal_in_capture++;
+    capture[t_capturing].invalidated = true;
+    pthread_mutex_unlock(&f_lock);
+    return true;
+}
+static int capturing_dev(CUstream s);
+/* Record a node when s is capturing; true if recorded (then the call does not run). */
+static bool record_node(CUstream s, fake_node node) {
+    int d = capturing_dev(s);
+    if (d < 0) return false;
+    fake_graph *g = capture[d].g;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 16;
+        g->nodes = realloc(g->nodes, (size_t)g->cap * sizeof *g->nodes);
+    }
+    g->nodes[g->n++] = node;
+    F.captured_nodes++;
+    return true;
+}
+
 static int dev_of_ctx(CUcontext c) { return (int)((char *)c - ctx_tag); }
 static int dev_of_stream(CUstream s) { return (int)((char *)s - stream_tag); }
+static int capturing_dev(CUstream s) {
+    if (!s) return -1;
+    int d = dev_of_stream(s);
+    return d >= 0 && d < NDEV && capture[d].active ? d : -1;
+}
 /* A call that needs a current context (and, given a stream, that stream's context). */
 static bool ctx_ok(CUstream s) {
     bool ok = t_ctx >= 0 && (!s || dev_of_stream(s) == t_ctx);
@@ -75,7 +132,8 @@ static CUresult f_attr(int *v, CUdevice_attribute a, CUdevice d) {
     (void)d;
     *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? (F.cc_major ? F.cc_major : 8)
        : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? (F.cc_major ? F.cc_minor : 6)
-       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 84 : 0;
+       : a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? 84
+       : a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ? !F.no_vmm : 0;
     return CUDA_SUCCESS;
 }
 static CUresult f_total(size_t *b, CUdevice d) { (void)d; *b = (size_t)16 << 30; return CUDA_SUCCESS; }
@@ -111,6 +169,8 @@ static CUresult f_mem_info(size_t *free_b, size_t *total) {
 }
 static CUresult f_alloc(CUdeviceptr *p, size_t n) {
     if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (unsafe_in_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (t_capturing >= 0) F.allocs_in_capture++;
     if (F.alloc_result != CUDA_SUCCESS) return F.alloc_result;
     void *m = malloc(n);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -118,10 +178,17 @@ static CUresult f_alloc(CUdeviceptr *p, size_t n) {
     *p = (CUdeviceptr)(uintptr_t)m;
     return CUDA_SUCCESS;
 }
-static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); F.live_allocs--; return CUDA_SUCCESS; }
+static CUresult f_free(CUdeviceptr p) {
+    if (unsafe_in_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    free((void *)(uintptr_t)p);
+    F.live_allocs--;
+    F.frees++;
+    return CUDA_SUCCESS;
+}
 static CUresult f_host_alloc(void **p, size_t n, unsigned int flags) {
     (void)flags;
     if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (unsafe_in_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     *p = malloc(n);
     if (!*p) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&f_lock);
@@ -140,6 +207,7 @@ static CUresult f_host_free(void *p) {
 }
 static CUresult f_h2d(CUdeviceptr d, const void *s, size_t n, CUstream st) {
     if (!ctx_ok(st)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (record_node(st, (fake_node){NODE_COPY, d, s, n, 0})) return CUDA_SUCCESS;
     memcpy((void *)(uintptr_t)d, s, n);
     pthread_mutex_lock(&f_lock);
     F.h2d_async++;
@@ -155,6 +223,7 @@ static CUresult f_d2h(void *d, CUdeviceptr s, size_t n, CUstream st) {
 }
 static CUresult f_d2d(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
     if (!ctx_ok(st)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (record_node(st, (fake_node){NODE_COPY, d, (const void *)(uintptr_t)s, n, 0})) return CUDA_SUCCESS;
     F.d2d_copies++;
     memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n);
     return CUDA_SUCCESS;
@@ -166,7 +235,9 @@ static CUresult f_peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc,
     return CUDA_SUCCESS;
 }
 static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
-    (void)st; memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS;
+    if (record_node(st, (fake_node){NODE_MEMSET, d, NULL, n, v})) return CUDA_SUCCESS;
+    memset((void *)(uintptr_t)d, v, n);
+    return CUDA_SUCCESS;
 }
 static CUresult f_stream_create(CUstream *s, unsigned int flags) {
     (void)flags;
@@ -176,7 +247,15 @@ static CUresult f_stream_create(CUstream *s, unsigned int flags) {
 }
 static CUresult f_stream_destroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
 static CUresult f_stream_sync(CUstream s) {
-    (void)s;
+    int cap = capturing_dev(s);
+    if (cap >= 0) {   /* waiting for a capturing stream: nothing runs, so nothing to wait for */
+        pthread_mutex_lock(&f_lock);
+        F.illegal_in_capture++;
+        capture[cap].invalidated = true;
+        pthread_mutex_unlock(&f_lock);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (unsafe_in_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&f_lock);
     F.stream_syncs++;
     pthread_mutex_unlock(&f_lock);
@@ -205,6 +284,7 @@ static CUresult f_record(CUevent e, CUstream s) {
 }
 static CUresult f_event_query(CUevent e) {
     (void)e;
+    if (unsafe_in_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&f_lock);
     F.event_queries++;
     pthread_mutex_unlock(&f_lock);
@@ -212,6 +292,7 @@ static CUresult f_event_query(CUevent e) {
 }
 static CUresult f_event_sync(CUevent e) {
     (void)e;
+    if (unsafe_in_capture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_mutex_lock(&f_lock);
     F.event_syncs++;
     pthread_mutex_unlock(&f_lock);
@@ -314,6 +395,7 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
                          unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
     (void)shmem; (void)extra;
     if (!ctx_ok(s)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (record_node(s, (fake_node){NODE_KERNEL, 0, NULL, 0, 0})) return CUDA_SUCCESS;
     F.launches++;
     F.last_func = f;
     F.last_grid[0] = gx; F.last_grid[1] = gy; F.last_grid[2] = gz;
@@ -323,6 +405,164 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
     for (int i = 0; i < 32; i++)
         if (F.capture_u64 & (1u << i)) memcpy(&F.last_u64[i], params[i], 8);
     return CUDA_SUCCESS;
+}
+
+static CUresult f_begin_capture(CUstream s, CUstreamCaptureMode mode) {
+    if (!ctx_ok(s)) return CUDA_ERROR_INVALID_CONTEXT;
+    int d = dev_of_stream(s);
+    if (capture[d].active) return CUDA_ERROR_ILLEGAL_STATE;
+    capture[d].active = true;
+    capture[d].invalidated = false;
+    capture[d].g = calloc(1, sizeof(fake_graph));
+    t_capturing = d;
+    t_mode = mode;
+    F.capture_begins++;
+    F.live_graphs++;
+    return CUDA_SUCCESS;
+}
+static CUresult f_end_capture(CUstream s, CUgraph *graph) {
+    int d = dev_of_stream(s);
+    *graph = NULL;
+    if (!capture[d].active || t_capturing != d) return CUDA_ERROR_ILLEGAL_STATE;
+    capture[d].active = false;
+    t_capturing = -1;
+    t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    F.capture_ends++;
+    fake_graph *g = capture[d].g;
+    capture[d].g = NULL;
+    if (capture[d].invalidated) {
+        free(g->nodes);
+        free(g);
+        F.live_graphs--;
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *graph = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+static CUresult f_exchange_mode(CUstreamCaptureMode *mode) {
+    CUstreamCaptureMode old = t_mode;
+    t_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+static CUresult f_instantiate(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
+    (void)flags;
+    const fake_graph *g = (const fake_graph *)graph;
+    fake_graph *e = calloc(1, sizeof *e);
+    e->n = e->cap = g->n;
+    e->nodes = malloc((size_t)(g->n ? g->n : 1) * sizeof *e->nodes);
+    if (g->n) memcpy(e->nodes, g->nodes, (size_t)g->n * sizeof *e->nodes);
+    F.instantiates++;
+    F.live_execs++;
+    *exec = (CUgraphExec)e;
+    return CUDA_SUCCESS;
+}
+static CUresult f_graph_launch(CUgraphExec exec, CUstream s) {
+    if (!ctx_ok(s)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (capturing_dev(s) >= 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    const fake_graph *e = (const fake_graph *)exec;
+    for (int i = 0; i < e->n; i++) {
+        const fake_node *nd = &e->nodes[i];
+        if (nd->kind == NODE_KERNEL) F.launches++;
+        else if (nd->kind == NODE_COPY) memcpy((void *)(uintptr_t)nd->dst, nd->src, nd->n);
+        else memset((void *)(uintptr_t)nd->dst, nd->v, nd->n);
+    }
+    F.graph_launches++;
+    return CUDA_SUCCESS;
+}
+static CUresult f_exec_destroy(CUgraphExec exec) {
+    fake_graph *e = (fake_graph *)exec;
+    free(e->nodes);
+    free(e);
+    F.live_execs--;
+    return CUDA_SUCCESS;
+}
+static CUresult f_graph_destroy(CUgraph graph) {
+    fake_graph *g = (fake_graph *)graph;
+    free(g->nodes);
+    free(g);
+    F.live_graphs--;
+    return CUDA_SUCCESS;
+}
+/* ---- virtual memory: a reserved range is an inaccessible mapping of host address space,
+ * and mapping a chunk makes that part readable and writable, so copies into it work and a
+ * stray access to an unmapped chunk faults ---- */
+#define FAKE_GRANULARITY ((size_t)2 << 20)
+typedef struct fake_phys { size_t size; } fake_phys;
+static CUresult f_granularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags o) {
+    (void)o;
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    *g = FAKE_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+static CUresult f_reserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long fl) {
+    (void)align; (void)addr; (void)fl;
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (size % FAKE_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    void *m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    F.va_reserves++;
+    *p = F.last_va = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+static CUresult f_address_free(CUdeviceptr p, size_t size) {
+    munmap((void *)(uintptr_t)p, size);
+    F.va_frees++;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_create(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                             unsigned long long fl) {
+    (void)prop; (void)fl;
+    if (!ctx_ok(NULL)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (F.map_fail_at > 0 && ++F.creates >= F.map_fail_at) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (F.map_fail_at <= 0) F.creates++;
+    if (size % FAKE_GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    fake_phys *ph = malloc(sizeof *ph);
+    ph->size = size;
+    F.live_phys++;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_release(CUmemGenericAllocationHandle h) {
+    free((void *)(uintptr_t)h);
+    F.live_phys--;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_map(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                          unsigned long long fl) {
+    (void)off; (void)fl;
+    if (((fake_phys *)(uintptr_t)h)->size != size) return CUDA_ERROR_INVALID_VALUE;
+    if (mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE)) return CUDA_ERROR_INVALID_VALUE;
+    if (F.maps < 64) F.map_offsets[F.maps] = (size_t)(p - F.last_va);
+    F.maps++;
+    F.mapped_bytes += size;
+    return CUDA_SUCCESS;
+}
+static CUresult f_mem_unmap(CUdeviceptr p, size_t size) {
+    madvise((void *)(uintptr_t)p, size, MADV_DONTNEED);
+    mprotect((void *)(uintptr_t)p, size, PROT_NONE);
+    F.unmaps++;
+    F.mapped_bytes -= size;
+    return CUDA_SUCCESS;
+}
+static CUresult f_set_access(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t count) {
+    (void)p; (void)size;
+    return count == 1 && d->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Forget captures a test left open (a fresh driver). */
+static void fake_capture_reset(void) {
+    for (int d = 0; d < NDEV; d++) {
+        if (capture[d].g) {
+            free(capture[d].g->nodes);
+            free(capture[d].g);
+        }
+        capture[d].g = NULL;
+        capture[d].active = capture[d].invalidated = false;
+    }
+    t_capturing = -1;
+    t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 }
 
 static em_cu_api fake_cu(void) {
@@ -344,6 +584,13 @@ static em_cu_api fake_cu(void) {
     a.cuEventDestroy = f_event_destroy; a.cuModuleLoadDataEx = f_load; a.cuModuleUnload = f_unload;
     a.cuModuleGetFunction = f_get_function; a.cuLaunchKernel = f_launch;
     a.cuFuncGetParamInfo = f_param_info;
+    a.cuStreamBeginCapture = f_begin_capture; a.cuStreamEndCapture = f_end_capture;
+    a.cuGraphInstantiateWithFlags = f_instantiate; a.cuGraphLaunch = f_graph_launch;
+    a.cuGraphExecDestroy = f_exec_destroy; a.cuGraphDestroy = f_graph_destroy;
+    a.cuThreadExchangeStreamCaptureMode = f_exchange_mode;
+    a.cuMemGetAllocationGranularity = f_granularity; a.cuMemAddressReserve = f_reserve;
+    a.cuMemAddressFree = f_address_free; a.cuMemCreate = f_mem_create; a.cuMemRelease = f_mem_release;
+    a.cuMemMap = f_mem_map; a.cuMemUnmap = f_mem_unmap; a.cuMemSetAccess = f_set_access;
     return a;
 }
 

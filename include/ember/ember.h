@@ -34,6 +34,7 @@
 #include <ember/data.h>
 #include <ember/kernel.h>
 #include <ember/memory.h>
+#include <ember/graph.h>
 #include <ember/estimate.h>
 #include <ember/parse.h>
 /* DataParallel over devices */

@@ -15,8 +15,11 @@
  * at one level is an error, and so is an empty entry ("cpu=5MiB,,"). EMBER_MEMORY_POLICY=pytorch follows PyTorch's caching policy exactly; the default
  * ("ember") differs in one point: before taking a new segment from the device, it gives back
  * the fully free cached segments of that pool, which best fit just found too small (this
- * halves peak reserved memory when shapes vary; see docs/BENCHMARKS.md). All three are read
- * when a device first allocates or is first asked for statistics. */
+ * halves peak reserved memory when shapes vary; see docs/BENCHMARKS.md).
+ * EMBER_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's syntax, CUDA devices only): each pool
+ * grows one reserved address range by mapping memory at its end instead of taking new segments,
+ * so changing shapes do not fragment memory; empty_cache unmaps the free end. All of these are
+ * read when a device first allocates or is first asked for statistics. */
 #ifndef EMBER_MEMORY_H
 #define EMBER_MEMORY_H
 
@@ -99,6 +102,25 @@ EM_API em_status em_memory_check_env(em_device d);
 EM_API em_status em_memory_get_pinned_stats(em_memory_stats *out);
 /* Give every cached, unused pinned block back to the system. */
 EM_API void em_memory_empty_pinned_cache(void);
+
+/* Memory history, as torch.cuda.memory._record_memory_history: while on, every allocation and
+ * free of every device's allocator is recorded (time, device, stream, address, size, the
+ * thread's tag, and the device's allocated and reserved bytes after it), keeping the last
+ * max_entries events. Turning it on starts a new recording; turning it off keeps the events
+ * for em_memory_dump_history. `ember memory-timeline FILE.json -o out.svg` draws them. */
+EM_API em_status em_memory_record_history(bool enabled, int64_t max_entries);
+/* Write the recorded events as JSON (format "ember-memory-history", version 1: a "columns" list
+ * and an "events" list of rows, oldest first; "dropped" counts events pushed out of the ring). */
+EM_API em_status em_memory_dump_history(const char *path);
+/* Events held now. */
+EM_API int64_t em_memory_history_length(void);
+/* The tag of the calling thread's allocations from now on (copied, at most 47 bytes; NULL or ""
+ * for none): an op's or a layer's name, a phase of the step. em_memory_get_tag copies the
+ * current one into buf (as snprintf) and returns its length, so a caller can set its own and
+ * put the previous one back. nn's em_forward tags each module's allocations with its kind where
+ * the caller set none. */
+EM_API void em_memory_set_tag(const char *tag);
+EM_API size_t em_memory_get_tag(char *buf, size_t size);
 
 /* Parse a byte count with an optional unit ("512MiB", "1.5GB", "4096"); EM_ERR_ARGUMENT if bad. */
 EM_API em_status em_memory_parse_size(const char *s, int64_t *out);

@@ -37,6 +37,18 @@ typedef struct em_backend {
     /* ---- raw memory (the caching allocator sits on top) ---- */
     em_status (*raw_alloc)(int index, size_t bytes, void **handle);
     void (*raw_free)(int index, void *handle);
+    /* Optional: virtual memory, for the allocator's expandable segments (NULL: none).
+     * vm_granularity: the size every mapping is a multiple of (0: none on this device).
+     * vm_reserve: `size` bytes of address space with no memory behind it; *base is a handle
+     * like raw_alloc's (blocks address it with byte offsets). vm_map backs [offset, offset +
+     * size) with new device memory, readable and writable by the device; vm_unmap gives that
+     * memory back (exactly a range vm_map mapped, after the work queued on it), vm_release the
+     * address space (everything unmapped). */
+    size_t (*vm_granularity)(int index);
+    em_status (*vm_reserve)(int index, size_t size, void **base);
+    em_status (*vm_map)(int index, void *base, size_t offset, size_t size);
+    void (*vm_unmap)(int index, void *base, size_t offset, size_t size);
+    void (*vm_release)(int index, void *base, size_t size);
     /* Optional: page-locked host memory for fast copies (NULL: plain malloc). */
     em_status (*host_alloc_pinned)(size_t bytes, void **ptr);
     void (*host_free_pinned)(void *ptr);
@@ -76,6 +88,20 @@ typedef struct em_backend {
     void (*native_leave)(void *restore);
     uintptr_t (*native_address)(int index, void *handle, size_t offset);
     void *(*native_library)(const char *name, int *version, const char **reason);
+
+    /* ---- graphs (optional: NULL where the backend has none; src/core/graph.c) ----
+     * graph_available: whether this device's driver can record graphs (*reason when not).
+     * graph_begin: from now on the work queued on device index's queue is recorded, not run.
+     * graph_end: stop recording and give the recorded work as one replayable graph; when
+     * something that cannot be recorded happened in between (a host wait, a copy to or from
+     * host memory, a driver call that waits), the recording is dropped and the error names
+     * what it was; either way the device is out of capture afterwards. graph_launch queues the
+     * whole graph once; graph_destroy frees it. */
+    bool (*graph_available)(int index, const char **reason);
+    em_status (*graph_begin)(int index);
+    em_status (*graph_end)(int index, void **graph);
+    em_status (*graph_launch)(int index, void *graph);
+    void (*graph_destroy)(int index, void *graph);
 
     /* ---- ops ---- */
     /* GPU backends: the launcher under the shared GPU op layer (src/backends/gpu/gpu.h),

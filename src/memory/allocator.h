@@ -3,6 +3,7 @@
 #define EM_MEMORY_ALLOCATOR_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "block.h"
 #include "../backends/backend.h"
@@ -32,6 +33,17 @@ void em__mem_pinned_set_provider(const em_backend *be);
  * the block is reused, the allocator waits for that copy (an event recorded after it when
  * the backend has events, else the whole device). */
 void em__mem_pinned_record_use(em_block *b, const em_backend *be, int index);
+
+/* Graph capture (src/core/graph.c). From em__mem_capture_begin to em__mem_capture_end every
+ * allocation on device d comes from a new private pool, PyTorch's graph pool: the graph's
+ * work uses those addresses at every replay, so the pool's memory is handed to no one else
+ * until em__mem_pool_release (the graph is gone); its segments then go back to the device as
+ * their last blocks are freed. No cached segment is given back to the device during a capture
+ * (freeing device memory waits for the device, which a capture forbids). Begin returns the
+ * pool's id (> 0), or 0 with an error recorded (a capture already under way on d). */
+uint64_t em__mem_capture_begin(const em_backend *be, em_device d);
+void em__mem_capture_end(em_device d);
+void em__mem_pool_release(em_device d, uint64_t pool_id);
 
 /* Fault injection for tests: raw allocation number `nth` from now (1 = the next one), and
  * the `count - 1` after it, fail as if the device were full. nth <= 0 turns it off. */

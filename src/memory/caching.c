@@ -107,14 +107,15 @@ static void tree_insert(mem_state *st, int pool, mem_block *x) {
     st->rng ^= st->rng >> 17;
     st->rng ^= st->rng << 5;
     x->prio = st->rng;
-    mem_block **p = &st->free_tree[pool];
+    mem_block **p = &x->seg->owner->free_tree[pool];
     while (*p && (*p)->prio > x->prio) p = block_less(x, *p) ? &(*p)->left : &(*p)->right;
     treap_split(*p, x, &x->left, &x->right);
     *p = x;
 }
 
 static void tree_remove(mem_state *st, int pool, mem_block *x) {
-    mem_block **p = &st->free_tree[pool];
+    (void)st;
+    mem_block **p = &x->seg->owner->free_tree[pool];
     while (*p != x) p = block_less(x, *p) ? &(*p)->left : &(*p)->right;
     *p = treap_join(x->left, x->right);
     x->left = x->right = NULL;
@@ -149,12 +150,13 @@ static void collect_whole(mem_block *t, mem_block **list, int64_t *count) {
 
 void em__mem_refresh_derived(mem_state *st) {
     int64_t largest = 0, whole = 0;
-    for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++) {
-        mem_block *t = st->free_tree[pool];
-        while (t && t->right) t = t->right;
-        if (t && (int64_t)t->size > largest) largest = (int64_t)t->size;
-        collect_whole(st->free_tree[pool], NULL, &whole);
-    }
+    for (mem_pool *P = &st->shared; P; P = P == &st->shared ? st->privates : P->next)
+        for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++) {
+            mem_block *t = P->free_tree[pool];
+            while (t && t->right) t = t->right;
+            if (t && (int64_t)t->size > largest) largest = (int64_t)t->size;
+            collect_whole(P->free_tree[pool], NULL, &whole);
+        }
     memcpy(st->stats.active, st->stats.allocation, sizeof st->stats.active);
     memcpy(st->stats.active_bytes, st->stats.allocated_bytes, sizeof st->stats.active_bytes);
     st->stats.largest_free_block = largest;
@@ -178,23 +180,88 @@ static void split_update(mem_state *st, const mem_segment *s, split_part before)
     mem__stat_add(st->stats.inactive_split, s->pool, after.count - before.count);
 }
 
+/* Forget a retired private pool once its last segment is gone. */
+static void pool_forget_if_empty(mem_state *st, mem_pool *P) {
+    if (P == &st->shared || !P->retired || P->segments > 0) return;
+    for (mem_pool **q = &st->privates; *q; q = &(*q)->next)
+        if (*q == P) {
+            *q = P->next;
+            break;
+        }
+    free(P);
+}
+
+/* Unmap the chunks of expandable segment seg from byte `from` (a multiple of the
+ * granularity) to its end. */
+static void unmap_tail(mem_state *st, mem_segment *seg, size_t from) {
+    for (size_t off = from; off < seg->size; off += st->granularity)
+        st->be->vm_unmap(st->dev.index, seg->handle, off, st->granularity);
+}
+
 static void release_segment(mem_state *st, mem_block *b) {
     mem_segment *seg = b->seg;
-    st->be->raw_free(st->dev.index, seg->handle);
+    seg->owner->segments--;
+    if (seg->expandable) {
+        unmap_tail(st, seg, 0);
+        st->be->vm_release(st->dev.index, seg->handle, seg->va_size);
+        st->grow[seg->pool] = NULL;
+    } else {
+        st->be->raw_free(st->dev.index, seg->handle);
+    }
     st->stats.num_raw_frees++;
     mem__stat_add(st->stats.segment, seg->pool, -1);
     mem__stat_add(st->stats.reserved_bytes, seg->pool, -(int64_t)seg->size);
     block_recycle(st, b);
+    mem_pool *owner = seg->owner;
     free(seg);
+    pool_forget_if_empty(st, owner);
 }
 
-/* Give back every fully free segment of pools first..last (lock held); returns bytes. */
+static split_part seg_split(const mem_segment *s);
+static void split_update(mem_state *st, const mem_segment *s, split_part before);
+
+/* Unmap the free end of pool's expandable segment, whole chunks only (lock held; not during a
+ * capture); returns bytes. A free block inside the range stays mapped: it is reused in place. */
+static size_t trim_expandable(mem_state *st, int pool) {
+    mem_segment *seg = st->grow[pool];
+    mem_block *t = seg ? seg->tail : NULL;
+    if (!t || t->allocated || !t->prev) return 0;   /* wholly free segments are released whole */
+    size_t from = (t->offset + st->granularity - 1) / st->granularity * st->granularity;
+    if (from >= seg->size) return 0;
+    size_t bytes = seg->size - from;
+    split_part before = seg_split(seg);
+    tree_remove(st, pool, t);
+    unmap_tail(st, seg, from);
+    seg->size = from;
+    seg->free_bytes -= bytes;
+    t->size -= bytes;
+    if (t->size == 0) {   /* the block was whole chunks: it goes */
+        t->prev->next = NULL;
+        seg->tail = t->prev;
+        seg->nblocks--;
+        seg->nfree--;
+        block_recycle(st, t);
+    } else {
+        tree_insert(st, pool, t);
+    }
+    split_update(st, seg, before);
+    st->stats.num_raw_frees++;
+    mem__stat_add(st->stats.reserved_bytes, pool, -(int64_t)bytes);
+    return bytes;
+}
+
+/* Give back every fully free segment of pools first..last (lock held): the shared pool's and
+ * those of private pools whose graph is gone; returns bytes. Nothing during a graph capture:
+ * freeing device memory waits for the device, which a capture forbids. */
 static size_t release_whole(mem_state *st, int first, int last) {
     mem_block *list = NULL;
     int64_t n = 0;
     size_t bytes = 0;
     bool queued = false;
-    for (int pool = first; pool <= last; pool++) collect_whole(st->free_tree[pool], &list, &n);
+    if (st->capture) return 0;
+    for (mem_pool *P = &st->shared; P; P = P == &st->shared ? st->privates : P->next)
+        if (P == &st->shared || P->retired)
+            for (int pool = first; pool <= last; pool++) collect_whole(P->free_tree[pool], &list, &n);
     for (mem_block *b = list; b; b = b->link) queued |= b->streams != 0;
     if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
         em_error_state saved;
@@ -209,6 +276,7 @@ static size_t release_whole(mem_state *st, int first, int last) {
         bytes += b->seg->size;
         release_segment(st, b);
     }
+    for (int pool = first; pool <= last; pool++) bytes += trim_expandable(st, pool);
     return bytes;
 }
 
@@ -244,13 +312,99 @@ static em_status raw_segment(mem_state *st, size_t size, int pool, mem_block **o
         if (b) block_recycle(st, b);
         return EM_ERR_OUT_OF_MEMORY;
     }
+    mem_pool *owner = st->capture ? st->capture : &st->shared;
     *seg = (mem_segment){.handle = h, .size = size, .id = st->next_segment_id++, .pool = pool,
-                         .nblocks = 1, .nfree = 1, .free_bytes = size, .st = st};
+                         .nblocks = 1, .nfree = 1, .free_bytes = size, .st = st, .owner = owner};
+    owner->segments++;
     b->seg = seg;
     b->size = size;
+    seg->tail = b;
     st->stats.num_raw_allocs++;
     mem__stat_add(st->stats.segment, pool, 1);
     mem__stat_add(st->stats.reserved_bytes, pool, (int64_t)size);
+    *out = b;
+    return EM_OK;
+}
+
+/* Expandable segments: is the backend able, and what is its granularity? (lock held) */
+static bool expandable_on(mem_state *st) {
+    if (!st->expandable || !st->caching || st->capture) return false;
+    if (!st->vm_checked) {
+        st->vm_checked = true;
+        const em_backend *be = st->be;
+        if (be->vm_granularity && be->vm_reserve && be->vm_map && be->vm_unmap && be->vm_release)
+            st->granularity = be->vm_granularity(st->dev.index);
+    }
+    return st->granularity > 0;
+}
+
+/* Grow pool's expandable segment (reserving its range the first time: as much address space
+ * as the device has memory) by whole chunks at its end, so that its last block, free, holds
+ * `size`. That block (out of the trees) in *out. EM_ERR_NOT_SUPPORTED when the range is full
+ * or cannot be reserved (the caller takes an ordinary segment then); EM_ERR_OUT_OF_MEMORY when
+ * the device or the cap refuses the memory. */
+static em_status grow_expandable(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
+    const em_backend *be = st->be;
+    size_t g = st->granularity;
+    mem_segment *seg = st->grow[pool];
+    if (!seg) {
+        em_device_props p;
+        em_error_state saved;
+        em__error_save(&saved);
+        bool props = be->device_props && be->device_props(st->dev.index, &p) == EM_OK && p.total_memory > 0;
+        void *base = NULL;
+        size_t va = props ? ((size_t)p.total_memory + g - 1) / g * g : 0;
+        bool ok = props && be->vm_reserve(st->dev.index, va, &base) == EM_OK;
+        em__error_restore(&saved);
+        if (!ok) return EM_ERR_NOT_SUPPORTED;
+        if (!(seg = malloc(sizeof *seg))) {
+            be->vm_release(st->dev.index, base, va);
+            return EM_ERR_OUT_OF_MEMORY;
+        }
+        *seg = (mem_segment){.handle = base, .id = st->next_segment_id++, .pool = pool, .st = st,
+                             .owner = &st->shared, .expandable = true, .va_size = va};
+        st->shared.segments++;
+        mem__stat_add(st->stats.segment, pool, 1);
+        st->grow[pool] = seg;
+    }
+    mem_block *last = seg->tail;
+    size_t have = last && !last->allocated ? last->size : 0;
+    size_t need = have < size ? (size - have + g - 1) / g * g : 0;
+    if (need > seg->va_size - seg->size) return EM_ERR_NOT_SUPPORTED;
+    if (st->cap >= 0 && st->stats.reserved_bytes[EM_MEMORY_ALL].current + (int64_t)need > st->cap) {
+        *capped = true;
+        return EM_ERR_OUT_OF_MEMORY;
+    }
+    mem_block *b = have ? last : block_new(st);
+    if (!b) return EM_ERR_OUT_OF_MEMORY;
+    for (size_t off = 0; off < need; off += g) {
+        em_status s = em__mem_debug_should_fail() ? EM_ERR_OUT_OF_MEMORY
+                                                  : be->vm_map(st->dev.index, seg->handle, seg->size + off, g);
+        if (s != EM_OK) {
+            for (size_t k = 0; k < off; k += g) be->vm_unmap(st->dev.index, seg->handle, seg->size + k, g);
+            if (!have) block_recycle(st, b);
+            return s;
+        }
+    }
+    split_part before = seg_split(seg);
+    if (have) {
+        tree_remove(st, pool, b);
+        b->size += need;
+    } else {
+        b->seg = seg;
+        b->offset = seg->size;
+        b->size = need;
+        b->prev = last;
+        if (last) last->next = b;
+        seg->tail = b;
+        seg->nblocks++;
+        seg->nfree++;
+    }
+    seg->size += need;
+    seg->free_bytes += need;
+    split_update(st, seg, before);
+    st->stats.num_raw_allocs++;
+    mem__stat_add(st->stats.reserved_bytes, pool, (int64_t)need);
     *out = b;
     return EM_OK;
 }
@@ -269,6 +423,29 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
     int n = sizes[0] > size ? 2 : 1;
     em_error_state saved;
     em__error_save(&saved);
+    if (expandable_on(st)) {
+        em_status s = EM_ERR_OUT_OF_MEMORY;
+        for (int attempt = 0; attempt < 2; attempt++) {
+            if (attempt == 1) {   /* free the cache and retry once, as below */
+                em__mem_release_cached(st);
+                st->stats.num_alloc_retries++;
+            }
+            unsigned long seq = em__error_seq();
+            s = grow_expandable(st, size, pool, out, capped);
+            if (s == EM_OK) {
+                em__error_restore(&saved);
+                return s;
+            }
+            if (s == EM_ERR_NOT_SUPPORTED) break;   /* an ordinary segment, below */
+            if (s != EM_ERR_OUT_OF_MEMORY) {
+                if (em__error_seq() == seq) em_error(s, "%s mapping of %zu bytes failed", st->be->name, size);
+                return s;
+            }
+            em__error_restore(&saved);
+        }
+        em__error_restore(&saved);
+        if (s == EM_ERR_OUT_OF_MEMORY) return s;   /* the device refused: so would cuMemAlloc */
+    }
     if (st->release_on_grow && st->caching) release_whole(st, pool, pool);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
@@ -332,8 +509,13 @@ static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool cappe
         snprintf(cap, sizeof cap, "none");
     }
     int frag = free_cached > 0 ? (int)(100.0 * (1.0 - (double)big / (double)free_cached) + 0.5) : 0;
-    const char *why = (free_cached >= (int64_t)size && big < (int64_t)size)
-                          ? ": enough is free in total, but not in one piece" : "";
+    bool fragmented = free_cached >= (int64_t)size && big < (int64_t)size;
+    /* expandable segments grow one range in place instead of leaving such gaps between segments */
+    bool hint = fragmented && st->dev.type == EM_CUDA && !st->expandable && st->be->vm_reserve;
+    const char *why = !fragmented ? ""
+                      : hint ? ": enough is free in total, but not in one piece; "
+                               "EMBER_CUDA_ALLOC_CONF=expandable_segments:True avoids this fragmentation"
+                             : ": enough is free in total, but not in one piece";
     return em_error(EM_ERR_OUT_OF_MEMORY,
                     "%s out of memory. Tried to allocate %s. Device %s has %s total, %s free. "
                     "Ember holds %s allocated and %s reserved but unallocated, of which the largest "
@@ -377,7 +559,8 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     size_t size = round_size(bytes);
     int pool = size <= MEM_SMALL_SIZE ? EM_MEMORY_SMALL_POOL : EM_MEMORY_LARGE_POOL;
     uint64_t bit = (uint64_t)1 << stream;
-    mem_block *b = tree_best_fit(st->free_tree[pool], size);
+    mem_pool *from = st->capture ? st->capture : &st->shared;
+    mem_block *b = tree_best_fit(from->free_tree[pool], size);
     if (b) {
         tree_remove(st, pool, b);
         if (b->streams & ~bit) {   /* another queue may still use it: wait for the device */
@@ -404,7 +587,10 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     mem_segment *seg = b->seg;
     split_part before = seg_split(seg);
     size_t rest = b->size - size;
-    bool split = st->caching && (pool == EM_MEMORY_SMALL_POOL ? rest >= MEM_MIN_BLOCK : rest > MEM_SMALL_SIZE);
+    /* an expandable segment splits off any rest, as the small pool does (PyTorch's rule): the
+     * rest is where the range grows from, and no other segment would use it */
+    bool split = st->caching && (pool == EM_MEMORY_SMALL_POOL || seg->expandable ? rest >= MEM_MIN_BLOCK
+                                                                                : rest > MEM_SMALL_SIZE);
     mem_block *r = split ? block_new(st) : NULL;   /* no record: keep the block whole */
     if (r) {
         r->seg = seg;
@@ -414,6 +600,7 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
         r->next = b->next;
         r->streams = b->streams;
         if (b->next) b->next->prev = r;
+        else seg->tail = r;
         b->next = r;
         b->size = size;
         seg->nblocks++;
@@ -434,6 +621,7 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     mem__stat_up(&S->requested_bytes[0], (int64_t)bytes);
     mem__stat_up(&S->requested_bytes[pool], (int64_t)bytes);
     split_update(st, seg, before);
+    em__mem_history_record(st, true, b, stream);
     *out = (em_block){.handle = seg->handle, .offset = b->offset, .size = b->size, .alloc_ctx = b};
     pthread_mutex_unlock(&st->lock);
     return EM_OK;
@@ -457,6 +645,7 @@ static void absorb_next(mem_state *st, mem_block *b, mem_block *n) {
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
+    else b->seg->tail = b;
     b->streams |= n->streams;
     b->seg->nblocks--;
     b->seg->nfree--;
@@ -480,6 +669,7 @@ void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
     mem__stat_down(&S->allocated_bytes[pool], (int64_t)b->size);
     mem__stat_down(&S->requested_bytes[0], (int64_t)b->requested);
     mem__stat_down(&S->requested_bytes[pool], (int64_t)b->requested);
+    em__mem_history_record(st, false, b, b->streams ? __builtin_ctzll(b->streams) : 0);
     b->allocated = false;
     b->requested = 0;
     seg->nfree++;
@@ -496,8 +686,77 @@ void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
         absorb_next(st, b, n);
     }
     split_update(st, seg, before);
-    if (!st->caching && seg->nblocks == 1) release_segment(st, b);
+    /* a whole segment goes back at once without caching, or when its graph is gone (never
+     * during a capture: freeing device memory waits for the device) */
+    if ((!st->caching || seg->owner->retired) && seg->nblocks == 1 && !st->capture) release_segment(st, b);
     else tree_insert(st, pool, b);
     pthread_mutex_unlock(&st->lock);
     *blk = (em_block){0};
+}
+
+/* ---------------------------------------------------------------- graph pools */
+
+uint64_t em__mem_capture_begin(const em_backend *be, em_device d) {
+    mem_state *st = em__mem_state(d);
+    if (!st) return 0;
+    mem_pool *P = calloc(1, sizeof *P);
+    if (!P) {
+        em_error(EM_ERR_OUT_OF_MEMORY, "memory: out of host memory for a graph's memory pool");
+        return 0;
+    }
+    pthread_mutex_lock(&st->lock);
+    if (st->capture) {
+        pthread_mutex_unlock(&st->lock);
+        free(P);
+        char dev[32];
+        em__mem_device_name(d, dev, sizeof dev);
+        em_error(EM_ERR_ARGUMENT, "graph capture on %s: a capture is already under way on this device "
+                 "(end it first)", dev);
+        return 0;
+    }
+    if (!st->be) {
+        st->be = be;
+        em__mem_cap_resolve(st);
+    }
+    P->id = ++st->next_pool_id;
+    P->next = st->privates;
+    st->privates = P;
+    st->capture = P;
+    uint64_t id = P->id;
+    pthread_mutex_unlock(&st->lock);
+    return id;
+}
+
+void em__mem_capture_end(em_device d) {
+    mem_state *st = em__mem_state_peek(d);
+    if (!st) return;
+    pthread_mutex_lock(&st->lock);
+    st->capture = NULL;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void em__mem_pool_release(em_device d, uint64_t id) {
+    mem_state *st = em__mem_state_peek(d);
+    if (!st || !id) return;
+    pthread_mutex_lock(&st->lock);
+    for (mem_pool *P = st->privates; P; P = P->next) {
+        if (P->id != id) continue;
+        if (st->capture == P) st->capture = NULL;
+        P->retired = true;
+        /* the pool's whole segments go now, the rest when their last block is freed; release
+         * frees the pool itself with its last segment */
+        int64_t owned = P->segments, n = 0;
+        mem_block *list = NULL;
+        for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++)
+            collect_whole(P->free_tree[pool], &list, &n);
+        while (list) {
+            mem_block *b = list;
+            list = b->link;
+            tree_remove(st, b->seg->pool, b);
+            release_segment(st, b);
+        }
+        if (owned == 0) pool_forget_if_empty(st, P);
+        break;
+    }
+    pthread_mutex_unlock(&st->lock);
 }

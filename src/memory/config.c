@@ -146,7 +146,42 @@ static void cap_from_env(mem_state *st) {
     }
 }
 
+/* EMBER_CUDA_ALLOC_CONF, PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax ("key:value,key:value"):
+ * expandable_segments:True|False. CUDA devices only. */
+static void cuda_conf_from_env(mem_state *st) {
+    const char *env = getenv("EMBER_CUDA_ALLOC_CONF");
+    if (st->dev.type != EM_CUDA || !env || !*env) return;
+    char *buf = strdup(env);
+    if (!buf) {
+        snprintf(st->config_error, sizeof st->config_error, "EMBER_CUDA_ALLOC_CONF: out of host memory reading it");
+        return;
+    }
+    for (char *item = buf, *next; item; item = next) {
+        char *comma = strchr(item, ',');
+        next = comma ? comma + 1 : NULL;
+        if (comma) *comma = '\0';
+        while (isspace((unsigned char)*item)) item++;
+        size_t n = strlen(item);
+        while (n && isspace((unsigned char)item[n - 1])) item[--n] = '\0';
+        char *colon = strchr(item, ':');
+        const char *value = colon ? colon + 1 : "";
+        if (colon) *colon = '\0';
+        bool on = !strcasecmp(value, "true") || !strcmp(value, "1");
+        bool off = !strcasecmp(value, "false") || !strcmp(value, "0");
+        if (strcmp(item, "expandable_segments") != 0 || (!on && !off)) {
+            snprintf(st->config_error, sizeof st->config_error,
+                     "EMBER_CUDA_ALLOC_CONF: cannot read '%.40s%s%.40s' in '%.80s': expected "
+                     "expandable_segments:True or expandable_segments:False", item, colon ? ":" : "", value, env);
+            break;
+        }
+        st->expandable = on;
+    }
+    free(buf);
+}
+
 void em__mem_config_from_env(mem_state *st) {
+    cuda_conf_from_env(st);
+    if (st->config_error[0]) return;
     const char *policy = getenv("EMBER_MEMORY_POLICY");
     st->release_on_grow = true;
     if (policy && *policy && strcasecmp(policy, "ember") != 0) {

@@ -18,6 +18,7 @@
 #define MEM_MAX_DEVICES 64                          /* indices per device type */
 
 struct mem_state;
+struct mem_pool;
 
 /* A piece of memory taken from the device in one raw_alloc. */
 typedef struct mem_segment {
@@ -28,6 +29,13 @@ typedef struct mem_segment {
     int nblocks, nfree;        /* blocks in the segment, and how many are free */
     size_t free_bytes;
     struct mem_state *st;
+    struct mem_pool *owner;    /* the pool whose trees hold its free blocks */
+    struct mem_block *tail;    /* its last block by address */
+    /* An expandable segment (EMBER_CUDA_ALLOC_CONF=expandable_segments:True): `handle` is an
+     * address range of va_size bytes reserved once, of which the first `size` are mapped in
+     * chunks of the device's granularity; it grows at its end instead of a new segment. */
+    bool expandable;
+    size_t va_size;
 } mem_segment;
 
 /* A block: (segment, offset, size). Free blocks live in their pool's tree, ordered by
@@ -44,6 +52,19 @@ typedef struct mem_block {
     uint64_t streams;          /* bit s: queue s may still use this memory */
 } mem_block;
 
+/* Free trees over a set of segments. Every device has its shared pool; a graph capture gets
+ * a private one (PyTorch's graph pools): the captured work reads and writes addresses fixed
+ * at capture, so while the graph lives its memory is handed to nobody else, and its blocks
+ * freed during capture are reused only by the same capture (in stream order, which replay
+ * keeps). */
+typedef struct mem_pool {
+    mem_block *free_tree[EM_MEMORY_POOLS]; /* [SMALL], [LARGE]; [ALL] unused */
+    uint64_t id;               /* 0: the shared pool; > 0: a graph's private pool */
+    int64_t segments;          /* segments it owns */
+    bool retired;              /* its graph is gone: segments go back to the device as they empty */
+    struct mem_pool *next;     /* the device's private pools */
+} mem_pool;
+
 typedef struct mem_state {
     pthread_mutex_t lock;
     em_device dev;
@@ -54,7 +75,14 @@ typedef struct mem_state {
     const char *cap_source;    /* "EMBER_MEMORY_CAP" or "em_memory_set_cap" */
     char config_error[256];    /* a bad EMBER_MEMORY_CAP / EMBER_MEMORY_POLICY for this device ("" if none) */
     bool release_on_grow;      /* Ember's policy (default); false: exactly PyTorch's */
-    mem_block *free_tree[EM_MEMORY_POOLS]; /* [SMALL], [LARGE]; [ALL] unused */
+    mem_pool shared;           /* every allocation outside a graph capture */
+    mem_pool *capture;         /* during a graph capture on this device: its private pool */
+    mem_pool *privates;        /* private pools still holding segments */
+    uint64_t next_pool_id;
+    bool expandable;           /* expandable segments asked for (EMBER_CUDA_ALLOC_CONF) */
+    bool vm_checked;           /* granularity asked of the backend */
+    size_t granularity;        /* the backend's mapping granularity; 0: no expandable segments */
+    mem_segment *grow[EM_MEMORY_POOLS]; /* each pool's expandable segment, NULL until needed */
     mem_block *spare;          /* recycled block records */
     uint32_t rng;
     uint64_t next_segment_id;
@@ -100,6 +128,9 @@ void em__mem_device_name(em_device d, char *buf, size_t size);
 void em__mem_config_from_env(mem_state *st);
 /* Resolve a fractional cap once the backend is known (lock held). */
 void em__mem_cap_resolve(mem_state *st);
+/* Memory history (history.c): note an allocation (alloc true) or a free of block b, with
+ * st's statistics after it, when a recording is on (lock held). */
+void em__mem_history_record(const mem_state *st, bool alloc, const mem_block *b, int stream);
 /* Fault injection: true when this raw allocation should fail. */
 bool em__mem_debug_should_fail(void);
 /* Request-level fault injection: counts this request; true when it should fail. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ember/autograd.h>
+#include <ember/memory.h>
 #include <ember/nn.h>
 #include "../core/internal_api.h"
 #include "module_impl.h"
@@ -250,7 +251,11 @@ em_tensor *em_forward(em_module *m, em_tensor *x) {
     /* The forward's temporaries are freed here; the graph keeps what backward needs. */
     em_scope s = em_scope_begin();
     unsigned long seq = em__error_seq();
+    /* a layer's allocations carry its name in the memory history, unless the caller tagged them */
+    bool tag = m->nkids == 0 && m->ops->name && em_memory_get_tag(NULL, 0) == 0;
+    if (tag) em_memory_set_tag(m->ops->name);
     em_tensor *y = m->ops->forward(m, x);
+    if (tag) em_memory_set_tag(NULL);
     if (!y && m->nkids == 0 && em__error_seq() != seq) name_failure(m);
     return em__scope_return(s, y);
 }

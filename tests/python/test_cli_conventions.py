@@ -358,7 +358,8 @@ class ManPageAndCompletion(unittest.TestCase):
 
     def test_bash_completion(self):
         self.assertEqual(self.complete(EMBER, "dev"), ["devices"])
-        self.assertEqual(self.complete(EMBER, "help", "m"), ["mem"])
+        self.assertEqual(self.complete(EMBER, "help", "m"), ["mem", "memory-timeline"])
+        self.assertEqual(self.complete(EMBER, "help", "memo"), ["memory-timeline"])
         self.assertIn("--quick", self.complete(EMBER, "bench", "--q"))
         self.assertIn("--resume", self.complete(EMBER, "train", "--re"))
         self.assertIn("opencl:0", self.complete(EMBER, "train", "--device", "open"))

@@ -16,8 +16,10 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_finetune(int argc, char **argv);
+int cmd_memory_timeline(int argc, char **argv);
 
 extern const opt_command devices_options, smi_options, bench_options, train_options, eval_options, mem_options,
-    launch_options, perplexity_options, tokenize_options, generate_options, finetune_options;
+    launch_options, perplexity_options, tokenize_options, generate_options, finetune_options,
+    memory_timeline_options;
 
 #endif

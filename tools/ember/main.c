@@ -25,6 +25,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "the token ids of a text with a model's tokenizer.json (and back: --decode)"},
     {"generate", cmd_generate, "continue a text with a model folder's language model, streamed, with tokens/s"},
     {"finetune", cmd_finetune, "LoRA fine-tuning of a model folder on text or prompt/completion JSONL (PEFT folders)"},
+    {"memory-timeline", cmd_memory_timeline, "draw a memory history (em_memory_dump_history's JSON) as a timeline"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -38,15 +39,18 @@ static const struct {
     {"train", &train_options},     {"train --model gpt", &gpt_train_options},
     {"eval", &eval_options},       {"mem", &mem_options},   {"launch", &launch_options},
     {"perplexity", &perplexity_options}, {"tokenize", &tokenize_options},
-    {"generate", &generate_options}, {"finetune", &finetune_options},
+    {"generate", &generate_options}, {"finetune", &finetune_options}, {"memory-timeline", &memory_timeline_options},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ember <command> [options]   (ember help <command> for its options)\n"
                "       ember --version | --help\n\ncommands:\n");
+    int width = 4;   /* the longest name's, so that the help texts line up */
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "  %-10s %s\n", "help", "the options of a command: ember help <command>");
+        if ((int)strlen(commands[i].name) > width) width = (int)strlen(commands[i].name);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-*s %s\n", width, commands[i].name, commands[i].help);
+    fprintf(f, "  %-*s %s\n", width, "help", "the options of a command: ember help <command>");
     fprintf(f, "\n  ember help --options <command>   its options as a table, one per line (tab-separated: name,\n"
                "                                   alias, kind, metavar, min, max, flags, choices) for scripts\n"
                "  ember help --man [<command>]     the man page's section of a command (roff), or every one\n");

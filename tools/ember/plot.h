@@ -26,6 +26,12 @@
 #define PLOT_RGB_TEST_LOSS 0xff7f0e    /* mlp, cnn: the test loss */
 #define PLOT_RGB_VAL_LOSS 0xd62728     /* gpt: the validation loss */
 #define PLOT_RGB_ACCURACY 0x2ca02c     /* mlp, cnn: the test accuracy */
+#define PLOT_RGB_MEM_TAG0 0x1f77b4     /* memory-timeline: the tags with the highest peaks, stacked */
+#define PLOT_RGB_MEM_TAG1 0xff7f0e
+#define PLOT_RGB_MEM_TAG2 0x2ca02c
+#define PLOT_RGB_MEM_TAG3 0x9467bd
+#define PLOT_RGB_MEM_TOTAL 0x7f7f7f    /* memory-timeline: all allocated bytes (the other tags on top) */
+#define PLOT_RGB_MEM_RESERVED 0xd62728 /* memory-timeline: reserved bytes */
 
 /* Picture sizes (pixels for PNG, points for SVG). */
 #define PLOT_PANEL_W 520
@@ -33,6 +39,7 @@
 #define PLOT_BENCH_W (3 * PLOT_PANEL_W) /* crossover matmul, crossover add, GFLOPS by dtype */
 #define PLOT_TRAIN_W (2 * PLOT_PANEL_W) /* loss; accuracy (mlp, cnn) */
 #define PLOT_GPT_W PLOT_PANEL_W         /* loss only */
+#define PLOT_MEMORY_W (2 * PLOT_PANEL_W) /* memory-timeline: one wide panel */
 
 typedef enum plot_format { PLOT_NONE, PLOT_PNG, PLOT_SVG } plot_format;
 /* From the path's extension (.png or .svg, any case); PLOT_NONE for anything else. */
@@ -98,5 +105,17 @@ bool plot_train_epoch(plot_train *p, int64_t step, double train_loss, double eva
 /* Writes the picture (nothing for NULL); false and the reason in why on failure. */
 bool plot_train_write(plot_train *p, char *why, size_t why_size);
 void plot_train_free(plot_train *p);
+
+/* ---- ember memory-timeline (plot_memory.c) ---- */
+#define PLOT_MEMORY_MAX_TAGS 4
+struct mh_history;
+/* The timeline of one device's events of h (memory_history.h): allocated bytes over time,
+ * stacked by tag (the `top` tags, 1..PLOT_MEMORY_MAX_TAGS, with the highest peaks, each line
+ * the top of its band; a free counts against the tag its block was allocated with), all
+ * allocated bytes (the other tags, and what was allocated before the recording, on top), and
+ * reserved bytes. Drawn into path; false with the reason in why (also when the device has no
+ * event). */
+bool plot_memory_timeline(const struct mh_history *h, const char *device, int top, const char *path,
+                          const char *subtitle, char *why, size_t why_size);
 
 #endif

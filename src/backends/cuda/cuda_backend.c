@@ -189,6 +189,11 @@ static em_status queued_fail(em_cuda_device *d, const char *why, CUresult r) {
 }
 
 em_status em__cuda_sync_device(em_cuda_device *d, const char *why) {
+    if (__atomic_load_n(&d->capturing, __ATOMIC_ACQUIRE)) {
+        char what[128];
+        snprintf(what, sizeof what, "a host wait (%s)", why);
+        return em__cuda_refuse_in_capture(d, what);
+    }
     CUresult r = g_cu->cuStreamSynchronize(d->stream);
     return r == CUDA_SUCCESS ? EM_OK : queued_fail(d, why, r);
 }
@@ -251,8 +256,15 @@ static em_status raw_alloc_in(int index, size_t bytes, void **handle) {
     em_cuda_device *d = em__cuda_activate(index, "alloc");
     if (!d) return em_last_status();
     CUdeviceptr p = 0;
+    /* During a graph capture the caching allocator takes a segment for the graph's pool:
+     * cuMemAlloc is not recorded (the memory stays the pool's for the graph's life), so it is
+     * made in relaxed mode, where the driver allows it, as PyTorch's allocator does. */
+    bool relax = __atomic_load_n(&d->capturing, __ATOMIC_ACQUIRE);
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (relax) g_cu->cuThreadExchangeStreamCaptureMode(&mode);
     /* A zero-byte request still gets a distinct, freeable handle. */
     CUresult r = g_cu->cuMemAlloc(&p, bytes ? bytes : 1);
+    if (relax) g_cu->cuThreadExchangeStreamCaptureMode(&mode);
     if (r != CUDA_SUCCESS) {
         char what[128];
         snprintf(what, sizeof what, "cuda:%d: cuMemAlloc of %zu bytes", index, bytes);
@@ -335,6 +347,7 @@ static em_status copy_h2d_in(int index, void *dst_handle, size_t dst_offset, con
     if (bytes == 0) return EM_OK;
     em_cuda_device *d = em__cuda_activate(index, "copy to device");
     if (!d) return em_last_status();
+    if (d->capturing) return em__cuda_refuse_in_capture(d, "a copy from host memory");
     /* From pageable memory the driver stages the data before returning, so the caller
      * may reuse src at once either way; from pinned memory the copy is truly async. */
     CUresult r = g_cu->cuMemcpyHtoDAsync(at(dst_handle, dst_offset), src, bytes, d->stream);
@@ -354,6 +367,7 @@ static em_status copy_d2h_in(int index, void *dst, const void *src_handle, size_
     em__count_host_wait(); /* waits for the stream */
     em_cuda_device *d = em__cuda_activate(index, "copy to host");
     if (!d) return em_last_status();
+    if (d->capturing) return em__cuda_refuse_in_capture(d, "a copy to host memory");
     CUresult r = g_cu->cuMemcpyDtoHAsync(dst, at(src_handle, src_offset), bytes, d->stream);
     if (r != CUDA_SUCCESS) return copy_fail(r, index, "copy to host");
     /* waits for the ops that produced the data; their errors surface here */
@@ -452,6 +466,7 @@ static em_status event_query_in(cuda_event *e, bool *done) {
     *done = false;
     em_cuda_device *d = em__cuda_activate(e->index, "event");
     if (!d) return em_last_status();
+    if (d->capturing) return em__cuda_refuse_in_capture(d, "asking whether queued work is done");
     CUresult r = g_cu->cuEventQuery(e->ev);
     if (r == CUDA_ERROR_NOT_READY) return EM_OK;
     *done = true;
@@ -462,6 +477,7 @@ static em_status cuda_event_query(void *e, bool *done) { EM_CUDA_CTX_SCOPED(even
 static em_status event_sync_in(cuda_event *e) {
     em_cuda_device *d = em__cuda_activate(e->index, "event");
     if (!d) return em_last_status();
+    if (d->capturing) return em__cuda_refuse_in_capture(d, "a host wait (event)");
     CUresult r = g_cu->cuEventSynchronize(e->ev);
     return r == CUDA_SUCCESS ? EM_OK : queued_fail(d, "waiting for an event", r);
 }
@@ -573,6 +589,11 @@ const em_backend em__cuda_backend = {
     .libraries = em__cuda_libraries_line,
     .raw_alloc = cuda_raw_alloc,
     .raw_free = cuda_raw_free,
+    .vm_granularity = em__cuda_vm_granularity,
+    .vm_reserve = em__cuda_vm_reserve,
+    .vm_map = em__cuda_vm_map,
+    .vm_unmap = em__cuda_vm_unmap,
+    .vm_release = em__cuda_vm_release,
     .host_alloc_pinned = cuda_host_alloc_pinned,
     .host_free_pinned = cuda_host_free_pinned,
     .copy_h2d = cuda_copy_h2d,
@@ -587,6 +608,11 @@ const em_backend em__cuda_backend = {
     .native_leave = cuda_native_leave,
     .native_address = cuda_native_address,
     .native_library = cuda_native_library,
+    .graph_available = em__cuda_graph_available,
+    .graph_begin = em__cuda_graph_begin,
+    .graph_end = em__cuda_graph_end,
+    .graph_launch = em__cuda_graph_launch,
+    .graph_destroy = em__cuda_graph_destroy,
     .gpu = &em__cuda_gpu,
     .supports = cuda_supports,
     .run = cuda_run,

@@ -74,6 +74,11 @@ typedef struct em_cuda_device {
     char last_op[64];              /* the op queued last, named when sync fails (a copy: a
                                       user kernel's name may be freed before the sync) */
     char last_kernel[96];
+    /* graph capture (cuda_graph.c): the stream records instead of running; a call that
+     * cannot be recorded (a host wait, a copy from or to the host) is refused and noted in
+     * capture_broken, and the capture's end then drops the recording with that reason */
+    bool capturing;
+    char capture_broken[192];
 } em_cuda_device;
 
 /* The driver table once the backend is initialised (NULL before or when unavailable). */
@@ -100,6 +105,23 @@ void em__cuda_ctx_restore(CUcontext prev);
 /* Note the op queued last on d; with EMBER_CUDA_LAUNCH_BLOCKING=1 also wait for it, so an
  * error in queued work is reported by the op that caused it. */
 em_status em__cuda_after_launch(em_cuda_device *d, const char *op, const char *kernel);
+/* During a graph capture on d: refuse `what` (it cannot be recorded), note it so that the
+ * capture's end names it, and return the error. EM_OK when d is not capturing. */
+em_status em__cuda_refuse_in_capture(em_cuda_device *d, const char *what);
+/* The graph entries of the backend table (cuda_graph.c). */
+bool em__cuda_graph_available(int index, const char **reason);
+em_status em__cuda_graph_begin(int index);
+em_status em__cuda_graph_end(int index, void **graph);
+em_status em__cuda_graph_launch(int index, void *graph);
+void em__cuda_graph_destroy(int index, void *graph);
+
+/* The virtual-memory entries of the backend table (cuda_vmm.c; backend.h says what each does). */
+size_t em__cuda_vm_granularity(int index);
+em_status em__cuda_vm_reserve(int index, size_t size, void **base);
+em_status em__cuda_vm_map(int index, void *base, size_t offset, size_t size);
+void em__cuda_vm_unmap(int index, void *base, size_t offset, size_t size);
+void em__cuda_vm_release(int index, void *base, size_t size);
+
 /* Wait for d's stream; a failure names the last op queued. */
 em_status em__cuda_sync_device(em_cuda_device *d, const char *why);
 
