@@ -231,10 +231,10 @@ def median(xs):
 
 
 def finetune_steps(text):
-    """`ember finetune`'s progress lines: step, tokens/s, peak (MB, as printed)."""
+    """`ember finetune`'s progress lines: step, tokens/s, the peaks it prints by name (MB, as printed)."""
     steps = []
     for m in re.finditer(r"^step (\d+)/(\d+) .*?tokens/s ([\d.]+)(.*)$", text or "", re.M):
-        peaks = [num(x) for x in re.findall(r"peak\S* ([\d.]+) MB", m.group(4))]
+        peaks = {k: num(v) for k, v in re.findall(r"(peak_\w+|rss_growth) ([\d.]+) MB", m.group(4))}
         steps.append({"step": int(m.group(1)), "tokens_per_s": num(m.group(3)), "peaks_MB": peaks})
     return steps
 
@@ -511,7 +511,7 @@ def write_md(rep, path):
         if lm.get("lora_7b"):
             r = lm["lora_7b"]
             a(f"LoRA step of the Llama-2-7B-shaped model under EMBER_MEMORY_CAP=cuda=24GiB: {r['steps']} steps, "
-              f"{fmt(r['tokens_per_s'], 0)} tokens/s, peaks {r['peaks_MB']} MB\n")
+              f"{fmt(r['tokens_per_s'], 0)} tokens/s, " + ", ".join(f"{k} {v} MB" for k, v in r['peaks_MB'].items()) + "\n")
         if lm.get("mlp_graphs"):
             r = lm["mlp_graphs"]
             a(f"The seed MLP's epoch: {fmt(r['s_per_epoch_graphs'], 3)} s with CUDA graphs, "
