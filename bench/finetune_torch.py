@@ -5,7 +5,8 @@ causal LM loss, backward, AdamW; random token ids of the model's vocabulary, lab
 
 Usage: finetune_torch.py MODEL_DIR MODE SEQ BATCH STEPS THREADS [CKPT]
   MODE lora: PEFT LoRA r=8, lora_alpha=16, q_proj,v_proj (adapters float32, PEFT's default),
-             AdamW(lr 2e-4) on the adapters; full: AdamW on every weight (bfloat16 states).
+             AdamW(lr 2e-4) on the adapters; full: AdamW on every weight, float32 weights and states
+             under bf16 autocast.
   CKPT 1: model.gradient_checkpointing_enable() (each decoder layer recomputed in backward).
 Prints "key value" lines: torch_version, step_ms (the median of the steps after the first),
 tokens_per_s (from it), peak_rss_growth_mib (getrusage's max RSS less the max RSS before the
@@ -30,7 +31,9 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     start = max_rss_mib()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16)
+    # LoRA: the frozen base in bfloat16; full: float32 master weights (and AdamW states), the
+    # compute in bfloat16 under autocast: the same recipes as ember finetune and --full
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16 if mode == "lora" else torch.float32)
     model.config.use_cache = False
     if ckpt:
         model.gradient_checkpointing_enable()
