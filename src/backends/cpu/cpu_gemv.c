@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ember/dtype.h>
 
 /* EMBER_CPU_LOWP_GEMM: 0 another path; 1 unset, empty or "gemv" (the best kernel here);
  * 2 "gemv_avx2" (the AVX2 kernel, to test it on a CPU that has a better one) */
@@ -56,21 +55,39 @@ static int isa(void) {
     return c == 0 ? ISA_NONE : c == 2 && g_isa != ISA_NONE ? ISA_AVX2 : g_isa;
 }
 
+/* em_f32_to_bf16's rounding (to nearest even, NaN kept quiet), inlined: the store runs once
+ * per weight row, and a call per row showed up in decoding's profile */
+static inline uint16_t round_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float widen_bf16(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
 /* The block's sums into z: bias and old z added in float32, then one rounding (or float32). */
-static void store_block(const em_lowp_gemm *g, int64_t q, int R, int P, const float *sum) {
+static inline __attribute__((always_inline)) void store_block(const em_lowp_gemm *g, int64_t q, int R, int P,
+                                                              const float *sum) {
     const uint16_t *bias = g->bias;
     for (int p = 0; p < P; p++)
         for (int r = 0; r < R; r++) {
             float s = sum[r * P + p];
-            if (bias) s += em_bf16_to_f32(bias[q + r]);
+            if (bias) s += widen_bf16(bias[q + r]);
             int64_t at = p * g->ldz + q + r;
             if (g->z_f32) {
                 float *z = (float *)g->z + at;
                 *z = g->acc ? *z + s : s;
             } else {
                 uint16_t *z = (uint16_t *)g->z + at;
-                if (g->acc) s += em_bf16_to_f32(*z);
-                *z = em_f32_to_bf16(s);
+                if (g->acc) s += widen_bf16(*z);
+                *z = round_bf16(s);
             }
         }
 }
@@ -175,7 +192,7 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void block_avx2(const e
             s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             s = _mm_add_ss(s, _mm_movehdup_ps(s));
             float t = _mm_cvtss_f32(s);
-            for (int64_t j = k; j < K; j++) t += em_bf16_to_f32(w[r * ldw + j]) * em_bf16_to_f32(x[p * ldx + j]);
+            for (int64_t j = k; j < K; j++) t += widen_bf16(w[r * ldw + j]) * widen_bf16(x[p * ldx + j]);
             sum[r * P + p] = t;
         }
     store_block(g, q, R, P, sum);
