@@ -44,8 +44,8 @@ LLAMA_CPP=${LLAMA_CPP:-$(ls -d /work/llama-src/llama_cpp_python-*/vendor/llama.c
 GGUF_DIR=${GGUF_DIR:-/work/models/gguf}
 CONVERT_PYTHONPATH=${CONVERT_PYTHONPATH:-/work/llama-src/pydeps}
 MODELS=${LM_MODEL:-/work/models/llama-1b}
-EMBER_MMAP=; LLAMA_MMAP=
-[ "${LM_NO_MMAP:-0}" = 1 ] && EMBER_MMAP=--no-mmap && LLAMA_MMAP=--no-mmap
+EMBER_MMAP=; LLAMA_MMAP=; WEIGHTS=mapped
+[ "${LM_NO_MMAP:-0}" = 1 ] && EMBER_MMAP=--no-mmap && LLAMA_MMAP=--no-mmap && WEIGHTS="read into memory (no mmap)"
 [ "${LM_7B:-0}" = 1 ] && MODELS="$MODELS ${LM_MODEL_7B:-/work/models/llama2-7b}"
 
 if [ ! -x "$BUILD/bench_gemv" ]; then
@@ -125,7 +125,7 @@ print(json.dumps({"impl": "ember", "threads": t, "prompt_tokens": len(j["prompt_
         echo "round $r of $ROUNDS done" >&2
     done
     echo "== $MODEL: bf16, prompt $PROMPT tokens, $NEW_TOKENS decode steps, median of $ROUNDS alternated rounds"
-    echo "   ember: $have_ember; pytorch: $have_torch; llama.cpp: $have_llama; weights ${EMBER_MMAP:+read into memory (--no-mmap)}${EMBER_MMAP:-mapped}"
+    echo "   ember: $have_ember; pytorch: $have_torch; llama.cpp: $have_llama; weights $WEIGHTS"
     "$TORCH_PYTHON" - "$MODEL" "$TMP/results.jsonl" <<'EOF'
 import json, statistics, sys
 model, path = sys.argv[1], sys.argv[2]
