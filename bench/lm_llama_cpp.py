@@ -19,6 +19,7 @@ ap.add_argument("gguf")
 ap.add_argument("ids")
 ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
 ap.add_argument("--new-tokens", type=int, default=16)
+ap.add_argument("--no-mmap", action="store_true", help="read the file into memory instead of mapping it (use_mmap=False)")
 a = ap.parse_args()
 ids = [int(t) for t in open(a.ids).read().split()]
 
@@ -38,7 +39,7 @@ def run(llm, prompt, steps):
 
 for t in a.threads:
     llm = Llama(model_path=a.gguf, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=t, n_threads_batch=t,
-                verbose=False)
+                use_mmap=not a.no_mmap, verbose=False)
     run(llm, ids[:8], 2)
     pre, dec = run(llm, ids, a.new_tokens)
     print(json.dumps({"impl": "llama.cpp", "threads": t, "prompt_tokens": len(ids), "prefill_tps": len(ids) / pre,

@@ -14,6 +14,8 @@
 #   LM_MODEL      the folder (default /work/models/llama-1b: scripts/make_model_folder.py
 #                 --preset llama-1b writes it)
 #   LM_7B=1       also the folder LM_MODEL_7B (default /work/models/llama2-7b, --preset llama2-7b)
+#   LM_NO_MMAP=1  both Ember and llama.cpp read the weights into memory instead of mapping the
+#                 files (ember generate --no-mmap, llama.cpp's use_mmap=False)
 #   ROUNDS        rounds (default 3); NEW_TOKENS decode steps per run (default 16); PROMPT
 #                 prompt tokens (default 512)
 #   TORCH_PYTHON  an interpreter with torch and transformers (default /work/venv-lm/bin/python);
@@ -42,6 +44,8 @@ LLAMA_CPP=${LLAMA_CPP:-$(ls -d /work/llama-src/llama_cpp_python-*/vendor/llama.c
 GGUF_DIR=${GGUF_DIR:-/work/models/gguf}
 CONVERT_PYTHONPATH=${CONVERT_PYTHONPATH:-/work/llama-src/pydeps}
 MODELS=${LM_MODEL:-/work/models/llama-1b}
+EMBER_MMAP=; LLAMA_MMAP=; WEIGHTS=mapped
+[ "${LM_NO_MMAP:-0}" = 1 ] && EMBER_MMAP=--no-mmap && LLAMA_MMAP=--no-mmap && WEIGHTS="read into memory (no mmap)"
 [ "${LM_7B:-0}" = 1 ] && MODELS="$MODELS ${LM_MODEL_7B:-/work/models/llama2-7b}"
 
 if [ ! -x "$BUILD/bench_gemv" ]; then
@@ -102,13 +106,13 @@ EOF
                     2>"$TMP/err" >>"$TMP/results.jsonl" || { tail -3 "$TMP/err" >&2; exit 1; } ;;
             llama)
                 [ "$have_llama" = yes ] || continue
-                "$LLAMA_PYTHON" bench/lm_llama_cpp.py "$GGUF" "$TMP/ids.txt" --threads $THREADS --new-tokens "$NEW_TOKENS" \
+                "$LLAMA_PYTHON" bench/lm_llama_cpp.py "$GGUF" "$TMP/ids.txt" --threads $THREADS --new-tokens "$NEW_TOKENS" $LLAMA_MMAP \
                     2>"$TMP/err" >>"$TMP/results.jsonl" || { tail -3 "$TMP/err" >&2; exit 1; } ;;
             ember)
                 [ "$have_ember" = yes ] || continue
                 for t in $THREADS; do
                     "$BUILD/ember" generate "$MODEL" --prompt "$(cat "$TMP/prompt.txt")" --max-new-tokens $((NEW_TOKENS + 1)) \
-                        --temperature 0 --dtype bf16 --threads "$t" --json 2>"$TMP/err" >"$TMP/ember.json" || { tail -3 "$TMP/err" >&2; exit 1; }
+                        --temperature 0 --dtype bf16 --threads "$t" --json $EMBER_MMAP 2>"$TMP/err" >"$TMP/ember.json" || { tail -3 "$TMP/err" >&2; exit 1; }
                     "$TORCH_PYTHON" -c 'import json, sys
 j = json.load(open(sys.argv[1])); t = int(sys.argv[2])
 print(json.dumps({"impl": "ember", "threads": t, "prompt_tokens": len(j["prompt_tokens"]),
@@ -121,7 +125,7 @@ print(json.dumps({"impl": "ember", "threads": t, "prompt_tokens": len(j["prompt_
         echo "round $r of $ROUNDS done" >&2
     done
     echo "== $MODEL: bf16, prompt $PROMPT tokens, $NEW_TOKENS decode steps, median of $ROUNDS alternated rounds"
-    echo "   ember: $have_ember; pytorch: $have_torch; llama.cpp: $have_llama"
+    echo "   ember: $have_ember; pytorch: $have_torch; llama.cpp: $have_llama; weights $WEIGHTS"
     "$TORCH_PYTHON" - "$MODEL" "$TMP/results.jsonl" <<'EOF'
 import json, statistics, sys
 model, path = sys.argv[1], sys.argv[2]

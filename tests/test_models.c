@@ -403,6 +403,60 @@ static void test_mapping(void) {
     em_clear_error();
 }
 
+/* The logits of ids [1, 5] as float32 on the host (vocab of them per position), or NULL. */
+static float *logits_of(em_model *m, int64_t *n) {
+    const int64_t ids[5] = {1, 7, 3, 12, 5};
+    em_tensor *t = em_from_data(ids, EM_I64, EM_SHAPE(1, 5), EM_OPTS(.dtype = EM_I64));
+    em_tensor *y = em_to_dtype(em_model_forward(m, t, NULL), EM_F32);
+    *n = y ? em_numel(y) : 0;
+    float *x = y ? malloc(sizeof(float) * (size_t)*n) : NULL;
+    if (x && em_copy_to_host(y, x, sizeof(float) * (size_t)*n) != EM_OK) {
+        free(x);
+        x = NULL;
+    }
+    return x;
+}
+
+/* read_weights: the files read into memory, not mapped; the same weights, so the same logits
+ * bit for bit, in the files' dtype (views over the copy) and in another (converted from it). */
+static void test_read_weights(void) {
+    const char *names[] = {"qwen2", "gpt2"};
+    for (int k = 0; k < 2; k++)
+        for (int convert = 0; convert < 2; convert++) {
+            em_scope s = em_scope_begin();
+            char dir[512];
+            folder(dir, sizeof dir, names[k]);
+            /* qwen2's folder is bfloat16 and gpt2's float32: convert loads the other dtype */
+            em_dtype dt = (k == 0) == !convert ? EM_BF16 : EM_F32;
+            em_model *mapped = em_model_load(dir, &(em_model_opts){.dtype = dt});
+            em_model *read = em_model_load(dir, &(em_model_opts){.dtype = dt, .read_weights = true});
+            CHECK(mapped && read);
+            if (!mapped || !read) {
+                fprintf(stderr, "  %s: %s\n", names[k], em_last_error());
+                em_model_free(mapped);
+                em_model_free(read);
+                em_scope_end(s);
+                continue;
+            }
+            CHECK(em_model_mapped_bytes(read) == 0);
+            CHECK(em_model_mapped_bytes(mapped) == (convert ? 0 : em_model_weight_bytes(mapped)));
+            CHECK(em_model_weight_bytes(read) == em_model_weight_bytes(mapped));
+            em_tensor *w = em_model_parameter(read, 0, NULL);
+            CHECK(w && em_is_read_only(w) == !convert);
+            int64_t na = 0, nb = 0;
+            float *a = logits_of(mapped, &na);
+            em_model_free(mapped);   /* its mapping gone: the copy must not depend on it */
+            float *b = logits_of(read, &nb);
+            em_model_free(read);
+            CHECK(a && b && na == nb && na > 0);
+            if (a && b && na == nb) CHECK(memcmp(a, b, sizeof(float) * (size_t)na) == 0);
+            free(a);
+            free(b);
+            em_scope_end(s);
+            em_clear_error();
+        }
+}
+
 /* ---- bad folders: a temporary copy of a good one, then one thing broken ---- */
 
 static void copy_file(const char *from, const char *to) {
@@ -734,6 +788,7 @@ int main(void) {
     RUN(test_kv_cache);
     RUN(test_perplexity);
     RUN(test_mapping);
+    RUN(test_read_weights);
     RUN(test_bad_folders);
     RUN(test_gpt2_original_names);
     RUN(test_bad_calls);

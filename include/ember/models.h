@@ -36,7 +36,11 @@
  * against its header, but a file shortened afterwards makes the next read of a missing page
  * fault (SIGBUS), as with any mapping. A weight whose dtype differs is converted on load; on
  * other devices each weight is copied in pieces of at most 64 MiB, so host memory never holds
- * a second copy of the model.
+ * a second copy of the model. em_model_opts.read_weights reads each file into anonymous memory
+ * instead (llama.cpp's --no-mmap): loading reads the whole model and the process holds its
+ * own copy (the page cache may hold the files too), but that memory is advised into 2 MiB
+ * pages, which a decoder, reading every weight once per token, streams faster than the page
+ * cache's 4 KiB pages (docs/BENCHMARKS.md); em_model_mapped_bytes is then 0.
  *
  * A model is read-only once loaded: several threads may run forwards at once, each with its
  * own cache. Adding or loading LoRA adapters (include/ember/finetune.h) changes it: do that
@@ -105,6 +109,8 @@ typedef struct em_model_opts {
     em_device device;   /* where the weights and the computation live */
     em_dtype dtype;     /* the dtype to compute in: float32 (zeroed), bfloat16 or float16 */
     bool dtype_auto;    /* true: the config's dtype instead (from_pretrained(dtype="auto")) */
+    bool read_weights;  /* the CPU: read the files into the process's memory (advised into 2 MiB
+                         * pages) instead of mapping them; see "Weights on the CPU" above */
 } em_model_opts;
 
 typedef struct em_model em_model; /* a loaded model (opaque; read-only once loaded) */

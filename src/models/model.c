@@ -65,7 +65,8 @@ em_model *em_model_load(const char *dir, const em_model_opts *opts) {
         em_error(EM_ERR_OUT_OF_MEMORY, "em_model_load: out of host memory");
         goto fail;
     }
-    if (em__model_load_weights(dir, &m->cfg, m->params, m->nparams, m->device, m->dtype, &m->mapped_bytes) != EM_OK)
+    if (em__model_load_weights(dir, &m->cfg, m->params, m->nparams, m->device, m->dtype, o.read_weights,
+                               &m->mapped_bytes) != EM_OK)
         goto fail;
     for (int i = 0; i < m->nparams; i++) {
         model_param *p = &m->params[i];

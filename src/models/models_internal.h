@@ -87,10 +87,11 @@ em_status em__model_param_specs(const em_model_config *cfg, model_param **out, i
 /* Finds dir's weights (model.safetensors, or the shards of model.safetensors.index.json),
  * checks every tensor against params (by name, shape; nothing missing, nothing extra) and
  * fills each params[i].t on device in dtype: a read-only view of the mapped file on the CPU
- * when the dtype matches, else a converted copy. *mapped: bytes that are file pages. On
- * failure every tensor made is released and every file unmapped. */
+ * when the dtype matches, else a converted copy. read_weights (the CPU only): each file read
+ * into memory instead of mapped. *mapped: bytes that are file pages. On failure every tensor
+ * made is released and every file unmapped. */
 em_status em__model_load_weights(const char *dir, const em_model_config *cfg, model_param *params, int nparams,
-                                 em_device device, em_dtype dtype, size_t *mapped);
+                                 em_device device, em_dtype dtype, bool read_weights, size_t *mapped);
 
 /* ---- forward.c ---- */
 /* y = x W^T (+ b) for x [..., in] and W [out, in] (nn.Linear); b may be NULL. */

@@ -9,7 +9,12 @@
  * model's pages are read from the file when they are first touched. Any other weight is
  * copied (converted to the model's dtype, moved to its device) in pieces of at most
  * CHUNK_BYTES of the file, and the pages already copied are given back to the kernel
- * (madvise), so host memory never holds a second copy of the model. */
+ * (madvise), so host memory never holds a second copy of the model.
+ *
+ * With em_model_opts.read_weights, a file is read into anonymous memory instead of mapped
+ * (and that memory advised into 2 MiB pages): the weights are then the process's own copy,
+ * which a decoder streams faster than the page cache's 4 KiB pages (fewer TLB misses, the
+ * prefetchers kept ahead); the views over it are made exactly as over a mapping. */
 #define _DEFAULT_SOURCE /* madvise */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +38,7 @@ typedef struct file_map {
     atomic_int refs;
     void *addr;
     size_t len;
+    bool anonymous;   /* the file read into anonymous memory: its pages cannot be dropped and re-read */
 } file_map;
 
 static void map_release(file_map *m) {
@@ -120,7 +126,7 @@ static em_tensor *copy_of(file_map *map, const uint8_t *bytes, em_dtype src_dt, 
         if (st != EM_OK) return NULL;   /* (dst is the caller's scope's to release) */
         /* these pages are copied: give them back (the mapping reads them again if touched) */
         uintptr_t lo = (uintptr_t)from & ~(uintptr_t)(page - 1);
-        madvise((void *)lo, (size_t)((uintptr_t)from + len - lo), MADV_DONTNEED);
+        if (!map->anonymous) madvise((void *)lo, (size_t)((uintptr_t)from + len - lo), MADV_DONTNEED);
     }
     return dst;
 }
@@ -140,8 +146,41 @@ static void shard_close(shard *s) {
     s->map = NULL;
 }
 
-/* Reads path's header and maps it. */
-static em_status shard_open(shard *s) {
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The file's len bytes read into anonymous memory starting at a 2 MiB boundary and advised
+ * into huge pages, then made read-only; into m. */
+static em_status read_into_memory(const char *path, int fd, size_t len, file_map *m) {
+    size_t span = (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    uint8_t *raw = mmap(NULL, span + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return em_error(EM_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to read it into: %s", path, len,
+                        strerror(errno));
+    /* keep the aligned span only: munmap of the whole mapping later needs its exact bounds */
+    uint8_t *at = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (at > raw) munmap(raw, (size_t)(at - raw));
+    if (at + span < raw + span + HUGE_PAGE) munmap(at + span, (size_t)(raw + span + HUGE_PAGE - (at + span)));
+    madvise(at, span, MADV_HUGEPAGE);   /* advice: without huge pages the copy still works */
+    size_t have = 0;
+    while (have < len) {
+        size_t want = len - have < ((size_t)1 << 30) ? len - have : ((size_t)1 << 30);
+        ssize_t r = pread(fd, at + have, want, (off_t)have);
+        if (r <= 0) {
+            munmap(at, span);
+            return em_error(EM_ERR_IO, "%s: cannot read its %zu bytes: %s", path, len,
+                            r < 0 ? strerror(errno) : "the file ended");
+        }
+        have += (size_t)r;
+    }
+    mprotect(at, span, PROT_READ);   /* read-only, as a mapping of the file is */
+    m->addr = at;
+    m->len = span;
+    m->anonymous = true;
+    return EM_OK;
+}
+
+/* Reads path's header and maps the file (read_in: reads it into memory). */
+static em_status shard_open(shard *s, bool read_in) {
     int fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return em_error(EM_ERR_IO, "%s: cannot open: %s", s->path, strerror(errno));
     struct stat sb;
@@ -182,7 +221,9 @@ static em_status shard_open(shard *s) {
         goto done;
     }
     atomic_init(&s->map->refs, 1);
-    if (file_len > 0) {
+    if (file_len > 0 && read_in) {
+        st = read_into_memory(s->path, fd, (size_t)file_len, s->map);
+    } else if (file_len > 0) {
         void *a = mmap(NULL, (size_t)file_len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (a == MAP_FAILED) {
             st = em_error(EM_ERR_IO, "%s: cannot map its %llu bytes: %s", s->path, (unsigned long long)file_len,
@@ -268,6 +309,7 @@ typedef struct loader {
     int nparams;
     em_device device;
     em_dtype dtype;
+    bool read_in;        /* files read into memory, not mapped (the CPU only) */
     size_t mapped;
     weight_index ix;
     bool indexed;
@@ -334,7 +376,7 @@ static em_status load_shard(loader *L, shard *s) {
         em_scope_end(scope);
         if (!p->t) return em__model_error_prefix("%s: tensor '%.200s'", s->path, t->name);
         L->from[at] = s->file;
-        if (view) L->mapped += (size_t)(t->end - t->begin);
+        if (view && !s->map->anonymous) L->mapped += (size_t)(t->end - t->begin);
     }
     return EM_OK;
 }
@@ -359,8 +401,9 @@ static bool exists(const char *path) {
 }
 
 em_status em__model_load_weights(const char *dir, const em_model_config *cfg, model_param *params, int nparams,
-                                 em_device device, em_dtype dtype, size_t *mapped) {
-    loader L = {.dir = dir, .cfg = cfg, .params = params, .nparams = nparams, .device = device, .dtype = dtype};
+                                 em_device device, em_dtype dtype, bool read_weights, size_t *mapped) {
+    loader L = {.dir = dir, .cfg = cfg, .params = params, .nparams = nparams, .device = device, .dtype = dtype,
+                .read_in = read_weights && device.type == EM_CPU};
     shard *shards = NULL;
     int nshards = 0;
     char path[4096];
@@ -403,7 +446,7 @@ em_status em__model_load_weights(const char *dir, const em_model_config *cfg, mo
             goto done;
         }
         s->file = s->path + strlen(dir) + 1;
-        if (shard_open(s) != EM_OK) {
+        if (shard_open(s, L.read_in) != EM_OK) {
             st = L.indexed ? em__model_error_prefix("%s/model.safetensors.index.json names %s", dir, file)
                            : em_last_status();
             goto done;

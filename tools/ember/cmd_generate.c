@@ -16,7 +16,7 @@ static const char *const tool = "ember generate";
 
 enum {
     G_PROMPT, G_MAX_NEW, G_TEMPERATURE, G_TOP_K, G_TOP_P, G_REPETITION, G_SEED, G_STOP, G_DEVICE, G_DTYPE, G_ADAPTER,
-    G_THREADS, G_JSON
+    G_THREADS, G_NO_MMAP, G_JSON
 };
 static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
                                            {"f16", 2}, {"float16", 2}, {NULL, 0}};
@@ -40,6 +40,8 @@ static const opt_spec generate_table[] = {
     [G_ADAPTER] = OPTION_STRING("--adapter", "DIR", "a PEFT LoRA adapter folder (ember finetune's --out, or peft's "
                                 "save_pretrained) applied to the model"),
     [G_THREADS] = OPTION_INT("--threads", "N", 1, 4096, "CPU threads (default: every core)"),
+    [G_NO_MMAP] = OPTION_FLAG("--no-mmap", "read the weight files into memory (2 MiB pages) instead of mapping "
+                              "them: slower to load, a copy of the model in the process, faster to decode on the CPU"),
     [G_JSON] = OPTION_FLAG("--json", "print one JSON object at the end instead of streaming"),
 };
 OPT_TABLE_FITS(generate_table);
@@ -113,7 +115,7 @@ int cmd_generate(int argc, char **argv) {
     bool json = v[G_JSON].given;
     if (v[G_THREADS].given) em_set_num_threads((int)v[G_THREADS].i);
 
-    em_lm *lm = em_lm_load(dir, &(em_model_opts){.device = dev, .dtype = dtype});
+    em_lm *lm = em_lm_load(dir, &(em_model_opts){.device = dev, .dtype = dtype, .read_weights = v[G_NO_MMAP].given});
     if (!lm) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
         return 1;

@@ -1,18 +1,21 @@
 /* bf16 products of a few rows with a transposed weight (decoding's), see cpu_gemv.h.
  *
- * Each block of the weight's rows (4 when X has up to 4 rows, else 2: at most 16 accumulators,
- * so the loads and accumulators fit the 32 AVX-512 registers; AVX2's 16 registers spill some
- * at 8 rows) is read once, 32 bf16 at a time,
- * and multiplied into every row of X, which stays in L1. One float32 accumulator per pair of
- * weight row and X row sums over K; it is reduced across its lanes at the end, where the bias
- * and the old z are added before the one rounding. The threads take blocks of weight rows, so
- * each reads its own part of the weight once. */
+ * One float32 accumulator per pair of weight row and X row sums over K, 32 products at a time
+ * in K's order; it is reduced across its lanes at the end, where the bias and the old z are
+ * added before the one rounding. X stays in L1. The AVX512-BF16 kernel reads one weight row
+ * at a time, start to end: a single sequential stream is what a core's prefetchers keep
+ * ahead of, while blocks of rows read side by side (a stream per row, each in its own page
+ * when a row is a page long, as Llama's 2048-wide rows are) leave them short of requests in
+ * flight. Its chain of one VDPBF16PS per 64 weight bytes is still faster than memory. The AVX2
+ * kernel's FMA adds only 16 weight bytes per step, so one chain would be bound by its latency:
+ * it takes blocks of 4 weight rows (X up to 4 rows, else 2: at most 16 accumulators, and its
+ * 16 registers spill some at 8 rows). The threads take blocks of weight rows, so each reads
+ * its own part of the weight once. */
 #include "cpu_gemv.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ember/dtype.h>
 
 /* EMBER_CPU_LOWP_GEMM: 0 another path; 1 unset, empty or "gemv" (the best kernel here);
  * 2 "gemv_avx2" (the AVX2 kernel, to test it on a CPU that has a better one) */
@@ -52,62 +55,87 @@ static int isa(void) {
     return c == 0 ? ISA_NONE : c == 2 && g_isa != ISA_NONE ? ISA_AVX2 : g_isa;
 }
 
+/* em_f32_to_bf16's rounding (to nearest even, NaN kept quiet), inlined: the store runs once
+ * per weight row, and a call per row showed up in decoding's profile */
+static inline uint16_t round_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float widen_bf16(uint16_t h) {
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
 /* The block's sums into z: bias and old z added in float32, then one rounding (or float32). */
-static void store_block(const em_lowp_gemm *g, int64_t q, int R, int P, const float *sum) {
+static inline __attribute__((always_inline)) void store_block(const em_lowp_gemm *g, int64_t q, int R, int P,
+                                                              const float *sum) {
     const uint16_t *bias = g->bias;
     for (int p = 0; p < P; p++)
         for (int r = 0; r < R; r++) {
             float s = sum[r * P + p];
-            if (bias) s += em_bf16_to_f32(bias[q + r]);
+            if (bias) s += widen_bf16(bias[q + r]);
             int64_t at = p * g->ldz + q + r;
             if (g->z_f32) {
                 float *z = (float *)g->z + at;
                 *z = g->acc ? *z + s : s;
             } else {
                 uint16_t *z = (uint16_t *)g->z + at;
-                if (g->acc) s += em_bf16_to_f32(*z);
-                *z = em_f32_to_bf16(s);
+                if (g->acc) s += widen_bf16(*z);
+                *z = round_bf16(s);
             }
         }
 }
 
 /* ---- AVX512-BF16: VDPBF16PS multiplies 32 bf16 pairs and adds them into 16 float32 lanes ---- */
 
-/* R weight rows x P rows of X (R * P <= 16); R and P are constants once inlined, so acc stays
- * in registers */
-TARGET_BF16 static inline __attribute__((always_inline)) void block_bf16(const em_lowp_gemm *g, int64_t q, const int R,
-                                                                         const int P) {
+/* Weight row q times the P rows of X; P is a constant once inlined, so acc stays in registers */
+TARGET_BF16 static inline __attribute__((always_inline)) void row_bf16(const em_lowp_gemm *g, int64_t q, const int P) {
     const uint16_t *w = (const uint16_t *)g->y + q * g->ldy, *x = g->x;
-    int64_t K = g->K, ldw = g->ldy, ldx = g->ldx, k = 0;
-    __m512 acc[4][EM_GEMV_MAX_ROWS];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
+    int64_t K = g->K, ldx = g->ldx, k = 0;
+    __m512 acc[EM_GEMV_MAX_ROWS];
 #pragma GCC unroll 8
-        for (int p = 0; p < P; p++) acc[r][p] = _mm512_setzero_ps();
+    for (int p = 0; p < P; p++) acc[p] = _mm512_setzero_ps();
     for (; k + 32 <= K; k += 32) {
-        __m512i xv[EM_GEMV_MAX_ROWS], wv[4];
+        __m512i wv = _mm512_loadu_si512(w + k);
 #pragma GCC unroll 8
-        for (int p = 0; p < P; p++) xv[p] = _mm512_loadu_si512(x + p * ldx + k);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512(w + r * ldw + k);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-            for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wv[r], (__m512bh)xv[p]);
+        for (int p = 0; p < P; p++)
+            acc[p] = _mm512_dpbf16_ps(acc[p], (__m512bh)wv, (__m512bh)_mm512_loadu_si512(x + p * ldx + k));
     }
     if (k < K) { /* the tail, zero-filled by masked loads */
         __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);
-        __m512i xv[EM_GEMV_MAX_ROWS], wv[4];
-        for (int p = 0; p < P; p++) xv[p] = _mm512_maskz_loadu_epi16(m, x + p * ldx + k);
-        for (int r = 0; r < R; r++) wv[r] = _mm512_maskz_loadu_epi16(m, w + r * ldw + k);
-        for (int r = 0; r < R; r++)
-            for (int p = 0; p < P; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wv[r], (__m512bh)xv[p]);
+        __m512i wv = _mm512_maskz_loadu_epi16(m, w + k);
+        for (int p = 0; p < P; p++)
+            acc[p] = _mm512_dpbf16_ps(acc[p], (__m512bh)wv, (__m512bh)_mm512_maskz_loadu_epi16(m, x + p * ldx + k));
     }
-    float sum[4 * EM_GEMV_MAX_ROWS];
-    for (int r = 0; r < R; r++)
-        for (int p = 0; p < P; p++) sum[r * P + p] = _mm512_reduce_add_ps(acc[r][p]);
-    store_block(g, q, R, P, sum);
+    float sum[EM_GEMV_MAX_ROWS];
+    for (int p = 0; p < P; p++) sum[p] = _mm512_reduce_add_ps(acc[p]);
+    store_block(g, q, 1, P, sum);
 }
+
+#define ROWS_FOR_P(P)                                                                                           \
+    for (int64_t q = q0; q < q1; q++) row_bf16(g, q, (P))
+
+TARGET_BF16 static void range_bf16(const em_lowp_gemm *g, int64_t q0, int64_t q1) {
+    switch (g->P) {
+    case 1: ROWS_FOR_P(1); break;
+    case 2: ROWS_FOR_P(2); break;
+    case 3: ROWS_FOR_P(3); break;
+    case 4: ROWS_FOR_P(4); break;
+    case 5: ROWS_FOR_P(5); break;
+    case 6: ROWS_FOR_P(6); break;
+    case 7: ROWS_FOR_P(7); break;
+    case 8: ROWS_FOR_P(8); break;
+    default: break;
+    }
+}
+
+/* ---- AVX2 + FMA: bf16 widened to float32 (a 16-bit shift), 8 lanes ---- */
 
 /* weight rows [q0, q1): blocks of 4 (P <= 4) or 2 (P <= 8: at most 16 accumulators), the
  * rest one at a time */
@@ -132,10 +160,6 @@ TARGET_BF16 static inline __attribute__((always_inline)) void block_bf16(const e
     case 8: RANGE_FOR_P(block, 8); break;                                                                       \
     default: break;                                                                                             \
     }
-
-TARGET_BF16 static void range_bf16(const em_lowp_gemm *g, int64_t q0, int64_t q1) { RANGE_SWITCH(block_bf16) }
-
-/* ---- AVX2 + FMA: bf16 widened to float32 (a 16-bit shift), 8 lanes ---- */
 
 TARGET_AVX2 static inline __m256 widen8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
@@ -168,7 +192,7 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void block_avx2(const e
             s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             s = _mm_add_ss(s, _mm_movehdup_ps(s));
             float t = _mm_cvtss_f32(s);
-            for (int64_t j = k; j < K; j++) t += em_bf16_to_f32(w[r * ldw + j]) * em_bf16_to_f32(x[p * ldx + j]);
+            for (int64_t j = k; j < K; j++) t += widen_bf16(w[r * ldw + j]) * widen_bf16(x[p * ldx + j]);
             sum[r * P + p] = t;
         }
     store_block(g, q, R, P, sum);
