@@ -76,9 +76,9 @@ EM_API em_status em_model_lora_load(em_model *m, const char *dir);
 EM_API em_status em_model_save_merged(em_model *m, const char *src_dir, const char *out_dir);
 
 /* Full fine-tuning, as a transformers model trains when no adapter is added: makes every
- * weight of m a trainable parameter. Each becomes an owned float32 copy (a mapped file is
- * read-only) that requires a gradient; em_model_module then holds them for the optimizers,
- * clipping and checkpoints, named as transformers names them
+ * weight of m a trainable parameter that requires a gradient (a weight that views the file's
+ * read-only bytes is copied; one converted on load trains in place). em_model_module then
+ * holds them for the optimizers, clipping and checkpoints, named as transformers names them
  * ("model.layers.0.self_attn.q_proj.weight"; a tied output embedding is the one parameter
  * "model.embed_tokens.weight" / "transformer.wte.weight"). The model must compute in float32
  * (loaded with dtype EM_F32): lower-precision compute comes from autocast, over float32

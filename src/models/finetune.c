@@ -755,8 +755,10 @@ em_status em_model_unfreeze(em_model *m) {
     em_grad_mode g = em_no_grad_begin();
     em_scope scope = em_scope_begin();
     for (int i = 0; i < m->nparams && st == EM_OK; i++) {
-        em_tensor *c = em_clone(m->params[i].t);
-        copies[i] = c ? em_keep(c) : NULL; /* the model's own reference, past this scope */
+        /* a view of the file's read-only bytes is copied; a weight converted on load is the
+         * model's own already and trains in place (no second copy of the model at once) */
+        em_tensor *c = m->params[i].read_only ? em_clone(m->params[i].t) : em_retain(m->params[i].t);
+        copies[i] = c && m->params[i].read_only ? em_keep(c) : c; /* the model's own reference */
         const char *leaf = NULL;
         em_module *parent = copies[i] ? parent_of(root, levels, m->params[i].name, &leaf) : NULL;
         if (!parent || em_module_add_parameter(parent, leaf, copies[i]) != EM_OK) st = em_last_status();

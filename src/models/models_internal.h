@@ -38,6 +38,7 @@ typedef struct model_param {
     int layer;          /* the decoder layer, or -1 for the model's own weights (MW_*) */
     int role;           /* LW_* / GW_* in a layer, MW_* outside */
     em_tensor *t;       /* the loaded tensor (owned by the model) */
+    bool read_only;     /* t views the weight file's bytes (mapped or read-only pages), not a copy */
 } model_param;
 
 struct em_model {

@@ -373,6 +373,7 @@ static em_status load_shard(loader *L, shard *s) {
         em_tensor *w = view ? view_of(s->map, bytes, t->dtype, t->ndim, t->shape)
                             : copy_of(s->map, bytes, t->dtype, t->ndim, t->shape, L->device, L->dtype);
         if (w) p->t = em_keep(w);
+        p->read_only = view;
         em_scope_end(scope);
         if (!p->t) return em__model_error_prefix("%s: tensor '%.200s'", s->path, t->name);
         L->from[at] = s->file;
