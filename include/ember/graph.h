@@ -44,6 +44,7 @@ extern "C" {
 /* Whether device d can record graphs; *reason (static text) says why not. */
 EM_API bool em_graph_available(em_device d, const char **reason);
 
+/* A recording of the work queued on one device, replayed as one launch (a CUDA graph). */
 typedef struct em_graph em_graph;
 /* A graph for device d, nothing recorded yet (NULL with an error for a bad device). */
 EM_API em_graph *em_graph_new(em_device d);
@@ -61,8 +62,11 @@ EM_API bool em_graph_captured(const em_graph *g);
 EM_API void em_graph_free(em_graph *g);
 
 /* ---- the step level ---- */
+/* The work of one step, given the caller's context: what em_graph_step_run runs or replays. */
 typedef em_status (*em_graph_fn)(void *ctx);
+/* A step that runs eagerly, then is captured once and replayed while its key holds. */
 typedef struct em_graph_step em_graph_step;
+/* What a step has done so far (em_graph_step_get_stats). */
 typedef struct em_graph_step_stats {
     int64_t eager_runs;       /* calls that ran fn eagerly (warm-up, fallback, graphs off) */
     int64_t captures;         /* graphs captured */
@@ -81,6 +85,7 @@ EM_API em_graph_step *em_graph_step_new(em_device d, int warmup);
  * caller's (0 if none; e.g. a hash of what else the step depends on). */
 EM_API em_status em_graph_step_run(em_graph_step *s, em_tensor *const *inputs, int n, uint64_t key,
                                    em_graph_fn fn, void *ctx);
+/* Fills *out with the step's counts and its last capture failure. */
 EM_API em_status em_graph_step_get_stats(const em_graph_step *s, em_graph_step_stats *out);
 /* Free the step and its graph. NULL is fine. */
 EM_API void em_graph_step_free(em_graph_step *s);

@@ -120,6 +120,7 @@ EM_API int64_t em_memory_history_length(void);
  * put the previous one back. nn's em_forward tags each module's allocations with its kind where
  * the caller set none. */
 EM_API void em_memory_set_tag(const char *tag);
+/* The calling thread's tag copied into buf (as snprintf); returns its length. */
 EM_API size_t em_memory_get_tag(char *buf, size_t size);
 
 /* Parse a byte count with an optional unit ("512MiB", "1.5GB", "4096"); EM_ERR_ARGUMENT if bad. */

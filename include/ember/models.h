@@ -210,6 +210,7 @@ EM_API em_status em_model_perplexity(em_model *m, const int64_t *ids, int64_t n,
 EM_API em_status em_model_estimate(const em_model_config *cfg, const em_estimate_opts *o, em_estimate *out);
 
 /* ---- the peak of one LoRA fine-tuning step (`ember mem --model DIR --lora-rank R`) ---- */
+/* What em_model_estimate_finetune takes besides the config. */
 typedef struct em_finetune_estimate_opts {
     int64_t batch, seq;         /* the micro-batch: batch sequences of seq tokens (both > 0) */
     int64_t lora_rank;          /* 0: 8 */

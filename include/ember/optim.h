@@ -142,6 +142,7 @@ EM_API double em_optim_scalar(const em_optimizer *opt, em_tensor *p, const char 
 /* The optimizer's kind: "sgd", "adam", "adamw", "adadelta", "adagrad", "rmsprop",
  * "adamax", "nadam", "radam", or a user optimizer's em_optimizer_ops name. */
 typedef struct em_optimizer_ops em_optimizer_ops; /* an optimizer's definition (below) */
+/* The optimizer's kind, as above. */
 EM_API const char *em_optim_name(const em_optimizer *opt);
 /* The optimizer's table: to make another optimizer of the same kind and options with
  * em_optimizer_new(m2, em_optim_ops(opt), em_optim_hyper(opt), em_optim_lr(opt)) (ZeRO's

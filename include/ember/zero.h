@@ -132,6 +132,7 @@ typedef struct em_zero_memory {
     double optimizer;      /* Adam's two states of the shard (of everything at stage 0) */
     double total;          /* their sum */
 } em_zero_memory;
+/* Fills *out for params parameters at stage (0 to 3) on ranks ranks, mixed as above. */
 EM_API em_status em_zero_estimate(double params, int stage, int ranks, bool mixed, em_zero_memory *out);
 
 #ifdef __cplusplus
