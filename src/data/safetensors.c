@@ -279,25 +279,6 @@ em_status em__safetensors_size(const char *name, const uint8_t *b, size_t len, u
 
 /* ---- writing ---- */
 
-static void sb_json_string(em_strbuf *b, const char *s) {
-    em__sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            em__sb_put(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            em__sb_put(b, esc, 6);
-        } else {
-            em__sb_put(b, (const char *)&c, 1);
-        }
-    }
-    em__sb_put(b, "\"", 1);
-}
-
 char *em__st_header(int n, const char *const *names, const em_dtype *dtypes,
                     const em_shape *shapes, size_t *len) {
     return em__st_header_meta(n, names, dtypes, shapes, 0, NULL, NULL, len);
@@ -312,9 +293,9 @@ char *em__st_header_meta(int n, const char *const *names, const em_dtype *dtypes
         em__sb_str(&b, "\"__metadata__\":{");
         for (int i = 0; i < nmeta; i++) {
             if (i) em__sb_str(&b, ",");
-            sb_json_string(&b, keys[i]);
+            em__sb_json_string(&b, keys[i]);
             em__sb_str(&b, ":");
-            sb_json_string(&b, values[i]);
+            em__sb_json_string(&b, values[i]);
         }
         em__sb_str(&b, "}");
         if (n) em__sb_str(&b, ",");
@@ -330,7 +311,7 @@ char *em__st_header_meta(int n, const char *const *names, const em_dtype *dtypes
         }
         char num[64];
         if (i) em__sb_str(&b, ",");
-        sb_json_string(&b, names[i]);
+        em__sb_json_string(&b, names[i]);
         em__sb_str(&b, ":{\"dtype\":\"");
         em__sb_str(&b, dn);
         em__sb_str(&b, "\",\"shape\":[");

@@ -12,6 +12,7 @@
 #include <time.h>
 #include "internal.h"
 #include "../util/errors.h"
+#include "../util/strbuf.h"
 
 #define TAG_MAX 48
 
@@ -94,17 +95,6 @@ void em__mem_history_record(const mem_state *st, bool alloc, const mem_block *b,
     pthread_mutex_unlock(&g_lock);
 }
 
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 em_status em_memory_dump_history(const char *path) {
     if (!path) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_memory_dump_history: path is NULL");
     FILE *f = fopen(path, "w");
@@ -119,7 +109,7 @@ em_status em_memory_dump_history(const char *path) {
         fprintf(f, "%s\n  [%lld, \"%s\", \"%s\", %d, %llu, %lld, %lld, ", i ? "," : "", (long long)e->t_ns,
                 e->alloc ? "alloc" : "free", em_device_str(e->dev).s, e->stream, (unsigned long long)e->address,
                 (long long)e->size, (long long)e->requested);
-        json_string(f, e->tag);
+        em__json_fputs(f, e->tag);
         fprintf(f, ", %lld, %lld]", (long long)e->allocated, (long long)e->reserved);
     }
     fprintf(f, "%s]}\n", g_count ? "\n " : "");

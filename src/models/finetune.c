@@ -19,6 +19,7 @@
 #include "models_internal.h"
 #include "../data/json.h"
 #include "../data/parsers.h"
+#include "../util/strbuf.h"
 
 /* A projection that can carry an adapter: its module name, the group it sits in, its role. */
 typedef struct lora_site {
@@ -284,18 +285,6 @@ static em_status make_dir(const char *dir, const char *op) {
     return em_error(EM_ERR_IO, "%s: cannot create the folder %s: %s", op, dir, strerror(errno));
 }
 
-/* s as a JSON string into f. */
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 em_status em_model_lora_save(em_model *m, const char *dir, const char *base_model) {
     const char *op = "em_model_lora_save";
     if (!m || !dir) return em_error(EM_ERR_ARGUMENT, "%s: NULL model or folder", op);
@@ -308,7 +297,7 @@ em_status em_model_lora_save(em_model *m, const char *dir, const char *base_mode
     FILE *f = fopen(path, "w");
     if (!f) return em_error(EM_ERR_IO, "%s: cannot write %s: %s", op, path, strerror(errno));
     fputs("{\n  \"alpha_pattern\": {},\n  \"auto_mapping\": null,\n  \"base_model_name_or_path\": ", f);
-    json_string(f, base_model ? base_model : "");
+    em__json_fputs(f, base_model ? base_model : "");
     fprintf(f, ",\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": %s,\n  \"inference_mode\": true,\n"
             "  \"init_lora_weights\": true,\n  \"layers_pattern\": null,\n  \"layers_to_transform\": null,\n"
             "  \"lora_alpha\": %.17g,\n  \"lora_dropout\": 0.0,\n  \"modules_to_save\": null,\n"
@@ -320,7 +309,7 @@ em_status em_model_lora_save(em_model *m, const char *dir, const char *base_mode
     int k = 0;
     for (char *save = NULL, *t = strtok_r(targets, ",", &save); t; t = strtok_r(NULL, ",", &save), k++) {
         fputs(k ? ", " : "", f);
-        json_string(f, t);
+        em__json_fputs(f, t);
     }
     fputs("],\n  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n  \"use_rslora\": false\n}\n", f);
     bool bad = ferror(f) != 0;

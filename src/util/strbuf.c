@@ -71,3 +71,33 @@ void em__sb_free(em_strbuf *b) {
     b->s = NULL;
     b->len = b->cap = 0;
 }
+
+void em__sb_json_string(em_strbuf *b, const char *s) {
+    em__sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            em__sb_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            em__sb_put(b, esc, 6);
+        } else {
+            em__sb_put(b, (const char *)&c, 1);
+        }
+    }
+    em__sb_put(b, "\"", 1);
+}
+
+void em__json_fputs(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct em_strbuf {
     char *s;
@@ -26,6 +27,11 @@ em_strbuf em__sb_growing(void);
 void em__sb_put(em_strbuf *b, const char *s, size_t n);
 void em__sb_str(em_strbuf *b, const char *s);
 void em__sb_spaces(em_strbuf *b, int n);
+/* s as a JSON string: in quotes, '"' and '\\' escaped, control characters as \u00XX (the
+ * other bytes as they are: the caller's text is UTF-8). */
+void em__sb_json_string(em_strbuf *b, const char *s);
+/* The same JSON string written to f. */
+void em__json_fputs(FILE *f, const char *s);
 void em__sb_printf(em_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Frees a growing buffer's memory (nothing for a fixed one). */
 void em__sb_free(em_strbuf *b);
