@@ -178,6 +178,29 @@ static void test_clip_grad_norm(void) {
     em_scope_end(s);
 }
 
+/* The norm's temporaries come and go one gradient at a time: with eight gradients of 1 MB,
+ * clipping's peak above what is already allocated stays near one gradient's square, not the
+ * eight that a scope held to the end would keep (8 MB, as much as the gradients). */
+static void test_clip_grad_norm_memory(void) {
+    em_scope s = em_scope_begin();
+    em_module *m = em_nn_sequential(em_nn_linear(512, 512), em_nn_linear(512, 512), em_nn_linear(512, 512),
+                                    em_nn_linear(512, 512), em_nn_linear(512, 512), em_nn_linear(512, 512),
+                                    em_nn_linear(512, 512), em_nn_linear(512, 512));
+    em_tensor *x = em_randn(EM_SHAPE(4, 512), (em_opts){0});
+    CHECK_OK(em_backward(em_sum(em_forward(m, x), EM_ALL_DIMS, false)));
+    em_device cpu = EM_DEVICE_CPU;
+    em_memory_reset_peak_stats(cpu);
+    int64_t before = em_memory_allocated(cpu);
+    double norm = em_clip_grad_norm(m, 1e-3);
+    CHECK(norm > 1e-3);
+    int64_t above = em_memory_max_allocated(cpu) - before;
+    int64_t one_grad = 512 * 512 * 4;
+    CHECK(above <= 2 * one_grad);
+    CHECK(em_memory_allocated(cpu) <= before); /* nothing left behind */
+    em_module_free(m);
+    em_scope_end(s);
+}
+
 /* The first schedule interface (em_optim_set_schedule / em_optim_schedule_step), deprecated
  * for em_lr_scheduler but kept working for a release. */
 #pragma GCC diagnostic push
@@ -224,6 +247,7 @@ int main(void) {
     RUN(test_adam);
     RUN(test_zero_grad_and_accumulation);
     RUN(test_clip_grad_norm);
+    RUN(test_clip_grad_norm_memory);
     RUN(test_schedules);
     return test_summary();
 }

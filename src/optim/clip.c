@@ -21,14 +21,21 @@ double em_clip_grad_norm(em_module *m, double max_norm) {
     em_module_parameters(m, ps, n);
     em_grad_mode mode = em_no_grad_begin();
     em_scope s = em_scope_begin();
-    /* sum of squares per gradient, accumulated as one f32 tensor on the first grad's device */
-    em_tensor *total = NULL;
+    /* Sum of squares per gradient, accumulated as one f32 tensor on the first grad's device.
+     * Each gradient's square is freed before the next is made (a scope of its own): held to
+     * the end, the squares would cost as much memory as every gradient once more. */
+    em_tensor *total = NULL; /* kept: ours to release */
     bool ok = true;
     for (int i = 0; i < n && ok; i++) {
         em_tensor *g = em_grad(ps[i].tensor);
         if (!g) continue;
+        em_scope one = em_scope_begin();
         em_tensor *sq = em_to_dtype(em_sum(em_mul(g, g), EM_ALL_DIMS, false), EM_F32);
-        total = total ? em_add(total, em_to(sq, em_device_of(total))) : sq;
+        em_tensor *next = total ? em_add(total, em_to(sq, em_device_of(total))) : sq;
+        if (next) em_keep(next);
+        em_scope_end(one);
+        em_release(total);
+        total = next;
         ok = total != NULL;
     }
     double norm = 0.0;
@@ -41,6 +48,7 @@ double em_clip_grad_norm(em_module *m, double max_norm) {
         }
     }
     em_scope_end(s);
+    em_release(total);
     em_no_grad_end(mode);
     free(ps);
     return ok ? norm : NAN;
