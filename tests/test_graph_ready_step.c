@@ -241,6 +241,10 @@ static void test_bad_target_reported_at_wait(void) {
     em_tensor *ok = em_cross_entropy(x, good, 0.0);
     CHECK(ok && fabs(em_item(ok) - log(5.0)) < 1e-6 && !em_failed());
     CHECK_OK(em_device_synchronize(OCL));
+    /* targets on the host with the input on the device: taken, as the host path takes them */
+    em_tensor *host_t = em_from_data((int64_t[]){1, 2, 4}, EM_I64, EM_SHAPE(3), EM_OPTS(.dtype = EM_I64));
+    em_tensor *mixed = em_cross_entropy(x, host_t, 0.0);
+    CHECK(mixed && fabs(em_item(mixed) - log(5.0)) < 1e-6 && !em_failed());
     /* and the first of two bad losses is the one reported, at a synchronize */
     em_tensor *neg = em_to(em_from_data((int64_t[]){-2, 0, 0}, EM_I64, EM_SHAPE(3), EM_OPTS(.dtype = EM_I64)), OCL);
     CHECK(em_cross_entropy(x, neg, 0.0) != NULL);

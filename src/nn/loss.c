@@ -264,7 +264,8 @@ static bool device_targets(const char *fn, em_tensor *log_p, em_tensor *target, 
     int64_t classes = em_size(log_p, cdim), n = em_numel(target);
     em_device dev = em_device_of(log_p);
     em_opts io = {.dtype = EM_I64, .device = dev}, fo = {.dtype = em_dtype_of(log_p), .device = dev};
-    em_tensor *t = em_to_dtype(em_detach(target), EM_I64);
+    /* targets kept elsewhere (on the host, say) come to the loss's device, as the host path takes any */
+    em_tensor *t = em_to_device_dtype(em_detach(target), dev, EM_I64, false);
     em_tensor *ignored = t ? as_i64(em_eq(t, em_scalar((double)ignore_index, io))) : NULL;
     em_tensor *in_range = t ? em_mul(as_i64(em_ge(t, em_scalar(0, io))), as_i64(em_lt(t, em_scalar((double)classes, io))))
                             : NULL;
