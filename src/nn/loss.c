@@ -267,8 +267,8 @@ static bool device_targets(const char *fn, em_tensor *log_p, em_tensor *target, 
     /* targets kept elsewhere (on the host, say) come to the loss's device, as the host path takes any */
     em_tensor *t = em_to_device_dtype(em_detach(target), dev, EM_I64, false);
     em_tensor *ignored = t ? as_i64(em_eq(t, em_scalar((double)ignore_index, io))) : NULL;
-    em_tensor *in_range = t ? em_mul(as_i64(em_ge(t, em_scalar(0, io))), as_i64(em_lt(t, em_scalar((double)classes, io))))
-                            : NULL;
+    em_tensor *in_range =
+        t ? em_mul(as_i64(em_ge(t, em_scalar(0, io))), as_i64(em_lt(t, em_scalar((double)classes, io)))) : NULL;
     em_tensor *kept = ignored ? em_add_scalar(em_neg(ignored), 1) : NULL;
     em_tensor *valid = em_mul(in_range, kept);                           /* counted */
     em_tensor *bad = kept ? em_mul(em_add_scalar(em_neg(in_range), 1), kept) : NULL;

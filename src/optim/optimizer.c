@@ -329,7 +329,10 @@ em_status em_step(em_optimizer *opt) {
         if (st == EM_OK && em__error_seq() != seq) st = em_last_status();
     }
     if (st != EM_OK) /* the collected updates did not all run: their steps do not count */
-        for (int j = 0; j < opt->batch.n; j++) opt->ps[opt->batch.param[j]].step--, opt->ps[opt->batch.param[j]].stepped = false;
+        for (int j = 0; j < opt->batch.n; j++) {
+            opt->ps[opt->batch.param[j]].step--;
+            opt->ps[opt->batch.param[j]].stepped = false;
+        }
     opt->batch.n = 0;
     em_no_grad_end(mode);
     free(fresh);
