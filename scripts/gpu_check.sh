@@ -398,7 +398,12 @@ s_mlp_graphs() {
     train_ember cuda:0 2 | tee "$FACTS/mlp_graphs_on.log"
     local rc=${PIPESTATUS[0]}
     EMBER_CUDA_GRAPHS=0 train_ember cuda:0 2 | tee "$FACTS/mlp_graphs_off.log"
-    ((PIPESTATUS[0] == 0 && rc == 0))
+    local rc_off=${PIPESTATUS[0]}
+    # each epoch's "cuda graph:" line: the first run replayed its step, the second was off
+    note "graphs on: $(grep 'cuda graph:' "$FACTS/mlp_graphs_on.log" | tail -n1 | sed 's/^ *//')"
+    note "graphs off: $(grep 'cuda graph:' "$FACTS/mlp_graphs_off.log" | tail -n1 | sed 's/^ *//')"
+    grep -q 'cuda graph: step replayed' "$FACTS/mlp_graphs_on.log" || { note "the step was not replayed from a graph"; rc=1; }
+    ((rc_off == 0 && rc == 0))
 }
 
 s_devices() {

@@ -49,6 +49,8 @@ static struct {
      * and the calls refused because they cannot be captured (each invalidates the capture) */
     int capture_begins, capture_ends, instantiates, graph_launches, live_graphs, live_execs;
     int captured_nodes;              /* nodes recorded by all captures */
+    const char *captured_kernels[1024]; /* the kernels recorded, in order (the first 1024) */
+    int ncaptured_kernels;
     int illegal_in_capture;
     int allocs_in_capture;           /* cuMemAlloc calls made (in relaxed mode) during a capture */
     int frees;                       /* cuMemFree calls */
@@ -395,7 +397,10 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
                          unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
     (void)shmem; (void)extra;
     if (!ctx_ok(s)) return CUDA_ERROR_INVALID_CONTEXT;
-    if (record_node(s, (fake_node){NODE_KERNEL, 0, NULL, 0, 0})) return CUDA_SUCCESS;
+    if (record_node(s, (fake_node){NODE_KERNEL, 0, NULL, 0, 0})) {
+        if (F.ncaptured_kernels < 1024) F.captured_kernels[F.ncaptured_kernels++] = fake_func_name(f);
+        return CUDA_SUCCESS;
+    }
     F.launches++;
     F.last_func = f;
     F.last_grid[0] = gx; F.last_grid[1] = gy; F.last_grid[2] = gz;

@@ -1,20 +1,26 @@
-/* A whole training step (zero_grad, the MLP's forward, the loss, backward, an SGD step, a loss
- * sum on the device) captured as a CUDA graph over the fake driver
+/* A whole training step (zero_grad, the MLP's forward, the loss, backward, an optimizer step,
+ * a loss sum on the device) captured as a CUDA graph over the fake driver
  * (tests/cuda_fake_driver.h) with the REAL NVRTC compiling Ember's kernels, and a cuBLAS that
  * records its calls: the capture must see no call that a capture cannot record (a host wait, a
  * copy to or from the host, a cuMemAlloc outside relaxed mode), which on a GPU would fail it.
- * em_cross_entropy with class indices reads its targets to the host (to check them and to weigh
- * them), so a step with it fails the capture cleanly and runs eagerly; the same loss written
- * with one-hot targets (log_softmax, times the one-hot rows, summed, negated, averaged) is
- * device work only and captures.
- * The fake runs no kernel, so values are not checked here (examples/cuda_graph_step.c compares
- * a replayed training run with an eager one where a GPU runs it). */
+ * The loss is written with one-hot targets (log_softmax, times the one-hot rows, summed,
+ * negated, averaged), or is em_cross_entropy on class indices, which on a CUDA device checks
+ * and weighs its targets there (src/nn/loss.c); the optimizer is SGD or `ember train`'s Adam,
+ * whose multi-tensor step reads its step count from device memory that the recorded
+ * adam_schedule kernel advances, so each replay takes the next step; the host's counts
+ * follow through em_optim_step_replayed. An Adam update that would bake host scalars into the
+ * recording (amsgrad's per-tensor kernel) fails the capture with its reason, the step runs
+ * eagerly, and the failed capture's step counts are undone.
+ * The fake runs no kernel, so values are not checked here: tests/test_graph_ready_step.c
+ * proves the device-side schedule and target check on OpenCL, and examples/cuda_graph_step.c
+ * compares a replayed training run with an eager one where a GPU runs it. */
 #include "test.h"
 
 #ifdef EMBER_HAVE_CUDA_HEADERS
 
 #include <ember/graph.h>
 #include "cuda_fake_driver.h"
+#include "core/internal_api.h" /* em__device_checks_reset */
 
 static em_cu_api g_cu;
 static em_nvrtc_api g_nvrtc;
@@ -58,6 +64,8 @@ static void install(void) {
     em__cuda_loader_use_fakes(&libs);
 }
 
+typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAM_AMSGRAD } opt_kind;
+
 typedef struct step_ctx {
     em_module *model;
     em_optimizer *opt;
@@ -80,13 +88,30 @@ static em_status train_step(void *p) {
     return st;
 }
 
-/* The step with one loss or the other, four calls with one warm-up; its statistics. */
-static em_graph_step_stats run_steps(bool one_hot) {
+#define CALLS 5
+
+static em_optimizer *make_opt(em_module *m, opt_kind k) {
+    if (k == OPT_SGD) return em_sgd(m, 0.05);
+    em_adam_opts o = em_adam_defaults(1e-3);
+    o.amsgrad = k == OPT_ADAM_AMSGRAD;
+    return em_adam_ex(m, o);
+}
+
+/* Whether name is among the kernels recorded since index from, and where (-1: not). */
+static int recorded_at(const char *name, int from) {
+    for (int i = from; i < F.ncaptured_kernels; i++)
+        if (!strcmp(F.captured_kernels[i], name)) return i;
+    return -1;
+}
+
+/* The step with one loss or the other and an optimizer, CALLS calls with one warm-up (each
+ * replay that did not capture counted with em_optim_step_replayed); its statistics. */
+static em_graph_step_stats run_steps(bool one_hot, opt_kind kind) {
     int begins = F.capture_begins, launches = F.graph_launches, illegal = F.illegal_in_capture;
-    int nodes = F.captured_nodes;
+    int nodes = F.captured_nodes, kernels = F.ncaptured_kernels;
     em_module *model = em_nn_sequential(em_nn_linear(784, 32), em_nn_relu(), em_nn_linear(32, 10));
     CHECK(model && em_module_to(model, CUDA0) == EM_OK);
-    step_ctx c = {.model = model, .opt = em_sgd(model, 0.05), .one_hot = one_hot,
+    step_ctx c = {.model = model, .opt = make_opt(model, kind), .one_hot = one_hot,
                   .x = em_zeros(EM_SHAPE(16, 784), EM_OPTS(.device = CUDA0)),
                   .y = one_hot ? em_zeros(EM_SHAPE(16, 10), EM_OPTS(.device = CUDA0))
                                : em_zeros(EM_SHAPE(16), EM_OPTS(.device = CUDA0, .dtype = EM_I64)),
@@ -94,13 +119,31 @@ static em_graph_step_stats run_steps(bool one_hot) {
     CHECK(c.opt && c.x && c.y && c.loss_sum);
     em_graph_step *step = em_graph_step_new(CUDA0, 1);
     em_tensor *inputs[2] = {c.x, c.y};
-    for (int i = 0; i < 4; i++) CHECK_OK(em_graph_step_run(step, inputs, 2, 0, train_step, &c));
+    em_named_tensor params[4];
+    CHECK(em_module_parameters(model, params, 4) == 4);
+    em_tensor *first = params[0].tensor;
+    for (int i = 0; i < CALLS; i++) {
+        em_graph_step_stats before, after;
+        CHECK_OK(em_graph_step_get_stats(step, &before));
+        CHECK_OK(em_graph_step_run(step, inputs, 2, 0, train_step, &c));
+        CHECK_OK(em_graph_step_get_stats(step, &after));
+        if (after.replays > before.replays && after.captures == before.captures)
+            CHECK_OK(em_optim_step_replayed(c.opt));
+        /* the host's counts: one step per call, replayed or not, a failed capture undone */
+        CHECK(em_optim_steps(c.opt) == i + 1);
+        CHECK(em_optim_scalar(c.opt, first, "step") == (double)(i + 1));
+    }
     em_graph_step_stats st;
     CHECK_OK(em_graph_step_get_stats(step, &st));
     CHECK(F.capture_begins == begins + 1 && F.capture_ends == F.capture_begins);
     if (st.captures) {
-        CHECK(F.illegal_in_capture == illegal && F.graph_launches == launches + 3);
-        printf("  one step: %d nodes recorded\n", F.captured_nodes - nodes);
+        CHECK(F.illegal_in_capture == illegal && F.graph_launches == launches + CALLS - 1);
+        printf("  one step: %d nodes recorded, %d of them kernels\n", F.captured_nodes - nodes,
+               F.ncaptured_kernels - kernels);
+        /* Adam: the schedule advances on the device before the multi-tensor update reads it */
+        int sched = recorded_at("adam_schedule", kernels);
+        if (kind == OPT_ADAM) CHECK(sched >= 0 && recorded_at("adam_multi_f32", sched) > sched);
+        if (kind == OPT_SGD) CHECK(sched < 0);
     }
     em_graph_step_free(step);
     em_optim_free(c.opt);
@@ -112,22 +155,32 @@ static em_graph_step_stats run_steps(bool one_hot) {
     return st;
 }
 
-static void test_step_with_one_hot_loss_captures(void) {
+static void captures_and_replays(bool one_hot, opt_kind kind) {
     if (!g_have_nvrtc) SKIP("NVRTC is not installed: the real kernels cannot be compiled");
-    em_graph_step_stats st = run_steps(true);
+    em_graph_step_stats st = run_steps(one_hot, kind);
     if (st.last_failure[0]) fprintf(stderr, "  capture failed: %s\n", st.last_failure);
-    CHECK(st.failed_captures == 0 && st.captures == 1 && st.replays == 3 && st.eager_runs == 1);
+    CHECK(st.failed_captures == 0 && st.captures == 1 && st.replays == CALLS - 1 && st.eager_runs == 1);
     CHECK(F.captured_nodes >= 10);   /* the step's kernels and copies */
     CHECK(gemm_calls > 0);
 }
 
-/* em_cross_entropy's host read of the targets fails the capture with its reason; the step goes
- * on eagerly, every call. */
-static void test_step_with_class_index_loss_falls_back(void) {
+static void test_step_with_one_hot_loss_captures(void) { captures_and_replays(true, OPT_SGD); }
+
+/* em_cross_entropy on class indices: its targets checked and weighed on the device, no host
+ * read; the step records. */
+static void test_step_with_class_index_loss_captures(void) { captures_and_replays(false, OPT_SGD); }
+
+/* `ember train`'s step: class indices and Adam, whose step count lives on the device. */
+static void test_train_step_with_adam_captures(void) { captures_and_replays(false, OPT_ADAM); }
+
+/* amsgrad's per-tensor Adam kernel takes its bias corrections from the host: the capture
+ * fails with that reason (a replay would repeat the recorded step), the calls run eagerly,
+ * and the counts of the failed capture's em_step are undone. */
+static void test_adam_with_host_scalars_refuses_capture(void) {
     if (!g_have_nvrtc) SKIP("NVRTC is not installed: the real kernels cannot be compiled");
-    em_graph_step_stats st = run_steps(false);
-    CHECK(st.failed_captures == 1 && st.captures == 0 && st.replays == 0 && st.eager_runs == 4);
-    CHECK(strstr(st.last_failure, "graph capture failed: a copy to host memory during the capture") != NULL);
+    em_graph_step_stats st = run_steps(false, OPT_ADAM_AMSGRAD);
+    CHECK(st.failed_captures == 1 && st.captures == 0 && st.replays == 0 && st.eager_runs == CALLS);
+    CHECK(strstr(st.last_failure, "Adam's step inside a graph capture must read its step count") != NULL);
 }
 
 int main(void) {
@@ -142,7 +195,10 @@ int main(void) {
     }
     install(); /* before core's registry asks: it remembers the answer */
     RUN(test_step_with_one_hot_loss_captures);
-    RUN(test_step_with_class_index_loss_falls_back);
+    RUN(test_step_with_class_index_loss_captures);
+    RUN(test_train_step_with_adam_captures);
+    RUN(test_adam_with_host_scalars_refuses_capture);
+    em__device_checks_reset();   /* the target check's flag, before the backend goes */
     em_memory_empty_cache(CUDA0);
     em__cuda_backend_reset();
     fake_capture_reset();

@@ -17,7 +17,9 @@
  *   pool, which the allocator hands to no one else while the graph lives;
  * - host-side values (a learning rate, an optimizer's step count turned into a kernel
  *   argument) are those of the capture: only work whose scalars do not change between steps
- *   can be replayed.
+ *   can be replayed. On CUDA, Adam/AdamW keep their step count and learning rate in device
+ *   memory (a replay takes the next step; call em_optim_step_replayed after each replay that
+ *   did not capture), and em_cross_entropy checks class indices on the device.
  * Inside a capture, what cannot be recorded is refused with EM_ERR_NOT_SUPPORTED: a wait for
  * the device, a copy from or to host memory, reading a value to the host. The capture's end
  * then fails (naming it) and drops the recording. em_graph_step_run falls back to running fn

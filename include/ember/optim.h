@@ -132,6 +132,15 @@ EM_API double em_optim_lr(const em_optimizer *opt);              /* the learning
 EM_API em_status em_optim_set_lr(em_optimizer *opt, double lr);  /* change it (for every parameter) */
 /* Number of em_step calls so far. */
 EM_API int64_t em_optim_steps(const em_optimizer *opt);
+/* A graph (graph.h) that recorded em_step(opt) was replayed once more: the host's step counts
+ * advance as that em_step's did (the replay advanced the device's; a checkpoint saved after
+ * replays then holds the right counts). Call it after each replay that em_step did not run
+ * for, i.e. not for the call that captured. EM_ERR_ARGUMENT if no capture of em_step(opt)
+ * succeeded. On a GPU, Adam/AdamW's multi-tensor step reads its step count and learning rate
+ * from device memory, so its replays take the next step's values (PyTorch's capturable=True);
+ * set the learning rate with em_optim_set_lr between replays, not inside a capture. SGD's
+ * learning rate is a kernel argument: a replay repeats the recorded one. */
+EM_API em_status em_optim_step_replayed(em_optimizer *opt);
 /* A state tensor of parameter p by PyTorch's name ("exp_avg", "exp_avg_sq",
  * "max_exp_avg_sq", "momentum_buffer", "square_avg", "acc_delta", "sum", "grad_avg",
  * "exp_inf"): a new reference, or NULL if there is none (yet). */

@@ -50,6 +50,15 @@ typedef struct em_adam_multi_item {
 typedef struct em_adam_multi {
     int n;
     em_adam_multi_item *items;
+    /* Adam's step count and learning rate on the device (PyTorch's capturable=True; set by
+     * src/optim/sgd_adam.c on the GPUs, NULL elsewhere): before the updates the backend
+     * advances sched, float64 [2] {steps taken, lr}, by one step and writes consts, float32 [3]
+     * {-(lr / (1 - beta1^t)), sqrt(1 - beta2^t), 1 - lr * weight_decay}, each computed in
+     * float64 and rounded once, as em__optim_consts computes them on the host; the updates read
+     * those three instead of the items' host constants. A graph that records the call thus
+     * replays the next step, not the recorded one. */
+    struct em_tensor *sched, *consts;
+    double beta1, beta2, weight_decay;
 } em_adam_multi;
 
 #endif

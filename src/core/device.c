@@ -1,6 +1,7 @@
 /* The backend registry and devices: parsing and printing PyTorch's device strings,
  * availability, auto-selection, the per-thread current device, and the thread count. */
 #include "core_internal.h"
+#include "internal_api.h"
 #include "../util/errors.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -227,7 +228,9 @@ em_status em_device_get_props(em_device d, em_device_props *out) {
 em_status em_device_synchronize(em_device d) {
     const em_backend *be = em__backend_checked(d, "em_device_synchronize");
     if (!be) return em_last_status();
-    return be->synchronize ? be->synchronize(em_device_resolve(d).index) : EM_OK;
+    em_status st = be->synchronize ? be->synchronize(em_device_resolve(d).index) : EM_OK;
+    /* the wait is done: what device work found wrong in the user's input (device_checks.c) */
+    return st == EM_OK && d.type != EM_CPU ? em__device_checks_read(d) : st;
 }
 
 /* ---- auto-selection ---- */

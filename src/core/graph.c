@@ -7,6 +7,7 @@
 #include <string.h>
 #include <ember/graph.h>
 #include "core_internal.h"
+#include "internal_api.h"
 #include "tensor_impl.h"
 #include "../memory/allocator.h"
 #include "../util/errors.h"
@@ -18,6 +19,32 @@ struct em_graph {
     uint64_t pool;             /* the allocator's private pool of the recording, 0 when none */
     bool capturing;
 };
+
+/* The device this thread is recording on (capture is the thread's mode on the device's
+ * stream), for work that must not bake a host value into the recording. */
+static _Thread_local bool tl_capturing;
+static _Thread_local em_device tl_capture_dev;
+
+bool em__graph_capturing(em_device d) {
+    return tl_capturing && em_device_equal(em_device_resolve(d), tl_capture_dev);
+}
+
+/* What to undo on the host when the capture fails (em__graph_on_abort): its work never ran. */
+#define MAX_UNDO 16
+static _Thread_local struct { void (*undo)(void *); void *ctx; } tl_undo[MAX_UNDO];
+static _Thread_local int tl_nundo;
+static _Thread_local bool tl_work_failed;   /* the step level's fn failed inside the capture */
+
+em_status em__graph_on_abort(void (*undo)(void *ctx), void *ctx) {
+    if (!tl_capturing) return EM_OK;
+    for (int i = 0; i < tl_nundo; i++)
+        if (tl_undo[i].undo == undo && tl_undo[i].ctx == ctx) return EM_OK;
+    if (tl_nundo == MAX_UNDO)
+        return em_error(EM_ERR_NOT_SUPPORTED, "graph capture: more than %d host states to restore if it fails", MAX_UNDO);
+    tl_undo[tl_nundo].undo = undo;
+    tl_undo[tl_nundo++].ctx = ctx;
+    return EM_OK;
+}
 
 bool em_graph_available(em_device d, const char **reason) {
     const char *why = NULL;
@@ -74,6 +101,9 @@ em_status em_graph_capture_begin(em_graph *g) {
     }
     g->pool = pool;
     g->capturing = true;
+    tl_capturing = true;
+    tl_capture_dev = g->dev;
+    tl_nundo = 0;
     return EM_OK;
 }
 
@@ -84,6 +114,12 @@ em_status em_graph_capture_end(em_graph *g) {
     em_status s = g->be->graph_end(g->dev.index, &exec);
     em__mem_capture_end(g->dev);
     g->capturing = false;
+    tl_capturing = false;
+    int nundo = tl_nundo;
+    tl_nundo = 0;
+    bool undo = s != EM_OK || tl_work_failed;   /* the recording will not be replayed */
+    tl_work_failed = false;
+    for (int i = nundo - 1; undo && i >= 0; i--) tl_undo[i].undo(tl_undo[i].ctx);
     if (s != EM_OK) {
         drop(g);
         return s;
@@ -214,6 +250,7 @@ em_status em_graph_step_run(em_graph_step *s, em_tensor *const *inputs, int n, u
     em_status r = em_graph_capture_begin(g);
     if (r == EM_OK) {
         em_status ran = fn(ctx);
+        tl_work_failed = ran != EM_OK;
         em_status ended = em_graph_capture_end(g);  /* always: the device leaves capture */
         r = ended != EM_OK ? ended : ran;
     }

@@ -189,6 +189,33 @@ em_status em__ce_rows(em_tensor *z, em_tensor *target, em_tensor *valid, em_tens
                       em_tensor *loss, em_tensor **dz);
 em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool causal);
 
+/* ---- device work that a graph can record (src/core/ops_index.c, device_checks.c, graph.c) ----
+ * An index whose every element the caller made lie in [0, bound) on the device (a where over
+ * a check): gather, scatter_add and index_select skip their host read of its values while
+ * its storage is not written again. */
+void em__index_mark_in_range(em_tensor *index, int64_t bound);
+/* Whether this thread is recording a graph on device d (em_graph_capture_begin .. _end). */
+bool em__graph_capturing(em_device d);
+/* During a capture, host state changed by the work being recorded (an optimizer's step
+ * counts) that must be put back if the capture fails, since the recorded work then never
+ * runs: undo(ctx) is called once at a failed end (registering the pair again is a no-op).
+ * Nothing happens outside a capture. ctx must outlive the capture. */
+em_status em__graph_on_abort(void (*undo)(void *ctx), void *ctx);
+/* A user's mistake found by device work (PyTorch's device-side assert, without the abort):
+ * `found` (int64 [3] on the device: a count, then two numbers for the message, say a flat
+ * position and a value) is queued into d's flag, which keeps the first nonzero count; the
+ * host reads the flag at its next wait for d (em_item, em_copy_to_host, em_device_synchronize),
+ * and there, when a count was set, describe(numbers, ctx) (ctx: a copy of ctx_size bytes, at
+ * most 256, kept per distinct ctx) writes the error, which that call returns; the flag is then
+ * cleared. Queuing records no host work, so it may run inside a capture. */
+typedef void (*em_device_check_describe)(const int64_t numbers[2], const void *ctx, char *buf, size_t size);
+em_status em__device_check_queue(em_tensor *found, em_device_check_describe describe, const void *ctx,
+                                 size_t ctx_size);
+/* Read d's flag if checks were queued on it: EM_OK, or the first queued check's error. */
+em_status em__device_checks_read(em_device d);
+/* Release every device's flag (tests, before a backend is reset under them). */
+void em__device_checks_reset(void);
+
 /* ---- custom autograd functions and the RNG state (activation checkpointing,
  * src/nn/checkpoint.c) ----
  * A graph node whose backward is the caller's (torch.autograd.Function). backward(ctx, g,

@@ -247,7 +247,9 @@ em_status em_copy_to_host(const em_tensor *t, void *dst, size_t dst_bytes) {
     if (dst_bytes < need)
         return em_error(EM_ERR_ARGUMENT, "em_copy_to_host: destination has %zu bytes, the tensor needs %zu (%lld x %s)",
                         dst_bytes, need, (long long)em__numel_raw(t->ndim, t->shape), em_dtype_name(t->dtype));
-    return em__to_host(t, t->dtype, dst);
+    em_status st = em__to_host(t, t->dtype, dst);
+    /* the wait is done: what device work found wrong in the user's input (device_checks.c) */
+    return st == EM_OK && t->storage->device.type != EM_CPU ? em__device_checks_read(t->storage->device) : st;
 }
 
 double em_item(const em_tensor *t) {
@@ -262,6 +264,7 @@ double em_item(const em_tensor *t) {
     }
     double buf[1];
     if (em__to_host(t, t->dtype, buf) != EM_OK) return NAN;
+    if (t->storage->device.type != EM_CPU && em__device_checks_read(t->storage->device) != EM_OK) return NAN;
     return em__load_f64(buf, t->dtype);
 }
 

@@ -1,6 +1,8 @@
 /* Indexing and joining: index_select, gather, cat, stack, one_hot. Index values are
  * checked on the host before any kernel runs (device indices are copied back first), so
- * an out-of-range index is a clear error rather than a wild read on the device. */
+ * an out-of-range index is a clear error rather than a wild read on the device; an index
+ * whose storage a caller made in range on the device (em__index_mark_in_range: the class-index
+ * loss, which checks its targets on the device) is not read back. */
 #include "ops_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,9 @@ static int64_t *index_values(const em_tensor *idx, int64_t *n) {
 }
 
 static em_status check_range(const char *op, const em_tensor *idx, int dim, int64_t bound) {
+    const em_storage *s = idx->storage;
+    if (s->index_bound > 0 && s->index_bound <= bound && atomic_load(&s->version) == s->index_bound_version)
+        return EM_OK; /* made in range on the device (em__index_mark_in_range): no host read */
     int64_t n;
     int64_t *v = index_values(idx, &n);
     if (!v) return em_last_status();
@@ -36,6 +41,12 @@ static em_status check_range(const char *op, const em_tensor *idx, int dim, int6
     }
     free(v);
     return st;
+}
+
+void em__index_mark_in_range(em_tensor *index, int64_t bound) {
+    if (!index || bound <= 0) return;
+    index->storage->index_bound = bound;
+    index->storage->index_bound_version = atomic_load(&index->storage->version);
 }
 
 /* idx as the backend wants it: int64 (a copy when int32). */

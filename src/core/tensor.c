@@ -26,6 +26,8 @@ em_storage *em__storage_new(const em_backend *be, em_device d, size_t nbytes, bo
     s->external_release = NULL;
     s->external_ctx = NULL;
     atomic_init(&s->attached, NULL);
+    s->index_bound = 0;
+    s->index_bound_version = 0;
     unsigned long seq = em__error_seq();
     em_status st = pinned ? em__mem_alloc_pinned(nbytes, &s->block) : em__mem_alloc(be, d, nbytes, &s->block);
     if (st != EM_OK) {

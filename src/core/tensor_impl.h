@@ -51,6 +51,12 @@ typedef struct em_storage {
     void *external_ctx;
     /* what other parts of core keep about this storage (a list, pushed atomically) */
     _Atomic(em_storage_attachment *) attached;
+    /* Every element is an index in [0, index_bound) while version is index_bound_version
+     * (em__index_mark_in_range: made so on the device, e.g. by a where; 0: not known). The
+     * index ops then skip their host read of the values, which waits for the device and
+     * cannot be recorded in a graph. */
+    int64_t index_bound;
+    unsigned index_bound_version;
 } em_storage;
 
 struct em_tensor {

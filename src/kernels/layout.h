@@ -84,16 +84,20 @@ typedef struct emk_attn {
  * element x of the launch is element x - start[s] of slot s where start[s] <= x < start[s + 1].
  * Per slot: the element offsets of p, g, m, v and the low-precision copy, the flags (EMK_MT_*)
  * and the scalars (EMK_MT_C_*, rounded to float32 as the per-tensor kernel's arguments). */
-#define EMK_MT_SLOTS 6 /* 5 buffers each and the table: 31 arguments, within CUDA's launcher's 32 */
+#define EMK_MT_SLOTS 6 /* 5 buffers each, the schedule and the table: CUDA's launcher's 32 arguments */
 enum { EMK_MT_P, EMK_MT_G, EMK_MT_M, EMK_MT_V, EMK_MT_LOW, EMK_MT_NOFF };
 enum { EMK_MT_C_WD, EMK_MT_C_DECAY, EMK_MT_C_B1, EMK_MT_C_OMB1, EMK_MT_C_B2, EMK_MT_C_OMB2, EMK_MT_C_SBC2,
        EMK_MT_C_EPS, EMK_MT_C_STEP, EMK_MT_NC };
-/* the flags: optim.k's EMK_OPT_WD, _DECAY and _MAXIMIZE, and the low copy's dtype */
-enum { EMK_MT_LOW_BF16 = 256, EMK_MT_LOW_F16 = 512 };
+/* the flags: optim.k's EMK_OPT_WD, _DECAY and _MAXIMIZE, the low copy's dtype, and SCHED: the
+ * step constant, sqrt of the second bias correction and the decay read from the device's
+ * schedule (the sched argument at element sched_off: EMK_MT_S_*) instead of c */
+enum { EMK_MT_LOW_BF16 = 256, EMK_MT_LOW_F16 = 512, EMK_MT_SCHED = 1024 };
+enum { EMK_MT_S_STEP, EMK_MT_S_SBC2, EMK_MT_S_DECAY, EMK_MT_S_COUNT };
 typedef struct emk_adam_multi {
     EMK_I64 start[EMK_MT_SLOTS + 1];
     EMK_I64 off[EMK_MT_SLOTS * EMK_MT_NOFF];
     EMK_I64 flags[EMK_MT_SLOTS];
+    EMK_I64 sched_off;
     float c[EMK_MT_SLOTS * EMK_MT_NC];
 } emk_adam_multi;
 

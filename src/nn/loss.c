@@ -10,7 +10,14 @@
  * gradient a scatter, no one-hot [N, C] tensor) and, with label smoothing, a sum over the
  * classes. With smoothing eps, PyTorch's loss is (1 - eps) * nll + (eps / C) * smooth with
  * smooth_n = -sum_c w_c log p_nc (0 where ignored), both reduced alike; here each element is
- * l_n = -(1 - eps) w_n log p_n,t + (eps / C) * smooth_n, then reduced once. */
+ * l_n = -(1 - eps) w_n log p_n,t + (eps / C) * smooth_n, then reduced once.
+ *
+ * On a CUDA device the targets are not read to the host (that read waits for the device at
+ * every step and cannot be recorded in a graph): the same factors are computed there, in the
+ * loss's dtype, with each out-of-range target gathered as class 0 and weighted 0, and the
+ * check queued as a device-side flag (em__device_check_queue) that the host reads at its next
+ * wait for the device (em_item of the loss, say), which then fails with the same message the
+ * host check gives. A device assert, as PyTorch's, without the abort. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +75,7 @@ static bool read_opts(const char *fn, const em_loss_opts *o, em_loss_opts *out, 
 }
 
 /* weight [C] (floating, any device) as double on the host; NULL weight: all ones. */
-static bool read_weight(const char *fn, em_tensor *weight, int64_t classes, double **w) {
-    *w = NULL;
+static bool check_weight(const char *fn, em_tensor *weight, int64_t classes) {
     if (!weight) return true;
     if (!em_dtype_is_floating(em_dtype_of(weight))) {
         em_error(EM_ERR_DTYPE, "%s: expected a floating weight, got %s", fn, em_dtype_name(em_dtype_of(weight)));
@@ -82,6 +88,13 @@ static bool read_weight(const char *fn, em_tensor *weight, int64_t classes, doub
                  "got weight tensor of shape: %s", fn, (long long)classes, s);
         return false;
     }
+    return true;
+}
+
+static bool read_weight(const char *fn, em_tensor *weight, int64_t classes, double **w) {
+    *w = NULL;
+    if (!weight) return true;
+    if (!check_weight(fn, weight, classes)) return false;
     *w = malloc(sizeof(double) * (size_t)(classes + 1));
     if (!*w) {
         em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory for %lld class weights", fn, (long long)classes);
@@ -117,11 +130,9 @@ typedef struct class_targets {
     double denominator;   /* sum of w[t] over the elements not ignored */
 } class_targets;
 
-static bool read_targets(const char *fn, em_tensor *log_p, em_tensor *target, int cdim, const double *w,
-                         int64_t ignore_index, double eps, class_targets *ct) {
-    *ct = (class_targets){0};
+/* The target's shape is log_p's without the class dim. */
+static bool check_target_shape(const char *fn, em_tensor *log_p, em_tensor *target, int cdim) {
     em_shape ls = em_shape_of(log_p), ts = em_shape_of(target);
-    int64_t classes = ls.d[cdim];
     em_shape want = {.ndim = ls.ndim - 1};
     for (int i = 0, k = 0; i < ls.ndim; i++)
         if (i != cdim) want.d[k++] = ls.d[i];
@@ -132,6 +143,15 @@ static bool read_targets(const char *fn, em_tensor *log_p, em_tensor *target, in
         em_error(EM_ERR_SHAPE, "%s: expected target size %s, got %s", fn, a, b);
         return false;
     }
+    return true;
+}
+
+static bool read_targets(const char *fn, em_tensor *log_p, em_tensor *target, int cdim, const double *w,
+                         int64_t ignore_index, double eps, class_targets *ct) {
+    *ct = (class_targets){0};
+    em_shape ts = em_shape_of(target);
+    int64_t classes = em_size(log_p, cdim);
+    if (!check_target_shape(fn, log_p, target, cdim)) return false;
     int64_t n = em_numel(target);
     size_t cap = (size_t)(n ? n : 1);
     int64_t *t = malloc(cap * sizeof *t), *index = malloc(cap * sizeof *index);
@@ -200,10 +220,115 @@ static em_tensor *reduce(em_tensor *l, em_reduction r, double denominator) {
     return em_add_scalar(em_mul_scalar(total, 0.0), NAN);
 }
 
+static int g_device_targets = -1;   /* em__loss_device_targets */
+
+int em__loss_device_targets(int mode) {
+    int was = g_device_targets;
+    g_device_targets = mode < 0 ? -1 : mode > 0 ? 1 : 0;
+    return was;
+}
+
+static bool targets_on_device(em_tensor *log_p) {
+    em_device_type t = em_device_of(log_p).type;
+    return g_device_targets < 0 ? t == EM_CUDA : g_device_targets > 0 && t != EM_CPU;
+}
+
+/* What an out-of-range target's message needs (copied into the device check's record). */
+typedef struct target_check {
+    const char *fn;               /* a string literal */
+    em_shape shape;               /* the target's */
+    int64_t classes, ignore_index;
+} target_check;
+
+/* numbers: the first bad target's flat position and its value */
+static void describe_bad_target(const int64_t numbers[2], const void *ctx, char *buf, size_t size) {
+    const target_check *c = ctx;
+    char at[128];
+    position_str(at, sizeof at, c->shape, numbers[0]);
+    snprintf(buf, size, "%s: Target %lld is out of bounds: target%s must be a class index in [0, %lld) or "
+             "ignore_index (%lld)", c->fn, (long long)numbers[1], at, (long long)c->classes,
+             (long long)c->ignore_index);
+}
+
+/* int64 0/1 of a comparison */
+static em_tensor *as_i64(em_tensor *b) { return em_to_dtype(b, EM_I64); }
+
+/* read_targets' factors computed on log_p's device, nothing read to the host; the check of the
+ * targets' range queued as a device flag. ct->denominator is unused: *denominator is the 0-d
+ * sum of the weights, on the device. */
+static bool device_targets(const char *fn, em_tensor *log_p, em_tensor *target, int cdim, em_tensor *weight,
+                           int64_t ignore_index, double eps, class_targets *ct, em_tensor **denominator) {
+    *ct = (class_targets){0};
+    if (!check_target_shape(fn, log_p, target, cdim)) return false;
+    em_shape ts = em_shape_of(target);
+    int64_t classes = em_size(log_p, cdim), n = em_numel(target);
+    em_device dev = em_device_of(log_p);
+    em_opts io = {.dtype = EM_I64, .device = dev}, fo = {.dtype = em_dtype_of(log_p), .device = dev};
+    /* targets kept elsewhere (on the host, say) come to the loss's device, as the host path takes any */
+    em_tensor *t = em_to_device_dtype(em_detach(target), dev, EM_I64, false);
+    em_tensor *ignored = t ? as_i64(em_eq(t, em_scalar((double)ignore_index, io))) : NULL;
+    em_tensor *in_range =
+        t ? em_mul(as_i64(em_ge(t, em_scalar(0, io))), as_i64(em_lt(t, em_scalar((double)classes, io)))) : NULL;
+    em_tensor *kept = ignored ? em_add_scalar(em_neg(ignored), 1) : NULL;
+    em_tensor *valid = em_mul(in_range, kept);                           /* counted */
+    em_tensor *bad = kept ? em_mul(em_add_scalar(em_neg(in_range), 1), kept) : NULL;
+    em_tensor *index = em_mul(t, valid);                                 /* 0 where not counted */
+    if (!index || !bad) return false;
+    em__index_mark_in_range(index, classes);
+    if (n > 0) {   /* the first bad target: its flat position and value, and how many there are */
+        em_tensor *flat_bad = em_reshape(bad, EM_SHAPE(n));
+        em_tensor *pos = em_reshape(em_argmax(flat_bad, 0, false), EM_SHAPE(1));
+        if (pos) em__index_mark_in_range(pos, n);
+        em_tensor *parts[3] = {em_reshape(em_sum(flat_bad, EM_ALL_DIMS, false), EM_SHAPE(1)), pos,
+                               pos ? em_gather(em_reshape(t, EM_SHAPE(n)), 0, pos) : NULL};
+        em_tensor *found = parts[0] && parts[2] ? em_cat(parts, 3, 0) : NULL;
+        target_check c = {.fn = fn, .shape = ts, .classes = classes, .ignore_index = ignore_index};
+        if (!found || em__device_check_queue(found, describe_bad_target, &c, sizeof c) != EM_OK) return false;
+    }
+    em_tensor *w = em_to_dtype(valid, fo.dtype);                          /* w[t], 0 where not counted */
+    if (weight) {
+        em_tensor *wd = em_to_device_dtype(em_detach(weight), dev, fo.dtype, false);
+        em_tensor *flat = em_reshape(index, EM_SHAPE(n));
+        w = wd && flat ? em_mul(em_reshape(em_gather(wd, 0, flat), ts), w) : NULL;
+    }
+    ct->index = em_unsqueeze(index, cdim);
+    ct->nll_factor = w ? em_mul_scalar(w, -(1.0 - eps)) : NULL;
+    if (eps > 0) ct->smooth_factor = em_mul_scalar(em_to_dtype(valid, fo.dtype), eps / (double)classes);
+    *denominator = w ? em_sum(w, EM_ALL_DIMS, false) : NULL;
+    return ct->index && ct->nll_factor && (eps <= 0 || ct->smooth_factor) && *denominator;
+}
+
+/* reduce()'s mean with the denominator a 0-d tensor on the device: total / den, and NaN with a
+ * zero gradient when den is 0 (the host's rule, without reading den) */
+static em_tensor *reduce_on_device(em_tensor *l, em_reduction r, em_tensor *den) {
+    if (r == EM_REDUCTION_NONE) return l;
+    em_tensor *total = em_sum(l, EM_ALL_DIMS, false);
+    if (r == EM_REDUCTION_SUM || !total) return total;
+    em_opts fo = {.dtype = em_dtype_of(den), .device = em_device_of(den)};
+    em_tensor *zero = em_scalar(0, fo);
+    em_tensor *counted = em_ne(den, zero);
+    em_tensor *scale = em_where(counted, em_div(em_scalar(1, fo), den), zero);
+    em_tensor *nan_if_none = em_where(counted, zero, em_scalar(NAN, fo));
+    return em_add(em_mul(total, scale), nan_if_none);
+}
+
 /* The loss of log-probabilities log_p against class indices. */
 static em_tensor *class_index_loss(const char *fn, em_tensor *log_p, em_tensor *target, int cdim,
                                    const em_loss_opts *o, int64_t ignore_index) {
     int64_t classes = em_size(log_p, cdim);
+    if (targets_on_device(log_p)) {
+        if (!check_weight(fn, o->weight, classes)) return NULL;
+        class_targets ct;
+        em_tensor *den = NULL;
+        if (!device_targets(fn, log_p, target, cdim, o->weight, ignore_index, o->label_smoothing, &ct, &den))
+            return NULL;
+        em_tensor *l = em_mul(em_reshape(em_gather(log_p, cdim, ct.index), em_shape_of(target)), ct.nll_factor);
+        if (ct.smooth_factor) {
+            em_tensor *weighted = o->weight ? em_mul(log_p, class_view(o->weight, log_p, cdim)) : log_p;
+            l = em_add(l, em_mul(em_neg(em_sum(weighted, EM_DIMS(cdim), false)), ct.smooth_factor));
+        }
+        return l ? reduce_on_device(l, o->reduction, den) : NULL;
+    }
     double *w = NULL;
     if (!read_weight(fn, o->weight, classes, &w)) return NULL;
     class_targets ct;

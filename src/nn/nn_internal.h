@@ -26,6 +26,13 @@ void em__module_unlisten(em_module *m, const em_module_listener *l, void *ctx);
 struct em_safetensors;
 em_status em__module_load_file(em_module *m, const struct em_safetensors *file, const char *path);
 
+/* Class-index losses (loss.c): where their targets are checked and weighed. -1 (the default):
+ * on the device for CUDA tensors (no host read: the step neither waits nor stops a graph's
+ * capture; an out-of-range target is reported at the next wait, em__device_check_queue), on
+ * the host elsewhere; 1: on the device for every device but the CPU (tests prove the device
+ * path on OpenCL); 0: on the host everywhere. Returns the previous mode. */
+int em__loss_device_targets(int mode);
+
 /* convolution and pooling: the kind of a layer from src/nn/conv.c, else EM_MODULE_CUSTOM */
 em_module_kind em__nn_conv_kind(const em_module *m);
 

@@ -52,6 +52,28 @@ em_status em__optim_flush_batch(em_optimizer *opt);
 void em__optim_set_amp(em_optimizer *opt, em_tensor *state);
 em_tensor *em__optim_amp(const em_optimizer *opt);
 
+/* ---- Adam/AdamW's step count and learning rate on the device (sgd_adam.c) ----
+ * PyTorch's capturable=True: on a GPU the multi-tensor step reads its bias corrections and
+ * learning rate from device memory that the device itself advances at each step
+ * (em_adam_multi's sched), so a graph that recorded em_step replays the next step rather than
+ * the recorded one. The host's counts stay the truth: before a step the device's are
+ * rewritten when they differ (a checkpoint was loaded, the learning rate was set), which a
+ * capture refuses (so does any Adam update that would take host scalars inside a capture:
+ * the per-tensor and op-by-op paths); em_optim_set_lr queues the new rate at once, so that
+ * a replay sees it. */
+typedef struct em__optim_device_schedule {
+    int mode;              /* -1 (default): CUDA devices; 0: never; 1: every device but the CPU (tests) */
+    em_tensor *state;      /* float64 [2] {steps taken, lr} on the device, retained; NULL until used */
+    em_tensor *consts;     /* float32 [3]: what the device computes from state (em_adam_multi) */
+    int64_t steps;         /* the count state holds once the queued work has run */
+    double lr;             /* the rate state holds */
+    bool used;             /* the last em_step's multi-tensor updates read it */
+} em__optim_device_schedule;
+em__optim_device_schedule *em__optim_device_schedule_of(em_optimizer *opt);
+/* em_optim_set_lr: queue the new rate into the device schedule (no wait; nothing inside a
+ * capture, whose step then refuses the stale rate). */
+em_status em__optim_device_lr(em_optimizer *opt);
+
 /* ---- for checkpoints (checkpoint.c) ---- */
 const em_optimizer_ops *em__optim_ops(const em_optimizer *o);
 /* Whether state k is kept with the optimizer's options (saved and loaded only then). */

@@ -19,6 +19,8 @@ typedef struct opt_param {
     em_tensor *state[EM__OPTIM_MAX_STATE]; /* retained, made before the first update that uses them */
     double scalar[EM__OPTIM_MAX_SCALAR];  /* the ops' per-parameter numbers */
     int64_t step;                         /* this parameter's number of updates */
+    bool stepped;                         /* updated by the last em_step */
+    bool in_graph;                        /* updated by the em_step a graph recorded */
 } opt_param;
 
 struct em_optimizer {
@@ -37,6 +39,11 @@ struct em_optimizer {
     em_tensor *amp;              /* borrowed during a scaler's step (grad_scaler.c), else NULL */
     em__optim_batch batch;       /* Adam/AdamW's multi-tensor updates during em_step */
     int current;                 /* the parameter em_step is updating */
+    em__optim_device_schedule dsched; /* Adam/AdamW's step count on the device (sgd_adam.c) */
+    /* graphs: whether a captured em_step is held (em_optim_step_replayed counts its replays),
+     * whether it read the device schedule, and the counts to restore if its capture fails */
+    bool graph_recorded, graph_dsched;
+    int64_t *undo_steps, undo_total, undo_dsched_steps;
 };
 
 /* Move every state tensor of opt to its parameter's device and dtype: the module's tensors
@@ -116,6 +123,7 @@ em_optimizer *em_optimizer_new(em_module *m, const em_optimizer_ops *ops, const 
         return NULL;
     }
     if (h) memcpy(h, hyper, ops->hyper_size);
+    o->dsched.mode = -1;
     em_module_parameters(m, list, count);
     for (int i = 0; i < count; i++) {
         bool dup = false; /* a parameter shared by two layers is updated once */
@@ -158,6 +166,9 @@ void em_optim_free(em_optimizer *opt) {
     free(opt->batch.group);
     free(opt->batch.param);
     free(opt->batch.taken);
+    em_release(opt->dsched.state);
+    em_release(opt->dsched.consts);
+    free(opt->undo_steps);
     free(opt->hyper);
     free(opt);
 }
@@ -234,10 +245,37 @@ static em_status scaler_says_skip(const em_optimizer *o, bool *skip) {
     return r;
 }
 
+/* A failed capture of em_step: its work never ran, so its counts go back (em__graph_on_abort). */
+static void undo_captured_step(void *ctx) {
+    em_optimizer *opt = ctx;
+    for (int i = 0; i < opt->n; i++) opt->ps[i].step = opt->undo_steps[i];
+    opt->steps = opt->undo_total;
+    opt->dsched.steps = opt->undo_dsched_steps;
+    opt->graph_recorded = false;
+}
+
+/* Whether a graph is recording on a device of opt's parameters. */
+static bool step_captured(const em_optimizer *opt) {
+    for (int i = 0; i < opt->n; i++)
+        if (em__graph_capturing(em_device_of(opt->ps[i].p))) return true;
+    return false;
+}
+
 em_status em_step(em_optimizer *opt) {
     OPT_CHECK(opt, "em_step");
     em_status st = sync_state(opt); /* parameters may have moved behind our back */
     if (st != EM_OK) return st;
+    bool capturing = step_captured(opt);
+    if (capturing) {   /* the counts to restore if the recording is dropped */
+        if (!opt->undo_steps && !(opt->undo_steps = calloc((size_t)opt->n + 1, sizeof *opt->undo_steps)))
+            return em_error(EM_ERR_OUT_OF_MEMORY, "em_step: out of host memory");
+        for (int i = 0; i < opt->n; i++) opt->undo_steps[i] = opt->ps[i].step;
+        opt->undo_total = opt->steps;
+        opt->undo_dsched_steps = opt->dsched.steps;
+        if ((st = em__graph_on_abort(undo_captured_step, opt)) != EM_OK) return st;
+    }
+    for (int i = 0; i < opt->n; i++) opt->ps[i].stepped = false;
+    opt->dsched.used = false;
     if (opt->amp && !em__optim_reads_scaler(opt->ops)) {
         bool skip = false;
         if ((st = scaler_says_skip(opt, &skip)) != EM_OK) return st;
@@ -282,6 +320,7 @@ em_status em_step(em_optimizer *opt) {
         st = opt->ops->step(&u);
         if (st == EM_OK && em__error_seq() != seq) st = em_last_status();   /* a step that lost a failure */
         if (st != EM_OK) q->step--;
+        q->stepped = st == EM_OK;
         em_scope_end(ps);
     }
     opt->batch.open = false;
@@ -290,12 +329,32 @@ em_status em_step(em_optimizer *opt) {
         if (st == EM_OK && em__error_seq() != seq) st = em_last_status();
     }
     if (st != EM_OK) /* the collected updates did not all run: their steps do not count */
-        for (int j = 0; j < opt->batch.n; j++) opt->ps[opt->batch.param[j]].step--;
+        for (int j = 0; j < opt->batch.n; j++) {
+            opt->ps[opt->batch.param[j]].step--;
+            opt->ps[opt->batch.param[j]].stepped = false;
+        }
     opt->batch.n = 0;
     em_no_grad_end(mode);
     free(fresh);
     if (st == EM_OK) opt->steps++;
+    if (st == EM_OK && capturing) {   /* what each replay of the recording will do */
+        for (int i = 0; i < opt->n; i++) opt->ps[i].in_graph = opt->ps[i].stepped;
+        opt->graph_recorded = true;
+        opt->graph_dsched = opt->dsched.used;
+    }
     return st;
+}
+
+em_status em_optim_step_replayed(em_optimizer *opt) {
+    OPT_CHECK(opt, "em_optim_step_replayed");
+    if (!opt->graph_recorded)
+        return em_error(EM_ERR_ARGUMENT, "em_optim_step_replayed: no em_step of this optimizer was recorded by a graph "
+                        "capture that succeeded, so no replay stepped it");
+    for (int i = 0; i < opt->n; i++)
+        if (opt->ps[i].in_graph) opt->ps[i].step++;
+    opt->steps++;
+    if (opt->graph_dsched) opt->dsched.steps++;   /* the replay advanced the device's count */
+    return EM_OK;
 }
 
 /* DataParallel's step (include/ember/parallel.h) is the optimizer's step, then nn's
@@ -314,7 +373,7 @@ em_status em_optim_set_lr(em_optimizer *opt, double lr) {
     OPT_CHECK(opt, "em_optim_set_lr");
     if (!(lr >= 0)) return em_error(EM_ERR_ARGUMENT, "Invalid learning rate: %g", lr);
     opt->lr = lr;
-    return EM_OK;
+    return em__optim_device_lr(opt);
 }
 
 int64_t em_optim_steps(const em_optimizer *opt) { return opt ? opt->steps : 0; }
@@ -475,6 +534,7 @@ void em__optim_set_amp(em_optimizer *opt, em_tensor *state) {
     if (opt) opt->amp = state;
 }
 em_tensor *em__optim_amp(const em_optimizer *opt) { return opt->amp; }
+em__optim_device_schedule *em__optim_device_schedule_of(em_optimizer *opt) { return &opt->dsched; }
 
 /* ---- what checkpoints and schedules see (checkpoint.c, lr_scheduler.c) ---- */
 

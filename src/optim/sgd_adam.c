@@ -133,6 +133,16 @@ static double adam_decay(const em_adam_opts *a, const em_tensor *p) {
     return a->decay_matrices_only && em_ndim(p) < 2 ? 0.0 : a->weight_decay;
 }
 
+/* Inside a graph capture, an Adam update that would bake host scalars into the recording. */
+static em_status refuse_in_capture(const char *why) {
+    return em_error(EM_ERR_NOT_SUPPORTED, "Adam's step inside a graph capture must read its step count and learning "
+                    "rate on the device, or every replay repeats the recorded step; here it cannot: %s", why);
+}
+
+static const char *const per_tensor_why =
+    "the per-tensor update takes them from the host (the multi-tensor one reads them on the device: float32 "
+    "parameters, no amsgrad, no loss scaler)";
+
 static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done) {
     const em_adam_opts *a = u->hyper;
     em_optimizer *o = u->optimizer;
@@ -157,8 +167,74 @@ static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done
         em__optim_count_fused(o);
         return EM_OK;
     }
+    if (em__graph_capturing(em_device_of(u->param))) return refuse_in_capture(per_tensor_why);
     em_status st = em__fused_adam_step(&args, u->param, u->grad, m, v, vmax);
     if (st == EM_OK) em__optim_count_fused(o);
+    return st;
+}
+
+static bool schedule_on(const em__optim_device_schedule *ds, em_device d) {
+    return ds->mode < 0 ? d.type == EM_CUDA : ds->mode > 0 && d.type != EM_CPU;
+}
+
+/* The host's step count and rate written to the device schedule (a copy from the host). */
+static em_status write_schedule(em__optim_device_schedule *ds, int64_t steps, double lr) {
+    double v[2] = {(double)steps, lr};
+    em_scope s = em_scope_begin();
+    em_tensor *host = em_from_data(v, EM_F64, EM_SHAPE(2), EM_OPTS(.dtype = EM_F64));
+    em_status st = host ? em_copy_(ds->state, host) : em_last_status();
+    em_scope_end(s);
+    if (st == EM_OK) ds->steps = steps, ds->lr = lr;
+    return st;
+}
+
+/* Attach opt's device schedule to the multi-tensor call of one device's updates when it
+ * applies there: every item at the same step t, the schedule on d (made here at the first
+ * step) holding t - 1 and the rate. Inside a capture an update that cannot read it is an
+ * error, since the recording would repeat host scalars. */
+static em_status attach_schedule(em_optimizer *o, em_adam_multi *mt, em_device d) {
+    em__optim_device_schedule *ds = em__optim_device_schedule_of(o);
+    bool capturing = em__graph_capturing(d);
+    int64_t t = mt->items[0].args.step;
+    double lr = em_optim_lr(o);
+    const char *why = NULL;
+    if (!schedule_on(ds, d)) why = "the step count on the device is off for this device";
+    for (int i = 1; i < mt->n && !why; i++)
+        if (mt->items[i].args.step != t) why = "its parameters have taken different numbers of steps";
+    if (!why && ds->state && !em_device_equal(em_device_of(ds->state), d))
+        why = "its step count on the device is kept on another device";
+    if (!why && capturing && !ds->state)
+        why = "its step count on the device is made at the first step: step once outside the capture first";
+    if (!why && capturing && ds->steps != t - 1) why = "its step count was changed on the host (a checkpoint loaded?)";
+    if (!why && capturing && ds->lr != lr) why = "its learning rate changed inside the capture";
+    if (why) return capturing ? refuse_in_capture(why) : EM_OK;
+    if (!ds->state) {
+        em_scope s = em_scope_begin();
+        em_tensor *state = em_zeros(EM_SHAPE(2), EM_OPTS(.dtype = EM_F64, .device = d));
+        em_tensor *consts = em_zeros(EM_SHAPE(EMK_MT_S_COUNT), EM_OPTS(.device = d));
+        if (state && consts) ds->state = em_retain(state), ds->consts = em_retain(consts);
+        em_scope_end(s);
+        if (!ds->state) return em_last_status();
+        ds->steps = -1;   /* written below */
+    }
+    if ((ds->steps != t - 1 || ds->lr != lr) && write_schedule(ds, t - 1, lr) != EM_OK) return em_last_status();
+    const em_adam_opts *a = em_optim_hyper(o);
+    mt->sched = ds->state;
+    mt->consts = ds->consts;
+    mt->beta1 = a->beta1;
+    mt->beta2 = a->beta2;
+    mt->weight_decay = a->weight_decay;
+    return EM_OK;
+}
+
+em_status em__optim_device_lr(em_optimizer *o) {
+    em__optim_device_schedule *ds = em__optim_device_schedule_of(o);
+    double lr = em_optim_lr(o);
+    if (!ds->state || ds->lr == lr || em__graph_capturing(em_device_of(ds->state))) return EM_OK;
+    em_scope s = em_scope_begin();
+    em_status st = em_fill_(em_narrow(ds->state, 0, 1, 1), lr);
+    em_scope_end(s);
+    if (st == EM_OK) ds->lr = lr;
     return st;
 }
 
@@ -181,9 +257,17 @@ em_status em__optim_flush_batch(em_optimizer *o) {
             }
         }
         em_adam_multi mt = {.n = n, .items = group};
+        if ((st = attach_schedule(o, &mt, d)) != EM_OK) break;
         st = em__fused_adam_multi_step(&mt);
         if (st == EM_OK) b->calls++;
+        if (st == EM_OK && mt.sched) {
+            em__optim_device_schedule *ds = em__optim_device_schedule_of(o);
+            ds->steps++;
+            ds->used = true;
+        }
+        if (st == EM_ERR_NOT_SUPPORTED && !em_failed() && em__graph_capturing(d)) st = refuse_in_capture(per_tensor_why);
         else if (st == EM_ERR_NOT_SUPPORTED && !em_failed()) { /* declined: each on its own */
+            if (mt.sched) em__optim_device_schedule_of(o)->mode = 0;   /* no float64 there: host scalars */
             st = EM_OK;
             for (int j = 0; j < n && st == EM_OK; j++) {
                 em_adam_multi_item *it = &group[j];
@@ -199,6 +283,9 @@ static em_status adam_update(const em_optim_update *u, bool decoupled) {
     bool done = false;
     em_status st = adam_fused(u, decoupled, &done);
     if (done || st != EM_OK) return st;
+    if (em__graph_capturing(em_device_of(u->param)))
+        return refuse_in_capture("the op-by-op update takes them from the host (the fused multi-tensor one reads them "
+                                 "on the device: contiguous float32 parameters and states on a GPU)");
     em_tensor *m = u->state[ADAM_EXP_AVG], *v = u->state[ADAM_EXP_AVG_SQ], *p = u->param;
     em_tensor *g = a->maximize ? em_neg(u->grad) : u->grad;
     double skipped = 0; /* a scaler's skipped steps: as the fused kernels, count the steps taken */

@@ -25,6 +25,7 @@
 #include "plot.h"         /* --plot */
 #include "train_parallel.h"
 #include "train_dist.h"   /* DDP under mpirun / ember launch */
+#include "train_graph.h"  /* the step as a CUDA graph */
 #include "options.h"
 #include <ember/parse.h>
 
@@ -164,6 +165,7 @@ typedef struct train_opts {
     double loss_scale;       /* --loss-scale: the f16 scaler's initial scale (0: 65536) */
     train_amp amp;
     train_log log;           /* --logdir, --log-every: TensorBoard (train_log.c) */
+    train_graph graph;       /* the step replayed from a CUDA graph (train_graph.c) */
 } train_opts;
 
 /* Where a run stands: what a checkpoint records beyond the weights. */
@@ -429,8 +431,10 @@ static bool train_epoch(train_opts *o, em_module *m, em_dp *dp, em_optimizer *op
     int64_t micro = 0;   /* --accumulate: batches since the last step */
     while (ok && !*stop && em_loader_next(l, &b)) {
         em_scope step = em_scope_begin();
-        /* --amp, --devices and --accumulate in any combination (train_amp.c) */
-        em_tensor *loss = train_amp_batch(&o->amp, o->device, m, dp, opt, b.x, b.y, o->accumulate, &micro);
+        /* a CUDA graph where the step allows it (train_graph.c); else --amp, --devices and
+         * --accumulate in any combination (train_amp.c) */
+        em_tensor *loss = o->graph.on ? train_graph_batch(&o->graph, b.x, b.y)
+                                      : train_amp_batch(&o->amp, o->device, m, dp, opt, b.x, b.y, o->accumulate, &micro);
         ok = loss && em_add_(loss_sum, em_detach(loss), 1.0) == EM_OK;
         ok = ok && train_log_step(&o->log, tool, pos->steps + 1, loss);
         em_scope_end(step);
@@ -529,6 +533,18 @@ static int run(train_opts *o) {
         fail("cannot make the data loader");
         goto done;
     }
+    /* The step as a CUDA graph, where a recording replays it safely. Eager, and why: --amp
+     * (autocast's casts and the f16 scaler's skip decision, read on the host each step),
+     * --accumulate (the host decides which batch steps), --devices and DDP (the replicas'
+     * scatter and the ranks' collectives), --checkpoint-activations (its recomputation saves
+     * and restores the RNG state on the host). */
+    const char *why_eager = o->amp.on             ? "--amp: autocast and the loss scaler decide on the host each step"
+                            : o->accumulate > 1   ? "--accumulate: the host decides which batch steps"
+                            : o->ndevices         ? "--devices: DataParallel's replicas"
+                            : train_dist_active() ? "a distributed job: the ranks' collectives"
+                            : ckpt                ? "--checkpoint-activations: the recomputation's RNG state is the host's"
+                                                  : NULL;
+    if (o->device.type == EM_CUDA) train_graph_start(&o->graph, o->device, fwd, opt, why_eager);
     char devices_label[TRAIN_MAX_DEVICES * 16 + 32];
     train_devices_str(o->ndevices ? o->devices : &o->device, o->ndevices ? o->ndevices : 1, devices_label,
                       sizeof devices_label);
@@ -593,6 +609,11 @@ static int run(train_opts *o) {
             train_amp_epoch_line(&o->amp, amp, sizeof amp);
             printf("  %s\n", amp);
         }
+        if (o->device.type == EM_CUDA) {
+            char graph[512];
+            train_graph_summary(&o->graph, graph, sizeof graph);
+            printf("  %s\n", graph);
+        }
         fflush(stdout);
         pos = (position){.epoch = pos.epoch + 1, .steps = pos.steps};
         if (em_loader_seek(loader, pos.epoch, 0) != EM_OK || save(o, model, opt, &pos) != EM_OK) {
@@ -637,6 +658,7 @@ done:
                 "checkpoint holds everything trained)\n", tool);
         rc = 1;
     }
+    train_graph_free(&o->graph);
     em_loader_free(loader);
     em_dp_free(dp);
     train_amp_free(&o->amp);

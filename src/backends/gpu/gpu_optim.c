@@ -108,11 +108,24 @@ em_status em__gpu_adam_multi(const em_adam_multi *mt) {
     em_tensor *first = mt->items[0].p;
     const em_gpu *g = em__gpu_of(first);
     int dev = EM__DEV(first);
+    int64_t sched_off = 0;
+    if (mt->sched) {   /* the step count and learning rate on the device: advance them first */
+        int64_t st_off = 0;
+        if (em__gpu_elem_offset(mt->sched, &st_off) || em__gpu_elem_offset(mt->consts, &sched_off))
+            return em_last_status();
+        em_karg sa[] = {EM_KBUF(mt->sched->storage->block.handle), EM_KI64(st_off),
+                        EM_KBUF(mt->consts->storage->block.handle), EM_KI64(sched_off), EM_KF64(mt->beta1),
+                        EM_KF64(mt->beta2), EM_KF64(mt->weight_decay)};
+        em_status st = em__gpu_launch_1d(g, dev, "adam_schedule", 1, (int)(sizeof sa / sizeof sa[0]), sa,
+                                         "Adam's step count on the device");
+        if (st != EM_OK) return st;
+    }
     for (int at = 0; at < mt->n; at += EMK_MT_SLOTS) {
         int n = mt->n - at < EMK_MT_SLOTS ? mt->n - at : EMK_MT_SLOTS;
         emk_adam_multi t;
         memset(&t, 0, sizeof t);
-        em_karg args[5 * EMK_MT_SLOTS + 1];
+        t.sched_off = sched_off;
+        em_karg args[5 * EMK_MT_SLOTS + 2];
         for (int s = 0; s < EMK_MT_SLOTS; s++) {
             const em_adam_multi_item *it = &mt->items[at + (s < n ? s : 0)]; /* unused slots: any buffers */
             const em_tensor *ts[EMK_MT_NOFF] = {it->p, it->g, it->m, it->v, it->low ? it->low : it->p};
@@ -139,9 +152,12 @@ em_status em__gpu_adam_multi(const em_adam_multi *mt) {
             if (a->weight_decay != 0) f |= a->decoupled ? F_DECAY : F_WD;
             if (a->maximize) f |= F_MAXIMIZE;
             if (it->low) f |= it->low->dtype == EM_BF16 ? EMK_MT_LOW_BF16 : EMK_MT_LOW_F16;
+            if (mt->sched) f |= EMK_MT_SCHED;
             t.flags[s] = f;
         }
-        args[5 * EMK_MT_SLOTS] = EM_KSTRUCT(t);
+        /* without a schedule any buffer: never read */
+        args[5 * EMK_MT_SLOTS] = EM_KBUF((mt->sched ? mt->consts : first)->storage->block.handle);
+        args[5 * EMK_MT_SLOTS + 1] = EM_KSTRUCT(t);
         if (t.start[EMK_MT_SLOTS] == 0) continue;
         em_status st = em__gpu_launch_1d(g, dev, "adam_multi_f32", t.start[EMK_MT_SLOTS],
                                          (int)(sizeof args / sizeof args[0]), args, "fused adam step (multi-tensor)");

@@ -29,13 +29,17 @@ _Static_assert(EM_OP_MAX_DST + EM_OP_MAX_SRC <= EMK_CALL_TENSORS, "emk_call hold
 _Static_assert(EM_OP_MAX_PARAMS <= EMK_CALL_PARAMS, "emk_call holds every param");
 
 bool em__gpu_supports(const em_gpu *g, const em_op_call *c) {
-    (void)g;
     if ((int)c->op < 0 || c->op >= EM_OP_COUNT || g_launch[c->op].kind == GPU_RUN_NONE) return false;
     if (!em__gpu_dtype_ok(c->op, c->dtype)) return false;
     /* the mixed-precision weight copy is written by the CPU's Adam step only */
     if (c->op == EM_OP_ADAM_STEP && c->arg && ((const em_optim_args *)c->arg)->lowp_out) return false;
     if (c->op == EM_OP_SDPA || c->op == EM_OP_SDPA_BACKWARD) return em__gpu_sdpa_takes(c);
-    if (c->op == EM_OP_ADAM_STEP_MULTI) return c->dtype == EM_F32;
+    if (c->op == EM_OP_ADAM_STEP_MULTI) {   /* its step schedule (adam_schedule) is float64 */
+        const em_adam_multi *mt = c->arg;
+        em_gpu_info info = {0};
+        if (mt && mt->sched && c->dst[0]) g->info(EM__DEV(c->dst[0]), &info);
+        return c->dtype == EM_F32 && (!mt || !mt->sched || info.has_f64);
+    }
     if (c->op == EM_OP_CE_ROWS) return c->dtype == EM_F32;
     return true;
 }
