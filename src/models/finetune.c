@@ -671,6 +671,20 @@ static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *lab
     return total ? divide_loss(total, num_items, counted) : NULL;
 }
 
+/* The sharded loss's unit: the final norm of x (in[0]), then the fused loss against the
+ * labels (in[1]). */
+typedef struct sharded_loss_ctx {
+    em_model *m;
+    int64_t num_items;
+} sharded_loss_ctx;
+
+static em_tensor *sharded_loss(void *ctx, em_tensor *const *in, int n) {
+    (void)n;
+    sharded_loss_ctx *c = ctx;
+    em_tensor *h = em__model_final_norm(c->m, in[0]);
+    return h ? fused_causal_lm_loss(c->m, h, in[1], c->num_items) : NULL;
+}
+
 em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_model_loss_opts *opts) {
     const char *op = "em_model_loss";
     EM_CHECK_ARG(labels, op, "labels");
@@ -691,11 +705,53 @@ em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, c
         return NULL;
     }
     em_scope scope = em_scope_begin();
+    em_forward_opts fo = {.attention_mask = o.attention_mask, .checkpoint_layers = o.checkpoint_layers};
+    em_tensor *loss = NULL;
+    if (m && m->unit_runner) {
+        /* sharded: the final norm, the output projection and the loss run as one unit */
+        em_tensor *x = em__model_trunk(m, input_ids, &fo);
+        sharded_loss_ctx *c = x ? malloc(sizeof *c) : NULL;
+        if (x && !c) em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        if (c) {
+            *c = (sharded_loss_ctx){.m = m, .num_items = o.num_items};
+            em_tensor *in[2] = {x, labels};
+            loss = m->unit_runner(m->runner_ctx, em__model_final_unit(m), sharded_loss, c, free, in, 2);
+        }
+        return em__scope_return(scope, loss);
+    }
     /* the hidden states meet the output embedding and the loss here, and only here */
-    em_tensor *h = em__model_hidden(m, input_ids, &(em_forward_opts){.attention_mask = o.attention_mask,
-                                                                     .checkpoint_layers = o.checkpoint_layers});
-    em_tensor *loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items) : NULL;
+    em_tensor *h = em__model_hidden(m, input_ids, &fo);
+    loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items) : NULL;
     return em__scope_return(scope, loss);
+}
+
+/* ---- sharded full fine-tuning: the units ---- */
+
+int em_model_num_units(const em_model *m) {
+    if (!m) return 0;
+    return 1 + (int)m->cfg.num_hidden_layers + (m->cfg.tie_word_embeddings ? 0 : 1);
+}
+
+int em_model_unit_of(const em_model *m, const char *name) {
+    if (!m || !name) return -1;
+    for (int i = 0; i < m->nparams; i++) {
+        const model_param *p = &m->params[i];
+        if (strcmp(p->name, name)) continue;
+        if (p->layer >= 0) return 1 + p->layer;
+        if (p->role == MW_EMBED || p->role == MW_POSITIONS) return 0;
+        return em__model_final_unit(m);   /* the final norm, the untied output projection */
+    }
+    return -1;
+}
+
+em_status em_model_set_unit_runner(em_model *m, em_model_unit_runner run, void *runner_ctx) {
+    if (!m) return em_error(EM_ERR_ARGUMENT, "em_model_set_unit_runner: the model is NULL");
+    if (run && !m->full)
+        return em_error(EM_ERR_ARGUMENT, "em_model_set_unit_runner: the model's weights are frozen: units shard a full "
+                        "fine-tuning (em_model_unfreeze first)");
+    m->unit_runner = run;
+    m->runner_ctx = run ? runner_ctx : NULL;
+    return EM_OK;
 }
 
 /* ---- full fine-tuning ---- */
