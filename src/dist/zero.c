@@ -76,25 +76,57 @@ em_status em__zero_release(em_zero *z, zero_unit *u) {
     return st;
 }
 
-/* Stages 2-3: the unit's gradients, laid out flat, reduce-scattered (averaged) into this
- * rank's gradient shard and freed; a parameter without one counts as zeros. */
+/* The reduce-scatter's input is at most this many elements at once: a unit's gradients go
+ * through it a slice of every rank's shard at a time, so that reducing a unit needs its
+ * gradients plus this much, not plus a second copy of them (a 7B's decoder layer is 0.8 GB
+ * of float32). */
+#define REDUCE_CHUNK_ELEMENTS ((int64_t)1 << 24)
+
+/* Elements [at, at + len) of every rank's shard of u's gradients, laid out rank after rank
+ * into flat [len * world] (zeroed: a parameter without a gradient, and the padding, count as
+ * zeros). */
+static em_status gather_grad_slices(em_zero *z, zero_unit *u, em_tensor *flat, int64_t at, int64_t len) {
+    em_status st = EM_OK;
+    for (int r = 0; st == EM_OK && r < z->world; r++) {
+        int64_t lo = (int64_t)r * u->shard + at, hi = lo + len;
+        for (int i = 0; st == EM_OK && i < u->nparams; i++) {
+            zero_param *q = &u->params[i];
+            int64_t a = q->offset > lo ? q->offset : lo, b = q->offset + q->numel < hi ? q->offset + q->numel : hi;
+            em_tensor *g = a < b ? em_grad(q->p) : NULL;
+            if (g)
+                st = em_copy_(em_narrow(flat, 0, (int64_t)r * len + (a - lo), b - a),
+                              em_narrow(em_reshape(g, EM_SHAPE(-1)), 0, a - q->offset, b - a));
+        }
+    }
+    return st;
+}
+
+/* Stages 2-3: the unit's gradients reduce-scattered (averaged) into this rank's gradient
+ * shard, a slice at a time, then freed; a parameter without one counts as zeros. */
 static em_status reduce_unit(em_zero *z, zero_unit *u) {
     em_scope s = em_scope_begin();
     em_grad_mode mode = em_no_grad_begin();
     em_status st = EM_OK;
-    em_tensor *flat = em_zeros(EM_SHAPE(u->shard * z->world), EM_OPTS(.dtype = z->dtype, .device = z->device));
-    if (!flat) st = em_last_status();
-    for (int i = 0; st == EM_OK && i < u->nparams; i++) {
+    int64_t slice = u->shard;
+    if (slice * z->world > REDUCE_CHUNK_ELEMENTS) slice = REDUCE_CHUNK_ELEMENTS / z->world > 0 ? REDUCE_CHUNK_ELEMENTS / z->world : 1;
+    em_tensor *part = em_empty(EM_SHAPE(u->shard), EM_OPTS(.dtype = z->dtype, .device = z->device));
+    if (!part) st = em_last_status();
+    for (int64_t at = 0; st == EM_OK && at < u->shard; at += slice) {
+        em_scope cs = em_scope_begin();
+        int64_t len = u->shard - at < slice ? u->shard - at : slice;
+        em_tensor *flat = em_zeros(EM_SHAPE(len * z->world), EM_OPTS(.dtype = z->dtype, .device = z->device));
+        em_tensor *mine = len == u->shard ? part : em_empty(EM_SHAPE(len), EM_OPTS(.dtype = z->dtype, .device = z->device));
+        st = flat && mine ? gather_grad_slices(z, u, flat, at, len) : em_last_status();
+        if (st == EM_OK) st = em_dist_reduce_scatter(z->g, mine, flat, EM_REDUCE_AVG);
+        if (st == EM_OK && mine != part) st = em_copy_(em_narrow(part, 0, at, len), mine);
+        em_scope_end(cs);
+    }
+    for (int i = 0; i < u->nparams; i++) {
         zero_param *q = &u->params[i];
-        em_tensor *g = em_grad(q->p);
-        if (g) st = em_copy_(em_narrow(flat, 0, q->offset, q->numel), em_reshape(g, EM_SHAPE(-1)));
         if (st == EM_OK) st = em_set_grad(q->p, NULL);
         q->seen = false;
     }
     u->seen = 0;
-    em_tensor *part = st == EM_OK ? em_empty(EM_SHAPE(u->shard), EM_OPTS(.dtype = z->dtype, .device = z->device)) : NULL;
-    if (st == EM_OK && !part) st = em_last_status();
-    if (st == EM_OK) st = em_dist_reduce_scatter(z->g, part, flat, EM_REDUCE_AVG);
     if (st == EM_OK) {
         if (u->grad_shard) st = em_add_(u->grad_shard, part, 1.0);
         else u->grad_shard = em_retain(part);
