@@ -142,8 +142,10 @@ EM_API em_status em_zero_load(em_zero *z, const char *dir, em_safetensors **meta
 
 /* Stage 3: gives every parameter of the model full storage of its own with its current
  * value (a collective; 4P bytes for float32), so that the model can be used without z (to
- * evaluate it or save it with em_module_save). Call it last: z must not train after it.
- * Stages 1-2: nothing to do (the parameters are views of flat buffers they keep alive). */
+ * evaluate it or save it with em_module_save). Call it last: z must not train after it, and
+ * its optimizer (em_zero_optimizer) is freed first to make room (em_zero_step, em_zero_save
+ * and em_zero_load then fail). Stages 1-2: nothing to do (the parameters are views of flat
+ * buffers they keep alive). */
 EM_API em_status em_zero_unshard(em_zero *z);
 /* em_zero_unshard on rank root alone (root -1: every rank, em_zero_unshard): the units are
  * gathered one at a time on every rank, but only root keeps them, so the other ranks never

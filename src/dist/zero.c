@@ -686,6 +686,7 @@ double em_zero_clip_grad_norm(em_zero *z, double max_norm) {
  * optimizer's step count then says one step, as for one em_step. */
 em_status em_zero_step(em_zero *z) {
     if (!z) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_step: z is NULL");
+    if (!z->opt) return em_error(EM_ERR_ARGUMENT, "em_zero_step: the model was unsharded (em_zero_unshard): z cannot train");
     int64_t steps = em_optim_steps(z->opt);
     em_status st = EM_OK;
     for (int k = 0; st == EM_OK && k < z->nunits; k++) {
@@ -752,6 +753,10 @@ em_status em_zero_unshard_to(em_zero *z, int root) {
         return em_error(EM_ERR_ARGUMENT, "em_zero_unshard_to: root %d is not a rank of the %d (or -1: every rank)", root,
                         z->world);
     if (z->stage < 3) return EM_OK;   /* the parameters are views of flat buffers they keep alive */
+    /* z trains no more: its optimizer's states (8 bytes a parameter over the ranks) make room
+     * for the full weights (4 on root) */
+    em_optim_free(z->opt);
+    z->opt = NULL;
     bool keep = root < 0 || root == z->rank;
     em_status st = EM_OK;
     for (int k = 0; st == EM_OK && k < z->nunits; k++) {

@@ -940,8 +940,8 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
     if (rc == 0 && !(z ? save_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
                        : save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)))
         rc = 1;
-    if (z)   /* each rank's own peak: what ZeRO saves is per rank */
-        fprintf(stderr, "%s: rank %d of %d: peak_alloc %.1f MB peak_reserved %.1f MB peak_rss %.1f MB\n", tool,
+    if (z)   /* each rank's own peak in training: what ZeRO saves is per rank */
+        fprintf(stderr, "%s: rank %d of %d: training's peak_alloc %.1f MB peak_reserved %.1f MB peak_rss %.1f MB\n", tool,
                 train_dist_rank(), train_dist_world(), (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0,
                 (double)em_memory_max_reserved(EM_DEVICE_CPU) / 1048576.0, peak_rss_mb());
     if (!z) em_optim_free(opt);
@@ -1037,6 +1037,9 @@ int cmd_finetune(int argc, char **argv) {
             fprintf(stderr, "%s: model written to %s\n", tool, r.out);
         }
     }
+    if (z && rc == 0 && train_dist_is_main())   /* rank 0 held the whole model to write it */
+        fprintf(stderr, "%s: rank 0 after gathering and writing the model: peak_alloc %.1f MB peak_rss %.1f MB\n", tool,
+                (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0, peak_rss_mb());
     em_zero_free(z);
     if (r.full) goto done;
     if (rc == 0 && em_model_lora_save(m, r.out, r.dir) != EM_OK) {
