@@ -8,7 +8,8 @@
  * whatever the gradient's size) turn into differences of a few percent of lr on the
  * elements whose gradient is near 0: the tolerance is 2e-4 against steps of lr = 1e-3 (4
  * steps move a weight by up to 4e-3). A run stopped by SIGTERM on 2 ranks resumes from its
- * sharded checkpoint on 3 ranks and ends where the uninterrupted 2-rank run does. Bad input:
+ * sharded checkpoint on 3 ranks and ends where the uninterrupted 2-rank run does; `ember mem
+ * --zero 3` names the largest unit the command sharded. Bad input:
  * --zero 4, --zero without --full, a resume with the other kind of checkpoint. */
 #include <math.h>
 #include <stdlib.h>
@@ -78,6 +79,14 @@ static void test_stages_match_unsharded(void) {
         snprintf(args, sizeof args, "finetune tests/data/models/%s --data %s %s --zero 3 --out %s", models[k], text,
                  common, mine);
         CHECK(tool_run(args, out, sizeof out) == 0);
+        /* ember mem's largest unit is the one the command sharded */
+        const char *at = strstr(out, "the largest ");
+        long long trained_unit = at ? atoll(at + strlen("the largest ")) : -1;
+        snprintf(args, sizeof args, "mem --model tests/data/models/%s --zero 3 --ranks 2 --dtype f32", models[k]);
+        CHECK(tool_run(args, out, sizeof out) == 0);
+        at = strstr(out, "+ working set");
+        at = at ? strstr(at, "the largest unit (") : NULL;
+        CHECK(at && trained_unit > 0 && atoll(at + strlen("the largest unit (")) == trained_unit);
         double d = max_weight_diff(ref, mine);
         printf("  %s, --zero 3 on 1 process: max |w - w_unsharded| %.3g\n", models[k], d);
         /* GPT-2's tied embedding: ZeRO reduces the projection's gradient before the lookup's
