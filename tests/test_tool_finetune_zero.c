@@ -37,27 +37,36 @@ static int mpi_tool(int n, const char *args) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* The largest |a - b| over every tensor of two model folders' model.safetensors (the same
- * names and shapes); INFINITY when one is missing or they differ in what they hold. */
+/* The largest |a - b| over the weights of two model folders (loaded as Ember loads them: one
+ * model.safetensors or the shards of an index); INFINITY when one does not load or they differ
+ * in what they hold. */
 static double max_weight_diff(const char *dir_a, const char *dir_b) {
-    char a[256], b[256];
-    snprintf(a, sizeof a, "%s/model.safetensors", dir_a);
-    snprintf(b, sizeof b, "%s/model.safetensors", dir_b);
-    em_safetensors *fa = em_safetensors_load(a, EM_DEVICE_CPU), *fb = em_safetensors_load(b, EM_DEVICE_CPU);
-    double worst = fa && fb && em_safetensors_count(fa) == em_safetensors_count(fb) ? 0 : INFINITY;
+    em_model *a = em_model_load(dir_a, NULL), *b = em_model_load(dir_b, NULL);
+    int n = a ? em_model_num_parameters(a) : 0;
+    double worst = a && b && n == em_model_num_parameters(b) ? 0 : INFINITY;
     em_scope s = em_scope_begin();
-    for (int i = 0; fa && fb && isfinite(worst) && i < em_safetensors_count(fa); i++) {
-        const char *name = em_safetensors_name(fa, i);
-        em_tensor *x = em_safetensors_get(fa, name), *y = em_safetensors_get(fb, name);
+    for (int i = 0; isfinite(worst) && i < n; i++) {
+        const char *name = NULL;
+        em_tensor *x = em_model_parameter(a, i, &name), *y = name ? em_model_parameter_by_name(b, name) : NULL;
         em_tensor *d = x && y && em_numel(x) == em_numel(y) ? em_max(em_abs(em_sub(x, y)), EM_ALL_DIMS, false) : NULL;
         double v = d ? em_item(d) : INFINITY;
         if (!(v <= worst)) worst = v;
     }
     em_scope_end(s);
+    if (!isfinite(worst)) fprintf(stderr, "comparing %s and %s: %s\n", dir_a, dir_b, em_last_error());
     em_clear_error();
-    em_safetensors_free(fa);
-    em_safetensors_free(fb);
+    em_model_free(a);
+    em_model_free(b);
     return worst;
+}
+
+/* Stage 3 writes a file per unit with an index (ZeRO gathers one unit at a time); the others
+ * one model.safetensors. */
+static bool written_per_unit(const char *dir) {
+    char index[256], single[256];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    snprintf(single, sizeof single, "%s/model.safetensors", dir);
+    return access(index, R_OK) == 0 && access(single, F_OK) != 0;
 }
 
 static const char *const common = "--full --seq 32 --batch-size 3 --max-steps 4 --lr 1e-3 --seed 2 --warmup-steps 2 "
@@ -105,6 +114,7 @@ static void test_stages_match_unsharded(void) {
             CHECK(dist_count(out, banner) == 1);                  /* rank 0 alone prints */
             CHECK(dist_count(out, "peak_alloc") >= 2);            /* each rank its own peak */
             CHECK(dist_count(out, "model written to") == 1);      /* rank 0 alone writes */
+            CHECK(written_per_unit(mine) == (stage == 3));
             d = max_weight_diff(ref, mine);
             printf("  %s, --zero %d on 2 ranks: max |w - w_unsharded| %.3g\n", models[k], stage, d);
             CHECK(d <= 2e-4);

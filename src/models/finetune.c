@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <ember/finetune.h>
 #include <ember/io.h>
 
@@ -543,6 +544,104 @@ em_status em_model_save_merged(em_model *m, const char *src_dir, const char *out
     free(names);
     free(tensors);
     return st == EM_OK ? EM_OK : em__model_error_prefix("%s(%s)", op, out_dir);
+}
+
+/* ---- a sharded full fine-tuning's folder, a unit at a time ---- */
+
+typedef struct unit_writer {
+    em_model *m;
+    const char *out_dir;
+    int unit, units;
+    bool write;
+    em_status st;   /* the first failure; later units are still gathered (the others wait on them) */
+} unit_writer;
+
+static void unit_file(const unit_writer *w, int unit, char *buf, size_t size) {
+    snprintf(buf, size, "model-%05d-of-%05d.safetensors", unit + 1, w->units);
+}
+
+/* The unit's weights, gathered by the runner around this call, into their own file. */
+static em_tensor *write_unit(void *ctx, em_tensor *const *in, int n) {
+    (void)in;
+    (void)n;
+    unit_writer *w = ctx;
+    em_model *m = w->m;
+    if (w->write && w->st == EM_OK) {
+        const char **names = calloc((size_t)m->nparams, sizeof *names);
+        em_tensor **tensors = calloc((size_t)m->nparams, sizeof *tensors);
+        int k = 0;
+        for (int i = 0; names && tensors && i < m->nparams; i++)
+            if (em_model_unit_of(m, m->params[i].name) == w->unit) {
+                names[k] = m->params[i].name;
+                tensors[k++] = m->params[i].t;
+            }
+        char file[64], path[4096];
+        unit_file(w, w->unit, file, sizeof file);
+        snprintf(path, sizeof path, "%s/%s", w->out_dir, file);
+        const char *meta_k[] = {"format"}, *meta_v[] = {"pt"};
+        w->st = !names || !tensors ? em_error(EM_ERR_OUT_OF_MEMORY, "em_model_save_units: out of host memory")
+                                   : em_safetensors_save_meta(path, names, tensors, k, meta_k, meta_v, 1);
+        free(names);
+        free(tensors);
+    }
+    return em_scalar(0, EM_OPTS(0));   /* the runner wants a tensor; nothing uses it */
+}
+
+/* model.safetensors.index.json: every weight's file. */
+static em_status write_index(const unit_writer *w) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", w->out_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return em_error(EM_ERR_IO, "em_model_save_units: cannot write %s: %s", path, strerror(errno));
+    double total = 0;
+    for (int i = 0; i < w->m->nparams; i++)
+        total += (double)em_numel(w->m->params[i].t) * (double)em_dtype_size(em_dtype_of(w->m->params[i].t));
+    fprintf(f, "{\n  \"metadata\": {\"total_size\": %.0f},\n  \"weight_map\": {", total);
+    for (int i = 0; i < w->m->nparams; i++) {
+        char file[64];
+        unit_file(w, em_model_unit_of(w->m, w->m->params[i].name), file, sizeof file);
+        fputs(i ? ",\n    " : "\n    ", f);
+        em__json_fputs(f, w->m->params[i].name);
+        fputs(": ", f);
+        em__json_fputs(f, file);
+    }
+    fputs("\n  }\n}\n", f);
+    bool ok = !ferror(f);
+    if (fclose(f) != 0) ok = false;
+    return ok ? EM_OK : em_error(EM_ERR_IO, "em_model_save_units: writing %s failed", path);
+}
+
+em_status em_model_save_units(em_model *m, const char *src_dir, const char *out_dir, bool write) {
+    const char *op = "em_model_save_units";
+    if (!m || !src_dir || !out_dir) return em_error(EM_ERR_ARGUMENT, "%s: NULL argument", op);
+    if (!m->full)
+        return em_error(EM_ERR_ARGUMENT, "%s: the model's weights are frozen: it writes a full fine-tuning's units "
+                        "(em_model_unfreeze first; adapters: em_model_save_merged)", op);
+    unit_writer w = {.m = m, .out_dir = out_dir, .units = em_model_num_units(m), .write = write};
+    if (write) {
+        w.st = make_dir(out_dir, op);
+        static const char *const files[] = {"config.json", "generation_config.json", "tokenizer.json",
+                                            "tokenizer_config.json", "special_tokens_map.json"};
+        for (size_t i = 0; i < sizeof files / sizeof *files && w.st == EM_OK; i++)
+            w.st = copy_file(src_dir, out_dir, files[i]);
+        char stale[4096];   /* a single-file model.safetensors would be read instead of the index */
+        snprintf(stale, sizeof stale, "%s/model.safetensors", out_dir);
+        if (w.st == EM_OK && unlink(stale) != 0 && errno != ENOENT)
+            w.st = em_error(EM_ERR_IO, "%s: cannot remove %s: %s", op, stale, strerror(errno));
+    }
+    em_status run_st = EM_OK;
+    em_grad_mode g = em_no_grad_begin();
+    for (w.unit = 0; w.unit < w.units; w.unit++) {
+        em_scope s = em_scope_begin();
+        em_tensor *done = m->unit_runner ? m->unit_runner(m->runner_ctx, w.unit, write_unit, &w, NULL, NULL, 0)
+                                         : write_unit(&w, NULL, 0);
+        if (!done && run_st == EM_OK) run_st = em_last_status();
+        em_scope_end(s);
+    }
+    em_no_grad_end(g);
+    if (w.st == EM_OK) w.st = run_st;
+    if (write && w.st == EM_OK) w.st = write_index(&w);
+    return w.st == EM_OK ? EM_OK : em__model_error_prefix("%s(%s)", op, out_dir);
 }
 
 /* ---- the loss ---- */

@@ -111,7 +111,8 @@ const opt_command finetune_options = {
              "its 1/N of the sharded state (ZeRO's units: the embeddings, each decoder layer, the final norm and "
              "head) and computes its part of each batch; the gradient norm is the whole model's, the checkpoint is "
              "DIR/checkpoint.zero/ (a file per rank, resumable on any number of ranks), and rank 0 alone writes the "
-             "trained folder. `ember mem --model MODEL_DIR --zero S --ranks N` estimates the memory per rank.",
+             "trained folder (at stage 3 a file per unit, gathered one at a time). `ember mem --model MODEL_DIR --zero S "
+             "--ranks N` estimates the memory per rank.",
     .positional = "MODEL_DIR",
     .positional_help = "a model folder as save_pretrained writes it, with its tokenizer.json",
     .extra = "MODEL_DIR and options",
@@ -1020,15 +1021,17 @@ int cmd_finetune(int argc, char **argv) {
     em_zero *z = NULL;
     rc = train(&r, m, &train_set, n_train, eval_idx, n_eval, &z);
     free(eval_idx);
-    if (z) {
-        /* the weights whole on rank 0 alone (a unit at a time on the others), which writes them */
-        em_model_set_unit_runner(m, NULL, NULL);
-        if (rc == 0 && em_zero_unshard_to(z, 0) != EM_OK) {
-            fprintf(stderr, "%s: rank %d: gathering the weights: %s\n", tool, train_dist_rank(), em_last_error());
+    if (z && r.zero == 3 && rc == 0) {
+        /* a unit at a time, gathered on every rank, written by rank 0: no rank holds more than
+         * one unit's weights beyond its shards */
+        if (em_model_save_units(m, r.dir, r.out, train_dist_is_main()) != EM_OK) {
+            fprintf(stderr, "%s: rank %d: writing the model: %s\n", tool, train_dist_rank(), em_last_error());
             rc = 1;
+        } else {
+            fprintf(info_out(), "%s: model written to %s (a file per unit)\n", tool, r.out);
         }
     }
-    if (rc == 0 && r.full && (!z || train_dist_is_main())) {
+    if (rc == 0 && r.full && (!z || (r.zero < 3 && train_dist_is_main()))) {
         /* the trained weights as a full folder beside the checkpoint */
         if (em_model_save_merged(m, r.dir, r.out) != EM_OK) {
             fprintf(stderr, "%s: %s\n", tool, em_last_error());
@@ -1037,9 +1040,10 @@ int cmd_finetune(int argc, char **argv) {
             fprintf(stderr, "%s: model written to %s\n", tool, r.out);
         }
     }
-    if (z && rc == 0 && train_dist_is_main())   /* rank 0 held the whole model to write it */
-        fprintf(stderr, "%s: rank 0 after gathering and writing the model: peak_alloc %.1f MB peak_rss %.1f MB\n", tool,
+    if (z && rc == 0 && train_dist_is_main())
+        fprintf(stderr, "%s: rank 0 after writing the model: peak_alloc %.1f MB peak_rss %.1f MB\n", tool,
                 (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0, peak_rss_mb());
+    em_model_set_unit_runner(m, NULL, NULL);
     em_zero_free(z);
     if (r.full) goto done;
     if (rc == 0 && em_model_lora_save(m, r.out, r.dir) != EM_OK) {
