@@ -9,7 +9,8 @@
  * elements whose gradient is near 0: the tolerance is 2e-4 against steps of lr = 1e-3 (4
  * steps move a weight by up to 4e-3). A run stopped by SIGTERM on 2 ranks resumes from its
  * sharded checkpoint on 3 ranks and ends where the uninterrupted 2-rank run does; `ember mem
- * --zero 3` names the largest unit the command sharded. Bad input:
+ * --zero 3` names the largest unit the command sharded; two PoCL devices, one a rank, give the
+ * CPU's weights. Bad input:
  * --zero 4, --zero without --full, a resume with the other kind of checkpoint. */
 #include <math.h>
 #include <stdlib.h>
@@ -25,8 +26,15 @@ static char tmp[64], text[128];
 /* mpirun -np n ember ARGS, output joined into out; the exit status. */
 static int mpi_tool(int n, const char *args) {
     char cmd[PATH_MAX * 2 + 1024];
+    /* "-x VAR ..." at the start of args: mpirun's, passing VAR on to the ranks */
+    char mpi_opts[64] = "";
+    if (!strncmp(args, "-x ", 3)) {
+        const char *end = strchr(args + 3, ' ');
+        snprintf(mpi_opts, sizeof mpi_opts, "%.*s", end ? (int)(end - args) : 0, args);
+        args = end ? end + 1 : args;
+    }
     snprintf(cmd, sizeof cmd, "timeout -k 5 300 mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp "
-             "-np %d '%s' %s 2>&1", n, tool_path(), args);
+             "%s -np %d '%s' %s 2>&1", mpi_opts, n, tool_path(), args);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     size_t used = fread(out, 1, sizeof out - 1, p);
@@ -145,6 +153,27 @@ static void test_resume_on_other_ranks(void) {
     CHECK(d <= 1e-5);
 }
 
+/* Two PoCL devices, one a rank (ember launch's opencl:LOCAL_RANK): the same weights as the
+ * CPU's unsharded run, to the tolerance of two ranks. */
+static void test_two_opencl_devices(void) {
+    if (em_device_count(EM_OPENCL) < 2)
+        SKIP("two OpenCL devices needed (POCL_DEVICES='pthread pthread'), found %d%s%s", em_device_count(EM_OPENCL),
+             em_device_available(EM_OPENCL) ? "" : ": ",
+             em_device_available(EM_OPENCL) ? "" : em_device_unavailable_reason(EM_OPENCL));
+    char args[1024], mine[128], ref[128];
+    snprintf(ref, sizeof ref, "%s/llama-ref", tmp);   /* from the first test */
+    snprintf(mine, sizeof mine, "%s/llama-opencl", tmp);
+    snprintf(args, sizeof args, "-x POCL_DEVICES finetune tests/data/models/llama --data %s %s --zero 3 --device "
+             "opencl --out %s", text, common, mine);
+    int st = mpi_tool(2, args);
+    CHECK(st == 0);
+    if (st != 0) fprintf(stderr, "%s\n", out);
+    CHECK(strstr(out, "peak_device") != NULL);   /* the progress line of a device run */
+    double d = max_weight_diff(ref, mine);
+    printf("  llama, --zero 3 on 2 ranks with an OpenCL device each: max |w - w_unsharded on the CPU| %.3g\n", d);
+    CHECK(d <= 2e-4);
+}
+
 static void test_bad_input(void) {
     char args[1024];
     snprintf(args, sizeof args, "finetune tests/data/models/llama --data %s --full --zero 4 --out %s/x", text, tmp);
@@ -176,6 +205,7 @@ int main(void) {
     fclose(f);
     RUN(test_stages_match_unsharded);
     RUN(test_resume_on_other_ranks);
+    RUN(test_two_opencl_devices);
     RUN(test_bad_input);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
