@@ -78,7 +78,7 @@ typedef struct em_zero_opts {
      * unit's parameters are laid out in em_module_parameters' order. At stage 3 the caller's
      * forward runs each unit through em_zero_run_unit. NULL: the units as above. */
     int (*unit_of)(void *unit_ctx, const char *name);
-    void *unit_ctx;
+    void *unit_ctx; /* unit_of's first argument */
 } em_zero_opts;
 
 /* Shards model (not owned; it must stay alive and is changed in place: its parameters
