@@ -5,7 +5,9 @@
  * them (a matrix, the token embedding that a tied head also trains, norm weights and a bias
  * that no decay reaches). Also the parameters' names and count, gradients reaching every
  * weight, what is refused (adapters already there, a bf16 model), and the trained folder
- * written by em_model_save_merged loading back with the same logits. And `ember finetune
+ * written by em_model_save_merged loading back with the same logits; the units a sharded
+ * trainer gets (em_model_unit_of, a runner that changes nothing, em_model_save_units). And
+ * `ember finetune
  * --full`: the trained folder loads, a run stopped by SIGTERM and resumed ends on the same
  * weights bit for bit, the adapters' options are refused with it. */
 #include <stdlib.h>
@@ -154,6 +156,81 @@ static void test_refused(void) {
     em_scope_end(scope);
 }
 
+/* The units for a sharded trainer: a runner that only calls the function (what ZeRO's stages
+ * 1-2 do) gives the same logits and loss as the plain forward, each unit called as
+ * em_model_unit_of numbers them (GPT-2's tied unit 0 twice: the lookup, then the head), and
+ * em_model_save_units writes a folder per unit that loads back with the same weights. */
+static int unit_calls[16];
+static em_tensor *counting_runner(void *ctx, int unit, em_checkpoint_fn fn, void *fn_ctx, void (*free_fn_ctx)(void *),
+                                  em_tensor *const *in, int n) {
+    (void)ctx;
+    if (unit >= 0 && unit < 16) unit_calls[unit]++;
+    em_tensor *y = fn(fn_ctx, in, n);
+    if (free_fn_ctx) free_fn_ctx(fn_ctx);
+    return y;
+}
+
+static void test_units_and_runner(void) {
+    em_scope outer = em_scope_begin();
+    em_tensor *ids = em_safetensors_get(g_batch, "ids"), *labels = em_safetensors_get(g_batch, "labels");
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        em_scope scope = em_scope_begin();
+        em_model *m = load(cases[c], EM_F32);
+        if (!m) continue;
+        CHECK(em_model_set_unit_runner(m, counting_runner, NULL) == EM_ERR_ARGUMENT);   /* frozen */
+        em_clear_error();
+        CHECK_OK(em_model_unfreeze(m));
+        int layers = (int)em_model_config_of(m)->num_hidden_layers;
+        bool tied = em_model_config_of(m)->tie_word_embeddings;
+        CHECK(em_model_num_units(m) == 1 + layers + (tied ? 0 : 1));
+        /* every weight in a unit; each layer's weights in unit 1 + L */
+        for (int i = 0; i < em_model_num_parameters(m); i++) {
+            const char *name = NULL;
+            em_model_parameter(m, i, &name);
+            int u = em_model_unit_of(m, name);
+            CHECK(u >= 0 && u < em_model_num_units(m));
+            const char *layer = strstr(name, "layers.") ? strstr(name, "layers.") + 7 : strstr(name, ".h.") ? strstr(name, ".h.") + 3 : NULL;
+            if (layer) CHECK(u == 1 + atoi(layer));
+        }
+        CHECK(em_model_unit_of(m, "no.such.weight") == -1);
+        em_tensor *plain_logits = em_model_forward(m, ids, NULL);
+        em_tensor *plain_loss = em_model_loss(m, ids, labels, NULL);
+        memset(unit_calls, 0, sizeof unit_calls);
+        CHECK_OK(em_model_set_unit_runner(m, counting_runner, NULL));
+        em_tensor *logits = em_model_forward(m, ids, NULL);
+        CHECK(unit_calls[0] == (tied ? 2 : 1) && unit_calls[1] == 1 && unit_calls[layers] == 1);
+        if (!tied) CHECK(unit_calls[layers + 1] == 1);
+        em_tensor *loss = em_model_loss(m, ids, labels, NULL);
+        CHECK(logits && loss && plain_logits && plain_loss);
+        if (logits && loss && plain_logits && plain_loss) {
+            CHECK(rel_diff(logits, plain_logits) == 0);
+            CHECK(rel_diff(loss, plain_loss) == 0);
+        }
+        /* written a unit at a time through the runner: the same weights load back */
+        char dir[128], src[128];
+        snprintf(dir, sizeof dir, "/tmp/ember_units_%s_%d", cases[c], (int)getpid());
+        snprintf(src, sizeof src, "tests/data/models/%s", cases[c]);
+        memset(unit_calls, 0, sizeof unit_calls);
+        CHECK_OK(em_model_save_units(m, src, dir, true));
+        for (int u = 0; u < em_model_num_units(m); u++) CHECK(unit_calls[u] == 1);
+        CHECK_OK(em_model_set_unit_runner(m, NULL, NULL));
+        em_model *back = em_model_load(dir, NULL);
+        CHECK(back != NULL);
+        for (int i = 0; back && i < em_model_num_parameters(m); i++) {
+            const char *name = NULL;
+            em_tensor *w = em_model_parameter(m, i, &name), *b = em_model_parameter_by_name(back, name);
+            CHECK(b != NULL && rel_diff(b, w) == 0);
+        }
+        em_model_free(back);
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+        em_model_free(m);
+        em_scope_end(scope);
+    }
+    em_scope_end(outer);
+}
+
 static bool same_file(const char *a, const char *b) {
     FILE *f = fopen(a, "rb"), *g = fopen(b, "rb");
     bool same = f && g;
@@ -217,6 +294,7 @@ int main(void) {
     }
     RUN(test_five_adamw_steps);
     RUN(test_refused);
+    RUN(test_units_and_runner);
     RUN(test_command);
     em_safetensors_free(g_golden);
     em_safetensors_free(g_batch);

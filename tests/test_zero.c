@@ -375,6 +375,108 @@ static void case_ckpt_load(void) {
 }
 
 /* ---- bad arguments ---- */
+/* ---- units given by the caller, with a forward of its own (em_zero_run_unit) ----
+ * The MLP's Linear children as units by name (unit_of: "2.weight" is unit 1), its forward
+ * written here, with AdamW's decay on the matrices only and clipping to a norm the gradients
+ * exceed: against the unsharded model with the same options. */
+static int unit_by_child(void *ctx, const char *name) {
+    (void)ctx;
+    return atoi(name) / 2;   /* children 0, 2, 4, 6 are the Linear layers */
+}
+
+static em_tensor *run_child(void *ctx, em_tensor *const *in, int n) {
+    (void)n;
+    return em_forward(ctx, in[0]);
+}
+
+static em_tensor *caller_forward(em_zero *z, em_module *m, em_tensor *x) {
+    for (int i = 0; x && em_module_child(m, i); i++)
+        x = i % 2 == 0 ? em_zero_run_unit(z, i / 2, run_child, em_module_child(m, i), NULL, &x, 1)
+                       : em_forward(em_module_child(m, i), x);
+    return x;
+}
+
+static void caller_units(int stage) {
+    em_manual_seed(7);
+    em_module *a = mlp(32, 2, 20, 5);
+    em_manual_seed(7);
+    em_module *b = mlp(32, 2, 20, 5);
+    em_adam_opts o = em_adam_defaults(1e-2);
+    o.weight_decay = 0.5;
+    o.decay_matrices_only = true;
+    em_optimizer *like = em_adamw_ex(a, o);
+    em_zero *z = em_zero_new(a, NULL, like, &(em_zero_opts){.stage = stage, .unit_of = unit_by_child});
+    em_optim_free(like);
+    CHECK(z != NULL && em_zero_num_units(z) == 4);
+    if (!z) {
+        em_module_free(a);
+        em_module_free(b);
+        return;
+    }
+    em_module *block = a;
+    CHECK_OK(em_zero_unit_info(z, 1, NULL, NULL, &block));
+    CHECK(block == NULL);   /* no block of its own: the caller runs it */
+    em_optimizer *ob = em_adamw_ex(b, o);
+    double worst_norm = 0, worst_weight = 0;
+    for (int step = 0; step < 6; step++) {
+        em_scope s = em_scope_begin();
+        CHECK_OK(em_zero_clear_grads(z));
+        em_tensor *x, *y;
+        batch_of(step, &x, &y);
+        int64_t part = BATCH / N;
+        em_tensor *la = em_cross_entropy(caller_forward(z, a, em_narrow(x, 0, R * part, part)),
+                                         em_narrow(y, 0, R * part, part), 0.0);
+        CHECK_OK(em_backward(la));
+        double na = em_zero_clip_grad_norm(z, 0.05);
+        CHECK_OK(em_zero_step(z));
+        em_zero_grad(ob);
+        CHECK_OK(em_backward(em_cross_entropy(em_forward(b, x), y, 0.0)));
+        double nb = em_clip_grad_norm(b, 0.05);
+        CHECK(nb > 0.05);   /* clipping happened */
+        CHECK_OK(em_step(ob));
+        double dn = fabs(na - nb) / nb, dw = max_abs_diff(em_zero_full_parameters(z), flat_params(b));
+        if (!(dn <= worst_norm)) worst_norm = dn;
+        if (!(dw <= worst_weight)) worst_weight = dw;
+        em_scope_end(s);
+    }
+    printf("rank %d: stage %d, the caller's units and forward on %d ranks, AdamW decaying matrices only, clipped: "
+           "worst norm difference %.3g (relative), worst weight difference %.3g\n", R, stage, N, worst_norm,
+           worst_weight);
+    CHECK(worst_norm <= 1e-5);
+    CHECK(worst_weight <= 1e-5);
+    /* stage 3 has no forward of its own for such units; a unit out of range */
+    em_scope s = em_scope_begin();
+    em_tensor *x = em_zeros(EM_SHAPE(2, 20), EM_OPTS(0));
+    if (stage == 3) {
+        CHECK(em_zero_forward(z, x) == NULL && strstr(em_last_error(), "em_zero_run_unit") != NULL);
+        em_clear_error();
+    }
+    CHECK(em_zero_run_unit(z, 4, run_child, a, NULL, &x, 1) == NULL &&
+          strstr(em_last_error(), "unit 4 out of range (4 units)") != NULL);
+    em_clear_error();
+    em_scope_end(s);
+    em_optim_free(ob);
+    CHECK_OK(em_zero_unshard_to(z, 0));
+    if (stage == 3) CHECK(em_zero_step(z) == EM_ERR_ARGUMENT);   /* the optimizer went with the unshard */
+    em_clear_error();
+    em_zero_free(z);
+    if (R == 0 || stage < 3) {   /* root alone keeps the weights at stage 3 */
+        em_scope t = em_scope_begin();
+        CHECK(max_abs_diff(flat_params(a), flat_params(b)) <= 1e-5);
+        em_scope_end(t);
+    }
+    em_module_free(a);
+    em_module_free(b);
+}
+static void case_caller_units1(void) { caller_units(1); }
+static void case_caller_units2(void) { caller_units(2); }
+static void case_caller_units3(void) { caller_units(3); }
+
+static int unit_with_gap(void *ctx, const char *name) {
+    (void)ctx;
+    return atoi(name);   /* 0, 2, 4, 6: units 1, 3 and 5 get nothing */
+}
+
 static void case_bad_arguments(void) {
     em_module *m = mlp(8, 0, 4, 2);
     em_optimizer *like = em_adamw(m, 1e-3);
@@ -398,6 +500,9 @@ static void case_bad_arguments(void) {
     CHECK_NEAR(f.total / 1e9, 1.875, 1e-9);
     CHECK_OK(em_zero_estimate(1e6, 1, 4, false, &f));
     CHECK_NEAR(f.total, 8e6 + 2e6, 1e-6);
+    CHECK(em_zero_new(m, NULL, like, &(em_zero_opts){.stage = 2, .unit_of = unit_with_gap}) == NULL);
+    CHECK(strstr(em_last_error(), "unit_of gave unit 1 no parameter") != NULL);
+    em_clear_error();
     em_optim_free(like);
     em_module_free(m);
 }
@@ -451,6 +556,9 @@ static int rank_main(const char *mode) {
             RUN(case_mixed1);
             RUN(case_mixed3);
             RUN(case_bad_arguments);
+            RUN(case_caller_units1);
+            RUN(case_caller_units2);
+            RUN(case_caller_units3);
         }
     } else if (!strcmp(mode, "peak")) {
         RUN(case_peak_f32_1);

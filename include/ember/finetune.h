@@ -89,6 +89,45 @@ EM_API em_status em_model_unfreeze(em_model *m);
 /* The weights as a module after em_model_unfreeze (owned by the model), else NULL and an error. */
 EM_API em_module *em_model_module(em_model *m);
 
+/* ---- sharded full fine-tuning (ZeRO, include/ember/zero.h) ----
+ * The weights group into units, one gathered at a time at ZeRO's stage 3: unit 0 the
+ * embeddings (GPT-2: the token and position embeddings), unit 1 + L decoder layer L, and the
+ * final norm with the output projection as the last unit. A tied output projection IS the
+ * token embedding (one parameter), so with tied embeddings the final norm joins unit 0
+ * instead: the unit runs twice in a forward (the embedding lookup, then the norm, projection
+ * and loss), each gathering the one weight, and its gradients from both uses add up before
+ * ZeRO reduces them. em_model_num_units: 1 + layers + (1 when untied).
+ *
+ *   em_model_unfreeze(m);
+ *   em_zero *z = em_zero_new(em_model_module(m), NULL, like,
+ *                            &(em_zero_opts){.stage = 3, .unit_of = unit_of, .unit_ctx = m});
+ *   em_model_set_unit_runner(m, run_unit, z);   // stage 3; run_unit calls em_zero_run_unit
+ *   ... em_model_loss, em_backward, em_zero_clip_grad_norm, em_zero_step ...
+ *   em_model_save_units(m, src_dir, out_dir, rank == 0);   // every rank; one unit at a time
+ *   em_model_set_unit_runner(m, NULL, NULL); em_zero_free(z);
+ */
+EM_API int em_model_num_units(const em_model *m); /* 0 for NULL */
+/* The unit of the weight called name (em_model_module's names), or -1 if the model has none
+ * of that name. */
+EM_API int em_model_unit_of(const em_model *m, const char *name);
+/* Runs fn(fn_ctx, in, n), the part of the forward that uses unit's weights (and no other
+ * unit's), and calls free_fn_ctx(fn_ctx) (when not NULL) once fn is no longer needed; the
+ * result of fn, or NULL and an error. em_zero_run_unit, given the em_zero. */
+typedef em_tensor *(*em_model_unit_runner)(void *runner_ctx, int unit, em_checkpoint_fn fn, void *fn_ctx,
+                                           void (*free_fn_ctx)(void *), em_tensor *const *in, int n);
+/* With run set, em_model_forward and em_model_loss run each unit's part through run (and
+ * never with a cache); NULL: the plain forward again. Needs em_model_unfreeze first. */
+EM_API em_status em_model_set_unit_runner(em_model *m, em_model_unit_runner run, void *runner_ctx);
+
+/* A full fine-tuning's weights written as a sharded model folder, one file per unit
+ * (model-0000K-of-0000U.safetensors, model.safetensors.index.json, in the model's dtype; a
+ * tied output embedding once) plus src_dir's config and tokenizer files, as
+ * em_model_save_merged's: with a unit runner set, each unit is fetched through it (ZeRO stage
+ * 3 gathers one unit at a time, so the writer never holds more than one). Every rank of the
+ * runner calls it (its collectives); only those with write true write. A model.safetensors
+ * already in out_dir is removed (it would be read instead of the index). */
+EM_API em_status em_model_save_units(em_model *m, const char *src_dir, const char *out_dir, bool write);
+
 /* transformers' ForCausalLMLoss: the cross-entropy (in float32) of logits [B, T, V] at
  * position t against labels [B, T] (int64 or int32, any device) at t + 1, labels -100 ignored.
  * num_items > 0: the sum divided by num_items (its num_items_in_batch, for gradient

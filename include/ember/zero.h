@@ -43,6 +43,11 @@
  * activations: float32: stage 1 8P + 8P/N, stage 2 4P + 12P/N, stage 3 16P/N bytes;
  * 16-bit parameters with float32 masters: 4P + 12P/N, 2P + 14P/N, 16P/N (the paper's).
  *
+ * Weight decay: Adam's and AdamW's decay_matrices_only decides by a parameter's shape, which
+ * the flat shards have lost, so ZeRO applies that decay itself, to the elements of the shard
+ * that belong to a matrix (AdamW: multiplied by 1 - lr * wd before the step; Adam: wd * p
+ * added to their gradient), and steps the optimizer without decay.
+ *
  * Every rank calls every function here in the same order (they run collectives), with the
  * same model and the same graph (the same units used in every backward). Parameters shared
  * between units are refused; parameters that do not require grad are left alone (full on
@@ -67,6 +72,13 @@ typedef struct em_zero em_zero; /* a model trained with sharded state (em_zero_n
 /* em_zero_new's settings. */
 typedef struct em_zero_opts {
     int stage; /* 1, 2 or 3 (what is sharded: see above) */
+    /* The units of a model that is not a Sequential of blocks (a loaded language model:
+     * em_model_unit_of): unit_of(unit_ctx, name) is the unit, 0 to U - 1, of the trainable
+     * parameter called name (em_module_parameters' name); every unit must get one, and a
+     * unit's parameters are laid out in em_module_parameters' order. At stage 3 the caller's
+     * forward runs each unit through em_zero_run_unit. NULL: the units as above. */
+    int (*unit_of)(void *unit_ctx, const char *name);
+    void *unit_ctx; /* unit_of's first argument */
 } em_zero_opts;
 
 /* Shards model (not owned; it must stay alive and is changed in place: its parameters
@@ -80,6 +92,22 @@ EM_API em_zero *em_zero_new(em_module *model, em_dist_group *g, em_optimizer *li
 /* The model's forward: em_forward at stages 1 and 2; at stage 3 each unit gathered for its
  * forward and freed after (a Sequential's children in order). */
 EM_API em_tensor *em_zero_forward(em_zero *z, em_tensor *x);
+/* Runs fn(ctx, in, n), a piece of the caller's forward that uses unit's parameters and no
+ * other unit's (units from em_zero_opts.unit_of): at stages 1-2 it just calls it; at stage 3
+ * it all-gathers the unit around the call and frees it after, through em_checkpoint, so that
+ * the backward gathers it again and recomputes fn (which must compute the same function of
+ * its inputs each time). free_ctx (may be NULL) frees ctx once fn is no longer needed: after
+ * the call, or with the graph at stage 3. A unit may run more than once in a forward (a tied
+ * embedding and output projection). NULL and an error (ctx freed) on failure. */
+EM_API em_tensor *em_zero_run_unit(em_zero *z, int unit, em_checkpoint_fn fn, void *ctx, void (*free_ctx)(void *),
+                                   em_tensor *const *in, int n);
+/* torch.nn.utils.clip_grad_norm_ over the ranks: the total 2-norm of the averaged gradient,
+ * every shard's squares summed over the ranks, so that every rank gets the number
+ * em_clip_grad_norm gives on one process; when max_norm > 0 and the norm exceeds it, this
+ * rank's gradient shards are scaled by max_norm / (norm + 1e-6) for the next em_zero_step.
+ * Call it after the backward(s) and before em_zero_step; stage 1 averages the gradients here
+ * (em_zero_step then does not again). NAN and an error on failure. */
+EM_API double em_zero_clip_grad_norm(em_zero *z, double max_norm);
 /* Drops the gradients (stage 1: every parameter's .grad; stages 2-3: this rank's shards):
  * the next backward starts from zero. */
 EM_API em_status em_zero_clear_grads(em_zero *z);
@@ -114,9 +142,16 @@ EM_API em_status em_zero_load(em_zero *z, const char *dir, em_safetensors **meta
 
 /* Stage 3: gives every parameter of the model full storage of its own with its current
  * value (a collective; 4P bytes for float32), so that the model can be used without z (to
- * evaluate it or save it with em_module_save). Call it last: z must not train after it.
- * Stages 1-2: nothing to do (the parameters are views of flat buffers they keep alive). */
+ * evaluate it or save it with em_module_save). Call it last: z must not train after it, and
+ * its optimizer (em_zero_optimizer) is freed first to make room (em_zero_step, em_zero_save
+ * and em_zero_load then fail). Stages 1-2: nothing to do (the parameters are views of flat
+ * buffers they keep alive). */
 EM_API em_status em_zero_unshard(em_zero *z);
+/* em_zero_unshard on rank root alone (root -1: every rank, em_zero_unshard): the units are
+ * gathered one at a time on every rank, but only root keeps them, so the other ranks never
+ * hold more than one unit's full parameters (a model written by one rank). Ranks other than
+ * root keep placeholders. */
+EM_API em_status em_zero_unshard_to(em_zero *z, int root);
 /* Frees z, its shards and its optimizer (no collective). At stage 3 the model's parameters
  * stay placeholders unless em_zero_unshard ran. NULL is ignored. */
 EM_API void em_zero_free(em_zero *z);

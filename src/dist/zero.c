@@ -76,25 +76,57 @@ em_status em__zero_release(em_zero *z, zero_unit *u) {
     return st;
 }
 
-/* Stages 2-3: the unit's gradients, laid out flat, reduce-scattered (averaged) into this
- * rank's gradient shard and freed; a parameter without one counts as zeros. */
+/* The reduce-scatter's input is at most this many elements at once: a unit's gradients go
+ * through it a slice of every rank's shard at a time, so that reducing a unit needs its
+ * gradients plus this much, not plus a second copy of them (a 7B's decoder layer is 0.8 GB
+ * of float32). */
+#define REDUCE_CHUNK_ELEMENTS ((int64_t)1 << 24)
+
+/* Elements [at, at + len) of every rank's shard of u's gradients, laid out rank after rank
+ * into flat [len * world] (zeroed: a parameter without a gradient, and the padding, count as
+ * zeros). */
+static em_status gather_grad_slices(em_zero *z, zero_unit *u, em_tensor *flat, int64_t at, int64_t len) {
+    em_status st = EM_OK;
+    for (int r = 0; st == EM_OK && r < z->world; r++) {
+        int64_t lo = (int64_t)r * u->shard + at, hi = lo + len;
+        for (int i = 0; st == EM_OK && i < u->nparams; i++) {
+            zero_param *q = &u->params[i];
+            int64_t a = q->offset > lo ? q->offset : lo, b = q->offset + q->numel < hi ? q->offset + q->numel : hi;
+            em_tensor *g = a < b ? em_grad(q->p) : NULL;
+            if (g)
+                st = em_copy_(em_narrow(flat, 0, (int64_t)r * len + (a - lo), b - a),
+                              em_narrow(em_reshape(g, EM_SHAPE(-1)), 0, a - q->offset, b - a));
+        }
+    }
+    return st;
+}
+
+/* Stages 2-3: the unit's gradients reduce-scattered (averaged) into this rank's gradient
+ * shard, a slice at a time, then freed; a parameter without one counts as zeros. */
 static em_status reduce_unit(em_zero *z, zero_unit *u) {
     em_scope s = em_scope_begin();
     em_grad_mode mode = em_no_grad_begin();
     em_status st = EM_OK;
-    em_tensor *flat = em_zeros(EM_SHAPE(u->shard * z->world), EM_OPTS(.dtype = z->dtype, .device = z->device));
-    if (!flat) st = em_last_status();
-    for (int i = 0; st == EM_OK && i < u->nparams; i++) {
+    int64_t slice = u->shard;
+    if (slice * z->world > REDUCE_CHUNK_ELEMENTS) slice = REDUCE_CHUNK_ELEMENTS / z->world > 0 ? REDUCE_CHUNK_ELEMENTS / z->world : 1;
+    em_tensor *part = em_empty(EM_SHAPE(u->shard), EM_OPTS(.dtype = z->dtype, .device = z->device));
+    if (!part) st = em_last_status();
+    for (int64_t at = 0; st == EM_OK && at < u->shard; at += slice) {
+        em_scope cs = em_scope_begin();
+        int64_t len = u->shard - at < slice ? u->shard - at : slice;
+        em_tensor *flat = em_zeros(EM_SHAPE(len * z->world), EM_OPTS(.dtype = z->dtype, .device = z->device));
+        em_tensor *mine = len == u->shard ? part : em_empty(EM_SHAPE(len), EM_OPTS(.dtype = z->dtype, .device = z->device));
+        st = flat && mine ? gather_grad_slices(z, u, flat, at, len) : em_last_status();
+        if (st == EM_OK) st = em_dist_reduce_scatter(z->g, mine, flat, EM_REDUCE_AVG);
+        if (st == EM_OK && mine != part) st = em_copy_(em_narrow(part, 0, at, len), mine);
+        em_scope_end(cs);
+    }
+    for (int i = 0; i < u->nparams; i++) {
         zero_param *q = &u->params[i];
-        em_tensor *g = em_grad(q->p);
-        if (g) st = em_copy_(em_narrow(flat, 0, q->offset, q->numel), em_reshape(g, EM_SHAPE(-1)));
         if (st == EM_OK) st = em_set_grad(q->p, NULL);
         q->seen = false;
     }
     u->seen = 0;
-    em_tensor *part = st == EM_OK ? em_empty(EM_SHAPE(u->shard), EM_OPTS(.dtype = z->dtype, .device = z->device)) : NULL;
-    if (st == EM_OK && !part) st = em_last_status();
-    if (st == EM_OK) st = em_dist_reduce_scatter(z->g, part, flat, EM_REDUCE_AVG);
     if (st == EM_OK) {
         if (u->grad_shard) st = em_add_(u->grad_shard, part, 1.0);
         else u->grad_shard = em_retain(part);
@@ -156,24 +188,18 @@ static void free_units(em_zero *z) {
         em_release(u->compute_shard);
         em_release(u->master);
         em_release(u->grad_shard);
+        free(u->decay_at);
     }
     free(z->units);
     z->units = NULL;
     z->nunits = 0;
 }
 
-/* The next unit: block's trainable parameters (none: no unit). */
-static em_status add_unit(em_zero *z, em_module *block, const char *prefix) {
-    int n = em_module_parameters(block, NULL, 0);
-    if (n <= 0) return EM_OK;
-    em_named_tensor *ps = malloc((size_t)n * sizeof *ps);
-    zero_param *qs = calloc((size_t)n, sizeof *qs);
-    if (!ps || !qs) {
-        free(ps);
-        free(qs);
-        return em_error(EM_ERR_OUT_OF_MEMORY, "em_zero_new: out of host memory");
-    }
-    n = em_module_parameters(block, ps, n);
+/* The next unit: the trainable ones of the n parameters ps (none: no unit); block is what
+ * em_zero_forward runs for it (NULL: units of the caller's). */
+static em_status add_unit_params(em_zero *z, em_module *block, const em_named_tensor *ps, int n, const char *prefix) {
+    zero_param *qs = calloc((size_t)(n > 0 ? n : 1), sizeof *qs);
+    if (!qs) return em_error(EM_ERR_OUT_OF_MEMORY, "em_zero_new: out of host memory");
     int used = 0;
     int64_t offset = 0;
     em_status st = EM_OK;
@@ -204,7 +230,6 @@ static em_status add_unit(em_zero *z, em_module *block, const char *prefix) {
         offset += em_numel(p);
         used++;
     }
-    free(ps);
     if (st == EM_OK && used > 0) {
         zero_unit *grown = realloc(z->units, (size_t)(z->nunits + 1) * sizeof *grown);
         if (!grown) st = em_error(EM_ERR_OUT_OF_MEMORY, "em_zero_new: out of host memory");
@@ -221,6 +246,89 @@ static em_status add_unit(em_zero *z, em_module *block, const char *prefix) {
     }
     free(qs);
     return st;
+}
+
+/* The model's parameters, malloc'ed into *out (*n of them). */
+static em_status list_parameters(em_module *m, em_named_tensor **out, int *n) {
+    *n = em_module_parameters(m, NULL, 0);
+    *out = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **out);
+    if (!*out) return em_error(EM_ERR_OUT_OF_MEMORY, "em_zero_new: out of host memory");
+    *n = em_module_parameters(m, *out, *n);
+    return EM_OK;
+}
+
+/* The next unit: block's trainable parameters (none: no unit). */
+static em_status add_unit(em_zero *z, em_module *block, const char *prefix) {
+    em_named_tensor *ps;
+    int n;
+    em_status st = list_parameters(block, &ps, &n);
+    if (st == EM_OK && n > 0) st = add_unit_params(z, block, ps, n, prefix);
+    free(ps);
+    return st;
+}
+
+/* The units the caller's unit_of gives the model's trainable parameters. */
+static em_status add_caller_units(em_zero *z, em_module *model, const em_zero_opts *opts) {
+    em_named_tensor *ps, *mine = NULL;
+    int n, *unit_of = NULL, units = 0;
+    em_status st = list_parameters(model, &ps, &n);
+    if (st == EM_OK) {
+        unit_of = malloc((size_t)(n > 0 ? n : 1) * sizeof *unit_of);
+        mine = malloc((size_t)(n > 0 ? n : 1) * sizeof *mine);
+        if (!unit_of || !mine) st = em_error(EM_ERR_OUT_OF_MEMORY, "em_zero_new: out of host memory");
+    }
+    for (int i = 0; st == EM_OK && i < n; i++) {
+        unit_of[i] = em_requires_grad(ps[i].tensor) ? opts->unit_of(opts->unit_ctx, ps[i].name) : -1;
+        if (em_requires_grad(ps[i].tensor) && unit_of[i] < 0)
+            st = em_error(EM_ERR_ARGUMENT, "em_zero_new: unit_of gave parameter '%s' no unit (%d)", ps[i].name,
+                          unit_of[i]);
+        else if (unit_of[i] + 1 > units) units = unit_of[i] + 1;
+    }
+    for (int k = 0; st == EM_OK && k < units; k++) {
+        int count = 0;
+        for (int i = 0; i < n; i++)
+            if (unit_of[i] == k) mine[count++] = ps[i];
+        if (count == 0)
+            st = em_error(EM_ERR_ARGUMENT, "em_zero_new: unit_of gave unit %d no parameter (units 0 to %d were named)",
+                          k, units - 1);
+        else st = add_unit_params(z, NULL, mine, count, "");
+        if (st == EM_OK && z->nunits != k + 1)
+            st = em_error(EM_ERR_ARGUMENT, "em_zero_new: unit %d has no trainable parameter", k);
+    }
+    free(ps);
+    free(mine);
+    free(unit_of);
+    z->caller_units = true;
+    return st;
+}
+
+/* Adam's or AdamW's decay_matrices_only: ZeRO decays the matrices' elements itself, since the
+ * flat shards have no shape to tell them by; *hyper gets the options without decay. */
+static void take_matrix_decay(em_zero *z, em_optimizer *like, em_adam_opts *hyper) {
+    const char *name = em_optim_name(like);
+    if (!name || (strcmp(name, "adam") && strcmp(name, "adamw"))) return;
+    *hyper = *(const em_adam_opts *)em_optim_hyper(like);
+    if (!hyper->decay_matrices_only || hyper->weight_decay == 0) return;
+    z->matrix_decay = hyper->weight_decay;
+    z->decay_decoupled = !strcmp(name, "adamw");
+    hyper->weight_decay = 0;
+    hyper->decay_matrices_only = false;
+}
+
+/* Which elements of this rank's shard of u belong to a matrix (u->decay_at). */
+static em_status find_decayed(em_zero *z, zero_unit *u) {
+    int64_t lo = (int64_t)z->rank * u->shard, hi = lo + u->shard;
+    u->decay_at = malloc((size_t)(2 * u->nparams) * sizeof *u->decay_at);
+    if (!u->decay_at) return em_error(EM_ERR_OUT_OF_MEMORY, "em_zero_new: out of host memory");
+    for (int i = 0; i < u->nparams; i++) {
+        zero_param *q = &u->params[i];
+        int64_t a = q->offset > lo ? q->offset : lo, b = q->offset + q->numel < hi ? q->offset + q->numel : hi;
+        if (em_ndim(q->p) < 2 || a >= b) continue;
+        u->decay_at[2 * u->ndecay] = a - lo;
+        u->decay_at[2 * u->ndecay + 1] = b - a;
+        u->ndecay++;
+    }
+    return EM_OK;
 }
 
 /* Every rank has the same units of the same sizes (else the collectives would mix data). */
@@ -313,7 +421,9 @@ em_zero *em_zero_new(em_module *model, em_dist_group *g, em_optimizer *like, con
                    .world = em_dist_world_size(g), .hook = -1, .dtype = EM_F32};
     em_grad_mode mode = em_no_grad_begin();
     em_status st = EM_OK;
-    if (em_module_kind_of(model) == EM_MODULE_SEQUENTIAL) {
+    if (opts->unit_of) {
+        st = add_caller_units(z, model, opts);
+    } else if (em_module_kind_of(model) == EM_MODULE_SEQUENTIAL) {
         for (int i = 0; st == EM_OK && em_module_child(model, i); i++) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "%s.", em_module_child_name(model, i));
@@ -335,13 +445,17 @@ em_zero *em_zero_new(em_module *model, em_dist_group *g, em_optimizer *like, con
         em_scope_end(s);
         if (!z->shards || !z->placeholder) st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_OUT_OF_MEMORY;
     }
+    em_adam_opts adam;
+    take_matrix_decay(z, like, &adam);
     for (int k = 0; st == EM_OK && k < z->nunits; k++) {
         z->units[k].z = z;
         st = shard_unit(z, &z->units[k], k);
+        if (st == EM_OK && z->matrix_decay != 0) st = find_decayed(z, &z->units[k]);
     }
     em_no_grad_end(mode);
     if (st == EM_OK) {
-        z->opt = em_optimizer_new(z->shards, em_optim_ops(like), em_optim_hyper(like), em_optim_lr(like));
+        const void *hyper = z->matrix_decay != 0 ? (const void *)&adam : em_optim_hyper(like);
+        z->opt = em_optimizer_new(z->shards, em_optim_ops(like), hyper, em_optim_lr(like));
         if (!z->opt) st = em_last_status();
     }
     if (st == EM_OK && z->stage >= 2 && (z->hook = em_autograd_add_grad_hook(grad_ready, z)) < 0) st = em_last_status();
@@ -380,6 +494,11 @@ em_tensor *em_zero_forward(em_zero *z, em_tensor *x) {
         em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_forward: %s is NULL", !z ? "z" : "the input");
         return NULL;
     }
+    if (z->caller_units && z->stage == 3) {
+        em_error(EM_ERR_ARGUMENT, "em_zero_forward: the units were given by em_zero_opts.unit_of, so ZeRO does not "
+                 "know the model's forward: run each unit's part through em_zero_run_unit");
+        return NULL;
+    }
     if (z->stage < 3) return em_forward(z->model, x);
     em_scope s = em_scope_begin();
     em_tensor *y = x;
@@ -396,6 +515,55 @@ em_tensor *em_zero_forward(em_zero *z, em_tensor *x) {
     return em__scope_return(s, y);
 }
 
+/* A caller's function run as one unit at stage 3 (em_zero_run_unit): em_checkpoint's context. */
+typedef struct unit_call {
+    zero_unit *u;
+    em_checkpoint_fn fn;
+    void *ctx;
+    void (*free_ctx)(void *);
+} unit_call;
+
+static void unit_call_free(void *c) {
+    unit_call *k = c;
+    if (k->free_ctx) k->free_ctx(k->ctx);
+    free(k);
+}
+
+/* As unit_forward, around the caller's function. */
+static em_tensor *unit_call_run(void *c, em_tensor *const *in, int n) {
+    unit_call *k = c;
+    if (em__zero_gather(k->u->z, k->u) != EM_OK) return NULL;
+    em_tensor *y = k->fn(k->ctx, in, n);
+    if (!em_is_grad_enabled()) {
+        em_status st = em__zero_release(k->u->z, k->u);
+        if (st != EM_OK) return NULL;
+    }
+    return y;
+}
+
+em_tensor *em_zero_run_unit(em_zero *z, int unit, em_checkpoint_fn fn, void *ctx, void (*free_ctx)(void *),
+                            em_tensor *const *in, int n) {
+    if (!z || !fn || unit < 0 || unit >= z->nunits) {
+        if (free_ctx) free_ctx(ctx);
+        if (!z || !fn) em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_run_unit: %s is NULL", !z ? "z" : "fn");
+        else em_error(EM_ERR_ARGUMENT, "em_zero_run_unit: unit %d out of range (%d units)", unit, z->nunits);
+        return NULL;
+    }
+    if (z->stage < 3) {   /* the parameters are always there */
+        em_tensor *y = fn(ctx, in, n);
+        if (free_ctx) free_ctx(ctx);
+        return y;
+    }
+    unit_call *k = malloc(sizeof *k);
+    if (!k) {
+        if (free_ctx) free_ctx(ctx);
+        em_error(EM_ERR_OUT_OF_MEMORY, "em_zero_run_unit: out of host memory");
+        return NULL;
+    }
+    *k = (unit_call){.u = &z->units[unit], .fn = fn, .ctx = ctx, .free_ctx = free_ctx};
+    return em__checkpoint_owned(unit_call_run, k, unit_call_free, in, n);   /* owns k */
+}
+
 em_status em_zero_clear_grads(em_zero *z) {
     if (!z) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_clear_grads: z is NULL");
     for (int k = 0; k < z->nunits; k++) {
@@ -409,6 +577,7 @@ em_status em_zero_clear_grads(em_zero *z) {
         u->grad_shard = NULL;
         em_set_grad(u->master, NULL);
     }
+    z->grads_reduced = false;
     return EM_OK;
 }
 
@@ -458,11 +627,66 @@ em_status em__zero_refresh_all(em_zero *z) {
     return st;
 }
 
+/* decay_matrices_only's decay of the matrices' elements of u's master shard, before the
+ * optimizer steps it without decay: AdamW's p *= 1 - lr * wd (independent of the update
+ * that follows it), Adam's g += wd * p. */
+static em_status decay_matrices(em_zero *z, zero_unit *u, em_tensor *g) {
+    em_status st = EM_OK;
+    double lr = em_optim_lr(z->opt);
+    for (int i = 0; st == EM_OK && i < u->ndecay; i++) {
+        int64_t at = u->decay_at[2 * i], len = u->decay_at[2 * i + 1];
+        em_tensor *p = em_narrow(u->master, 0, at, len);
+        if (z->decay_decoupled) st = p ? em_mul_scalar_(p, 1.0 - lr * z->matrix_decay) : em_last_status();
+        else st = p ? em_add_(em_narrow(g, 0, at, len), p, z->matrix_decay) : em_last_status();
+    }
+    return st;
+}
+
+double em_zero_clip_grad_norm(em_zero *z, double max_norm) {
+    if (!z) {
+        em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_clip_grad_norm: z is NULL");
+        return NAN;
+    }
+    em_grad_mode mode = em_no_grad_begin();
+    em_status st = EM_OK;
+    double squares = 0;
+    for (int k = 0; st == EM_OK && k < z->nunits; k++) {
+        zero_unit *u = &z->units[k];
+        em_scope s = em_scope_begin();
+        if (z->stage == 1 && !z->grads_reduced) {
+            em_tensor *g = stage1_grad_shard(z, u);
+            if (g) u->grad_shard = em_retain(g);
+            else st = em_last_status();
+        }
+        if (st == EM_OK && u->grad_shard) {
+            em_tensor *g = em_to_dtype(u->grad_shard, EM_F32);
+            em_tensor *sq = g ? em_sum(em_mul(g, g), EM_ALL_DIMS, false) : NULL;
+            if (sq) squares += em_item(sq);
+            else st = em_last_status();
+        }
+        em_scope_end(s);
+    }
+    if (z->stage == 1 && st == EM_OK) z->grads_reduced = true;
+    double norm = NAN;
+    em_scope s = em_scope_begin();
+    em_tensor *total = st == EM_OK ? em_scalar(squares, EM_OPTS(.dtype = EM_F64)) : NULL;
+    if (st == EM_OK && !total) st = em_last_status();
+    if (st == EM_OK) st = em_dist_all_reduce(z->g, total, EM_REDUCE_SUM);
+    if (st == EM_OK) norm = sqrt(em_item(total));
+    em_scope_end(s);
+    double coef = max_norm / (norm + 1e-6);
+    for (int k = 0; st == EM_OK && max_norm > 0 && coef < 1.0 && k < z->nunits; k++)
+        if (z->units[k].grad_shard) st = em_mul_scalar_(z->units[k].grad_shard, coef);
+    em_no_grad_end(mode);
+    return st == EM_OK ? norm : NAN;
+}
+
 /* One unit at a time, so that only one unit's float32 gradient shard exists at once (the
  * optimizer steps the parameters that have a gradient: here that unit's master); the
  * optimizer's step count then says one step, as for one em_step. */
 em_status em_zero_step(em_zero *z) {
     if (!z) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_step: z is NULL");
+    if (!z->opt) return em_error(EM_ERR_ARGUMENT, "em_zero_step: the model was unsharded (em_zero_unshard): z cannot train");
     int64_t steps = em_optim_steps(z->opt);
     em_status st = EM_OK;
     for (int k = 0; st == EM_OK && k < z->nunits; k++) {
@@ -470,10 +694,11 @@ em_status em_zero_step(em_zero *z) {
         em_scope s = em_scope_begin();
         em_grad_mode mode = em_no_grad_begin();
         em_tensor *g = NULL;
-        if (z->stage == 1) g = stage1_grad_shard(z, u);
+        if (z->stage == 1 && !z->grads_reduced) g = stage1_grad_shard(z, u);
         else if (!u->grad_shard) g = em_zeros(EM_SHAPE(u->shard), EM_OPTS(.dtype = EM_F32, .device = z->device));
-        else g = z->dtype == EM_F32 ? u->grad_shard : em_to_dtype(u->grad_shard, EM_F32);
+        else g = z->dtype == EM_F32 || z->stage == 1 ? u->grad_shard : em_to_dtype(u->grad_shard, EM_F32);
         st = g ? em_set_grad(u->master, g) : em_last_status();
+        if (st == EM_OK) st = decay_matrices(z, u, g);
         if (st == EM_OK) st = em_step(z->opt);
         em_set_grad(u->master, NULL);
         if (st == EM_OK) st = refresh_compute(z, u);
@@ -522,15 +747,29 @@ em_tensor *em_zero_full_parameters(em_zero *z) {
     return em__scope_return(s, all);
 }
 
-em_status em_zero_unshard(em_zero *z) {
+em_status em_zero_unshard_to(em_zero *z, int root) {
     if (!z) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_unshard: z is NULL");
+    if (root < -1 || root >= z->world)
+        return em_error(EM_ERR_ARGUMENT, "em_zero_unshard_to: root %d is not a rank of the %d (or -1: every rank)", root,
+                        z->world);
     if (z->stage < 3) return EM_OK;   /* the parameters are views of flat buffers they keep alive */
+    /* z trains no more: its optimizer's states (8 bytes a parameter over the ranks) make room
+     * for the full weights (4 on root) */
+    em_optim_free(z->opt);
+    z->opt = NULL;
+    bool keep = root < 0 || root == z->rank;
     em_status st = EM_OK;
     for (int k = 0; st == EM_OK && k < z->nunits; k++) {
         zero_unit *u = &z->units[k];
         em_scope s = em_scope_begin();
         em_grad_mode mode = em_no_grad_begin();
         st = em__zero_gather(z, u);
+        if (!keep) {
+            if (st == EM_OK) st = em__zero_release(z, u);
+            em_no_grad_end(mode);
+            em_scope_end(s);
+            continue;
+        }
         for (int i = 0; st == EM_OK && i < u->nparams; i++) {
             em_tensor *own = em_clone(u->params[i].p);
             st = own ? em__tensor_set_data_(u->params[i].p, own) : em_last_status();
@@ -541,9 +780,11 @@ em_status em_zero_unshard(em_zero *z) {
         em_no_grad_end(mode);
         em_scope_end(s);
     }
-    if (st == EM_OK) z->unsharded = true;
+    if (st == EM_OK && keep) z->unsharded = true;
     return st;
 }
+
+em_status em_zero_unshard(em_zero *z) { return em_zero_unshard_to(z, -1); }
 
 void em_zero_free(em_zero *z) {
     if (!z) return;

@@ -134,6 +134,8 @@ em_status em_zero_save(em_zero *z, const char *dir, const char *const *keys, con
     if (!z || !dir || nmeta < 0 || (nmeta > 0 && (!keys || !values)))
         return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_save: %s", !z ? "z is NULL" : !dir ? "dir is NULL"
                                         : "expected nmeta >= 0 keys and values");
+    if (!z->opt)
+        return em_error(EM_ERR_ARGUMENT, "em_zero_save: the optimizer was freed by em_zero_unshard: save before it");
     em_status st = EM_OK;
     if (z->rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
         st = em_error(EM_ERR_IO, "em_zero_save: cannot make the folder %s: %s", dir, strerror(errno));
@@ -278,6 +280,7 @@ static em_status load_mine(em_zero *z, const char *dir, em_safetensors *f0, int6
 em_status em_zero_load(em_zero *z, const char *dir, em_safetensors **meta) {
     if (meta) *meta = NULL;
     if (!z || !dir) return em__error_unless_pending(EM_ERR_ARGUMENT, "em_zero_load: %s is NULL", !z ? "z" : "dir");
+    if (!z->opt) return em_error(EM_ERR_ARGUMENT, "em_zero_load: the model was unsharded (em_zero_unshard): z cannot train");
     char path[ZERO_PATH_MAX];
     shard_path(path, sizeof path, dir, 0);
     em_safetensors *f0 = em_safetensors_load(path, (em_device){EM_CPU, 0});

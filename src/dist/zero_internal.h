@@ -26,9 +26,13 @@ typedef struct zero_unit {
     em_tensor *compute_shard; /* stage 3 with 16-bit parameters: this rank's part in that dtype */
     em_tensor *master;        /* [shard] float32, the optimizer's parameter (stages 1-2 with
                                  float32 parameters: a view of flat) */
-    em_tensor *grad_shard;    /* stages 2-3: this rank's reduced gradient, compute dtype, or NULL */
+    em_tensor *grad_shard;    /* stages 2-3: this rank's reduced gradient, compute dtype, or NULL;
+                                 stage 1 after em_zero_clip_grad_norm: the averaged one, float32 */
     int seen;                 /* stages 2-3: parameters whose gradient arrived in this backward */
     bool gathered;            /* stage 3: the parameters point into flat */
+    int64_t *decay_at;        /* with decay_matrices_only: pairs (start, length) of this rank's
+                                 shard that are elements of a matrix (ndecay pairs) */
+    int ndecay;
 } zero_unit;
 
 struct em_zero {
@@ -45,6 +49,13 @@ struct em_zero {
     em_tensor *placeholder;   /* stage 3: one NaN, what a parameter points at between uses */
     int hook;                 /* the gradient hook's id (stages 2-3), or -1 */
     bool unsharded;           /* em_zero_unshard gave the parameters full storage again */
+    bool caller_units;        /* the units came from em_zero_opts.unit_of (no blocks to run) */
+    bool grads_reduced;       /* stage 1: em_zero_clip_grad_norm averaged the gradients into
+                                 the units' grad_shard already */
+    /* Adam's and AdamW's decay_matrices_only, applied by ZeRO (the optimizer steps without
+     * decay): the decay (0: none) and whether it is decoupled (AdamW) */
+    double matrix_decay;
+    bool decay_decoupled;
 };
 
 /* A parameter's view of a flat buffer, in its shape. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <ember/finetune.h>
 #include <ember/io.h>
 
@@ -545,6 +546,104 @@ em_status em_model_save_merged(em_model *m, const char *src_dir, const char *out
     return st == EM_OK ? EM_OK : em__model_error_prefix("%s(%s)", op, out_dir);
 }
 
+/* ---- a sharded full fine-tuning's folder, a unit at a time ---- */
+
+typedef struct unit_writer {
+    em_model *m;
+    const char *out_dir;
+    int unit, units;
+    bool write;
+    em_status st;   /* the first failure; later units are still gathered (the others wait on them) */
+} unit_writer;
+
+static void unit_file(const unit_writer *w, int unit, char *buf, size_t size) {
+    snprintf(buf, size, "model-%05d-of-%05d.safetensors", unit + 1, w->units);
+}
+
+/* The unit's weights, gathered by the runner around this call, into their own file. */
+static em_tensor *write_unit(void *ctx, em_tensor *const *in, int n) {
+    (void)in;
+    (void)n;
+    unit_writer *w = ctx;
+    em_model *m = w->m;
+    if (w->write && w->st == EM_OK) {
+        const char **names = calloc((size_t)m->nparams, sizeof *names);
+        em_tensor **tensors = calloc((size_t)m->nparams, sizeof *tensors);
+        int k = 0;
+        for (int i = 0; names && tensors && i < m->nparams; i++)
+            if (em_model_unit_of(m, m->params[i].name) == w->unit) {
+                names[k] = m->params[i].name;
+                tensors[k++] = m->params[i].t;
+            }
+        char file[64], path[4096];
+        unit_file(w, w->unit, file, sizeof file);
+        snprintf(path, sizeof path, "%s/%s", w->out_dir, file);
+        const char *meta_k[] = {"format"}, *meta_v[] = {"pt"};
+        w->st = !names || !tensors ? em_error(EM_ERR_OUT_OF_MEMORY, "em_model_save_units: out of host memory")
+                                   : em_safetensors_save_meta(path, names, tensors, k, meta_k, meta_v, 1);
+        free(names);
+        free(tensors);
+    }
+    return em_scalar(0, EM_OPTS(0));   /* the runner wants a tensor; nothing uses it */
+}
+
+/* model.safetensors.index.json: every weight's file. */
+static em_status write_index(const unit_writer *w) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", w->out_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return em_error(EM_ERR_IO, "em_model_save_units: cannot write %s: %s", path, strerror(errno));
+    double total = 0;
+    for (int i = 0; i < w->m->nparams; i++)
+        total += (double)em_numel(w->m->params[i].t) * (double)em_dtype_size(em_dtype_of(w->m->params[i].t));
+    fprintf(f, "{\n  \"metadata\": {\"total_size\": %.0f},\n  \"weight_map\": {", total);
+    for (int i = 0; i < w->m->nparams; i++) {
+        char file[64];
+        unit_file(w, em_model_unit_of(w->m, w->m->params[i].name), file, sizeof file);
+        fputs(i ? ",\n    " : "\n    ", f);
+        em__json_fputs(f, w->m->params[i].name);
+        fputs(": ", f);
+        em__json_fputs(f, file);
+    }
+    fputs("\n  }\n}\n", f);
+    bool ok = !ferror(f);
+    if (fclose(f) != 0) ok = false;
+    return ok ? EM_OK : em_error(EM_ERR_IO, "em_model_save_units: writing %s failed", path);
+}
+
+em_status em_model_save_units(em_model *m, const char *src_dir, const char *out_dir, bool write) {
+    const char *op = "em_model_save_units";
+    if (!m || !src_dir || !out_dir) return em_error(EM_ERR_ARGUMENT, "%s: NULL argument", op);
+    if (!m->full)
+        return em_error(EM_ERR_ARGUMENT, "%s: the model's weights are frozen: it writes a full fine-tuning's units "
+                        "(em_model_unfreeze first; adapters: em_model_save_merged)", op);
+    unit_writer w = {.m = m, .out_dir = out_dir, .units = em_model_num_units(m), .write = write};
+    if (write) {
+        w.st = make_dir(out_dir, op);
+        static const char *const files[] = {"config.json", "generation_config.json", "tokenizer.json",
+                                            "tokenizer_config.json", "special_tokens_map.json"};
+        for (size_t i = 0; i < sizeof files / sizeof *files && w.st == EM_OK; i++)
+            w.st = copy_file(src_dir, out_dir, files[i]);
+        char stale[4096];   /* a single-file model.safetensors would be read instead of the index */
+        snprintf(stale, sizeof stale, "%s/model.safetensors", out_dir);
+        if (w.st == EM_OK && unlink(stale) != 0 && errno != ENOENT)
+            w.st = em_error(EM_ERR_IO, "%s: cannot remove %s: %s", op, stale, strerror(errno));
+    }
+    em_status run_st = EM_OK;
+    em_grad_mode g = em_no_grad_begin();
+    for (w.unit = 0; w.unit < w.units; w.unit++) {
+        em_scope s = em_scope_begin();
+        em_tensor *done = m->unit_runner ? m->unit_runner(m->runner_ctx, w.unit, write_unit, &w, NULL, NULL, 0)
+                                         : write_unit(&w, NULL, 0);
+        if (!done && run_st == EM_OK) run_st = em_last_status();
+        em_scope_end(s);
+    }
+    em_no_grad_end(g);
+    if (w.st == EM_OK) w.st = run_st;
+    if (write && w.st == EM_OK) w.st = write_index(&w);
+    return w.st == EM_OK ? EM_OK : em__model_error_prefix("%s(%s)", op, out_dir);
+}
+
 /* ---- the loss ---- */
 
 /* transformers' shift: the label of position t + 1 is the target of position t. Reads labels
@@ -671,6 +770,20 @@ static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *lab
     return total ? divide_loss(total, num_items, counted) : NULL;
 }
 
+/* The sharded loss's unit: the final norm of x (in[0]), then the fused loss against the
+ * labels (in[1]). */
+typedef struct sharded_loss_ctx {
+    em_model *m;
+    int64_t num_items;
+} sharded_loss_ctx;
+
+static em_tensor *sharded_loss(void *ctx, em_tensor *const *in, int n) {
+    (void)n;
+    sharded_loss_ctx *c = ctx;
+    em_tensor *h = em__model_final_norm(c->m, in[0]);
+    return h ? fused_causal_lm_loss(c->m, h, in[1], c->num_items) : NULL;
+}
+
 em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_model_loss_opts *opts) {
     const char *op = "em_model_loss";
     EM_CHECK_ARG(labels, op, "labels");
@@ -691,11 +804,53 @@ em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, c
         return NULL;
     }
     em_scope scope = em_scope_begin();
+    em_forward_opts fo = {.attention_mask = o.attention_mask, .checkpoint_layers = o.checkpoint_layers};
+    em_tensor *loss = NULL;
+    if (m && m->unit_runner) {
+        /* sharded: the final norm, the output projection and the loss run as one unit */
+        em_tensor *x = em__model_trunk(m, input_ids, &fo);
+        sharded_loss_ctx *c = x ? malloc(sizeof *c) : NULL;
+        if (x && !c) em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
+        if (c) {
+            *c = (sharded_loss_ctx){.m = m, .num_items = o.num_items};
+            em_tensor *in[2] = {x, labels};
+            loss = m->unit_runner(m->runner_ctx, em__model_final_unit(m), sharded_loss, c, free, in, 2);
+        }
+        return em__scope_return(scope, loss);
+    }
     /* the hidden states meet the output embedding and the loss here, and only here */
-    em_tensor *h = em__model_hidden(m, input_ids, &(em_forward_opts){.attention_mask = o.attention_mask,
-                                                                     .checkpoint_layers = o.checkpoint_layers});
-    em_tensor *loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items) : NULL;
+    em_tensor *h = em__model_hidden(m, input_ids, &fo);
+    loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items) : NULL;
     return em__scope_return(scope, loss);
+}
+
+/* ---- sharded full fine-tuning: the units ---- */
+
+int em_model_num_units(const em_model *m) {
+    if (!m) return 0;
+    return 1 + (int)m->cfg.num_hidden_layers + (m->cfg.tie_word_embeddings ? 0 : 1);
+}
+
+int em_model_unit_of(const em_model *m, const char *name) {
+    if (!m || !name) return -1;
+    for (int i = 0; i < m->nparams; i++) {
+        const model_param *p = &m->params[i];
+        if (strcmp(p->name, name)) continue;
+        if (p->layer >= 0) return 1 + p->layer;
+        if (p->role == MW_EMBED || p->role == MW_POSITIONS) return 0;
+        return em__model_final_unit(m);   /* the final norm, the untied output projection */
+    }
+    return -1;
+}
+
+em_status em_model_set_unit_runner(em_model *m, em_model_unit_runner run, void *runner_ctx) {
+    if (!m) return em_error(EM_ERR_ARGUMENT, "em_model_set_unit_runner: the model is NULL");
+    if (run && !m->full)
+        return em_error(EM_ERR_ARGUMENT, "em_model_set_unit_runner: the model's weights are frozen: units shard a full "
+                        "fine-tuning (em_model_unfreeze first)");
+    m->unit_runner = run;
+    m->runner_ctx = run ? runner_ctx : NULL;
+    return EM_OK;
 }
 
 /* ---- full fine-tuning ---- */

@@ -108,8 +108,46 @@ static em_tensor *positions_for(em_model *m, em_tensor *given, int64_t B, int64_
     return em_to_dtype(em_to(given, m->device), EM_I64);
 }
 
-/* The forward up to the final norm (hidden_only) or through the output projection. */
-static em_tensor *model_forward(em_model *m, em_tensor *input_ids, const em_forward_opts *opts, bool hidden_only) {
+em_tensor *em__model_final_norm(em_model *m, em_tensor *x) {
+    const em_model_config *c = &m->cfg;
+    if (c->family == EM_MODEL_GPT2)
+        return em_layer_norm(x, EM_SHAPE(c->hidden_size), m->w[MW_NORM], m->w[MW_NORM_BIAS], c->norm_eps);
+    return em_rms_norm(x, EM_SHAPE(c->hidden_size), m->w[MW_NORM], c->norm_eps);
+}
+
+/* ---- sharded training: the units' parts of the forward (em_model_set_unit_runner) ---- */
+
+static em_tensor *embed_unit(void *ctx, em_tensor *const *in, int n) {
+    em_model *m = ctx;
+    em_tensor *x = em_embedding(in[0], m->w[MW_EMBED], EM_NO_PADDING_IDX);
+    return n > 1 ? em_add(x, em_embedding(in[1], m->w[MW_POSITIONS], EM_NO_PADDING_IDX)) : x;
+}
+
+em_tensor *em__model_embed_unit(em_model *m, em_tensor *ids, em_tensor *positions) {
+    em_tensor *in[2] = {ids, positions};
+    return m->unit_runner(m->runner_ctx, 0, embed_unit, m, NULL, in, positions ? 2 : 1);
+}
+
+int em__model_final_unit(const em_model *m) {
+    /* tied: the final norm shares unit 0 with the embedding its projection uses */
+    return m->cfg.tie_word_embeddings ? 0 : 1 + (int)m->cfg.num_hidden_layers;
+}
+
+static em_tensor *final_norm_unit(void *ctx, em_tensor *const *in, int n) {
+    (void)n;
+    return em__model_final_norm(ctx, in[0]);
+}
+
+static em_tensor *final_logits_unit(void *ctx, em_tensor *const *in, int n) {
+    (void)n;
+    em_model *m = ctx;
+    return em__model_linear(em__model_final_norm(m, in[0]), m->w[MW_LM_HEAD], NULL);
+}
+
+/* The forward up to the final norm (hidden_only) or through the output projection; trunk:
+ * before the final norm (sharded training only). */
+static em_tensor *model_forward_ex(em_model *m, em_tensor *input_ids, const em_forward_opts *opts, bool hidden_only,
+                                   bool trunk) {
     const char *op = "em_model_forward";
     if (!m) {
         if (!em_failed()) em_error(EM_ERR_ARGUMENT, "%s: argument 'm' is NULL", op);
@@ -143,6 +181,11 @@ static em_tensor *model_forward(em_model *m, em_tensor *input_ids, const em_forw
                  (long long)(past + T - 1), (long long)cfg->max_position_embeddings);
         return NULL;
     }
+    if (m->unit_runner && cache) {
+        em_error(EM_ERR_ARGUMENT, "%s: the model is sharded for training (em_model_set_unit_runner), whose units may "
+                 "be recomputed in backward: run it without a cache", op);
+        return NULL;
+    }
     if (o.checkpoint_layers && cache) {
         em_error(EM_ERR_ARGUMENT, "%s: checkpoint_layers recomputes layers in backward, which a cache (written in "
                  "place) cannot allow: use one or the other", op);
@@ -161,7 +204,11 @@ static em_tensor *model_forward(em_model *m, em_tensor *input_ids, const em_forw
         bool ckpt = o.checkpoint_layers;
         em_tensor *h = cfg->family == EM_MODEL_GPT2 ? em__gpt2_hidden(m, ids, positions, key_mask, cache, keep, ckpt)
                                                     : em__llama_hidden(m, ids, positions, key_mask, cache, keep, ckpt);
-        logits = hidden_only ? h : em__model_linear(h, m->w[MW_LM_HEAD], NULL);
+        if (m->unit_runner && h && !trunk)   /* the final norm and the projection as their unit */
+            logits = m->unit_runner(m->runner_ctx, em__model_final_unit(m), hidden_only ? final_norm_unit
+                                    : final_logits_unit, m, NULL, &h, 1);
+        else
+            logits = hidden_only ? h : em__model_linear(h, m->w[MW_LM_HEAD], NULL);
     }
     if (!logits) {
         em__model_error_prefix("%s (%s)", op, m->family_name);
@@ -173,9 +220,13 @@ static em_tensor *model_forward(em_model *m, em_tensor *input_ids, const em_forw
 }
 
 em_tensor *em_model_forward(em_model *m, em_tensor *input_ids, const em_forward_opts *opts) {
-    return model_forward(m, input_ids, opts, false);
+    return model_forward_ex(m, input_ids, opts, false, false);
 }
 
 em_tensor *em__model_hidden(em_model *m, em_tensor *input_ids, const em_forward_opts *opts) {
-    return model_forward(m, input_ids, opts, true);
+    return model_forward_ex(m, input_ids, opts, true, false);
+}
+
+em_tensor *em__model_trunk(em_model *m, em_tensor *input_ids, const em_forward_opts *opts) {
+    return model_forward_ex(m, input_ids, opts, true, true);
 }

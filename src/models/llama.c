@@ -46,14 +46,18 @@ em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, e
     const em_model_config *c = &m->cfg;
     em_tensor *cos, *sin;
     if (em_rope_tables(&c->rope, positions, m->dtype, m->device, &cos, &sin) != EM_OK) return NULL;
-    em_tensor *x = em_embedding(ids, m->w[MW_EMBED], EM_NO_PADDING_IDX);
+    em_tensor *x = m->unit_runner ? em__model_embed_unit(m, ids, NULL)
+                                  : em_embedding(ids, m->w[MW_EMBED], EM_NO_PADDING_IDX);
     if (!x) return NULL;
     x = em_keep(x);   /* owned across the layers, whose temporaries each layer's scope frees */
     for (int L = 0; L < (int)c->num_hidden_layers && x; L++) {
         em_scope s = em_scope_begin();
         em_tensor *inputs[4] = {x, cos, sin, key_mask};
-        em_tensor *next = checkpoint ? em_checkpoint(checkpointed_layer, &m->layer_ctx[L], inputs, key_mask ? 4 : 3)
-                                     : layer_forward(m, L, x, cos, sin, key_mask, cache);
+        int n = key_mask ? 4 : 3;
+        em_tensor *next = m->unit_runner ? m->unit_runner(m->runner_ctx, 1 + L, checkpointed_layer, &m->layer_ctx[L],
+                                                          NULL, inputs, n)
+                          : checkpoint ? em_checkpoint(checkpointed_layer, &m->layer_ctx[L], inputs, n)
+                                       : layer_forward(m, L, x, cos, sin, key_mask, cache);
         if (next) next = em_keep(next);
         em_scope_end(s);
         em_release(x);
@@ -61,7 +65,9 @@ em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, e
     }
     if (!x) return NULL;
     int64_t T = em_size(x, 1);
-    em_tensor *out = em_rms_norm(em_narrow(x, 1, T - keep, keep), EM_SHAPE(c->hidden_size), m->w[MW_NORM], c->norm_eps);
+    em_tensor *last = em_narrow(x, 1, T - keep, keep);
+    /* sharded: the caller runs the norm with the output projection, as one unit */
+    em_tensor *out = m->unit_runner ? last : em__model_final_norm(m, last);
     em_release(x);
     return out;
 }

@@ -62,6 +62,11 @@ struct em_model {
      * transformers names it (NULL: the weights are frozen). */
     em_module *full;
     struct model_layer_ctx *layer_ctx; /* per layer, what em_checkpoint hands back */
+    /* Sharded training (em_model_set_unit_runner): each unit's part of the forward (the
+     * embeddings, each decoder layer, the final norm and the output projection) runs through
+     * it; NULL: the plain forward. */
+    em_model_unit_runner unit_runner;
+    void *runner_ctx;
 };
 
 /* What a checkpointed decoder layer's function needs besides its inputs. */
@@ -113,6 +118,16 @@ em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, e
                             em_kv_cache *cache, int64_t keep, bool checkpoint);
 em_tensor *em__gpt2_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,
                            em_kv_cache *cache, int64_t keep, bool checkpoint);
+/* The family's final norm of x [B, T, hidden]. */
+em_tensor *em__model_final_norm(em_model *m, em_tensor *x);
+/* Sharded training (m->unit_runner set): the token embedding (GPT-2: plus the positions')
+ * through the runner as unit 0, inputs ids (and positions). */
+em_tensor *em__model_embed_unit(em_model *m, em_tensor *ids, em_tensor *positions);
+/* The unit (em_model_unit_of's numbering) of the final norm and output projection. */
+int em__model_final_unit(const em_model *m);
+/* em__model_hidden before the final norm, for a caller that runs the norm itself (the
+ * sharded loss runs the norm and the loss as one unit). Only with m->unit_runner. */
+em_tensor *em__model_trunk(em_model *m, em_tensor *input_ids, const em_forward_opts *opts);
 
 /* ---- finetune.c ---- */
 /* y plus the adapter of (layer, role) applied to x, (x A^T B^T) * scale in float32 added in

@@ -200,6 +200,11 @@ em_tensor *em_checkpoint(em_checkpoint_fn fn, void *ctx, em_tensor *const *input
     return checkpoint_impl(fn, ctx, NULL, inputs, n);
 }
 
+em_tensor *em__checkpoint_owned(em_checkpoint_fn fn, void *ctx, void (*free_ctx)(void *), em_tensor *const *inputs,
+                                int n) {
+    return checkpoint_impl(fn, ctx, free_ctx, inputs, n);
+}
+
 /* ---- Sequential: segments of children, as torch.utils.checkpoint.checkpoint_sequential ---- */
 
 typedef struct seq_range {

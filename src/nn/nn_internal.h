@@ -20,6 +20,11 @@ typedef struct em_module_listener {
 em_status em__module_listen(em_module *m, const em_module_listener *l, void *ctx);
 void em__module_unlisten(em_module *m, const em_module_listener *l, void *ctx);
 
+/* em_checkpoint that owns ctx: free_ctx(ctx) runs when the function is no longer needed
+ * (with the graph, after the call when nothing is recorded, or on failure). For contexts
+ * made per call (ZeRO's units, em_zero_run_unit). */
+em_tensor *em__checkpoint_owned(em_checkpoint_fn fn, void *ctx, void (*free_ctx)(void *), em_tensor *const *inputs,
+                                int n);
 /* The "format" metadata value of a training checkpoint (optim/checkpoint.c). */
 #define EM__CHECKPOINT_FORMAT "ember.checkpoint.v1"
 /* em_module_load from a file already read (path only names it in messages). */

@@ -21,13 +21,14 @@
 #include "commands.h"
 #include "mlp.h"       /* mlp_parse_device */
 #include "options.h"
+#include "train_dist.h" /* --zero: the ranks of `ember launch` / mpirun */
 
 static const char *const tool = "ember finetune";
 
 enum {
     F_DATA, F_OUT, F_RANK, F_ALPHA, F_TARGETS, F_EPOCHS, F_MAX_STEPS, F_SEQ, F_BATCH, F_LR, F_WD, F_WARMUP,
     F_MAX_GRAD_NORM, F_ACCUMULATE, F_AMP, F_CKPT_ACT, F_RESUME, F_SAVE_EVERY, F_EVAL_FRACTION, F_MERGE, F_DEVICE,
-    F_DTYPE, F_SEED, F_FULL, F_INTERRUPT_AFTER, F_THREADS
+    F_DTYPE, F_SEED, F_FULL, F_ZERO, F_INTERRUPT_AFTER, F_THREADS
 };
 static const opt_choice amp_choices[] = {{"bf16", 1}, {"bfloat16", 1}, {NULL, 0}};
 static const opt_choice dtype_choices[] = {{"f32", 0}, {"float32", 0}, {"bf16", 1}, {"bfloat16", 1},
@@ -78,6 +79,10 @@ static const opt_spec finetune_table[] = {
     [F_FULL] = OPTION_FLAG("--full", "train every weight instead of adapters (full fine-tuning): float32 master "
                            "weights (bf16 compute with --amp bf16), no weight decay on biases and norm weights; DIR "
                            "gets the trained model as a full folder"),
+    [F_ZERO] = OPTION_INT("--zero", "S", 1, 3, "with --full under `ember launch -n N` or mpirun: shard the "
+                          "training state over the ranks with ZeRO stage S (1: the optimizer's states, 2: also the "
+                          "gradients, 3: also the weights, one decoder layer gathered at a time); each rank trains on "
+                          "its part of every batch, --batch-size is the batch of all ranks together"),
     [F_INTERRUPT_AFTER] = {.name = "--interrupt-after", .kind = OPT_INT, .metavar = "N", .imin = 1,
                            .imax = INT64_MAX / 4, .flags = OPT_HIDDEN,
                            .help = "for tests: raise SIGTERM at the end of step N"},
@@ -101,7 +106,13 @@ const opt_command finetune_options = {
              "Training: AdamW (PyTorch's defaults, --weight-decay), a linear warm-up then cosine decay to 0, "
              "gradient clipping, --accumulate micro-batches per step (the loss averaged over all their counted "
              "tokens, as transformers' Trainer), no dropout. A progress line a step on standard error: loss, "
-             "learning rate, gradient norm, tokens/s and memory.",
+             "learning rate, gradient norm, tokens/s and memory.\n\n"
+             "Sharded (--full --zero S under `ember launch -n N` or mpirun -np N): every rank loads the folder, keeps "
+             "its 1/N of the sharded state (ZeRO's units: the embeddings, each decoder layer, the final norm and "
+             "head) and computes its part of each batch; the gradient norm is the whole model's, the checkpoint is "
+             "DIR/checkpoint.zero/ (a file per rank, resumable on any number of ranks), and rank 0 alone writes the "
+             "trained folder (at stage 3 a file per unit, gathered one at a time). `ember mem --model MODEL_DIR --zero S "
+             "--ranks N` estimates the memory per rank.",
     .positional = "MODEL_DIR",
     .positional_help = "a model folder as save_pretrained writes it, with its tokenizer.json",
     .extra = "MODEL_DIR and options",
@@ -576,8 +587,15 @@ static bool meta_i64(em_safetensors *f, const char *key, int64_t *out) {
 
 static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, position *pos, int64_t seed,
                             int64_t n_train, int64_t total) {
-    char path[4096];
+    char path[4096], sharded[4096];
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    snprintf(sharded, sizeof sharded, "%s/checkpoint.zero", out);
+    struct stat st;
+    if (stat(path, &st) != 0 && stat(sharded, &st) == 0) {
+        fprintf(stderr, "%s: --resume: %s has the sharded checkpoint of a --zero run (%s/): resume it with --zero "
+                "under `ember launch`\n", tool, out, sharded);
+        return false;
+    }
     em_safetensors *f = em_safetensors_load(path, EM_DEVICE_CPU);
     if (!f) {
         fprintf(stderr, "%s: --resume: %s\n", tool, em_last_error());
@@ -605,6 +623,73 @@ static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, pos
     return ok;
 }
 
+/* --zero: the checkpoint is ZeRO's sharded one, DIR/checkpoint.zero/rank-R.safetensors, with
+ * the same metadata as checkpoint.safetensors (rank 0's file holds it). */
+static void zero_checkpoint_dir(const char *out, char *dir, size_t size) {
+    snprintf(dir, size, "%s/checkpoint.zero", out);
+}
+
+static bool save_zero_checkpoint(const char *out, em_zero *z, const position *pos, int64_t seed, int64_t n_train,
+                                 int64_t total) {
+    char dir[4096], v[6][64];
+    zero_checkpoint_dir(out, dir, sizeof dir);
+    snprintf(v[0], sizeof v[0], "%lld", (long long)pos->step);
+    snprintf(v[1], sizeof v[1], "%lld", (long long)pos->epoch);
+    snprintf(v[2], sizeof v[2], "%lld", (long long)pos->micro);
+    snprintf(v[3], sizeof v[3], "%lld", (long long)seed);
+    snprintf(v[4], sizeof v[4], "%lld", (long long)n_train);
+    snprintf(v[5], sizeof v[5], "%lld", (long long)total);
+    const char *keys[] = {"finetune.step", "finetune.epoch", "finetune.micro", "finetune.seed", "finetune.examples",
+                          "finetune.total_steps", "finetune.lora"};
+    const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], "full"};
+    if (em_zero_save(z, dir, keys, values, 7) != EM_OK) {
+        fprintf(stderr, "%s: rank %d: saving %s: %s\n", tool, train_dist_rank(), dir, em_last_error());
+        return false;
+    }
+    return true;
+}
+
+static bool load_zero_checkpoint(const char *out, em_zero *z, position *pos, int64_t seed, int64_t n_train,
+                                 int64_t total) {
+    char dir[4096], whole[4096];
+    zero_checkpoint_dir(out, dir, sizeof dir);
+    snprintf(whole, sizeof whole, "%s/checkpoint.safetensors", out);
+    struct stat st;
+    if (stat(dir, &st) != 0 && stat(whole, &st) == 0) {
+        fprintf(stderr, "%s: --resume: %s has the checkpoint of a run without --zero (%s): resume it without --zero\n",
+                tool, out, whole);
+        return false;
+    }
+    em_safetensors *f = NULL;
+    if (em_zero_load(z, dir, &f) != EM_OK) {
+        fprintf(stderr, "%s: rank %d: --resume: %s\n", tool, train_dist_rank(), em_last_error());
+        return false;
+    }
+    int64_t s_seed = 0, s_n = 0, s_total = 0;
+    bool ok = meta_i64(f, "finetune.step", &pos->step) && meta_i64(f, "finetune.epoch", &pos->epoch) &&
+              meta_i64(f, "finetune.micro", &pos->micro) && meta_i64(f, "finetune.seed", &s_seed) &&
+              meta_i64(f, "finetune.examples", &s_n) && meta_i64(f, "finetune.total_steps", &s_total);
+    if (!ok) {
+        fprintf(stderr, "%s: --resume: %s is not a checkpoint of ember finetune\n", tool, dir);
+    } else if (s_seed != seed || s_n != n_train || s_total != total) {
+        fprintf(stderr, "%s: --resume: %s was written by another run (seed %lld, %lld training examples, %lld steps); "
+                "this one has seed %lld, %lld examples, %lld steps: give the same options and data\n", tool, dir,
+                (long long)s_seed, (long long)s_n, (long long)s_total, (long long)seed, (long long)n_train,
+                (long long)total);
+        ok = false;
+    }
+    em_safetensors_free(f);
+    return ok;
+}
+
+/* --zero 3: the model's units run through ZeRO, which gathers each around its use. */
+static em_tensor *zero_unit_runner(void *z, int unit, em_checkpoint_fn fn, void *ctx, void (*free_ctx)(void *),
+                                   em_tensor *const *in, int n) {
+    return em_zero_run_unit(z, unit, fn, ctx, free_ctx, in, n);
+}
+
+static int zero_unit_of(void *m, const char *name) { return em_model_unit_of(m, name); }
+
 /* ---- the command ---- */
 
 typedef struct run {
@@ -613,6 +698,7 @@ typedef struct run {
     double alpha, lr, wd, max_grad_norm, eval_fraction;
     const char *targets;
     bool amp, ckpt, resume, merge, warmup_given, full;
+    int zero;              /* --zero's stage, 0 without */
     em_device dev;
     em_dtype dtype;
     double start_rss_mb;   /* the peak RSS before the model is loaded: the step's growth is over it */
@@ -673,6 +759,10 @@ static int parse(int argc, char **argv, run *r) {
             return opt_usage_error(&finetune_options, stderr, "--full keeps float32 master weights: --dtype %s is not "
                                    "one (--amp bf16 computes in bf16)", v[F_DTYPE].text);
     }
+    r->zero = v[F_ZERO].given ? (int)v[F_ZERO].i : 0;
+    if (r->zero && !r->full)
+        return opt_usage_error(&finetune_options, stderr, "--zero shards a full fine-tuning (--full): LoRA's adapters "
+                               "are small enough to keep whole on every rank");
     return -1;
 }
 
@@ -681,8 +771,28 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* The training loop over a prepared model and data; returns the exit status. */
-static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t *eval_idx, int64_t n_eval) {
+/* Where the informational lines go: standard error, or nowhere on a rank other than 0. */
+static FILE *info_out(void) { return train_dist_is_main() ? stderr : train_dist_progress_out(); }
+
+/* This rank's rows of a micro-batch of `rows` (--zero: a contiguous 1/N of them, maybe none). */
+static void my_rows(int64_t rows, bool sharded, int64_t *first, int64_t *count) {
+    int world = sharded ? train_dist_world() : 1, rank = sharded ? train_dist_rank() : 0;
+    *first = rows * rank / world;
+    *count = rows * (rank + 1) / world - *first;
+}
+
+/* A rank with no rows in a micro-batch still runs the forward and backward (ZeRO's
+ * collectives): one sequence whose labels all count for nothing. */
+static bool make_empty_batch(const dataset *d, em_device dev, em_tensor **ids, em_tensor **labels) {
+    *ids = em_from_data(d->ex[0].ids, EM_I64, EM_SHAPE(1, d->seq), EM_OPTS(.dtype = EM_I64, .device = dev));
+    *labels = *ids ? em_full(EM_SHAPE(1, d->seq), -100, EM_OPTS(.dtype = EM_I64, .device = dev)) : NULL;
+    return *labels != NULL;
+}
+
+/* The training loop over a prepared model and data; returns the exit status. With --zero,
+ * *zp receives the sharded state (the caller unshards and frees it). */
+static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t *eval_idx, int64_t n_eval,
+                 em_zero **zp) {
     int64_t micro_per_epoch = (n_train + r->batch - 1) / r->batch;
     int64_t steps_per_epoch = (micro_per_epoch + r->accumulate - 1) / r->accumulate;
     int64_t total = r->max_steps ? r->max_steps : r->epochs * steps_per_epoch;
@@ -694,20 +804,38 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
     ao.decay_matrices_only = r->full;
     em_module *lora = trained_module(m);
     em_optimizer *opt = em_adamw_ex(lora, ao);
+    em_zero *z = NULL;
+    if (opt && r->zero) {
+        /* the optimizer's kind and options, over this rank's shards */
+        z = em_zero_new(lora, NULL, opt, &(em_zero_opts){.stage = r->zero, .unit_of = zero_unit_of, .unit_ctx = m});
+        em_optim_free(opt);
+        opt = z ? em_zero_optimizer(z) : NULL;
+        if (z && r->zero == 3 && em_model_set_unit_runner(m, zero_unit_runner, z) != EM_OK) opt = NULL;
+        *zp = z;
+    }
     int64_t *order = malloc((size_t)n_train * sizeof *order);
     if (!opt || !order) {
         fprintf(stderr, "%s: %s\n", tool, opt ? "out of memory" : em_last_error());
-        em_optim_free(opt);
+        if (!z) em_optim_free(opt);
         free(order);
         return 1;
     }
     position pos = {0};
-    if (r->resume && !load_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)) {
-        em_optim_free(opt);
+    if (r->resume && !(z ? load_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
+                         : load_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total))) {
+        if (!z) em_optim_free(opt);
         free(order);
         return 1;
     }
-    fprintf(stderr, "%s: %lld training examples of %lld tokens, %lld held out; %lld steps (%lld micro-batches of %lld "
+    if (z) {
+        int64_t largest = 0, numel;
+        for (int u = 0; u < em_zero_num_units(z); u++)
+            if (em_zero_unit_info(z, u, &numel, NULL, NULL) == EM_OK && numel > largest) largest = numel;
+        fprintf(info_out(), "%s: ZeRO stage %d over %d rank%s (%s): %d units (the largest %lld weights), each rank its "
+                "part of every batch of %lld\n", tool, r->zero, train_dist_world(), train_dist_world() == 1 ? "" : "s",
+                em_dist_backend(NULL), em_zero_num_units(z), (long long)largest, (long long)r->batch);
+    }
+    fprintf(info_out(), "%s: %lld training examples of %lld tokens, %lld held out; %lld steps (%lld micro-batches of %lld "
             "a step), warm-up %lld; %lld %s parameters%s\n", tool, (long long)n_train, (long long)d->seq,
             (long long)n_eval, (long long)total, (long long)r->accumulate, (long long)r->batch, (long long)warmup,
             (long long)em_module_num_parameters(lora), r->full ? "trained" : "adapter", pos.step ? " (resumed)" : "");
@@ -720,7 +848,7 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         if (pos.micro >= micro_per_epoch) {
             if (n_eval) {
                 double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev);
-                fprintf(stderr, "%s: epoch %lld eval loss %.4f (perplexity %.2f)\n", tool, (long long)pos.epoch + 1, el,
+                fprintf(info_out(), "%s: epoch %lld eval loss %.4f (perplexity %.2f)\n", tool, (long long)pos.epoch + 1, el,
                         exp(el));
             }
             pos.epoch++;
@@ -740,27 +868,38 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
             }
         double lr = em_lr_at(sched, r->lr, pos.step), loss_sum = 0, norm = 0;
         em_optim_set_lr(opt, lr);
+        /* --zero: each rank's loss is its rows' part of the batch's (the sum over its tokens
+         * divided by the batch's count), times N because ZeRO averages the ranks' gradients */
+        double world = z ? train_dist_world() : 1;
         for (int64_t k = first; k < last && rc == 0; k++) {
-            int64_t at = k * r->batch, rows = n_train - at < r->batch ? n_train - at : r->batch;
+            int64_t at = k * r->batch, rows = n_train - at < r->batch ? n_train - at : r->batch, mine, count;
+            my_rows(rows, z != NULL, &mine, &count);
             em_scope s = em_scope_begin();
             em_tensor *ids, *labels, *loss = NULL;
-            if (make_batch(d, order + at, rows, r->dev, &ids, &labels)) {
+            if (count > 0 ? make_batch(d, order + at + mine, count, r->dev, &ids, &labels)
+                          : make_empty_batch(d, r->dev, &ids, &labels)) {
                 em_autocast region = r->amp ? em_autocast_begin(r->dev.type, EM_BF16) : (em_autocast){0};
                 loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.checkpoint_layers = r->ckpt,
                                                                      .num_items = items ? items : 1});
                 if (r->amp) em_autocast_end(region);
             }
+            double value = loss ? em_item(loss) : NAN;
+            if (loss && z) loss = em_mul_scalar(loss, world);
             if (!loss || em_backward(loss) != EM_OK) rc = 1;
-            else loss_sum += em_item(loss);
+            else loss_sum += value;
             em_scope_end(s);
         }
+        if (z) loss_sum = train_dist_mean(loss_sum) * world;   /* the batch's loss: the ranks' parts summed */
         if (rc == 0 && r->max_grad_norm > 0) {
-            norm = em_clip_grad_norm(lora, r->max_grad_norm);
+            norm = z ? em_zero_clip_grad_norm(z, r->max_grad_norm) : em_clip_grad_norm(lora, r->max_grad_norm);
             if (isnan(norm) && em_failed()) rc = 1;
         }
-        if (rc == 0 && (em_step(opt) != EM_OK || em_zero_grad(opt) != EM_OK)) rc = 1;
+        if (rc == 0 && z && (em_zero_step(z) != EM_OK || em_zero_clear_grads(z) != EM_OK)) rc = 1;
+        if (rc == 0 && !z && (em_step(opt) != EM_OK || em_zero_grad(opt) != EM_OK)) rc = 1;
         if (rc) {
-            fprintf(stderr, "%s: step %lld: %s\n", tool, (long long)pos.step + 1, em_last_error());
+            if (z) fprintf(stderr, "%s: rank %d: step %lld: %s\n", tool, train_dist_rank(), (long long)pos.step + 1,
+                           em_last_error());
+            else fprintf(stderr, "%s: step %lld: %s\n", tool, (long long)pos.step + 1, em_last_error());
             break;
         }
         pos.step++;
@@ -777,28 +916,36 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
                      (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0,
                      (double)em_memory_max_reserved(EM_DEVICE_CPU) / 1048576.0);
         double rss = peak_rss_mb();
-        fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB "
+        fprintf(info_out(), "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB "
                 "rss_growth %.1f MB%s\n", (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr,
                 norm, elapsed > 0 ? (double)tokens_done / elapsed : 0, rss, rss - r->start_rss_mb, device_mem);
         if (r->interrupt_after && pos.step == r->interrupt_after) raise(SIGTERM);
-        bool stop = interrupted != 0;
+        bool stop = z ? train_dist_agree_stop(interrupted != 0) : interrupted != 0;
+        if (stop && !interrupted) interrupted = SIGTERM;   /* another rank's signal */
         if ((stop || (r->save_every && pos.step % r->save_every == 0)) &&
-            !save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total))
+            !(z ? save_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
+                : save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)))
             rc = 1;
         if (stop && rc == 0) {
-            fprintf(stderr, "%s: stopped by %s after step %lld; --resume continues from %s/checkpoint.safetensors\n",
+            fprintf(info_out(), "%s: stopped by %s after step %lld; --resume continues from %s/%s\n",
                     tool, interrupted == SIGINT ? "SIGINT" : interrupted == SIGTERM ? "SIGTERM" : "SIGHUP",
-                    (long long)pos.step, r->out);
+                    (long long)pos.step, r->out, z ? "checkpoint.zero/" : "checkpoint.safetensors");
             rc = 128 + interrupted;
         }
     }
     catch_stop_signals(false);
     if (rc == 0 && n_eval) {
         double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev);
-        fprintf(stderr, "%s: eval loss %.4f (perplexity %.2f)\n", tool, el, exp(el));
+        fprintf(info_out(), "%s: eval loss %.4f (perplexity %.2f)\n", tool, el, exp(el));
     }
-    if (rc == 0 && !save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)) rc = 1;
-    em_optim_free(opt);
+    if (rc == 0 && !(z ? save_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
+                       : save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)))
+        rc = 1;
+    if (z)   /* each rank's own peak in training: what ZeRO saves is per rank */
+        fprintf(stderr, "%s: rank %d of %d: training's peak_alloc %.1f MB peak_reserved %.1f MB peak_rss %.1f MB\n", tool,
+                train_dist_rank(), train_dist_world(), (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0,
+                (double)em_memory_max_reserved(EM_DEVICE_CPU) / 1048576.0, peak_rss_mb());
+    if (!z) em_optim_free(opt);
     free(order);
     return rc;
 }
@@ -808,9 +955,17 @@ int cmd_finetune(int argc, char **argv) {
     int status = parse(argc, argv, &r);
     if (status >= 0) return status;
     r.start_rss_mb = peak_rss_mb();
+    /* --zero: join the ranks (one process: a group of one) */
+    if (r.zero && (train_dist_init(tool, &r.dev, false) != 0 ||
+                   (!em_dist_is_initialized() && em_dist_init("auto") != EM_OK))) {
+        if (em_failed()) fprintf(stderr, "%s: --zero: cannot start the process group: %s\n", tool, em_last_error());
+        train_dist_finish();
+        return 1;
+    }
     em_lm *lm = em_lm_load(r.dir, &(em_model_opts){.device = r.dev, .dtype = r.dtype});
     if (!lm) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
+        if (r.zero) train_dist_finish();
         return 1;
     }
     em_model *m = em_lm_model(lm);
@@ -863,9 +1018,20 @@ int cmd_finetune(int argc, char **argv) {
         free(eval_idx);
         goto done;
     }
-    rc = train(&r, m, &train_set, n_train, eval_idx, n_eval);
+    em_zero *z = NULL;
+    rc = train(&r, m, &train_set, n_train, eval_idx, n_eval, &z);
     free(eval_idx);
-    if (rc == 0 && r.full) {
+    if (z && r.zero == 3 && rc == 0) {
+        /* a unit at a time, gathered on every rank, written by rank 0: no rank holds more than
+         * one unit's weights beyond its shards */
+        if (em_model_save_units(m, r.dir, r.out, train_dist_is_main()) != EM_OK) {
+            fprintf(stderr, "%s: rank %d: writing the model: %s\n", tool, train_dist_rank(), em_last_error());
+            rc = 1;
+        } else {
+            fprintf(info_out(), "%s: model written to %s (a file per unit)\n", tool, r.out);
+        }
+    }
+    if (rc == 0 && r.full && (!z || (r.zero < 3 && train_dist_is_main()))) {
         /* the trained weights as a full folder beside the checkpoint */
         if (em_model_save_merged(m, r.dir, r.out) != EM_OK) {
             fprintf(stderr, "%s: %s\n", tool, em_last_error());
@@ -873,8 +1039,13 @@ int cmd_finetune(int argc, char **argv) {
         } else {
             fprintf(stderr, "%s: model written to %s\n", tool, r.out);
         }
-        goto done;
     }
+    if (z && rc == 0 && train_dist_is_main())
+        fprintf(stderr, "%s: rank 0 after writing the model: peak_alloc %.1f MB peak_rss %.1f MB\n", tool,
+                (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0, peak_rss_mb());
+    em_model_set_unit_runner(m, NULL, NULL);
+    em_zero_free(z);
+    if (r.full) goto done;
     if (rc == 0 && em_model_lora_save(m, r.out, r.dir) != EM_OK) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
         rc = 1;
@@ -893,5 +1064,6 @@ done:
     free(order);
     dataset_free(&d);
     em_lm_free(lm);
+    if (r.zero) train_dist_finish();
     return rc;
 }

@@ -438,7 +438,7 @@ static int mem_zero(const char *params, const char *model, const char *mode, boo
                     int stage, int ranks, bool json) {
     if (mode && strcmp(mode, "full") != 0 && strcmp(mode, "all") != 0)
         return bad("--zero estimates full fine-tuning: --mode %s does not apply", mode);
-    double p = 0;
+    double p = 0, unit = 0;   /* unit: a model folder's largest ZeRO unit, in parameters */
     const char *what = params;
     char label[320];
     if (model) {
@@ -455,6 +455,16 @@ static int mem_zero(const char *params, const char *model, const char *mode, boo
         if (em_model_estimate(&cfg, &(em_estimate_opts){.mode = EM_ESTIMATE_FULL, .dtype = dtype}, &e) != EM_OK)
             return bad("%s", em_last_error());
         p = e.params;
+        /* ember finetune's units (em_model_unit_of): the embeddings, each decoder layer, the
+         * final norm with an untied head (tied: the norm joins the embeddings) */
+        double h = (double)cfg.hidden_size, v = (double)cfg.vocab_size;
+        bool gpt2 = cfg.family == EM_MODEL_GPT2;
+        double embed = v * h + (gpt2 ? (double)cfg.max_position_embeddings * h : 0);
+        double final = (gpt2 ? 2 * h : h) + (cfg.tie_word_embeddings ? 0 : v * h);
+        double layer = cfg.num_hidden_layers > 0 ? (p - embed - final) / (double)cfg.num_hidden_layers : 0;
+        if (cfg.tie_word_embeddings) embed += final, final = 0;
+        unit = embed > layer ? embed : layer;
+        if (final > unit) unit = final;
         snprintf(label, sizeof label, "%.200s (%.100s)", model, cfg.architecture);
         what = label;
     } else {
@@ -491,6 +501,14 @@ static int mem_zero(const char *params, const char *model, const char *mode, boo
            stage >= 1 ? "Adam's two float32 states, this rank's shard" : "Adam's two float32 states, every parameter");
     printf("  %-17s %9.2f %s (%8.2f %s)  per rank, plus activations (not counted); stage 0 (plain data parallel): "
            "%.2f %s\n", "total", z.total / u, un, z.total / ui, uin, plain.total / u, un);
+    if (unit > 0 && stage >= 2) {
+        /* stage 3 gathers the largest unit's weights and holds its gradients for its backward;
+         * stage 2 holds its gradients until they are reduced */
+        double w = mixed ? 2 : 4, extra = (stage == 3 ? 2 : 1) * w * unit;
+        printf("  %-17s %9.2f %s (%8.2f %s)  the largest unit (%.0f parameters): %s, during its backward; "
+               "with it %.2f %s\n", "+ working set", extra / u, un, extra / ui, uin, unit,
+               stage == 3 ? "its gathered weights and their gradients" : "its full gradients", (z.total + extra) / u, un);
+    }
     return 0;
 }
 
