@@ -6,7 +6,9 @@
  * at a time, start to end: a single sequential stream is what a core's prefetchers keep
  * ahead of, while blocks of rows read side by side (a stream per row, each in its own page
  * when a row is a page long, as Llama's 2048-wide rows are) leave them short of requests in
- * flight. Its chain of one VDPBF16PS per 64 weight bytes is still faster than memory. The AVX2
+ * flight; one software prefetch per 4 KiB page read, 128 KiB ahead (see PREFETCH_AHEAD), keeps
+ * the TLB misses of a mapped file's small pages off the stream's path. Its chain of one
+ * VDPBF16PS per 64 weight bytes is still faster than memory. The AVX2
  * kernel's FMA adds only 16 weight bytes per step, so one chain would be bound by its latency:
  * it takes blocks of 4 weight rows (X up to 4 rows, else 2: at most 16 accumulators, and its
  * 16 registers spill some at 8 rows). The threads take blocks of weight rows, so each reads
@@ -98,7 +100,7 @@ static inline __attribute__((always_inline)) void store_block(const em_lowp_gemm
  * and where the weight is a file's mapping in the page cache (4 KiB pages, the default) each
  * new page also misses the TLB, whose walk, its page-table line often in memory itself, holds
  * up the loads behind it. A software prefetch of one line PREFETCH_AHEAD bytes ahead, once
- * per page read, has the walk done and the page's first lines on their way well before the
+ * per page read, has the walk done and a line of the page on its way well before the
  * stream gets there; in 2 MiB pages, where nothing is to be gained, it costs little. */
 #define PAGE_ELEMS 2048                  /* bf16 elements in 4 KiB */
 #define PREFETCH_AHEAD ((int64_t)128 << 10) /* 32 pages */
