@@ -2,8 +2,9 @@
  * once per token, so its bf16 matrix-vector products (1 to a few rows times an nn.Linear weight
  * [out, in], seen transposed) can go no faster than memory streams the weight. This measures:
  *
- *   read_gbs     a pure read (sums with AVX-512 or AVX2 loads, four streams per thread, else
- *                scalar) over 512 MiB;
+ *   read_gbs     a pure read (sums with AVX-512 or AVX2 loads, else scalar) over 512 MiB,
+ *                the better of two access patterns: each thread's part read as one sequential
+ *                stream (what the GEMV does) and as four streams side by side (its quarters);
  *   triad_gbs    a = b + c over three 128 MiB float arrays (12 bytes per element, the
  *                write-allocate not counted, as STREAM counts it);
  *                both timed in 32 MiB slices split over Ember's thread pool, the best slice;
@@ -12,8 +13,11 @@
  *                4096->11008 (gate, up), 11008->4096 (down), 4096->32000 (the output head);
  *                Ember's GEMV, and oneDNN's GEMM on the same product (EMBER_CPU_LOWP_GEMM=onednn,
  *                where oneDNN has a bf16 kernel) in the same rounds;
- *   gemm_gflops  the same product with 128..512 rows (prefill), against bench_amp_matmul's
- *                VDPBF16PS peak.
+ *   gemm_gflops  the same product with 128..512 rows (prefill);
+ *   gemm_peak_gflops  the machine's bf16 GEMM peak as Ember reaches it: em_matmul in bf16 at
+ *                sizes past any cache effect (2048^3 and 4096^3 with a row-major B, and the
+ *                prefill's own 512 x 2048 @ (8192 x 2048)^T), the best of three runs of each
+ *                and the best of the three sizes; prefill is rated against it.
  *
  * Every weight is one of several copies that together span at least 512 MiB, used in turn, so
  * no product finds its weight in the 32 MiB L3 that a smaller loop would leave it in. Each
@@ -21,9 +25,12 @@
  * is the least disturbed by other work on a shared machine); in each round the 1- and
  * 2-thread runs alternate, and the bandwidth loops run in the same rounds as the products.
  * Usage: bench_gemv [rounds] [--bandwidth-only] (default 5 rounds); EMBER_BENCH_GEMM=0 skips the
- * prefill GEMMs; --bandwidth-only measures the machine alone (bench/run_lm.sh's reference). */
+ * prefill GEMMs; --bandwidth-only measures the machine alone: the two loops and the GEMM peak
+ * (bench/run_lm.sh's references). */
+#define _DEFAULT_SOURCE /* madvise */
 #include <ember/ember.h>
 #include <immintrin.h>
+#include <sys/mman.h>
 #include "backends/cpu/cpu_threads.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,8 +57,28 @@ static float *g_a, *g_b, *g_c;
 #define READ_BYTES ((size_t)512 << 20)
 #define TRIAD_FLOATS ((size_t)32 << 20)
 
-/* Four streams at once (the quarters of [p, p + n)): one sequential stream leaves a core's
- * prefetchers short of requests in flight, and a GEMV over 4 weight rows reads 4 streams. */
+/* The loops' buffers in 2 MiB pages where the kernel grants them (as Ember's own large
+ * allocations and `--no-mmap` weights are): in 4 KiB pages every page the stream enters
+ * misses the TLB, which would measure the page walks rather than what memory delivers. */
+static float *huge_alloc(size_t bytes) {
+    float *p = aligned_alloc((size_t)2 << 20, bytes);
+    if (p) (void)madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+/* One sequential stream, four accumulators (a chain of adds is not the bound). */
+__attribute__((target("avx512f"))) static float read1_avx512(const float *p, size_t n) {
+    size_t m = n / 64 * 64;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < m; i += 64) {
+        s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p + i));
+        s1 = _mm512_add_ps(s1, _mm512_loadu_ps(p + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_loadu_ps(p + i + 32));
+        s3 = _mm512_add_ps(s3, _mm512_loadu_ps(p + i + 48));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+/* Four streams at once (the quarters of [p, p + n)): more pages in flight at a time. */
 __attribute__((target("avx512f"))) static float read_avx512(const float *p, size_t n) {
     size_t q = n / 4 / 16 * 16;
     const float *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
@@ -87,7 +114,7 @@ static float read_scalar(const float *p, size_t n) {
 /* One slice of a pass, split over Ember's thread pool: the same threads, wake-up and split as
  * the products below, so that both are timed alike. */
 typedef struct bw_slice {
-    int kind; /* 0 read, 1 triad */
+    int kind; /* 0 read as one stream per thread, 1 triad, 2 read as four streams per thread */
     float *a;
     const float *b, *c;
     float sink[64];
@@ -96,11 +123,11 @@ typedef struct bw_slice {
 static void bw_chunk(void *arg, int64_t begin, int64_t end) {
     bw_slice *j = arg;
     size_t n = (size_t)(end - begin);
-    if (j->kind == 0) {
+    if (j->kind != 1) {
         const float *p = j->b + begin;
-        float s = __builtin_cpu_supports("avx512f") ? read_avx512(p, n)
-                  : __builtin_cpu_supports("avx2")  ? read_avx2(p, n)
-                                                    : read_scalar(p, n);
+        float s = !__builtin_cpu_supports("avx512f") ? (__builtin_cpu_supports("avx2") ? read_avx2(p, n) : read_scalar(p, n))
+                  : j->kind == 0                     ? read1_avx512(p, n)
+                                                     : read_avx512(p, n);
         j->sink[(begin / 4096) % 64] += s;
     } else {
         float *restrict a = j->a + begin;
@@ -112,21 +139,22 @@ static void bw_chunk(void *arg, int64_t begin, int64_t end) {
 #define SLICE_FLOATS ((size_t)8 << 20) /* 32 MiB: as big as the 4096 x 4096 bf16 weight */
 
 /* GB/s of the best slice over 3 passes through the buffers (512 MiB read, 3 x 128 MiB for the
- * triad: far past the L3), on em_get_num_threads() threads. A slice takes about as long as
- * one product below, and both take their best time, so a shared machine disturbs both alike. */
+ * triad: far past the L3), on em_get_num_threads() threads; the read's passes alternate its
+ * two patterns (kind 0: 4 passes). A slice takes about as long as one product below, and both
+ * take their best time, so a shared machine disturbs both alike. */
 static double bandwidth(int kind) {
     static bw_slice j;
     size_t n = kind == 0 ? READ_BYTES / 4 : TRIAD_FLOATS;
     double best = 0;
-    for (int pass = 0; pass < 3; pass++)
+    for (int pass = 0; pass < (kind == 0 ? 4 : 3); pass++)
         for (size_t off = 0; off + SLICE_FLOATS <= n; off += SLICE_FLOATS) {
-            j.kind = kind;
+            j.kind = kind == 0 && pass % 2 ? 2 : kind;
             double t0 = now();
             j.a = g_a + off;
             j.b = (kind == 0 ? g_a : g_b) + off;
             j.c = g_c + off;
             em__cpu_parallel_for((int64_t)SLICE_FLOATS, 1 << 16, bw_chunk, &j);
-            double g = (double)SLICE_FLOATS * (kind == 0 ? 4.0 : 12.0) / (now() - t0) / 1e9;
+            double g = (double)SLICE_FLOATS * (kind == 1 ? 12.0 : 4.0) / (now() - t0) / 1e9;
             if (g > best) best = g;
         }
     return best;
@@ -179,6 +207,42 @@ static double product_time(weights *w, em_tensor *x, int reps) {
     return best;
 }
 
+/* The bf16 GEMM peak (see the header): GFLOP/s of the best of three runs at each size, the
+ * best size. */
+typedef struct peak_case { em_tensor *a, *b; double flops; } peak_case;
+#define PEAK_CASES 3
+
+static void peak_make(peak_case *pc) {
+    static const int64_t square[2] = {2048, 4096};
+    for (int i = 0; i < 2; i++) {
+        int64_t n = square[i];
+        pc[i].a = em_keep(em_to_dtype(em_randn(EM_SHAPE(n, n), EM_OPTS(.dtype = EM_F32)), EM_BF16));
+        pc[i].b = em_keep(em_to_dtype(em_randn(EM_SHAPE(n, n), EM_OPTS(.dtype = EM_F32)), EM_BF16));
+        pc[i].flops = 2.0 * (double)n * (double)n * (double)n;
+    }
+    pc[2].a = em_keep(em_to_dtype(em_randn(EM_SHAPE(512, 2048), EM_OPTS(.dtype = EM_F32)), EM_BF16));
+    pc[2].b = em_keep(em_transpose(em_to_dtype(em_randn(EM_SHAPE(8192, 2048), EM_OPTS(.dtype = EM_F32)), EM_BF16), 0, 1));
+    pc[2].flops = 2.0 * 512 * 2048 * 8192;
+}
+
+static double gemm_peak(const peak_case *pc) {
+    double best = 0;
+    for (int i = 0; i < PEAK_CASES; i++)
+        for (int r = 0; r < 3; r++) {
+            em_scope sc = em_scope_begin();
+            double t0 = now();
+            em_tensor *y = em_matmul(pc[i].a, pc[i].b);
+            double dt = now() - t0;
+            if (!y) {
+                fprintf(stderr, "bench_gemv: %s\n", em_last_error());
+                exit(1);
+            }
+            em_scope_end(sc);
+            if (pc[i].flops / dt / 1e9 > best) best = pc[i].flops / dt / 1e9;
+        }
+    return best;
+}
+
 #define MAX_ROUNDS 15
 
 int main(int argc, char **argv) {
@@ -192,8 +256,7 @@ int main(int argc, char **argv) {
     bool gemm = !g || strcmp(g, "0") != 0;
     em_manual_seed(1);
     if (!only_bw) printf("# bf16 matmul impl: %s\n", em_cpu_matmul_impl(EM_BF16));
-    float *a = aligned_alloc(64, READ_BYTES), *b = aligned_alloc(64, TRIAD_FLOATS * 4),
-          *c = aligned_alloc(64, TRIAD_FLOATS * 4);
+    float *a = huge_alloc(READ_BYTES), *b = huge_alloc(TRIAD_FLOATS * 4), *c = huge_alloc(TRIAD_FLOATS * 4);
     if (!a || !b || !c) {
         fprintf(stderr, "bench_gemv: no memory for the bandwidth buffers\n");
         return 1;
@@ -202,7 +265,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < TRIAD_FLOATS; i++) { b[i] = 1; c[i] = 2; }
     g_a = a, g_b = b, g_c = c;
 
-    static double read_gbs[2][MAX_ROUNDS], triad_gbs[2][MAX_ROUNDS];
+    static double read_gbs[2][MAX_ROUNDS], triad_gbs[2][MAX_ROUNDS], peak_gflops[2][MAX_ROUNDS];
     static double gemv[NSHAPES][2][2][MAX_ROUNDS], gemv_dnnl[NSHAPES][2][2][MAX_ROUNDS], gemm_t[NSHAPES][2][2][MAX_ROUNDS];
     setenv("EMBER_CPU_LOWP_GEMM", "onednn", 1);
     bool dnnl = strstr(em_cpu_matmul_impl(EM_BF16), "oneDNN") != NULL;
@@ -211,6 +274,8 @@ int main(int argc, char **argv) {
     em_tensor *xv[NSHAPES][2], *xm[NSHAPES][2];
     int nshapes = only_bw ? 0 : NSHAPES;
     em_scope setup = em_scope_begin(); /* what the rounds use is kept */
+    peak_case peak[PEAK_CASES];
+    peak_make(peak);
     for (int s = 0; s < nshapes; s++) {
         weights_make(&w[s], &SHAPES[s]);
         for (int r = 0; r < 2; r++) {
@@ -229,6 +294,7 @@ int main(int argc, char **argv) {
             em_set_num_threads(threads);
             read_gbs[threads - 1][round] = bandwidth(0);
             triad_gbs[threads - 1][round] = bandwidth(1);
+            peak_gflops[threads - 1][round] = gemm_peak(peak);
             for (int s = 0; s < nshapes; s++) {
                 for (int r = 0; r < 2; r++) {
                     product_time(&w[s], xv[s][r], 2); /* warm: a new shape may set up a kernel */
@@ -249,6 +315,8 @@ int main(int argc, char **argv) {
     printf("%-22s %5s %12s %12s\n", "measure", "rows", "1 thread", "2 threads");
     printf("%-22s %5s %12.2f %12.2f\n", "read_gbs", "-", median(read_gbs[0], rounds), median(read_gbs[1], rounds));
     printf("%-22s %5s %12.2f %12.2f\n", "triad_gbs", "-", median(triad_gbs[0], rounds), median(triad_gbs[1], rounds));
+    printf("%-22s %5s %12.1f %12.1f\n", "gemm_peak_gflops", "-", median(peak_gflops[0], rounds),
+           median(peak_gflops[1], rounds));
     for (int s = 0; s < nshapes; s++)
         for (int r = 0; r < 2; r++) {
             double bytes = (double)(SHAPES[s].in * SHAPES[s].out) * 2;

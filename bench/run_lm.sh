@@ -4,10 +4,21 @@
 # llama-cpp-python (bench/lm_llama_cpp.py, on the same folder converted to a bf16 GGUF), on 1
 # and 2 threads, in one run: ROUNDS rounds, each running every implementation once (the order
 # rotates from round to round, and so does the order of the thread counts), and each figure the
-# median over the rounds. Each round also measures the machine's read and a = b + c bandwidth
-# (bench_gemv --bandwidth-only), and the summary prints the bandwidth decoding reaches: the
-# weight bytes a token reads (every weight but the input embedding's table, whose one row is
-# read; the output head counted once even when tied) times decode tokens/s.
+# median over the rounds. Each round also measures the machine on the same thread counts
+# (bench_gemv --bandwidth-only): its read bandwidth (a pure read of 512 MiB in 2 MiB pages, the
+# better of one stream and four streams per thread, best 32 MiB slice), its a = b + c bandwidth,
+# and its bf16 GEMM peak (Ember's bf16 matmul at 2048^3, 4096^3 and the prefill's 512 x 2048 x
+# 8192, best of three runs each, best size). The summary prints, per implementation and thread
+# count:
+#   decode GB/s   the weight bytes a token reads (every weight but the input embedding's table,
+#                 whose one row is read; the output head counted once even when tied) times
+#                 decode tokens/s, and its share of the read bandwidth;
+#   prefill GFLOP/s  2 x the layers' matmul parameters x prompt tokens, plus the causal
+#                 attention's 2 x layers x q_dim x P(P+1) (QK^T and PV over the keys each query
+#                 sees), plus the output head for the last position (what all three compute),
+#                 over prefill seconds, and its share of the GEMM peak;
+# then the targets' figures for Ember: decode >= 85% of read and >= 1.0x llama.cpp, prefill
+# >= 70% of the GEMM peak, both >= PyTorch.
 #
 # Usage: bench/run_lm.sh [build-dir]        (a Release build; default build)
 # Environment:
@@ -98,7 +109,7 @@ EOF
     while [ "$r" -lt "$ROUNDS" ]; do
         case $((r % 2)) in 0) THREADS="1 2" ;; *) THREADS="2 1" ;; esac
         case $((r % 3)) in 0) ORDER="ember pytorch llama" ;; 1) ORDER="pytorch llama ember" ;; *) ORDER="llama ember pytorch" ;; esac
-        "$BUILD/bench_gemv" 1 --bandwidth-only | awk '/^(read|triad)_gbs/ {printf "{\"impl\": \"machine\", \"what\": \"%s\", \"t1\": %s, \"t2\": %s}\n", $1, $3, $4}' >>"$TMP/results.jsonl"
+        "$BUILD/bench_gemv" 1 --bandwidth-only | awk '/^(read_gbs|triad_gbs|gemm_peak_gflops)/ {printf "{\"impl\": \"machine\", \"what\": \"%s\", \"t1\": %s, \"t2\": %s}\n", $1, $3, $4}' >>"$TMP/results.jsonl"
         for impl in $ORDER; do
             case $impl in
             pytorch)
@@ -126,23 +137,27 @@ print(json.dumps({"impl": "ember", "threads": t, "prompt_tokens": len(j["prompt_
     done
     echo "== $MODEL: bf16, prompt $PROMPT tokens, $NEW_TOKENS decode steps, median of $ROUNDS alternated rounds"
     echo "   ember: $have_ember; pytorch: $have_torch; llama.cpp: $have_llama; weights $WEIGHTS"
-    "$TORCH_PYTHON" - "$MODEL" "$TMP/results.jsonl" <<'EOF'
+    "$TORCH_PYTHON" - "$MODEL" "$TMP/results.jsonl" "$PROMPT" <<'EOF'
 import json, statistics, sys
-model, path = sys.argv[1], sys.argv[2]
+model, path, P = sys.argv[1], sys.argv[2], int(sys.argv[3])
 c = json.load(open(model + "/config.json"))
 h, L, i, v = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
 d = c.get("head_dim") or h // c["num_attention_heads"]
 q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
-per_layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h
+matmul_params = h * q + 2 * h * kv + q * h + 3 * h * i
+per_layer = matmul_params + 2 * h
 weights_read = 2 * (L * per_layer + h + v * h)  # bf16 bytes a token reads: layers, final norm, head
+prefill_flops = 2 * L * matmul_params * P + 2 * L * q * P * (P + 1) + 2 * v * h
 rows = [json.loads(l) for l in open(path) if l.strip()]
 bw = {(r["what"], t): statistics.median(x[f"t{t}"] for x in rows if x.get("what") == r["what"])
       for r in rows if r["impl"] == "machine" for t in (1, 2)}
-print(f"   weights read per token: {weights_read / 1e9:.3f} GB")
+print(f"   weights read per token: {weights_read / 1e9:.3f} GB; prefill of {P} tokens: {prefill_flops / 1e9:.1f} GFLOP")
 for t in (1, 2):
     print(f"   machine, {t} thread{'s' if t > 1 else ''}: read {bw[('read_gbs', t)]:.2f} GB/s, "
-          f"a = b + c {bw[('triad_gbs', t)]:.2f} GB/s")
-print(f"   {'impl':<10} {'thr':>3} {'prefill tok/s':>14} {'decode tok/s':>13} {'decode GB/s':>12} {'% of read':>10}")
+          f"a = b + c {bw[('triad_gbs', t)]:.2f} GB/s, bf16 GEMM peak {bw[('gemm_peak_gflops', t)]:.1f} GFLOP/s")
+print(f"   {'impl':<10} {'thr':>3} {'prefill tok/s':>14} {'GFLOP/s':>8} {'% of peak':>10} "
+      f"{'decode tok/s':>13} {'decode GB/s':>12} {'% of read':>10}")
+med = {}
 for impl in ("ember", "pytorch", "llama.cpp"):
     for t in (1, 2):
         sel = [r for r in rows if r["impl"] == impl and r["threads"] == t]
@@ -150,7 +165,21 @@ for impl in ("ember", "pytorch", "llama.cpp"):
             continue
         pre = statistics.median(r["prefill_tps"] for r in sel)
         dec = statistics.median(r["decode_tps"] for r in sel)
+        med[impl, t] = (pre, dec)
         gbs = dec * weights_read / 1e9
-        print(f"   {impl:<10} {t:>3} {pre:>14.1f} {dec:>13.2f} {gbs:>12.2f} {100 * gbs / bw[('read_gbs', t)]:>9.0f}%")
+        gflops = pre / P * prefill_flops / 1e9
+        print(f"   {impl:<10} {t:>3} {pre:>14.1f} {gflops:>8.1f} {100 * gflops / bw[('gemm_peak_gflops', t)]:>9.0f}% "
+              f"{dec:>13.2f} {gbs:>12.2f} {100 * gbs / bw[('read_gbs', t)]:>9.0f}%")
+def ratio(t, k, other):
+    return f"{med['ember', t][k] / med[other, t][k]:.2f}x {other}" if (other, t) in med else f"no {other} figure"
+for t in (1, 2):
+    if ("ember", t) not in med:
+        continue
+    pre, dec = med["ember", t]
+    share_read = 100 * dec * weights_read / 1e9 / bw[("read_gbs", t)]
+    share_peak = 100 * pre / P * prefill_flops / 1e9 / bw[("gemm_peak_gflops", t)]
+    print(f"   targets, ember {t} thread{'s' if t > 1 else ''}: decode {share_read:.0f}% of read (>= 85%), "
+          f"{ratio(t, 1, 'llama.cpp')} (>= 1.0), {ratio(t, 1, 'pytorch')} (>= 1.0); "
+          f"prefill {share_peak:.0f}% of the GEMM peak (>= 70%), {ratio(t, 0, 'pytorch')} (>= 1.0)")
 EOF
 done

@@ -6,7 +6,9 @@
  * at a time, start to end: a single sequential stream is what a core's prefetchers keep
  * ahead of, while blocks of rows read side by side (a stream per row, each in its own page
  * when a row is a page long, as Llama's 2048-wide rows are) leave them short of requests in
- * flight. Its chain of one VDPBF16PS per 64 weight bytes is still faster than memory. The AVX2
+ * flight; one software prefetch per 4 KiB page read, 128 KiB ahead (see PREFETCH_AHEAD), keeps
+ * the TLB misses of a mapped file's small pages off the stream's path. Its chain of one
+ * VDPBF16PS per 64 weight bytes is still faster than memory. The AVX2
  * kernel's FMA adds only 16 weight bytes per step, so one chain would be bound by its latency:
  * it takes blocks of 4 weight rows (X up to 4 rows, else 2: at most 16 accumulators, and its
  * 16 registers spill some at 8 rows). The threads take blocks of weight rows, so each reads
@@ -94,18 +96,34 @@ static inline __attribute__((always_inline)) void store_block(const em_lowp_gemm
 
 /* ---- AVX512-BF16: VDPBF16PS multiplies 32 bf16 pairs and adds them into 16 float32 lanes ---- */
 
+/* The weight is read one 4 KiB page at a time: a core's prefetchers stop at each page's end,
+ * and where the weight is a file's mapping in the page cache (4 KiB pages, the default) each
+ * new page also misses the TLB, whose walk, its page-table line often in memory itself, holds
+ * up the loads behind it. A software prefetch of one line PREFETCH_AHEAD bytes ahead, once
+ * per page read, has the walk done and a line of the page on its way well before the
+ * stream gets there; in 2 MiB pages, where nothing is to be gained, it costs little. */
+#define PAGE_ELEMS 2048                  /* bf16 elements in 4 KiB */
+#define PREFETCH_AHEAD ((int64_t)128 << 10) /* 32 pages */
+
 /* Weight row q times the P rows of X; P is a constant once inlined, so acc stays in registers */
 TARGET_BF16 static inline __attribute__((always_inline)) void row_bf16(const em_lowp_gemm *g, int64_t q, const int P) {
     const uint16_t *w = (const uint16_t *)g->y + q * g->ldy, *x = g->x;
     int64_t K = g->K, ldx = g->ldx, k = 0;
+    /* one line PREFETCH_AHEAD bytes further along the weight per page of it read, where the
+     * weight still goes on that far */
+    int64_t ahead_end = (g->Q - 1 - q) * g->ldy + K - PREFETCH_AHEAD / 2;
     __m512 acc[EM_GEMV_MAX_ROWS];
 #pragma GCC unroll 8
     for (int p = 0; p < P; p++) acc[p] = _mm512_setzero_ps();
-    for (; k + 32 <= K; k += 32) {
-        __m512i wv = _mm512_loadu_si512(w + k);
+    while (k + 32 <= K) {
+        if (k < ahead_end) _mm_prefetch((const char *)(w + k) + PREFETCH_AHEAD, _MM_HINT_T0);
+        int64_t page_end = k + PAGE_ELEMS < K ? k + PAGE_ELEMS : K;
+        for (; k + 32 <= page_end; k += 32) {
+            __m512i wv = _mm512_loadu_si512(w + k);
 #pragma GCC unroll 8
-        for (int p = 0; p < P; p++)
-            acc[p] = _mm512_dpbf16_ps(acc[p], (__m512bh)wv, (__m512bh)_mm512_loadu_si512(x + p * ldx + k));
+            for (int p = 0; p < P; p++)
+                acc[p] = _mm512_dpbf16_ps(acc[p], (__m512bh)wv, (__m512bh)_mm512_loadu_si512(x + p * ldx + k));
+        }
     }
     if (k < K) { /* the tail, zero-filled by masked loads */
         __mmask32 m = (__mmask32)((1ull << (K - k)) - 1);

@@ -1,6 +1,7 @@
-/* The CPU backend's thread pool. Workers sleep on a condition variable between jobs (never
- * spin: on machines whose vCPUs share a core, a spinning waiter steals the busy thread's
- * cycles). The caller always takes part, and small work runs inline on it. */
+/* The CPU backend's thread pool. Between jobs a worker polls for the next one for a fraction
+ * of a millisecond (a decoder's jobs come back to back), then sleeps on a condition variable,
+ * so an idle pool does not keep taking cycles that vCPUs sharing a core would need. The
+ * caller always takes part, and small work runs inline on it. */
 #ifndef EM_BACKENDS_CPU_THREADS_H
 #define EM_BACKENDS_CPU_THREADS_H
 
