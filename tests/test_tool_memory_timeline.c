@@ -4,6 +4,7 @@
  * checked on its own: the rows by column name, escapes, and files that are not a history. */
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "test.h"
 #include "tool_run.h"
 #include "../tools/ember/plot.h"
@@ -74,13 +75,16 @@ static void test_timeline_pictures(void) {
     CHECK_OK(em_memory_record_history(true, 10000));
     em_tensor *keep[12];
     static const char *const tags[5] = {"weights", "activations", "grads", "optimizer", "workspace"};
+    /* The picture's x axis is time: 20 ms between events, so that each band is drawn at least
+     * that wide however the machine's load spreads the calls themselves. */
     for (int i = 0; i < 12; i++) {
         em_memory_set_tag(tags[i % 5]);
         keep[i] = em_empty(EM_SHAPE(50000 * (i + 1)), EM_OPTS(0));
+        usleep(20000);
     }
     em_memory_set_tag(NULL);
-    for (int i = 11; i >= 0; i -= 2) em_release(keep[i]);
-    for (int i = 10; i >= 0; i -= 2) em_release(keep[i]);
+    for (int i = 11; i >= 0; i -= 2) em_release(keep[i]), usleep(20000);
+    for (int i = 10; i >= 0; i -= 2) em_release(keep[i]), usleep(20000);
     CHECK_OK(em_memory_record_history(false, 0));
     CHECK_OK(em_memory_dump_history(hist));
     char present[128], absent[16];
