@@ -5,7 +5,8 @@
  * strided views (MultiheadAttention's split heads); which path ran is checked by the node's
  * name, so a test cannot pass on the composition twice. Also: NaN rows, a saved operand
  * modified in place, a second backward, where the fused path must not apply, out of memory
- * forward and backward, and em_sdpa_fused. (The
+ * forward and backward, and em_sdpa_fused; em_attention's grouped heads in bf16 and f16
+ * against float32 and the 16-bit composition. (The
  * golden values against PyTorch, test_transformer_golden, run through the fused path too.) */
 #include <math.h>
 #include <stdio.h>
@@ -99,6 +100,97 @@ static void test_matches_composition(void) {
     compare("2-d, causal", EM_SHAPE(9, 4), EM_SHAPE(9, 4), EM_SHAPE(9, 4), true, 0);
     compare("split heads (strided), causal", EM_SHAPE(3, 33, 24), EM_SHAPE(3, 33, 24), EM_SHAPE(3, 33, 24), true, 4);
     compare("split heads (strided), batch 1", EM_SHAPE(1, 17, 16), EM_SHAPE(1, 17, 16), EM_SHAPE(1, 17, 16), false, 2);
+}
+
+/* em_attention with grouped heads in bf16 and f16: the fused forward and backward (float32
+ * products, one rounding of each result) against the same values in float32 through the
+ * fused kernels, within the 16-bit rounding of the results, and against the 16-bit
+ * composition (which also rounds the scores and probabilities), looser. */
+typedef struct gqa_case {
+    const char *name;
+    int64_t B, Hq, Hkv, L, S, E, Ev, past;
+    bool causal;
+} gqa_case;
+
+/* out and the gradients of sum(out * w) through em_attention, fused or composed */
+static bool attend(bool fused, em_tensor *const src[3], em_tensor *w, const gqa_case *c, em_tensor **out,
+                   em_tensor *grads[3], char *name, size_t name_size) {
+    use(fused);
+    em_tensor *leaf[3];
+    for (int i = 0; i < 3; i++) {
+        leaf[i] = em_clone(src[i]);
+        if (!leaf[i] || em_set_requires_grad(leaf[i], true) != EM_OK) return false;
+    }
+    em_attention_opts o = {.causal = c->causal, .past = c->past};
+    em_tensor *y = em_attention(leaf[0], leaf[1], leaf[2], &o);
+    use(true);
+    if (!y) return false;
+    snprintf(name, name_size, "%s", em_grad_fn_name(y) ? em_grad_fn_name(y) : "(none)");
+    if (em_backward(em_sum(em_mul(y, w), EM_ALL_DIMS, false)) != EM_OK) return false;
+    *out = y;
+    for (int i = 0; i < 3; i++) grads[i] = em_grad(leaf[i]);
+    return grads[0] && grads[1] && grads[2];
+}
+
+/* max |a - b| over max |b|, or over 1 where b is smaller throughout (a gradient that cancels
+ * to float32's noise: one key, so P = 1 and dS = 0), both as float32 */
+static double reldiff(em_tensor *a, em_tensor *b) {
+    em_tensor *bf = em_to_dtype(b, EM_F32);
+    double top = em_item(em_max(em_abs(bf), EM_ALL_DIMS, false));
+    return maxdiff(em_to_dtype(a, EM_F32), bf) / (top > 1 ? top : 1.0);
+}
+
+static void check_lowp(const gqa_case *c, em_dtype dt) {
+    em_scope sc = em_scope_begin();
+    em_opts o = EM_OPTS(.dtype = dt);
+    /* 16-bit values: the float32 run reads exactly the same numbers */
+    em_tensor *src[3] = {em_randn(EM_SHAPE(c->B, c->Hq, c->L, c->E), o), em_randn(EM_SHAPE(c->B, c->Hkv, c->S, c->E), o),
+                         em_randn(EM_SHAPE(c->B, c->Hkv, c->S, c->Ev), o)};
+    em_tensor *w = em_randn(EM_SHAPE(c->B, c->Hq, c->L, c->Ev), o);
+    em_tensor *src32[3] = {em_to_dtype(src[0], EM_F32), em_to_dtype(src[1], EM_F32), em_to_dtype(src[2], EM_F32)};
+    em_tensor *y = NULL, *g[3], *yc = NULL, *gc[3], *yf = NULL, *gf[3];
+    char name[3][64];
+    bool ok = attend(true, src, w, c, &y, g, name[0], sizeof name[0]) &&
+              attend(false, src, w, c, &yc, gc, name[1], sizeof name[1]) &&
+              attend(true, src32, em_to_dtype(w, EM_F32), c, &yf, gf, name[2], sizeof name[2]);
+    CHECK(ok);
+    if (!ok) {
+        fprintf(stderr, "  %s %s: %s\n", c->name, em_dtype_name(dt), em_last_error());
+        em_clear_error();
+        em_scope_end(sc);
+        return;
+    }
+    CHECK(strcmp(name[0], "ScaledDotProductAttentionBackward") == 0); /* the 16-bit fused node ran */
+    CHECK(strcmp(name[1], "ScaledDotProductAttentionBackward") != 0); /* the composition */
+    CHECK(strcmp(name[2], "ScaledDotProductAttentionBackward") == 0);
+    CHECK(em_dtype_of(y) == dt && em_dtype_of(g[0]) == dt && em_dtype_of(g[1]) == dt && em_dtype_of(g[2]) == dt);
+    /* against float32: one rounding of each result (bf16 keeps 8 bits, f16 11), and dS reads
+     * the rounded output; against the composition: its rounded scores and probabilities */
+    double unit = dt == EM_BF16 ? 1.0 / 256 : 1.0 / 2048;
+    double d32[4] = {reldiff(y, yf), reldiff(g[0], gf[0]), reldiff(g[1], gf[1]), reldiff(g[2], gf[2])};
+    double dco[4] = {reldiff(y, yc), reldiff(g[0], gc[0]), reldiff(g[1], gc[1]), reldiff(g[2], gc[2])};
+    printf("  %-30s %s vs float32: out %.1e dq %.1e dk %.1e dv %.1e; vs composed: out %.1e dq %.1e dk %.1e "
+           "dv %.1e\n", c->name, em_dtype_name(dt), d32[0], d32[1], d32[2], d32[3], dco[0], dco[1], dco[2], dco[3]);
+    for (int i = 0; i < 4; i++) {
+        CHECK(d32[i] <= 2 * unit);
+        CHECK(dco[i] <= 16 * unit);
+    }
+    em_scope_end(sc);
+}
+
+static void test_lowp_matches_float32(void) {
+    static const gqa_case cases[] = {
+        {"G=4 causal, 3 row blocks", 1, 8, 2, 40, 40, 16, 16, 0, true},
+        {"G=2 causal after 13 keys", 2, 4, 2, 21, 34, 8, 12, 13, true},
+        {"G=1 not causal, L < S", 1, 2, 2, 5, 19, 16, 8, 0, false},
+        {"G=8 causal, one row", 1, 8, 1, 1, 1, 32, 32, 0, true},
+        {"G=2 causal, keys past the end", 1, 4, 2, 9, 20, 8, 8, 3, true},
+    };
+    em_manual_seed(11);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_lowp(&cases[i], EM_BF16);
+        check_lowp(&cases[i], EM_F16);
+    }
 }
 
 /* A NaN in a query poisons its row only, like the composition; an infinite score too. */
@@ -212,6 +304,7 @@ static void test_out_of_memory_and_queries(void) {
 int main(void) {
     em_manual_seed(7);
     RUN(test_matches_composition);
+    RUN(test_lowp_matches_float32);
     RUN(test_nan_rows);
     RUN(test_saved_tensor_rules);
     RUN(test_composed_where_fused_does_not_apply);

@@ -130,7 +130,7 @@ static void check_case(const att_case *c, em_dtype dt, bool backward) {
     CHECK(!backward || (node && !strcmp(node, "ScaledDotProductAttentionBackward")));
     CHECK_OK(attend(c, src, gy, g_gpu, true, &yc, gc, &cnode) ? EM_OK : em_last_status());
     CHECK(!backward || (cnode && strcmp(cnode, "ScaledDotProductAttentionBackward") != 0));
-    /* the CPU's fused attention: float32 in and out (its backward is float32 only) */
+    /* the CPU's fused attention in float32: the reference for both dtypes */
     em_tensor *src32[3] = {em_to_dtype(src[0], EM_F32), em_to_dtype(src[1], EM_F32), em_to_dtype(src[2], EM_F32)};
     CHECK_OK(attend(c, src32, gy ? em_to_dtype(gy, EM_F32) : NULL, EM_DEVICE_CPU, false, &yr, gr, &rnode) ? EM_OK
                                                                                                      : em_last_status());

@@ -1,6 +1,6 @@
 /* em_model_estimate_finetune against a measured step: the CPU allocator's peak over one LoRA
- * step (em_model_loss, backward, AdamW) of the test Llama, float32 (the fused attention) and
- * bfloat16 (the composed attention, its [heads, T, T] probabilities kept), with and without
+ * step (em_model_loss, backward, AdamW) of the test Llama, float32 and bfloat16 (the fused
+ * attention both, its bf16 backward included), with and without
  * checkpoint_layers, at shapes where the activations outweigh the allocator's rounding. The
  * estimate's lines without the base weights (mapped from the file in float32, a converted
  * copy made before the measurement in bfloat16) are within 10% of the measured peak. The
@@ -90,7 +90,8 @@ static void test_estimate_lines_and_errors(void) {
     o.checkpoint = false;
     o.seq = 128;
     CHECK(em_model_estimate_finetune(&cfg, &o, &c) == EM_OK);
-    CHECK(c.bytes[EM_ESTIMATE_ACTIVATIONS] > 2 * a.bytes[EM_ESTIMATE_ACTIVATIONS]);   /* T and T^2 terms */
+    /* linear in T: the fused attention keeps no [T, T] tensor in any dtype */
+    CHECK(fabs(c.bytes[EM_ESTIMATE_ACTIVATIONS] / a.bytes[EM_ESTIMATE_ACTIVATIONS] - 2) < 1e-9);
     o.lora_targets = "q_proj,c_attn";
     CHECK(em_model_estimate_finetune(&cfg, &o, &c) == EM_ERR_ARGUMENT && strstr(em_last_error(), "'c_attn'"));
     em_clear_error();

@@ -229,15 +229,15 @@ typedef struct em_finetune_estimate_opts {
  *   activations: what autograd keeps between the forward and the backward, per decoder block
  *     the tensors its backward reads (the norms' inputs, the projections' inputs, the
  *     adapters' float32 inputs, q, k, v, the attention's output, the MLP's three [T, I]
- *     tensors, and with a 16-bit attention the probabilities twice, [heads, T, T]); with
+ *     tensors, the attention's per-row log-sum-exp: no [heads, T, T] tensor); with
  *     checkpoint, each block's input plus one block recomputed;
- *   workspace: the larger of the backward's temporaries in one block (the attention's
- *     [heads, T, T] gradients, the MLP's) and the fused loss's (em_model_loss's chunk of
+ *   workspace: the larger of the backward's temporaries in one block (the MLP's
+ *     gradients) and the fused loss's (em_model_loss's chunk of
  *     float32 logits, its log-softmax and gradient, and the [B * T, hidden] rows).
  * Not counted: the process itself, the tokenizer and the data, the allocator's rounding and
  * caching (the RSS holds reserved segments, a few percent over the allocated peak). The
- * counts follow the code as written (the CPU backend; the fused attention for float32
- * without a padding mask); tests/test_finetune_estimate.c and bench/finetune_mem.sh compare
+ * counts follow the code as written (the CPU backend; the fused attention, which
+ * takes no padding mask with a gradient); tests/test_finetune_estimate.c and bench/finetune_mem.sh compare
  * them with measured peaks. EM_ERR_ARGUMENT for a bad shape, rank or target. */
 EM_API em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetune_estimate_opts *o,
                                             em_estimate *out);

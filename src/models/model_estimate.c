@@ -137,10 +137,8 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
         adapter_params += r * (double)(site[k].in + site[k].out) * L;
         adapter_inputs += 4.0 * ((sa == 4.0 ? 0.0 : (double)site[k].in) + r);
     }
-    /* the attention: the fused kernel (no [T, T] tensor kept) for float32 with a gradient;
-     * 16-bit composes matmul, softmax, matmul and keeps the probabilities twice */
-    bool fused_attention = sa == 4.0;
-    double tt = B * heads * T * T;   /* elements of one [B, heads, T, T] tensor */
+    /* the attention: the fused kernel in every dtype, which keeps no [T, T] tensor, only
+     * each query row's float32 log-sum-exp */
     double per_token;
     if (cfg->family == EM_MODEL_GPT2)   /* LayerNorms' inputs and outputs, q k v, the heads' merge, gelu_new's chain */
         per_token = sr * 4 * H + sa * (4 * H + 5 * I);
@@ -148,11 +146,10 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
         per_token = sr * 4 * H + sa * (2 * Q + 2 * K + 3 * I);
     if (amp) per_token += sa * 2 * H;   /* the norms' float32 outputs cast for the projections */
     per_token += adapter_inputs;
-    double block = n * per_token + (fused_attention ? B * heads * T * 4 : 2 * sa * tt);
+    double block = n * per_token + B * heads * T * 4;
     double keep = o->checkpoint ? L * n * sr * H : L * block;
-    /* the backward of one block: the attention's [T, T] gradients (16-bit: of both saved
-     * probabilities, the softmax's and the scores'), the MLP's */
-    double backward = (fused_attention ? 0 : 4 * sa * tt) + n * sa * (2 * I + 2 * H);
+    /* the backward of one block: the MLP's gradients */
+    double backward = n * sa * (2 * I + 2 * H);
     /* the fused loss: the final norm's output, its [N, H] rows and their gradient, and the
      * chunk loop's float32 [chunk, V] logits, log-softmax and gradient */
     double N = B * (T - 1), chunk = (double)em__model_loss_chunk(cfg->vocab_size);
@@ -183,8 +180,7 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
                  n * sr * H / 1048576.0, block / 1048576.0);
     else
         snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], sizeof out->why[0], "%lld blocks x %.4g MB kept for backward "
-                 "(%s attention)", (long long)cfg->num_hidden_layers, block / 1048576.0,
-                 fused_attention ? "fused" : "composed, [heads, T, T] probabilities twice");
+                 "(fused attention)", (long long)cfg->num_hidden_layers, block / 1048576.0);
     out->bytes[EM_ESTIMATE_WORKSPACE] = step > loss ? step : loss;
     snprintf(out->why[EM_ESTIMATE_WORKSPACE], sizeof out->why[0], "the larger of the backward's %.4g MB (%sone "
              "block's gradients) and the fused loss's %.4g MB (%.0f rows x %.0f ids of float32 logits, x 3)",

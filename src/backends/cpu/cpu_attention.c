@@ -1,5 +1,6 @@
 /* Fused scaled-dot-product attention on the CPU: the forward in f32, bf16 and f16 (float32
- * accumulation), the backward in f32, with grouped-query heads, a causal offset and a key
+ * accumulation), the backward in the same three (float32 products, 16-bit operands converted
+ * per task), with grouped-query heads, a causal offset and a key
  * padding mask (op_list.h's SDPA and SDPA_BACKWARD).
  *
  * The composed attention (matmul, mask, softmax, matmul: src/nn/attention.c and core's
@@ -378,37 +379,75 @@ static void sdpa_merge(void *arg, int64_t t0, int64_t t1) {
     free(acc);
 }
 
+/* A [B, H, rows, cols] operand's rows as the backward reads them: float32 ones in place,
+ * 16-bit ones converted into a task's buffer first (row stride cols) */
+typedef struct rows_f32 {
+    const float *p;
+    int64_t sr;
+} rows_f32;
+
+static rows_f32 rows_as_f32(const operand *o, int64_t b, int64_t h, int64_t n, int64_t cols, float *buf) {
+    if (o->dt == EM_F32) return (rows_f32){atf(o, b, h, 0), o->sr};
+    load_rows(buf, o, b, h, 0, n, cols);
+    return (rows_f32){buf, cols};
+}
+
+/* n rows of cols float32 (row stride cols) into (b, h, 0..n) of a 16-bit operand */
+static void store_rows(const operand *o, int64_t b, int64_t h, int64_t r0, int64_t n, int64_t cols, const float *buf) {
+    for (int64_t r = 0; r < n; r++)
+        em__cpu_store_block(at(o, b, h, r0 + r), (int64_t)em__cpu_esize(o->dt), cols, o->dt, buf + r * cols);
+}
+
+/* One task per (batch, key/value head). 16-bit operands are converted to float32 once per
+ * task (k, v) or per head (q, g), the products are the float32 ones, dq is rounded block by
+ * block and dk, dv, summed over the group's heads in float32, are rounded once at the end:
+ * PyTorch's flash backward on the CPU accumulates the same way. */
 static void sdpa_bwd_heads(void *arg, int64_t t0, int64_t t1) {
     sdpa_job *j = arg;
     int64_t S = j->S, L = j->L, E = j->E, Ev = j->Ev, wide = E > Ev ? E : Ev;
+    bool low = j->q.dt != EM_F32;
     size_t blk = (size_t)SDPA_ROWS * (size_t)S;
-    /* P and dS blocks, k^T, v^T, the rows' rowsum(g out), and the no-BLAS GEMM's product */
-    float *buf = malloc(sizeof(float) * (2 * blk + (size_t)S * (size_t)(E + Ev) + (size_t)L + (size_t)S * (size_t)wide));
+    /* P and dS blocks, k^T, v^T, the rows' rowsum(g out), and the no-BLAS GEMM's product;
+     * 16-bit: k, v, one head's q and g, a block's dq, dk and dv sums and an out row as float32 */
+    size_t n = 2 * blk + (size_t)S * (size_t)(E + Ev) + (size_t)L + (size_t)S * (size_t)wide;
+    size_t n_low = low ? (size_t)S * (size_t)(E + Ev) * 2 + (size_t)L * (size_t)(E + Ev) + (size_t)SDPA_ROWS * (size_t)E +
+                             (size_t)Ev
+                       : 0;
+    float *buf = malloc(sizeof(float) * (n + n_low));
     if (!buf) {
         atomic_store(&j->oom, true);
         return;
     }
     float *p = buf, *ds = p + blk, *kt = ds + blk, *vt = kt + S * E, *dsum = vt + S * Ev, *tmp = dsum + L;
+    float *kf = buf + n, *vf = kf + S * E, *qf = vf + S * Ev, *gf = qf + L * E, *dqf = gf + L * Ev,
+          *dkf = dqf + SDPA_ROWS * E, *dvf = dkf + S * E, *of = dvf + S * Ev;
     int64_t nblk = (L + SDPA_ROWS - 1) / SDPA_ROWS, seen = visible_end(j, L - 1);
     for (int64_t t = t0; t < t1; t++) {
         int64_t b = t / j->Hkv, kvh = t % j->Hkv;
-        transpose(atf(&j->k, b, kvh, 0), S, E, j->k.sr, kt);
-        transpose(atf(&j->v, b, kvh, 0), S, Ev, j->v.sr, vt);
+        rows_f32 kr = rows_as_f32(&j->k, b, kvh, S, E, kf), vr = rows_as_f32(&j->v, b, kvh, S, Ev, vf);
+        transpose(kr.p, S, E, kr.sr, kt);
+        transpose(vr.p, S, Ev, vr.sr, vt);
+        /* dk and dv: the operand's rows, or (16-bit) the float32 sums stored at the end */
+        float *dkp = low ? dkf : atf(&j->dk, b, kvh, 0), *dvp = low ? dvf : atf(&j->dv, b, kvh, 0);
+        int64_t dksr = low ? E : j->dk.sr, dvsr = low ? Ev : j->dv.sr;
         /* keys no query sees (causal, past + L < S) get zeros */
         for (int64_t s = seen; s < S; s++) {
-            memset(atf(&j->dk, b, kvh, s), 0, sizeof(float) * (size_t)E);
-            memset(atf(&j->dv, b, kvh, s), 0, sizeof(float) * (size_t)Ev);
+            memset(dkp + s * dksr, 0, sizeof(float) * (size_t)E);
+            memset(dvp + s * dvsr, 0, sizeof(float) * (size_t)Ev);
         }
         for (int64_t gi = 0; gi < j->G; gi++) {
             int64_t h = kvh * j->G + gi;
             const float *lse = j->lse + (b * j->Hq + h) * L;
+            rows_f32 qr = rows_as_f32(&j->q, b, h, L, E, qf), gr = rows_as_f32(&j->g, b, h, L, Ev, gf);
             for (int64_t i = 0; i < L; i++) {
-                const float *gr = atf(&j->g, b, h, i), *orow = atf(&j->out, b, h, i);
+                const float *grow = gr.p + i * gr.sr, *orow = of;
+                if (low) load_rows(of, &j->out, b, h, i, 1, Ev);
+                else orow = atf(&j->out, b, h, i);
                 float lane[8] = {0};
                 int64_t e = 0;
                 for (; e + 8 <= Ev; e += 8)
-                    for (int l = 0; l < 8; l++) lane[l] += gr[e + l] * orow[e + l];
-                for (; e < Ev; e++) lane[0] += gr[e] * orow[e];
+                    for (int l = 0; l < 8; l++) lane[l] += grow[e + l] * orow[e + l];
+                for (; e < Ev; e++) lane[0] += grow[e] * orow[e];
                 dsum[i] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
             }
             /* dk and dv sum over the row blocks and the group's heads: the first head's last
@@ -419,33 +458,40 @@ static void sdpa_bwd_heads(void *arg, int64_t t0, int64_t t1) {
                 int64_t sc = visible_end(j, i0 + rows - 1);
                 float beta = gi == 0 && bi == nblk - 1 ? 0.0f : 1.0f;
                 if (sc <= 0) continue;
-                gemm(false, false, rows, sc, E, j->scale, atf(&j->q, b, h, i0), j->q.sr, kt, S, 0.0f, p, sc, tmp);
+                const float *qb = qr.p + i0 * qr.sr, *gb = gr.p + i0 * gr.sr;
+                gemm(false, false, rows, sc, E, j->scale, qb, qr.sr, kt, S, 0.0f, p, sc, tmp);
                 for (int64_t r = 0; r < rows; r++) {
                     float *pr = p + r * sc;
-                    int64_t n = visible_end(j, i0 + r);
+                    int64_t nv = visible_end(j, i0 + r);
                     float by = lse[i0 + r];
-                    for (int64_t c = n; c < sc; c++) pr[c] = -INFINITY;
+                    for (int64_t c = nv; c < sc; c++) pr[c] = -INFINITY;
                     if (by == -INFINITY) { /* a row that saw nothing: P = 0 */
-                        for (int64_t c = 0; c < n; c++) pr[c] = -INFINITY;
+                        for (int64_t c = 0; c < nv; c++) pr[c] = -INFINITY;
                         continue;
                     }
-                    EM_CPU_VLOOP(n, pr[i] -= by;)
+                    EM_CPU_VLOOP(nv, pr[i] -= by;)
                 }
                 em__cpu_vexp_f32(p, p, rows * sc); /* P = e^(s - lse) where visible, else 0 */
-                const float *gb = atf(&j->g, b, h, i0);
-                gemm(true, false, sc, Ev, rows, 1.0f, p, sc, gb, j->g.sr, beta, atf(&j->dv, b, kvh, 0), j->dv.sr, tmp);
-                gemm(false, false, rows, sc, Ev, 1.0f, gb, j->g.sr, vt, S, 0.0f, ds, sc, tmp);
+                gemm(true, false, sc, Ev, rows, 1.0f, p, sc, gb, gr.sr, beta, dvp, dvsr, tmp);
+                gemm(false, false, rows, sc, Ev, 1.0f, gb, gr.sr, vt, S, 0.0f, ds, sc, tmp);
                 for (int64_t r = 0; r < rows; r++) { /* dS = P (dP - rowsum(g out)), times the scale */
                     float *restrict dr = ds + r * sc;
                     const float *restrict pr = p + r * sc;
                     float dd = dsum[i0 + r], sl = j->scale;
                     EM_CPU_VLOOP(sc, dr[i] = pr[i] * (dr[i] - dd) * sl;)
                 }
-                gemm(false, false, rows, E, sc, 1.0f, ds, sc, atf(&j->k, b, kvh, 0), j->k.sr, 0.0f,
-                     atf(&j->dq, b, h, i0), j->dq.sr, tmp);
-                gemm(true, false, sc, E, rows, 1.0f, ds, sc, atf(&j->q, b, h, i0), j->q.sr, beta, atf(&j->dk, b, kvh, 0),
-                     j->dk.sr, tmp);
+                if (low) {
+                    gemm(false, false, rows, E, sc, 1.0f, ds, sc, kr.p, kr.sr, 0.0f, dqf, E, tmp);
+                    store_rows(&j->dq, b, h, i0, rows, E, dqf);
+                } else {
+                    gemm(false, false, rows, E, sc, 1.0f, ds, sc, kr.p, kr.sr, 0.0f, atf(&j->dq, b, h, i0), j->dq.sr, tmp);
+                }
+                gemm(true, false, sc, E, rows, 1.0f, ds, sc, qb, qr.sr, beta, dkp, dksr, tmp);
             }
+        }
+        if (low) {
+            store_rows(&j->dk, b, kvh, 0, S, E, dkf);
+            store_rows(&j->dv, b, kvh, 0, S, Ev, dvf);
         }
     }
     free(buf);
@@ -537,7 +583,7 @@ em_status em__cpu_sdpa_backward(const em_op_call *c) {
     em_tensor *dq = c->dst[0], *dk = c->dst[1], *dv = c->dst[2];
     const em_tensor *g = c->src[0], *q = c->src[1], *k = c->src[2], *v = c->src[3], *out = c->src[4];
     const em_tensor *ts[8] = {dq, dk, dv, g, out, q, k, v};
-    if (sdpa_check("sdpa_backward", ts, 8, EM_F32)) return em_last_status();
+    if (sdpa_check("sdpa_backward", ts, 8, c->dtype)) return em_last_status();
     em__cpu_blas_init();
     sdpa_job j;
     job_shape(&j, c, q, k, v);

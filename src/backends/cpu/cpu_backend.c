@@ -176,7 +176,7 @@ static bool cpu_supports(const em_op_call *c) {
     switch (c->op) {
     case EM_OP_SDPA: return c->dtype != EM_F64;
     case EM_OP_ROPE: return c->dtype == EM_F32 || c->dtype == EM_F64; /* 16-bit: composed (cpu_lm.c) */
-    case EM_OP_SDPA_BACKWARD: return c->dtype == EM_F32;
+    case EM_OP_SDPA_BACKWARD: return c->dtype != EM_F64;
     case EM_OP_ADAM_STEP_MULTI: return false; /* a loop over the parameters gains nothing here */
     case EM_OP_CE_ROWS: return false; /* the composition runs on the CPU's vector kernels */
     case EM_OP_CONV2D:
