@@ -214,6 +214,15 @@ static em_status take_token(gen_state *g, em_generated_row *row, int64_t r, int6
     return EM_OK;
 }
 
+/* Host ids or positions [rows, cols] as a tensor on the model's device, marked in [0, bound):
+ * generation wrote them itself (prompts checked by check_args, sampled ids, positions within
+ * the cache), so the lookups need not read them back to check them. */
+static em_tensor *device_indices(em_model *m, const int64_t *v, int64_t rows, int64_t cols, int64_t bound) {
+    em_tensor *t = em_to(em_from_data(v, EM_I64, EM_SHAPE(rows, cols), EM_OPTS(.dtype = EM_I64)), m->device);
+    if (t) em__index_mark_in_range(t, bound);
+    return t;
+}
+
 /* Whether the one-token steps take the static form (em__generate_static_decode), set up then;
  * out->decode_graph says how they will run. */
 static em_status static_decode_start(em_model *m, gen_state *g, em_generation *out) {
@@ -329,9 +338,10 @@ static em_status run(em_model *m, const em_tokenizer *tok, gen_state *g, const e
 
     double t0 = now_seconds();
     em_scope scope = em_scope_begin();
-    em_tensor *ids = em_from_data(g->ids, EM_I64, EM_SHAPE(rows, L), EM_OPTS(.dtype = EM_I64));
+    int64_t cap = g->cache->capacity;
+    em_tensor *ids = device_indices(m, g->ids, rows, L, V);
     em_tensor *mask = padded ? em_from_data(g->mask, EM_I64, EM_SHAPE(rows, L), EM_OPTS(.dtype = EM_I64)) : NULL;
-    em_tensor *pos = em_from_data(g->positions, EM_I64, EM_SHAPE(rows, L), EM_OPTS(.dtype = EM_I64));
+    em_tensor *pos = device_indices(m, g->positions, rows, L, cap);
     em_status st = ids && pos && (mask || !padded)
                        ? fetch_logits(em_model_forward(m, ids, &(em_forward_opts){.attention_mask = mask,
                                                                                  .position_ids = pos,
@@ -378,8 +388,8 @@ static em_status run(em_model *m, const em_tokenizer *tok, gen_state *g, const e
             continue;
         }
         scope = em_scope_begin();
-        ids = em_from_data(g->ids, EM_I64, EM_SHAPE(rows, 1), EM_OPTS(.dtype = EM_I64));
-        pos = em_from_data(g->positions, EM_I64, EM_SHAPE(rows, 1), EM_OPTS(.dtype = EM_I64));
+        ids = device_indices(m, g->ids, rows, 1, V);
+        pos = device_indices(m, g->positions, rows, 1, cap);
         st = ids && pos ? fetch_logits(em_model_forward(m, ids, &(em_forward_opts){.position_ids = pos,
                                                                                   .cache = g->cache,
                                                                                   .logits_to_keep = 1}),
