@@ -117,8 +117,10 @@ em_tensor *em__model_linear(em_tensor *x, em_tensor *w, em_tensor *b);
 em_tensor *em__model_hidden(em_model *m, em_tensor *input_ids, const em_forward_opts *opts);
 /* The attention of one layer for q [B, Hq, T, D], k and v [B, Hkv, T, D] of this call's
  * tokens: with a cache, k and v are written at its length and the attention reads the cache
- * (causal from that offset, its key mask); without, causal over the call's tokens with
- * key_mask (bool [B, T] or NULL). Result [B, T, Hq * D]. */
+ * (causal from that offset, its key mask); in a static decode step (cache->static_step),
+ * written at the device position write_pos and the whole cache read under its mask; without
+ * a cache, causal over the call's tokens with key_mask (bool [B, T] or NULL). Result
+ * [B, T, Hq * D]. */
 em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_tensor *k, em_tensor *v,
                                em_tensor *key_mask, double scale);
 /* The rotary tables cos and sin for positions [T] or [B, T] (em_rope_tables), or in a static
