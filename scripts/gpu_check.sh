@@ -332,12 +332,19 @@ s_lm_decode() {
     "$EMBER" generate "$MODELS/llama-1b" --device "$LMDEV" --dtype bf16 --prompt "$(lm_prompt $n)" \
         --max-new-tokens $new --temperature 0 --json >"$FACTS/lm_decode_ember.json" || return 1
     cat "$FACTS/lm_decode_ember.json"
+    # how the decode steps ran: replayed from a CUDA graph, or eager and why
+    note "cuda graph: $(lm_decode_graph "$FACTS/lm_decode_ember.json")"
     ((DRY)) && return 0
     # a second run with CUDA graphs off, when this build has them
     EMBER_CUDA_GRAPHS=0 "$EMBER" generate "$MODELS/llama-1b" --device "$LMDEV" --dtype bf16 --prompt "$(lm_prompt $n)" \
         --max-new-tokens $new --temperature 0 --json >"$FACTS/lm_decode_ember_nographs.json" || return 1
     cat "$FACTS/lm_decode_ember_nographs.json"
+    note "graphs off: cuda graph: $(lm_decode_graph "$FACTS/lm_decode_ember_nographs.json")"
+    lm_decode_graph "$FACTS/lm_decode_ember.json" | grep -q '^decode replayed' ||
+        { note "the decode step was not replayed from a graph"; return 1; }
 }
+# The "cuda_graph" field of an `ember generate --json` output file.
+lm_decode_graph() { sed -n 's/.*"cuda_graph": "\(\([^"\\]\|\\.\)*\)".*/\1/p' "$1"; }
 s_lm_decode_torch() {
     export STEP_NAME=lm_decode_torch
     LD_LIBRARY_PATH=$ORIG_LD "$PY" "$ROOT/bench/lm_gpu_torch.py" llama-decode --device cuda:0 --prompt 512 \
@@ -451,7 +458,7 @@ sanitize() {
 s_memcheck() { export STEP_NAME=memcheck; local r=0; sanitize memcheck test_backend_ops || r=1; sanitize memcheck test_golden_ops || r=1; return $r; }
 s_racecheck() { export STEP_NAME=racecheck; local r=0; sanitize racecheck test_backend_ops || r=1; sanitize racecheck test_golden_ops || r=1; return $r; }
 s_synccheck() { export STEP_NAME=synccheck; local r=0; sanitize synccheck test_backend_ops || r=1; sanitize synccheck test_golden_ops || r=1; return $r; }
-export -f ctest_run sanitize make_folder lm_prompt
+export -f ctest_run sanitize make_folder lm_prompt lm_decode_graph
 export GOLDEN LM_GOLDEN MODELS LMDEV NUMPY_PY
 
 SMI_FIELDS=name,index,count,driver_version,memory.total,memory.used,memory.free,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,compute_cap

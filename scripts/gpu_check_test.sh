@@ -65,6 +65,9 @@ for s in r["steps"]:
         assert s["status"] == "skip" and "no driver" in s["note"], s
     else:
         assert s["status"] == "pass", s
+# the decode's graph line: on the CPU the steps stay eager, and the note says why
+lm = next(s for s in r["steps"] if s["name"] == "lm_decode")
+assert "cuda graph: off (" in lm["note"], lm
 assert r["dry_run"] is True and r["part"] == "all"
 assert r["summary"]["fail"] == 0 and r["summary"]["skip"] == len(gpu) and r["summary"]["verdict"] == "PASS with skips"
 assert r["machine"]["cpu_gemm"].startswith(("OpenBLAS", "built-in (")), r["machine"]

@@ -121,6 +121,8 @@ typedef struct em_generation {
     double prefill_seconds;     /* the prompts' forward, up to the first tokens' logits on the host */
     double decode_seconds;      /* every later step, with sampling and callbacks */
     size_t kv_cache_bytes;      /* the key-value cache's keys and values */
+    int64_t graph_replays;      /* decode steps replayed from a CUDA graph (the capturing one included) */
+    char decode_graph[192];     /* how the one-token steps ran: from a CUDA graph, or eager and why */
 } em_generation;
 /* Frees what g holds and zeroes it; NULL or a zeroed g is ignored. */
 EM_API void em_generation_free(em_generation *g);

@@ -194,6 +194,9 @@ em_tensor *em__sdpa(em_tensor *q, em_tensor *k, em_tensor *v, double scale, bool
  * a check): gather, scatter_add and index_select skip their host read of its values while
  * its storage is not written again. */
 void em__index_mark_in_range(em_tensor *index, int64_t bound);
+/* Whether index is marked (above) to lie in [0, bound) and not written since: a caller that
+ * would read it to the host to check its range (em_embedding) can skip that read. */
+bool em__index_known_in_range(const em_tensor *index, int64_t bound);
 /* Whether this thread is recording a graph on device d (em_graph_capture_begin .. _end). */
 bool em__graph_capturing(em_device d);
 /* During a capture, host state changed by the work being recorded (an optimizer's step

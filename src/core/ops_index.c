@@ -24,9 +24,13 @@ static int64_t *index_values(const em_tensor *idx, int64_t *n) {
     return v;
 }
 
+bool em__index_known_in_range(const em_tensor *index, int64_t bound) {
+    const em_storage *s = index ? index->storage : NULL;
+    return s && s->index_bound > 0 && s->index_bound <= bound && atomic_load(&s->version) == s->index_bound_version;
+}
+
 static em_status check_range(const char *op, const em_tensor *idx, int dim, int64_t bound) {
-    const em_storage *s = idx->storage;
-    if (s->index_bound > 0 && s->index_bound <= bound && atomic_load(&s->version) == s->index_bound_version)
+    if (em__index_known_in_range(idx, bound))
         return EM_OK; /* made in range on the device (em__index_mark_in_range): no host read */
     int64_t n;
     int64_t *v = index_values(idx, &n);

@@ -34,7 +34,20 @@ em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_t
         v = em_to_dtype(v, dt);
         if (!q || !k || !v) return NULL;
     }
-    if (cache) {
+    if (cache && cache->static_step) {
+        /* the static decode step: the token's key and value go to the cache's slot write_pos
+         * (one where over the whole cache, the position staying on the device), and the
+         * query attends over every slot, those not yet written masked out by the cache's mask
+         * (key_mask_for set the slot's bit); the query is the last position written, so no
+         * causal limit is needed */
+        em_tensor *kc = cache->k[layer], *vc = cache->v[layer];
+        em_tensor *slot = em_view(em_eq(cache->slots, cache->write_pos), EM_SHAPE(1, 1, cache->capacity, 1));
+        if (!slot || em_copy_(kc, em_where(slot, k, kc)) != EM_OK || em_copy_(vc, em_where(slot, v, vc)) != EM_OK)
+            return NULL;
+        k = kc;
+        v = vc;
+        o.causal = false;
+    } else if (cache) {
         int64_t past = cache->length;
         em_tensor *kc = cache->k[layer], *vc = cache->v[layer];
         if (em_copy_(em_narrow(kc, 2, past, T), k) != EM_OK || em_copy_(em_narrow(vc, 2, past, T), v) != EM_OK)
@@ -45,6 +58,20 @@ em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_t
     }
     em_tensor *a = em_attention(q, k, v, &o);
     return a ? em_reshape(em_transpose(a, 1, 2), EM_SHAPE(B, T, Hq * D)) : NULL;
+}
+
+em_status em__model_rope_tables(em_model *m, em_kv_cache *cache, em_tensor *positions, em_tensor **cos,
+                                em_tensor **sin) {
+    if (!cache || !cache->static_step || !cache->rope_cos)
+        return em_rope_tables(&m->cfg.rope, positions, m->dtype, m->device, cos, sin);
+    /* the rows of the tables of every position: positions the caller marked in range
+     * (em__index_mark_in_range) are picked on the device, not read back */
+    em_shape s = em_shape_of(positions);
+    s.d[s.ndim++] = m->cfg.head_dim;
+    em_tensor *flat = em_reshape(positions, EM_SHAPE(-1));
+    *cos = em_view(em_index_select(cache->rope_cos, 0, flat), s);
+    *sin = *cos ? em_view(em_index_select(cache->rope_sin, 0, flat), s) : NULL;
+    return *sin ? EM_OK : em_last_status();
 }
 
 /* ids [B, T] of an integer dtype: B and T, or an error. */
@@ -69,6 +96,15 @@ static em_status key_mask_for(em_model *m, em_kv_cache *cache, em_tensor *mask, 
     *out = NULL;
     int64_t past = cache ? cache->length : 0;
     em_tensor *bool_mask = NULL;
+    if (cache) cache->static_step = cache->write_pos && T == 1 && !mask;
+    if (cache && cache->static_step) {
+        /* the static decode step: the slot write_pos marked written on the device, and the
+         * layers see the whole cache's mask (the slots not yet written are 0) */
+        em_tensor *slot = em_view(em_eq(cache->slots, cache->write_pos), EM_SHAPE(1, cache->capacity));
+        if (!slot || em_copy_(cache->mask, em_where(slot, slot, cache->mask)) != EM_OK) return em_last_status();
+        *out = cache->mask;
+        return EM_OK;
+    }
     if (mask) {
         em_dtype dt = em_dtype_of(mask);
         if (em_ndim(mask) != 2 || em_size(mask, 0) != B || (em_size(mask, 1) != T && em_size(mask, 1) != past + T) ||

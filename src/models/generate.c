@@ -4,6 +4,8 @@
  * sampling.c chooses the tokens, the decode streams turn them into text, and the stop rules
  * and the callback are checked. Also em_lm, a model folder's model and tokenizer together. */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,6 +14,13 @@
 #include "../util/errors.h"
 
 #define DEFAULT_NEW_TOKENS 32
+/* Eager one-token steps before the decode step is captured: the kernels it launches are
+ * compiled and loaded before the recording. */
+#define DECODE_GRAPH_WARMUP 1
+
+static atomic_int g_static_decode = -1;
+
+int em__generate_static_decode(int mode) { return atomic_exchange(&g_static_decode, mode); }
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -72,6 +81,29 @@ static bool is_eos(int64_t id, const int64_t *eos, int n_eos) {
     return false;
 }
 
+/* The one-token step in the static decode form (models_internal.h's em_kv_cache): its inputs
+ * are device tensors that outlive a graph, written before each step, and its output is the
+ * float32 logits tensor it writes, read after it; on CUDA the step is recorded once and
+ * replayed for every later token (em_graph_step_run). */
+typedef struct static_decode {
+    em_model *m;
+    em_kv_cache *cache;
+    em_tensor *ids, *positions;   /* int64 [rows, 1] on the model's device */
+    em_tensor *logits;            /* float32 [rows, 1, vocab] on the model's device */
+    em_graph_step *graph;         /* NULL: run eagerly */
+} static_decode;
+
+static em_status static_decode_step(void *ctx) {
+    static_decode *d = ctx;
+    em_scope s = em_scope_begin();
+    em_tensor *logits = em_model_forward(d->m, d->ids, &(em_forward_opts){.position_ids = d->positions,
+                                                                            .cache = d->cache,
+                                                                            .logits_to_keep = 1});
+    em_status st = logits ? em_copy_(d->logits, logits) : em_last_status();
+    em_scope_end(s);
+    return st;
+}
+
 /* Everything a generation holds while it runs. */
 typedef struct gen_state {
     int64_t rows, vocab, longest, max_new;
@@ -83,6 +115,7 @@ typedef struct gen_state {
     em_decode_stream **streams;        /* per row, with a tokenizer */
     em_sample_scratch scratch;
     em_kv_cache *cache;
+    static_decode *decode;             /* the static decode form's step, or NULL: dynamic */
     const em_tokenizer *tok;           /* NULL: no text */
 } gen_state;
 
@@ -97,6 +130,13 @@ static void gen_state_free(gen_state *g) {
     for (int64_t r = 0; g->streams && r < g->rows; r++) em_decode_stream_free(g->streams[r]);
     free(g->streams);
     em__sample_scratch_free(&g->scratch);
+    if (g->decode) {   /* the graph first: its memory is released with it */
+        em_graph_step_free(g->decode->graph);
+        em_release(g->decode->ids);
+        em_release(g->decode->positions);
+        em_release(g->decode->logits);
+        free(g->decode);
+    }
     em_kv_cache_free(g->cache);
 }
 
@@ -174,6 +214,99 @@ static em_status take_token(gen_state *g, em_generated_row *row, int64_t r, int6
     return EM_OK;
 }
 
+/* Host ids or positions [rows, cols] as a tensor on the model's device, marked in [0, bound):
+ * generation wrote them itself (prompts checked by check_args, sampled ids, positions within
+ * the cache), so the lookups need not read them back to check them. */
+static em_tensor *device_indices(em_model *m, const int64_t *v, int64_t rows, int64_t cols, int64_t bound) {
+    em_tensor *t = em_to(em_from_data(v, EM_I64, EM_SHAPE(rows, cols), EM_OPTS(.dtype = EM_I64)), m->device);
+    if (t) em__index_mark_in_range(t, bound);
+    return t;
+}
+
+/* Whether the one-token steps take the static form (em__generate_static_decode), set up then;
+ * out->decode_graph says how they will run. */
+static em_status static_decode_start(em_model *m, gen_state *g, em_generation *out) {
+    int mode = atomic_load(&g_static_decode);
+    const char *why = NULL;
+    bool cuda = m->device.type == EM_CUDA, graphs = em_graph_available(m->device, &why);
+    if (mode == 0 || (mode < 0 && !(cuda && graphs))) {
+        snprintf(out->decode_graph, sizeof out->decode_graph, "off (%s)",
+                 mode == 0 ? "the dynamic decode form was asked for" : why ? why : "graphs are CUDA's");
+        return EM_OK;
+    }
+    static_decode *d = calloc(1, sizeof *d);
+    if (!d) return em_error(EM_ERR_OUT_OF_MEMORY, "em_generate: out of host memory");
+    g->decode = d;
+    d->m = m;
+    d->cache = g->cache;
+    if (em__kv_cache_static_begin(g->cache) != EM_OK) return em_last_status();
+    em_opts io = EM_OPTS(.dtype = EM_I64, .device = m->device);
+    em_scope s = em_scope_begin();
+    em_tensor *ids = em_zeros(EM_SHAPE(g->rows, 1), io), *pos = em_zeros(EM_SHAPE(g->rows, 1), io);
+    em_tensor *logits = em_zeros(EM_SHAPE(g->rows, 1, g->vocab), EM_OPTS(.dtype = EM_F32, .device = m->device));
+    if (ids && pos && logits) {
+        d->ids = em_keep(ids);
+        d->positions = em_keep(pos);
+        d->logits = em_keep(logits);
+    }
+    em_scope_end(s);
+    if (!d->logits) return em_last_status();
+    if (graphs && !(d->graph = em_graph_step_new(m->device, DECODE_GRAPH_WARMUP))) return em_last_status();
+    snprintf(out->decode_graph, sizeof out->decode_graph, "%s%s%s", graphs ? "no step ran" : "off (",
+             graphs ? "" : why ? why : "no graphs here", graphs ? "" : ")");
+    return EM_OK;
+}
+
+/* One step of the static form: the ids and positions (g->ids, g->positions [rows]) and the
+ * cache's write position copied to the device, the step run or replayed, its logits read. */
+static em_status static_decode_run(gen_state *g, int64_t slot) {
+    static_decode *d = g->decode;
+    em_kv_cache *c = g->cache;
+    em_scope s = em_scope_begin();
+    em_tensor *ids = em_from_data(g->ids, EM_I64, EM_SHAPE(g->rows, 1), EM_OPTS(.dtype = EM_I64));
+    em_tensor *pos = em_from_data(g->positions, EM_I64, EM_SHAPE(g->rows, 1), EM_OPTS(.dtype = EM_I64));
+    em_tensor *at = em_from_data(&slot, EM_I64, EM_SHAPE(1), EM_OPTS(.dtype = EM_I64));
+    em_status st = ids && pos && at ? EM_OK : em_last_status();
+    if (st == EM_OK) st = em_copy_(d->ids, ids);
+    if (st == EM_OK) st = em_copy_(d->positions, pos);
+    if (st == EM_OK) st = em_copy_(c->write_pos, at);
+    em_scope_end(s);
+    if (st != EM_OK) return st;
+    /* sampled ids (or the pad id) are in the vocabulary, and positions below the cache's
+     * length, which check_args held within the model's positions: the lookups need not read
+     * them back */
+    em__index_mark_in_range(d->ids, g->vocab);
+    em__index_mark_in_range(d->positions, c->capacity);
+    c->length = slot;   /* a replay does not run the forward's host side, which counts it */
+    if (d->graph) {
+        em_tensor *inputs[3] = {d->ids, d->positions, c->write_pos};
+        uint64_t key = (uint64_t)g->rows * 0x9E3779B97F4A7C15ull ^ (uint64_t)c->capacity << 8 ^
+                       (uint64_t)em_dtype_of(c->k[0]);
+        st = em_graph_step_run(d->graph, inputs, 3, key, static_decode_step, d);
+    } else {
+        st = static_decode_step(d);
+    }
+    if (st != EM_OK) return st;
+    return em_copy_to_host(d->logits, g->logits, (size_t)(g->rows * g->vocab) * sizeof *g->logits);
+}
+
+/* out's note on the decode steps' graph, from the step's counts. */
+static void static_decode_note(const gen_state *g, em_generation *out) {
+    em_graph_step_stats st;
+    if (!g->decode || !g->decode->graph || em_graph_step_get_stats(g->decode->graph, &st) != EM_OK) return;
+    out->graph_replays = st.replays;
+    if (st.failed_captures)
+        snprintf(out->decode_graph, sizeof out->decode_graph, "decode eager (capture failed: %.150s)",
+                 st.last_failure);
+    else if (st.replays)
+        snprintf(out->decode_graph, sizeof out->decode_graph, "decode replayed (%lld of %lld steps, %lld capture%s)",
+                 (long long)st.replays, (long long)(st.replays + st.eager_runs), (long long)st.captures,
+                 st.captures == 1 ? "" : "s");
+    else
+        snprintf(out->decode_graph, sizeof out->decode_graph, "decode eager (%lld steps, fewer than the warm-up)",
+                 (long long)st.eager_runs);
+}
+
 static em_status run(em_model *m, const em_tokenizer *tok, gen_state *g, const em_generate_opts *o,
                      em_generation *out) {
     const em_model_config *cfg = em_model_config_of(m);
@@ -205,9 +338,10 @@ static em_status run(em_model *m, const em_tokenizer *tok, gen_state *g, const e
 
     double t0 = now_seconds();
     em_scope scope = em_scope_begin();
-    em_tensor *ids = em_from_data(g->ids, EM_I64, EM_SHAPE(rows, L), EM_OPTS(.dtype = EM_I64));
+    int64_t cap = g->cache->capacity;
+    em_tensor *ids = device_indices(m, g->ids, rows, L, V);
     em_tensor *mask = padded ? em_from_data(g->mask, EM_I64, EM_SHAPE(rows, L), EM_OPTS(.dtype = EM_I64)) : NULL;
-    em_tensor *pos = em_from_data(g->positions, EM_I64, EM_SHAPE(rows, L), EM_OPTS(.dtype = EM_I64));
+    em_tensor *pos = device_indices(m, g->positions, rows, L, cap);
     em_status st = ids && pos && (mask || !padded)
                        ? fetch_logits(em_model_forward(m, ids, &(em_forward_opts){.attention_mask = mask,
                                                                                  .position_ids = pos,
@@ -248,9 +382,14 @@ static em_status run(em_model *m, const em_tokenizer *tok, gen_state *g, const e
             g->ids[r] = g->done[r] ? pad : out->row[r].tokens[step];
             g->positions[r] = out->row[r].n_prompt + step;
         }
+        if (g->decode) {
+            if ((st = static_decode_run(g, L + step)) != EM_OK) return st;
+            out->steps++;
+            continue;
+        }
         scope = em_scope_begin();
-        ids = em_from_data(g->ids, EM_I64, EM_SHAPE(rows, 1), EM_OPTS(.dtype = EM_I64));
-        pos = em_from_data(g->positions, EM_I64, EM_SHAPE(rows, 1), EM_OPTS(.dtype = EM_I64));
+        ids = device_indices(m, g->ids, rows, 1, V);
+        pos = device_indices(m, g->positions, rows, 1, cap);
         st = ids && pos ? fetch_logits(em_model_forward(m, ids, &(em_forward_opts){.position_ids = pos,
                                                                                   .cache = g->cache,
                                                                                   .logits_to_keep = 1}),
@@ -268,6 +407,7 @@ static em_status run(em_model *m, const em_tokenizer *tok, gen_state *g, const e
             return em_last_status();
     }
     out->decode_seconds = now_seconds() - t1;
+    static_decode_note(g, out);
     return EM_OK;
 }
 
@@ -320,7 +460,8 @@ static em_status generate_rows(em_model *m, const em_tokenizer *tok, const int64
     if (st == EM_OK && !(g.cache = em_kv_cache_new(m, rows, g.longest + g.max_new))) st = em_last_status();
     if (st == EM_OK) {
         out->kv_cache_bytes = em_kv_cache_nbytes(g.cache);
-        st = run(m, tok, &g, &o, out);
+        st = static_decode_start(m, &g, out);
+        if (st == EM_OK) st = run(m, tok, &g, &o, out);
     }
     gen_state_free(&g);
     if (st != EM_OK) em_generation_free(out);

@@ -23,4 +23,9 @@ em_status em__logits_process_seen(float *scores, int64_t vocab, const uint8_t *s
 /* em_sample_token without the argument checks. */
 int64_t em__sample_from(const float *scores, int64_t vocab, const em_sampling *s, uint64_t counter);
 
+/* Which form the one-token decode steps take: -1 the default (the static form, replayed from
+ * a CUDA graph, on CUDA only), 1 the static form on every device (tests: it must give the
+ * dynamic form's tokens), 0 the dynamic form everywhere. Returns the previous setting. */
+int em__generate_static_decode(int mode);
+
 #endif

@@ -45,7 +45,7 @@ em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, e
                             em_kv_cache *cache, int64_t keep, bool checkpoint) {
     const em_model_config *c = &m->cfg;
     em_tensor *cos, *sin;
-    if (em_rope_tables(&c->rope, positions, m->dtype, m->device, &cos, &sin) != EM_OK) return NULL;
+    if (em__model_rope_tables(m, cache, positions, &cos, &sin) != EM_OK) return NULL;
     em_tensor *x = m->unit_runner ? em__model_embed_unit(m, ids, NULL)
                                   : em_embedding(ids, m->w[MW_EMBED], EM_NO_PADDING_IDX);
     if (!x) return NULL;

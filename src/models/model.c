@@ -149,6 +149,10 @@ void em_kv_cache_free(em_kv_cache *c) {
         if (c->v) em_release(c->v[i]);
     }
     em_release(c->mask);
+    em_release(c->write_pos);
+    em_release(c->slots);
+    em_release(c->rope_cos);
+    em_release(c->rope_sin);
     free(c->k);
     free(c->v);
     free(c);
@@ -195,6 +199,28 @@ em_kv_cache *em_kv_cache_new(const em_model *m, int64_t batch, int64_t max_len) 
         return NULL;
     }
     return c;
+}
+
+em_status em__kv_cache_static_begin(em_kv_cache *c) {
+    if (!c) return em_error(EM_ERR_ARGUMENT, "em__kv_cache_static_begin: argument 'c' is NULL");
+    if (c->write_pos) return EM_OK;
+    const em_model *m = c->model;
+    em_opts io = EM_OPTS(.dtype = EM_I64, .device = m->device);
+    em_scope scope = em_scope_begin();
+    em_tensor *pos = em_zeros(EM_SHAPE(1), io), *slots = em_arange(0, (double)c->capacity, 1, io);
+    em_tensor *cos = NULL, *sin = NULL;
+    em_status st = pos && slots ? EM_OK : em_last_status();
+    if (st == EM_OK && m->cfg.family != EM_MODEL_GPT2)   /* GPT-2's positions are learned: no tables */
+        st = em_rope_tables(&m->cfg.rope, slots, m->dtype, m->device, &cos, &sin);
+    if (st == EM_OK) {
+        c->write_pos = em_keep(pos);
+        c->slots = em_keep(slots);
+        c->rope_cos = cos ? em_keep(cos) : NULL;
+        c->rope_sin = sin ? em_keep(sin) : NULL;
+    }
+    em_scope_end(scope);
+    if (st != EM_OK) return em__model_error_prefix("em_kv_cache (static decode, %lld positions)", (long long)c->capacity);
+    return EM_OK;
 }
 
 int64_t em_kv_cache_length(const em_kv_cache *c) {

@@ -82,7 +82,21 @@ struct em_kv_cache {
     em_tensor **k, **v;      /* per layer [batch, n_kv, capacity, head_dim] */
     em_tensor *mask;         /* bool [batch, capacity] */
     bool masked;             /* a mask with padding was given: attention reads the cache's mask */
+    /* The static decode form (em__kv_cache_static_begin): a one-token step whose shapes,
+     * addresses and kernel arguments do not depend on the position, so that a CUDA graph can
+     * record it once and replay it for every token. The step writes its key and value at the
+     * device position write_pos, attends over the whole cache with the cache's mask (0 past
+     * the written positions), and takes its rotary rows from tables of every position. */
+    em_tensor *write_pos;    /* int64 [1] on the device: where the next token goes; NULL: dynamic */
+    em_tensor *slots;        /* int64 [capacity] on the device: 0 .. capacity - 1 */
+    em_tensor *rope_cos, *rope_sin;   /* [capacity, head_dim] in the model's dtype (rotary families) */
+    bool static_step;        /* set by the forward for the step it runs: static form this call */
 };
+
+/* Turns c to the static decode form (above) for its one-token steps without an attention
+ * mask; the caller writes the position into c->write_pos (and sets c->length to it) before
+ * each step. Tables and slots are made here once, on the model's device. */
+em_status em__kv_cache_static_begin(em_kv_cache *c);
 
 /* ---- config.c ---- */
 /* The parameter list of cfg's model, in transformers' order, with names, shapes and roles
@@ -108,10 +122,16 @@ em_tensor *em__model_linear(em_tensor *x, em_tensor *w, em_tensor *b);
 em_tensor *em__model_hidden(em_model *m, em_tensor *input_ids, const em_forward_opts *opts);
 /* The attention of one layer for q [B, Hq, T, D], k and v [B, Hkv, T, D] of this call's
  * tokens: with a cache, k and v are written at its length and the attention reads the cache
- * (causal from that offset, its key mask); without, causal over the call's tokens with
- * key_mask (bool [B, T] or NULL). Result [B, T, Hq * D]. */
+ * (causal from that offset, its key mask); in a static decode step (cache->static_step),
+ * written at the device position write_pos and the whole cache read under its mask; without
+ * a cache, causal over the call's tokens with key_mask (bool [B, T] or NULL). Result
+ * [B, T, Hq * D]. */
 em_tensor *em__model_attention(em_kv_cache *cache, int layer, em_tensor *q, em_tensor *k, em_tensor *v,
                                em_tensor *key_mask, double scale);
+/* The rotary tables cos and sin for positions [T] or [B, T] (em_rope_tables), or in a static
+ * decode step, rows of the cache's tables picked on the device. */
+em_status em__model_rope_tables(em_model *m, em_kv_cache *cache, em_tensor *positions, em_tensor **cos,
+                                em_tensor **sin);
 /* The families' forwards (llama.c, gpt2.c): hidden states of the last `keep` positions of ids
  * [B, T] after the final norm, [B, keep, hidden]. positions [T] or [B, T] int64 on device. */
 em_tensor *em__llama_hidden(em_model *m, em_tensor *ids, em_tensor *positions, em_tensor *key_mask,

@@ -49,7 +49,10 @@ em_tensor *em_embedding(em_tensor *input, em_tensor *weight, int64_t padding_idx
     }
     em_scope s = em_scope_begin();
     unsigned long seq = em__error_seq();
-    if (em_numel(input) > 0) { /* one clear message naming the layer and both shapes */
+    /* one clear message naming the layer and both shapes; an input marked in range (ids a
+     * caller wrote and checked itself, e.g. generation's tokens) is not read back, so that a
+     * graph can record the lookup */
+    if (em_numel(input) > 0 && !em__index_known_in_range(input, rows)) {
         double lo = em_item(em_min(input, EM_ALL_DIMS, false)), hi = em_item(em_max(input, EM_ALL_DIMS, false));
         if (em__error_seq() == seq && (lo < 0 || hi >= (double)rows)) {
             shape_text(a, sizeof a, is);

@@ -166,10 +166,13 @@ int cmd_generate(int argc, char **argv) {
         tool_json_string(stdout, row->text, row->text_len);
         printf(", \"finish\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"prefill_seconds\": %.6f, "
                "\"decode_seconds\": %.6f, \"decode_tokens\": %lld, \"prompt_tokens_per_s\": %.3f, \"tokens_per_s\": %.3f, "
-               "\"weight_bytes\": %zu, \"mapped_bytes\": %zu, \"kv_cache_bytes\": %zu, \"peak_rss_bytes\": %.0f}\n",
+               "\"weight_bytes\": %zu, \"mapped_bytes\": %zu, \"kv_cache_bytes\": %zu, \"peak_rss_bytes\": %.0f, "
+               "\"graph_replays\": %lld, \"cuda_graph\": ",
                finish_name(row->finish), em_device_str(em_model_device(m)).s, em_dtype_name(em_model_dtype(m)),
                g.prefill_seconds, g.decode_seconds, (long long)g.decode_tokens, prompt_tps, tps, weights, mapped,
-               g.kv_cache_bytes, peak);
+               g.kv_cache_bytes, peak, (long long)g.graph_replays);
+        tool_json_string(stdout, g.decode_graph, strlen(g.decode_graph));
+        printf("}\n");
     } else {
         /* what the decoder held back to the end (a character the last token left unfinished) */
         if (row->text_len > stream.printed) fwrite(row->text + stream.printed, 1, row->text_len - stream.printed, stdout);
@@ -181,6 +184,7 @@ int cmd_generate(int argc, char **argv) {
                 (long long)row->n_tokens, finish_name(row->finish), (long long)g.decode_tokens, g.decode_seconds, tps);
         fprintf(stderr, "memory: weights %.1f MB (%.1f MB mapped from the files), KV cache %.1f MB, peak RSS %.1f MB\n",
                 weights / 1e6, mapped / 1e6, g.kv_cache_bytes / 1e6, peak / 1e6);
+        fprintf(stderr, "cuda graph: %s\n", g.decode_graph);
     }
     int rc = 0;
     if (fflush(stdout) != 0) {
