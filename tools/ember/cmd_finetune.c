@@ -553,22 +553,25 @@ static em_module *trained_module(em_model *m) {
     return em_model_has_lora(m) ? em_model_lora_module(m) : em_model_module(m);
 }
 
+/* A checkpoint's metadata: the position, the seed and the run's sizes as text, under
+ * checkpoint_keys; the last key, "finetune.lora", is what trains (trained_kind), filled by the caller. */
+static const char *const checkpoint_keys[7] = {"finetune.step", "finetune.epoch", "finetune.micro", "finetune.seed",
+                                               "finetune.examples", "finetune.total_steps", "finetune.lora"};
+
+static void checkpoint_values(char v[6][64], const position *pos, int64_t seed, int64_t n_train, int64_t total) {
+    const int64_t n[6] = {pos->step, pos->epoch, pos->micro, seed, n_train, total};
+    for (int i = 0; i < 6; i++) snprintf(v[i], 64, "%lld", (long long)n[i]);
+}
+
 static bool save_checkpoint(const char *out, em_model *m, em_optimizer *opt, const position *pos, int64_t seed,
                             int64_t n_train, int64_t total) {
     char path[4096], v[6][64];
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
-    snprintf(v[0], sizeof v[0], "%lld", (long long)pos->step);
-    snprintf(v[1], sizeof v[1], "%lld", (long long)pos->epoch);
-    snprintf(v[2], sizeof v[2], "%lld", (long long)pos->micro);
-    snprintf(v[3], sizeof v[3], "%lld", (long long)seed);
-    snprintf(v[4], sizeof v[4], "%lld", (long long)n_train);
-    snprintf(v[5], sizeof v[5], "%lld", (long long)total);
-    const char *keys[] = {"finetune.step", "finetune.epoch", "finetune.micro", "finetune.seed", "finetune.examples",
-                          "finetune.total_steps", "finetune.lora"};
+    checkpoint_values(v, pos, seed, n_train, total);
     char lora[400];
     trained_kind(m, lora, sizeof lora);
     const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], lora};
-    if (em_checkpoint_save(path, trained_module(m), opt, keys, values, 7) != EM_OK) {
+    if (em_checkpoint_save(path, trained_module(m), opt, checkpoint_keys, values, 7) != EM_OK) {
         fprintf(stderr, "%s: saving %s: %s\n", tool, path, em_last_error());
         return false;
     }
@@ -633,16 +636,9 @@ static bool save_zero_checkpoint(const char *out, em_zero *z, const position *po
                                  int64_t total) {
     char dir[4096], v[6][64];
     zero_checkpoint_dir(out, dir, sizeof dir);
-    snprintf(v[0], sizeof v[0], "%lld", (long long)pos->step);
-    snprintf(v[1], sizeof v[1], "%lld", (long long)pos->epoch);
-    snprintf(v[2], sizeof v[2], "%lld", (long long)pos->micro);
-    snprintf(v[3], sizeof v[3], "%lld", (long long)seed);
-    snprintf(v[4], sizeof v[4], "%lld", (long long)n_train);
-    snprintf(v[5], sizeof v[5], "%lld", (long long)total);
-    const char *keys[] = {"finetune.step", "finetune.epoch", "finetune.micro", "finetune.seed", "finetune.examples",
-                          "finetune.total_steps", "finetune.lora"};
+    checkpoint_values(v, pos, seed, n_train, total);
     const char *values[] = {v[0], v[1], v[2], v[3], v[4], v[5], "full"};
-    if (em_zero_save(z, dir, keys, values, 7) != EM_OK) {
+    if (em_zero_save(z, dir, checkpoint_keys, values, 7) != EM_OK) {
         fprintf(stderr, "%s: rank %d: saving %s: %s\n", tool, train_dist_rank(), dir, em_last_error());
         return false;
     }
