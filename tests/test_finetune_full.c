@@ -153,6 +153,17 @@ static void test_refused(void) {
     }
     CHECK(em_model_unfreeze(NULL) == EM_ERR_ARGUMENT);
     em_clear_error();
+    /* the per-unit writer: NULL arguments, and a model whose weights are frozen */
+    CHECK(em_model_save_units(NULL, "tests/data/models/llama", "/nonexistent", true) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "NULL argument");
+    m = load("llama", EM_F32);
+    if (m) {
+        CHECK(em_model_save_units(m, "tests/data/models/llama", NULL, true) == EM_ERR_ARGUMENT);
+        CHECK_ERROR(EM_ERR_ARGUMENT, "NULL argument");
+        CHECK(em_model_save_units(m, "tests/data/models/llama", "/nonexistent/units", true) == EM_ERR_ARGUMENT);
+        CHECK_ERROR(EM_ERR_ARGUMENT, "frozen");
+        em_model_free(m);
+    }
     em_scope_end(scope);
 }
 

@@ -174,6 +174,15 @@ static void test_clip_grad_norm(void) {
     /* below the limit: unchanged */
     CHECK_NEAR(em_clip_grad_norm(m, 10.0), 1.0, 1e-4);
     CHECK_NEAR(em_clip_grad_norm(m, 10.0), 1.0, 1e-4);
+    /* a replay's bookkeeping without a replay: refused, the counts unchanged */
+    em_optimizer *opt = em_sgd(m, 0.1);
+    CHECK(opt != NULL);
+    CHECK(em_optim_step_replayed(NULL) == EM_ERR_ARGUMENT);
+    em_clear_error();
+    CHECK(em_optim_step_replayed(opt) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "recorded by a graph");
+    CHECK(em_optim_steps(opt) == 0);
+    em_optim_free(opt);
     em_module_free(m);
     em_scope_end(s);
 }
