@@ -101,8 +101,22 @@ if len(ids) != n:
 open(text_path, "w").write(text)
 open(ids_path, "w").write(" ".join(map(str, ids)))
 EOF
-    # every side maps or reads its files: have them in the page cache before the first round
-    cat "$MODEL"/*.safetensors >/dev/null
+    # Every side maps or reads its files: have them in the page cache before the first round,
+    # each brought in as its own load brings it. Ember's mapping is advised into huge pages,
+    # so the pages it reads first come in as 2 MiB folios, where pages read by `cat` (or
+    # PyTorch) would stay in 4 KiB ones: drop the folder's cached pages, then one short Ember
+    # run reads them. llama.cpp's mapping takes no such advice: `cat` reads its file as it would.
+    "$TORCH_PYTHON" -c 'import os, sys
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # a hint: clean, unmapped pages only
+    os.close(fd)' "$MODEL"/*.safetensors
+    if [ "$have_ember" = yes ] && [ -z "$EMBER_MMAP" ]; then
+        "$BUILD/ember" generate "$MODEL" --prompt "a" --max-new-tokens 1 --temperature 0 --dtype bf16 >/dev/null 2>&1 ||
+            { echo "run_lm: ember generate $MODEL failed" >&2; exit 1; }
+    else
+        cat "$MODEL"/*.safetensors >/dev/null
+    fi
     [ "$have_llama" = yes ] && cat "$GGUF" >/dev/null
     : >"$TMP/results.jsonl"
     r=0
