@@ -302,6 +302,56 @@ static void test_memory(void) {
     CHECK(composed >= logits);
 }
 
+/* The divisor: the loss is the sum divided by it, and the gradients are those of the sum
+ * divided after the call (bit for bit in bf16, where that division makes backward run the
+ * chunks again to round g * (p - q) once; float32 within the rounding of its sums); and backward hands over the forward's gradients
+ * instead of running the chunks again: it allocates no [chunk, V] logits. */
+static em_tensor *divided_grad(em_dtype dt, bool inside, double *loss_value, int64_t *backward_peak) {
+    em_device cpu = EM_DEVICE_CPU;
+    em_manual_seed(5);
+    em_tensor *h = em_to_dtype(em_randn(EM_SHAPE(48, 16), EM_OPTS()), dt);
+    em_tensor *w = em_to_dtype(em_randn(EM_SHAPE(512, 16), EM_OPTS()), dt);
+    em_tensor *t = em_randint(0, 512, EM_SHAPE(48), EM_OPTS(.dtype = EM_I64));
+    em_set_requires_grad(h, true);
+    const double items = 37.0; /* not a power of two: a bf16 division after the call reruns */
+    em_linear_ce_opts o = {.chunk_size = 8, .reduction = EM_REDUCTION_SUM, .divisor = inside ? items : 0.0};
+    em_tensor *loss = em_linear_cross_entropy(h, w, NULL, t, &o);
+    if (loss && !inside) loss = em_div_scalar(loss, items);
+    *loss_value = loss ? em_item(loss) : NAN;
+    em_memory_reset_peak_stats(cpu);
+    int64_t before = em_memory_allocated(cpu);
+    CHECK_OK(loss ? em_backward(loss) : em_last_status());
+    *backward_peak = em_memory_max_allocated(cpu) - before;
+    return em_grad(h);
+}
+
+static void test_divisor(void) {
+    em_dtype dts[] = {EM_F32, EM_BF16};
+    for (int i = 0; i < 2; i++) {
+        em_scope s = em_scope_begin();
+        double in_loss, out_loss;
+        int64_t in_peak, out_peak;
+        em_tensor *g_in = divided_grad(dts[i], true, &in_loss, &in_peak);
+        em_tensor *g_out = divided_grad(dts[i], false, &out_loss, &out_peak);
+        CHECK(g_in && g_out);
+        CHECK(in_loss == out_loss);
+        /* bf16: the rerun rounds g * (p - q) once, as the divided forward does; float32 scales the
+         * kept p - q by g instead of folding g into each term: within its rounding */
+        double diff = g_in && g_out ? em_item(em_max(em_abs(em_sub(em_to_dtype(g_in, EM_F32), em_to_dtype(g_out, EM_F32))),
+                                                     EM_ALL_DIMS, false))
+                                    : 1.0;
+        double scale = g_out ? em_item(em_max(em_abs(em_to_dtype(g_out, EM_F32)), EM_ALL_DIMS, false)) : 1.0;
+        CHECK(dts[i] == EM_BF16 ? diff == 0.0 : diff <= 1e-5 * scale); /* rounded terms of a 512-term sum */
+        const int64_t chunk_logits = 8 * 512 * 4;
+        printf("  %s: input gradients differ by at most %.3g (largest %.3g); backward allocated %lld bytes with "
+               "the divisor, %lld dividing after the call\n", em_dtype_name(dts[i]), diff, scale, (long long)in_peak,
+               (long long)out_peak);
+        CHECK(in_peak < chunk_logits);
+        if (dts[i] == EM_BF16) CHECK(out_peak >= chunk_logits); /* the rerun this option spares */
+        em_scope_end(s);
+    }
+}
+
 static void test_bad_arguments(void) {
     em_scope s = em_scope_begin();
     em_tensor *h = em_randn(EM_SHAPE(4, 8), EM_OPTS()), *w = em_randn(EM_SHAPE(6, 8), EM_OPTS());
@@ -329,6 +379,10 @@ static void test_bad_arguments(void) {
     CHECK_ERROR(EM_ERR_ARGUMENT, "reduction must be EM_REDUCTION_MEAN, _SUM or _NONE, got 7");
     CHECK(em_linear_cross_entropy(h, w, b, t, &(em_linear_ce_opts){.chunk_size = -1}) == NULL);
     CHECK_ERROR(EM_ERR_ARGUMENT, "chunk_size must be >= 0");
+    CHECK(em_linear_cross_entropy(h, w, b, t, &(em_linear_ce_opts){.divisor = 2.0}) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "divides only EM_REDUCTION_SUM's loss");
+    CHECK(em_linear_cross_entropy(h, w, b, t, &(em_linear_ce_opts){.reduction = EM_REDUCTION_SUM, .divisor = -1.0}) == NULL);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "divisor must be >= 0");
     /* a valid call after the errors, with gradients, leaves nothing behind (ASan's leak check) */
     em_set_requires_grad(h, true);
     em_tensor *loss = em_linear_cross_entropy(h, w, b, t, NULL);
@@ -366,6 +420,7 @@ int main(void) {
     RUN(test_no_grad);
     RUN(test_f64_and_all_ignored);
     RUN(test_memory);
+    RUN(test_divisor);
     RUN(test_bad_arguments);
     em_safetensors_free(g_file);
     return test_summary();

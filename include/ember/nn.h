@@ -372,6 +372,12 @@ typedef struct em_linear_ce_opts {
      * denominator), e.g. &(int64_t){pad_id}; NULL: PyTorch's default, -100. */
     const int64_t *ignore_index;
     double label_smoothing; /* in [0, 1]: the target becomes (1 - s) * one_hot + s / V */
+    /* With EM_REDUCTION_SUM and > 0: the loss is the sum divided by divisor, as transformers
+     * divides a step's summed token losses by num_items_in_batch. Dividing inside lets the
+     * gradients the forward computes carry the 1 / divisor, so that backward needs no second
+     * pass over the chunks (a division after the call would give the same loss but, in
+     * bf16/f16, gradients that must be rounded again: backward reruns the chunks). 0: none. */
+    double divisor;
 } em_linear_ce_opts;
 /* F.cross_entropy(F.linear(h, weight, bias).float(), target, ignore_index=...,
  * reduction=..., label_smoothing=...) computed chunk by chunk, so that the [N, V] logits

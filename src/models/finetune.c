@@ -762,12 +762,15 @@ static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *lab
         rows = em_to_dtype(rows, low);
         head = em_to_dtype(head, low);
     }
+    /* divided inside: the gradients of the forward's chunk loop are then backward's own */
+    int64_t denom = num_items ? num_items : counted;
     em_autocast off = em_autocast_begin_ex(dt, low, false);
-    em_tensor *total = em_linear_cross_entropy(rows, head, NULL, target,
-                                               &(em_linear_ce_opts){.reduction = EM_REDUCTION_SUM,
-                                                                    .chunk_size = em__model_loss_chunk(em_size(head, 0))});
+    em_tensor *loss = em_linear_cross_entropy(rows, head, NULL, target,
+                                              &(em_linear_ce_opts){.reduction = EM_REDUCTION_SUM,
+                                                                   .chunk_size = em__model_loss_chunk(em_size(head, 0)),
+                                                                   .divisor = (double)denom});
     em_autocast_end(off);
-    return total ? divide_loss(total, num_items, counted) : NULL;
+    return loss && !denom ? em_mul_scalar(loss, 0.0) : loss;
 }
 
 /* The sharded loss's unit: the final norm of x (in[0]), then the fused loss against the

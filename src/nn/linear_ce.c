@@ -235,6 +235,11 @@ static bool lce_check(const char *fn, em_tensor *h, em_tensor *w, em_tensor *b, 
         em_error(EM_ERR_ARGUMENT, "%s: reduction must be EM_REDUCTION_MEAN, _SUM or _NONE, got %d", fn, (int)o->reduction);
         return false;
     }
+    if (!(o->divisor >= 0.0) || (o->divisor > 0.0 && o->reduction != EM_REDUCTION_SUM)) {
+        em_error(EM_ERR_ARGUMENT, "%s: divisor must be >= 0 (0: none), and divides only EM_REDUCTION_SUM's loss; got "
+                 "%g with reduction %d", fn, o->divisor, (int)o->reduction);
+        return false;
+    }
     if (o->chunk_size < 0) {
         em_error(EM_ERR_ARGUMENT, "%s: chunk_size must be >= 0 (0: the default), got %lld", fn, (long long)o->chunk_size);
         return false;
@@ -312,6 +317,8 @@ em_tensor *em_linear_cross_entropy(em_tensor *h, em_tensor *weight, em_tensor *b
     k->smoothing = o.label_smoothing;
     /* 'mean' over no counted row: the loss is NaN (0 / 0) and the gradients zero */
     k->share = o.reduction == EM_REDUCTION_SUM ? 1.0 : counted ? 1.0 / (double)counted : 0.0;
+    /* the divided sum's gradient is 1 / divisor a row, as a division's backward gives it */
+    if (o.divisor > 0.0) k->share = 1.0 / o.divisor;
     k->chunk = o.chunk_size > 0 ? o.chunk_size : default_chunk(n, hd, v);
     k->acc = low_precision(dt) ? EM_F32 : dt;
     em_opts acc = EM_OPTS(.dtype = k->acc, .device = dev);
@@ -344,6 +351,7 @@ em_tensor *em_linear_cross_entropy(em_tensor *h, em_tensor *weight, em_tensor *b
         else {
             loss = em_sum(loss_rows, EM_ALL_DIMS, false);
             if (o.reduction == EM_REDUCTION_MEAN) loss = em_div_scalar(loss, (double)counted);
+            else if (o.divisor > 0.0) loss = em_div_scalar(loss, o.divisor);
         }
     }
     em_no_grad_end(mode);
