@@ -25,7 +25,8 @@
 #         tokens/s and model FLOP utilisation; PyTorch eager and torch.compile), attention /
 #         attention_torch (causal bf16 attention forward and backward at 1024-8192 against
 #         PyTorch's SDPA), lora_7b (a LoRA step of the 7B model under EMBER_MEMORY_CAP=cuda=24GiB,
-#         its peak printed), mlp_graphs (the seed MLP's epoch with and without CUDA graphs),
+#         its peak printed), zero_nccl (GPT-2 fully fine-tuned with ZeRO-3 as one rank over NCCL,
+#         its losses against the same steps without ZeRO), mlp_graphs (the seed MLP's epoch with and without CUDA graphs),
 #         train_cuda, train_torch, copy_d2d, roofline_torch, bench; then, budget permitting,
 #         memcheck.
 # --quick: the proof's build, devices, golden, lm_models, lm_decode(_torch), gpt2_train(_torch)
@@ -399,6 +400,27 @@ s_lora_7b() {
     note "$(grep -E '^step ' "$FACTS/lora_7b_ember.txt" | tail -n1)"
     return "$rc"
 }
+# ZeRO over NCCL with real kernels: GPT-2 fully fine-tuned at stage 3 as one rank under mpirun
+# on cuda:0 (backend "auto" picks NCCL: the units' all-gathers and reduce-scatters go through
+# libnccl), against the same steps without ZeRO; the losses must agree (one rank: the same sums)
+s_zero_nccl() {
+    export STEP_NAME=zero_nccl
+    command -v mpirun >/dev/null || { note "mpirun not found"; return 1; }
+    local args=(finetune "$MODELS/gpt2" --full --data "$MODELS/train.txt" --device "$LMDEV" --dtype f32 --amp bf16
+        --seq 128 --batch-size 2 --max-steps 3 --warmup-steps 1) rc=0 want=nccl
+    ((DRY)) && want=mpi
+    "$EMBER" "${args[@]}" --out "$MODELS/zero-plain" >"$FACTS/zero_plain.log" 2>&1 || rc=1
+    OMPI_MCA_plm=isolated mpirun --allow-run-as-root --oversubscribe -np 1 "$EMBER" "${args[@]}" --zero 3 \
+        --out "$MODELS/zero-out" 2>&1 | tee "$FACTS/zero_nccl.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    grep -q "over 1 rank ($want)" "$FACTS/zero_nccl.log" || { note "ZeRO did not run over $want"; rc=1; }
+    local losses
+    losses=$(paste <(awk '/^step /{print $6}' "$FACTS/zero_plain.log") <(awk '/^step /{print $6}' "$FACTS/zero_nccl.log"))
+    note "losses without and with ZeRO-3: $(echo "$losses" | tr '\t\n' '/ ')"
+    echo "$losses" | awk 'NF != 2 || ($1 - $2 > 1e-3 * ($1 > 0 ? $1 : -$1) || $2 - $1 > 1e-3 * ($1 > 0 ? $1 : -$1)) { bad = 1 }
+                          END { exit bad || NR != 3 }' || { note "the losses differ (or a run ended early)"; rc=1; }
+    return "$rc"
+}
 # The seed MLP, launch-bound: its epoch with CUDA graphs (the default) and without
 s_mlp_graphs() {
     export STEP_NAME=mlp_graphs
@@ -554,7 +576,7 @@ export -f train_ember
 
 for f in preflight deps build devices ctest blocking memcheck racecheck synccheck smi bench bench_cpu copy_d2d \
     roofline_torch train_cuda train_cpu train_torch train_amp nccl train_cnn train_cnn_torch golden lm_models \
-    lm_decode lm_decode_torch gpt2_train gpt2_train_torch gpt2_train_compile attention attention_torch lora_7b \
+    lm_decode lm_decode_torch gpt2_train gpt2_train_torch gpt2_train_compile attention attention_torch lora_7b zero_nccl \
     mlp_graphs; do
     export -f "s_$f"
 done
@@ -600,6 +622,7 @@ lm_steps() { # the language-model steps, the figures first; --quick leaves out t
     step attention_torch gpu,torch 90 s_attention_torch
     ((QUICK)) && return 0
     step lora_7b build,models 150 s_lora_7b
+    step zero_nccl build,models 120 s_zero_nccl
     step mlp_graphs gpu,build,data 90 s_mlp_graphs
     step gpt2_train_compile gpu,torch 150 s_gpt2_train_compile
 }

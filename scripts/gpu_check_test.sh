@@ -27,7 +27,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 gpu = {"golden", "lm_decode_torch", "gpt2_train_torch", "attention_torch", "mlp_graphs", "gpt2_train_compile",
        "train_cuda", "train_torch", "copy_d2d", "roofline_torch", "memcheck"}
-cpu = {"preflight", "deps", "build", "devices", "lm_models", "lm_decode", "gpt2_train", "attention", "lora_7b"}
+cpu = {"preflight", "deps", "build", "devices", "lm_models", "lm_decode", "gpt2_train", "attention", "lora_7b",
+       "zero_nccl"}
 names = [s["name"] for s in r["steps"]]
 assert set(names) == gpu | cpu and len(names) == len(set(names)), f"steps {names}"
 assert names[:5] == ["preflight", "deps", "build", "devices", "golden"], names  # most telling first
@@ -55,7 +56,7 @@ gpu = {"ctest", "blocking", "memcheck", "racecheck", "synccheck", "smi", "bench"
        "train_cuda", "train_torch", "train_amp", "nccl", "train_cnn", "train_cnn_torch", "lm_decode_torch",
        "gpt2_train_torch", "attention_torch", "mlp_graphs", "gpt2_train_compile"}
 cpu = {"preflight", "deps", "build", "devices", "bench_cpu", "train_cpu", "lm_models", "lm_decode", "gpt2_train",
-       "attention", "lora_7b"}
+       "attention", "lora_7b", "zero_nccl"}
 names = [s["name"] for s in r["steps"]]
 assert set(names) == gpu | cpu, f"steps {names}"
 for s in r["steps"]:
