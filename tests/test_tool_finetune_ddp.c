@@ -2,7 +2,9 @@
  * the tiny Llama (untied) and GPT-2 (tied embedding) folders, LoRA and --full on 2 ranks end on
  * the adapters / weights of one process with the same global batches (3 sequences a
  * micro-batch: the ranks get 1 and 2 rows), to the tolerance test_tool_finetune_zero explains
- * (2e-4 against 4 Adam steps of lr 1e-3: the ranks sum the gradients in another order). Only
+ * (2e-4 against 4 Adam steps of lr 1e-3: the ranks sum the gradients in another order), and
+ * the first step's loss and gradient norm print the same (Adam's step barely changes with the
+ * gradients' scale: the norm shows a reduction that averages where it should sum). Only
  * rank 0 writes: one "written" line, and the folder holds the same files, of the same sizes,
  * as the one-process run's, each loadable. Also: a micro-batch of 1 row (one rank computes
  * nothing) with --accumulate 3 and --checkpoint-activations, --amp bf16, the eval loss, a run
