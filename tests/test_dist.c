@@ -254,6 +254,50 @@ static void case_ddp_grads_and_no_sync(void) {
     em_scope_end(s);
 }
 
+/* A parameter used twice in the graph (as a tied embedding is) gets two gradients in one
+ * backward: DDP averages their sum, whether the second comes before its bucket starts or
+ * after (a bucket a parameter and the reuse at the graph's start or end give both). */
+static em_tensor *twice_loss(em_module *m, em_tensor *w, em_tensor *x, bool reuse_first) {
+    em_tensor *wt = em_transpose(w, 0, 1);
+    return em_sum(reuse_first ? em_forward(m, em_matmul(x, wt)) : em_matmul(em_forward(m, x), wt), EM_ALL_DIMS, false);
+}
+
+static void case_ddp_parameter_used_twice(void) {
+    const em_ddp_opts configs[2] = {{.first_bucket_mb = 1e-9, .bucket_mb = 1e-9}, {.bucket_mb = 0}};
+    for (int c = 0; c < 2; c++)
+        for (int reuse_first = 0; reuse_first < 2; reuse_first++) {
+            em_scope s = em_scope_begin();
+            em_manual_seed(8);
+            em_module *m = mlp(6, 6, 6);
+            em_dist_ddp *d = em_ddp(m, NULL, &configs[c]);
+            CHECK(d != NULL);
+            em_named_tensor p[4];
+            em_module_parameters(m, p, 4);
+            em_manual_seed(80 + (uint64_t)R);
+            em_tensor *x = em_randn(EM_SHAPE(3 + R, 6), EM_OPTS(0));
+            /* the local gradients with the hook off, summed over the ranks */
+            em_ddp_set_no_sync(d, true);
+            CHECK_OK(em_backward(twice_loss(m, p[2].tensor, x, reuse_first)));
+            em_ddp_set_no_sync(d, false);
+            em_tensor *want[4];
+            for (int i = 0; i < 4; i++) {
+                want[i] = em_clone(em_grad(p[i].tensor));
+                CHECK_OK(em_dist_all_reduce(NULL, want[i], EM_REDUCE_AVG));
+                em_set_grad(p[i].tensor, NULL);
+            }
+            CHECK_OK(em_backward(twice_loss(m, p[2].tensor, x, reuse_first)));
+            double worst = 0;
+            for (int i = 0; i < 4; i++) {
+                double e = em_item(em_max(em_abs(em_sub(em_grad(p[i].tensor), want[i])), EM_ALL_DIMS, false));
+                if (!(e <= worst)) worst = e;
+            }
+            CHECK_NEAR(worst, 0, 1e-5);
+            em_ddp_free(d);
+            em_module_free(m);
+            em_scope_end(s);
+        }
+}
+
 static void case_ddp_unused_parameter(void) {
     em_scope s = em_scope_begin();
     em_manual_seed(6);
@@ -398,6 +442,7 @@ static int rank_main(const char *mode) {
         RUN(case_ddp_buckets);
         RUN(case_ddp_grads_and_no_sync);
         RUN(case_ddp_unused_parameter);
+        RUN(case_ddp_parameter_used_twice);
         RUN(case_ddp_model_mismatch);
         RUN(case_ddp_bit_identical_cpu);
         RUN(case_ddp_bit_identical_opencl);

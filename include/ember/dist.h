@@ -129,7 +129,9 @@ typedef struct em_ddp_opts {
  * that every rank has the same names and shapes, and from then on every backward through
  * it all-reduces the gradients in buckets (reverse parameter order), each started from an
  * autograd hook as soon as its last gradient is ready, and averages them: after
- * em_backward returns, every rank holds the same averaged .grad. g NULL: the world. */
+ * em_backward returns, every rank holds the same averaged .grad. A parameter used more than
+ * once in the graph (tied weights) is averaged whole, its uses' gradients summed first.
+ * g NULL: the world. */
 EM_API em_dist_ddp *em_ddp(em_module *model, em_dist_group *g, const em_ddp_opts *opts);
 EM_API em_module *em_ddp_module(em_dist_ddp *d); /* the wrapped model (borrowed) */
 /* The forward of the wrapped model. */

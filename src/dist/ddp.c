@@ -11,7 +11,9 @@
  * MPI progress the buckets in flight, which is what overlaps them with the rest of
  * backward (Open MPI progresses non-blocking collectives inside MPI calls). When the
  * backward ends (the hook's NULL call) the remaining buckets are waited for and the averaged
- * slices copied back into the .grad tensors. */
+ * slices copied back into the .grad tensors. A parameter whose gradient grows again after its
+ * bucket has started (one used twice in the graph: a tied embedding) is all-reduced on its own
+ * then (mark_again). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,7 @@ typedef struct ddp_param {
     em_tensor *slice;      /* a view of its bucket's flat tensor shaped like p (own reference) */
     int bucket;
     bool ready;
+    bool late;             /* its gradient grew after its bucket's all-reduce had started */
 } ddp_param;
 
 typedef struct ddp_bucket {
@@ -66,7 +69,7 @@ static int find_param(const em_dist_ddp *d, const em_tensor *t) {
 }
 
 static void reset_iteration(em_dist_ddp *d) {
-    for (int i = 0; i < d->np; i++) d->params[i].ready = false;
+    for (int i = 0; i < d->np; i++) d->params[i].ready = d->params[i].late = false;
     for (int b = 0; b < d->nb; b++) {
         d->buckets[b].pending = d->buckets[b].nparams;
         em_dist_work_free(d->buckets[b].work);
@@ -118,6 +121,22 @@ static em_status mark_ready(em_dist_ddp *d, int i) {
     return launch_ready(d);
 }
 
+/* A parameter used more than once in the graph (a tied embedding and output projection)
+ * receives a gradient per use: the engine adds each into .grad and calls the hook each time.
+ * While its bucket waits, the slice takes the new sum; once the bucket's all-reduce has
+ * started, the parameter is reduced on its own when the backward ends. Which parameters
+ * arrive late depends only on the graph and the buckets, the same on every rank, so every
+ * rank issues the same extra all-reduces. */
+static em_status mark_again(em_dist_ddp *d, int i) {
+    ddp_param *p = &d->params[i];
+    if (p->bucket < d->next_launch) {
+        p->late = true;
+        return EM_OK;
+    }
+    em_tensor *grad = em__grad_borrowed(p->p);
+    return grad ? em_copy_(p->slice, grad) : EM_OK;
+}
+
 /* The end of a backward through the model: wait, copy back, check every parameter took part. */
 static em_status finish_backward(em_dist_ddp *d) {
     em_status st = EM_OK;
@@ -164,7 +183,10 @@ static em_status finish_backward(em_dist_ddp *d) {
         for (int i = 0; i < d->np && st == EM_OK; i++) {
             ddp_param *p = &d->params[i];
             em_tensor *grad = em__grad_borrowed(p->p);
-            if (grad) {
+            if (p->late && grad) {   /* its whole local sum, averaged now, in parameter order */
+                st = em_dist_all_reduce(d->g, grad, EM_REDUCE_AVG);
+                d->stats.reduced_bytes += (int64_t)em_nbytes(grad);
+            } else if (grad) {
                 st = em_copy_(grad, p->slice);
             } else {
                 em_tensor *c = em_clone(p->slice);
@@ -192,13 +214,8 @@ static em_status hook(void *ctx, em_tensor *leaf) {
         d->active = true;
         d->thread = pthread_self();
     }
-    if (d->params[i].ready)
-        return em_error(EM_ERR_AUTOGRAD,
-                        "em_ddp: parameter '%s' received its gradient twice in one backward (it is used twice in "
-                        "the graph, or backward ran twice without the first finishing); DDP reduces each gradient once",
-                        d->params[i].name);
     em_scope s = em_scope_begin();
-    em_status st = mark_ready(d, i);
+    em_status st = d->params[i].ready ? mark_again(d, i) : mark_ready(d, i);
     if (st == EM_OK) st = progress(d);
     em_scope_end(s);
     return st;

@@ -6,7 +6,11 @@
  * Reproducibility: the adapters' initial values come from --seed (em_manual_seed); the order
  * of the examples in epoch e is a pure function of (seed, e), drawn by this file's own
  * generator, so a resumed run re-derives it from the checkpoint's (epoch, micro-batch)
- * instead of restoring a generator's state. */
+ * instead of restoring a generator's state.
+ *
+ * Under `ember launch` or mpirun the ranks train one model: DistributedDataParallel
+ * (finetune_dist.c), or with --full --zero S ZeRO's shards; either way each rank computes its
+ * part of every batch. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -21,7 +25,8 @@
 #include "commands.h"
 #include "mlp.h"       /* mlp_parse_device */
 #include "options.h"
-#include "train_dist.h" /* --zero: the ranks of `ember launch` / mpirun */
+#include "finetune_dist.h" /* the ranks of `ember launch` / mpirun: DDP, or ZeRO with --zero */
+#include "train_dist.h"
 
 static const char *const tool = "ember finetune";
 
@@ -50,7 +55,8 @@ static const opt_spec finetune_table[] = {
                                "repeat as needed)"),
     [F_SEQ] = OPTION_INT("--seq", "S", 2, 1 << 20, "tokens per sequence (default 128, at most the model's context): "
                          "plain text is packed into sequences of S, JSONL examples are padded to S"),
-    [F_BATCH] = OPTION_INT("--batch-size", "B", 1, 1 << 16, "sequences per micro-batch (default 4)"),
+    [F_BATCH] = OPTION_INT("--batch-size", "B", 1, 1 << 16, "sequences per micro-batch (default 4); under `ember launch` "
+                         "the batch of all ranks together"),
     [F_LR] = OPTION_DOUBLE("--lr", "LR", 0, 10, "the peak learning rate (default 2e-4)"),
     [F_WD] = OPTION_DOUBLE("--weight-decay", "WD", 0, 10, "AdamW's decoupled weight decay on the adapters (default "
                            "0.01, PyTorch's)"),
@@ -107,6 +113,16 @@ const opt_command finetune_options = {
              "gradient clipping, --accumulate micro-batches per step (the loss averaged over all their counted "
              "tokens, as transformers' Trainer), no dropout. A progress line a step on standard error: loss, "
              "learning rate, gradient norm, tokens/s and memory.\n\n"
+             "Data-parallel (under `ember launch -n N`, mpirun -np N or srun, without --zero): "
+             "DistributedDataParallel, as PyTorch's. Every rank loads the folder and the data, draws the same "
+             "adapters, split and order from --seed, and computes a contiguous 1/N of every micro-batch's rows (a rank "
+             "may get none); the gradients are averaged over the ranks once per optimizer step, after the step's last "
+             "micro-batch, so the loss, the gradient norm and the clipping are the whole batch's and the result is "
+             "one process's with the same options, to float32 rounding. Every rank holds the whole model and "
+             "optimizer state, and DDP's buckets hold a second copy of the gradients (--full --zero S shards them); "
+             "rank 0 alone prints and writes DIR (the adapters, merged/, the trained folder and "
+             "checkpoint.safetensors). On --resume every rank reads DIR/checkpoint.safetensors, and any number of "
+             "ranks continues it: its position counts the batches of all ranks.\n\n"
              "Sharded (--full --zero S under `ember launch -n N` or mpirun -np N): every rank loads the folder, keeps "
              "its 1/N of the sharded state (ZeRO's units: the embeddings, each decoder layer, the final norm and "
              "head) and computes its part of each batch; the gradient norm is the whole model's, the checkpoint is "
@@ -120,7 +136,8 @@ const opt_command finetune_options = {
     .count = OPT_COUNT(finetune_table),
     .epilogue = "Signals: SIGINT, SIGTERM and SIGHUP stop after the current step, write DIR/checkpoint.safetensors "
                 "and exit with 128 + the signal; --resume with the same options continues where it stopped and "
-                "ends with the same adapters, bit for bit on the CPU, as a run that was never stopped.",
+                "ends with the same adapters, bit for bit on the CPU, as a run that was never stopped (resumed on "
+                "another number of ranks: the same to float32 rounding).",
     .exit_status = "0 done; 1 the model, the data or the training failed; 2 bad arguments; 128" OPT_NBSP "+" OPT_NBSP
                    "N stopped by signal N (checkpoint written)",
 };
@@ -503,19 +520,21 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The eval loss: the mean over every counted token of the held-out examples; NAN on failure. */
+/* The eval loss: the mean over every counted token of the held-out examples; NAN on failure.
+ * shard (DDP's ranks, whose weights are the same): each rank evaluates its rows of every
+ * batch and the sums are added over the ranks; ZeRO's ranks run every batch together. */
 static double eval_loss(em_model *m, const dataset *d, const int64_t *idx, int64_t n, int64_t batch, bool amp,
-                        em_device dev) {
-    double total = 0;
-    int64_t counted = 0;
+                        em_device dev, bool shard) {
+    double total = 0, counted = 0;
     em_grad_mode g = em_no_grad_begin();
     for (int64_t at = 0; at < n; at += batch) {
-        int64_t rows = n - at < batch ? n - at : batch, items = 0;
-        for (int64_t r = 0; r < rows; r++) items += d->ex[idx[at + r]].counted;
+        int64_t rows = n - at < batch ? n - at : batch, first = 0, items = 0;
+        if (shard) finetune_dist_rows(rows, &first, &rows);
+        for (int64_t r = first; r < first + rows; r++) items += d->ex[idx[at + r]].counted;
         if (!items) continue;
         em_scope s = em_scope_begin();
         em_tensor *ids, *labels, *loss = NULL;
-        if (make_batch(d, idx + at, rows, dev, &ids, &labels)) {
+        if (make_batch(d, idx + at + first, rows, dev, &ids, &labels)) {
             em_autocast region = amp ? em_autocast_begin(dev.type, EM_BF16) : (em_autocast){0};
             loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.num_items = 1});   /* the sum */
             if (amp) em_autocast_end(region);
@@ -527,10 +546,14 @@ static double eval_loss(em_model *m, const dataset *d, const int64_t *idx, int64
             break;
         }
         total += v;
-        counted += items;
+        counted += (double)items;
     }
     em_no_grad_end(g);
-    return counted ? total / (double)counted : NAN;
+    if (shard) {
+        total = finetune_dist_sum(total);
+        counted = finetune_dist_sum(counted);
+    }
+    return counted > 0 ? total / counted : NAN;
 }
 
 /* ---- the checkpoint ---- */
@@ -678,6 +701,15 @@ static bool load_zero_checkpoint(const char *out, em_zero *z, position *pos, int
     return ok;
 }
 
+/* The checkpoint: ZeRO's shards, one file per rank; or the whole state, written by rank 0
+ * alone (DDP keeps it the same on every rank), the others learning whether it was written. */
+static bool save_state(const char *out, em_model *m, em_optimizer *opt, em_zero *z, const position *pos, int64_t seed,
+                       int64_t n_train, int64_t total) {
+    if (z) return save_zero_checkpoint(out, z, pos, seed, n_train, total);
+    bool saved = !train_dist_is_main() || save_checkpoint(out, m, opt, pos, seed, n_train, total);
+    return !finetune_dist_any(!saved);
+}
+
 /* --zero 3: the model's units run through ZeRO, which gathers each around its use. */
 static em_tensor *zero_unit_runner(void *z, int unit, em_checkpoint_fn fn, void *ctx, void (*free_ctx)(void *),
                                    em_tensor *const *in, int n) {
@@ -693,7 +725,7 @@ typedef struct run {
     int64_t rank, epochs, max_steps, seq, batch, warmup, accumulate, save_every, seed, interrupt_after;
     double alpha, lr, wd, max_grad_norm, eval_fraction;
     const char *targets;
-    bool amp, ckpt, resume, merge, warmup_given, full;
+    bool amp, ckpt, resume, merge, warmup_given, full, threads_given;
     int zero;              /* --zero's stage, 0 without */
     em_device dev;
     em_dtype dtype;
@@ -740,7 +772,8 @@ static int parse(int argc, char **argv, run *r) {
     r->merge = v[F_MERGE].given;
     r->seed = v[F_SEED].i;
     r->interrupt_after = v[F_INTERRUPT_AFTER].i;
-    if (v[F_THREADS].given) em_set_num_threads((int)v[F_THREADS].i);
+    r->threads_given = v[F_THREADS].given;
+    if (r->threads_given) em_set_num_threads((int)v[F_THREADS].i);
     if (v[F_DEVICE].given && !mlp_parse_device(tool, "--device", v[F_DEVICE].text, &r->dev)) return 2;
     const em_dtype dtypes[] = {EM_F32, EM_BF16, EM_F16};
     r->dtype = v[F_DTYPE].given ? dtypes[v[F_DTYPE].choice] : EM_F32;
@@ -770,14 +803,7 @@ static bool ends_with(const char *s, const char *suffix) {
 /* Where the informational lines go: standard error, or nowhere on a rank other than 0. */
 static FILE *info_out(void) { return train_dist_is_main() ? stderr : train_dist_progress_out(); }
 
-/* This rank's rows of a micro-batch of `rows` (--zero: a contiguous 1/N of them, maybe none). */
-static void my_rows(int64_t rows, bool sharded, int64_t *first, int64_t *count) {
-    int world = sharded ? train_dist_world() : 1, rank = sharded ? train_dist_rank() : 0;
-    *first = rows * rank / world;
-    *count = rows * (rank + 1) / world - *first;
-}
-
-/* A rank with no rows in a micro-batch still runs the forward and backward (ZeRO's
+/* A rank with no rows in a micro-batch still runs the forward and backward (DDP's and ZeRO's
  * collectives): one sequence whose labels all count for nothing. */
 static bool make_empty_batch(const dataset *d, em_device dev, em_tensor **ids, em_tensor **labels) {
     *ids = em_from_data(d->ex[0].ids, EM_I64, EM_SHAPE(1, d->seq), EM_OPTS(.dtype = EM_I64, .device = dev));
@@ -817,8 +843,14 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         return 1;
     }
     position pos = {0};
-    if (r->resume && !(z ? load_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
-                         : load_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total))) {
+    bool resumed = !r->resume || (z ? load_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
+                                    : load_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total));
+    /* DDP's ranks each read the checkpoint: all go on, or none (ZeRO's load votes itself) */
+    bool ready = z ? resumed : !finetune_dist_any(!resumed);
+    if (resumed && !ready) fprintf(stderr, "%s: rank %d: --resume: another rank could not read the checkpoint\n", tool,
+                                   train_dist_rank());
+    if (ready && !z && finetune_dist_wrap(tool, lora, r->batch) != 0) ready = false;
+    if (!ready) {
         if (!z) em_optim_free(opt);
         free(order);
         return 1;
@@ -843,7 +875,7 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
     while (pos.step < total && rc == 0) {
         if (pos.micro >= micro_per_epoch) {
             if (n_eval) {
-                double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev);
+                double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev, !z);
                 fprintf(info_out(), "%s: epoch %lld eval loss %.4f (perplexity %.2f)\n", tool, (long long)pos.epoch + 1, el,
                         exp(el));
             }
@@ -864,12 +896,14 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
             }
         double lr = em_lr_at(sched, r->lr, pos.step), loss_sum = 0, norm = 0;
         em_optim_set_lr(opt, lr);
-        /* --zero: each rank's loss is its rows' part of the batch's (the sum over its tokens
-         * divided by the batch's count), times N because ZeRO averages the ranks' gradients */
-        double world = z ? train_dist_world() : 1;
+        /* on N ranks each rank's loss is its rows' part of the batch's (the sum over its tokens
+         * divided by the batch's count), times N because DDP and ZeRO average the ranks'
+         * gradients */
+        double world = train_dist_world();
         for (int64_t k = first; k < last && rc == 0; k++) {
             int64_t at = k * r->batch, rows = n_train - at < r->batch ? n_train - at : r->batch, mine, count;
-            my_rows(rows, z != NULL, &mine, &count);
+            finetune_dist_rows(rows, &mine, &count);
+            finetune_dist_sync_next(k == last - 1);   /* DDP: one all-reduce a step */
             em_scope s = em_scope_begin();
             em_tensor *ids, *labels, *loss = NULL;
             if (count > 0 ? make_batch(d, order + at + mine, count, r->dev, &ids, &labels)
@@ -880,12 +914,12 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
                 if (r->amp) em_autocast_end(region);
             }
             double value = loss ? em_item(loss) : NAN;
-            if (loss && z) loss = em_mul_scalar(loss, world);
+            if (loss && world > 1) loss = em_mul_scalar(loss, world);
             if (!loss || em_backward(loss) != EM_OK) rc = 1;
             else loss_sum += value;
             em_scope_end(s);
         }
-        if (z) loss_sum = train_dist_mean(loss_sum) * world;   /* the batch's loss: the ranks' parts summed */
+        loss_sum = finetune_dist_sum(loss_sum);   /* the batch's loss: the ranks' parts summed */
         if (rc == 0 && r->max_grad_norm > 0) {
             norm = z ? em_zero_clip_grad_norm(z, r->max_grad_norm) : em_clip_grad_norm(lora, r->max_grad_norm);
             if (isnan(norm) && em_failed()) rc = 1;
@@ -893,8 +927,9 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         if (rc == 0 && z && (em_zero_step(z) != EM_OK || em_zero_clear_grads(z) != EM_OK)) rc = 1;
         if (rc == 0 && !z && (em_step(opt) != EM_OK || em_zero_grad(opt) != EM_OK)) rc = 1;
         if (rc) {
-            if (z) fprintf(stderr, "%s: rank %d: step %lld: %s\n", tool, train_dist_rank(), (long long)pos.step + 1,
-                           em_last_error());
+            if (train_dist_active())
+                fprintf(stderr, "%s: rank %d: step %lld: %s\n", tool, train_dist_rank(), (long long)pos.step + 1,
+                        em_last_error());
             else fprintf(stderr, "%s: step %lld: %s\n", tool, (long long)pos.step + 1, em_last_error());
             break;
         }
@@ -916,11 +951,10 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
                 "rss_growth %.1f MB%s\n", (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr,
                 norm, elapsed > 0 ? (double)tokens_done / elapsed : 0, rss, rss - r->start_rss_mb, device_mem);
         if (r->interrupt_after && pos.step == r->interrupt_after) raise(SIGTERM);
-        bool stop = z ? train_dist_agree_stop(interrupted != 0) : interrupted != 0;
+        bool stop = finetune_dist_any(interrupted != 0);
         if (stop && !interrupted) interrupted = SIGTERM;   /* another rank's signal */
         if ((stop || (r->save_every && pos.step % r->save_every == 0)) &&
-            !(z ? save_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
-                : save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)))
+            !save_state(r->out, m, opt, z, &pos, r->seed, n_train, total))
             rc = 1;
         if (stop && rc == 0) {
             fprintf(info_out(), "%s: stopped by %s after step %lld; --resume continues from %s/%s\n",
@@ -931,12 +965,11 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
     }
     catch_stop_signals(false);
     if (rc == 0 && n_eval) {
-        double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev);
+        double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev, !z);
         fprintf(info_out(), "%s: eval loss %.4f (perplexity %.2f)\n", tool, el, exp(el));
     }
-    if (rc == 0 && !(z ? save_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
-                       : save_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total)))
-        rc = 1;
+    if (rc == 0 && !save_state(r->out, m, opt, z, &pos, r->seed, n_train, total)) rc = 1;
+    finetune_dist_unwrap();
     if (z)   /* each rank's own peak in training: what ZeRO saves is per rank */
         fprintf(stderr, "%s: rank %d of %d: training's peak_alloc %.1f MB peak_reserved %.1f MB peak_rss %.1f MB\n", tool,
                 train_dist_rank(), train_dist_world(), (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0,
@@ -951,17 +984,15 @@ int cmd_finetune(int argc, char **argv) {
     int status = parse(argc, argv, &r);
     if (status >= 0) return status;
     r.start_rss_mb = peak_rss_mb();
-    /* --zero: join the ranks (one process: a group of one) */
-    if (r.zero && (train_dist_init(tool, &r.dev, false) != 0 ||
-                   (!em_dist_is_initialized() && em_dist_init("auto") != EM_OK))) {
-        if (em_failed()) fprintf(stderr, "%s: --zero: cannot start the process group: %s\n", tool, em_last_error());
-        train_dist_finish();
+    /* the ranks of a launcher, if any (--zero on one process: a group of one) */
+    if (finetune_dist_init(tool, &r.dev, r.threads_given, r.zero != 0) != 0) {
+        finetune_dist_finish();
         return 1;
     }
     em_lm *lm = em_lm_load(r.dir, &(em_model_opts){.device = r.dev, .dtype = r.dtype});
     if (!lm) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
-        if (r.zero) train_dist_finish();
+        finetune_dist_finish();
         return 1;
     }
     em_model *m = em_lm_model(lm);
@@ -1027,7 +1058,8 @@ int cmd_finetune(int argc, char **argv) {
             fprintf(info_out(), "%s: model written to %s (a file per unit)\n", tool, r.out);
         }
     }
-    if (rc == 0 && r.full && (!z || (r.zero < 3 && train_dist_is_main()))) {
+    /* the output folder: rank 0 writes it (at --zero 3, above, every rank takes part) */
+    if (rc == 0 && r.full && r.zero < 3 && train_dist_is_main()) {
         /* the trained weights as a full folder beside the checkpoint */
         if (em_model_save_merged(m, r.dir, r.out) != EM_OK) {
             fprintf(stderr, "%s: %s\n", tool, em_last_error());
@@ -1041,7 +1073,7 @@ int cmd_finetune(int argc, char **argv) {
                 (double)em_memory_max_allocated(EM_DEVICE_CPU) / 1048576.0, peak_rss_mb());
     em_model_set_unit_runner(m, NULL, NULL);
     em_zero_free(z);
-    if (r.full) goto done;
+    if (r.full || !train_dist_is_main()) goto done;
     if (rc == 0 && em_model_lora_save(m, r.out, r.dir) != EM_OK) {
         fprintf(stderr, "%s: %s\n", tool, em_last_error());
         rc = 1;
@@ -1060,6 +1092,6 @@ done:
     free(order);
     dataset_free(&d);
     em_lm_free(lm);
-    if (r.zero) train_dist_finish();
+    finetune_dist_finish();
     return rc;
 }
