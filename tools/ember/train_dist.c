@@ -123,12 +123,7 @@ void train_dist_convert_position(int64_t from_world, int64_t *batch, double *los
 }
 
 void train_dist_finish(void) {
-    if (!D.active) {
-        /* a group of one that the command started itself (ember finetune --zero as the only
-         * rank): MPI still wants its finalize, or mpirun reports the rank as failed */
-        if (em_dist_is_initialized() && em_dist_finalize() != EM_OK) em_clear_error();
-        return;
-    }
+    if (!D.active) return;
     em_ddp_free(D.ddp);
     D.ddp = NULL;
     if (em_dist_finalize() != EM_OK) em_clear_error();

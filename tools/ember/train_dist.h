@@ -32,8 +32,6 @@ FILE *train_dist_progress_out(void);
 /* A checkpoint written by `from` ranks resumed on this run's ranks: the position in the
  * epoch counted in samples, converted to this run's batches (says so when it changes). */
 void train_dist_convert_position(int64_t from_world, int64_t *batch, double *loss_sum);
-/* Leaves the process group: the ranks' (train_dist_init), or a group of one the command
- * started itself with em_dist_init. */
 void train_dist_finish(void);
 
 #endif
