@@ -8,6 +8,7 @@
 #include <ember/autograd.h>
 #include <ember/ops.h>
 #include "../util/errors.h"
+#include "../core/internal_api.h"
 #include "node.h"
 
 static atomic_uint g_epoch; /* tells one traversal's marks from the previous one's */
@@ -199,6 +200,26 @@ static em_status accumulate_node(ag_node *n, em_tensor *g, bool fresh) {
     return EM_OK;
 }
 
+/* An index_select (an embedding's lookup) of a leaf whose .grad exists already (a tied
+ * head's gradient came first) and nobody but the leaf holds: the rows' gradient goes into
+ * that .grad in place (em__index_add_summed_: the values the formula's dense gradient and
+ * the sum would give), so no second [vocab, hidden] buffer is made at the end of backward,
+ * when every other gradient exists too. Returns the leaf when it did, else NULL (the formula
+ * runs); *st: how the add went. */
+static em_tensor *index_select_into_grad(ag_node *x, em_status *st) {
+    if (x->op != EM_GRAD_INDEX_SELECT || x->custom || !x->grad || x->n < 1 || x->nsaved < 1 || !x->saved[0].t)
+        return NULL;
+    em_tensor *leaf = x->in[0].leaf, *old = leaf ? leaf->grad : NULL, *g = x->grad;
+    if (!old || leaf->ndim == 0 || atomic_load(&old->refcount) != 1 || atomic_load(&old->storage->refcount) != 1 ||
+        old->grad_fn || old->requires_grad || !em_is_contiguous(old) || old->dtype != leaf->dtype ||
+        g->dtype != old->dtype || !same_shape(old, leaf->ndim, leaf->shape) ||
+        !em_device_equal(em_device_of(g), em_device_of(old)))
+        return NULL;
+    int dim = x->args.dim < 0 ? x->args.dim + leaf->ndim : x->args.dim;
+    *st = em__index_add_summed_(old, dim, x->saved[0].t, g);
+    return leaf;
+}
+
 /* Run the formulas of every node in topological order, starting with root's gradient g. */
 static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *all) {
     node_vec ready = {0};
@@ -216,7 +237,9 @@ static em_status run(ag_node *root, em_tensor *g, bool retain_graph, node_vec *a
         }
         memset(outs, 0, (size_t)x->n * sizeof *outs);
         em_scope s = em_scope_begin();
-        if (x->grad) st = em__ag_node_backward(x, x->grad, outs);
+        em_tensor *added_into = index_select_into_grad(x, &st);
+        if (added_into && st == EM_OK) st = run_hooks(added_into);
+        else if (!added_into && x->grad) st = em__ag_node_backward(x, x->grad, outs);
         const em_tensor *incoming = x->grad;   /* only compared with, never used after release */
         bool incoming_fresh = x->grad_fresh;
         em_release(x->grad);

@@ -159,7 +159,8 @@ static void backward_index_select(ag_node *n, em_tensor *g, em_tensor **out) {
         return;
     }
     int dim = wrap(n->args.dim, in->ndim);
-    out[0] = em_index_add(em_zeros(shape_of_input(in), opts_like(g)), dim, ag_saved_t(n, 0), g, 1.0);
+    em_tensor *z = em_zeros(shape_of_input(in), opts_like(g)); /* added into in place: no second copy */
+    out[0] = z && em__index_add_(z, dim, ag_saved_t(n, 0), g) == EM_OK ? z : NULL;
 }
 
 /* gather: out[.., j, ..] = a[.., index[.., j, ..], ..]; the gradient is scattered back and

@@ -137,6 +137,17 @@ em_tensor *em__matmul_widen(em_tensor *a, em_tensor *b);
  * [M, N] buffer (src/nn/linear_ce.c). (ops_linalg.c) */
 em_status em__addmm_acc_(em_tensor *out, em_tensor *a, em_tensor *b);
 
+/* dst[index[i]] += src[i] along dim, in place, repeats in the order of i, for a contiguous dst
+ * outside autograd (no history, no requires_grad); records nothing and bumps dst's version.
+ * Autograd's index_select gradient into its zeros (ops_index.c). */
+em_status em__index_add_(em_tensor *dst, int dim, em_tensor *index, em_tensor *src);
+
+/* dst += index_add(zeros like dst, dim, index, src), bit for bit, in place: the repeats of
+ * each index are summed first (in a buffer of one slice per distinct index), then added into
+ * dst once. Autograd's accumulation of an embedding's gradient into a .grad that exists
+ * already (a tied head's), without a dst-sized temporary. dst as for em__index_add_. */
+em_status em__index_add_summed_(em_tensor *dst, int dim, em_tensor *index, em_tensor *src);
+
 /* Softmax's (log: log-softmax's) backward from its output y along the last dim in one kernel
  * (scoped result), or NULL without an error where the backend lacks it or the operands do
  * not fit (f32/f64, one shape, dim the last): the caller then composes it. */

@@ -373,30 +373,47 @@ static em_status check_accumulate_args(const char *op, em_tensor *a, em_tensor *
     return EM_OK;
 }
 
+/* index_add's checks of its operands' shapes and index values; dim wrapped in place. */
+static em_status check_index_add(const char *op, em_tensor *a, int *dim, em_tensor *index, em_tensor *src) {
+    if (check_accumulate_args(op, a, index, src)) return em_last_status();
+    if (index->ndim > 1)
+        return em_error(EM_ERR_SHAPE, "%s: index_add_(): Index is supposed to be a vector, got %d dims", op,
+                        index->ndim);
+    if (em__wrap_dim(dim, a->ndim, op)) return em_last_status();
+    em_tensor av, sv;
+    const em_tensor *a1 = as_1d(a, &av), *s1 = as_1d(src, &sv);
+    int64_t n = em__numel_raw(index->ndim, index->shape);
+    bool ok = a1->ndim == s1->ndim && s1->shape[*dim] == n;
+    for (int d = 0; ok && d < a1->ndim; d++) ok = d == *dim || a1->shape[d] == s1->shape[d];
+    if (!ok) {
+        char s_a[128], s_s[128];
+        return em_error(EM_ERR_SHAPE, "%s: source %s must have self's shape %s except at dimension %d, where it must "
+                        "equal the number of indices (%lld)", op, em__shape_str(s_s, sizeof s_s, src->ndim, src->shape),
+                        em__shape_str(s_a, sizeof s_a, a->ndim, a->shape), *dim, (long long)n);
+    }
+    return check_range(op, index, *dim, a1->shape[*dim]);
+}
+
+/* out[index[i]] += src[i] along dim, in the order of i (the kernel; operands checked). */
+static em_status index_add_kernel(const char *op, em_tensor *out, int dim, em_tensor *index, em_tensor *src) {
+    em_tensor ov, sv, iv, *tmp;
+    const em_tensor *s1 = as_1d(src, &sv);
+    if (em__numel_raw(index->ndim, index->shape) == 0 || em__numel_raw(s1->ndim, s1->shape) == 0) return EM_OK;
+    const em_tensor *idx = index_i64(index, &tmp);
+    em_status st = idx ? em__op_run(&(em_op_call){.op = EM_OP_INDEX_ADD, .dtype = out->dtype,
+                                                  .dst = {(em_tensor *)as_1d(out, &ov)},
+                                                  .src = {as_1d(idx, &iv), s1}, .i = {dim}}, op)
+                       : em_last_status();
+    em_release(tmp);
+    return st;
+}
+
 em_tensor *em_index_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src, double alpha) {
     const char *op = "em_index_add";
     EM_CHECK_ARG(a, op, "a");
     EM_CHECK_ARG(index, op, "index");
     EM_CHECK_ARG(src, op, "source");
-    if (check_accumulate_args(op, a, index, src)) return NULL;
-    if (index->ndim > 1) {
-        em_error(EM_ERR_SHAPE, "%s: index_add_(): Index is supposed to be a vector, got %d dims", op, index->ndim);
-        return NULL;
-    }
-    if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
-    em_tensor av, sv, iv;
-    const em_tensor *a1 = as_1d(a, &av), *s1 = as_1d(src, &sv);
-    int64_t n = em__numel_raw(index->ndim, index->shape);
-    bool ok = a1->ndim == s1->ndim && s1->shape[dim] == n;
-    for (int d = 0; ok && d < a1->ndim; d++) ok = d == dim || a1->shape[d] == s1->shape[d];
-    if (!ok) {
-        char s_a[128], s_s[128];
-        em_error(EM_ERR_SHAPE, "%s: source %s must have self's shape %s except at dimension %d, where it must equal "
-                               "the number of indices (%lld)", op, em__shape_str(s_s, sizeof s_s, src->ndim, src->shape),
-                 em__shape_str(s_a, sizeof s_a, a->ndim, a->shape), dim, (long long)n);
-        return NULL;
-    }
-    if (check_range(op, index, dim, a1->shape[dim])) return NULL;
+    if (check_index_add(op, a, &dim, index, src)) return NULL;
     if (alpha != 1.0) { /* composed, so that autograd sees the scaling */
         em_scope s = em_scope_begin();
         em_tensor *r = em_retain(em_index_add(a, dim, index, em_mul_scalar(src, alpha), 1.0));
@@ -405,14 +422,7 @@ em_tensor *em_index_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src,
     }
     em_tensor *out = em__copy_raw(a, a->dtype);
     if (!out) return NULL;
-    em_tensor *tmp, ov;
-    const em_tensor *idx = index_i64(index, &tmp);
-    em_status st = idx ? EM_OK : em_last_status();
-    if (st == EM_OK && n > 0 && em__numel_raw(s1->ndim, s1->shape) > 0)
-        st = em__op_run(&(em_op_call){.op = EM_OP_INDEX_ADD, .dtype = out->dtype, .dst = {(em_tensor *)as_1d(out, &ov)},
-                                      .src = {as_1d(idx, &iv), s1}, .i = {dim}}, op);
-    em_release(tmp);
-    if (st != EM_OK) {
+    if (index_add_kernel(op, out, dim, index, src) != EM_OK) {
         em_release(out);
         return NULL;
     }
@@ -420,6 +430,80 @@ em_tensor *em_index_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src,
     em_grad_args args = em__no_args;
     args.dim = dim;
     return em__finish(out, EM_GRAD_INDEX_ADD, 3, in, &args);
+}
+
+/* dst of the in-place forms: contiguous, writable, and nothing autograd would see change */
+static em_status check_in_place_dst(const char *op, const em_tensor *dst) {
+    if (dst->ndim == 0 || !em__is_contiguous_raw(dst->ndim, dst->shape, dst->strides) || dst->requires_grad ||
+        dst->grad_fn || dst->storage->read_only)
+        return em_error(EM_ERR_ARGUMENT, "%s: the tensor added into must have at least one dimension and be "
+                        "contiguous, writable and outside autograd (no history, no requires_grad)", op);
+    return EM_OK;
+}
+
+em_status em__index_add_(em_tensor *dst, int dim, em_tensor *index, em_tensor *src) {
+    const char *op = "index_add (in place)";
+    if (!dst || !index || !src) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: NULL argument", op);
+    if (check_in_place_dst(op, dst) || check_index_add(op, dst, &dim, index, src)) return em_last_status();
+    em_status st = index_add_kernel(op, dst, dim, index, src);
+    if (st == EM_OK) em__bump_version(dst);
+    return st;
+}
+
+/* (value, position) pairs of an index, sorted by value then position */
+typedef struct index_at_pos { int64_t value, pos; } index_at_pos;
+
+static int by_value_then_pos(const void *x, const void *y) {
+    const index_at_pos *a = x, *b = y;
+    if (a->value != b->value) return a->value < b->value ? -1 : 1;
+    return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+/* The out-of-place sum dst + index_add(zeros, dim, index, src) rounds each slice of dst
+ * once, after its repeats were summed in index order from zero. Here the repeats are summed
+ * the same way into a buffer of one slice per distinct index, which then goes into dst once
+ * per slice: the same values bit for bit, without a dst-sized temporary. */
+em_status em__index_add_summed_(em_tensor *dst, int dim, em_tensor *index, em_tensor *src) {
+    const char *op = "index_add (summed, in place)";
+    if (!dst || !index || !src) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: NULL argument", op);
+    if (check_in_place_dst(op, dst) || check_index_add(op, dst, &dim, index, src)) return em_last_status();
+    int64_t n;
+    int64_t *v = index_values(index, &n);
+    if (!v) return em_last_status();
+    size_t count = (size_t)(n > 0 ? n : 1);
+    index_at_pos *order = malloc(count * sizeof *order);
+    int64_t *slice_of = malloc(count * sizeof *slice_of); /* index position -> its slice of the buffer */
+    int64_t *distinct = malloc(count * sizeof *distinct); /* buffer slice -> the index value it sums */
+    em_status st = EM_OK;
+    if (!order || !slice_of || !distinct)
+        st = em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory for %lld indices", op, (long long)n);
+    int64_t k = 0;
+    if (st == EM_OK) {
+        for (int64_t i = 0; i < n; i++) order[i] = (index_at_pos){v[i], i};
+        qsort(order, (size_t)n, sizeof *order, by_value_then_pos);
+        for (int64_t i = 0; i < n; i++) {
+            if (i == 0 || order[i].value != order[i - 1].value) distinct[k++] = order[i].value;
+            slice_of[order[i].pos] = k - 1;
+        }
+    }
+    if (st == EM_OK && n > 0) {
+        em_scope s = em_scope_begin();
+        em_device at = em_device_of(index);
+        em_tensor *slices = em_from_data(slice_of, EM_I64, EM_SHAPE(n), EM_OPTS(.dtype = EM_I64, .device = at));
+        em_tensor *rows = em_from_data(distinct, EM_I64, EM_SHAPE(k), EM_OPTS(.dtype = EM_I64, .device = at));
+        em_shape bs = {.ndim = src->ndim};
+        for (int d = 0; d < src->ndim; d++) bs.d[d] = d == dim ? k : src->shape[d];
+        em_tensor *sums = em_zeros(bs, EM_OPTS(.dtype = src->dtype, .device = em_device_of(src)));
+        st = slices && rows && sums ? index_add_kernel(op, sums, dim, slices, src) : em_last_status();
+        if (st == EM_OK) st = index_add_kernel(op, dst, dim, rows, sums);
+        em_scope_end(s);
+    }
+    free(v);
+    free(order);
+    free(slice_of);
+    free(distinct);
+    if (st == EM_OK) em__bump_version(dst);
+    return st;
 }
 
 em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src) {
