@@ -3,7 +3,8 @@
  * next cast hands it out. Checked: the copy is bit for bit the cast of the new weights (bf16
  * and f16, a size the CPU splits across threads); a cast really took it; an in-place write to
  * the parameter, or to a handed-out copy, makes the next cast a fresh one; two casts never
- * share memory; gradients through it are float32 and exact; autocast regions get it too. */
+ * share memory; gradients through it are float32 and exact; autocast regions get it too; an
+ * optimizer asked for none (em_adam_opts' no_lowp_copy) keeps none and steps to the same bits. */
 #include <stdlib.h>
 #include <string.h>
 #include "test.h"
@@ -191,6 +192,33 @@ static void test_only_whole_parameters(void) {
     em_scope_end(s);
 }
 
+/* em_adam_opts' no_lowp_copy: the steps keep no copy (every cast is a fresh one), and the
+ * weights come out bit for bit as with the copies. */
+static void test_optimizer_without_copies(void) {
+    int threads = em_get_num_threads();
+    em_set_num_threads(2);
+    em_scope s = em_scope_begin();
+    rig with = rig_new(301, 257), without = rig_new(301, 257); /* the same seed: the same weights */
+    em_optim_free(without.opt);
+    em_adam_opts o = em_adam_defaults(1e-2);
+    o.no_lowp_copy = true;
+    without.opt = em_adam_ex(without.m, o);
+    CHECK(without.opt != NULL);
+    for (int step = 0; step < 3 && without.opt; step++) {
+        em_release(rig_step(&with, EM_BF16));
+        em_tensor *used = rig_step(&without, EM_BF16);
+        CHECK(used && used->storage != em__shadow_of(without.w, NULL));
+        em_release(used);
+        CHECK(em__shadow_of(with.w, NULL) != NULL);
+        CHECK(em__shadow_of(without.w, NULL) == NULL && em__shadow_of(without.b, NULL) == NULL);
+        CHECK(same_bits(with.w, without.w) && same_bits(with.b, without.b));
+    }
+    rig_free(&with);
+    rig_free(&without);
+    em_scope_end(s);
+    em_set_num_threads(threads);
+}
+
 int main(void) {
     RUN(test_copy_is_the_cast_bf16);
     RUN(test_copy_is_the_cast_f16);
@@ -199,5 +227,6 @@ int main(void) {
     RUN(test_gradient_through_the_copy);
     RUN(test_autocast_region_uses_the_copy);
     RUN(test_only_whole_parameters);
+    RUN(test_optimizer_without_copies);
     return test_summary();
 }

@@ -50,6 +50,12 @@ typedef struct em_adam_opts {
     /* weight_decay only on parameters of 2 or more dimensions: none on biases and norm
      * weights, the two param_groups transformers' Trainer and nanoGPT give AdamW */
     bool decay_matrices_only;
+    /* keep no bf16/f16 copy of the new weights for the next forward's casts. By default the
+     * fused step writes one for each float32 weight that a cast asked for, in its own pass,
+     * and the next cast takes it instead of casting: 2 bytes a weight held from the step to
+     * the next one, when the gradients and both states exist too. Set: that memory is not
+     * used, and the next forward casts the weights itself. */
+    bool no_lowp_copy;
 } em_adam_opts;
 /* torch.optim.Adadelta: square_avg and acc_delta, averaged with rho. */
 typedef struct em_adadelta_opts {

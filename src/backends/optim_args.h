@@ -37,6 +37,9 @@ typedef struct em_optim_args {
      * dtype (bf16 or f16; contiguous, p's shape and device), rounded as a cast rounds. NULL:
      * none (src/core/lowp_shadow.c). */
     struct em_tensor *lowp_out;
+    /* Adam: make no low-precision copy for the next cast (em_adam_opts' no_lowp_copy);
+     * core's, read before lowp_out is chosen */
+    bool no_lowp_copy;
 } em_optim_args;
 
 /* One parameter of a multi-tensor Adam/AdamW step (op_list.h's ADAM_STEP_MULTI). */

@@ -53,10 +53,11 @@ em_status em__fused_adam_step(const em_optim_args *a, em_tensor *p, const em_ten
     if (!em__fused_adam_applies(p, g, m, v, a->amsgrad ? vmax : NULL)) return not_fused("fused Adam step");
     if (a->amp && !em__amp_state_fits(a->amp, p)) return not_fused("fused Adam step (scaler state)");
     /* p's low-precision copy for the next cast, written in the same pass (lowp_shadow.c);
-     * not under a scaler, whose skipped steps would leave it unwritten */
+     * not under a scaler, whose skipped steps would leave it unwritten, nor where the
+     * optimizer's options ask for none */
     em_optim_args with_copy;
     em_tensor *copy = NULL;
-    if (!a->amp) {
+    if (!a->amp && !a->no_lowp_copy) {
         with_copy = *a;
         with_copy.lowp_out = p; /* asks whether the backend writes the copy; any tensor will do */
         em_op_call ask = {.op = EM_OP_ADAM_STEP, .dtype = p->dtype, .arg = &with_copy};
@@ -93,7 +94,8 @@ em_status em__fused_adam_multi_step(em_adam_multi *mt) {
     for (int i = 0; i < mt->n; i++)
         if (!em__fused_adam_multi_applies(&mt->items[i]) || !em__same_device(mt->items[i].p, mt->items[0].p))
             return not_fused("fused Adam step (multi-tensor)");
-    for (int i = 0; i < mt->n; i++) mt->items[i].low = em__shadow_target(mt->items[i].p);
+    for (int i = 0; i < mt->n; i++)
+        mt->items[i].low = mt->items[i].args.no_lowp_copy ? NULL : em__shadow_target(mt->items[i].p);
     em_status st = em__op_try(&(em_op_call){.op = EM_OP_ADAM_STEP_MULTI, .dtype = EM_F32, .dst = {mt->items[0].p},
                                             .arg = mt});
     for (int i = 0; i < mt->n; i++) {

@@ -156,7 +156,7 @@ static em_status adam_fused(const em_optim_update *u, bool decoupled, bool *done
                           .bias_correction1 = 1.0 - pow(a->beta1, (double)u->step),
                           .bias_correction2 = 1.0 - pow(a->beta2, (double)u->step),
                           .decoupled = decoupled, .amsgrad = a->amsgrad, .maximize = a->maximize,
-                          .amp = amp, .step = u->step};
+                          .amp = amp, .step = u->step, .no_lowp_copy = a->no_lowp_copy};
     *done = true;
     em__optim_batch *b = em__optim_batch_of(o);
     em_adam_multi_item item = {.p = u->param, .g = u->grad, .m = m, .v = v, .args = args};

@@ -824,6 +824,9 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
     em_adam_opts ao = em_adam_defaults(r->lr);
     ao.weight_decay = r->wd;
     ao.decay_matrices_only = r->full;
+    /* --full: no bf16 copies of the weights kept from one step to the next (2 bytes a
+     * parameter, on top of the weights, gradients and states at the step's peak) */
+    ao.no_lowp_copy = r->full;
     em_module *lora = trained_module(m);
     em_optimizer *opt = em_adamw_ex(lora, ao);
     em_zero *z = NULL;
