@@ -13,9 +13,13 @@
  * the parameter's storage version is the one it was made from (every in-place write bumps
  * it, as for autocast's cast cache), the copy's own version is unchanged, and nobody else
  * holds it: so two casts never alias, and a cast output that was written in place never
- * comes back. The kernel rounds with the cast's own routine: bit for bit the same values.
+ * comes back. The kernel rounds with the cast's own routine: bit for bit the same values. Not
+ * always the same layout: for a dense non-contiguous view (a Linear weight's transpose) the
+ * copy keeps the view's strides where a plain cast is contiguous, and the GEMMs that read it
+ * may round differently (docs/ARCHITECTURE.md, "Mixed precision").
  * Cost: 2 bytes per such parameter kept between steps, and a small record per storage a cast
- * asked about. EMBER_LOWP_SHADOW=0 turns it off. */
+ * asked about. EMBER_LOWP_SHADOW=0 turns it off; an optimizer declines it with
+ * em_adam_opts.no_lowp_copy (em_optim_args.no_lowp_copy, read by ops_optim.c). */
 #include "core_internal.h"
 #include "../util/errors.h"
 #include <pthread.h>
