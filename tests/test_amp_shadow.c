@@ -219,6 +219,26 @@ static void test_optimizer_without_copies(void) {
     em_set_num_threads(threads);
 }
 
+/* Without a copy, the cast of a parameter's transpose keeps the view's strides (as the copy
+ * does, and PyTorch's .to()), so that the products reading it round alike either way; its
+ * values are the contiguous cast's. A view that is not the whole parameter is cast as usual. */
+static void test_cast_keeps_a_views_layout(void) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(5);
+    em_tensor *w = em_randn(EM_SHAPE(37, 19), EM_OPTS(.requires_grad = true));
+    em_tensor *wt = em_transpose(w, 0, 1);
+    em_tensor *kept = em_to_dtype(wt, EM_BF16);
+    CHECK(kept && em_stride(kept, 0) == 1 && em_stride(kept, 1) == 19);
+    em_tensor *plain = em_to_dtype(em_contiguous(em_detach(wt)), EM_BF16);
+    CHECK(kept && plain && same_bits(em_contiguous(kept), plain));
+    em_tensor *part = em_to_dtype(em_narrow(wt, 1, 0, 5), EM_BF16);
+    CHECK(part && em_is_contiguous(part));
+    /* the gradient still reaches the parameter, float32 and transposed back */
+    CHECK_OK(em_backward(em_sum(em_to_dtype(kept, EM_F32), EM_ALL_DIMS, false)));
+    CHECK(em_grad(w) && em_dtype_of(em_grad(w)) == EM_F32 && em_size(em_grad(w), 0) == 37);
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_copy_is_the_cast_bf16);
     RUN(test_copy_is_the_cast_f16);
@@ -228,5 +248,6 @@ int main(void) {
     RUN(test_autocast_region_uses_the_copy);
     RUN(test_only_whole_parameters);
     RUN(test_optimizer_without_copies);
+    RUN(test_cast_keeps_a_views_layout);
     return test_summary();
 }

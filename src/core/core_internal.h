@@ -38,6 +38,12 @@ int64_t em__numel_raw(int ndim, const int64_t *shape);
  * shadow in dt is current and held by nobody else; else NULL, noting that casts of t's
  * storage to dt are wanted (the next fused Adam step writes one). */
 em_tensor *em__shadow_take(em_tensor *t, em_dtype dt);
+/* Where no shadow serves: the cast of such a parameter view when it is not contiguous (a
+ * Linear's weight.t()), made over its storage's layout as PyTorch's .to() preserves strides,
+ * so that the result is laid out, and rounds in later products, as the shadow would; a new
+ * header, not scoped. NULL (error state untouched) for anything else or when out of memory:
+ * the caller then casts as usual. */
+em_tensor *em__cast_keeping_layout(em_tensor *t, em_dtype dt);
 /* For a fused step that can emit: a contiguous tensor of p's shape in the wanted dtype to
  * write p's new value into, or NULL (none wanted, or no memory: the step runs without).
  * Give it to em__shadow_install after the step (p's version bumped) or em_release it. */

@@ -13,10 +13,10 @@
  * the parameter's storage version is the one it was made from (every in-place write bumps
  * it, as for autocast's cast cache), the copy's own version is unchanged, and nobody else
  * holds it: so two casts never alias, and a cast output that was written in place never
- * comes back. The kernel rounds with the cast's own routine: bit for bit the same values. Not
- * always the same layout: for a dense non-contiguous view (a Linear weight's transpose) the
- * copy keeps the view's strides where a plain cast is contiguous, and the GEMMs that read it
- * may round differently (docs/ARCHITECTURE.md, "Mixed precision").
+ * comes back. The kernel rounds with the cast's own routine: bit for bit the same values. For
+ * a dense non-contiguous view (a Linear weight's transpose) the copy keeps the view's strides,
+ * and em__cast_keeping_layout gives the cast the same layout where no copy serves, so the
+ * products that read either round alike (docs/ARCHITECTURE.md, "Mixed precision").
  * Cost: 2 bytes per such parameter kept between steps, and a small record per storage a cast
  * asked about. EMBER_LOWP_SHADOW=0 turns it off; an optimizer declines it with
  * em_adam_opts.no_lowp_copy (em_optim_args.no_lowp_copy, read by ops_optim.c). */
@@ -114,6 +114,23 @@ em_tensor *em__shadow_take(em_tensor *t, em_dtype dt) {
     pthread_mutex_unlock(&g_lock);
     em__storage_release(stale);
     if (!out) em__error_restore(&saved); /* no header: the caller casts as usual */
+    return out;
+}
+
+em_tensor *em__cast_keeping_layout(em_tensor *t, em_dtype dt) {
+    if ((dt != EM_BF16 && dt != EM_F16) || !eligible(t) || em__is_contiguous_raw(t->ndim, t->shape, t->strides))
+        return NULL;
+    em_error_state saved;
+    em__error_save(&saved);
+    /* the storage cast as one flat run, then viewed with t's strides: element for element
+     * the values of a contiguous cast, in the parameter's own order */
+    int64_t n = em__numel_raw(t->ndim, t->shape), one = 1;
+    em_tensor *flat = em__tensor_alloc(t->storage, t->dtype, 1, &n, &one, 0);
+    em_tensor *cast = flat ? em__copy_raw(flat, dt) : NULL;
+    em_tensor *out = cast ? em__tensor_alloc(cast->storage, dt, t->ndim, t->shape, t->strides, 0) : NULL;
+    em_release(cast);
+    em_release(flat);
+    if (!out) em__error_restore(&saved);
     return out;
 }
 
