@@ -23,27 +23,8 @@
 static char out[1 << 16];
 static char tmp[64], text[128];
 
-/* mpirun -np n ember ARGS, output joined into out; the exit status. */
-static int mpi_tool(int n, const char *args) {
-    char cmd[PATH_MAX * 2 + 1024];
-    /* "-x VAR ..." at the start of args: mpirun's, passing VAR on to the ranks */
-    char mpi_opts[64] = "";
-    if (!strncmp(args, "-x ", 3)) {
-        const char *end = strchr(args + 3, ' ');
-        snprintf(mpi_opts, sizeof mpi_opts, "%.*s", end ? (int)(end - args) : 0, args);
-        args = end ? end + 1 : args;
-    }
-    snprintf(cmd, sizeof cmd, "timeout -k 5 300 mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp "
-             "%s -np %d '%s' %s 2>&1", mpi_opts, n, tool_path(), args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t used = fread(out, 1, sizeof out - 1, p);
-    out[used] = '\0';
-    char sink[4096];
-    while (fread(sink, 1, sizeof sink, p) > 0) {}
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+/* mpirun -np n ember ARGS into out (tool_run.h) */
+static int mpi_tool(int n, const char *args) { return tool_run_mpi(n, args, out, sizeof out); }
 
 /* The largest |a - b| over the weights of two model folders (loaded as Ember loads them: one
  * model.safetensors or the shards of an index); INFINITY when one does not load or they differ

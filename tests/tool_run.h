@@ -41,4 +41,29 @@ static int tool_run(const char *args, char *out, size_t size) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* `mpirun -np n ember ARGS` (on one host, over shared memory or TCP, at most 300 s), output
+ * joined into out (truncated to size - 1); a leading "-x VAR" in args is mpirun's, passing
+ * VAR on to the ranks. Returns the exit status, or -1 when it could not run or was killed. */
+static inline int tool_run_mpi(int n, const char *args, char *out, size_t size) {
+    const char *ember = tool_path();
+    if (!ember) return -1;
+    char cmd[PATH_MAX * 2 + 1024], mpi_opts[64] = "";
+    if (!strncmp(args, "-x ", 3)) {
+        const char *end = strchr(args + 3, ' ');
+        snprintf(mpi_opts, sizeof mpi_opts, "%.*s", end ? (int)(end - args) : 0, args);
+        args = end ? end + 1 : args;
+    }
+    snprintf(cmd, sizeof cmd, "timeout -k 5 300 mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp "
+             "%s -np %d '%s' %s 2>&1", mpi_opts, n, ember, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t used = 0, got;
+    char sink[4096];
+    while ((got = fread(used + 1 < size ? out + used : sink, 1, used + 1 < size ? size - 1 - used : sizeof sink, p)) > 0)
+        if (used + 1 < size) used += got;
+    out[used] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 #endif
