@@ -23,13 +23,10 @@ static const char *tool_path(void) {
     return access(path, X_OK) == 0 ? path : NULL;
 }
 
-/* Runs `ember ARGS` with stderr joined to stdout; out receives the output (truncated to
- * size - 1). Returns the exit status, or -1 when it could not run or was killed. */
-static int tool_run(const char *args, char *out, size_t size) {
-    const char *ember = tool_path();
-    if (!ember) return -1;
-    char cmd[PATH_MAX + 4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", ember, args);
+/* Runs the shell command cmd; out receives its standard output (truncated to size - 1; the
+ * rest is read and dropped). Returns the exit status, or -1 when it could not run or was
+ * killed. */
+static inline int tool_command(const char *cmd, char *out, size_t size) {
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     size_t n = 0, got;
@@ -39,6 +36,16 @@ static int tool_run(const char *args, char *out, size_t size) {
     out[n] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs `ember ARGS` with stderr joined to stdout; out receives the output (truncated to
+ * size - 1). Returns the exit status, or -1 when it could not run or was killed. */
+static int tool_run(const char *args, char *out, size_t size) {
+    const char *ember = tool_path();
+    if (!ember) return -1;
+    char cmd[PATH_MAX + 4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", ember, args);
+    return tool_command(cmd, out, size);
 }
 
 /* `mpirun -np n ember ARGS` (on one host, over shared memory or TCP, at most 300 s), output
@@ -55,15 +62,7 @@ static inline int tool_run_mpi(int n, const char *args, char *out, size_t size) 
     }
     snprintf(cmd, sizeof cmd, "timeout -k 5 300 mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp "
              "%s -np %d '%s' %s 2>&1", mpi_opts, n, ember, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t used = 0, got;
-    char sink[4096];
-    while ((got = fread(used + 1 < size ? out + used : sink, 1, used + 1 < size ? size - 1 - used : sizeof sink, p)) > 0)
-        if (used + 1 < size) used += got;
-    out[used] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return tool_command(cmd, out, size);
 }
 
 #endif
