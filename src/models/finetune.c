@@ -726,7 +726,7 @@ int64_t em__model_loss_chunk(int64_t vocab) {
     /* A chunk's float32 logits and the two more [chunk, V] float32 tensors the chunk loop
      * holds with them (the log-softmax and the gradient) are the loss's largest temporaries:
      * rows enough for about 32 MiB of logits, a power of two, at least 128. With Llama 2's
-     * 32000 ids that is 256 rows; a 128256-id vocabulary gets the 128, 197 MB in all. Thinner
+     * 32000 ids that is 256 rows; a 128256-id vocabulary gets the minimum, 197 MB in all. Thinner
      * chunks cost speed: at 64 rows the [rows, 2048] x [2048, 128256] product and its input
      * gradient ran at 187 and 135 bf16 GFLOP per CPU-second on one thread, at 128 rows 204
      * and 169, at 256 rows 210 and 189 (EPYC Zen 4, oneDNN 2.6). */

@@ -233,9 +233,10 @@ static em_status shard_open(shard *s, bool read_in) {
         }
         /* Advice, free at load: pages this mapping reads from the file come into the page
          * cache as 2 MiB folios mapped whole (where the kernel and the file system can), so
-         * a decoder streaming the weights takes a TLB miss per 2 MiB, not per 4 KiB. Pages
-         * already cached in small folios (the file read by something else first) stay so.
-         * EMBER_CPU_HUGE_PAGES=0 leaves the mapping to 4 KiB pages. */
+         * a decoder streaming the weights takes a TLB miss per 2 MiB, not per 4 KiB (on the
+         * 1B's decode within the noise, the GEMV's page-ahead prefetch hiding most of that
+         * cost: docs/BENCHMARKS.md). Pages already cached in small folios (the file read by
+         * something else first) stay so. EMBER_CPU_HUGE_PAGES=0 leaves the mapping alone. */
         const char *huge = getenv("EMBER_CPU_HUGE_PAGES");
         if (!huge || strcmp(huge, "0") != 0) (void)madvise(a, (size_t)file_len, MADV_HUGEPAGE);
         s->map->addr = a;
