@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -178,6 +179,17 @@ static inline int test_summary(void) {
     fflush(stdout);
     if (test__failed) return 1;
     return test__skipped && !test__passed ? TEST_SKIP_CODE : 0;
+}
+
+/* Do a and b hold the same bytes (same dtype and size; a copy to the host of each)? */
+static inline bool test_same_bits(em_tensor *a, em_tensor *b) {
+    if (!a || !b || em_dtype_of(a) != em_dtype_of(b) || em_numel(a) != em_numel(b)) return false;
+    size_t n = (size_t)em_numel(a) * em_dtype_size(em_dtype_of(a));
+    char *x = malloc(n + 1), *y = malloc(n + 1);
+    bool ok = x && y && em_copy_to_host(a, x, n) == EM_OK && em_copy_to_host(b, y, n) == EM_OK && !memcmp(x, y, n);
+    free(x);
+    free(y);
+    return ok;
 }
 
 #endif

@@ -10,16 +10,6 @@
 #include <string.h>
 #include "test.h"
 
-static bool same_bits(em_tensor *a, em_tensor *b) {
-    size_t n = (size_t)em_numel(a) * em_dtype_size(em_dtype_of(a));
-    if (em_dtype_of(a) != em_dtype_of(b) || em_numel(a) != em_numel(b)) return false;
-    char *x = malloc(n), *y = malloc(n);
-    bool ok = x && y && em_copy_to_host(a, x, n) == EM_OK && em_copy_to_host(b, y, n) == EM_OK && !memcmp(x, y, n);
-    free(x);
-    free(y);
-    return ok;
-}
-
 static void check(int threads) {
     em_set_num_threads(threads);
     em_scope s = em_scope_begin();
@@ -34,9 +24,9 @@ static void check(int threads) {
     em_tensor *rows = em_contiguous(strided);         /* [R, C], contiguous rows */
     CHECK(em_dtype_of(rows) == EM_BF16 && em_is_contiguous(rows) && !em_is_contiguous(strided));
     em_tensor *a = em_sum(rows, EM_DIMS(0), false), *b = em_sum(strided, EM_DIMS(0), false);
-    CHECK(a && b && em_dtype_of(a) == EM_BF16 && same_bits(a, b));
+    CHECK(a && b && em_dtype_of(a) == EM_BF16 && test_same_bits(a, b));
     em_tensor *am = em_mean(rows, EM_DIMS(0), true), *bm = em_mean(strided, EM_DIMS(0), true);
-    CHECK(am && bm && same_bits(am, bm));
+    CHECK(am && bm && test_same_bits(am, bm));
     /* and the sums are right: against float32 sums of the same values, within bf16 rounding */
     em_tensor *ref = em_sum(em_to_dtype(rows, EM_F32), EM_DIMS(0), false);
     em_tensor *err = em_abs(em_sub(em_to_dtype(a, EM_F32), ref));

@@ -51,17 +51,6 @@ static em_tensor *rig_step(rig *r, em_dtype dt) {
     return wl;
 }
 
-/* Bytes of a and b equal (same dtype and size). */
-static bool same_bits(em_tensor *a, em_tensor *b) {
-    size_t n = (size_t)em_numel(a) * em_dtype_size(em_dtype_of(a));
-    if (em_dtype_of(a) != em_dtype_of(b) || em_numel(a) != em_numel(b)) return false;
-    char *x = malloc(n), *y = malloc(n);
-    bool ok = x && y && em_copy_to_host(a, x, n) == EM_OK && em_copy_to_host(b, y, n) == EM_OK && !memcmp(x, y, n);
-    free(x);
-    free(y);
-    return ok;
-}
-
 /* The cast the copy must equal: of the same values, through a tensor that is no parameter. */
 static em_tensor *plain_cast(em_tensor *w, em_dtype dt) { return em_to_dtype(em_clone(em_detach(w)), dt); }
 
@@ -81,7 +70,7 @@ static void check_copy_matches_cast(em_dtype dt) {
         em_scope in = em_scope_begin();
         em_tensor *got = em_to_dtype(r.w, dt);
         CHECK(got && got->storage == prev);                  /* handed out, not cast */
-        CHECK(same_bits(got, plain_cast(r.w, dt)));          /* bit for bit the cast */
+        CHECK(test_same_bits(got, plain_cast(r.w, dt)));          /* bit for bit the cast */
         CHECK(em_requires_grad(got) && em_grad_fn_name(got) != NULL); /* recorded like a cast */
         em_scope_end(in);
     }
@@ -107,7 +96,7 @@ static void test_inplace_write_drops_the_copy(void) {
      * not tell: the stale copy is freed inside the cast, whose new storage may reuse its
      * address.) */
     CHECK(got != NULL);
-    CHECK(same_bits(got, plain_cast(r.w, EM_BF16)));
+    CHECK(test_same_bits(got, plain_cast(r.w, EM_BF16)));
     CHECK(em__shadow_of(r.w, NULL) == NULL); /* the stale copy is freed at once */
     rig_free(&r);
     em_scope_end(s);
@@ -126,10 +115,10 @@ static void test_casts_never_share_memory(void) {
     em_grad_mode g = em_no_grad_begin();
     CHECK_OK(em_fill_(a, 7.0));      /* writing one cast leaves the other alone */
     em_no_grad_end(g);
-    CHECK(same_bits(b, want));
+    CHECK(test_same_bits(b, want));
     em_scope_end(in);                /* a goes; the copy it wrote is not handed out again */
     em_tensor *c = em_to_dtype(r.w, EM_BF16);
-    CHECK(same_bits(c, want));
+    CHECK(test_same_bits(c, want));
     CHECK(em__shadow_of(r.w, NULL) == NULL);
     em_release(b);
     rig_free(&r);
@@ -149,7 +138,7 @@ static void test_gradient_through_the_copy(void) {
     CHECK(wl->storage == em__shadow_of(r.w, NULL));
     CHECK_OK(em_backward(em_sum(em_mul(em_to_dtype(wl, EM_F32), k), EM_ALL_DIMS, false)));
     em_tensor *gw = em_grad(r.w);
-    CHECK(gw && em_dtype_of(gw) == EM_F32 && same_bits(gw, k));
+    CHECK(gw && em_dtype_of(gw) == EM_F32 && test_same_bits(gw, k));
     rig_free(&r);
     em_scope_end(s);
 }
@@ -167,7 +156,7 @@ static void test_autocast_region_uses_the_copy(void) {
         /* the same forward from a plain cast of the current weights */
         em_tensor *want = em_addmm(plain_cast(r.b, EM_BF16), em_to_dtype(r.x, EM_BF16),
                                    em_transpose(plain_cast(r.w, EM_BF16), 0, 1), 1.0, 1.0);
-        CHECK(y && em_dtype_of(y) == EM_BF16 && same_bits(y, want));
+        CHECK(y && em_dtype_of(y) == EM_BF16 && test_same_bits(y, want));
         if (step > 0) CHECK(copy != NULL && em__shadow_of(r.w, NULL) == copy);
         CHECK_OK(em_backward(em_sum(em_mul(y, y), EM_ALL_DIMS, false)));
         CHECK_OK(em_autocast_end(ac));
@@ -211,7 +200,7 @@ static void test_optimizer_without_copies(void) {
         em_release(used);
         CHECK(em__shadow_of(with.w, NULL) != NULL);
         CHECK(em__shadow_of(without.w, NULL) == NULL && em__shadow_of(without.b, NULL) == NULL);
-        CHECK(same_bits(with.w, without.w) && same_bits(with.b, without.b));
+        CHECK(test_same_bits(with.w, without.w) && test_same_bits(with.b, without.b));
     }
     rig_free(&with);
     rig_free(&without);
@@ -230,7 +219,7 @@ static void test_cast_keeps_a_views_layout(void) {
     em_tensor *kept = em_to_dtype(wt, EM_BF16);
     CHECK(kept && em_stride(kept, 0) == 1 && em_stride(kept, 1) == 19);
     em_tensor *plain = em_to_dtype(em_contiguous(em_detach(wt)), EM_BF16);
-    CHECK(kept && plain && same_bits(em_contiguous(kept), plain));
+    CHECK(kept && plain && test_same_bits(em_contiguous(kept), plain));
     em_tensor *part = em_to_dtype(em_narrow(wt, 1, 0, 5), EM_BF16);
     CHECK(part && em_is_contiguous(part));
     /* the gradient still reaches the parameter, float32 and transposed back */

@@ -13,17 +13,6 @@
 #define HIDDEN 32
 #define N_IDS 48
 
-/* Bytes of a and b equal (same dtype and size). */
-static bool same_bits(em_tensor *a, em_tensor *b) {
-    size_t n = (size_t)em_numel(a) * em_dtype_size(em_dtype_of(a));
-    if (em_dtype_of(a) != em_dtype_of(b) || em_numel(a) != em_numel(b)) return false;
-    char *x = malloc(n), *y = malloc(n);
-    bool ok = x && y && em_copy_to_host(a, x, n) == EM_OK && em_copy_to_host(b, y, n) == EM_OK && !memcmp(x, y, n);
-    free(x);
-    free(y);
-    return ok;
-}
-
 /* ids with repeats, out of order: each value 0..15 (scaled into the vocabulary) 3 times */
 static em_tensor *ids_with_repeats(void) {
     int64_t v[N_IDS];
@@ -63,7 +52,7 @@ static void test_tied_gradient_added_in_place(void) {
     em_tensor *g = em_grad(w);
     CHECK(g && em_data_ptr(g) == at);
     em_tensor *dense = em_index_add(em_zeros(EM_SHAPE(VOCAB, HIDDEN), EM_OPTS(0)), 0, ids, r, 1.0);
-    CHECK(same_bits(g, em_add(before, dense)));
+    CHECK(test_same_bits(g, em_add(before, dense)));
     em_release(before);
     em_scope_end(s);
 }
@@ -78,10 +67,10 @@ static void test_held_gradient_is_replaced(void) {
     CHECK_OK(em_backward(head_loss(w, x, k)));
     em_tensor *held = em_grad(w), *was = em_clone(held);
     CHECK_OK(em_backward(em_sum(em_mul(em_embedding(ids, w, EM_NO_PADDING_IDX), r), EM_ALL_DIMS, false)));
-    CHECK(same_bits(held, was));
+    CHECK(test_same_bits(held, was));
     em_tensor *g = em_grad(w);
     CHECK(g && em_data_ptr(g) != em_data_ptr(held));
-    CHECK(same_bits(g, em_add(was, em_index_add(em_zeros(EM_SHAPE(VOCAB, HIDDEN), EM_OPTS(0)), 0, ids, r, 1.0))));
+    CHECK(test_same_bits(g, em_add(was, em_index_add(em_zeros(EM_SHAPE(VOCAB, HIDDEN), EM_OPTS(0)), 0, ids, r, 1.0))));
     em_scope_end(s);
 }
 
@@ -92,7 +81,7 @@ static void test_first_gradient(void) {
     em_tensor *w = em_randn(EM_SHAPE(VOCAB, HIDDEN), EM_OPTS(.requires_grad = true));
     em_tensor *ids = ids_with_repeats(), *r = em_randn(EM_SHAPE(N_IDS, HIDDEN), EM_OPTS(0));
     CHECK_OK(em_backward(em_sum(em_mul(em_embedding(ids, w, EM_NO_PADDING_IDX), r), EM_ALL_DIMS, false)));
-    CHECK(same_bits(em_grad(w), em_index_add(em_zeros(EM_SHAPE(VOCAB, HIDDEN), EM_OPTS(0)), 0, ids, r, 1.0)));
+    CHECK(test_same_bits(em_grad(w), em_index_add(em_zeros(EM_SHAPE(VOCAB, HIDDEN), EM_OPTS(0)), 0, ids, r, 1.0)));
     em_scope_end(s);
 }
 
@@ -118,7 +107,7 @@ static void test_in_place_add_refusals(void) {
     em_tensor *none = em_from_data(NULL, EM_I64, EM_SHAPE(0), EM_OPTS(.dtype = EM_I64));
     em_tensor *dst = em_ones(EM_SHAPE(VOCAB, HIDDEN), EM_OPTS(0)), *same = em_clone(dst);
     CHECK_OK(em__index_add_summed_(dst, 0, none, em_zeros(EM_SHAPE(0, HIDDEN), EM_OPTS(0))));
-    CHECK(same_bits(dst, same)); /* no index: nothing added */
+    CHECK(test_same_bits(dst, same)); /* no index: nothing added */
     em_scope_end(s);
 }
 

@@ -20,17 +20,6 @@ static bool have_gpu(void) {
     return true;
 }
 
-/* Bytes of a and b equal (same dtype and size). */
-static bool same_bits(em_tensor *a, em_tensor *b) {
-    if (!a || !b || em_dtype_of(a) != em_dtype_of(b) || em_numel(a) != em_numel(b)) return false;
-    size_t n = (size_t)em_numel(a) * em_dtype_size(em_dtype_of(a));
-    char *x = malloc(n + 1), *y = malloc(n + 1);
-    bool ok = x && y && em_copy_to_host(a, x, n) == EM_OK && em_copy_to_host(b, y, n) == EM_OK && !memcmp(x, y, n);
-    free(x);
-    free(y);
-    return ok;
-}
-
 static const int64_t k_sizes[] = {1, 7, 300, 4099, 33, 2, 1024, 5, 77, 129, 3, 20000};
 #define NP ((int)(sizeof k_sizes / sizeof k_sizes[0]))
 
@@ -70,8 +59,8 @@ static void test_bit_identical_to_per_tensor(void) {
         CHECK_OK(em__fused_adam_multi_step(&mt));
     }
     int same = 0;
-    for (int i = 0; i < NP; i++) same += same_bits(p[0][i], p[1][i]) && same_bits(m[0][i], m[1][i]) &&
-                                         same_bits(v[0][i], v[1][i]);
+    for (int i = 0; i < NP; i++) same += test_same_bits(p[0][i], p[1][i]) && test_same_bits(m[0][i], m[1][i]) &&
+                                         test_same_bits(v[0][i], v[1][i]);
     printf("  %d of %d parameters (p, exp_avg, exp_avg_sq) bit-identical after 3 steps\n", same, NP);
     CHECK(same == NP);
     /* what it does not take: amsgrad, a scaler, float64, a non-contiguous state */
@@ -141,7 +130,7 @@ static void test_em_step_takes_it(void) {
           em_module_parameters(rm, c, 6) == 6);
     for (int i = 0; i < 6; i++) {
         /* the per-tensor fused steps: the same bits */
-        CHECK(same_bits(a[i].tensor, b[i].tensor));
+        CHECK(test_same_bits(a[i].tensor, b[i].tensor));
         /* the op-by-op path agrees within float32 rounding (its own order of operations) */
         em_tensor *d = em_abs(em_sub(a[i].tensor, c[i].tensor));
         CHECK(em_item(em_max(d, EM_ALL_DIMS, false)) < 1e-5);
@@ -174,7 +163,7 @@ static void check_copy(em_dtype dt) {
         CHECK(copy != NULL && asked == dt);
         em_tensor *got = em_to_dtype(w, dt);
         CHECK(got && got->storage == copy);
-        CHECK(same_bits(got, em_to_dtype(em_clone(em_detach(w)), dt)));
+        CHECK(test_same_bits(got, em_to_dtype(em_clone(em_detach(w)), dt)));
         em_scope_end(in);
     }
     CHECK(em__optim_batch_of(opt)->calls == 3);

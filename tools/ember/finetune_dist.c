@@ -51,15 +51,7 @@ void finetune_dist_rows(int64_t rows, int64_t *first, int64_t *count) {
 
 void finetune_dist_sync_next(bool sync) { em_ddp_set_no_sync(ddp, !sync); }
 
-double finetune_dist_sum(double x) {
-    if (!train_dist_active()) return x;
-    em_scope s = em_scope_begin();
-    em_tensor *t = em_scalar(x, EM_OPTS(.dtype = EM_F64));
-    double sum = NAN;
-    if (t && em_dist_all_reduce(NULL, t, EM_REDUCE_SUM) == EM_OK) sum = em_item(t);
-    em_scope_end(s);
-    return sum;
-}
+double finetune_dist_sum(double x) { return train_dist_sum(x); }
 
 bool finetune_dist_any(bool mine) { return train_dist_agree_stop(mine); }
 

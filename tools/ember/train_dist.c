@@ -4,6 +4,7 @@
  * keeps the weights and the optimizer state identical on every rank), so any number of
  * ranks can resume it; its train.world_size converts a mid-epoch position. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -100,15 +101,20 @@ bool train_dist_agree_stop(bool stop) {
     return any;
 }
 
-double train_dist_mean(double x) {
+/* x reduced over the ranks by op; failed: what the caller gave (a local value or NAN) */
+static double reduce_scalar(double x, em_reduce_op op, double failed) {
     if (!D.active) return x;
     em_scope s = em_scope_begin();
     em_tensor *t = em_scalar(x, EM_OPTS(.dtype = EM_F64));
-    double m = x;
-    if (t && em_dist_all_reduce(NULL, t, EM_REDUCE_AVG) == EM_OK) m = em_item(t);
+    double r = failed;
+    if (t && em_dist_all_reduce(NULL, t, op) == EM_OK) r = em_item(t);
     em_scope_end(s);
-    return m;
+    return r;
 }
+
+double train_dist_mean(double x) { return reduce_scalar(x, EM_REDUCE_AVG, x); }
+
+double train_dist_sum(double x) { return reduce_scalar(x, EM_REDUCE_SUM, NAN); }
 
 FILE *train_dist_progress_out(void) { return D.devnull ? D.devnull : stderr; }
 

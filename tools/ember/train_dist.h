@@ -27,6 +27,8 @@ void train_dist_loader_opts(em_loader_opts *o);
 bool train_dist_agree_stop(bool stop);
 /* The mean of x over the ranks. */
 double train_dist_mean(double x);
+/* x summed over the ranks (x alone without ranks; NAN when the all-reduce fails). */
+double train_dist_sum(double x);
 /* Where the progress display goes (NULL-safe /dev/null on ranks other than 0). */
 FILE *train_dist_progress_out(void);
 /* A checkpoint written by `from` ranks resumed on this run's ranks: the position in the
