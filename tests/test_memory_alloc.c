@@ -262,6 +262,78 @@ static void test_release_on_grow(void) {
     unsetenv("EMBER_MEMORY_POLICY");
 }
 
+/* A fake device whose state reads EMBER_MEMORY_POLICY=policy. */
+static em_device device_with_policy(const char *policy) {
+    setenv("EMBER_MEMORY_POLICY", policy, 1);
+    em_device d = fake_device((size_t)1 << 40);
+    CHECK(fake_stats(d).caching);   /* creates the device's state: reads the policy */
+    unsetenv("EMBER_MEMORY_POLICY");
+    return d;
+}
+
+/* Training steps' shape of use: activations of one size in the forward, freed, then
+ * gradients of another in the backward, freed, four times. The peak policy holds no more
+ * than the allocated peak; Ember's, splitting 20 MiB segments, holds more. */
+static void test_peak_policy_holds_the_allocated_peak(void) {
+    const char *policies[] = {"peak", "ember"};
+    for (int k = 0; k < 2; k++) {
+        em_device d = device_with_policy(policies[k]);
+        em_block act[6], grad[3];
+        for (int step = 0; step < 4; step++) {
+            for (int i = 0; i < 6; i++) act[i] = must_alloc(d, 8 * MiB);
+            for (int i = 0; i < 6; i++) em__mem_free(&fake_be, d, &act[i]);
+            for (int i = 0; i < 3; i++) grad[i] = must_alloc(d, 16 * MiB);
+            for (int i = 0; i < 3; i++) em__mem_free(&fake_be, d, &grad[i]);
+        }
+        em_memory_stats s = fake_stats(d);
+        CHECK(s.allocated_bytes[0].peak == (int64_t)(48 * MiB));
+        if (k == 0) CHECK(s.reserved_bytes[0].peak == (int64_t)(48 * MiB));
+        else CHECK(s.reserved_bytes[0].peak == (int64_t)(60 * MiB));   /* three 20 MiB segments */
+        CHECK(s.reserved_bytes[0].current == (int64_t)fake[d.index].used);
+        CHECK_OK(em_memory_empty_cache(d));
+        CHECK(fake[d.index].live == 0);
+    }
+}
+
+/* Under the peak policy: a segment is the request rounded up to 2 MiB, its block the request
+ * rounded to 512 B; a free block serves a request of its own rounded size, not a smaller one;
+ * before growing, only as many free segments go back as keep reserved memory within the
+ * allocated peak, the largest first. */
+static void test_peak_policy_rules(void) {
+    em_device d = device_with_policy("peak");
+    em_block a = must_alloc(d, 3 * MiB);
+    CHECK(a.size == 3 * MiB);
+    EXPECT(d, 3 * MiB, 4 * MiB, 3 * MiB, 1, 1, MiB, MiB, 0);   /* the rounding: a free 1 MiB rest */
+    void *ha = a.handle;
+    em__mem_free(&fake_be, d, &a);
+    em_block b = must_alloc(d, 4 * MiB - 100);   /* the same rounded size: the cached segment */
+    CHECK(b.handle == ha && fake_stats(d).num_raw_allocs == 1);
+    em__mem_free(&fake_be, d, &b);
+    CHECK_OK(em_memory_empty_cache(d));
+
+    em_block x = must_alloc(d, 16 * MiB), y = must_alloc(d, 16 * MiB);   /* peak: 32 MiB */
+    void *hx = x.handle;
+    em__mem_free(&fake_be, d, &y);
+    em__mem_free(&fake_be, d, &x);
+    em_memory_stats s0 = fake_stats(d);
+    em_block z = must_alloc(d, 8 * MiB);   /* no 16 MiB block is split for it: one goes back */
+    em_memory_stats s = fake_stats(d);
+    CHECK(s.num_raw_frees - s0.num_raw_frees == 1 && s.num_raw_allocs - s0.num_raw_allocs == 1);
+    CHECK(s.reserved_bytes[0].current == (int64_t)(24 * MiB));
+    em_block w = must_alloc(d, 16 * MiB);  /* the one kept (the older) serves this */
+    s = fake_stats(d);
+    CHECK(w.handle == hx && s.num_raw_allocs - s0.num_raw_allocs == 1);
+    CHECK(s.reserved_bytes[0].current == (int64_t)(24 * MiB));
+    em_block v = must_alloc(d, 20 * MiB);  /* above the peak now: nothing cached to give back */
+    s = fake_stats(d);
+    CHECK(s.reserved_bytes[0].current == (int64_t)(44 * MiB) && s.reserved_bytes[0].peak == (int64_t)(44 * MiB));
+    em__mem_free(&fake_be, d, &z);
+    em__mem_free(&fake_be, d, &w);
+    em__mem_free(&fake_be, d, &v);
+    CHECK_OK(em_memory_empty_cache(d));
+    CHECK(fake[d.index].live == 0);
+}
+
 /* Blocks never overlap, whatever the order of allocations and frees. */
 static void test_no_overlap(void) {
     em_device d = fake_device((size_t)1 << 40);
@@ -430,6 +502,8 @@ int main(void) {
     RUN(test_matches_pytorch_policy);
     RUN(test_matches_release_on_grow_policy);
     RUN(test_release_on_grow);
+    RUN(test_peak_policy_holds_the_allocated_peak);
+    RUN(test_peak_policy_rules);
     RUN(test_no_overlap);
     RUN(test_fragmentation);
     RUN(test_steady_state_reuse);

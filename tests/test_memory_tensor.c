@@ -147,6 +147,51 @@ static int child_no_cache(void) {
     return r == 4096 && em_memory_reserved(CPU) == 0 && !s.caching ? 0 : 1;
 }
 
+static int64_t resident_bytes(void) {
+    long pages = 0, resident = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+    if (f) fclose(f);
+    return resident < 0 ? -1 : (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+/* The CPU's default policy (peak) in a fresh process, under a training step's shape of use
+ * (activations of one size, then gradients of another, three times): reserved memory stays
+ * at the allocated peak, and what the cache gives back leaves the process. */
+static int child_peak(const char *policy) {
+    bool peak = !strcmp(policy, "default");
+    em_opts o = EM_OPTS(.dtype = EM_F32);
+    for (int step = 0; step < 3; step++) {
+        em_tensor *act[6], *grad[3];
+        for (int i = 0; i < 6; i++) act[i] = em_ones(EM_SHAPE(2 * MiB), o);   /* 8 MiB each, touched */
+        for (int i = 0; i < 6; i++) em_release(act[i]);
+        for (int i = 0; i < 3; i++) grad[i] = em_ones(EM_SHAPE(4 * MiB), o);  /* 16 MiB each */
+        for (int i = 0; i < 3; i++) em_release(grad[i]);
+    }
+    if (em_failed()) return 2;
+    int64_t over = em_memory_max_reserved(CPU) - em_memory_max_allocated(CPU);
+    if (!peak) return over >= 8 * MiB ? 0 : 3;   /* Ember's policy: 20 MiB segments, split */
+    if (over > 4 * MiB) return 4;                /* the small pool's one segment at most */
+#if defined(__SANITIZE_ADDRESS__)
+    fprintf(stderr, "  skip: the resident memory check (AddressSanitizer quarantines freed memory)\n");
+#else
+    int64_t before = resident_bytes();
+    if (em_memory_empty_cache(CPU) != EM_OK) return 5;
+    int64_t after = resident_bytes();
+    if (before < 0 || after < 0 || before - after < 40 * MiB) {
+        fprintf(stderr, "  resident %lld -> %lld bytes after emptying a cache of %lld\n", (long long)before,
+                (long long)after, (long long)em_memory_max_allocated(CPU));
+        return 6;
+    }
+#endif
+    return 0;
+}
+
+static void test_cpu_peak_policy(void) {
+    CHECK(in_child("EMBER_MEMORY_POLICY", "", "peak_default") == 0);
+    CHECK(in_child("EMBER_MEMORY_POLICY", "ember", "peak_ember") == 0);
+}
+
 static int child_bad_cap(void) {
     em_tensor *a = f32(10);
     return !a && em_last_status() == EM_ERR_ARGUMENT && strstr(em_last_error(), "EMBER_MEMORY_CAP") ? 0 : 1;
@@ -213,6 +258,8 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "child")) {
         if (!strcmp(argv[2], "cap")) return child_cap();
         if (!strcmp(argv[2], "no_cache")) return child_no_cache();
+        if (!strcmp(argv[2], "peak_default")) return child_peak("default");
+        if (!strcmp(argv[2], "peak_ember")) return child_peak("ember");
         if (!strcmp(argv[2], "bad_cap")) return child_bad_cap();
         if (!strcmp(argv[2], "check_env")) return child_check_env();
         if (!strcmp(argv[2], "check_env_policy")) return child_check_env_policy();
@@ -225,6 +272,7 @@ int main(int argc, char **argv) {
     RUN(test_tensor_reuse);
     RUN(test_real_oom_under_cap);
     RUN(test_environment);
+    RUN(test_cpu_peak_policy);
     RUN(test_statistics_of_no_device);
     RUN(test_pinned_tensor);
     return test_summary();

@@ -250,10 +250,11 @@ static size_t trim_expandable(mem_state *st, int pool) {
     return bytes;
 }
 
-/* Give back every fully free segment of pools first..last (lock held): the shared pool's and
- * those of private pools whose graph is gone; returns bytes. Nothing during a graph capture:
- * freeing device memory waits for the device, which a capture forbids. */
-static size_t release_whole(mem_state *st, int first, int last) {
+/* Give back the fully free segments of pools first..last (lock held): the shared pool's and
+ * those of private pools whose graph is gone, the largest first, until reserved memory is at
+ * most `keep` bytes (-1: all of them); returns bytes. Nothing during a graph capture: freeing
+ * device memory waits for the device, which a capture forbids. */
+static size_t release_whole(mem_state *st, int first, int last, int64_t keep) {
     mem_block *list = NULL;
     int64_t n = 0;
     size_t bytes = 0;
@@ -269,19 +270,22 @@ static size_t release_whole(mem_state *st, int first, int last) {
         st->be->synchronize(st->dev.index);
         em__error_restore(&saved);
     }
-    while (list) {
+    /* collect_whole visits each pool's tree in increasing size and pushes onto the list, and
+     * the large pool comes last: the list starts with the largest large segment */
+    const int64_t *reserved = &st->stats.reserved_bytes[EM_MEMORY_ALL].current;
+    while (list && *reserved > keep) {
         mem_block *b = list;
         list = b->link;
         tree_remove(st, b->seg->pool, b);
         bytes += b->seg->size;
         release_segment(st, b);
     }
-    for (int pool = first; pool <= last; pool++) bytes += trim_expandable(st, pool);
+    for (int pool = first; pool <= last && *reserved > keep; pool++) bytes += trim_expandable(st, pool);
     return bytes;
 }
 
 size_t em__mem_release_cached(mem_state *st) {
-    return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL);
+    return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, -1);
 }
 
 static size_t round_size(size_t bytes) {
@@ -291,7 +295,7 @@ static size_t round_size(size_t bytes) {
 static size_t segment_size(const mem_state *st, size_t size, int pool) {
     if (!st->caching) return size;
     if (pool == EM_MEMORY_SMALL_POOL) return MEM_SMALL_BUFFER;
-    if (size < MEM_MIN_LARGE_ALLOC) return MEM_LARGE_BUFFER;
+    if (size < MEM_MIN_LARGE_ALLOC && st->policy != MEM_POLICY_PEAK) return MEM_LARGE_BUFFER;
     return (size + MEM_ROUND_LARGE - 1) / MEM_ROUND_LARGE * MEM_ROUND_LARGE;
 }
 
@@ -413,11 +417,19 @@ static em_status grow_expandable(mem_state *st, size_t size, int pool, mem_block
  * the request; then the same after freeing the cache (one retry, as PyTorch). A failure
  * that the retry recovers leaves no error pending.
  *
- * Unlike PyTorch, Ember first gives back the pool's fully free segments: best fit found no
- * block for this request, so each of them is too small for it, and keeping them is how
- * reserved memory drifts far above allocated memory when shapes vary (a new sequence
+ * Unlike PyTorch, Ember's policy first gives back the pool's fully free segments: best fit
+ * found no block for this request, so each of them is too small for it, and keeping them is
+ * how reserved memory drifts far above allocated memory when shapes vary (a new sequence
  * length each step). Fixed shapes never get here after the first step, so they pay nothing.
- * EMBER_MEMORY_POLICY=pytorch keeps them, exactly as PyTorch does. */
+ * EMBER_MEMORY_POLICY=pytorch keeps them, exactly as PyTorch does.
+ *
+ * The peak policy (the CPU's) gives back fully free segments of both pools, the largest
+ * first, only until the new segment fits within the most bytes ever allocated at once. A
+ * training step allocates its activations in the forward and its gradients in the backward,
+ * in other sizes: split blocks of one serve the other badly, and reserved memory settled well
+ * above the allocated peak. With segments of the request's size and this bound, the
+ * process holds what its tensors needed at their peak; what it pays is the faults of pages
+ * mapped anew where a freed segment of another size was given back. */
 static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
     size_t sizes[2] = {segment_size(st, size, pool), size};
     int n = sizes[0] > size ? 2 : 1;
@@ -446,7 +458,12 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
         em__error_restore(&saved);
         if (s == EM_ERR_OUT_OF_MEMORY) return s;   /* the device refused: so would cuMemAlloc */
     }
-    if (st->release_on_grow && st->caching) release_whole(st, pool, pool);
+    if (st->caching && st->policy == MEM_POLICY_EMBER) release_whole(st, pool, pool, -1);
+    if (st->caching && st->policy == MEM_POLICY_PEAK && !st->capture) {
+        int64_t after = st->stats.allocated_bytes[EM_MEMORY_ALL].current + (int64_t)sizes[0];
+        int64_t bound = st->high_water > after ? st->high_water : after;
+        release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, bound - (int64_t)sizes[0]);
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
             em__mem_release_cached(st);
@@ -561,6 +578,11 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     uint64_t bit = (uint64_t)1 << stream;
     mem_pool *from = st->capture ? st->capture : &st->shared;
     mem_block *b = tree_best_fit(from->free_tree[pool], size);
+    /* the peak policy reuses a large block only at the request's size (segment_size's
+     * rounding): a bigger one split would leave a rest that the next step's sizes fit badly */
+    if (b && pool == EM_MEMORY_LARGE_POOL && st->policy == MEM_POLICY_PEAK && st->caching &&
+        b->size - size >= MEM_ROUND_LARGE)
+        b = NULL;
     if (b) {
         tree_remove(st, pool, b);
         if (b->streams & ~bit) {   /* another queue may still use it: wait for the device */
@@ -588,9 +610,10 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     split_part before = seg_split(seg);
     size_t rest = b->size - size;
     /* an expandable segment splits off any rest, as the small pool does (PyTorch's rule): the
-     * rest is where the range grows from, and no other segment would use it */
-    bool split = st->caching && (pool == EM_MEMORY_SMALL_POOL || seg->expandable ? rest >= MEM_MIN_BLOCK
-                                                                                : rest > MEM_SMALL_SIZE);
+     * rest is where the range grows from, and no other segment would use it; under the peak
+     * policy the rest is the rounding to 2 MiB, which the block should not count as its own */
+    bool whole_rest = pool == EM_MEMORY_SMALL_POOL || seg->expandable || st->policy == MEM_POLICY_PEAK;
+    bool split = st->caching && (whole_rest ? rest >= MEM_MIN_BLOCK : rest > MEM_SMALL_SIZE);
     mem_block *r = split ? block_new(st) : NULL;   /* no record: keep the block whole */
     if (r) {
         r->seg = seg;
@@ -620,6 +643,7 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     mem__stat_up(&S->allocated_bytes[pool], (int64_t)b->size);
     mem__stat_up(&S->requested_bytes[0], (int64_t)bytes);
     mem__stat_up(&S->requested_bytes[pool], (int64_t)bytes);
+    if (S->allocated_bytes[0].current > st->high_water) st->high_water = S->allocated_bytes[0].current;
     split_update(st, seg, before);
     em__mem_history_record(st, true, b, stream);
     *out = (em_block){.handle = seg->handle, .offset = b->offset, .size = b->size, .alloc_ctx = b};

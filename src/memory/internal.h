@@ -65,6 +65,14 @@ typedef struct mem_pool {
     struct mem_pool *next;     /* the device's private pools */
 } mem_pool;
 
+/* When the cache gives segments back (caching.c, new_segment):
+ *   PYTORCH  only when the device refuses memory (PyTorch's CUDACachingAllocator);
+ *   EMBER    also the pool's fully free segments before it takes a new one;
+ *   PEAK     segments of the request's own size, a free block reused only at that size, and
+ *            before growing, fully free segments given back until reserved memory stays
+ *            within the most ever allocated at once (the CPU's default). */
+typedef enum { MEM_POLICY_PYTORCH, MEM_POLICY_EMBER, MEM_POLICY_PEAK } mem_policy;
+
 typedef struct mem_state {
     pthread_mutex_t lock;
     em_device dev;
@@ -74,7 +82,9 @@ typedef struct mem_state {
     double cap_fraction;       /* > 0: cap not yet resolved against the device's total */
     const char *cap_source;    /* "EMBER_MEMORY_CAP" or "em_memory_set_cap" */
     char config_error[256];    /* a bad EMBER_MEMORY_CAP / EMBER_MEMORY_POLICY for this device ("" if none) */
-    bool release_on_grow;      /* Ember's policy (default); false: exactly PyTorch's */
+    mem_policy policy;         /* EMBER_MEMORY_POLICY, else the device's default (caching.c) */
+    int64_t high_water;        /* the most bytes ever allocated at once (the peak policy's bound;
+                                * unlike the peak statistic, never reset) */
     mem_pool shared;           /* every allocation outside a graph capture */
     mem_pool *capture;         /* during a graph capture on this device: its private pool */
     mem_pool *privates;        /* private pools still holding segments */

@@ -81,8 +81,26 @@ static em_status cpu_device_props(int index, em_device_props *out) {
  *   so a load from one looks like it may depend on an earlier store to another ("4K
  *   aliasing") and waits: a loop with Adam's streams ran slower aligned than staggered
  *   (bench_optim big).
- * Every block has a header in the 64 bytes before it holding what free() takes. */
+ * Blocks from MAP_MIN up are mappings of their own, unmapped when freed: the caching
+ * allocator gives segments back to keep the process within its tensors' peak (the peak
+ * policy, src/memory/caching.c), and malloc would keep a freed block of these sizes in its
+ * heap (glibc raises its mmap threshold to the largest mapped block freed, up to 32 MiB), so
+ * the process's resident memory would not fall. A mapping ends at the block's last page, not
+ * at a 2 MiB boundary: a huge page there would commit 2 MiB for the block's last bytes.
+ * Under AddressSanitizer every block comes from malloc, whose redzones catch overruns.
+ * Every block has a header in the 64 bytes before it holding what free() takes: the malloc'd
+ * base, or the mapping's start with its low bit set and its length. */
 #define CPU_HEADER 64
+#if defined(__SANITIZE_ADDRESS__)
+#define MAP_MIN SIZE_MAX
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MAP_MIN SIZE_MAX
+#endif
+#endif
+#ifndef MAP_MIN
+#define MAP_MIN ((size_t)1 << 20)
+#endif
 #define BIG_MIN ((size_t)4 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
 #define STAGGER_STEP 256
@@ -93,12 +111,35 @@ bool em__cpu_huge_pages(void) {
     return !e || strcmp(e, "0") != 0;
 }
 
+/* A mapping of `size` bytes after `lead` (the header's room and the stagger), 2 MiB-aligned
+ * and advised as huge pages when big; NULL if the system refuses. */
+static char *map_block(size_t size, size_t lead, bool big) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), slack = big ? HUGE_PAGE : 0;
+    if (size > SIZE_MAX - lead - page - slack) return NULL;
+    size_t len = (size + lead + page - 1) / page * page;
+    char *m = mmap(NULL, len + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    char *a = big ? (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1)) : m;
+    if (a > m) munmap(m, (size_t)(a - m));
+    if (m + len + slack > a + len) munmap(a + len, (size_t)(m + len + slack - (a + len)));
+    if (big && em__cpu_huge_pages()) (void)madvise(a, len, MADV_HUGEPAGE);
+    char *p = a + lead;
+    uintptr_t header[2] = {(uintptr_t)a | 1u, (uintptr_t)len};
+    memcpy(p - CPU_HEADER, header, sizeof header);
+    return p;
+}
+
 static em_status cpu_raw_alloc(int index, size_t bytes, void **handle) {
     static atomic_uint turn;
     size_t size = bytes ? (bytes + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1) : CPU_ALIGN;
     bool big = size >= BIG_MIN;
     size_t lead = big ? STAGGER_STEP * (1 + atomic_fetch_add(&turn, 1) % STAGGER_SLOTS) : CPU_HEADER;
     void *base = NULL;
+    if (size >= MAP_MIN && size >= bytes) {
+        char *p = map_block(size, lead, big);
+        *handle = p;
+        return p ? EM_OK : em_error(EM_ERR_OUT_OF_MEMORY, "cpu: failed to map %zu bytes of host memory", bytes);
+    }
     if (size < bytes || size + lead < size || posix_memalign(&base, big ? HUGE_PAGE : CPU_ALIGN, size + lead) != 0) {
         *handle = NULL;
         return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: failed to allocate %zu bytes of host memory", bytes);
@@ -113,9 +154,10 @@ static em_status cpu_raw_alloc(int index, size_t bytes, void **handle) {
 
 static void cpu_raw_free(int index, void *handle) {
     if (!handle) return;
-    void *base;
-    memcpy(&base, (char *)handle - CPU_HEADER, sizeof base);
-    free(base);
+    uintptr_t header[2];
+    memcpy(header, (char *)handle - CPU_HEADER, sizeof header);
+    if (header[0] & 1u) munmap((void *)(header[0] & ~(uintptr_t)1), (size_t)header[1]);
+    else free((void *)header[0]);
 }
 
 /* Pinned blocks own whole pages (so munlock cannot unlock a neighbour); the size is kept
