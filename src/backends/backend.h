@@ -37,6 +37,11 @@ typedef struct em_backend {
     /* ---- raw memory (the caching allocator sits on top) ---- */
     em_status (*raw_alloc)(int index, size_t bytes, void **handle);
     void (*raw_free)(int index, void *handle);
+    /* Optional: raw_alloc's block made from the memory of the n blocks old[0..n) (raw_alloc
+     * handles), which are given up whatever the outcome: their pages move under the new block
+     * where the device can (no new memory to fault in and clear), the rest is freed. What the
+     * new block holds is unspecified, as raw_alloc's is. NULL: the allocator frees them. */
+    em_status (*raw_recycle)(int index, size_t bytes, void *const *old, int n, void **handle);
     /* Optional: virtual memory, for the allocator's expandable segments (NULL: none).
      * vm_granularity: the size every mapping is a multiple of (0: none on this device).
      * vm_reserve: `size` bytes of address space with no memory behind it; *base is a handle

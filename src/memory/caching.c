@@ -198,13 +198,28 @@ static void unmap_tail(mem_state *st, mem_segment *seg, size_t from) {
         st->be->vm_unmap(st->dev.index, seg->handle, off, st->granularity);
 }
 
-static void release_segment(mem_state *st, mem_block *b) {
+/* Raw blocks given up for the backend's raw_recycle to build the next segment from. */
+typedef struct donations {
+    void **handles;
+    int n, cap;
+} donations;
+
+static void donations_free(mem_state *st, donations *d) {
+    for (int i = 0; i < d->n; i++) st->be->raw_free(st->dev.index, d->handles[i]);
+    free(d->handles);
+    *d = (donations){0};
+}
+
+/* Give segment b back: to the backend, or into `to` (when not NULL and it has room). */
+static void release_segment(mem_state *st, mem_block *b, donations *to) {
     mem_segment *seg = b->seg;
     seg->owner->segments--;
     if (seg->expandable) {
         unmap_tail(st, seg, 0);
         st->be->vm_release(st->dev.index, seg->handle, seg->va_size);
         st->grow[seg->pool] = NULL;
+    } else if (to && to->n < to->cap) {
+        to->handles[to->n++] = seg->handle;
     } else {
         st->be->raw_free(st->dev.index, seg->handle);
     }
@@ -252,9 +267,10 @@ static size_t trim_expandable(mem_state *st, int pool) {
 
 /* Give back the fully free segments of pools first..last (lock held): the shared pool's and
  * those of private pools whose graph is gone, the largest first, until reserved memory is at
- * most `keep` bytes (-1: all of them); returns bytes. Nothing during a graph capture: freeing
- * device memory waits for the device, which a capture forbids. */
-static size_t release_whole(mem_state *st, int first, int last, int64_t keep) {
+ * most `keep` bytes (-1: all of them); returns bytes. With `to`, their raw blocks go there
+ * instead of to the backend. Nothing during a graph capture: freeing device memory waits for
+ * the device, which a capture forbids. */
+static size_t release_whole(mem_state *st, int first, int last, int64_t keep, donations *to) {
     mem_block *list = NULL;
     int64_t n = 0;
     size_t bytes = 0;
@@ -273,19 +289,21 @@ static size_t release_whole(mem_state *st, int first, int last, int64_t keep) {
     /* collect_whole visits each pool's tree in increasing size and pushes onto the list, and
      * the large pool comes last: the list starts with the largest large segment */
     const int64_t *reserved = &st->stats.reserved_bytes[EM_MEMORY_ALL].current;
+    if (to && list && *reserved > keep && (to->handles = malloc((size_t)n * sizeof *to->handles)) != NULL)
+        to->cap = (int)n;
     while (list && *reserved > keep) {
         mem_block *b = list;
         list = b->link;
         tree_remove(st, b->seg->pool, b);
         bytes += b->seg->size;
-        release_segment(st, b);
+        release_segment(st, b, to);
     }
     for (int pool = first; pool <= last && *reserved > keep; pool++) bytes += trim_expandable(st, pool);
     return bytes;
 }
 
 size_t em__mem_release_cached(mem_state *st) {
-    return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, -1);
+    return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, -1, NULL);
 }
 
 static size_t round_size(size_t bytes) {
@@ -299,14 +317,23 @@ static size_t segment_size(const mem_state *st, size_t size, int pool) {
     return (size + MEM_ROUND_LARGE - 1) / MEM_ROUND_LARGE * MEM_ROUND_LARGE;
 }
 
-/* One raw allocation of a whole segment, returned as one free block (not in a tree). */
-static em_status raw_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
+/* One raw allocation of a whole segment, returned as one free block (not in a tree); made
+ * from the raw blocks in `given` when there are any (they are used up either way). */
+static em_status raw_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped, donations *given) {
     if (st->cap >= 0 && st->stats.reserved_bytes[EM_MEMORY_ALL].current + (int64_t)size > st->cap) {
         *capped = true;
         return EM_ERR_OUT_OF_MEMORY;
     }
     void *h = NULL;
-    em_status s = em__mem_debug_should_fail() ? EM_ERR_OUT_OF_MEMORY : st->be->raw_alloc(st->dev.index, size, &h);
+    em_status s;
+    if (em__mem_debug_should_fail()) {
+        s = EM_ERR_OUT_OF_MEMORY;
+    } else if (given->n) {
+        s = st->be->raw_recycle(st->dev.index, size, given->handles, given->n, &h);
+        given->n = 0;
+    } else {
+        s = st->be->raw_alloc(st->dev.index, size, &h);
+    }
     if (s != EM_OK) return s;
     mem_segment *seg = malloc(sizeof *seg);
     mem_block *b = block_new(st);
@@ -428,9 +455,11 @@ static em_status grow_expandable(mem_state *st, size_t size, int pool, mem_block
  * training step allocates its activations in the forward and its gradients in the backward,
  * in other sizes: split blocks of one serve the other badly, and reserved memory settled well
  * above the allocated peak. With segments of the request's size and this bound, the
- * process holds what its tensors needed at their peak; what it pays is the faults of pages
- * mapped anew where a freed segment of another size was given back. */
-static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
+ * process holds what its tensors needed at their peak. A backend with raw_recycle (the CPU)
+ * builds the new segment from the pages of those given back, so the change of sizes costs no
+ * fresh memory to fault in and clear. */
+static em_status new_segment_from(mem_state *st, size_t size, int pool, mem_block **out, bool *capped,
+                                  donations *given) {
     size_t sizes[2] = {segment_size(st, size, pool), size};
     int n = sizes[0] > size ? 2 : 1;
     em_error_state saved;
@@ -458,11 +487,12 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
         em__error_restore(&saved);
         if (s == EM_ERR_OUT_OF_MEMORY) return s;   /* the device refused: so would cuMemAlloc */
     }
-    if (st->caching && st->policy == MEM_POLICY_EMBER) release_whole(st, pool, pool, -1);
+    if (st->caching && st->policy == MEM_POLICY_EMBER) release_whole(st, pool, pool, -1, NULL);
     if (st->caching && st->policy == MEM_POLICY_PEAK && !st->capture) {
         int64_t after = st->stats.allocated_bytes[EM_MEMORY_ALL].current + (int64_t)sizes[0];
         int64_t bound = st->high_water > after ? st->high_water : after;
-        release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, bound - (int64_t)sizes[0]);
+        release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, bound - (int64_t)sizes[0],
+                      st->be->raw_recycle ? given : NULL);
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
@@ -471,7 +501,7 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
         }
         for (int k = 0; k < n; k++) {
             unsigned long seq = em__error_seq();
-            em_status s = raw_segment(st, sizes[k], pool, out, capped);
+            em_status s = raw_segment(st, sizes[k], pool, out, capped, given);
             if (s == EM_OK || s != EM_ERR_OUT_OF_MEMORY) {
                 if (s == EM_OK) em__error_restore(&saved);
                 else if (em__error_seq() == seq) em_error(s, "%s raw allocation of %zu bytes failed", st->be->name, sizes[k]);
@@ -481,6 +511,13 @@ static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **o
         }
     }
     return EM_ERR_OUT_OF_MEMORY;
+}
+
+static em_status new_segment(mem_state *st, size_t size, int pool, mem_block **out, bool *capped) {
+    donations given = {0};
+    em_status s = new_segment_from(st, size, pool, out, capped, &given);
+    donations_free(st, &given);   /* what no segment was made from */
+    return s;
 }
 
 const char *em__mem_type_title(em_device_type t) {
@@ -712,7 +749,7 @@ void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
     split_update(st, seg, before);
     /* a whole segment goes back at once without caching, or when its graph is gone (never
      * during a capture: freeing device memory waits for the device) */
-    if ((!st->caching || seg->owner->retired) && seg->nblocks == 1 && !st->capture) release_segment(st, b);
+    if ((!st->caching || seg->owner->retired) && seg->nblocks == 1 && !st->capture) release_segment(st, b, NULL);
     else tree_insert(st, pool, b);
     pthread_mutex_unlock(&st->lock);
     *blk = (em_block){0};
@@ -777,7 +814,7 @@ void em__mem_pool_release(em_device d, uint64_t id) {
             mem_block *b = list;
             list = b->link;
             tree_remove(st, b->seg->pool, b);
-            release_segment(st, b);
+            release_segment(st, b, NULL);
         }
         if (owned == 0) pool_forget_if_empty(st, P);
         break;

@@ -160,6 +160,36 @@ static void cpu_raw_free(int index, void *handle) {
     else free((void *)header[0]);
 }
 
+/* A new block whose huge pages are taken from the freed blocks' (mremap moves them, page
+ * table entries and all): the caching allocator's peak policy gives segments back and maps
+ * others of another size as a training step goes from its forward to its backward, and
+ * fresh pages would each fault and be cleared, gigabytes a step. Only 2 MiB-aligned runs of
+ * mapped blocks move; the rest of the new block is fresh, the rest of the old ones freed. */
+static em_status cpu_raw_recycle(int index, size_t bytes, void *const *old, int n, void **handle) {
+    em_status s = cpu_raw_alloc(index, bytes, handle);
+    uintptr_t header[2] = {0, 0};
+    if (s == EM_OK) memcpy(header, (char *)*handle - CPU_HEADER, sizeof header);
+    char *a = (char *)(header[0] & ~(uintptr_t)1);
+    size_t room = (header[0] & 1u) && ((uintptr_t)a & (HUGE_PAGE - 1)) == 0 ? (size_t)header[1] / HUGE_PAGE * HUGE_PAGE : 0;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        uintptr_t h[2];
+        memcpy(h, (char *)old[i] - CPU_HEADER, sizeof h);
+        char *b = (char *)(h[0] & ~(uintptr_t)1);
+        size_t len = (size_t)h[1], take = len / HUGE_PAGE * HUGE_PAGE;
+        if (take > room - at) take = room - at;
+        if (!(h[0] & 1u) || ((uintptr_t)b & (HUGE_PAGE - 1)) != 0 || take == 0 ||
+            mremap(b, take, take, MREMAP_MAYMOVE | MREMAP_FIXED, a + at) == MAP_FAILED) {
+            cpu_raw_free(index, old[i]);
+            continue;
+        }
+        at += take;
+        if (len > take) munmap(b + take, len - take);
+    }
+    if (at) memcpy((char *)*handle - CPU_HEADER, header, sizeof header);   /* its first page was replaced */
+    return s;
+}
+
 /* Pinned blocks own whole pages (so munlock cannot unlock a neighbour); the size is kept
  * in a header just before the pointer handed out. */
 #define PIN_HEADER CPU_ALIGN
@@ -310,6 +340,7 @@ const em_backend em__cpu_backend = {
     .device_props = cpu_device_props,
     .raw_alloc = cpu_raw_alloc,
     .raw_free = cpu_raw_free,
+    .raw_recycle = cpu_raw_recycle,
     .host_alloc_pinned = cpu_host_alloc_pinned,
     .host_free_pinned = cpu_host_free_pinned,
     .copy_h2d = cpu_copy_h2d,
