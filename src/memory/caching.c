@@ -302,6 +302,49 @@ static size_t release_whole(mem_state *st, int first, int last, int64_t keep, do
     return bytes;
 }
 
+/* The fully free segments of the shared pool whose pages a new segment of `size` bytes is to
+ * be made of (lock held; the backend has raw_recycle): the smallest that covers what is still
+ * needed, else the largest, and again, so that little is left over. They go into `to`. */
+static void pick_donors(mem_state *st, size_t size, donations *to) {
+    mem_block *list = NULL;
+    int64_t n = 0;
+    for (int pool = EM_MEMORY_SMALL_POOL; pool <= EM_MEMORY_LARGE_POOL; pool++)
+        collect_whole(st->shared.free_tree[pool], &list, &n);
+    mem_block **cand = n ? malloc((size_t)n * sizeof *cand) : NULL;
+    if (!cand || !(to->handles = malloc((size_t)n * sizeof *to->handles))) {
+        free(cand);
+        return;
+    }
+    to->cap = (int)n;
+    int m = 0;
+    bool queued = false;
+    for (mem_block *b = list; b; b = b->link) {
+        cand[m++] = b;
+        queued |= b->streams != 0;
+    }
+    if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
+        em_error_state saved;
+        em__error_save(&saved);
+        st->be->synchronize(st->dev.index);
+        em__error_restore(&saved);
+    }
+    size_t need = size;
+    while (need > 0 && m > 0) {
+        int cover = -1, largest = 0;
+        for (int i = 0; i < m; i++) {
+            size_t s = cand[i]->seg->size;
+            if (s >= need && (cover < 0 || s < cand[cover]->seg->size)) cover = i;
+            if (s > cand[largest]->seg->size) largest = i;
+        }
+        mem_block *b = cand[cover >= 0 ? cover : largest];
+        cand[cover >= 0 ? cover : largest] = cand[--m];
+        need = b->seg->size >= need ? 0 : need - b->seg->size;
+        tree_remove(st, b->seg->pool, b);
+        release_segment(st, b, to);
+    }
+    free(cand);
+}
+
 size_t em__mem_release_cached(mem_state *st) {
     return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, -1, NULL);
 }
@@ -489,10 +532,13 @@ static em_status new_segment_from(mem_state *st, size_t size, int pool, mem_bloc
     }
     if (st->caching && st->policy == MEM_POLICY_EMBER) release_whole(st, pool, pool, -1, NULL);
     if (st->caching && st->policy == MEM_POLICY_PEAK && !st->capture) {
+        /* free segments that did not fit this request lend it their pages, whatever the
+         * bound: moving pages costs little, and fresh ones would each be faulted in and
+         * cleared */
+        if (st->be->raw_recycle) pick_donors(st, sizes[0], given);
         int64_t after = st->stats.allocated_bytes[EM_MEMORY_ALL].current + (int64_t)sizes[0];
         int64_t bound = st->high_water > after ? st->high_water : after;
-        release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, bound - (int64_t)sizes[0],
-                      st->be->raw_recycle ? given : NULL);
+        release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, bound - (int64_t)sizes[0], NULL);
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {

@@ -111,9 +111,12 @@ bool em__cpu_huge_pages(void) {
     return !e || strcmp(e, "0") != 0;
 }
 
-/* A mapping of `size` bytes after `lead` (the header's room and the stagger), 2 MiB-aligned
- * and advised as huge pages when big; NULL if the system refuses. */
-static char *map_block(size_t size, size_t lead, bool big) {
+/* A mapping of `size` bytes after `lead` (the header's room and the stagger); from 2 MiB up
+ * (the allocator's small-pool segments and every large one: a huge page then commits nothing
+ * the block does not use) 2 MiB-aligned and advised as huge pages; NULL if the system
+ * refuses. */
+static char *map_block(size_t size, size_t lead) {
+    bool big = size >= HUGE_PAGE;
     size_t page = (size_t)sysconf(_SC_PAGESIZE), slack = big ? HUGE_PAGE : 0;
     if (size > SIZE_MAX - lead - page - slack) return NULL;
     size_t len = (size + lead + page - 1) / page * page;
@@ -136,7 +139,7 @@ static em_status cpu_raw_alloc(int index, size_t bytes, void **handle) {
     size_t lead = big ? STAGGER_STEP * (1 + atomic_fetch_add(&turn, 1) % STAGGER_SLOTS) : CPU_HEADER;
     void *base = NULL;
     if (size >= MAP_MIN && size >= bytes) {
-        char *p = map_block(size, lead, big);
+        char *p = map_block(size, lead);
         *handle = p;
         return p ? EM_OK : em_error(EM_ERR_OUT_OF_MEMORY, "cpu: failed to map %zu bytes of host memory", bytes);
     }
