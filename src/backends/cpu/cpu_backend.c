@@ -179,9 +179,10 @@ static em_status cpu_raw_recycle(int index, size_t bytes, void *const *old, int 
         uintptr_t h[2];
         memcpy(h, (char *)old[i] - CPU_HEADER, sizeof h);
         char *b = (char *)(h[0] & ~(uintptr_t)1);
-        size_t len = (size_t)h[1], take = len / HUGE_PAGE * HUGE_PAGE;
+        bool mapped = (h[0] & 1u) != 0;   /* else h[1] is the block's own bytes */
+        size_t len = mapped ? (size_t)h[1] : 0, take = len / HUGE_PAGE * HUGE_PAGE;
         if (take > room - at) take = room - at;
-        if (!(h[0] & 1u) || ((uintptr_t)b & (HUGE_PAGE - 1)) != 0 || take == 0 ||
+        if (!mapped || ((uintptr_t)b & (HUGE_PAGE - 1)) != 0 || take == 0 ||
             mremap(b, take, take, MREMAP_MAYMOVE | MREMAP_FIXED, a + at) == MAP_FAILED) {
             cpu_raw_free(index, old[i]);
             continue;
