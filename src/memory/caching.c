@@ -493,8 +493,9 @@ static em_status grow_expandable(mem_state *st, size_t size, int pool, mem_block
  * length each step). Fixed shapes never get here after the first step, so they pay nothing.
  * EMBER_MEMORY_POLICY=pytorch keeps them, exactly as PyTorch does.
  *
- * The peak policy (the CPU's) gives back fully free segments of both pools, the largest
- * first, only until the new segment fits within the most bytes ever allocated at once. A
+ * The peak policy (EMBER_MEMORY_POLICY=peak) gives back fully free segments of both pools,
+ * the largest first, only until the new segment fits within the most bytes ever allocated at
+ * once. A
  * training step allocates its activations in the forward and its gradients in the backward,
  * in other sizes: split blocks of one serve the other badly, and reserved memory settled well
  * above the allocated peak. With segments of the request's size and this bound, the

@@ -183,16 +183,17 @@ void em__mem_config_from_env(mem_state *st) {
     cuda_conf_from_env(st);
     if (st->config_error[0]) return;
     const char *policy = getenv("EMBER_MEMORY_POLICY");
-    /* the CPU's pages cost nothing to map and what a process holds is its RSS: hold no more
-     * than the live tensors' peak; a GPU's memory is costly to map and its own */
-    st->policy = st->dev.type == EM_CPU ? MEM_POLICY_PEAK : MEM_POLICY_EMBER;
+    /* 'peak' is for the CPU when memory is what runs out: it holds a training step's resident
+     * memory lower but runs its steps slower on two threads (docs/BENCHMARKS.md), so every
+     * device keeps Ember's policy unless asked */
+    st->policy = MEM_POLICY_EMBER;
     if (policy && *policy) {
         if (!strcasecmp(policy, "ember")) st->policy = MEM_POLICY_EMBER;
         else if (!strcasecmp(policy, "pytorch")) st->policy = MEM_POLICY_PYTORCH;
         else if (!strcasecmp(policy, "peak")) st->policy = MEM_POLICY_PEAK;
         else snprintf(st->config_error, sizeof st->config_error,
-                      "EMBER_MEMORY_POLICY: unknown policy '%s': expected 'peak' (the CPU's default), 'ember' "
-                      "(other devices' default) or 'pytorch'", policy);
+                      "EMBER_MEMORY_POLICY: unknown policy '%s': expected 'ember' (the default), 'peak' or "
+                      "'pytorch'", policy);
     }
     if (!st->config_error[0]) cap_from_env(st);
 }

@@ -70,7 +70,7 @@ typedef struct mem_pool {
  *   EMBER    also the pool's fully free segments before it takes a new one;
  *   PEAK     segments of the request's own size, a free block reused only at that size, and
  *            before growing, fully free segments given back until reserved memory stays
- *            within the most ever allocated at once (the CPU's default). */
+ *            within the most ever allocated at once (asked for by EMBER_MEMORY_POLICY=peak). */
 typedef enum { MEM_POLICY_PYTORCH, MEM_POLICY_EMBER, MEM_POLICY_PEAK } mem_policy;
 
 typedef struct mem_state {

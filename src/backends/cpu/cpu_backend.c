@@ -81,9 +81,10 @@ static em_status cpu_device_props(int index, em_device_props *out) {
  *   so a load from one looks like it may depend on an earlier store to another ("4K
  *   aliasing") and waits: a loop with Adam's streams ran slower aligned than staggered
  *   (bench_optim big).
- * Blocks from MAP_MIN up are mappings of their own, unmapped when freed: the caching
- * allocator gives segments back to keep the process within its tensors' peak (the peak
- * policy, src/memory/caching.c), and malloc would keep a freed block of these sizes in its
+ * Blocks from MAP_MIN up are mappings of their own, unmapped when freed: what the caching
+ * allocator gives back (before it grows, under EMBER_MEMORY_POLICY=peak to stay within its
+ * tensors' peak; src/memory/caching.c) should leave the process, and malloc would keep a
+ * freed block of these sizes in its
  * heap (glibc raises its mmap threshold to the largest mapped block freed, up to 32 MiB), so
  * the process's resident memory would not fall. A mapping ends at the block's last page, not
  * at a 2 MiB boundary: a huge page there would commit 2 MiB for the block's last bytes.
