@@ -147,6 +147,7 @@ static int child_no_cache(void) {
     return r == 4096 && em_memory_reserved(CPU) == 0 && !s.caching ? 0 : 1;
 }
 
+#if !defined(__SANITIZE_ADDRESS__)
 static int64_t resident_bytes(void) {
     long pages = 0, resident = -1;
     FILE *f = fopen("/proc/self/statm", "r");
@@ -154,6 +155,7 @@ static int64_t resident_bytes(void) {
     if (f) fclose(f);
     return resident < 0 ? -1 : (int64_t)resident * sysconf(_SC_PAGESIZE);
 }
+#endif
 
 /* The peak policy in a fresh process, under a training step's shape of use (activations of
  * one size, then gradients of another, three times): reserved memory stays at the allocated
