@@ -84,10 +84,10 @@ static em_status cpu_device_props(int index, em_device_props *out) {
  * Blocks from MAP_MIN up are mappings of their own, unmapped when freed: what the caching
  * allocator gives back (before it grows, under EMBER_MEMORY_POLICY=peak to stay within its
  * tensors' peak; src/memory/caching.c) should leave the process, and malloc would keep a
- * freed block of these sizes in its
- * heap (glibc raises its mmap threshold to the largest mapped block freed, up to 32 MiB), so
- * the process's resident memory would not fall. A mapping ends at the block's last page, not
- * at a 2 MiB boundary: a huge page there would commit 2 MiB for the block's last bytes.
+ * freed block of these sizes in its heap (glibc raises its mmap threshold to the largest
+ * mapped block freed, up to 32 MiB), so the process's resident memory would not fall. A
+ * mapping ends at the block's last page, not at a 2 MiB boundary: a huge page there would
+ * commit 2 MiB for the block's last bytes.
  * Under AddressSanitizer every block comes from malloc, whose redzones catch overruns.
  * Every block has a header in the 64 bytes before it holding what free() takes: the malloc'd
  * base, or the mapping's start with its low bit set and its length. */
