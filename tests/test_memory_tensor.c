@@ -219,7 +219,31 @@ static int child_recycle(void) {
 #endif
 }
 
+/* Under a cap, a request the recycled pages cannot make fit is a clear out-of-memory error;
+ * the segment it was to take pages from is gone, nothing else is lost, and the next request
+ * that fits is served. */
+static int child_peak_cap(void) {
+    em_opts o = EM_OPTS(.dtype = EM_F32);
+    em_tensor *a = em_full(EM_SHAPE(4 * MiB), 1.0, o);   /* 16 MiB */
+    em_tensor *keep = em_full(EM_SHAPE(MiB), 2.0, o);    /* 4 MiB, live throughout */
+    if (!a || !keep) return 2;
+    em_release(a);
+    em_tensor *big = em_empty(EM_SHAPE(8 * MiB), o);     /* 32 MiB: past the 24 MiB cap */
+    if (big || em_last_status() != EM_ERR_OUT_OF_MEMORY || !strstr(em_last_error(), "Tried to allocate 32.00 MiB"))
+        return 3;
+    em_clear_error();
+    em_tensor *b = em_full(EM_SHAPE(2 * MiB), 3.0, o);   /* 8 MiB: fits */
+    em_tensor *sum = em_sum(keep, EM_ALL_DIMS, false);
+    bool kept = b && sum && em_item(sum) == 2.0 * MiB;
+    em_release(sum);
+    em_release(b);
+    if (!kept) return 4;
+    em_release(keep);
+    return em_memory_empty_cache(CPU) == EM_OK && em_memory_reserved(CPU) <= 2 * MiB ? 0 : 5;
+}
+
 static void test_cpu_peak_policy(void) {
+    CHECK(in_child("EMBER_MEMORY_CAP", "cpu=24MiB", "peak_cap") == 0);
     CHECK(in_child("EMBER_MEMORY_POLICY", "peak", "recycle") == 0);
     CHECK(in_child("EMBER_MEMORY_POLICY", "peak", "peak") == 0);
     CHECK(in_child("EMBER_MEMORY_POLICY", "", "peak_default") == 0);
@@ -294,6 +318,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "peak")) return child_peak("peak");
         if (!strcmp(argv[2], "peak_default")) return child_peak("default");
         if (!strcmp(argv[2], "recycle")) return child_recycle();
+        if (!strcmp(argv[2], "peak_cap")) { setenv("EMBER_MEMORY_POLICY", "peak", 1); return child_peak_cap(); }
         if (!strcmp(argv[2], "bad_cap")) return child_bad_cap();
         if (!strcmp(argv[2], "check_env")) return child_check_env();
         if (!strcmp(argv[2], "check_env_policy")) return child_check_env_policy();
