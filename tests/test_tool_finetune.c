@@ -122,6 +122,15 @@ static void test_external_sigterm(void) {
     CHECK(waitpid(pid, &st, 0) == pid);
     bool stopped = WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM;
     bool finished = WIFEXITED(st) && WEXITSTATUS(st) == 0;   /* the signal came after the last step */
+    if (!stopped && !finished) {   /* say how it ended, with the end of its log */
+        size_t n = 0;
+        unsigned char *text = slurp(log, &n);
+        if (text) text[n] = '\0';
+        fprintf(stderr, "  the stopped run ended with %s %d; its log ends:\n%s\n", WIFEXITED(st) ? "status" : "signal",
+                WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? WTERMSIG(st) : -1,
+                text ? (char *)text + (n > 600 ? n - 600 : 0) : "(unreadable)");
+        free(text);
+    }
     CHECK(stopped || finished);
     if (stopped) {
         snprintf(args, sizeof args, "%s --out %s/ext_stopped --resume", common, g_tmp);
