@@ -265,38 +265,40 @@ static size_t trim_expandable(mem_state *st, int pool) {
     return bytes;
 }
 
-/* Give back the fully free segments of pools first..last (lock held): the shared pool's and
- * those of private pools whose graph is gone, the largest first, until reserved memory is at
- * most `keep` bytes (-1: all of them); returns bytes. With `to`, their raw blocks go there
- * instead of to the backend. Nothing during a graph capture: freeing device memory waits for
- * the device, which a capture forbids. */
-static size_t release_whole(mem_state *st, int first, int last, int64_t keep, donations *to) {
-    mem_block *list = NULL;
-    int64_t n = 0;
-    size_t bytes = 0;
+/* Before segments in `list` go back: work still queued on them must finish first. */
+static void wait_for_queued(mem_state *st, const mem_block *list) {
     bool queued = false;
-    if (st->capture) return 0;
-    for (mem_pool *P = &st->shared; P; P = P == &st->shared ? st->privates : P->next)
-        if (P == &st->shared || P->retired)
-            for (int pool = first; pool <= last; pool++) collect_whole(P->free_tree[pool], &list, &n);
-    for (mem_block *b = list; b; b = b->link) queued |= b->streams != 0;
-    if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
+    for (const mem_block *b = list; b; b = b->link) queued |= b->streams != 0;
+    if (queued && st->be->synchronize) {
         em_error_state saved;
         em__error_save(&saved);
         st->be->synchronize(st->dev.index);
         em__error_restore(&saved);
     }
+}
+
+/* Give back the fully free segments of pools first..last (lock held): the shared pool's and
+ * those of private pools whose graph is gone, the largest first, until reserved memory is at
+ * most `keep` bytes (-1: all of them); returns bytes. Nothing during a graph capture: freeing
+ * device memory waits for the device, which a capture forbids. */
+static size_t release_whole(mem_state *st, int first, int last, int64_t keep) {
+    mem_block *list = NULL;
+    int64_t n = 0;
+    size_t bytes = 0;
+    if (st->capture) return 0;
+    for (mem_pool *P = &st->shared; P; P = P == &st->shared ? st->privates : P->next)
+        if (P == &st->shared || P->retired)
+            for (int pool = first; pool <= last; pool++) collect_whole(P->free_tree[pool], &list, &n);
+    wait_for_queued(st, list);
     /* collect_whole visits each pool's tree in increasing size and pushes onto the list, and
      * the large pool comes last: the list starts with the largest large segment */
     const int64_t *reserved = &st->stats.reserved_bytes[EM_MEMORY_ALL].current;
-    if (to && list && *reserved > keep && (to->handles = malloc((size_t)n * sizeof *to->handles)) != NULL)
-        to->cap = (int)n;
     while (list && *reserved > keep) {
         mem_block *b = list;
         list = b->link;
         tree_remove(st, b->seg->pool, b);
         bytes += b->seg->size;
-        release_segment(st, b, to);
+        release_segment(st, b, NULL);
     }
     for (int pool = first; pool <= last && *reserved > keep; pool++) bytes += trim_expandable(st, pool);
     return bytes;
@@ -317,17 +319,8 @@ static void pick_donors(mem_state *st, size_t size, donations *to) {
     }
     to->cap = (int)n;
     int m = 0;
-    bool queued = false;
-    for (mem_block *b = list; b; b = b->link) {
-        cand[m++] = b;
-        queued |= b->streams != 0;
-    }
-    if (queued && st->be->synchronize) {   /* queued work may still touch these segments */
-        em_error_state saved;
-        em__error_save(&saved);
-        st->be->synchronize(st->dev.index);
-        em__error_restore(&saved);
-    }
+    for (mem_block *b = list; b; b = b->link) cand[m++] = b;
+    wait_for_queued(st, list);
     size_t need = size;
     while (need > 0 && m > 0) {
         int cover = -1, largest = 0;
@@ -346,7 +339,7 @@ static void pick_donors(mem_state *st, size_t size, donations *to) {
 }
 
 size_t em__mem_release_cached(mem_state *st) {
-    return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, -1, NULL);
+    return release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, -1);
 }
 
 static size_t round_size(size_t bytes) {
@@ -531,7 +524,7 @@ static em_status new_segment_from(mem_state *st, size_t size, int pool, mem_bloc
         em__error_restore(&saved);
         if (s == EM_ERR_OUT_OF_MEMORY) return s;   /* the device refused: so would cuMemAlloc */
     }
-    if (st->caching && st->policy == MEM_POLICY_EMBER) release_whole(st, pool, pool, -1, NULL);
+    if (st->caching && st->policy == MEM_POLICY_EMBER) release_whole(st, pool, pool, -1);
     if (st->caching && st->policy == MEM_POLICY_PEAK && !st->capture) {
         /* free segments that did not fit this request lend it their pages, whatever the
          * bound: moving pages costs little, and fresh ones would each be faulted in and
@@ -539,7 +532,7 @@ static em_status new_segment_from(mem_state *st, size_t size, int pool, mem_bloc
         if (st->be->raw_recycle) pick_donors(st, sizes[0], given);
         int64_t after = st->stats.allocated_bytes[EM_MEMORY_ALL].current + (int64_t)sizes[0];
         int64_t bound = st->high_water > after ? st->high_water : after;
-        release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, bound - (int64_t)sizes[0], NULL);
+        release_whole(st, EM_MEMORY_SMALL_POOL, EM_MEMORY_LARGE_POOL, bound - (int64_t)sizes[0]);
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
