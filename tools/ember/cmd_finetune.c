@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <ember/ember.h>
 #include "commands.h"
+#include "stop_signals.h"
 #include "mlp.h"       /* mlp_parse_device */
 #include "options.h"
 #include "finetune_dist.h" /* the ranks of `ember launch` / mpirun: DDP, or ZeRO with --zero */
@@ -143,57 +144,6 @@ const opt_command finetune_options = {
     .exit_status = "0 done; 1 the model, the data or the training failed; 2 bad arguments; 128" OPT_NBSP "+" OPT_NBSP
                    "N stopped by signal N (checkpoint written)",
 };
-
-/* ---- signals ---- */
-
-/* SIGINT, SIGTERM and SIGHUP are blocked in every thread from the start, and one thread
- * takes them with sigwait: a handler would run on whichever thread the kernel picks, in the
- * middle of a GEMM's generated code, and a stopped run's heap was found corrupted in a
- * later free() in about one run in ten that way. While training catches them, the first
- * asks for a checkpoint and a stop after the step, a second stops at once; otherwise a
- * signal ends the process as it would have. */
-static atomic_int interrupted;   /* the stop signal that arrived, 0 if none */
-static atomic_bool catching;
-static sigset_t stop_set;
-
-static void *stop_signal_waiter(void *arg) {
-    (void)arg;
-    for (;;) {
-        int sig = 0;
-        if (sigwait(&stop_set, &sig) != 0) continue;
-        if (!atomic_load(&catching) || interrupted) {   /* the signal's own action, at once */
-            if (atomic_load(&catching)) _exit(128 + interrupted);
-            sigset_t one;
-            sigemptyset(&one);
-            sigaddset(&one, sig);
-            signal(sig, SIG_DFL);
-            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-            raise(sig);
-            _exit(128 + sig);
-        }
-        interrupted = sig;
-    }
-    return NULL;
-}
-
-/* Before any thread starts: block the stop signals and start their waiter. */
-static void take_stop_signals(void) {
-    sigemptyset(&stop_set);
-    sigaddset(&stop_set, SIGINT);
-    sigaddset(&stop_set, SIGTERM);
-    sigaddset(&stop_set, SIGHUP);
-    pthread_t t;
-    if (pthread_sigmask(SIG_BLOCK, &stop_set, NULL) != 0) return;
-    if (pthread_create(&t, NULL, stop_signal_waiter, NULL) != 0) {   /* no waiter: the signals' own actions */
-        pthread_sigmask(SIG_UNBLOCK, &stop_set, NULL);
-        return;
-    }
-    pthread_detach(t);
-}
-
-static void catch_stop_signals(bool on) {
-    atomic_store(&catching, on);
-}
 
 /* ---- the examples ---- */
 
@@ -909,7 +859,7 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
     int64_t shuffled_epoch = -1;
     double t0 = now_seconds();
     int64_t tokens_done = 0;
-    catch_stop_signals(true);
+    stop_signals_catch(true, 0);
     while (pos.step < total && rc == 0) {
         if (pos.micro >= micro_per_epoch) {
             if (n_eval) {
@@ -988,20 +938,20 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         fprintf(info_out(), "step %lld/%lld epoch %lld loss %.4f lr %.3g grad_norm %.3f tokens/s %.0f peak_rss %.1f MB "
                 "rss_growth %.1f MB%s\n", (long long)pos.step, (long long)total, (long long)pos.epoch + 1, loss_sum, lr,
                 norm, elapsed > 0 ? (double)tokens_done / elapsed : 0, rss, rss - r->start_rss_mb, device_mem);
-        if (r->interrupt_after && pos.step == r->interrupt_after) interrupted = SIGTERM;   /* as the waiter would */
-        bool stop = finetune_dist_any(interrupted != 0);
-        if (stop && !interrupted) interrupted = SIGTERM;   /* another rank's signal */
+        if (r->interrupt_after && pos.step == r->interrupt_after) stop_signals_request(SIGTERM);   /* as a signal would */
+        bool stop = finetune_dist_any(stop_signals_pending() != 0);
+        if (stop) stop_signals_request(SIGTERM);   /* another rank's signal (a no-op after our own) */
         if ((stop || (r->save_every && pos.step % r->save_every == 0)) &&
             !save_state(r->out, m, opt, z, &pos, r->seed, n_train, total))
             rc = 1;
         if (stop && rc == 0) {
             fprintf(info_out(), "%s: stopped by %s after step %lld; --resume continues from %s/%s\n",
-                    tool, interrupted == SIGINT ? "SIGINT" : interrupted == SIGTERM ? "SIGTERM" : "SIGHUP",
+                    tool, stop_signal_name(stop_signals_pending()),
                     (long long)pos.step, r->out, z ? "checkpoint.zero/" : "checkpoint.safetensors");
-            rc = 128 + interrupted;
+            rc = 128 + stop_signals_pending();
         }
     }
-    catch_stop_signals(false);
+    stop_signals_catch(false, 0);
     if (rc == 0 && n_eval) {
         double el = eval_loss(m, d, eval_idx, n_eval, r->batch, r->amp, r->dev, !z);
         fprintf(info_out(), "%s: eval loss %.4f (perplexity %.2f)\n", tool, el, exp(el));
@@ -1021,7 +971,7 @@ int cmd_finetune(int argc, char **argv) {
     run r;
     int status = parse(argc, argv, &r);
     if (status >= 0) return status;
-    take_stop_signals();
+    stop_signals_take(tool);
     r.start_rss_mb = peak_rss_mb();
     /* the ranks of a launcher, if any (--zero on one process: a group of one) */
     if (finetune_dist_init(tool, &r.dev, r.threads_given, r.zero != 0) != 0) {

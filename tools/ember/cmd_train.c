@@ -19,6 +19,7 @@
 #include "model_cnn.h"
 #include "model_gpt.h"
 #include "progress.h"
+#include "stop_signals.h"
 #include "train_amp.h"
 #include "train_ckpt.h"   /* --checkpoint-activations */
 #include "train_log.h"
@@ -174,40 +175,6 @@ typedef struct position {
     double loss_sum;         /* this epoch's summed batch losses so far */
     int64_t steps;           /* optimizer steps in total */
 } position;
-
-/* The signal that asked to stop (0: none). */
-static volatile sig_atomic_t interrupted;
-static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
-
-static const char *signal_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
-}
-
-/* The grace period ran out (a save stuck on a dead disk): leave now, as the signal asked. */
-static void on_grace_over(int sig) {
-    (void)sig;
-    static const char msg[] = "ember train: the checkpoint was not saved in time after the signal; exiting without it\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-    _exit(128 + interrupted);
-}
-
-static void on_stop_signal(int sig) {
-    if (interrupted) _exit(128 + interrupted);   /* a second signal: at once */
-    interrupted = sig;
-    signal(SIGALRM, on_grace_over);
-    alarm(GRACE_SECONDS);
-}
-
-static void catch_stop_signals(bool on) {
-    for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++) {
-        struct sigaction sa = {.sa_handler = on ? on_stop_signal : SIG_DFL};
-        sigemptyset(&sa.sa_mask);
-        for (size_t k = 0; k < sizeof stop_signals / sizeof stop_signals[0]; k++) sigaddset(&sa.sa_mask, stop_signals[k]);
-        sigaction(stop_signals[i], &sa, NULL);
-    }
-    if (!on) alarm(0);
-}
 
 static int parse(int argc, char **argv, train_opts *o) {
     *o = (train_opts){.epochs = 5, .batch_size = 64, .optimizer = "adam",
@@ -444,7 +411,7 @@ static bool train_epoch(train_opts *o, em_module *m, em_dp *dp, em_optimizer *op
         *samples += b.size;
         /* --accumulate: only between groups (a checkpoint keeps no partial gradients), so a
          * resumed run goes on as an uninterrupted one */
-        if ((interrupted || (o->max_steps && pos->steps >= o->max_steps) || train_log_stop(&o->log)) && micro == 0)
+        if ((stop_signals_pending() || (o->max_steps && pos->steps >= o->max_steps) || train_log_stop(&o->log)) && micro == 0)
             *stop = true;
         if (train_dist_active()) *stop = train_dist_agree_stop(*stop);   /* every rank stops at one step */
         if (progress_due(&bar, pos->batch)) {
@@ -570,7 +537,7 @@ static int run(train_opts *o) {
         train_log_text(&o->log, tool, config);
     }
     fflush(stdout);
-    catch_stop_signals(true);
+    stop_signals_catch(true, GRACE_SECONDS);
     bool stop = false;
     while (pos.epoch < o->epochs) {
         em_memory_reset_peak_stats(o->device);
@@ -625,33 +592,34 @@ static int run(train_opts *o) {
         bool log_stop = train_log_stop(&o->log);
         if (train_dist_active()) log_stop = train_dist_agree_stop(log_stop);   /* rank 0 logs: all stop */
         if (log_stop) stop = true;
-        if (stop || interrupted) break;   /* a signal during the evaluation or the save */
+        if (stop || stop_signals_pending()) break;   /* a signal during the evaluation or the save */
     }
-    if (interrupted) stop = true;
+    int sig = stop_signals_pending();   /* read once: one signal names the stop and the status */
+    if (sig) stop = true;
     if (stop && pos.epoch < o->epochs) {
         if (save(o, model, opt, &pos) != EM_OK) {
             fail("cannot save the checkpoint");
             goto done;
         }
         printf("%s at epoch %" PRId64 ", batch %" PRId64 " (%" PRId64 " steps%s%s)%s%s%s\n",
-               interrupted                                   ? "interrupted"
+               sig                                           ? "interrupted"
                : o->max_steps && pos.steps >= o->max_steps ? "stopped (--max-steps)"
                                                              : "stopped (--strict-logs: a --logdir or --plot write failed)",
                pos.epoch + 1, pos.batch, pos.steps,
-               interrupted ? ", " : "", interrupted ? signal_name(interrupted) : "",
+               sig ? ", " : "", sig ? stop_signal_name(sig) : "",
                o->checkpoint ? ": checkpoint saved to " : "", o->checkpoint ? o->checkpoint : "",
                o->checkpoint ? "; continue with --resume" : "");
-        rc = interrupted ? 128 + interrupted : 0;
-    } else if (interrupted) {   /* the signal came with the last epoch's save */
+        rc = sig ? 128 + sig : 0;
+    } else if (sig) {   /* the signal came with the last epoch's save */
         if (o->checkpoint) printf("interrupted (%s) after the last epoch: checkpoint saved to %s\n",
-                                  signal_name(interrupted), o->checkpoint);
-        rc = 128 + interrupted;
+                                  stop_signal_name(sig), o->checkpoint);
+        rc = 128 + sig;
     } else {
         if (o->checkpoint) printf("checkpoint: %s\n", o->checkpoint);
         rc = 0;
     }
 done:
-    catch_stop_signals(false);
+    stop_signals_catch(false, 0);
     train_log_close(&o->log, tool);
     if (rc == 0 && train_log_stop(&o->log)) {
         fprintf(stderr, "%s: exit status 1: a --logdir or --plot write failed and --strict-logs was given (the "
@@ -683,5 +651,7 @@ int cmd_train(int argc, char **argv) {
             return gpt_train_main(argc, argv);
     train_opts o;
     int rc = parse(argc, argv, &o);
-    return rc >= 0 ? rc : run(&o);
+    if (rc >= 0) return rc;
+    stop_signals_take(tool);   /* before run starts any thread */
+    return run(&o);
 }
