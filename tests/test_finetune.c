@@ -379,6 +379,81 @@ static void test_bf16_frozen_weights_and_checkpointing(void) {
     em_scope_end(scope);
 }
 
+/* A loss scaled inside (em_model_loss_opts.scale, DDP's and ZeRO's N ranks) has the gradients
+ * of the loss times the scale, and its backward takes the fused loss's gradients as the
+ * forward computed them: no more allocations than an unscaled loss's backward. Multiplying the
+ * returned bf16 loss by 3 instead runs the chunks again (the control: the count can tell). */
+static void test_scaled_loss_needs_no_second_pass(void) {
+    em_scope scope = em_scope_begin();
+    em_model *m = em_model_load("tests/data/models/llama", &(em_model_opts){.dtype = EM_BF16});
+    CHECK(m != NULL);
+    if (!m) {
+        em_scope_end(scope);
+        return;
+    }
+    em_manual_seed(5);
+    CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8, .targets = "q_proj,v_proj"}) == EM_OK);
+    em_named_tensor p[32];
+    int n = em_module_parameters(em_model_lora_module(m), p, 32);
+    em_grad_mode g = em_no_grad_begin();   /* lora_B starts at zero: lora_A would get no gradient */
+    for (int i = 0; i < n && i < 32; i++)
+        em_copy_(p[i].tensor, em_mul_scalar(em_randn(em_shape_of(p[i].tensor), EM_OPTS(.dtype = EM_F32)), 0.1));
+    em_no_grad_end(g);
+    int64_t B = 2, T = 48, V = em_model_config_of(m)->vocab_size, ids_h[96];
+    for (int64_t i = 0; i < B * T; i++) ids_h[i] = (i * 29 + 3) % V;
+    em_tensor *ids = em_from_data(ids_h, EM_I64, EM_SHAPE(B, T), EM_OPTS(.dtype = EM_I64));
+    /* 0: unscaled; 1: .scale = 3; 2: the returned loss times 3 */
+    int64_t allocs[3] = {0, 0, 0};
+    double loss_of[3] = {0, 0, 0};
+    em_tensor *grads[3][32] = {{0}};
+    for (int k = 0; k < 3; k++) {
+        em_scope s = em_scope_begin();
+        em_tensor *loss = em_model_loss(m, ids, ids, &(em_model_loss_opts){.scale = k == 1 ? 3.0 : 0.0});
+        CHECK(loss != NULL);
+        if (!loss) {
+            em_scope_end(s);
+            break;
+        }
+        if (k == 2) loss = em_mul_scalar(loss, 3.0);
+        loss_of[k] = em_item(loss);
+        em_memory_stats before, after;
+        em_memory_get_stats(EM_DEVICE_CPU, &before);
+        CHECK(em_backward(loss) == EM_OK);
+        em_memory_get_stats(EM_DEVICE_CPU, &after);
+        allocs[k] = after.allocation[EM_MEMORY_ALL].allocated - before.allocation[EM_MEMORY_ALL].allocated;
+        for (int i = 0; i < n && i < 32; i++) {
+            em_tensor *gr = em_grad(p[i].tensor);
+            CHECK(gr != NULL);
+            grads[k][i] = gr ? em_retain(em_clone(gr)) : NULL;
+            em_set_grad(p[i].tensor, NULL);
+        }
+        em_scope_end(s);
+    }
+    CHECK(fabs(loss_of[1] - 3.0 * loss_of[0]) <= 1e-5 * fabs(loss_of[1]));
+    CHECK(fabs(loss_of[2] - 3.0 * loss_of[0]) <= 1e-5 * fabs(loss_of[2]));
+    for (int i = 0; i < n && i < 32; i++) {
+        if (!grads[0][i] || !grads[1][i] || !grads[2][i]) continue;
+        /* bf16: the gradient of h is rounded after the scale, not before, as the second pass
+         * rounds it (the two agreed to the bit when this was written) */
+        double d1 = rel_diff(grads[1][i], em_mul_scalar(grads[0][i], 3.0)), d2 = rel_diff(grads[1][i], grads[2][i]);
+        if (!(d1 < 5e-2 && d2 < 1e-3)) fprintf(stderr, "  %s: relative difference %g to 3 x unscaled, %g to the loss x 3\n", p[i].name, d1, d2);
+        CHECK(d1 < 5e-2 && d2 < 1e-3);
+    }
+    printf("  allocations in backward: %lld unscaled, %lld scaled inside, %lld loss x 3\n", (long long)allocs[0],
+           (long long)allocs[1], (long long)allocs[2]);
+    CHECK(allocs[1] <= allocs[0]);
+    CHECK(allocs[2] > allocs[0] + 4);   /* the control: the rerun's chunk buffers */
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n && i < 32; i++) em_release(grads[k][i]);
+    /* a negative or infinite scale is the caller's mistake */
+    CHECK(em_model_loss(m, ids, ids, &(em_model_loss_opts){.scale = -1.0}) == NULL && strstr(em_last_error(), "scale"));
+    em_clear_error();
+    CHECK(em_model_loss(m, ids, ids, &(em_model_loss_opts){.scale = INFINITY}) == NULL && strstr(em_last_error(), "scale"));
+    em_clear_error();
+    em_model_free(m);
+    em_scope_end(scope);
+}
+
 static void test_bad_inputs(void) {
     em_scope scope = em_scope_begin();
     em_model *m = em_model_load("tests/data/models/llama", NULL);
@@ -447,6 +522,7 @@ int main(void) {
     RUN(test_fused_loss_matches_logits);
     RUN(test_one_step_gradients);
     RUN(test_bf16_frozen_weights_and_checkpointing);
+    RUN(test_scaled_loss_needs_no_second_pass);
     RUN(test_ten_adamw_steps);
     RUN(test_save_load_merge);
     RUN(test_bad_inputs);

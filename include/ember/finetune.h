@@ -141,6 +141,11 @@ typedef struct em_model_loss_opts {
     em_tensor *attention_mask;  /* as em_forward_opts' (NULL: every token real) */
     bool checkpoint_layers;     /* recompute each decoder layer in backward (em_checkpoint) */
     int64_t num_items;          /* as em_causal_lm_loss's */
+    /* The loss times scale (0: 1), applied inside the fused loss, so that its gradient needs
+     * no second pass over the vocabulary. Multiplying the returned loss instead (DDP and ZeRO
+     * scale each rank's loss by the N ranks) makes backward run the chunks again under bf16
+     * when the factor is not a power of two, to round the scaled gradient once. */
+    double scale;
 } em_model_loss_opts;
 /* The model's forward on input_ids [B, T] without a cache up to the final norm, then the
  * causal LM loss as em_causal_lm_loss computes it from the logits, but fused with the output

@@ -739,7 +739,7 @@ int64_t em__model_loss_chunk(int64_t vocab) {
 /* The loss from the final hidden states h [B, T, H] and the output embedding, chunk by chunk
  * (em_linear_cross_entropy): the same numbers as em_causal_lm_loss on the output projection's
  * logits, without the [B * (T - 1), V] float32 logits ever existing at once. */
-static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *labels, int64_t num_items) {
+static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *labels, int64_t num_items, double scale) {
     const char *op = "em_model_loss";
     int64_t B = em_size(h, 0), T = em_size(h, 1), H = em_size(h, 2), N = B * (T - 1);
     em_tensor *head = m->w[MW_LM_HEAD];   /* the embedding itself when tied */
@@ -771,7 +771,7 @@ static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *lab
     em_tensor *loss = em_linear_cross_entropy(rows, head, NULL, target,
                                               &(em_linear_ce_opts){.reduction = EM_REDUCTION_SUM,
                                                                    .chunk_size = em__model_loss_chunk(em_size(head, 0)),
-                                                                   .divisor = (double)denom});
+                                                                   .divisor = (double)denom / scale});
     em_autocast_end(off);
     return loss && !denom ? em_mul_scalar(loss, 0.0) : loss;
 }
@@ -781,13 +781,14 @@ static em_tensor *fused_causal_lm_loss(em_model *m, em_tensor *h, em_tensor *lab
 typedef struct sharded_loss_ctx {
     em_model *m;
     int64_t num_items;
+    double scale;
 } sharded_loss_ctx;
 
 static em_tensor *sharded_loss(void *ctx, em_tensor *const *in, int n) {
     (void)n;
     sharded_loss_ctx *c = ctx;
     em_tensor *h = em__model_final_norm(c->m, in[0]);
-    return h ? fused_causal_lm_loss(c->m, h, in[1], c->num_items) : NULL;
+    return h ? fused_causal_lm_loss(c->m, h, in[1], c->num_items, c->scale) : NULL;
 }
 
 em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, const em_model_loss_opts *opts) {
@@ -798,6 +799,11 @@ em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, c
         em_error(EM_ERR_ARGUMENT, "%s: num_items must not be negative, got %lld", op, (long long)o.num_items);
         return NULL;
     }
+    if (!(o.scale >= 0.0) || isinf(o.scale)) {
+        em_error(EM_ERR_ARGUMENT, "%s: scale must be finite and >= 0 (0: 1), got %g", op, o.scale);
+        return NULL;
+    }
+    if (o.scale == 0.0) o.scale = 1.0;
     /* the labels checked against the ids before the forward spends anything on them (the
      * ids themselves are the forward's to check) */
     em_dtype ldt = em_dtype_of(labels);
@@ -818,7 +824,7 @@ em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, c
         sharded_loss_ctx *c = x ? malloc(sizeof *c) : NULL;
         if (x && !c) em_error(EM_ERR_OUT_OF_MEMORY, "%s: out of host memory", op);
         if (c) {
-            *c = (sharded_loss_ctx){.m = m, .num_items = o.num_items};
+            *c = (sharded_loss_ctx){.m = m, .num_items = o.num_items, .scale = o.scale};
             em_tensor *in[2] = {x, labels};
             loss = m->unit_runner(m->runner_ctx, em__model_final_unit(m), sharded_loss, c, free, in, 2);
         }
@@ -826,7 +832,7 @@ em_tensor *em_model_loss(em_model *m, em_tensor *input_ids, em_tensor *labels, c
     }
     /* the hidden states meet the output embedding and the loss here, and only here */
     em_tensor *h = em__model_hidden(m, input_ids, &fo);
-    loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items) : NULL;
+    loss = h ? fused_causal_lm_loss(m, h, labels, o.num_items, o.scale) : NULL;
     return em__scope_return(scope, loss);
 }
 

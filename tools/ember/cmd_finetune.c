@@ -886,7 +886,8 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         em_optim_set_lr(opt, lr);
         /* on N ranks each rank's loss is its rows' part of the batch's (the sum over its tokens
          * divided by the batch's count), times N because DDP and ZeRO average the ranks'
-         * gradients */
+         * gradients; the N goes inside the fused loss (em_model_loss_opts.scale), where its
+         * gradient needs no second pass over the vocabulary */
         double world = train_dist_world();
         for (int64_t k = first; k < last && rc == 0; k++) {
             int64_t at = k * r->batch, rows = n_train - at < r->batch ? n_train - at : r->batch, mine, count;
@@ -898,11 +899,11 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
                           : make_empty_batch(d, r->dev, &ids, &labels)) {
                 em_autocast region = r->amp ? em_autocast_begin(r->dev.type, EM_BF16) : (em_autocast){0};
                 loss = em_model_loss(m, ids, labels, &(em_model_loss_opts){.checkpoint_layers = r->ckpt,
-                                                                     .num_items = items ? items : 1});
+                                                                     .num_items = items ? items : 1,
+                                                                     .scale = world});
                 if (r->amp) em_autocast_end(region);
             }
-            double value = loss ? em_item(loss) : NAN;
-            if (loss && world > 1) loss = em_mul_scalar(loss, world);
+            double value = loss ? em_item(loss) / world : NAN;
             if (!loss || em_backward(loss) != EM_OK) rc = 1;
             else loss_sum += value;
             em_scope_end(s);
