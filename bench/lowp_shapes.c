@@ -1,5 +1,7 @@
 /* The bf16 GEMMs of bench/run_amp.sh's training steps (forward, input gradient and weight
- * gradient of each Linear, with the layouts the step uses) and the squares, through Ember's AMX
+ * gradient of each Linear, with the layouts the step uses), the language models' forward
+ * products at 512 rows (a 1B and Llama-2-7B's Linears: prefill and fine-tuning; the fused
+ * loss's 256-row chunk against a 128256-id head) and the squares, through Ember's AMX
  * kernel (cpu_amx.c) and through oneDNN's matmul (cpu_dnnl.c), on 1 and 2 threads:
  * microseconds and GFLOP/s, the best of repeats filling 0.2 s, and which is faster. What
  * cpu_amx.c's claim to beat oneDNN rests on. Without AMX (AVX512-BF16 only, as on AMD Zen 4)
@@ -71,8 +73,18 @@ int main(int argc, char **argv) {
                 shapes[n] = (shape){names[n], out, B, in, 1, 0}; /* G^T X */
                 n++;
             }
+    const shape lm[] = {{"lm 1B 2048->2048", 512, 2048, 2048, 0, 1},   {"lm 1B 2048->8192", 512, 2048, 8192, 0, 1},
+                        {"lm 1B 8192->2048", 512, 8192, 2048, 0, 1},   {"lm 1B loss chunk", 256, 2048, 128256, 0, 1},
+                        {"lm 7B 4096->4096", 512, 4096, 4096, 0, 1},   {"lm 7B 4096->11008", 512, 4096, 11008, 0, 1},
+                        {"lm 7B 11008->4096", 512, 11008, 4096, 0, 1}};
+    for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++) shapes[n++] = lm[i];
     for (long s = 1024; s <= 4096; s *= 2) shapes[n++] = (shape){"square", s, s, s, 0, 0};
-    long maxe = 4096L * 4096;
+    long maxe = 0;   /* elements of the largest operand */
+    for (int i = 0; i < n; i++) {
+        long e[3] = {shapes[i].P * shapes[i].K, shapes[i].K * shapes[i].Q, shapes[i].P * shapes[i].Q};
+        for (int k = 0; k < 3; k++)
+            if (e[k] > maxe) maxe = e[k];
+    }
     unsigned short *x = malloc(2 * (size_t)maxe), *y = malloc(2 * (size_t)maxe), *z = malloc(2 * (size_t)maxe);
     if (!x || !y || !z) return 1;
     for (long i = 0; i < maxe; i++) {

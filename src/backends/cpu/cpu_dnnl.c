@@ -63,6 +63,7 @@ static dnnl_engine_t g_engine;
 static void (*g_omp_set_threads)(int);
 static int (*g_omp_get_threads)(void);
 static bool g_ok[EM_DTYPE_COUNT];              /* oneDNN runs this dtype fast here */
+static bool g_amx;                              /* its bf16 kernels use AMX tiles here */
 static char g_desc[EM_DTYPE_COUNT][160];       /* what em_cpu_matmul_impl says */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static entry g_cache[CACHE_SIZE];
@@ -196,6 +197,7 @@ static void init(void) {
         return;
     }
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    g_amx = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
     probe(EM_BF16, isa);
     probe(EM_F16, isa);
 }
@@ -311,7 +313,18 @@ static dnnl_status_t execute(entry *e, const void *x, const void *y, void *z, co
  * row blocks, products wider than 2 * PANEL also go in column panels of PANEL (with column
  * blocks, those of at least 2 * PANEL rows: a thread's block is then cut in panels). oneDNN 2.6's
  * AMX kernel repacks the weight (y) as it goes, and measured faster on panels of 256-512
- * columns than on the whole width (1 thread, 2048 and 4096 square). */
+ * columns than on the whole width (1 thread, 2048 and 4096 square).
+ *
+ * Without AMX, a bf16/f16 product against a Linear's weight (y = W^T, W [Q, K] row-major: the
+ * forward, prefill, the fused loss's logits) on several threads goes in whole-width row blocks
+ * instead (dense_rows). A column block or panel is a strided view of z, which oneDNN 2.6's
+ * brgemm kernel (avx512_core_bf16) declines; its gemm:jit kernel then runs it, slower, and
+ * allocates its packing buffers in every call. On 2 threads (EPYC Zen 4, AVX512-BF16;
+ * bench_lowp_shapes) the row blocks ran the fused loss's 256 x 2048 @ 128256 at 393-410
+ * against 339-350 GFLOP/s, 512 x 2048 @ 2048 at 429-432 against 400, and the other products of
+ * a 1B's and a 7B's Linears at 512 rows 0-6% faster; through em_matmul, where the gemm:jit
+ * kernel's buffers come fresh, 512 x 2048 @ 8192 ran at 404 against 318. The other layouts
+ * (G W, X^T G) measured mixed and keep their blocks. */
 #define PANEL 512
 typedef struct job {
     const em_lowp_gemm *g;
@@ -367,17 +380,18 @@ em_status em__cpu_dnnl_gemm_bias(const em_lowp_gemm *g) {
 
 static em_status run_gemm(const em_lowp_gemm *g) {
     if (g->P == 0 || g->Q == 0) return EM_OK;
-    job j = {.g = g, .split_rows = g->P >= g->Q};
-    int64_t len = j.split_rows ? g->P : g->Q;
     int threads = em__cpu_num_threads();
     bool big = g->P * g->Q * g->K >= SERIAL_MACS;
+    bool dense_rows = big && threads > 1 && !g_amx && g->dtype != EM_F32 && g->yt && g->P >= 2 * CHUNK_ALIGN * threads;
+    job j = {.g = g, .split_rows = g->P >= g->Q || dense_rows};
+    int64_t len = j.split_rows ? g->P : g->Q;
     int64_t blocks = big ? threads : 1;
     int64_t per = (len + blocks - 1) / blocks;
     if (blocks > 1) per = (per + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
     if (per > len) per = len;
     if (j.split_rows) {
         j.rper = per;
-        j.qper = big && g->Q > 2 * PANEL ? PANEL : g->Q; /* 1024 wide: measured no better in panels */
+        j.qper = big && g->Q > 2 * PANEL && !dense_rows ? PANEL : g->Q; /* 1024 wide: measured no better in panels */
     } else {
         j.rper = g->P;
         /* a thread's columns in panels too when the rows are many: the 4096-wide MLP's
