@@ -77,7 +77,10 @@ static const shape3 shapes[] = {{1, 1, 1}, {1, 784, 512}, {7, 13, 5}, {65, 300, 
                                  {1100, 8, 1030},  /* 1030 > 1024: column panels, each with a row tail */
                                  /* wider than tall, >= 1024 rows: each thread's columns in panels
                                   * (1 thread: 512, 512, 76; 2 threads: 5 panels shared) */
-                                 {1024, 8, 1100}, {1030, 8, 2300}};
+                                 {1024, 8, 1100}, {1030, 8, 2300},
+                                 /* fewer rows than columns against W^T on 2 threads without AMX:
+                                  * whole-width row blocks, the second shorter (128 + 72 rows) */
+                                 {200, 40, 2100}};
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
 static void check_matmul_dtype(em_dtype dt) {
