@@ -314,6 +314,15 @@ static void test_fused_loss_matches_logits(void) {
     }
 }
 
+/* The tiny Llama in bf16 with rank-4 adapters on q_proj and v_proj; NULL (a failed CHECK)
+ * when it does not load. */
+static em_model *bf16_llama_with_lora(void) {
+    em_model *m = em_model_load("tests/data/models/llama", &(em_model_opts){.dtype = EM_BF16});
+    CHECK(m != NULL);
+    if (m) CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8, .targets = "q_proj,v_proj"}) == EM_OK);
+    return m;
+}
+
 /* The fine-tuning path on bf16 weights: the base weights stay bf16 with no gradient (no
  * buffer of their size appears in backward: what backward leaves allocated is the adapters'
  * float32 gradients and little else), and checkpoint_layers keeps only the layers' inputs
@@ -321,13 +330,11 @@ static void test_fused_loss_matches_logits(void) {
  * and lowers the step's peak. */
 static void test_bf16_frozen_weights_and_checkpointing(void) {
     em_scope scope = em_scope_begin();
-    em_model *m = em_model_load("tests/data/models/llama", &(em_model_opts){.dtype = EM_BF16});
-    CHECK(m != NULL);
+    em_model *m = bf16_llama_with_lora();
     if (!m) {
         em_scope_end(scope);
         return;
     }
-    CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8, .targets = "q_proj,v_proj"}) == EM_OK);
     em_named_tensor p[32];
     int n = em_module_parameters(em_model_lora_module(m), p, 32);
     int64_t adapter_bytes = 0;
@@ -385,14 +392,12 @@ static void test_bf16_frozen_weights_and_checkpointing(void) {
  * returned bf16 loss by 3 instead runs the chunks again (the control: the count can tell). */
 static void test_scaled_loss_needs_no_second_pass(void) {
     em_scope scope = em_scope_begin();
-    em_model *m = em_model_load("tests/data/models/llama", &(em_model_opts){.dtype = EM_BF16});
-    CHECK(m != NULL);
+    em_model *m = bf16_llama_with_lora();
     if (!m) {
         em_scope_end(scope);
         return;
     }
     em_manual_seed(5);
-    CHECK(em_model_lora_add(m, &(em_lora_config){.rank = 4, .alpha = 8, .targets = "q_proj,v_proj"}) == EM_OK);
     em_named_tensor p[32];
     int n = em_module_parameters(em_model_lora_module(m), p, 32);
     em_grad_mode g = em_no_grad_begin();   /* lora_B starts at zero: lora_A would get no gradient */
