@@ -14,6 +14,6 @@ cmake --build "$asan" -j"$(nproc)" --target ember >/dev/null
 [ -x "$rel/ember" ] || scripts/build.sh "$rel"
 EMBER_LIBRARY="$PWD/$asan/libember.so" EMBER_TOOL="$PWD/$rel/ember" \
 EMBER_GUIDE_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -g" \
-LSAN_OPTIONS="suppressions=$PWD/tests/mpi.supp:print_suppressions=0" \
+LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
 ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0" \
     python3 tests/python/test_guide.py

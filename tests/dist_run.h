@@ -32,7 +32,7 @@ static inline int dist_run(int n, const char *mode, const char *extra_env, char 
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) return -1;
     self[len] = '\0';
-    /* under ASan: Open MPI's own allocations are suppressed (tests/mpi.supp; ctest runs in
+    /* under ASan: Open MPI's own allocations are suppressed (tests/lsan.supp; ctest runs in
      * the source tree), with full stacks so that frames in MPI's unloaded components are
      * still attributed to libmpi */
     char cwd[PATH_MAX], lsan[PATH_MAX + 128];
@@ -40,7 +40,7 @@ static inline int dist_run(int n, const char *mode, const char *extra_env, char 
     if (data) snprintf(cwd, sizeof cwd, "%s/..", data);
     else if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
     else strncat(cwd, "/tests", sizeof cwd - strlen(cwd) - 1);
-    snprintf(lsan, sizeof lsan, "LSAN_OPTIONS=suppressions=%s/mpi.supp:print_suppressions=0 "
+    snprintf(lsan, sizeof lsan, "LSAN_OPTIONS=suppressions=%s/lsan.supp:print_suppressions=0 "
              "ASAN_OPTIONS=%s%sfast_unwind_on_malloc=0", cwd, getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "",
              getenv("ASAN_OPTIONS") ? ":" : "");
     char cmd[3 * PATH_MAX + 1024];

@@ -125,13 +125,13 @@ static void test_singleton(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    /* under ASan, MPI's own allocations are suppressed (tests/mpi.supp): LSan reads its
+    /* under ASan, MPI's own allocations are suppressed (tests/lsan.supp): LSan reads its
      * options at start-up, so set them and start again */
     const char *data = getenv("EMBER_TEST_DATA");
     const char *lsan = getenv("LSAN_OPTIONS");
-    if (data && (!lsan || !strstr(lsan, "mpi.supp"))) {
+    if (data && (!lsan || !strstr(lsan, "lsan.supp"))) {
         char opt[4200], asan[4200];
-        snprintf(opt, sizeof opt, "suppressions=%s/../mpi.supp:print_suppressions=0", data);
+        snprintf(opt, sizeof opt, "suppressions=%s/../lsan.supp:print_suppressions=0", data);
         setenv("LSAN_OPTIONS", opt, 1);
         const char *a = getenv("ASAN_OPTIONS");
         snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", a ? a : "", a ? ":" : "");

@@ -170,9 +170,9 @@ int main(int argc, char **argv) {
     (void)argc;
     const char *data = getenv("EMBER_TEST_DATA");
     const char *lsan = getenv("LSAN_OPTIONS");
-    if (data && (!lsan || !strstr(lsan, "mpi.supp"))) { /* see test_dist_env.c */
+    if (data && (!lsan || !strstr(lsan, "lsan.supp"))) { /* see test_dist_env.c */
         char opt[4200], asan[4200];
-        snprintf(opt, sizeof opt, "suppressions=%s/../mpi.supp:print_suppressions=0", data);
+        snprintf(opt, sizeof opt, "suppressions=%s/../lsan.supp:print_suppressions=0", data);
         setenv("LSAN_OPTIONS", opt, 1);
         const char *a = getenv("ASAN_OPTIONS");
         snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", a ? a : "", a ? ":" : "");

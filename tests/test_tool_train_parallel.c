@@ -43,7 +43,9 @@ static void compare(const char *list, const char *first) {
     snprintf(ck1, sizeof ck1, "%s/one.safetensors", dir);
     snprintf(ck2, sizeof ck2, "%s/dp.safetensors", dir);
     snprintf(args, sizeof args, "train --device %s " RUN_ARGS " --checkpoint %s", first, ck1);
-    CHECK(tool_run(args, ref, sizeof ref) == 0);
+    int ref_rc = tool_run(args, ref, sizeof ref);
+    CHECK(ref_rc == 0);
+    if (ref_rc != 0) fprintf(stderr, "  ember %s: exit %d, output:\n%s\n", args, ref_rc, ref);
     snprintf(args, sizeof args, "train --devices %s " RUN_ARGS " --checkpoint %s", list, ck2);
     int rc = tool_run(args, out, sizeof out);
     CHECK(rc == 0);
@@ -62,7 +64,9 @@ static void compare(const char *list, const char *first) {
     /* the checkpoint of a DataParallel run holds the model's own names: it resumes on one device */
     snprintf(args, sizeof args, "train --device %s --epochs 2 --train-samples 2048 --test-samples 500 --resume "
              "--checkpoint %s", first, ck2);
-    CHECK(tool_run(args, out, sizeof out) == 0 && strstr(out, "resumed from"));
+    rc = tool_run(args, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "resumed from"));
+    if (rc != 0 || !strstr(out, "resumed from")) fprintf(stderr, "  ember %s: exit %d, output:\n%s\n", args, rc, out);
     remove(ck1);
     remove(ck2);
 }
