@@ -64,9 +64,13 @@ static em_tensor *shaped_like(em_tensor *t, em_tensor *like) {
     return same ? t : em_reshape(t, b);
 }
 
-/* b is the transpose of a contiguous matrix (Linear's weight.t()) */
+/* b is the transpose of a contiguous matrix (Linear's weight.t()). Read from the strides, not
+ * from a transposed view: a view that could not be allocated would choose the other layout
+ * and leave the error behind a step that goes on. */
 static bool is_transposed_matrix(em_tensor *b) {
-    return b && em_ndim(b) == 2 && !em_is_contiguous(b) && em_is_contiguous(em_transpose(b, 0, 1));
+    if (!b || em_ndim(b) != 2 || em_is_contiguous(b)) return false;
+    int64_t rows = em_size(b, 0), cols = em_size(b, 1);
+    return (rows == 1 || em_stride(b, 0) == 1) && (cols == 1 || em_stride(b, 1) == rows);
 }
 
 /* x @ y, in float32 when widen (em__ag_grad_widens: the gradient of a float32 tensor's bf16/f16

@@ -41,8 +41,9 @@ em_tensor *em__shadow_take(em_tensor *t, em_dtype dt);
 /* Where no shadow serves: the cast of such a parameter view when it is not contiguous (a
  * Linear's weight.t()), made over its storage's layout as PyTorch's .to() preserves strides,
  * so that the result is laid out, and rounds in later products, as the shadow would; a new
- * header, not scoped. NULL (error state untouched) for anything else or when out of memory:
- * the caller then casts as usual. */
+ * header, not scoped. NULL with the error state untouched for anything else: the caller then
+ * casts as usual. NULL with the error set when out of memory: a contiguous cast instead would
+ * round differently in those products, so the cast fails. */
 em_tensor *em__cast_keeping_layout(em_tensor *t, em_dtype dt);
 /* For a fused step that can emit: a contiguous tensor of p's shape in the wanted dtype to
  * write p's new value into, or NULL (none wanted, or no memory: the step runs without).

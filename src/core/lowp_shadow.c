@@ -120,8 +120,6 @@ em_tensor *em__shadow_take(em_tensor *t, em_dtype dt) {
 em_tensor *em__cast_keeping_layout(em_tensor *t, em_dtype dt) {
     if ((dt != EM_BF16 && dt != EM_F16) || !eligible(t) || em__is_contiguous_raw(t->ndim, t->shape, t->strides))
         return NULL;
-    em_error_state saved;
-    em__error_save(&saved);
     /* the storage cast as one flat run, then viewed with t's strides: element for element
      * the values of a contiguous cast, in the parameter's own order */
     int64_t n = em__numel_raw(t->ndim, t->shape), one = 1;
@@ -130,7 +128,6 @@ em_tensor *em__cast_keeping_layout(em_tensor *t, em_dtype dt) {
     em_tensor *out = cast ? em__tensor_alloc(cast->storage, dt, t->ndim, t->shape, t->strides, 0) : NULL;
     em_release(cast);
     em_release(flat);
-    if (!out) em__error_restore(&saved);
     return out;
 }
 

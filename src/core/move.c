@@ -173,8 +173,10 @@ em_tensor *em__to_raw(em_tensor *t, em_device d, em_dtype dt, bool non_blocking)
     if (same_device) { /* a parameter's low-precision copy from the last fused Adam step */
         em_tensor *shadow = em__shadow_take(t, dt);
         if (shadow) return shadow;
+        unsigned long seq = em__error_seq();
         em_tensor *kept = em__cast_keeping_layout(t, dt);
-        return kept ? kept : em__copy_raw(t, dt);
+        if (kept || em__error_seq() != seq) return kept; /* made, or no memory for it */
+        return em__copy_raw(t, dt);
     }
     if (from.type == EM_CPU) return host_to_device(t, be, d, dt, non_blocking);
     if (d.type == EM_CPU) return device_to_host(t, dt);
