@@ -186,6 +186,39 @@ __attribute__((target("avx512f,avx512bw"))) static void bf16_to_f32_avx512(float
                             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(i + k))), 16));
     for (; k < n; k++) o[k] = bf16_to_f32(i[k]);
 }
+/* The same two conversions, 8 at a time with AVX2 (CPUs without AVX-512: there bf16 products
+ * are float32 GEMMs over converted panels, cpu_matmul.c, and these passes feed them). */
+__attribute__((target("avx2"))) static void f32_to_bf16_avx2(uint16_t *o, const float *i, int64_t n) {
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x400000);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 f = _mm256_loadu_ps(i + k);
+        __m256i u = _mm256_castps_si256(f);
+        __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+        __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+        r = _mm256_srli_epi32(r, 16);   /* 0..0xffff: packus keeps it; then undo its lane order */
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(o + k), _mm256_castsi256_si128(packed));
+    }
+    for (; k < n; k++) o[k] = f32_to_bf16(i[k]);
+}
+__attribute__((target("avx2"))) static void bf16_to_f32_avx2(float *o, const uint16_t *i, int64_t n) {
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_si256((__m256i *)(o + k),
+                            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(i + k))), 16));
+    for (; k < n; k++) o[k] = bf16_to_f32(i[k]);
+}
+static bool have_avx2(void) {
+    static atomic_int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        h = __builtin_cpu_supports("avx2");
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
+}
 /* The fused Adam step's bf16 weight copy (cpu_optim.c): streaming stores, as that copy is
  * read only by the next step's GEMMs; returns false (nothing written) where it cannot. */
 __attribute__((target("avx512f,avx512bw"))) static bool f32_to_bf16_stream_avx512(uint16_t *o, const float *i,
@@ -219,6 +252,9 @@ static bool have_f16c(void) {
 #else
 static bool have_f16c(void) { return false; }
 static bool have_avx512bw(void) { return false; }
+static bool have_avx2(void) { return false; }
+static void f32_to_bf16_avx2(uint16_t *o, const float *i, int64_t n) { (void)o, (void)i, (void)n; }
+static void bf16_to_f32_avx2(float *o, const uint16_t *i, int64_t n) { (void)o, (void)i, (void)n; }
 static void f32_to_bf16_avx512(uint16_t *o, const float *i, int64_t n) { (void)o, (void)i, (void)n; }
 static void bf16_to_f32_avx512(float *o, const uint16_t *i, int64_t n) { (void)o, (void)i, (void)n; }
 static bool f32_to_bf16_stream_avx512(uint16_t *o, const float *i, int64_t n) { return (void)o, (void)i, (void)n, false; }
@@ -241,6 +277,14 @@ void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_
     }
     if (dti == EM_BF16 && dto == EM_F32 && so == 4 && si == 2 && have_avx512bw()) {
         bf16_to_f32_avx512((float *)o, (const uint16_t *)i, n);
+        return;
+    }
+    if (dti == EM_F32 && dto == EM_BF16 && so == 2 && si == 4 && have_avx2()) {
+        f32_to_bf16_avx2((uint16_t *)o, (const float *)i, n);
+        return;
+    }
+    if (dti == EM_BF16 && dto == EM_F32 && so == 4 && si == 2 && have_avx2()) {
+        bf16_to_f32_avx2((float *)o, (const uint16_t *)i, n);
         return;
     }
     g_cast[dti][dto](o, so, i, si, n);

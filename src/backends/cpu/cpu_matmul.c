@@ -240,12 +240,107 @@ static bool lowp_runs(em_dtype dt) {
     return (dt == EM_BF16 && em__cpu_gemv_isa()) || em__cpu_amx_runs(dt) || em__cpu_dnnl_runs(dt);
 }
 
+/* ---- bf16/f16 where no such kernel runs (AVX2, plain AVX-512): float32 GEMMs over panels ----
+ * Z = X Y in panels of Y's columns: each task converts its panel of Y (rows of a Linear's
+ * weight) into a float32 buffer of at most PANEL_BYTES, which stays in cache, multiplies it
+ * with a float32 copy of X made once, and writes its columns of Z, rounded once (under acc
+ * the sum with Z's old value, as oneDNN's sum post-op). Converting the whole weight instead
+ * wrote twice its bytes as float32 into fresh pages on every call: a 1B Llama's prefill on an
+ * AVX2 EPYC spent two thirds of its time in that cast and its page faults. */
+#define PANEL_BYTES (4 << 20)
+typedef struct panel_job {
+    const em_lowp_gemm *g;
+    float *xf;          /* X in float32, X's own orientation, leading dimension ldxf */
+    int64_t ldxf, width; /* panel width (columns of Y) */
+    atomic_int oom;
+} panel_job;
+
+static void panel_x_rows(void *arg, int64_t begin, int64_t end) {
+    panel_job *j = arg;
+    const em_lowp_gemm *g = j->g;
+    size_t es = em_dtype_size(g->dtype);
+    int64_t len = g->xt ? g->P : g->K; /* X stored as rows of len elements (of its transpose when xt) */
+    for (int64_t r = begin; r < end; r++)
+        em__cpu_cast_block((char *)(j->xf + r * j->ldxf), 4, EM_F32, (const char *)g->x + (size_t)(r * g->ldx) * es,
+                           (int64_t)es, g->dtype, len);
+}
+
+static void panel_chunk(void *arg, int64_t begin, int64_t end) {
+    panel_job *j = arg;
+    const em_lowp_gemm *g = j->g;
+    size_t es = em_dtype_size(g->dtype);
+    int64_t P = g->P, K = g->K, w = j->width, q_end = end * w < g->Q ? end * w : g->Q;
+    float *yb = malloc(sizeof(float) * (size_t)(K * w)), *zb = g->z_f32 ? NULL : malloc(sizeof(float) * (size_t)(P * w));
+    float *old = g->acc && !g->z_f32 ? malloc(sizeof(float) * (size_t)w) : NULL;
+    if (!yb || (!g->z_f32 && !zb) || (g->acc && !g->z_f32 && !old)) {
+        atomic_store(&j->oom, 1);
+        free(yb), free(zb), free(old);
+        return;
+    }
+    for (int64_t q0 = begin * w; q0 < q_end; q0 += w) {
+        int64_t n = q_end - q0 < w ? q_end - q0 : w;
+        if (g->yt) /* Y's columns are rows of the stored transpose: [n, K] */
+            for (int64_t q = 0; q < n; q++)
+                em__cpu_cast_block((char *)(yb + q * K), 4, EM_F32, (const char *)g->y + (size_t)((q0 + q) * g->ldy) * es,
+                                   (int64_t)es, g->dtype, K);
+        else /* a block of Y's rows: [K, n] */
+            for (int64_t k = 0; k < K; k++)
+                em__cpu_cast_block((char *)(yb + k * n), 4, EM_F32, (const char *)g->y + (size_t)(k * g->ldy + q0) * es,
+                                   (int64_t)es, g->dtype, n);
+        gemm f = {.P = P, .Q = n, .K = K, .x = (const char *)j->xf, .y = (const char *)yb, .xt = g->xt, .yt = g->yt,
+                  .ldx = j->ldxf, .ldy = g->yt ? K : n};
+        if (g->z_f32) {
+            f.z = (char *)g->z + (size_t)q0 * 4;
+            f.ldz = g->ldz;
+            f.acc = g->acc;
+        } else {
+            f.z = (char *)zb;
+            f.ldz = n;
+        }
+        gemm_run(&f, 0, P, 0, n);
+        for (int64_t p = 0; !g->z_f32 && p < P; p++) {
+            char *zr = (char *)g->z + (size_t)(p * g->ldz + q0) * es;
+            float *row = zb + p * n;
+            if (g->acc) {
+                em__cpu_cast_block((char *)old, 4, EM_F32, zr, (int64_t)es, g->dtype, n);
+                for (int64_t q = 0; q < n; q++) row[q] += old[q];
+            }
+            em__cpu_cast_block(zr, (int64_t)es, g->dtype, (const char *)row, 4, EM_F32, n);
+        }
+    }
+    free(yb), free(zb), free(old);
+}
+
+static em_status panel_gemm(const em_lowp_gemm *g) {
+    if (g->bias || (g->dtype != EM_BF16 && g->dtype != EM_F16)) return EM_ERR_NOT_SUPPORTED;
+    em__cpu_blas_init();
+    int64_t rows = g->xt ? g->K : g->P, len = g->xt ? g->P : g->K;
+    int64_t width = PANEL_BYTES / 4 / (g->K > 0 ? g->K : 1);
+    width = width < 16 ? 16 : width > 1024 ? 1024 : width & ~(int64_t)15;
+    if (width > g->Q) width = g->Q;
+    panel_job j = {g, malloc(sizeof(float) * (size_t)(rows * len + 1)), len, width, 0};
+    if (!j.xf)
+        return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: failed to allocate %lld bytes of float32 scratch",
+                        (long long)(sizeof(float) * (size_t)(rows * len)));
+    em__cpu_parallel_for(rows, 1 + (1 << 16) / (len + 1), panel_x_rows, &j);
+    int64_t panels = (g->Q + width - 1) / width, threads = em__cpu_num_threads();
+    int64_t grain = GEMM_GRAIN_MACS / (g->P * width * g->K + 1) + 1; /* small products on one thread */
+    if (grain < panels / threads) grain = panels / threads;            /* else a run of panels a thread */
+    em__cpu_parallel_for(panels, grain, panel_chunk, &j);
+    free(j.xf);
+    if (atomic_load(&j.oom))
+        return em_error(EM_ERR_OUT_OF_MEMORY, "cpu: matmul: failed to allocate a float32 panel of %lld bytes",
+                        (long long)(sizeof(float) * (size_t)(g->K * width)));
+    return EM_OK;
+}
+
 /* Decoding's few-row products go to the GEMV, which streams the weight once (the GEMMs pack
- * it first); the rest to the AMX kernel, else oneDNN. */
+ * it first); the rest to the AMX kernel, else oneDNN, else float32 GEMMs over panels. */
 static em_status lowp_gemm(const em_lowp_gemm *g) {
     em_status st = em__cpu_gemv(g);
     if (st == EM_ERR_NOT_SUPPORTED) st = em__cpu_amx_gemm(g);
-    return st == EM_ERR_NOT_SUPPORTED ? em__cpu_dnnl_gemm(g) : st;
+    if (st == EM_ERR_NOT_SUPPORTED) st = em__cpu_dnnl_gemm(g);
+    return st == EM_ERR_NOT_SUPPORTED ? panel_gemm(g) : st;
 }
 
 static em_lowp_gemm lowp_of(const gemm *g, em_dtype dt, bool acc) {
