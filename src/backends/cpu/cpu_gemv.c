@@ -192,7 +192,14 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void block_avx2(const e
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_ps();
+    /* the next block's rows, a line of each per line read here: with rows of a few KiB (a 1B
+     * Llama's 2048 bf16) each row is a page or two, too short for the hardware prefetcher to
+     * get ahead before the block moves on to fresh pages */
+    int64_t next = q + 2 * R <= g->Q ? R : 0;
     for (; k + 8 <= K; k += 8) {
+        if (next && (k & 31) == 0)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(w + (next + r) * ldw + k), _MM_HINT_T0);
         __m256 xv[EM_GEMV_MAX_ROWS];
 #pragma GCC unroll 8
         for (int p = 0; p < P; p++) xv[p] = widen8(x + p * ldx + k);
