@@ -271,20 +271,12 @@ void em__cpu_cast_block(char *o, int64_t so, em_dtype dto, const char *i, int64_
         f16_to_f32_f16c((float *)o, (const uint16_t *)i, n);
         return;
     }
-    if (dti == EM_F32 && dto == EM_BF16 && so == 2 && si == 4 && have_avx512bw()) {
-        f32_to_bf16_avx512((uint16_t *)o, (const float *)i, n);
+    if (dti == EM_F32 && dto == EM_BF16 && so == 2 && si == 4 && (have_avx512bw() || have_avx2())) {
+        (have_avx512bw() ? f32_to_bf16_avx512 : f32_to_bf16_avx2)((uint16_t *)o, (const float *)i, n);
         return;
     }
-    if (dti == EM_BF16 && dto == EM_F32 && so == 4 && si == 2 && have_avx512bw()) {
-        bf16_to_f32_avx512((float *)o, (const uint16_t *)i, n);
-        return;
-    }
-    if (dti == EM_F32 && dto == EM_BF16 && so == 2 && si == 4 && have_avx2()) {
-        f32_to_bf16_avx2((uint16_t *)o, (const float *)i, n);
-        return;
-    }
-    if (dti == EM_BF16 && dto == EM_F32 && so == 4 && si == 2 && have_avx2()) {
-        bf16_to_f32_avx2((float *)o, (const uint16_t *)i, n);
+    if (dti == EM_BF16 && dto == EM_F32 && so == 4 && si == 2 && (have_avx512bw() || have_avx2())) {
+        (have_avx512bw() ? bf16_to_f32_avx512 : bf16_to_f32_avx2)((float *)o, (const uint16_t *)i, n);
         return;
     }
     g_cast[dti][dto](o, so, i, si, n);
