@@ -9,7 +9,8 @@ if [ "${1:-}" = "--sanitize" ]; then
   dir=build-asan
   EMBER_BUILD_TYPE=Debug scripts/build.sh "$dir" -DEMBER_SANITIZE=ON
   # other libraries' own leaks are suppressed (tests/lsan.supp: Open MPI, PoCL's kernel
-  # compiler); they are built without frame pointers, so only the full unwinder names them
+  # compiler, the sanitizer's own start of a thread); they are built without frame pointers,
+  # so only the full unwinder names them
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0 \
          LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
