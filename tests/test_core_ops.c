@@ -230,6 +230,48 @@ static void test_inplace(void) {
     END;
 }
 
+/* mul_ and exp_ in place: the out-of-place op's values, broadcasting into the destination,
+ * the same refusals as add_ */
+static void test_inplace_mul_exp(void) {
+    BEGIN;
+    em_tensor *t = TF32(EM_SHAPE(2, 3), 1, 2, 3, -4, 0.5, 0);
+    em_tensor *want = em_exp(em_mul(t, TF32(EM_SHAPE(2, 1), 0.5, -2)));
+    unsigned v0 = atomic_load(&t->storage->version);
+    CHECK_OK(em_mul_(t, TF32(EM_SHAPE(2, 1), 0.5, -2))); /* a row's scale, broadcast */
+    CHECK_VALUES(t, 0, 0.5, 1, 1.5, 8, -1, 0);
+    CHECK_OK(em_exp_(t));
+    CHECK(test_same_bits(t, want));
+    CHECK(atomic_load(&t->storage->version) == v0 + 2);
+    CHECK_OK(em_mul_(t, t)); /* the exact same view */
+    CHECK(test_same_bits(t, em_mul(want, want)));
+    /* a strided destination: every other column */
+    em_tensor *u = TF32(EM_SHAPE(2, 4), 0, 1, 2, 3, 4, 5, 6, 7);
+    CHECK_OK(em_exp_(em_narrow(u, 1, 1, 2)));
+    CHECK(fabs(em_item(em_select(em_select(u, 0, 0), 0, 1)) - exp(1.0)) < 1e-6);
+    CHECK_VALUES(em_select(u, 1, 0), 0, 0, 4);
+    /* f16 *= f32 computes in float32 and stores float16 */
+    em_tensor *h = em_full(EM_SHAPE(2), 3, EM_OPTS(.dtype = EM_F16));
+    CHECK_OK(em_mul_(h, TF32(EM_SHAPE(2), 0.5, 1000)));
+    CHECK(em_dtype_of(h) == EM_F16);
+    CHECK_VALUES(h, 0, 1.5, 3000);
+    em_tensor *i = TI64(EM_SHAPE(2), 3, 4);
+    CHECK_OK(em_mul_(i, TI64(EM_SHAPE(1), -2)));
+    CHECK_VALUES(i, 0, -6, -8);
+    CHECK(em_exp_(i) == EM_ERR_DTYPE);
+    CHECK_ERROR(EM_ERR_DTYPE, "em_exp_: result type Float can't be cast to the desired output type Long");
+    CHECK(em_mul_(i, TF32(EM_SHAPE(2), 1, 1)) == EM_ERR_DTYPE);
+    CHECK_ERROR(EM_ERR_DTYPE, "result type Float can't be cast to the desired output type Long");
+    CHECK(em_mul_(t, TF32(EM_SHAPE(3, 1), 1, 2, 3)) == EM_ERR_SHAPE);
+    CHECK_ERROR(EM_ERR_SHAPE, "em_mul_: a tensor of shape [3, 1] cannot be broadcast to the destination's shape [2, 3]");
+    CHECK(em_exp_(em_expand(TF32(EM_SHAPE(1), 1), EM_SHAPE(3))) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "more than one element of the written-to tensor refers to a single memory location");
+    CHECK(em_exp_(NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_exp_: argument 't' is NULL");
+    CHECK(em_mul_(t, NULL) == EM_ERR_ARGUMENT);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "em_mul_: argument 'other' is NULL");
+    END;
+}
+
 static void test_inplace_copy_cast_overlap(void) {
     BEGIN;
     em_tensor *a = em_arange(0, 6, 1, (em_opts){0});
@@ -318,6 +360,7 @@ int main(void) {
     RUN(test_unary);
     RUN(test_where);
     RUN(test_inplace);
+    RUN(test_inplace_mul_exp);
     RUN(test_inplace_copy_cast_overlap);
     RUN(test_devices_must_match);
     RUN(test_device_index_must_match);

@@ -126,6 +126,8 @@ EM_API em_status em_fill_(em_tensor *t, double value);       /* every element = 
 EM_API em_status em_zero_(em_tensor *t);                     /* every element = 0 */
 EM_API em_status em_add_(em_tensor *t, em_tensor *other, double alpha); /* t += alpha * other */
 EM_API em_status em_mul_scalar_(em_tensor *t, double s);     /* t *= s */
+EM_API em_status em_mul_(em_tensor *t, em_tensor *other);    /* t *= other (broadcast to t) */
+EM_API em_status em_exp_(em_tensor *t);                      /* t = e ** t (floating t only) */
 
 #ifdef __cplusplus
 }

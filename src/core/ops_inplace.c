@@ -89,8 +89,9 @@ static em_status cast_error(const char *op, em_dtype from, em_dtype to) {
                     em__dtype_torch_name(from), em__dtype_torch_name(to));
 }
 
-em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
-    const char *op = "em_add_";
+/* t = t + alpha * other (EM_OP_ADD) or t = t * other (EM_OP_MUL, alpha 1), other broadcast to
+ * t, computed in the promoted dtype and cast back into t. */
+static em_status binary_inplace(const char *op, em_op kop, em_tensor *t, em_tensor *other, double alpha) {
     EM_CHECK_ARG_STATUS(t, op, "t");
     EM_CHECK_ARG_STATUS(other, op, "other");
     em_tensor *in[2] = {t, other};
@@ -104,7 +105,7 @@ em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
     if (!em__can_cast(compute, t->dtype)) return cast_error(op, compute, t->dtype);
     const em_backend *be = t->storage->backend;
     em_device dev = t->storage->device;
-    if (em__check_support(op, be, EM_OP_ADD, compute, dev)) return em_last_status();
+    if (em__check_support(op, be, kop, compute, dev)) return em_last_status();
     if (em__numel_raw(t->ndim, t->shape) == 0) return EM_OK;
     em_tensor *src = source_for(t, other, other->dtype), *scaled = NULL, *tcast = NULL, *res = NULL;
     em_tensor vo, *to = NULL;
@@ -125,11 +126,11 @@ em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
     }
     if (st == EM_OK && compute == t->dtype) {
         /* out is exactly a: allowed by the contract */
-        st = em__op_run(&(em_op_call){.op = EM_OP_ADD, .dtype = compute, .dst = {t}, .src = {t, po}}, op);
+        st = em__op_run(&(em_op_call){.op = kop, .dtype = compute, .dst = {t}, .src = {t, po}}, op);
     } else if (st == EM_OK) { /* compute in the wider dtype, then cast back into t */
         tcast = em__copy_raw(t, compute);
         res = tcast ? em__tensor_new_on(be, dev, t->ndim, t->shape, compute) : NULL;
-        st = res ? em__op_run(&(em_op_call){.op = EM_OP_ADD, .dtype = compute, .dst = {res}, .src = {tcast, po}}, op)
+        st = res ? em__op_run(&(em_op_call){.op = kop, .dtype = compute, .dst = {res}, .src = {tcast, po}}, op)
                  : em_last_status();
         if (st == EM_OK) st = em__run_copy(t, res, op);
     }
@@ -138,6 +139,26 @@ em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
     em_release(src);
     em_release(tcast);
     em_release(res);
+    if (st == EM_OK) em__bump_version(t);
+    return st;
+}
+
+em_status em_add_(em_tensor *t, em_tensor *other, double alpha) {
+    return binary_inplace("em_add_", EM_OP_ADD, t, other, alpha);
+}
+
+em_status em_mul_(em_tensor *t, em_tensor *other) { return binary_inplace("em_mul_", EM_OP_MUL, t, other, 1.0); }
+
+em_status em_exp_(em_tensor *t) {
+    const char *op = "em_exp_";
+    EM_CHECK_ARG_STATUS(t, op, "t");
+    if (check_writable(op, t)) return em_last_status();
+    /* exp of an integer or bool tensor is a float, which the tensor cannot hold */
+    if (!em_dtype_is_floating(t->dtype)) return cast_error(op, EM_F32, t->dtype);
+    if (em__check_support(op, t->storage->backend, EM_OP_EXP, t->dtype, t->storage->device)) return em_last_status();
+    em_status st = em__numel_raw(t->ndim, t->shape) > 0
+                       ? em__op_run(&(em_op_call){.op = EM_OP_EXP, .dtype = t->dtype, .dst = {t}, .src = {t}}, op)
+                       : EM_OK;
     if (st == EM_OK) em__bump_version(t);
     return st;
 }
