@@ -142,6 +142,11 @@ em_status em__addmm_acc_(em_tensor *out, em_tensor *a, em_tensor *b);
  * Autograd's index_select gradient into its zeros (ops_index.c). */
 em_status em__index_add_(em_tensor *dst, int dim, em_tensor *index, em_tensor *src);
 
+/* dst[i][index[i][j]] += src[i][j] (dim 1 shown), in place, for a contiguous dst outside
+ * autograd, as em__index_add_: torch.Tensor.scatter_add_. The fused loss's gradient, where an
+ * out-of-place scatter would copy a [rows, vocabulary] chunk (src/nn/linear_ce.c). */
+em_status em__scatter_add_(em_tensor *dst, int dim, em_tensor *index, em_tensor *src);
+
 /* dst += index_add(zeros like dst, dim, index, src), bit for bit, in place: the repeats of
  * each index are summed first (in a buffer of one slice per distinct index), then added into
  * dst once. Autograd's accumulation of an embedding's gradient into a .grad that exists

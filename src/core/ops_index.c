@@ -506,41 +506,53 @@ em_status em__index_add_summed_(em_tensor *dst, int dim, em_tensor *index, em_te
     return st;
 }
 
-em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src) {
-    const char *op = "em_scatter_add";
-    EM_CHECK_ARG(a, op, "a");
-    EM_CHECK_ARG(index, op, "index");
-    EM_CHECK_ARG(src, op, "src");
-    if (check_accumulate_args(op, a, index, src)) return NULL;
-    if (em__wrap_dim(&dim, a->ndim, op)) return NULL;
+/* scatter_add's checks of its operands (dim wrapped in place). */
+static em_status check_scatter_add(const char *op, em_tensor *a, int *dim, em_tensor *index, em_tensor *src) {
+    if (check_accumulate_args(op, a, index, src)) return em_last_status();
+    if (em__wrap_dim(dim, a->ndim, op)) return em_last_status();
     em_tensor av, sv, iv;
     const em_tensor *a1 = as_1d(a, &av), *s1 = as_1d(src, &sv), *i1 = as_1d(index, &iv);
     bool ok = a1->ndim == i1->ndim && s1->ndim == i1->ndim;
     for (int d = 0; ok && d < i1->ndim; d++)
-        ok = i1->shape[d] <= s1->shape[d] && (d == dim || i1->shape[d] <= a1->shape[d]);
+        ok = i1->shape[d] <= s1->shape[d] && (d == *dim || i1->shape[d] <= a1->shape[d]);
     if (!ok) {
         char s_a[128], s_i[128], s_s[128];
-        em_error(EM_ERR_SHAPE, "%s: index %s must have as many dims as self %s and src %s and be no larger than src "
-                               "in every dimension and than self apart from dimension %d", op,
-                 em__shape_str(s_i, sizeof s_i, index->ndim, index->shape),
-                 em__shape_str(s_a, sizeof s_a, a->ndim, a->shape),
-                 em__shape_str(s_s, sizeof s_s, src->ndim, src->shape), dim);
-        return NULL;
+        return em_error(EM_ERR_SHAPE, "%s: index %s must have as many dims as self %s and src %s and be no larger "
+                                      "than src in every dimension and than self apart from dimension %d", op,
+                        em__shape_str(s_i, sizeof s_i, index->ndim, index->shape),
+                        em__shape_str(s_a, sizeof s_a, a->ndim, a->shape),
+                        em__shape_str(s_s, sizeof s_s, src->ndim, src->shape), *dim);
     }
-    if (check_range(op, index, dim, a1->shape[dim])) return NULL;
-    em_tensor *out = em__copy_raw(a, a->dtype);
-    if (!out) return NULL;
+    return check_range(op, index, *dim, a1->shape[*dim]);
+}
+
+/* out[i][index[i][j]] += src[i][j] (dim 1 shown; the kernel; operands checked). */
+static em_status scatter_add_kernel(const char *op, em_tensor *out, int dim, em_tensor *index, em_tensor *src) {
+    em_tensor iv, sv;
+    const em_tensor *i1 = as_1d(index, &iv), *s1 = as_1d(src, &sv);
+    if (em__numel_raw(i1->ndim, i1->shape) == 0) return EM_OK;
     em_tensor *tmp, ov, sn, xv;
     const em_tensor *idx = index_i64(index, &tmp);
     em_status st = idx ? EM_OK : em_last_status();
-    if (st == EM_OK && em__numel_raw(i1->ndim, i1->shape) > 0) {
+    if (st == EM_OK) {
         /* the backend wants src of index's shape: its leading corner */
         em__stack_view(&sn, s1, s1->ndim, i1->shape, s1->strides, s1->offset);
         st = em__op_run(&(em_op_call){.op = EM_OP_SCATTER_ADD, .dtype = out->dtype, .dst = {(em_tensor *)as_1d(out, &ov)},
                                       .src = {as_1d(idx, &xv), &sn}, .i = {dim}}, op);
     }
     em_release(tmp);
-    if (st != EM_OK) {
+    return st;
+}
+
+em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *src) {
+    const char *op = "em_scatter_add";
+    EM_CHECK_ARG(a, op, "a");
+    EM_CHECK_ARG(index, op, "index");
+    EM_CHECK_ARG(src, op, "src");
+    if (check_scatter_add(op, a, &dim, index, src)) return NULL;
+    em_tensor *out = em__copy_raw(a, a->dtype);
+    if (!out) return NULL;
+    if (scatter_add_kernel(op, out, dim, index, src) != EM_OK) {
         em_release(out);
         return NULL;
     }
@@ -548,4 +560,13 @@ em_tensor *em_scatter_add(em_tensor *a, int dim, em_tensor *index, em_tensor *sr
     em_grad_args args = em__no_args;
     args.dim = dim;
     return em__finish(out, EM_GRAD_SCATTER_ADD, 3, in, &args);
+}
+
+em_status em__scatter_add_(em_tensor *dst, int dim, em_tensor *index, em_tensor *src) {
+    const char *op = "scatter_add (in place)";
+    if (!dst || !index || !src) return em__error_unless_pending(EM_ERR_ARGUMENT, "%s: NULL argument", op);
+    if (check_in_place_dst(op, dst) || check_scatter_add(op, dst, &dim, index, src)) return em_last_status();
+    em_status st = scatter_add_kernel(op, dst, dim, index, src);
+    if (st == EM_OK) em__bump_version(dst);
+    return st;
 }

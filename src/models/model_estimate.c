@@ -148,13 +148,17 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
     per_token += adapter_inputs;
     double block = n * per_token + B * heads * T * 4;
     double keep = o->checkpoint ? L * n * sr * H : L * block;
-    /* the backward of one block: the MLP's gradients */
-    double backward = n * sa * (2 * I + 2 * H);
+    /* the backward of one block: the larger of the MLP's gradients and the attention's (q's,
+     * k's and v's at the fused kernel, before the rotary embedding and from the adapters'
+     * branches, the attention output's, the o projection's and the residual's) */
+    double mlp_grads = 2 * I + 2 * H, attention_grads = 3 * Q + 4 * K + 3 * H;
+    double backward = n * sa * (mlp_grads > attention_grads ? mlp_grads : attention_grads);
     /* the fused loss: the final norm's output, its [N, H] rows and their gradient, and the
-     * chunk loop's float32 [chunk, V] logits, log-softmax and gradient */
+     * chunk loop's float32 [chunk, V] logits and log-softmax (the gradient is made in the
+     * log-softmax's buffer, the 16-bit logits are gone before it) */
     double N = B * (T - 1), chunk = (double)em__model_loss_chunk(cfg->vocab_size);
     if (chunk > N) chunk = N;
-    double loss = 3 * n * sa * H + 3 * chunk * V * 4 + (amp ? V * H * sa : 0);
+    double loss = 3 * n * sa * H + 2 * chunk * V * 4 + (amp ? V * H * sa : 0);
     double step = (o->checkpoint ? block : 0) + backward;
     memset(out, 0, sizeof *out);
     out->params = params;
@@ -183,7 +187,7 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
                  "(fused attention)", (long long)cfg->num_hidden_layers, block / 1048576.0);
     out->bytes[EM_ESTIMATE_WORKSPACE] = step > loss ? step : loss;
     snprintf(out->why[EM_ESTIMATE_WORKSPACE], sizeof out->why[0], "the larger of the backward's %.4g MB (%sone "
-             "block's gradients) and the fused loss's %.4g MB (%.0f rows x %.0f ids of float32 logits, x 3)",
+             "block's gradients) and the fused loss's %.4g MB (%.0f rows x %.0f ids of float32 logits, x 2)",
              step / 1048576.0, o->checkpoint ? "the recomputed block and " : "", loss / 1048576.0, chunk, V);
     for (int l = 0; l < EM_ESTIMATE_TOTAL; l++) out->bytes[EM_ESTIMATE_TOTAL] += out->bytes[l];
     snprintf(out->why[EM_ESTIMATE_TOTAL], sizeof out->why[0], "the step's peak: the lines above together");

@@ -87,7 +87,13 @@ static em_status ckpt_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
     em_autocast open[EM_DEVICE_TYPE_COUNT];
     int nopen = enter_forward_autocast(k, open);
     unsigned long seq = em__error_seq();
+    /* the recomputed forward in a scope of its own: what the function made and its graph does
+     * not save (a norm's output once projected, a sum once added) goes at its end instead of
+     * staying through this backward, as in the first forward, whose caller's scope ended */
+    em_scope fwd = em_scope_begin();
     em_tensor *y = nopen < 0 ? NULL : k->fn(k->fn_ctx, leaves, k->n);
+    if (y) em_keep(y);
+    em_scope_end(fwd);
     while (nopen > 0) em_autocast_end(open[--nopen]);
     em_set_grad_enabled(mode.previous);
     em__rng_set_state(seed, offset);         /* the caller's stream continues as before */
@@ -96,8 +102,12 @@ static em_status ckpt_backward(void *c, em_tensor *g, int n, em_tensor **grads) 
                                       : em_error(EM_ERR_ARGUMENT, "em_checkpoint: the function returned NULL when recomputed");
     if (em_requires_grad(y)) {
         em_status st = em_backward_with(y, g, false);
-        if (st != EM_OK) return st;
+        if (st != EM_OK) {
+            em_release(y);
+            return st;
+        }
     }
+    em_release(y);
     for (int i = 0; i < n; i++) {
         em_tensor *gi = i < k->n ? em_grad(leaves[i]) : NULL;
         /* an input that needs no gradient gets none (the engine asks only for the others: a

@@ -56,7 +56,7 @@ static em_status lce_chunks(const lce_ctx *k, em_tensor *loss_rows, em_tensor *r
          * this inner scope */
         em_scope inner = em_scope_begin();
         em_tensor *z = k->b ? em_addmm(k->b, hc, wt, 1.0, 1.0) : em_matmul(hc, wt);
-        if (z && low) z = em_to_dtype(z, k->acc);
+        if (z && low) z = em_rebind(z, em_to_dtype(z, k->acc)); /* the 16-bit logits gone before log-softmax */
         /* the backend's kernel for the rows' loss and dz where it has one (the GPUs), else the
          * composition below */
         em_tensor *dz_fused = NULL;
@@ -74,30 +74,24 @@ static em_status lce_chunks(const lce_ctx *k, em_tensor *loss_rows, em_tensor *r
             if (row) em_copy_(em_narrow(loss_rows, 0, start, c), row);
         }
         if (logp && rowscale && !em_failed()) {
+            /* dz = (p - q) times the row's share, made in logp's own buffer: exp, scale, then
+             * the smoothing's and the target's terms, each in place (one [c, V] buffer at a
+             * time, the same values as the out-of-place ops) */
             em_tensor *rs = em_unsqueeze(em_narrow(rowscale, 0, start, c), 1); /* [c, 1] */
-            inner = em_scope_begin();
-            dz = em_keep(em_mul(em_exp(logp), rs)); /* p, weighted by the row's share */
-            em_scope_end(inner);
-            em_release(logp);
+            dz = logp;
             logp = NULL;
-            if (dz && s > 0.0) em_add_(dz, rs, -s / (double)v);
-            if (dz && !em_failed()) {
-                inner = em_scope_begin();
-                em_tensor *q_t = em_keep(em_scatter_add(dz, 1, tcol, em_mul_scalar(rs, -(1.0 - s))));
-                em_scope_end(inner);
-                em_release(dz);
-                dz = q_t;
-            }
+            if (em_exp_(dz) == EM_OK && em_mul_(dz, rs) == EM_OK && s > 0.0) em_add_(dz, rs, -s / (double)v);
+            if (!em_failed()) em__scatter_add_(dz, 1, tcol, em_mul_scalar(rs, -(1.0 - s)));
         }
         if (dz && rowscale && !em_failed()) {
             /* 16-bit: dz rounded to h's dtype as the .float() cast's backward rounds it; the
-             * weight's and bias's sums see those rounded values, widened again, in float32 */
+             * weight's and bias's sums see those rounded values, widened again, in float32:
+             * widened back into dz's own buffer */
             em_tensor *dz_low = dz && low ? em_to_dtype(dz, dt) : dz;
-            em_tensor *dz_acc = dz_low && low && (gw || gb) ? em_to_dtype(dz_low, k->acc) : dz;
+            if (dz_low && low && (gw || gb)) em_copy_(dz, dz_low);
             if (gh && dz_low) em_copy_(em_narrow(gh, 0, start, c), em_matmul(dz_low, k->w));
-            if (gw && dz_acc && !em_failed())
-                em__addmm_acc_(gw, em_transpose(dz_acc, 0, 1), low ? em_to_dtype(hc, k->acc) : hc);
-            if (gb && dz_acc && !em_failed()) em_add_(gb, em_sum(dz_acc, EM_DIMS(0), false), 1.0);
+            if (gw && !em_failed()) em__addmm_acc_(gw, em_transpose(dz, 0, 1), low ? em_to_dtype(hc, k->acc) : hc);
+            if (gb && !em_failed()) em_add_(gb, em_sum(dz, EM_DIMS(0), false), 1.0);
         }
         em_release(logp);
         em_release(dz);
