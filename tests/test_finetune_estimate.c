@@ -3,7 +3,8 @@
  * attention both, its bf16 backward included), with and without
  * checkpoint_layers, at shapes where the activations outweigh the allocator's rounding. The
  * estimate's lines without the base weights (mapped from the file in float32, a converted
- * copy made before the measurement in bfloat16) are within 10% of the measured peak. The
+ * copy made before the measurement in bfloat16) are within 10% of the measured peak; so is a
+ * full fine-tuning step's, float32 and under bf16 autocast, without the float32 weights. The
  * larger models' comparison, weights included, is bench/finetune_mem.sh. */
 #include <stdlib.h>
 #include "test.h"
@@ -43,6 +44,78 @@ static int64_t measured_step(em_dtype dtype, int64_t B, int64_t T, bool ckpt, in
     em_model_free(m);
     em_scope_end(scope);
     return peak;
+}
+
+/* The allocator's peak over two full fine-tuning steps (AdamW on every weight, float32, as
+ * `ember finetune --full`), above the float32 weights: the second step's forward is the first
+ * with AdamW's states. */
+static int64_t measured_full_steps(int64_t B, int64_t T, bool amp) {
+    em_scope scope = em_scope_begin();
+    em_model *m = em_model_load(MODEL, &(em_model_opts){.dtype = EM_F32});
+    CHECK(m != NULL && em_model_unfreeze(m) == EM_OK);
+    em_adam_opts ao = em_adam_defaults(1e-3);
+    ao.decay_matrices_only = true;
+    ao.no_lowp_copy = true;
+    em_optimizer *opt = m ? em_adamw_ex(em_model_module(m), ao) : NULL;
+    CHECK(opt != NULL);
+    int64_t V = m ? em_model_config_of(m)->vocab_size : 1, peak = -1;
+    int64_t *ids_h = malloc((size_t)(B * T) * sizeof *ids_h);
+    if (ids_h && opt) {
+        int64_t base = em_memory_allocated(EM_DEVICE_CPU); /* the weights, copied from the file's mapping */
+        em_memory_reset_peak_stats(EM_DEVICE_CPU);
+        for (int64_t i = 0; i < B * T; i++) ids_h[i] = (i * 29 + 3) % V;
+        em_tensor *ids = em_from_data(ids_h, EM_I64, EM_SHAPE(B, T), EM_OPTS(.dtype = EM_I64));
+        for (int step = 0; step < 2; step++) {
+            em_scope s = em_scope_begin();
+            em_autocast ac = amp ? em_autocast_begin(EM_CPU, EM_BF16) : (em_autocast){0};
+            em_tensor *loss = em_model_loss(m, ids, ids, NULL);
+            if (amp) em_autocast_end(ac);
+            CHECK(loss != NULL && em_backward(loss) == EM_OK);
+            em_scope_end(s);
+            CHECK(em_step(opt) == EM_OK && em_zero_grad(opt) == EM_OK);
+        }
+        peak = em_memory_max_allocated(EM_DEVICE_CPU) - base;
+    }
+    free(ids_h);
+    em_optim_free(opt);
+    em_model_free(m);
+    em_scope_end(scope);
+    return peak;
+}
+
+/* Full fine-tuning: the forward's peak (float32 and under bf16 autocast, where the casts it
+ * saves count) within 10%, and the lines name the moment they describe. */
+static void test_full_estimate_within_ten_percent(void) {
+    em_model_config cfg;
+    CHECK(em_model_config_load(MODEL, &cfg) == EM_OK);
+    for (int amp = 0; amp < 2; amp++) {
+        em_estimate e;
+        em_finetune_estimate_opts o = {.batch = 2, .seq = 256, .dtype = EM_F32, .full = true,
+                                       .autocast_dtype = amp ? EM_BF16 : EM_F32};
+        CHECK(em_model_estimate_finetune(&cfg, &o, &e) == EM_OK);
+        CHECK(e.trainable_params == e.params);
+        CHECK(e.bytes[EM_ESTIMATE_OPTIMIZER_STATES] == e.params * 8);
+        double sum = 0;
+        for (int l = 0; l < EM_ESTIMATE_TOTAL; l++) sum += e.bytes[l];
+        CHECK(fabs(sum - e.bytes[EM_ESTIMATE_TOTAL]) < 1);
+        CHECK(strstr(e.why[EM_ESTIMATE_TOTAL], "forward's loss") != NULL); /* activations outweigh 4P here */
+        double want = e.bytes[EM_ESTIMATE_TOTAL] - e.params * 4;
+        int64_t got = measured_full_steps(o.batch, o.seq, amp);
+        double err = got > 0 ? (want - (double)got) / (double)got : 1;
+        if (getenv("EMBER_TEST_VERBOSE") || !(fabs(err) <= 0.10))
+            fprintf(stderr, "  full%s [2, 256]: estimate %.0f bytes, measured %lld (%+.1f%%)\n", amp ? ", autocast bf16" : "",
+                    want, (long long)got, 100 * err);
+        CHECK(fabs(err) <= 0.10);
+    }
+    /* a short sequence: the weights, gradients and states outweigh the activations */
+    em_estimate e;
+    em_finetune_estimate_opts o = {.batch = 1, .seq = 4, .dtype = EM_F32, .full = true};
+    CHECK(em_model_estimate_finetune(&cfg, &o, &e) == EM_OK);
+    CHECK(strstr(e.why[EM_ESTIMATE_TOTAL], "backward's end") != NULL);
+    CHECK(e.bytes[EM_ESTIMATE_GRADIENTS] == e.params * 4 && e.bytes[EM_ESTIMATE_ACTIVATIONS] == 0);
+    o.dtype = EM_BF16;
+    CHECK(em_model_estimate_finetune(&cfg, &o, &e) == EM_ERR_DTYPE && strstr(em_last_error(), "float32"));
+    em_clear_error();
 }
 
 static void test_estimate_within_ten_percent(void) {
@@ -110,5 +183,6 @@ static void test_estimate_lines_and_errors(void) {
 int main(void) {
     RUN(test_estimate_lines_and_errors);
     RUN(test_estimate_within_ten_percent);
+    RUN(test_full_estimate_within_ten_percent);
     return test_summary();
 }

@@ -257,10 +257,12 @@ static void test_mem_model_dir(void) {
             static const em_estimate_mode modes[] = {EM_ESTIMATE_INFERENCE, EM_ESTIMATE_FULL, EM_ESTIMATE_LORA};
             em_estimate_opts o = {.mode = modes[m], .dtype = cfg.dtype, .optimizer = EM_ESTIMATE_ADAM, .batch = 2,
                                   .seq = 48};
-            /* with a batch, LoRA is one step of ember finetune (em_model_estimate_finetune) */
-            if (modes[m] == EM_ESTIMATE_LORA)
+            /* with a batch, LoRA is one step of ember finetune (em_model_estimate_finetune), and so is
+             * full fine-tuning of float32 weights (--full) */
+            bool full_step = modes[m] == EM_ESTIMATE_FULL && cfg.dtype == EM_F32;
+            if (modes[m] == EM_ESTIMATE_LORA || full_step)
                 CHECK_OK(em_model_estimate_finetune(&cfg, &(em_finetune_estimate_opts){.batch = 2, .seq = 48,
-                                                                                         .dtype = cfg.dtype}, &e));
+                                                    .dtype = cfg.dtype, .full = full_step}, &e));
             else
                 CHECK_OK(em_model_estimate(&cfg, &o, &e));
             char pat[64];

@@ -209,7 +209,7 @@ EM_API em_status em_model_perplexity(em_model *m, const int64_t *ids, int64_t n,
  * seq, rank); its params, hidden, layers, lora_targets and lora_params are ignored. */
 EM_API em_status em_model_estimate(const em_model_config *cfg, const em_estimate_opts *o, em_estimate *out);
 
-/* ---- the peak of one LoRA fine-tuning step (`ember mem --model DIR --lora-rank R`) ---- */
+/* ---- the peak of one fine-tuning step (`ember mem --model DIR --batch B --seq S`) ---- */
 /* What em_model_estimate_finetune takes besides the config. */
 typedef struct em_finetune_estimate_opts {
     int64_t batch, seq;         /* the micro-batch: batch sequences of seq tokens (both > 0) */
@@ -219,6 +219,8 @@ typedef struct em_finetune_estimate_opts {
     bool checkpoint;            /* em_model_loss_opts.checkpoint_layers */
     em_dtype dtype;             /* the base weights' dtype (zeroed: float32) */
     em_dtype autocast_dtype;    /* EM_BF16 / EM_F16: the step under autocast; zeroed: none */
+    bool full;                  /* full fine-tuning (`ember finetune --full`): every weight trains,
+                                   float32; the LoRA fields are ignored */
 } em_finetune_estimate_opts;
 /* The peak of one step of `ember finetune` (em_model_loss, backward, AdamW on the adapters)
  * on the CPU, counted from the shape, as lines of an em_estimate:
@@ -231,14 +233,19 @@ typedef struct em_finetune_estimate_opts {
  *     adapters' float32 inputs, q, k, v, the attention's output, the MLP's three [T, I]
  *     tensors, the attention's per-row log-sum-exp: no [heads, T, T] tensor); with
  *     checkpoint, each block's input plus one block recomputed;
- *   workspace: the larger of the backward's temporaries in one block (the MLP's
- *     gradients) and the fused loss's (em_model_loss's chunk of
- *     float32 logits, its log-softmax and gradient, and the [B * T, hidden] rows).
+ *   workspace: the larger of the backward's temporaries in one block (the MLP's or the
+ *     attention's gradients) and the fused loss's (em_model_loss's chunk of float32 logits
+ *     and its log-softmax, in whose buffer the gradient is made, and the [B * T, hidden] rows).
+ * With full: every weight trains in float32 with AdamW, and the lines are those of the larger
+ * of two moments: the forward's loss (weights, the casts autocast saved, AdamW's states, the
+ * activations, the loss with the output head's gradient) and the backward's end (weights,
+ * gradients and states, and one block's backward); the total line says which.
  * Not counted: the process itself, the tokenizer and the data, the allocator's rounding and
  * caching (the RSS holds reserved segments, a few percent over the allocated peak). The
  * counts follow the code as written (the CPU backend; the fused attention, which
  * takes no padding mask with a gradient); tests/test_finetune_estimate.c and bench/finetune_mem.sh compare
- * them with measured peaks. EM_ERR_ARGUMENT for a bad shape, rank or target. */
+ * them with measured peaks. EM_ERR_ARGUMENT for a bad shape, rank or target; EM_ERR_DTYPE for
+ * full fine-tuning of weights that are not float32. */
 EM_API em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetune_estimate_opts *o,
                                             em_estimate *out);
 

@@ -108,6 +108,9 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
     if (o->autocast_dtype != EM_F32 && o->autocast_dtype != EM_BF16 && o->autocast_dtype != EM_F16)
         return em_error(EM_ERR_DTYPE, "%s: the autocast dtype must be bfloat16 or float16 (or none), got %s", op,
                         em_dtype_name(o->autocast_dtype));
+    if (o->full && o->dtype != EM_F32)
+        return em_error(EM_ERR_DTYPE, "%s: full fine-tuning trains float32 weights (em_model_unfreeze; lower "
+                        "precision comes from autocast), got %s", op, em_dtype_name(o->dtype));
     int64_t rank = o->lora_rank ? o->lora_rank : 8;
     if (rank < 1) return em_error(EM_ERR_ARGUMENT, "%s: the LoRA rank must be positive, got %lld", op, (long long)rank);
     const char *targets = o->lora_targets && *o->lora_targets ? o->lora_targets
@@ -129,7 +132,7 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
      * float32 (PEFT's x.to(lora_A.dtype): a copy unless it is float32 already) and the [n, r]
      * product for lora_B */
     double adapter_params = 0, adapter_inputs = 0;
-    for (int k = 0; k < nsites; k++) {
+    for (int k = 0; k < nsites && !o->full; k++) {
         if (!sel[k]) continue;
         if (rank > (site[k].in < site[k].out ? site[k].in : site[k].out))
             return em_error(EM_ERR_ARGUMENT, "%s: rank %lld exceeds min(in, out) = %lld of %s", op, (long long)rank,
@@ -167,6 +170,48 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
     out->hidden = cfg->hidden_size;
     out->layers = cfg->num_hidden_layers;
     double cast_cache = amp ? params * sa : 0;
+    if (o->full) { /* every weight trains, float32 (em_model_unfreeze), AdamW on all of them */
+        out->trainable_params = params;
+        /* AdamW's states exist from the first step on; the gradients from the backward to the
+         * step (em_zero_grad sets them to none): the forward's peak holds the weights, the
+         * states, the casts autocast saved for the backward, the activations and the loss,
+         * whose head weight's float32 gradient is summed over the chunks there; the
+         * backward's end holds the weights, their gradients and the states, the activations
+         * and casts freed block by block as their gradients came */
+        double head_grad = V * H * 4;
+        double fwd = params * 12 + cast_cache + keep + loss + head_grad, bwd = params * 16 + step;
+        bool at_forward = fwd >= bwd;
+        out->bytes[EM_ESTIMATE_WEIGHTS] = params * 4 + (at_forward ? cast_cache : 0);
+        snprintf(out->why[EM_ESTIMATE_WEIGHTS], sizeof out->why[0], "%.4g parameters x 4 B (float32, all trained)%s",
+                 params, at_forward && amp ? " + the autocast casts the forward saves" : "");
+        out->bytes[EM_ESTIMATE_GRADIENTS] = at_forward ? head_grad : params * 4;
+        if (at_forward)
+            snprintf(out->why[EM_ESTIMATE_GRADIENTS], sizeof out->why[0], "at the forward's peak only the output "
+                     "head's, summed by the fused loss: %.0f x %.0f x 4 B (the rest come in backward)", V, H);
+        else
+            snprintf(out->why[EM_ESTIMATE_GRADIENTS], sizeof out->why[0], "one float32 gradient per parameter: "
+                     "%.4g x 4 B", params);
+        out->bytes[EM_ESTIMATE_OPTIMIZER_STATES] = params * 8;
+        snprintf(out->why[EM_ESTIMATE_OPTIMIZER_STATES], sizeof out->why[0], "AdamW's exp_avg and exp_avg_sq: "
+                 "%.4g x 8 B", params);
+        snprintf(out->why[EM_ESTIMATE_MASTER_WEIGHTS], sizeof out->why[0], "none: the weights are float32 themselves");
+        out->bytes[EM_ESTIMATE_ACTIVATIONS] = at_forward ? keep : 0;
+        snprintf(out->why[EM_ESTIMATE_ACTIVATIONS], sizeof out->why[0], "%s%lld blocks x %.4g MB kept for backward%s",
+                 at_forward ? "" : "freed by the backward's end: ", (long long)cfg->num_hidden_layers,
+                 (o->checkpoint ? n * sr * H : block) / 1048576.0,
+                 o->checkpoint ? " (checkpointed: the blocks' inputs)" : " (fused attention)");
+        out->bytes[EM_ESTIMATE_WORKSPACE] = at_forward ? loss : step;
+        if (at_forward)
+            snprintf(out->why[EM_ESTIMATE_WORKSPACE], sizeof out->why[0], "the fused loss's %.4g MB (%.0f rows x %.0f "
+                     "ids of float32 logits, x 2)", loss / 1048576.0, chunk, V);
+        else
+            snprintf(out->why[EM_ESTIMATE_WORKSPACE], sizeof out->why[0], "the first block's backward%s: %.4g MB",
+                     o->checkpoint ? " and its recomputed forward" : "", step / 1048576.0);
+        for (int l = 0; l < EM_ESTIMATE_TOTAL; l++) out->bytes[EM_ESTIMATE_TOTAL] += out->bytes[l];
+        snprintf(out->why[EM_ESTIMATE_TOTAL], sizeof out->why[0], "the step's peak, at the %s: the lines above "
+                 "together", at_forward ? "forward's loss" : "backward's end");
+        return EM_OK;
+    }
     out->bytes[EM_ESTIMATE_WEIGHTS] = params * wb + cast_cache + adapter_params * 4;
     snprintf(out->why[EM_ESTIMATE_WEIGHTS], sizeof out->why[0], "%.4g base parameters x %g B (frozen, no gradient)%s + "
              "%.4g adapter parameters x 4 B (rank %lld on %s)", params, wb,

@@ -339,12 +339,19 @@ static int mem_model(const char *path, const char *params, bool shape_given, con
 }
 
 /* ember mem --model MODEL_DIR: the estimates for a model folder's exact shape (em_model_estimate). */
-/* The LoRA line of a model folder with a batch: one step of `ember finetune` counted from the
- * shape (em_model_estimate_finetune), PEFT's default targets. */
+/* The LoRA line of a model folder with a batch, and the full line with float32 weights: one
+ * step of `ember finetune [--full]` counted from the shape (em_model_estimate_finetune), PEFT's
+ * default targets. */
 static em_status finetune_estimate(const em_model_config *cfg, const em_estimate_opts *o, bool ckpt, em_estimate *e) {
     em_finetune_estimate_opts fo = {.batch = o->batch, .seq = o->seq, .lora_rank = o->lora_rank, .checkpoint = ckpt,
-                                    .dtype = o->dtype, .autocast_dtype = o->autocast_dtype};
+                                    .dtype = o->dtype, .autocast_dtype = o->autocast_dtype,
+                                    .full = o->mode == EM_ESTIMATE_FULL};
     return em_model_estimate_finetune(cfg, &fo, e);
+}
+
+/* whether mode's line is one step of `ember finetune` (a batch and float32 weights for --full) */
+static bool is_finetune_step(em_estimate_mode mode, bool step_shape, em_dtype dtype) {
+    return step_shape && (mode == EM_ESTIMATE_LORA || (mode == EM_ESTIMATE_FULL && dtype == EM_F32));
 }
 
 static int mem_model_dir(const char *dir, const char *params, bool dtype_given, bool shape_given, const char *mode,
@@ -374,8 +381,8 @@ static int mem_model_dir(const char *dir, const char *params, bool dtype_given, 
     for (int m = 0; m < nmodes; m++) {   /* every request checked before anything is printed */
         em_estimate_opts mo = o;
         mo.mode = modes[m];
-        em_status st = mo.mode == EM_ESTIMATE_LORA && lora_step ? finetune_estimate(&cfg, &mo, ckpt, &e)
-                                                                 : em_model_estimate(&cfg, &mo, &e);
+        em_status st = is_finetune_step(mo.mode, lora_step, mo.dtype) ? finetune_estimate(&cfg, &mo, ckpt, &e)
+                                                                        : em_model_estimate(&cfg, &mo, &e);
         if (st != EM_OK) return bad("%s", em_last_error());
     }
     fit_device dev[MAX_DEVICES];
@@ -402,13 +409,13 @@ static int mem_model_dir(const char *dir, const char *params, bool dtype_given, 
     for (int m = 0; m < nmodes; m++) {
         em_estimate_opts mo = o;
         mo.mode = modes[m];
-        if (mo.mode == EM_ESTIMATE_LORA && lora_step) {
+        if (is_finetune_step(mo.mode, lora_step, mo.dtype)) {
             mo.optimizer = EM_ESTIMATE_ADAMW;   /* ember finetune's */
             if (finetune_estimate(&cfg, &mo, ckpt, &e) != EM_OK) return bad("%s", em_last_error());
             if (!json)
-                printf("\none step of `ember finetune --batch-size %lld --seq %lld%s` on the CPU (weights in %s%s)",
-                       (long long)o.batch, (long long)o.seq, ckpt ? " --checkpoint-activations" : "", dt,
-                       o.autocast_dtype != EM_F32 ? ", --amp" : "");
+                printf("\none step of `ember finetune%s --batch-size %lld --seq %lld%s` on the CPU (weights in %s%s)",
+                       mo.mode == EM_ESTIMATE_FULL ? " --full" : "", (long long)o.batch, (long long)o.seq,
+                       ckpt ? " --checkpoint-activations" : "", dt, o.autocast_dtype != EM_F32 ? ", --amp" : "");
             if (json) print_json(&mo, &e, NULL, dev, ndev, m == 0, NAN);
             else print_text(&mo, &e, NULL, dev, ndev);
             continue;

@@ -99,7 +99,7 @@ bool classifier_estimate(const char *model, em_estimate_opts *o, bool ckpt, em_e
 const char *mem_classifier_ckpt_why(const char *model) {
     if (!strcmp(model, "cnn"))
         return "3 segments (input, conv1, ReLU | pool, conv2, ReLU | pool, flatten, fc1, ReLU, fc2), the first two "
-               "recomputed in backward: segment 1's recomputation and its gradients outweigh what is not kept, the peak rises";
+               "recomputed in backward, each keeping only what its graph saves: the peak moves to segment 2's backward and falls a little";
     return "2 segments (fc1 | ReLU, fc2): the first keeps only its input, the batch, and its output is not kept "
            "either way (ReLU keeps its own): nothing saved";
 }

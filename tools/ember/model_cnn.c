@@ -94,13 +94,18 @@ bool model_cnn_estimate_opts(em_estimate_opts *o, bool dtype_given, bool ckpt, c
          * kept: the second segment's input (ReLU 1's output) and the last segment's tensors */
         double kept = r1 + p2 * (1 + idx) + h + 2 * out;
         double fwd = in + 2 * r1;                      /* segment 1 without autograd */
-        /* segment 1 recomputed and backpropagated: ReLU 1's kept output (segment 2's input), its
-         * recomputed output, the gradient coming in and the one going out (ReLU's one-pass
-         * backward makes no mask) */
-        double bwd = in + 4 * r1;
+        /* a recomputed segment keeps only what its graph saves (its own scope): segment 2
+         * recomputed and backpropagated holds its kept input (ReLU 1's output) and the gradient
+         * going out to it, the pool's output and indices, ReLU 2's output and the gradient
+         * coming in (the normalized input belongs to segment 1, not recomputed yet); segment
+         * 1's moment (the normalized input, ReLU 1's kept and recomputed outputs and the
+         * gradient) is smaller */
+        double bwd2 = 2 * r1 + p1 * (1 + idx) + 2 * r2, bwd1 = in + 3 * r1;
+        double bwd = bwd2 > bwd1 ? bwd2 : bwd1;
         peak = fwd > bwd ? fwd : bwd;
         if (kept + h > peak) peak = kept + h;
-        moment = "segment 1 recomputed in backward: its conv1 and ReLU outputs, both their gradients";
+        moment = "segment 2 recomputed in backward: its input and that input's gradient, the pool's output and "
+                 "indices, ReLU 2's output and its gradient";
     } else {
         double kept = in + r1 + p1 * (1 + idx) + r2 + p2 * (1 + idx) + h + 2 * out;
         double fwd = kept + r1 + r2 + h;               /* conv1, conv2, fc1 outputs until the Sequential returns */
