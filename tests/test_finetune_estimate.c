@@ -11,6 +11,15 @@
 
 #define MODEL "tests/data/models/llama"
 
+/* A measurement's end: everything it made freed, its peak returned. */
+static int64_t measured_end(int64_t peak, int64_t *ids_h, em_optimizer *opt, em_model *m, em_scope scope) {
+    free(ids_h);
+    em_optim_free(opt);
+    em_model_free(m);
+    em_scope_end(scope);
+    return peak;
+}
+
 /* The allocator's peak over one step above what was allocated before the adapters. */
 static int64_t measured_step(em_dtype dtype, int64_t B, int64_t T, bool ckpt, int64_t rank) {
     em_scope scope = em_scope_begin();
@@ -39,11 +48,7 @@ static int64_t measured_step(em_dtype dtype, int64_t B, int64_t T, bool ckpt, in
         CHECK(em_step(opt) == EM_OK);
         peak = em_memory_max_allocated(EM_DEVICE_CPU) - base;
     }
-    free(ids_h);
-    em_optim_free(opt);
-    em_model_free(m);
-    em_scope_end(scope);
-    return peak;
+    return measured_end(peak, ids_h, opt, m, scope);
 }
 
 /* The allocator's peak over two full fine-tuning steps (AdamW on every weight, float32, as
@@ -76,11 +81,7 @@ static int64_t measured_full_steps(int64_t B, int64_t T, bool amp) {
         }
         peak = em_memory_max_allocated(EM_DEVICE_CPU) - base;
     }
-    free(ids_h);
-    em_optim_free(opt);
-    em_model_free(m);
-    em_scope_end(scope);
-    return peak;
+    return measured_end(peak, ids_h, opt, m, scope);
 }
 
 /* Full fine-tuning: the forward's peak (float32 and under bf16 autocast, where the casts it
