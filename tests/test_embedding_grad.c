@@ -111,10 +111,45 @@ static void test_in_place_add_refusals(void) {
     em_scope_end(s);
 }
 
+/* The in-place scatter_add (the fused loss's target term): the out-of-place op's bits, and
+ * the same refusals as the in-place index_add, the destination unchanged by each. */
+static void test_in_place_scatter_add(void) {
+    em_scope s = em_scope_begin();
+    em_manual_seed(3);
+    em_tensor *dst = em_randn(EM_SHAPE(4, 6), EM_OPTS(0));
+    em_tensor *idx = em_from_data((int64_t[]){5, 0, 3, 3}, EM_I64, EM_SHAPE(4, 1), EM_OPTS(.dtype = EM_I64));
+    em_tensor *src = em_randn(EM_SHAPE(4, 1), EM_OPTS(0));
+    em_tensor *want = em_scatter_add(dst, 1, idx, src), *before = em_clone(dst);
+    CHECK_OK(em__scatter_add_(dst, -1, idx, src)); /* dim wrapped as the op wraps it */
+    CHECK(test_same_bits(dst, want));
+    em_tensor *kept = em_clone(dst);
+    em_tensor *bad = em_from_data((int64_t[]){6, 0, 0, 0}, EM_I64, EM_SHAPE(4, 1), EM_OPTS(.dtype = EM_I64));
+    CHECK(em__scatter_add_(dst, 1, bad, src) == EM_ERR_ARGUMENT); /* index 6 in a dim of 6 */
+    CHECK(strstr(em_last_error(), "out of bounds") != NULL);
+    em_clear_error();
+    CHECK(em__scatter_add_(dst, 1, idx, em_randn(EM_SHAPE(3, 1), EM_OPTS(0))) == EM_ERR_SHAPE);
+    CHECK(strstr(em_last_error(), "no larger than src") != NULL);
+    em_clear_error();
+    CHECK(em__scatter_add_(dst, 1, idx, em_to_dtype(src, EM_F64)) == EM_ERR_DTYPE);
+    em_clear_error();
+    CHECK(em__scatter_add_(em_transpose(em_zeros(EM_SHAPE(6, 4), EM_OPTS(0)), 0, 1), 1, idx, src) == EM_ERR_ARGUMENT);
+    CHECK(strstr(em_last_error(), "contiguous") != NULL);
+    em_clear_error();
+    CHECK(em__scatter_add_(em_zeros(EM_SHAPE(4, 6), EM_OPTS(.requires_grad = true)), 1, idx, src) == EM_ERR_ARGUMENT);
+    CHECK(strstr(em_last_error(), "outside autograd") != NULL);
+    em_clear_error();
+    CHECK(em__scatter_add_(NULL, 1, idx, src) == EM_ERR_ARGUMENT);
+    em_clear_error();
+    CHECK(test_same_bits(dst, kept));
+    CHECK(!test_same_bits(dst, before));
+    em_scope_end(s);
+}
+
 int main(void) {
     RUN(test_tied_gradient_added_in_place);
     RUN(test_held_gradient_is_replaced);
     RUN(test_first_gradient);
     RUN(test_in_place_add_refusals);
+    RUN(test_in_place_scatter_add);
     return test_summary();
 }
