@@ -6,6 +6,7 @@
 #define EMBER_TESTS_DIST_RUN_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,39 @@ static inline int dist_run(int n, const char *mode, const char *extra_env, char 
     out[used] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Prints a run that failed to stderr: the title, then the lines that say why (a sanitizer's
+ * report with the frames after it, a failed check, a signal, an MPI abort), then the whole
+ * output. The reasons come first because a long log is read, or cut, from its start: three
+ * ranks' passing cases would otherwise push them out of view. */
+static inline void dist_print_failure(const char *title, const char *out) {
+    static const char *const why[] = {"Sanitizer", "SUMMARY:", "runtime error", "Assertion", "FAIL", "CHECK(",
+                                      "left an error pending", "signal", "Abort", "abort", "MPI_ABORT",
+                                      "terminated", "Killed"};
+    fflush(stdout);
+    fprintf(stderr, "---- %s ----\n", title);
+    int shown = 0, follow = 0;
+    for (const char *line = out; *line && shown < 60;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char text[512];
+        size_t n = len < sizeof text - 1 ? len : sizeof text - 1;
+        memcpy(text, line, n);
+        text[n] = '\0';
+        bool hit = follow > 0;
+        for (size_t i = 0; !hit && i < sizeof why / sizeof why[0]; i++) hit = strstr(text, why[i]) != NULL;
+        if (hit) {
+            fprintf(stderr, "%s%s\n", follow > 0 ? "  " : "why: ", text);
+            shown++;
+        }
+        /* a sanitizer's report: its first frames name the place */
+        if (strstr(text, "ERROR: ") && strstr(text, "Sanitizer")) follow = 16;
+        else if (follow > 0) follow--;
+        line += len + (end != NULL);
+    }
+    if (!shown) fprintf(stderr, "why: no rank said (the exit status above is mpirun's)\n");
+    fprintf(stderr, "---- the whole output ----\n%s\n", out);
 }
 
 /* How many lines of out contain s. */

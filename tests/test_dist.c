@@ -484,7 +484,11 @@ static void expect_all_pass(int n, const char *mode) {
         snprintf(want, sizeof want, "rank %d: PASS %s", r, mode);
         passed += dist_count(out, want) == 1;
     }
-    if (st != 0 || passed != n) fprintf(stderr, "---- %d ranks, %s: exit %d ----\n%s\n", n, mode, st, out);
+    if (st != 0 || passed != n) {
+        char title[96];
+        snprintf(title, sizeof title, "%d ranks, %s: exit %d, %d of %d ranks passed", n, mode, st, passed, n);
+        dist_print_failure(title, out);
+    }
     CHECK(st == 0);
     CHECK(passed == n);
 }
@@ -499,7 +503,11 @@ static void expect_rank0_pass(const char *mode, const char *extra) {
     char want[64];
     snprintf(want, sizeof want, "rank 0: PASS %s", mode);
     bool ok = dist_count(out, want) == 1 && dist_count(out, "FAIL") == 0;
-    if (!ok) fprintf(stderr, "---- 2 ranks, %s: exit %d ----\n%s\n", mode, st, out);
+    if (!ok) {
+        char title[96];
+        snprintf(title, sizeof title, "2 ranks, %s: exit %d", mode, st);
+        dist_print_failure(title, out);
+    }
     CHECK(ok);
     CHECK(now_s() - t0 < 60);
 }

@@ -602,7 +602,13 @@ static bool all_pass(int n, const char *mode, const char *env) {
         passed += dist_count(out, want) == 1;
     }
     bool ok = st == 0 && passed == n;
-    fprintf(ok ? stdout : stderr, "---- %d ranks, %s: exit %d ----\n%s\n", n, mode, st, out);
+    char title[96];
+    snprintf(title, sizeof title, "%d ranks, %s: exit %d, %d of %d ranks passed", n, mode, st, passed, n);
+    /* a pass in one line (the ranks' figures with EMBER_TEST_VERBOSE set), so that a failure's
+     * output is near the start of the test's */
+    if (!ok) dist_print_failure(title, out);
+    else if (getenv("EMBER_TEST_VERBOSE")) printf("---- %s ----\n%s\n", title, out);
+    else printf("---- %s ----\n", title);
     return ok;
 }
 
