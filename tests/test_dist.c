@@ -198,8 +198,13 @@ static void case_ddp_buckets(void) {
     em_manual_seed(1);
     /* 4 parameters: 2.bias 40 B, 2.weight 10x64x4, 0.bias 256 B, 0.weight 64x16x4 */
     em_module *m = mlp(16, 64, 10);
+    em_device cpu = {EM_CPU, 0};
+    int64_t before = em_memory_allocated(cpu);
     em_dist_ddp *d = em_ddp(m, NULL, &(em_ddp_opts){.first_bucket_mb = 2700.0 / 1048576, .bucket_mb = 1e-9});
     CHECK(d != NULL);
+    /* what DDP holds while it lives (`ember mem --zero 0` counts it): a second copy of every
+     * gradient, one flat tensor a bucket (each rounded to the allocator's 512 B) */
+    CHECK(em_memory_allocated(cpu) - before == 3072 + 512 + 4096);
     int np;
     int64_t bytes;
     /* first bucket: the last parameters (2.bias + 2.weight = 2600 B fit in 2700 B, 0.bias does not) */
@@ -213,10 +218,13 @@ static void case_ddp_buckets(void) {
     CHECK(em_ddp_bucket_info(d, 3, &np, &bytes) == EM_ERR_ARGUMENT);
     CHECK_ERROR(EM_ERR_ARGUMENT, "bucket index");
     em_ddp_free(d);
+    CHECK(em_memory_allocated(cpu) == before);
     /* defaults: everything in the 1 MiB first bucket */
     d = em_ddp(m, NULL, NULL);
     CHECK(d && em_ddp_num_buckets(d) == 1);
+    CHECK(em_memory_allocated(cpu) - before == 7168);   /* 6952 B of gradients */
     em_ddp_free(d);
+    CHECK(em_memory_allocated(cpu) == before);
     em_module_free(m);
 }
 

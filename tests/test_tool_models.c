@@ -312,6 +312,12 @@ static void test_mem_zero(void) {
             CHECK_OK(em_zero_estimate(p, stage, 3, mixed, &z));
             CHECK(json_num(out, "params") == p);
             CHECK(json_num(out, "total_bytes") == z.total);
+            /* plain data parallel as em_ddp runs it: a second copy of the gradients in its
+             * buckets (test_dist measures that copy) */
+            em_zero_memory plain;
+            CHECK_OK(em_zero_estimate(p, 0, 3, mixed, &plain));
+            CHECK(json_num(out, "ddp_buckets_bytes") == p * (mixed ? 2 : 4));
+            CHECK(json_num(out, "ddp_total_bytes") == plain.total + p * (mixed ? 2 : 4));
             /* the paper's per-parameter bytes */
             static const double f32[] = {16, 8 + 8.0 / 3, 4 + 12.0 / 3, 16.0 / 3};
             static const double mix[] = {16, 4 + 12.0 / 3, 2 + 14.0 / 3, 16.0 / 3};
@@ -319,7 +325,10 @@ static void test_mem_zero(void) {
         }
     snprintf(args, sizeof args, "mem --model %s --zero 3 --ranks 4", dir);
     CHECK(tool_run(args, out, sizeof out) == 0);
-    CHECK(strstr(out, "ZeRO stage 3 over 4 ranks") && strstr(out, "this rank's shard"));
+    CHECK(strstr(out, "ZeRO stage 3 over 4 ranks") && strstr(out, "this rank's shard") && strstr(out, "with DDP's buckets"));
+    snprintf(args, sizeof args, "mem --model %s --zero 0 --ranks 2 --dtype f32", dir);
+    CHECK(tool_run(args, out, sizeof out) == 0);
+    CHECK(strstr(out, "+ DDP buckets") && strstr(out, "flat copy of every gradient"));
 }
 
 int main(void) {

@@ -84,7 +84,8 @@ static const opt_spec mem_table[] = {
                        "in the low dtype plus the weights' casts"},
     [M_JSON] = OPTION_FLAG("--json", "machine-readable output"),
     [M_ZERO] = OPTION_INT("--zero", "S", 0, 3,
-                          "full fine-tuning with Adam sharded by ZeRO stage S over --ranks (0: plain data parallel; "
+                          "full fine-tuning with Adam sharded by ZeRO stage S over --ranks (0: plain data parallel, "
+                          "and with it DDP's buckets, a second copy of the gradients; "
                           "1: optimizer states, 2: and gradients, 3: and parameters): the bytes per rank by the ZeRO "
                           "paper's formulas (em_zero_estimate), activations not counted; for a PARAMS count or a "
                           "model folder; --dtype f32 trains in float32, f16/bf16 in mixed precision with float32 "
@@ -482,12 +483,18 @@ static int mem_zero(const char *params, const char *model, const char *mode, boo
     em_zero_memory z, plain;
     if (em_zero_estimate(p, stage, ranks, mixed, &z) != EM_OK || em_zero_estimate(p, 0, ranks, mixed, &plain) != EM_OK)
         return bad("%s", em_last_error());
+    /* Stage 0 as Ember runs it (em_ddp: `ember finetune` under `ember launch` without --zero)
+     * also holds DDP's buckets, a flat copy of every gradient that the all-reduce averages in
+     * place, beside the paper's 16 bytes a parameter (PyTorch's DDP the same, unless
+     * gradient_as_bucket_view) */
+    double buckets = plain.gradients;
     if (json) {
         printf("{\n  \"params\": %.0f, \"dtype\": \"%s\", \"mixed_precision\": %s, \"zero_stage\": %d, \"ranks\": %d,\n"
                "  \"per_rank\": {\"parameters_bytes\": %.0f, \"gradients_bytes\": %.0f, \"master_weights_bytes\": %.0f, "
-               "\"optimizer_states_bytes\": %.0f, \"total_bytes\": %.0f},\n  \"stage0_total_bytes\": %.0f\n}\n",
+               "\"optimizer_states_bytes\": %.0f, \"total_bytes\": %.0f},\n  \"stage0_total_bytes\": %.0f,\n"
+               "  \"ddp_buckets_bytes\": %.0f, \"ddp_total_bytes\": %.0f\n}\n",
                p, em_dtype_name(dtype), mixed ? "true" : "false", stage, ranks, z.parameters, z.gradients,
-               z.master_weights, z.optimizer, z.total, plain.total);
+               z.master_weights, z.optimizer, z.total, plain.total, buckets, plain.total + buckets);
         return 0;
     }
     printf("ember mem: %s, %.0f parameters, full fine-tuning with Adam, ZeRO stage %d over %d rank%s, %s\n", what, p,
@@ -506,8 +513,16 @@ static int mem_zero(const char *params, const char *model, const char *mode, boo
                uin, stage >= 1 ? "float32, this rank's shard" : "float32, every parameter");
     printf("  %-17s %9.2f %s (%8.2f %s)  %s\n", "optimizer states", z.optimizer / u, un, z.optimizer / ui, uin,
            stage >= 1 ? "Adam's two float32 states, this rank's shard" : "Adam's two float32 states, every parameter");
-    printf("  %-17s %9.2f %s (%8.2f %s)  per rank, plus activations (not counted); stage 0 (plain data parallel): "
-           "%.2f %s\n", "total", z.total / u, un, z.total / ui, uin, plain.total / u, un);
+    if (stage == 0) {
+        printf("  %-17s %9.2f %s (%8.2f %s)  per rank, plus activations (not counted): the paper's stage 0\n", "total",
+               z.total / u, un, z.total / ui, uin);
+        printf("  %-17s %9.2f %s (%8.2f %s)  DDP's flat copy of every gradient (em_ddp, ember finetune under ember "
+               "launch); with it %.2f %s\n", "+ DDP buckets", buckets / u, un, buckets / ui, uin, (z.total + buckets) / u, un);
+    } else {
+        printf("  %-17s %9.2f %s (%8.2f %s)  per rank, plus activations (not counted); stage 0 (plain data parallel): "
+               "%.2f %s, %.2f %s with DDP's buckets\n", "total", z.total / u, un, z.total / ui, uin, plain.total / u, un,
+               (plain.total + buckets) / u, un);
+    }
     if (unit > 0 && stage >= 2) {
         /* stage 3 gathers the largest unit's weights and holds its gradients for its backward;
          * stage 2 holds its gradients until they are reduced */
