@@ -124,6 +124,11 @@ typedef struct em_ddp_opts {
     double first_bucket_mb;   /* 0 means 1 MiB, as PyTorch */
     double bucket_mb;         /* 0 means 25 MiB */
     bool find_unused_parameters; /* parameters without a gradient count as zeros instead of an error */
+    /* PyTorch's gradient_as_bucket_view: each .grad becomes its slice of a bucket once copied
+     * there, so the gradients are held once, not twice (the buckets' copy and the .grad
+     * tensors): P bytes of a parameter's dtype less at the end of every backward. The .grad
+     * tensors are then views that the next backward through the model rewrites. */
+    bool gradient_as_bucket_view;
 } em_ddp_opts;
 /* Wraps model (not owned): broadcasts its parameters and buffers from rank 0 after checking
  * that every rank has the same names and shapes, and from then on every backward through

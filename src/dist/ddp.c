@@ -93,6 +93,21 @@ static em_status launch_ready(em_dist_ddp *d) {
     return EM_OK;
 }
 
+/* With gradient_as_bucket_view, once bucket b's all-reduce is complete: each of its
+ * parameters' .grad becomes its slice, which holds the average, and the local gradient it
+ * replaces is released, so the gradients are held once. Not earlier: the engine reads a .grad
+ * when a later use adds to it, and a bucket in flight must not be read (such a late use is
+ * refused with bucket views: mark_again). */
+static em_status grads_to_slices(em_dist_ddp *d, int b) {
+    if (!d->o.gradient_as_bucket_view) return EM_OK;
+    em_status st = EM_OK;
+    for (int i = 0; i < d->np && st == EM_OK; i++) {
+        ddp_param *p = &d->params[i];
+        if (p->bucket == b && !p->late && em__grad_borrowed(p->p) != p->slice) st = em_set_grad(p->p, p->slice);
+    }
+    return st;
+}
+
 /* Let MPI move the buckets in flight along. */
 static em_status progress(em_dist_ddp *d) {
     for (int i = 0; i < d->next_launch; i++) {
@@ -100,7 +115,10 @@ static em_status progress(em_dist_ddp *d) {
         if (!b->work || b->t_done) continue;
         bool done;
         if (em_dist_test(b->work, &done) != EM_OK) return em_last_status();
-        if (done) b->t_done = em__dist_now();
+        if (done) {
+            b->t_done = em__dist_now();
+            if (grads_to_slices(d, i) != EM_OK) return em_last_status();
+        }
     }
     return EM_OK;
 }
@@ -109,7 +127,9 @@ static em_status mark_ready(em_dist_ddp *d, int i) {
     ddp_param *p = &d->params[i];
     em_tensor *grad = em__grad_borrowed(p->p);
     em_status st;
-    if (grad) {
+    if (grad == p->slice) {
+        st = EM_OK;   /* a bucket view left from the last backward, unchanged by this one */
+    } else if (grad) {
         st = em_copy_(p->slice, grad);
     } else {
         st = em_zero_(p->slice);
@@ -130,11 +150,20 @@ static em_status mark_ready(em_dist_ddp *d, int i) {
 static em_status mark_again(em_dist_ddp *d, int i) {
     ddp_param *p = &d->params[i];
     if (p->bucket < d->next_launch) {
+        /* with bucket views, the engine may have summed this gradient with a .grad that had
+         * become the bucket's average, or with a bucket still in flight, depending on timing:
+         * refused, whatever the timing (lateness depends only on the graph) */
+        if (d->o.gradient_as_bucket_view)
+            return em_error(EM_ERR_NOT_SUPPORTED,
+                            "em_ddp: parameter '%s' received another gradient after its bucket's all-reduce had "
+                            "started (a parameter used twice, as tied weights); gradient_as_bucket_view needs each "
+                            "parameter's gradient whole before its bucket starts: turn it off for this model, or "
+                            "put the parameter in the last bucket (larger buckets)", p->name);
         p->late = true;
         return EM_OK;
     }
     em_tensor *grad = em__grad_borrowed(p->p);
-    return grad ? em_copy_(p->slice, grad) : EM_OK;
+    return grad && grad != p->slice ? em_copy_(p->slice, grad) : EM_OK;
 }
 
 /* The end of a backward through the model: wait, copy back, check every parameter took part. */
@@ -186,6 +215,10 @@ static em_status finish_backward(em_dist_ddp *d) {
             if (p->late && grad) {   /* its whole local sum, averaged now, in parameter order */
                 st = em_dist_all_reduce(d->g, grad, EM_REDUCE_AVG);
                 d->stats.reduced_bytes += (int64_t)em_nbytes(grad);
+            } else if (grad == p->slice) {
+                /* a bucket view: averaged in place */
+            } else if (d->o.gradient_as_bucket_view) {
+                st = em_set_grad(p->p, p->slice);
             } else if (grad) {
                 st = em_copy_(grad, p->slice);
             } else {

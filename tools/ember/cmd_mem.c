@@ -485,8 +485,8 @@ static int mem_zero(const char *params, const char *model, const char *mode, boo
         return bad("%s", em_last_error());
     /* Stage 0 as Ember runs it (em_ddp: `ember finetune` under `ember launch` without --zero)
      * also holds DDP's buckets, a flat copy of every gradient that the all-reduce averages in
-     * place, beside the paper's 16 bytes a parameter (PyTorch's DDP the same, unless
-     * gradient_as_bucket_view) */
+     * place, beside the paper's 16 bytes a parameter (PyTorch's DDP the same; with
+     * gradient_as_bucket_view, in either, the gradients are the buckets' views) */
     double buckets = plain.gradients;
     if (json) {
         printf("{\n  \"params\": %.0f, \"dtype\": \"%s\", \"mixed_precision\": %s, \"zero_stage\": %d, \"ranks\": %d,\n"
@@ -517,7 +517,8 @@ static int mem_zero(const char *params, const char *model, const char *mode, boo
         printf("  %-17s %9.2f %s (%8.2f %s)  per rank, plus activations (not counted): the paper's stage 0\n", "total",
                z.total / u, un, z.total / ui, uin);
         printf("  %-17s %9.2f %s (%8.2f %s)  DDP's flat copy of every gradient (em_ddp, ember finetune under ember "
-               "launch); with it %.2f %s\n", "+ DDP buckets", buckets / u, un, buckets / ui, uin, (z.total + buckets) / u, un);
+               "launch; none with gradient_as_bucket_view); with it %.2f %s\n", "+ DDP buckets", buckets / u, un,
+               buckets / ui, uin, (z.total + buckets) / u, un);
     } else {
         printf("  %-17s %9.2f %s (%8.2f %s)  per rank, plus activations (not counted); stage 0 (plain data parallel): "
                "%.2f %s, %.2f %s with DDP's buckets\n", "total", z.total / u, un, z.total / ui, uin, plain.total / u, un,
