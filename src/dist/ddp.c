@@ -93,6 +93,18 @@ static em_status launch_ready(em_dist_ddp *d) {
     return EM_OK;
 }
 
+/* A backward that ends with an error before its end (the engine then stops calling the
+ * hook): the buckets already started are waited for (every rank started the same ones: the
+ * error depends on the graph), and the next backward starts afresh. The error stays. */
+static void abandon_backward(em_dist_ddp *d) {
+    em_error_state saved;
+    em__error_save(&saved);
+    for (int b = 0; b < d->next_launch; b++)
+        if (d->buckets[b].work) (void)em_dist_wait(d->buckets[b].work);
+    em__error_restore(&saved);
+    reset_iteration(d);
+}
+
 /* With gradient_as_bucket_view, once bucket b's all-reduce is complete: each of its
  * parameters' .grad becomes its slice, which holds the average, and the local gradient it
  * replaces is released, so the gradients are held once. Not earlier: the engine reads a .grad
@@ -153,12 +165,15 @@ static em_status mark_again(em_dist_ddp *d, int i) {
         /* with bucket views, the engine may have summed this gradient with a .grad that had
          * become the bucket's average, or with a bucket still in flight, depending on timing:
          * refused, whatever the timing (lateness depends only on the graph) */
-        if (d->o.gradient_as_bucket_view)
-            return em_error(EM_ERR_NOT_SUPPORTED,
-                            "em_ddp: parameter '%s' received another gradient after its bucket's all-reduce had "
-                            "started (a parameter used twice, as tied weights); gradient_as_bucket_view needs each "
-                            "parameter's gradient whole before its bucket starts: turn it off for this model, or "
-                            "put the parameter in the last bucket (larger buckets)", p->name);
+        if (d->o.gradient_as_bucket_view) {
+            em_status e = em_error(EM_ERR_NOT_SUPPORTED,
+                                   "em_ddp: parameter '%s' received another gradient after its bucket's all-reduce "
+                                   "had started (a parameter used twice, as tied weights); gradient_as_bucket_view "
+                                   "needs each parameter's gradient whole before its bucket starts: turn it off for "
+                                   "this model, or put the parameter in the last bucket (larger buckets)", p->name);
+            abandon_backward(d);
+            return e;
+        }
         p->late = true;
         return EM_OK;
     }
