@@ -311,7 +311,9 @@ static void ddp_bucket_views(em_device dev) {
         em_ddp_free(d);
         em_module_free(m);
     }
+    em_scope cs = em_scope_begin();
     if (final[0] && final[1]) CHECK(em_item(em_max(em_abs(em_sub(final[0], final[1])), EM_ALL_DIMS, false)) == 0);
+    em_scope_end(cs);
     /* 64x16 + 64 + 4x64 + 4 float32 gradients, each block rounded to 512 B */
     if (held[0] - held[1] != 4096 + 512 + 1024 + 512) printf("rank %d: held %lld vs %lld\n", R, (long long)held[0], (long long)held[1]);
     CHECK(held[0] - held[1] == 4096 + 512 + 1024 + 512);
