@@ -15,5 +15,5 @@ cmake --build "$asan" -j"$(nproc)" --target ember >/dev/null
 EMBER_LIBRARY="$PWD/$asan/libember.so" EMBER_TOOL="$PWD/$rel/ember" \
 EMBER_GUIDE_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -g" \
 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
-ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0" \
+ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0" \
     python3 tests/python/test_guide.py
