@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
     printf("%-34s %13s %13s %19s %17s %10s\n", "policy", "peak alloc MB", "peak resv MB", "resv/alloc (peak)",
            "resv/requested", "raw allocs");
     const em_memory_stats *E[2] = {&s, &spt};
-    const char *names[2] = {"ember (release-on-grow)", "ember, EMBER_MEMORY_POLICY=pytorch"};
+    const char *names[2] = {"ember (the default policy)", "ember, EMBER_MEMORY_POLICY=pytorch"};
     for (int i = 0; i < 2; i++)
         printf("%-34s %13.1f %13.1f %19.3f %17.3f %10lld\n", names[i], E[i]->allocated_bytes[0].peak / 1e6,
                E[i]->reserved_bytes[0].peak / 1e6,

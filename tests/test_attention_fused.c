@@ -280,7 +280,9 @@ static void test_out_of_memory_and_queries(void) {
     CHECK(!em_sdpa_fused(EM_CPU));
     use(true);
     em_scope s = em_scope_begin();
-    em_tensor *q = em_randn(EM_SHAPE(8, 4, 512, 64), (em_opts){0}); /* 4 MB: past the cached 2 MB segments */
+    /* 10 MiB: a segment of exactly its size, so the output needs a segment of its own (a
+     * smaller q's segment would have room for it, and small blocks nest in large ones) */
+    em_tensor *q = em_randn(EM_SHAPE(8, 4, 1280, 64), (em_opts){0});
     CHECK_OK(em_set_requires_grad(q, true));
     em_memory_empty_cache(EM_DEVICE_CPU);
     int64_t used = em_memory_reserved(EM_DEVICE_CPU);

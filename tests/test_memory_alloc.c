@@ -167,14 +167,15 @@ static size_t random_size(uint64_t *rng) {
 }
 
 /* Ember and the reference policy must place every block identically: PyTorch's policy under
- * EMBER_MEMORY_POLICY=pytorch, PyTorch's plus release-on-grow by default. */
+ * EMBER_MEMORY_POLICY=pytorch, PyTorch's plus release-on-grow and nested small segments by
+ * default. */
 static void compare_with_reference(bool pytorch) {
     if (pytorch) setenv("EMBER_MEMORY_POLICY", "pytorch", 1);
     em_device d = fake_device((size_t)1 << 40);
     CHECK(fake_stats(d).caching);                      /* creates the device's state: reads the policy */
     unsetenv("EMBER_MEMORY_POLICY");
     ptp ref = {0};
-    ref.release_on_grow = !pytorch;
+    ref.release_on_grow = ref.nested = !pytorch;
     enum { LIVE = 48, OPS = 4000 };
     em_block live[LIVE];
     int ref_seg[LIVE];
@@ -195,7 +196,15 @@ static void compare_with_reference(bool pytorch) {
             }
             ptp_alloc(&ref, bytes, &ref_seg[n], &ref_off[n]);
             mem_block *mb = live[n].alloc_ctx;
-            if ((int)mb->seg->id != ref_seg[n] || live[n].offset != ref_off[n]) mismatches++;
+            /* the block's offset in its segment, and in the memory the handle names: a nested
+             * segment's blocks lie inside its large segment, from the carved block's offset */
+            size_t at = ref_off[n] + (ref.seg[ref_seg[n]].parent >= 0 ? ref.seg[ref_seg[n]].parent_off : 0);
+            if ((int)mb->seg->id != ref_seg[n] || mb->offset != ref_off[n] || live[n].offset != at) {
+                if (!mismatches) fprintf(stderr, "  first placement apart: op %d, %zu bytes: Ember segment %d offset %zu (%zu in its memory), "
+                            "reference segment %d offset %zu (%zu)\n", op, bytes, (int)mb->seg->id, mb->offset,
+                            live[n].offset, ref_seg[n], ref_off[n], at);
+                mismatches++;
+            }
             n++;
         } else {
             int i = (int)((rng >> 20) % (uint64_t)n);
@@ -211,10 +220,14 @@ static void compare_with_reference(bool pytorch) {
         ptp_free_info(&ref, &inactive, &largest);
         if (s.reserved_bytes[0].current != ref.reserved || s.allocated_bytes[0].current != ref.allocated ||
             s.inactive_split_bytes[0].current != inactive || s.largest_free_block != largest ||
-            s.reserved_bytes[0].current != (int64_t)fake[d.index].used || s.num_raw_allocs != ref.raw_allocs)
+            s.reserved_bytes[0].current != (int64_t)fake[d.index].used || s.num_raw_allocs != ref.raw_allocs) {
+            if (!mismatches) fprintf(stderr, "  first statistics apart (Ember/reference): op %d: reserved %ld/%ld allocated %ld/%ld "
+                        "inactive split %ld/%ld largest free %ld/%ld raw allocations %ld/%ld\n", op, (long)s.reserved_bytes[0].current, (long)ref.reserved, (long)s.allocated_bytes[0].current, (long)ref.allocated, (long)s.inactive_split_bytes[0].current, (long)inactive, (long)s.largest_free_block, (long)largest, (long)s.num_raw_allocs, (long)ref.raw_allocs);
             mismatches++;
+        }
     }
     CHECK(mismatches == 0);
+    CHECK(pytorch ? ref.carves == 0 : ref.carves > 10);   /* the sequence nests small segments */
     em_memory_stats s = fake_stats(d);
     CHECK(s.reserved_bytes[0].peak == ref.peak_reserved && s.allocated_bytes[0].peak == ref.peak_allocated);
     for (int i = 0; i < n; i++) em__mem_free(&fake_be, d, &live[i]);
@@ -430,6 +443,73 @@ static void test_caching_off(void) {
     CHECK(fake[d.index].calls == 3 && fake[d.index].live == 0);
 }
 
+/* Ember's policy: a small request that no small block fits takes its segment out of the
+ * smallest free large block of at least 2 MiB, and that memory goes back to the large pool
+ * when the small segment's last block is freed; PyTorch's policy never does. */
+static void test_nested_small_segments(void) {
+    em_device d = fake_device(0);
+    const int64_t L = 20 * MiB;
+    em_block big = must_alloc(d, 3 * MiB);           /* a 20 MiB segment: 17 MiB free after it */
+    EXPECT(d, 3 * MiB, L, 3 * MiB, 1, 1, 17 * MiB, 17 * MiB, 0);
+    em_block a = must_alloc(d, 1000);                 /* nested: the first 2 MiB of those 17 */
+    CHECK(a.handle == big.handle && a.offset == 3 * MiB && a.size == 1024);
+    EXPECT(d, 3 * MiB + 1024, L, 3 * MiB + 1000, 1, 2, 17 * MiB - 1024, 15 * MiB, 0);
+    em_memory_stats s = fake_stats(d);
+    CHECK(s.reserved_bytes[EM_MEMORY_SMALL_POOL].current == (int64_t)(2 * MiB));
+    CHECK(s.reserved_bytes[EM_MEMORY_LARGE_POOL].current == (int64_t)(18 * MiB));
+    CHECK(s.segment[EM_MEMORY_SMALL_POOL].current == 0 && s.num_raw_allocs == 1);
+    em_block b = must_alloc(d, MiB);                  /* most of the nested segment's rest */
+    CHECK(b.handle == a.handle && b.offset == 3 * MiB + 1024);
+    em_block c = must_alloc(d, MiB);                  /* too big for what is left: a second one */
+    CHECK(c.handle == big.handle && c.offset == 5 * MiB);
+    stamp(&big, 1);
+    stamp(&a, 2);
+    stamp(&b, 3);
+    stamp(&c, 4);
+    CHECK(stamp_ok(&big, 1) && stamp_ok(&a, 2) && stamp_ok(&b, 3) && stamp_ok(&c, 4));
+    em__mem_free(&fake_be, d, &a);
+    em__mem_free(&fake_be, d, &b);                    /* the first one is whole: back to the large pool */
+    EXPECT(d, 4 * MiB, L, 4 * MiB, 1, 2, 2 * MiB + 13 * MiB + MiB, 13 * MiB, 0);
+    s = fake_stats(d);
+    CHECK(s.reserved_bytes[EM_MEMORY_SMALL_POOL].current == (int64_t)(2 * MiB));
+    em_block e = must_alloc(d, 2 * MiB - 256);        /* a large request takes that memory back */
+    CHECK(e.handle == big.handle && e.offset == 3 * MiB && e.size == 2 * MiB);
+    CHECK(stamp_ok(&big, 1) && stamp_ok(&c, 4));
+    em__mem_free(&fake_be, d, &e);
+    em__mem_free(&fake_be, d, &c);                    /* the second one goes back too */
+    EXPECT(d, 3 * MiB, L, 3 * MiB, 1, 1, 17 * MiB, 17 * MiB, 0);
+    /* work queued on a nested segment's block is queued on the large block it returns to */
+    em_block q;
+    CHECK_OK(em__mem_alloc_stream(&fake_be, d, 4096, 0, &q));
+    CHECK(q.offset == 3 * MiB);                       /* nested in the hole again */
+    em__mem_record_stream(&q, 1);
+    em__mem_free(&fake_be, d, &q);
+    int syncs = fake[d.index].syncs;
+    CHECK_OK(em__mem_alloc_stream(&fake_be, d, 2 * MiB, 0, &e));
+    CHECK(e.offset == 3 * MiB && fake[d.index].syncs == syncs + 1);
+    em__mem_free(&fake_be, d, &e);
+    em__mem_free(&fake_be, d, &big);                  /* the segment is whole again */
+    EXPECT(d, 0, L, 0, 1, 0, 0, L, 1);
+    s = fake_stats(d);
+    CHECK(s.reserved_bytes[EM_MEMORY_SMALL_POOL].current == 0 && s.reserved_bytes[EM_MEMORY_LARGE_POOL].current == L);
+    CHECK(s.reserved_bytes[EM_MEMORY_SMALL_POOL].peak == (int64_t)(4 * MiB));
+    CHECK_OK(em_memory_empty_cache(d));
+    EXPECT(d, 0, 0, 0, 0, 0, 0, 0, 0);
+
+    setenv("EMBER_MEMORY_POLICY", "pytorch", 1);
+    em_device p = fake_device(0);
+    CHECK(fake_stats(p).caching);                     /* creates the device's state: reads the policy */
+    unsetenv("EMBER_MEMORY_POLICY");
+    big = must_alloc(p, 3 * MiB);
+    a = must_alloc(p, 1000);                          /* a segment of its own */
+    CHECK(a.handle != big.handle && a.offset == 0);
+    EXPECT(p, 3 * MiB + 1024, L + 2 * MiB, 3 * MiB + 1000, 2, 2, 17 * MiB + 2 * MiB - 1024, 17 * MiB, 0);
+    em__mem_free(&fake_be, p, &a);
+    em__mem_free(&fake_be, p, &big);
+    CHECK_OK(em_memory_empty_cache(p));
+    CHECK(fake[p.index].live == 0);
+}
+
 /* A block used by another queue is reused only after waiting for the device. */
 static void test_streams(void) {
     em_device d = fake_device(0);
@@ -508,6 +588,7 @@ int main(void) {
     RUN(test_fragmentation);
     RUN(test_steady_state_reuse);
     RUN(test_caching_off);
+    RUN(test_nested_small_segments);
     RUN(test_streams);
     RUN(test_memory_summary_table);
     RUN(test_untouched_device_reports_zero);

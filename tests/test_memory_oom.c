@@ -64,13 +64,25 @@ static void test_injected_oom_is_clean(void) {
     for (size_t i = 0; i < keep.size; i++) intact &= ((unsigned char *)keep.handle)[keep.offset + i] == 0x5a;
     CHECK(intact);
     check_no_leak(d);
-    /* the small pool fails the same way */
+    /* a small request nests in the free rest of keep's segment: no raw allocation to fail */
+    em__mem_debug_fail_raw(1, 100);
+    CHECK(em__mem_alloc(&fake_be, d, 100, &b) == EM_OK);
+    CHECK(!em_failed());
+    CHECK(fake_stats(d).num_raw_allocs == before.num_raw_allocs);
+    CHECK(b.handle == keep.handle && b.offset == keep.offset + keep.size);
+    em__mem_debug_fail_raw(0, 0);
+    em__mem_free(&fake_be, d, &b);
+    em__mem_free(&fake_be, d, &keep);
+    CHECK_OK(em_memory_empty_cache(d));
+    CHECK(fake[d.index].live == 0 && fake[d.index].used == 0);
+    /* with nothing to nest in, the small pool fails as the large one does */
+    before = fake_stats(d);
     em__mem_debug_fail_after(1);
     CHECK(em__mem_alloc(&fake_be, d, 100, &b) == EM_OK);   /* one failure: a 512 B segment instead */
     CHECK(!em_failed());
-    CHECK(fake_stats(d).num_alloc_retries == before.num_alloc_retries + 1);  /* 2 MiB then tight 512 B */
+    CHECK(fake_stats(d).num_alloc_retries == before.num_alloc_retries);   /* 2 MiB failed, then 512 B */
+    CHECK(fake_stats(d).reserved_bytes[0].current == 512 && fake_stats(d).num_ooms == before.num_ooms);
     em__mem_free(&fake_be, d, &b);
-    em__mem_free(&fake_be, d, &keep);
     CHECK_OK(em_memory_empty_cache(d));
     CHECK(fake[d.index].live == 0 && fake[d.index].used == 0);
 }

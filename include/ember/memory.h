@@ -13,9 +13,12 @@
  * memory. An entry applies to its device only; a bare value ("4GiB") to every device, below
  * a device type ("opencl=2G"), below one device ("opencl:0=1G"); the same device given twice
  * at one level is an error, and so is an empty entry ("cpu=5MiB,,"). EMBER_MEMORY_POLICY=pytorch follows PyTorch's caching policy exactly; the default
- * ("ember") differs in one point: before taking a new segment from the device, it gives back
+ * ("ember") differs in two points: before taking a new segment from the device, it gives back
  * the fully free cached segments of that pool, which best fit just found too small (this
- * halves peak reserved memory when shapes vary; see docs/BENCHMARKS.md).
+ * halves peak reserved memory when shapes vary); and a small request that no small block fits
+ * takes its 2 MiB segment out of a free block of the large pool when there is one, which goes
+ * back to the large pool as soon as its last small block is freed, so the two pools share
+ * memory (see docs/BENCHMARKS.md).
  * EMBER_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's syntax, CUDA devices only): each pool
  * grows one reserved address range by mapping memory at its end instead of taking new segments,
  * so changing shapes do not fragment memory; empty_cache unmaps the free end. All of these are
@@ -62,12 +65,15 @@ typedef struct em_memory_stats {
     em_memory_stat allocated_bytes[EM_MEMORY_POOLS];      /* live blocks (rounded sizes) */
     em_memory_stat active_bytes[EM_MEMORY_POOLS];         /* live blocks, plus freed ones still in use by a queue */
     em_memory_stat requested_bytes[EM_MEMORY_POOLS];      /* live blocks as requested (unrounded) */
-    em_memory_stat reserved_bytes[EM_MEMORY_POOLS];       /* segments taken from the device */
+    em_memory_stat reserved_bytes[EM_MEMORY_POOLS];       /* segments taken from the device, by the pool
+                                                            that holds their memory (a small segment nested
+                                                            in a large block's memory: the small pool's) */
     em_memory_stat inactive_split_bytes[EM_MEMORY_POOLS]; /* free blocks inside partly used segments
                                                             ("non-releasable": empty_cache cannot return them) */
     em_memory_stat allocation[EM_MEMORY_POOLS];           /* counts of live blocks */
     em_memory_stat active[EM_MEMORY_POOLS];               /* counts of active blocks */
-    em_memory_stat segment[EM_MEMORY_POOLS];              /* counts of segments */
+    em_memory_stat segment[EM_MEMORY_POOLS];              /* counts of segments taken from the device
+                                                            (nested ones are not) */
     em_memory_stat inactive_split[EM_MEMORY_POOLS];       /* counts of inactive split blocks */
     int64_t num_raw_allocs;      /* calls that took memory from the device */
     int64_t num_raw_frees;       /* segments given back */

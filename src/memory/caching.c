@@ -5,7 +5,9 @@
  * request rounded up to 2 MiB). A request takes the smallest free block that fits (best
  * fit, ties to the oldest segment and lowest offset), splitting off the rest when the rest
  * is worth keeping; a freed block merges with free neighbours. Blocks are (segment,
- * offset) pairs, so the same code serves host pointers, CUdeviceptr and cl_mem.
+ * offset) pairs, so the same code serves host pointers, CUdeviceptr and cl_mem. Ember's
+ * default policy makes two changes (internal.h's mem_policy): fully free segments go back
+ * before the cache grows, and a small segment may be nested in a free large block.
  * One state per device, each with its own mutex. */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -619,6 +621,68 @@ static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool cappe
                     frag, why, cap);
 }
 
+/* ---------------------------------------------------------------- nested segments */
+
+/* Under Ember's policy a small request that no small block fits takes its new segment out of
+ * the large pool's free memory when there is a free block of at least MEM_SMALL_BUFFER (the
+ * smallest such), before any memory of its own: that block, allocated in its large segment,
+ * becomes a nested small segment, and returns to the large pool when its last small block is
+ * freed. PyTorch's pools never share memory: a training step's activations that fall in the
+ * small pool (a [512, 1024] bf16 tensor is exactly 1 MiB) leave its segments free, but
+ * unusable, when the gradients peak in the large pool, and the reverse. In the statistics a
+ * nested segment's bytes move from the large pool's reserved memory to the small pool's (the
+ * total does not change), and it is no segment: those count what was taken from the device. */
+static void return_nested(mem_state *st, mem_block *b);
+
+/* The nested segment's only block, free and in no tree; NULL when the large pool has no such
+ * block or no record can be made (the caller then takes a segment of its own). */
+static mem_block *carve_small(mem_state *st, mem_pool *from) {
+    mem_block *p = tree_best_fit(from->free_tree[EM_MEMORY_LARGE_POOL], MEM_SMALL_BUFFER);
+    if (!p) return NULL;
+    size_t rest = p->size - MEM_SMALL_BUFFER;
+    bool split = rest > MEM_SMALL_SIZE;   /* the large pool's rule: a smaller rest stays with it */
+    mem_segment *seg = malloc(sizeof *seg);
+    mem_block *b = block_new(st), *r = split ? block_new(st) : NULL;
+    if (!seg || !b || (split && !r)) {
+        free(seg);
+        if (b) block_recycle(st, b);
+        if (r) block_recycle(st, r);
+        return NULL;
+    }
+    mem_segment *ps = p->seg;
+    tree_remove(st, EM_MEMORY_LARGE_POOL, p);
+    split_part before = seg_split(ps);
+    if (split) {
+        r->seg = ps;
+        r->offset = p->offset + MEM_SMALL_BUFFER;
+        r->size = rest;
+        r->prev = p;
+        r->next = p->next;
+        r->streams = p->streams;
+        if (p->next) p->next->prev = r;
+        else ps->tail = r;
+        p->next = r;
+        p->size = MEM_SMALL_BUFFER;
+        ps->nblocks++;
+        ps->nfree++;
+        tree_insert(st, EM_MEMORY_LARGE_POOL, r);
+    }
+    p->allocated = true;   /* held by the nested segment: no tensor's, so in no allocated count */
+    ps->nfree--;
+    ps->free_bytes -= p->size;
+    split_update(st, ps, before);
+    *seg = (mem_segment){.handle = ps->handle, .base = ps->base + p->offset, .size = p->size,
+                         .id = st->next_segment_id++, .pool = EM_MEMORY_SMALL_POOL, .nblocks = 1, .nfree = 1,
+                         .free_bytes = p->size, .st = st, .owner = ps->owner, .parent = p};
+    b->seg = seg;
+    b->size = p->size;
+    b->streams = p->streams;
+    seg->tail = b;
+    mem__stat_up(&st->stats.reserved_bytes[EM_MEMORY_SMALL_POOL], (int64_t)seg->size);
+    mem__stat_down(&st->stats.reserved_bytes[EM_MEMORY_LARGE_POOL], (int64_t)seg->size);
+    return b;
+}
+
 /* ---------------------------------------------------------------- alloc / free */
 
 em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, int stream,
@@ -660,13 +724,17 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     if (b && pool == EM_MEMORY_LARGE_POOL && st->policy == MEM_POLICY_PEAK && st->caching &&
         b->size - size >= MEM_ROUND_LARGE)
         b = NULL;
+    bool carved = false;
+    if (!b && pool == EM_MEMORY_SMALL_POOL && st->caching && st->policy == MEM_POLICY_EMBER)
+        carved = (b = carve_small(st, from)) != NULL;
     if (b) {
-        tree_remove(st, pool, b);
+        if (!carved) tree_remove(st, pool, b);
         if (b->streams & ~bit) {   /* another queue may still use it: wait for the device */
             em_status s = be->synchronize ? be->synchronize(d.index) : EM_OK;
             st->stats.num_stream_waits++;
             if (s != EM_OK) {
-                tree_insert(st, pool, b);
+                if (carved) return_nested(st, b);
+                else tree_insert(st, pool, b);
                 pthread_mutex_unlock(&st->lock);
                 return s;
             }
@@ -723,7 +791,7 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     if (S->allocated_bytes[0].current > st->high_water) st->high_water = S->allocated_bytes[0].current;
     split_update(st, seg, before);
     em__mem_history_record(st, true, b, stream);
-    *out = (em_block){.handle = seg->handle, .offset = b->offset, .size = b->size, .alloc_ctx = b};
+    *out = (em_block){.handle = seg->handle, .offset = seg->base + b->offset, .size = b->size, .alloc_ctx = b};
     pthread_mutex_unlock(&st->lock);
     return EM_OK;
 }
@@ -753,24 +821,14 @@ static void absorb_next(mem_state *st, mem_block *b, mem_block *n) {
     block_recycle(st, n);
 }
 
-void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
-    (void)be;
-    (void)d;
-    if (!blk || !blk->alloc_ctx) return;
-    mem_block *b = blk->alloc_ctx;
+/* Block b (not in a tree) is no longer in use (lock held): merge it with its free neighbours,
+ * then give its segment back (without caching, or when its graph is gone; never during a
+ * capture: freeing device memory waits for the device), hand a nested segment back to the
+ * large pool, or keep the block in its pool's tree. */
+static void release_block(mem_state *st, mem_block *b) {
     mem_segment *seg = b->seg;
-    mem_state *st = seg->st;
     int pool = seg->pool;
-    pthread_mutex_lock(&st->lock);
     split_part before = seg_split(seg);
-    em_memory_stats *S = &st->stats;
-    mem__stat_down(&S->allocation[0], 1);
-    mem__stat_down(&S->allocation[pool], 1);
-    mem__stat_down(&S->allocated_bytes[0], (int64_t)b->size);
-    mem__stat_down(&S->allocated_bytes[pool], (int64_t)b->size);
-    mem__stat_down(&S->requested_bytes[0], (int64_t)b->requested);
-    mem__stat_down(&S->requested_bytes[pool], (int64_t)b->requested);
-    em__mem_history_record(st, false, b, b->streams ? __builtin_ctzll(b->streams) : 0);
     b->allocated = false;
     b->requested = 0;
     seg->nfree++;
@@ -787,10 +845,43 @@ void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
         absorb_next(st, b, n);
     }
     split_update(st, seg, before);
-    /* a whole segment goes back at once without caching, or when its graph is gone (never
-     * during a capture: freeing device memory waits for the device) */
-    if ((!st->caching || seg->owner->retired) && seg->nblocks == 1 && !st->capture) release_segment(st, b, NULL);
+    if (seg->parent && seg->nblocks == 1) return_nested(st, b);
+    else if ((!st->caching || seg->owner->retired) && seg->nblocks == 1 && !st->capture) release_segment(st, b, NULL);
     else tree_insert(st, pool, b);
+}
+
+/* Nested segment b->seg, whole and free (b is its only block, in no tree), goes back into
+ * the large pool as the block it was carved from (lock held). Work still queued on its
+ * blocks is queued on that block. */
+static void return_nested(mem_state *st, mem_block *b) {
+    mem_segment *seg = b->seg;
+    mem_block *p = seg->parent;
+    p->streams |= b->streams;
+    mem__stat_down(&st->stats.reserved_bytes[EM_MEMORY_SMALL_POOL], (int64_t)seg->size);
+    mem__stat_up(&st->stats.reserved_bytes[EM_MEMORY_LARGE_POOL], (int64_t)seg->size);
+    block_recycle(st, b);
+    free(seg);
+    release_block(st, p);   /* p's segment is a large one: this goes no deeper */
+}
+
+void em__mem_free(const em_backend *be, em_device d, em_block *blk) {
+    (void)be;
+    (void)d;
+    if (!blk || !blk->alloc_ctx) return;
+    mem_block *b = blk->alloc_ctx;
+    mem_segment *seg = b->seg;
+    mem_state *st = seg->st;
+    int pool = seg->pool;
+    pthread_mutex_lock(&st->lock);
+    em_memory_stats *S = &st->stats;
+    mem__stat_down(&S->allocation[0], 1);
+    mem__stat_down(&S->allocation[pool], 1);
+    mem__stat_down(&S->allocated_bytes[0], (int64_t)b->size);
+    mem__stat_down(&S->allocated_bytes[pool], (int64_t)b->size);
+    mem__stat_down(&S->requested_bytes[0], (int64_t)b->requested);
+    mem__stat_down(&S->requested_bytes[pool], (int64_t)b->requested);
+    em__mem_history_record(st, false, b, b->streams ? __builtin_ctzll(b->streams) : 0);
+    release_block(st, b);
     pthread_mutex_unlock(&st->lock);
     *blk = (em_block){0};
 }

@@ -85,7 +85,7 @@ void em__mem_history_record(const mem_state *st, bool alloc, const mem_block *b,
         *e = (mem_event){.t_ns = since_start(), .size = (int64_t)b->size, .requested = (int64_t)b->requested,
                          .allocated = st->stats.allocated_bytes[EM_MEMORY_ALL].current,
                          .reserved = st->stats.reserved_bytes[EM_MEMORY_ALL].current,
-                         .address = (uint64_t)(uintptr_t)b->seg->handle + b->offset, .dev = st->dev,
+                         .address = (uint64_t)(uintptr_t)b->seg->handle + b->seg->base + b->offset, .dev = st->dev,
                          .stream = stream, .alloc = alloc};
         memcpy(e->tag, t_tag, sizeof e->tag);
         g_next = (g_next + 1) % g_cap;

@@ -36,6 +36,13 @@ typedef struct mem_segment {
      * chunks of the device's granularity; it grows at its end instead of a new segment. */
     bool expandable;
     size_t va_size;
+    /* A nested segment (small pool, Ember's policy): a free block of the large pool taken
+     * whole as a small segment, `parent`, allocated in its own segment while this one lives.
+     * Its memory is the parent segment's, from byte `base` of `handle`; it goes back into the
+     * large pool the moment its last block is freed, so that the two pools share memory
+     * without a system call. 0 and NULL for a segment of its own. */
+    size_t base;
+    struct mem_block *parent;
 } mem_segment;
 
 /* A block: (segment, offset, size). Free blocks live in their pool's tree, ordered by
@@ -67,7 +74,8 @@ typedef struct mem_pool {
 
 /* When the cache gives segments back (caching.c, new_segment):
  *   PYTORCH  only when the device refuses memory (PyTorch's CUDACachingAllocator);
- *   EMBER    also the pool's fully free segments before it takes a new one;
+ *   EMBER    also the pool's fully free segments before it takes a new one, and a small
+ *            segment is carved from a free large block when there is one (nested segments);
  *   PEAK     segments of the request's own size, a free block reused only at that size, and
  *            before growing, fully free segments given back until reserved memory stays
  *            within the most ever allocated at once (asked for by EMBER_MEMORY_POLICY=peak). */
