@@ -621,6 +621,25 @@ static em_status record_oom(mem_state *st, size_t bytes, size_t size, bool cappe
                     frag, why, cap);
 }
 
+/* Block b (in no tree) keeps its first `size` bytes; the rest becomes free block r (a fresh
+ * record) after it in the segment, in the pool's tree (lock held). */
+static void split_off_rest(mem_state *st, int pool, mem_block *b, size_t size, mem_block *r) {
+    mem_segment *seg = b->seg;
+    r->seg = seg;
+    r->offset = b->offset + size;
+    r->size = b->size - size;
+    r->prev = b;
+    r->next = b->next;
+    r->streams = b->streams;
+    if (b->next) b->next->prev = r;
+    else seg->tail = r;
+    b->next = r;
+    b->size = size;
+    seg->nblocks++;
+    seg->nfree++;
+    tree_insert(st, pool, r);
+}
+
 /* ---------------------------------------------------------------- nested segments */
 
 /* Under Ember's policy a small request that no small block fits takes its new segment out of
@@ -652,21 +671,7 @@ static mem_block *carve_small(mem_state *st, mem_pool *from) {
     mem_segment *ps = p->seg;
     tree_remove(st, EM_MEMORY_LARGE_POOL, p);
     split_part before = seg_split(ps);
-    if (split) {
-        r->seg = ps;
-        r->offset = p->offset + MEM_SMALL_BUFFER;
-        r->size = rest;
-        r->prev = p;
-        r->next = p->next;
-        r->streams = p->streams;
-        if (p->next) p->next->prev = r;
-        else ps->tail = r;
-        p->next = r;
-        p->size = MEM_SMALL_BUFFER;
-        ps->nblocks++;
-        ps->nfree++;
-        tree_insert(st, EM_MEMORY_LARGE_POOL, r);
-    }
+    if (split) split_off_rest(st, EM_MEMORY_LARGE_POOL, p, MEM_SMALL_BUFFER, r);
     p->allocated = true;   /* held by the nested segment: no tensor's, so in no allocated count */
     ps->nfree--;
     ps->free_bytes -= p->size;
@@ -760,21 +765,7 @@ em_status em__mem_alloc_stream(const em_backend *be, em_device d, size_t bytes, 
     bool whole_rest = pool == EM_MEMORY_SMALL_POOL || seg->expandable || st->policy == MEM_POLICY_PEAK;
     bool split = st->caching && (whole_rest ? rest >= MEM_MIN_BLOCK : rest > MEM_SMALL_SIZE);
     mem_block *r = split ? block_new(st) : NULL;   /* no record: keep the block whole */
-    if (r) {
-        r->seg = seg;
-        r->offset = b->offset + size;
-        r->size = rest;
-        r->prev = b;
-        r->next = b->next;
-        r->streams = b->streams;
-        if (b->next) b->next->prev = r;
-        else seg->tail = r;
-        b->next = r;
-        b->size = size;
-        seg->nblocks++;
-        seg->nfree++;
-        tree_insert(st, pool, r);
-    }
+    if (r) split_off_rest(st, pool, b, size, r);
     b->allocated = true;
     b->requested = bytes;
     b->streams = bit;
