@@ -14,8 +14,9 @@ if [ "${1:-}" = "--sanitize" ]; then
   # GCC 13 and LLVM 16) takes a thread's dynamically allocated TLS block (a dlopen'd library's
   # __thread data: PoCL's, Open MPI's components') that happens to start 16 bytes into a page
   # for glibc 2.19's layout, reads the two words before it as that block's bounds, and its
-  # leak checker's tracer then dies scanning them ("Tracer caught signal 11"; google/sanitizers
-  # issue 1322). Where the heap's layout puts a block there, every run of that test does it.
+  # leak checker's tracer then dies scanning them ("Tracer caught signal 11"; the sanitizers'
+  # report "Detecting GLIBC version (DTLS SIGSEGV)"). Where the heap's layout puts a block
+  # there, every run of that test does it.
   # Without the interceptor those blocks are ordinary heap blocks, reached from the thread's
   # DTV like any other, so a leak is still found.
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:intercept_tls_get_addr=0 \
