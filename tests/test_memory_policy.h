@@ -128,11 +128,13 @@ static inline void ptp_alloc(ptp *m, size_t bytes, int *seg_out, size_t *off_out
     *off_out = b->off;
 }
 
-/* Mark block `off` of segment s free and merge it with free neighbours. */
-static inline void ptp_release(ptp *m, int s, size_t off) {
+/* Mark block `off` of segment s free and merge it with free neighbours; returns the block's
+ * size before the merge. */
+static inline size_t ptp_release(ptp *m, int s, size_t off) {
     ptp_seg *g = &m->seg[s];
     int i = 0;
     while (g->blk[i].off != off) i++;
+    size_t size = g->blk[i].size;
     g->blk[i].used = false;
     if (i + 1 < g->n && !g->blk[i + 1].used) {
         g->blk[i].size += g->blk[i + 1].size;
@@ -146,14 +148,11 @@ static inline void ptp_release(ptp *m, int s, size_t off) {
         g->live = false;
         ptp_release(m, g->parent, g->parent_off);
     }
+    return size;
 }
 
 static inline void ptp_free(ptp *m, int s, size_t off) {
-    ptp_seg *g = &m->seg[s];
-    int i = 0;
-    while (g->blk[i].off != off) i++;
-    m->allocated -= (int64_t)g->blk[i].size;
-    ptp_release(m, s, off);
+    m->allocated -= (int64_t)ptp_release(m, s, off);
 }
 
 static inline void ptp_empty_cache(ptp *m) {
