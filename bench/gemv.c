@@ -11,6 +11,7 @@
  *   gemv_gbs     em_matmul(x, em_transpose(w, 0, 1)) with x [rows, in] and w [out, in] in bf16,
  *                weight bytes / time, at Llama-2-7B's shapes: 4096->4096 (q, k, v, o),
  *                4096->11008 (gate, up), 11008->4096 (down), 4096->32000 (the output head);
+ *                or with EMBER_BENCH_SHAPES=1b a Llama-3.2-1B's (rows of 4 KiB, one page each);
  *                Ember's GEMV, and oneDNN's GEMM on the same product (EMBER_CPU_LOWP_GEMM=onednn,
  *                where oneDNN has a bf16 kernel) in the same rounds;
  *   gemm_gflops  the same product with 128..512 rows (prefill);
@@ -162,13 +163,23 @@ static double bandwidth(int kind) {
 
 /* ---- the products ---- */
 typedef struct shape { const char *name; int64_t in, out; } shape;
-static const shape SHAPES[] = {
+static const shape SHAPES_7B[] = {
     {"qkvo 4096->4096", 4096, 4096},
     {"gate/up 4096->11008", 4096, 11008},
     {"down 11008->4096", 11008, 4096},
     {"head 4096->32000", 4096, 32000},
 };
-#define NSHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
+/* a Llama-3.2-1B-shaped model's (bench/run_lm.sh's 1B): rows of 4 KiB, one page each */
+static const shape SHAPES_1B[] = {
+    {"qo 2048->2048", 2048, 2048},
+    {"kv 2048->512", 2048, 512},
+    {"gate/up 2048->8192", 2048, 8192},
+    {"down 8192->2048", 8192, 2048},
+    {"head 2048->128256", 2048, 128256},
+};
+#define NSHAPES_MAX 5
+static const shape *SHAPES = SHAPES_7B;
+static int NSHAPES = (int)(sizeof SHAPES_7B / sizeof SHAPES_7B[0]);
 #define MAX_COPIES 16
 static const int GEMV_ROWS[] = {1, 4};
 static const int GEMM_ROWS[] = {128, 512};
@@ -252,8 +263,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_gemv [rounds 1..%d] [--bandwidth-only]\n", MAX_ROUNDS);
         return 2;
     }
-    const char *g = getenv("EMBER_BENCH_GEMM");
+    const char *g = getenv("EMBER_BENCH_GEMM"), *model = getenv("EMBER_BENCH_SHAPES");
     bool gemm = !g || strcmp(g, "0") != 0;
+    if (model && strcmp(model, "1b") == 0) {
+        SHAPES = SHAPES_1B;
+        NSHAPES = (int)(sizeof SHAPES_1B / sizeof SHAPES_1B[0]);
+    } else if (model && *model && strcmp(model, "7b") != 0) {
+        fprintf(stderr, "bench_gemv: EMBER_BENCH_SHAPES is \"7b\" (the default) or \"1b\", not \"%s\"\n", model);
+        return 2;
+    }
     em_manual_seed(1);
     if (!only_bw) printf("# bf16 matmul impl: %s\n", em_cpu_matmul_impl(EM_BF16));
     float *a = huge_alloc(READ_BYTES), *b = huge_alloc(TRIAD_FLOATS * 4), *c = huge_alloc(TRIAD_FLOATS * 4);
@@ -266,12 +284,17 @@ int main(int argc, char **argv) {
     g_a = a, g_b = b, g_c = c;
 
     static double read_gbs[2][MAX_ROUNDS], triad_gbs[2][MAX_ROUNDS], peak_gflops[2][MAX_ROUNDS];
-    static double gemv[NSHAPES][2][2][MAX_ROUNDS], gemv_dnnl[NSHAPES][2][2][MAX_ROUNDS], gemm_t[NSHAPES][2][2][MAX_ROUNDS];
+    static double gemv[NSHAPES_MAX][2][2][MAX_ROUNDS], gemv_dnnl[NSHAPES_MAX][2][2][MAX_ROUNDS],
+        gemm_t[NSHAPES_MAX][2][2][MAX_ROUNDS];
     setenv("EMBER_CPU_LOWP_GEMM", "onednn", 1);
-    bool dnnl = strstr(em_cpu_matmul_impl(EM_BF16), "oneDNN") != NULL;
+    /* oneDNN's column only where it has a bf16 kernel of its own: its float32 fallback converts
+     * the whole weight per call, a hundred times slower than memory, and would take most of
+     * the run */
+    const char *impl = em_cpu_matmul_impl(EM_BF16);
+    bool dnnl = strstr(impl, "oneDNN") != NULL && strstr(impl, "after conversion") == NULL;
     unsetenv("EMBER_CPU_LOWP_GEMM");
-    weights w[NSHAPES];
-    em_tensor *xv[NSHAPES][2], *xm[NSHAPES][2];
+    weights w[NSHAPES_MAX];
+    em_tensor *xv[NSHAPES_MAX][2], *xm[NSHAPES_MAX][2];
     int nshapes = only_bw ? 0 : NSHAPES;
     em_scope setup = em_scope_begin(); /* what the rounds use is kept */
     peak_case peak[PEAK_CASES];
