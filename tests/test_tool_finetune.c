@@ -202,6 +202,12 @@ static void test_bad_inputs(void) {
     CHECK(tool_run("finetune tests/data/models/llama --out /tmp/x", g_out, sizeof g_out) == 2);
     snprintf(args, sizeof args, "--out %s/never --resume", g_tmp);
     CHECK(finetune(args) == 1 && strstr(g_out, "--resume") != NULL);
+    /* a stream without an end is read to the limit, not until memory runs out; a folder is no file */
+    snprintf(cmd, sizeof cmd, "finetune tests/data/models/llama --data /dev/zero --out %s/bad", g_tmp);
+    CHECK(tool_run(cmd, g_out, sizeof g_out) == 1 && strstr(g_out, "/dev/zero: not a regular file, and it goes on "
+                                                                    "past 1073741824 bytes") != NULL);
+    snprintf(cmd, sizeof cmd, "finetune tests/data/models/llama --data %s --out %s/bad", g_tmp, g_tmp);
+    CHECK(tool_run(cmd, g_out, sizeof g_out) == 1 && strstr(g_out, "is a folder, not a file") != NULL);
 }
 
 int main(void) {

@@ -28,6 +28,7 @@
 #include "stop_signals.h"
 #include "mlp.h"       /* mlp_parse_device */
 #include "options.h"
+#include "text_io.h"   /* tool_read_all: --data, bounded for streams */
 #include "finetune_dist.h" /* the ranks of `ember launch` / mpirun: DDP, or ZeRO with --zero */
 #include "train_dist.h"
 
@@ -184,39 +185,6 @@ static example *dataset_add(dataset *d) {
     }
     d->n++;
     return e;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "%s: cannot read %s: %s\n", tool, path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap + 1);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *b = realloc(buf, 2 * cap + 1);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (!buf || bad) {
-        fprintf(stderr, "%s: %s: %s\n", tool, path, buf ? "read error" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 /* A JSON string at *p (after its opening quote) decoded into a malloc'ed UTF-8 string; NULL on
@@ -1001,7 +969,7 @@ int cmd_finetune(int argc, char **argv) {
         fprintf(stderr, "%s: cannot create %s: %s\n", tool, r.out, strerror(errno));
         goto done;
     }
-    if (!(text = read_file(r.data, &len))) goto done;
+    if (!(text = tool_read_all(tool, r.data, &len))) goto done;
     bool jsonl = ends_with(r.data, ".jsonl");
     if (!(jsonl ? load_jsonl(r.data, text, em_lm_tokenizer(lm), cfg, &d) : load_text(r.data, text, em_lm_tokenizer(lm), &d)))
         goto done;
