@@ -607,6 +607,17 @@ static void test_bad_folders(void) {
     edit("config.json", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"");
     expect_bad("rope type", EM_ERR_NOT_SUPPORTED, "yarn", "config.json");
 
+    /* dimensions each within their bound whose weights, summed, pass what 64 bits count */
+    copy_model("gpt2");
+    edit("config.json", "\"n_embd\": 64", "\"n_embd\": 2147483648");
+    expect_bad("parameter count past 64 bits", EM_ERR_ARGUMENT, "more parameters than a 64-bit count", "config.json");
+    em_model_config big = {0};
+    folder(p, sizeof p, "gpt2");
+    CHECK_OK(em_model_config_load(p, &big));
+    big.hidden_size = big.intermediate_size = (int64_t)1 << 31;
+    CHECK(em_model_config_num_parameters(&big) == 0);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "more parameters than a 64-bit count");
+
     copy_model("gpt2");
     edit("config.json", "{", "{,");
     expect_bad("bad JSON", EM_ERR_FORMAT, "bad JSON", "config.json");

@@ -101,7 +101,9 @@ typedef struct em_model_config {
 /* Reads dir/config.json and, when present, dir/generation_config.json. An architecture Ember
  * does not run, a missing or impossible value is an error naming the file and the key. */
 EM_API em_status em_model_config_load(const char *dir, em_model_config *out);
-/* The number of parameters the config's model has (a tied output embedding counted once). */
+/* The number of parameters the config's model has (a tied output embedding counted once); 0,
+ * with an error, when the count or its float32 bytes would not fit 64 bits (em_model_config_load
+ * refuses such a config). */
 EM_API int64_t em_model_config_num_parameters(const em_model_config *cfg);
 
 /* How to load: zeroed means the CPU and float32 (PyTorch's defaults). */

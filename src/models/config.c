@@ -337,6 +337,8 @@ static em_status read_config(const cfg_file *f, em_model_config *c) {
     return read_special_ids(f, c);
 }
 
+static bool count_parameters(const em_model_config *c, const char *op, int64_t *total);
+
 em_status em_model_config_load(const char *dir, em_model_config *out) {
     if (!dir || !out) return em_error(EM_ERR_ARGUMENT, "em_model_config_load: NULL argument");
     memset(out, 0, sizeof *out);
@@ -347,6 +349,8 @@ em_status em_model_config_load(const char *dir, em_model_config *out) {
     em_status s = read_config(&f, out);
     em__json_free(&f.root);
     if (s != EM_OK) return s;
+    int64_t params;
+    if (!count_parameters(out, f.path, &params)) return em_last_status();
     /* generation_config.json's ids win, as generate() reads them */
     if (read_json(dir, "generation_config.json", false, &f, &found) != EM_OK) return em_last_status();
     if (found) {
@@ -446,16 +450,36 @@ em_status em__model_param_specs(const em_model_config *c, model_param **out, int
     return EM_OK;
 }
 
+/* The parameter count of c's shape in *total; false, with an error, when the count or its bytes
+ * in float32 would not fit 64 bits (each dimension may reach 2^31, so two of them multiplied
+ * and summed over the layers can pass 2^63). */
+static bool count_parameters(const em_model_config *c, const char *op, int64_t *total) {
+    model_param *p;
+    int n;
+    *total = 0;
+    if (em__model_param_specs(c, &p, &n) != EM_OK) return false;
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        int64_t numel;
+        ok = !__builtin_mul_overflow(p[i].shape[0], p[i].ndim == 2 ? p[i].shape[1] : 1, &numel) &&
+             !__builtin_add_overflow(*total, numel, total) && *total <= INT64_MAX / 4;
+    }
+    free(p);
+    if (!ok) {
+        *total = 0;
+        em_error(EM_ERR_ARGUMENT, "%s: a model of this shape (hidden size %lld, %lld layers, intermediate size "
+                 "%lld, vocabulary %lld) has more parameters than a 64-bit count of their bytes holds", op,
+                 (long long)c->hidden_size, (long long)c->num_hidden_layers, (long long)c->intermediate_size,
+                 (long long)c->vocab_size);
+    }
+    return ok;
+}
+
 int64_t em_model_config_num_parameters(const em_model_config *cfg) {
     if (!cfg) {
         em_error(EM_ERR_ARGUMENT, "em_model_config_num_parameters: cfg is NULL");
         return 0;
     }
-    model_param *p;
-    int n;
-    if (em__model_param_specs(cfg, &p, &n) != EM_OK) return 0;
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) total += p[i].shape[0] * (p[i].ndim == 2 ? p[i].shape[1] : 1);
-    free(p);
-    return total;
+    int64_t total;
+    return count_parameters(cfg, "em_model_config_num_parameters", &total) ? total : 0;
 }

@@ -119,7 +119,9 @@ em_status em_model_estimate_finetune(const em_model_config *cfg, const em_finetu
     bool sel[8] = {false};
     int nsites = ft_sites(cfg, site);
     if (ft_select(op, site, nsites, targets, sel) != EM_OK) return em_last_status();
-    double params = (double)em_model_config_num_parameters(cfg);
+    int64_t nparams = em_model_config_num_parameters(cfg);
+    if (nparams <= 0) return em_last_status();
+    double params = (double)nparams;
     double L = (double)cfg->num_hidden_layers, H = (double)cfg->hidden_size, I = (double)cfg->intermediate_size;
     double Q = (double)(cfg->num_attention_heads * cfg->head_dim), K = (double)(cfg->num_key_value_heads * cfg->head_dim);
     double heads = (double)cfg->num_attention_heads, V = (double)cfg->vocab_size;
