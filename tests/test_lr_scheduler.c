@@ -63,7 +63,13 @@ static void test_bad_schedules(void) {
     CHECK(isnan(em_lr_at(em_lr_plateau(), 0.1, 3)));   /* no closed form */
     /* the positions */
     CHECK(em_lr_scheduler_new(opt, em_lr_step(2, 0.5), -2) == NULL);
-    CHECK_ERROR(EM_ERR_ARGUMENT, "last_epoch must be -1 (a new schedule) or the last position done (>= 0), got -2");
+    CHECK_ERROR(EM_ERR_ARGUMENT, "last_epoch must be -1 (a new schedule) or the last position done (0 to 2^53), got -2");
+    CHECK(em_lr_scheduler_new(opt, em_lr_step(2, 0.5), INT64_MAX) == NULL);   /* no room to count on */
+    CHECK_ERROR(EM_ERR_ARGUMENT, "(0 to 2^53), got 9223372036854775807");
+    CHECK(em_optim_set_steps(opt, INT64_MAX) != EM_OK);
+    CHECK_ERROR(EM_ERR_ARGUMENT, "expected 0 <= steps <= 2^53, got 9223372036854775807");
+    CHECK_OK(em_optim_set_steps(opt, INT64_C(1) << 53));
+    CHECK_OK(em_optim_set_steps(opt, 0));
     CHECK(em_lr_scheduler_new(opt, em_lr_plateau(), 4) == NULL);
     CHECK_ERROR(EM_ERR_ARGUMENT, "ReduceLROnPlateau has no position to start from");
     CHECK(em_lr_scheduler_standalone(em_lr_one_cycle(1.0, 10), 0.1, 10) == NULL);

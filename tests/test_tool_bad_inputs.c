@@ -661,6 +661,9 @@ static void test_forged_metadata(void) {
         {"optimizer.lr", "inf", "bad or missing", 1},
         {"optimizer.lr", "0.001 ", "bad or missing", 1},
         {"optimizer.0.weight.step", "18446744073709551616", "missing or bad metadata 'optimizer.0.weight.step'", 1},
+        /* counts that fit but leave no room to count the next step on */
+        {"optimizer.steps", "9223372036854775807", "bad or missing 'optimizer.steps'", 1},
+        {"optimizer.0.weight.step", "9223372036854775807", "missing or bad metadata 'optimizer.0.weight.step'", 1},
     };
     for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
         char name[64], args[512];

@@ -180,10 +180,11 @@ static bool same_shape(em_tensor *a, em_tensor *b) {
     return true;
 }
 
-/* A count from the file's metadata: a whole non-negative integer that fits (an
- * overflowing one is refused, not saturated). */
+/* A count from the file's metadata (steps, a schedule's position): a whole number from 0 to
+ * 2^53, refused past it, not saturated. Each is counted on after the load, and the updates
+ * raise betas to it as a double: 2^53 leaves room for both, as em_optim_set_scalar's "step". */
 static bool parse_i64(const char *s, int64_t *out) {
-    return em_parse_i64(s, 0, INT64_MAX, out) == EM_NUM_OK;
+    return em_parse_i64(s, 0, INT64_C(1) << 53, out) == EM_NUM_OK;
 }
 
 /* What the file holds of the optimizer, read and checked before anything changes. */

@@ -300,9 +300,9 @@ static void move_to(em_lr_scheduler *sch, int64_t t) {
 static em_status check_new(const char *op, const em_lr_schedule *s, int64_t last_epoch) {
     char why[320];
     if (schedule_problem(s, why, sizeof why)) return em_error(EM_ERR_ARGUMENT, "%s: %s", op, why);
-    if (last_epoch < -1)
+    if (last_epoch < -1 || last_epoch > INT64_C(1) << 53)   /* counted on by every step */
         return em_error(EM_ERR_ARGUMENT, "%s: last_epoch must be -1 (a new schedule) or the last position done "
-                        "(>= 0), got %lld", op, (long long)last_epoch);
+                        "(0 to 2^53), got %lld", op, (long long)last_epoch);
     if (s->kind == EM_LR_PLATEAU && last_epoch != -1)
         return em_error(EM_ERR_ARGUMENT, "%s: ReduceLROnPlateau has no position to start from (its rate depends on "
                         "the metrics seen): make it with last_epoch -1 and restore it with em_checkpoint_load or "

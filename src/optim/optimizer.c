@@ -515,7 +515,8 @@ em_status em_optim_set_scalar(em_optimizer *opt, em_tensor *p, const char *name,
 
 em_status em_optim_set_steps(em_optimizer *opt, int64_t steps) {
     OPT_CHECK(opt, "em_optim_set_steps");
-    if (steps < 0) return em_error(EM_ERR_ARGUMENT, "em_optim_set_steps: expected steps >= 0, got %lld", (long long)steps);
+    if (steps < 0 || steps > INT64_C(1) << 53)   /* counted on by every step: room left, as for a "step" scalar */
+        return em_error(EM_ERR_ARGUMENT, "em_optim_set_steps: expected 0 <= steps <= 2^53, got %lld", (long long)steps);
     opt->steps = steps;
     return EM_OK;
 }
