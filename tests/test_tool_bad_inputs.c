@@ -168,32 +168,7 @@ static void edit_header(const char *name, const char *from, const char *to) {
     char src[256], dst[256];
     snprintf(src, sizeof src, "%s/good.safetensors", dir);
     snprintf(dst, sizeof dst, "%s/%s", dir, name);
-    size_t n;
-    unsigned char *b = read_file(src, &n);
-    uint64_t hl = 0;
-    for (int k = 7; k >= 0; k--) hl = hl << 8 | b[k];
-    char *hdr = strndup((const char *)b + 8, (size_t)hl);
-    char *hit = strstr(hdr, from);
-    CHECK(hit != NULL);
-    size_t nh = hl - strlen(from) + strlen(to) + 8;
-    char *edited = calloc(nh + 8, 1);
-    if (hit) {
-        size_t pre = (size_t)(hit - hdr);
-        memcpy(edited, hdr, pre);
-        strcpy(edited + pre, to);
-        strcat(edited, hit + strlen(from));
-    }
-    size_t el = strlen(edited);
-    while (el % 8) edited[el++] = ' ';
-    unsigned char *o = malloc(8 + el + (n - 8 - hl));
-    for (int k = 0; k < 8; k++) o[k] = (unsigned char)((uint64_t)el >> (8 * k));
-    memcpy(o + 8, edited, el);
-    memcpy(o + 8 + el, b + 8 + hl, n - 8 - hl);
-    CHECK(write_file(dst, o, 8 + el + (n - 8 - hl)));
-    free(o);
-    free(edited);
-    free(hdr);
-    free(b);
+    CHECK(tool_edit_safetensors_header(src, dst, from, to));
 }
 
 /* @/name: the first `keep` bytes of the good checkpoint, then `extra` bytes of `fill`. */

@@ -83,6 +83,43 @@ static void test_resume_is_bit_exact(void) {
     CHECK(finetune(args) == 1 && strstr(g_out, "another run") != NULL);
 }
 
+/* A checkpoint whose position or counts were changed: --resume refuses it, naming what is wrong,
+ * and leaves no adapters; the same checkpoint unchanged resumes. */
+static void test_forged_resume(void) {
+    const char *common = "--max-steps 8 --batch-size 4 --accumulate 2 --seed 1";   /* 10 micro-batches an epoch */
+    char args[1024], src[256], dst[256];
+    snprintf(args, sizeof args, "%s --out %s/forged --interrupt-after 6", common, g_tmp);
+    CHECK(finetune(args) == 128 + 15);   /* step 6: epoch 1, micro-batch 2 */
+    snprintf(src, sizeof src, "%s/forged/checkpoint.safetensors", g_tmp);
+    snprintf(dst, sizeof dst, "%s/forged/original.safetensors", g_tmp);
+    CHECK(rename(src, dst) == 0);
+    static const struct { const char *from, *to, *msg; } forged[] = {
+        {"\"finetune.epoch\":\"1\"", "\"finetune.epoch\":\"0\"", "puts step 6 at epoch 0, micro-batch 2, where this run"},
+        {"\"finetune.micro\":\"2\"", "\"finetune.micro\":\"3\"", "is at epoch 1, micro-batch 2"},
+        {"\"finetune.step\":\"6\"", "\"finetune.step\":\"9\"", "is at step 9, past the run's 8 steps"},
+        {"\"finetune.step\":\"6\"", "\"finetune.step\":\"\"", "is not a checkpoint of ember finetune"},
+        {"\"finetune.epoch\":\"1\"", "\"finetune.epoch\":\" 1\"", "is not a checkpoint of ember finetune"},
+        {"\"finetune.epoch\":\"1\"", "\"finetune.epoch\":\"9223372036854775807\"", "is not a checkpoint"},
+        {"\"optimizer.steps\":\"6\"", "\"optimizer.steps\":\"9223372036854775807\"", "'optimizer.steps'"},
+    };
+    char adapters[256];
+    snprintf(adapters, sizeof adapters, "%s/forged/adapter_model.safetensors", g_tmp);
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        CHECK(tool_edit_safetensors_header(dst, src, forged[i].from, forged[i].to));
+        snprintf(args, sizeof args, "%s --out %s/forged --resume", common, g_tmp);
+        int rc = finetune(args);
+        bool ok = rc == 1 && strstr(g_out, forged[i].msg) != NULL;
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "  %s -> %s: exit %d, wanted '%s' in:\n%s\n", forged[i].from, forged[i].to, rc,
+                         forged[i].msg, g_out);
+        struct stat st;
+        CHECK(stat(adapters, &st) != 0);
+    }
+    CHECK(rename(dst, src) == 0);
+    snprintf(args, sizeof args, "%s --out %s/forged --resume", common, g_tmp);
+    CHECK(finetune(args) == 0 && strstr(g_out, "step 7/8") != NULL);
+}
+
 /* A SIGTERM from outside, at whatever point of a step it lands: the run stops after that step
  * and the resumed run still ends on the uninterrupted run's adapters. */
 static void test_external_sigterm(void) {
@@ -231,6 +268,7 @@ int main(void) {
     free(qa);
     free(text);
     RUN(test_resume_is_bit_exact);
+    RUN(test_forged_resume);
     RUN(test_external_sigterm);
     RUN(test_checkpointing_changes_no_bit);
     RUN(test_amp_merge_and_generate);

@@ -3,7 +3,10 @@
 #define EMBER_TEST_TOOL_RUN_H
 
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,6 +66,46 @@ static inline int tool_run_mpi(int n, const char *args, char *out, size_t size) 
     snprintf(cmd, sizeof cmd, "timeout -k 5 300 mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp "
              "%s -np %d '%s' %s 2>&1", mpi_opts, n, ember, args);
     return tool_command(cmd, out, size);
+}
+
+/* dst: the safetensors file src with the first `from` in its JSON header replaced by `to` (the
+ * header's length rewritten and padded to 8 bytes with spaces, the data as it was): a forged
+ * checkpoint for the tests of what --resume refuses. False when src cannot be read, has no
+ * `from`, or dst cannot be written. */
+static inline bool tool_edit_safetensors_header(const char *src, const char *dst, const char *from, const char *to) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return false;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = len >= 8 ? malloc((size_t)len) : NULL;
+    bool ok = b && fread(b, 1, (size_t)len, f) == (size_t)len;
+    fclose(f);
+    uint64_t hl = 0;
+    for (int k = 7; ok && k >= 0; k--) hl = hl << 8 | b[k];
+    ok = ok && hl <= (uint64_t)len - 8;
+    char *hdr = ok ? strndup((const char *)b + 8, (size_t)hl) : NULL;
+    char *hit = hdr ? strstr(hdr, from) : NULL;
+    size_t body = ok ? (size_t)len - 8 - (size_t)hl : 0, cap = (size_t)hl + strlen(to) + 8;
+    char *edited = hit ? calloc(cap, 1) : NULL;
+    ok = edited != NULL;
+    if (ok) {
+        size_t pre = (size_t)(hit - hdr), el;
+        memcpy(edited, hdr, pre);
+        strcpy(edited + pre, to);
+        strcat(edited, hit + strlen(from));
+        for (el = strlen(edited); el % 8; el++) edited[el] = ' ';
+        unsigned char n8[8];
+        for (int k = 0; k < 8; k++) n8[k] = (unsigned char)((uint64_t)el >> (8 * k));
+        f = fopen(dst, "wb");
+        ok = f && fwrite(n8, 1, 8, f) == 8 && fwrite(edited, 1, el, f) == el &&
+             fwrite(b + 8 + hl, 1, body, f) == body;
+        if (f && fclose(f) != 0) ok = false;
+    }
+    free(edited);
+    free(hdr);
+    free(b);
+    return ok;
 }
 
 #endif

@@ -554,18 +554,42 @@ static bool save_checkpoint(const char *out, em_model *m, em_optimizer *opt, con
     return true;
 }
 
+/* A count from the checkpoint's metadata: the whole string a number from 0 to 2^53 (the one
+ * parser every option and checkpoint number goes through: no spaces, signs or empty values). */
 static bool meta_i64(em_safetensors *f, const char *key, int64_t *out) {
-    const char *s = em_safetensors_metadata(f, key);
-    char *end;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || errno || *end || v < 0) return false;
-    *out = v;
-    return true;
+    return em_parse_i64(em_safetensors_metadata(f, key), 0, INT64_C(1) << 53, out) == EM_NUM_OK;
+}
+
+/* The position this run is at after `step` steps: each step takes the next --accumulate
+ * micro-batches of its epoch (fewer at the epoch's end), and an epoch's last step leaves micro
+ * at micro_per_epoch, the epoch moving on when the next step starts. A checkpoint's position
+ * must be this one: any other was forged, or written with other options over the same data. */
+static position position_after(int64_t step, int64_t micro_per_epoch, int64_t accumulate) {
+    if (step == 0) return (position){0};
+    int64_t steps_per_epoch = (micro_per_epoch + accumulate - 1) / accumulate;
+    int64_t epoch = (step - 1) / steps_per_epoch, k = step - epoch * steps_per_epoch;
+    int64_t micro = k * accumulate < micro_per_epoch ? k * accumulate : micro_per_epoch;
+    return (position){.step = step, .epoch = epoch, .micro = micro};
+}
+
+static bool position_is_reached(const char *path, const position *pos, int64_t total, int64_t micro_per_epoch,
+                                int64_t accumulate) {
+    position want = position_after(pos->step, micro_per_epoch, accumulate);
+    if (pos->step <= total && pos->epoch == want.epoch && pos->micro == want.micro) return true;
+    if (pos->step > total)
+        fprintf(stderr, "%s: --resume: %s is at step %lld, past the run's %lld steps\n", tool, path,
+                (long long)pos->step, (long long)total);
+    else
+        fprintf(stderr, "%s: --resume: %s puts step %lld at epoch %lld, micro-batch %lld, where this run (%lld "
+                "micro-batches an epoch, --accumulate %lld) is at epoch %lld, micro-batch %lld: the checkpoint was "
+                "written with other options, or changed\n", tool, path, (long long)pos->step, (long long)pos->epoch,
+                (long long)pos->micro, (long long)micro_per_epoch, (long long)accumulate, (long long)want.epoch,
+                (long long)want.micro);
+    return false;
 }
 
 static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, position *pos, int64_t seed,
-                            int64_t n_train, int64_t total) {
+                            int64_t n_train, int64_t total, int64_t micro_per_epoch, int64_t accumulate) {
     char path[4096], sharded[4096];
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
     snprintf(sharded, sizeof sharded, "%s/checkpoint.zero", out);
@@ -593,6 +617,8 @@ static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, pos
                 "%lld steps); this one has adapters %s, seed %lld, %lld examples, %lld steps: give the same options "
                 "and data\n", tool, path, saved, (long long)s_seed, (long long)s_n, (long long)s_total, lora,
                 (long long)seed, (long long)n_train, (long long)total);
+        ok = false;
+    } else if (!position_is_reached(path, pos, total, micro_per_epoch, accumulate)) {
         ok = false;
     } else if (em_checkpoint_load_safetensors(f, trained_module(m), opt) != EM_OK) {
         fprintf(stderr, "%s: --resume: %s\n", tool, em_last_error());
@@ -622,7 +648,7 @@ static bool save_zero_checkpoint(const char *out, em_zero *z, const position *po
 }
 
 static bool load_zero_checkpoint(const char *out, em_zero *z, position *pos, int64_t seed, int64_t n_train,
-                                 int64_t total) {
+                                 int64_t total, int64_t micro_per_epoch, int64_t accumulate) {
     char dir[4096], whole[4096];
     zero_checkpoint_dir(out, dir, sizeof dir);
     snprintf(whole, sizeof whole, "%s/checkpoint.safetensors", out);
@@ -648,6 +674,8 @@ static bool load_zero_checkpoint(const char *out, em_zero *z, position *pos, int
                 "this one has seed %lld, %lld examples, %lld steps: give the same options and data\n", tool, dir,
                 (long long)s_seed, (long long)s_n, (long long)s_total, (long long)seed, (long long)n_train,
                 (long long)total);
+        ok = false;
+    } else if (!position_is_reached(dir, pos, total, micro_per_epoch, accumulate)) {
         ok = false;
     }
     em_safetensors_free(f);
@@ -799,8 +827,10 @@ static int train(run *r, em_model *m, dataset *d, int64_t n_train, const int64_t
         return 1;
     }
     position pos = {0};
-    bool resumed = !r->resume || (z ? load_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total)
-                                    : load_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total));
+    bool resumed = !r->resume || (z ? load_zero_checkpoint(r->out, z, &pos, r->seed, n_train, total, micro_per_epoch,
+                                                           r->accumulate)
+                                    : load_checkpoint(r->out, m, opt, &pos, r->seed, n_train, total, micro_per_epoch,
+                                                      r->accumulate));
     /* DDP's ranks each read the checkpoint: all go on, or none (ZeRO's load votes itself) */
     bool ready = z ? resumed : !finetune_dist_any(!resumed);
     if (resumed && !ready) fprintf(stderr, "%s: rank %d: --resume: another rank could not read the checkpoint\n", tool,
