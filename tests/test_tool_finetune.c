@@ -83,8 +83,8 @@ static void test_resume_is_bit_exact(void) {
     CHECK(finetune(args) == 1 && strstr(g_out, "another run") != NULL);
 }
 
-/* A checkpoint whose position or counts were changed: --resume refuses it, naming what is wrong,
- * and leaves no adapters; the same checkpoint unchanged resumes. */
+/* A checkpoint whose position or the optimizer's counts were changed: --resume refuses it, naming
+ * what is wrong, and leaves no adapters; the same checkpoint unchanged resumes. */
 static void test_forged_resume(void) {
     const char *common = "--max-steps 8 --batch-size 4 --accumulate 2 --seed 1";   /* 10 micro-batches an epoch */
     char args[1024], src[256], dst[256];
@@ -101,6 +101,9 @@ static void test_forged_resume(void) {
         {"\"finetune.epoch\":\"1\"", "\"finetune.epoch\":\" 1\"", "is not a checkpoint of ember finetune"},
         {"\"finetune.epoch\":\"1\"", "\"finetune.epoch\":\"9223372036854775807\"", "is not a checkpoint"},
         {"\"optimizer.steps\":\"6\"", "\"optimizer.steps\":\"9223372036854775807\"", "'optimizer.steps'"},
+        {"\"optimizer.steps\":\"6\"", "\"optimizer.steps\":\"5\"", "optimizer.steps is 5, where the position is step 6"},
+        {"q_proj.lora_B.weight.step\":\"6\"", "q_proj.lora_B.weight.step\":\"60\"",
+         "the optimizer's step count of model.layers.0.self_attn.q_proj.lora_B.weight is 60, where the position is step 6"},
     };
     char adapters[256];
     snprintf(adapters, sizeof adapters, "%s/forged/adapter_model.safetensors", g_tmp);

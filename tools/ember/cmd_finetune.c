@@ -588,6 +588,35 @@ static bool position_is_reached(const char *path, const position *pos, int64_t t
     return false;
 }
 
+/* Each step of ember finetune updates every trained parameter once and skips none, so the
+ * optimizer's counts in a checkpoint are its position's step; other counts would change
+ * AdamW's bias corrections from what the run that wrote it computes. */
+static bool optimizer_counts_match(const char *path, em_module *trained, em_optimizer *opt, int64_t step) {
+    if (em_optim_steps(opt) != step) {
+        fprintf(stderr, "%s: --resume: %s: optimizer.steps is %lld, where the position is step %lld\n", tool, path,
+                (long long)em_optim_steps(opt), (long long)step);
+        return false;
+    }
+    int n = em_module_parameters(trained, NULL, 0);
+    em_named_tensor *ps = n > 0 ? malloc((size_t)n * sizeof *ps) : NULL;
+    if (!ps) {
+        fprintf(stderr, "%s: --resume: out of memory\n", tool);
+        return false;
+    }
+    em_module_parameters(trained, ps, n);
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        double taken = em_optim_scalar(opt, ps[i].tensor, "step");
+        if (taken != (double)step) {
+            fprintf(stderr, "%s: --resume: %s: the optimizer's step count of %s is %.17g, where the position is step "
+                    "%lld\n", tool, path, ps[i].name, taken, (long long)step);
+            ok = false;
+        }
+    }
+    free(ps);
+    return ok;
+}
+
 static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, position *pos, int64_t seed,
                             int64_t n_train, int64_t total, int64_t micro_per_epoch, int64_t accumulate) {
     char path[4096], sharded[4096];
@@ -622,6 +651,8 @@ static bool load_checkpoint(const char *out, em_model *m, em_optimizer *opt, pos
         ok = false;
     } else if (em_checkpoint_load_safetensors(f, trained_module(m), opt) != EM_OK) {
         fprintf(stderr, "%s: --resume: %s\n", tool, em_last_error());
+        ok = false;
+    } else if (!optimizer_counts_match(path, trained_module(m), opt, pos->step)) {
         ok = false;
     }
     em_safetensors_free(f);
