@@ -242,6 +242,41 @@ static void test_bad_inputs(void) {
     CHECK(tool_run("finetune tests/data/models/llama --out /tmp/x", g_out, sizeof g_out) == 2);
     snprintf(args, sizeof args, "--out %s/never --resume", g_tmp);
     CHECK(finetune(args) == 1 && strstr(g_out, "--resume") != NULL);
+    /* JSONL as datasets write it: a byte-order mark, members besides the two holding any JSON */
+    write_file("meta.jsonl", "\xEF\xBB\xBF{\"prompt\": \"a\", \"completion\": \"b\", \"meta\": {\"src\": [\"x\", -2.5e3, "
+                             "true, null, {}]}}\n{\"id\": 7, \"prompt\": \"c\", \"completion\": \"d\\u0000e\"}\n");
+    snprintf(cmd, sizeof cmd, "finetune tests/data/models/llama --data %s/meta.jsonl --max-steps 1 --out %s/meta", g_tmp,
+             g_tmp);
+    CHECK(tool_run(cmd, g_out, sizeof g_out) == 0 && strstr(g_out, "2 training examples") != NULL);
+    /* what Python's json would not read, or would read otherwise, named by line */
+    static const struct { const char *name, *text, *msg; } bad_jsonl[] = {
+        {"dup.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\", \"prompt\": \"c\"}\n", "dup.jsonl:1: \"prompt\" is given twice"},
+        {"surrogate.jsonl", "\n{\"prompt\": \"\\ud800\", \"completion\": \"b\"}\n", "surrogate.jsonl:2: a string is not valid JSON"},
+        {"number.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\", \"n\": +1}\n", "number.jsonl:1: a member's value is not"},
+        {"trailing.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"} x\n", "trailing.jsonl:1: text after the object"},
+    };
+    for (size_t i = 0; i < sizeof bad_jsonl / sizeof bad_jsonl[0]; i++) {
+        write_file(bad_jsonl[i].name, bad_jsonl[i].text);
+        snprintf(cmd, sizeof cmd, "finetune tests/data/models/llama --data %s/%s --out %s/bad", g_tmp, bad_jsonl[i].name,
+                 g_tmp);
+        CHECK(tool_run(cmd, g_out, sizeof g_out) == 1 && strstr(g_out, bad_jsonl[i].msg) != NULL);
+    }
+    char deep[1200] = "{\"prompt\": \"a\", \"completion\": \"b\", \"x\": ";
+    for (int i = 0; i < 300; i++) strcat(deep, "[");
+    for (int i = 0; i < 300; i++) strcat(deep, "]");
+    strcat(deep, "}\n");
+    write_file("deep.jsonl", deep);
+    snprintf(cmd, sizeof cmd, "finetune tests/data/models/llama --data %s/deep.jsonl --out %s/bad", g_tmp, g_tmp);
+    CHECK(tool_run(cmd, g_out, sizeof g_out) == 1 && strstr(g_out, "deep.jsonl:1: a member's value nests") != NULL);
+    /* a NUL byte after the first object: the lines after it were dropped unseen */
+    char path[256];
+    snprintf(path, sizeof path, "%s/nul.jsonl", g_tmp);
+    FILE *f = fopen(path, "wb");
+    static const char with_nul[] = "{\"prompt\": \"a\", \"completion\": \"b\"}\0x\n{\"prompt\": 1}\n";
+    CHECK(f && fwrite(with_nul, 1, sizeof with_nul - 1, f) == sizeof with_nul - 1);
+    if (f) fclose(f);
+    snprintf(cmd, sizeof cmd, "finetune tests/data/models/llama --data %s --out %s/bad", path, g_tmp);
+    CHECK(tool_run(cmd, g_out, sizeof g_out) == 1 && strstr(g_out, "nul.jsonl:1: a NUL byte") != NULL);
     /* a stream without an end is read to the limit, not until memory runs out; a folder is no file */
     snprintf(cmd, sizeof cmd, "finetune tests/data/models/llama --data /dev/zero --out %s/bad", g_tmp);
     CHECK(tool_run(cmd, g_out, sizeof g_out) == 1 && strstr(g_out, "/dev/zero: not a regular file, and it goes on "

@@ -187,9 +187,10 @@ static example *dataset_add(dataset *d) {
     return e;
 }
 
-/* A JSON string at *p (after its opening quote) decoded into a malloc'ed UTF-8 string; NULL on
- * a bad string. */
-static char *json_string_value(const char **p) {
+/* A JSON string at *p (after its opening quote) decoded into a malloc'ed UTF-8 string, NUL-
+ * terminated, its length in *len when len is not NULL (\u0000 decodes to a NUL byte inside it);
+ * NULL on a bad string. */
+static char *json_string_value(const char **p, size_t *len) {
     const char *s = *p;
     size_t cap = 64, n = 0;
     char *out = malloc(cap);
@@ -244,6 +245,7 @@ static char *json_string_value(const char **p) {
     if (out && *s == '"') {
         out[n] = '\0';
         *p = s + 1;
+        if (len) *len = n;
         return out;
     }
 bad:
@@ -256,9 +258,83 @@ static const char *skip_ws(const char *p) {
     return p;
 }
 
-/* One JSONL line: an object whose "prompt" and "completion" are strings (other members may
- * be strings, numbers, true, false or null). Returns false with *why set otherwise. */
-static bool parse_line(const char *line, char **prompt, char **completion, const char **why) {
+static const char *const bad_string = "a string is not valid JSON (a bad escape, a lone surrogate, a control "
+                                      "character, or no closing quote)";
+
+/* Skips one JSON value at *pp: a string (checked as json_string_value checks it), a number by
+ * JSON's grammar, true, false, null, or an array or object of them nested at most 256 deep.
+ * False, with *why set, on anything else. */
+static bool skip_value(const char **pp, int depth, const char **why) {
+    const char *p = skip_ws(*pp);
+    *why = "a member's value is not valid JSON";
+    if (*p == '"') {
+        p++;
+        char *v = json_string_value(&p, NULL);
+        if (!v) {
+            *why = bad_string;
+            return false;
+        }
+        free(v);
+    } else if (*p == '[' || *p == '{') {
+        char close = *p == '[' ? ']' : '}';
+        if (depth >= 256) {
+            *why = "a member's value nests arrays or objects more than 256 deep";
+            return false;
+        }
+        p = skip_ws(p + 1);
+        if (*p == close) {
+            p++;
+        } else {
+            for (;;) {
+                if (close == '}') {
+                    if (*p++ != '"') return false;
+                    char *key = json_string_value(&p, NULL);
+                    if (!key) {
+                        *why = bad_string;
+                        return false;
+                    }
+                    free(key);
+                    p = skip_ws(p);
+                    if (*p++ != ':') return false;
+                }
+                if (!skip_value(&p, depth + 1, why)) return false;
+                p = skip_ws(p);
+                if (*p == ',') {
+                    p = skip_ws(p + 1);
+                    continue;
+                }
+                if (*p++ != close) return false;
+                break;
+            }
+        }
+    } else if (!strncmp(p, "true", 4) || !strncmp(p, "null", 4)) {
+        p += 4;
+    } else if (!strncmp(p, "false", 5)) {
+        p += 5;
+    } else {   /* -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+        if (*p == '-') p++;
+        if (*p == '0') p++;
+        else if (*p >= '1' && *p <= '9')
+            while (*p >= '0' && *p <= '9') p++;
+        else return false;
+        if (*p == '.') {
+            if (!(*++p >= '0' && *p <= '9')) return false;
+            while (*p >= '0' && *p <= '9') p++;
+        }
+        if (*p == 'e' || *p == 'E') {
+            if (*++p == '+' || *p == '-') p++;
+            if (!(*p >= '0' && *p <= '9')) return false;
+            while (*p >= '0' && *p <= '9') p++;
+        }
+    }
+    *pp = p;
+    return true;
+}
+
+/* One JSONL line: an object whose "prompt" and "completion" are strings, each given once (other
+ * members may hold any JSON value, as datasets' extra fields do); the strings' lengths in
+ * lens[0] and lens[1]. Returns false with *why set otherwise. */
+static bool parse_line(const char *line, char **prompt, char **completion, size_t lens[2], const char **why) {
     *prompt = *completion = NULL;
     const char *p = skip_ws(line);
     *why = "expected a JSON object {\"prompt\": ..., \"completion\": ...}";
@@ -268,8 +344,11 @@ static bool parse_line(const char *line, char **prompt, char **completion, const
     else
         for (;;) {
             if (*p++ != '"') return false;
-            char *key = json_string_value(&p);
-            if (!key) return false;
+            char *key = json_string_value(&p, NULL);
+            if (!key) {
+                *why = bad_string;
+                return false;
+            }
             p = skip_ws(p);
             if (*p++ != ':') {
                 free(key);
@@ -277,38 +356,40 @@ static bool parse_line(const char *line, char **prompt, char **completion, const
             }
             p = skip_ws(p);
             char **slot = !strcmp(key, "prompt") ? prompt : !strcmp(key, "completion") ? completion : NULL;
+            if (slot && *slot) {
+                *why = slot == prompt ? "\"prompt\" is given twice" : "\"completion\" is given twice";
+                free(key);
+                return false;
+            }
             free(key);
-            if (*p == '"') {
+            if (slot && *p != '"') {
+                *why = "\"prompt\" and \"completion\" must be strings";
+                return false;
+            }
+            if (slot) {
                 p++;
-                char *v = json_string_value(&p);
-                if (!v) return false;
-                if (slot && !*slot) *slot = v;
-                else free(v);
-            } else {
-                if (slot) {
-                    *why = "\"prompt\" and \"completion\" must be strings";
+                if (!(*slot = json_string_value(&p, &lens[slot == completion]))) {
+                    *why = bad_string;
                     return false;
                 }
-                size_t k = strspn(p, "-+.0123456789eE");
-                if (!k && !strncmp(p, "true", 4)) k = 4;
-                else if (!k && !strncmp(p, "false", 5)) k = 5;
-                else if (!k && !strncmp(p, "null", 4)) k = 4;
-                if (!k) {
-                    *why = "members other than \"prompt\" and \"completion\" may only be strings, numbers, booleans or "
-                           "null";
-                    return false;
-                }
-                p += k;
+            } else if (!skip_value(&p, 0, why)) {
+                return false;
             }
             p = skip_ws(p);
             if (*p == ',') {
                 p = skip_ws(p + 1);
                 continue;
             }
-            if (*p++ != '}') return false;
+            if (*p++ != '}') {
+                *why = "expected ',' or '}' after a member of the object";
+                return false;
+            }
             break;
         }
-    if (*skip_ws(p)) return false;
+    if (*skip_ws(p)) {
+        *why = "text after the object's closing brace (one object a line)";
+        return false;
+    }
     if (!*prompt || !*completion) {
         *why = "the object needs string members \"prompt\" and \"completion\"";
         return false;
@@ -317,14 +398,14 @@ static bool parse_line(const char *line, char **prompt, char **completion, const
 }
 
 /* Encodes text (no special tokens added) into a malloc'ed array. */
-static int64_t *encode(const em_tokenizer *tok, const char *text, unsigned flags, int64_t *n) {
+static int64_t *encode(const em_tokenizer *tok, const char *text, size_t len, unsigned flags, int64_t *n) {
     size_t count = 0;
-    if (em_tokenizer_encode_i64(tok, text, strlen(text), flags, NULL, 0, &count) != EM_OK && count == 0 && *text) {
+    if (em_tokenizer_encode_i64(tok, text, len, flags, NULL, 0, &count) != EM_OK && count == 0 && len) {
         return NULL;
     }
     em_clear_error();
     int64_t *ids = malloc((count ? count : 1) * sizeof *ids);
-    if (ids && em_tokenizer_encode_i64(tok, text, strlen(text), flags, ids, count, &count) != EM_OK) {
+    if (ids && em_tokenizer_encode_i64(tok, text, len, flags, ids, count, &count) != EM_OK) {
         free(ids);
         return NULL;
     }
@@ -337,26 +418,36 @@ static void finish_example(example *e, int64_t seq) {
     for (int64_t t = 1; t < seq; t++) e->counted += e->labels[t] != -100;
 }
 
-static bool load_jsonl(const char *path, char *text, const em_tokenizer *tok, const em_model_config *cfg, dataset *d) {
+static bool load_jsonl(const char *path, char *text, size_t len, const em_tokenizer *tok, const em_model_config *cfg,
+                       dataset *d) {
     int64_t eos = cfg->n_eos ? cfg->eos_token_ids[0] : -1;
     int64_t pad = cfg->pad_token_id >= 0 ? cfg->pad_token_id : eos >= 0 ? eos : 0;
     int64_t lineno = 0;
-    for (char *line = text, *next; line; line = next) {
+    char *end = text + len;
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) text += 3;   /* a UTF-8 byte-order mark, as editors on Windows write */
+    for (char *line = text, *next; line < end; line = next) {
         lineno++;
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
+        char *nl = memchr(line, '\n', (size_t)(end - line));
+        next = nl ? nl + 1 : end;
+        if (nl) *nl = '\0';
+        if (memchr(line, '\0', (size_t)((nl ? nl : end) - line))) {   /* the line would end there unseen */
+            fprintf(stderr, "%s: %s:%lld: a NUL byte (JSON text holds none; in a string it is \\u0000)\n", tool,
+                    path, (long long)lineno);
+            return false;
+        }
         if (!*skip_ws(line)) continue;
         char *prompt, *completion;
+        size_t lens[2] = {0, 0};
         const char *why;
-        if (!parse_line(line, &prompt, &completion, &why)) {
+        if (!parse_line(line, &prompt, &completion, lens, &why)) {
             free(prompt);
             free(completion);
             fprintf(stderr, "%s: %s:%lld: %s\n", tool, path, (long long)lineno, why);
             return false;
         }
         int64_t np = 0, nc = 0;
-        int64_t *p = encode(tok, prompt, EM_TOKENIZE_ADD_SPECIAL, &np);
-        int64_t *c = p ? encode(tok, completion, 0, &nc) : NULL;
+        int64_t *p = encode(tok, prompt, lens[0], EM_TOKENIZE_ADD_SPECIAL, &np);
+        int64_t *c = p ? encode(tok, completion, lens[1], 0, &nc) : NULL;
         free(prompt);
         free(completion);
         if (!p || !c) {
@@ -393,9 +484,9 @@ static bool load_jsonl(const char *path, char *text, const em_tokenizer *tok, co
     return d->n > 0;
 }
 
-static bool load_text(const char *path, const char *text, const em_tokenizer *tok, dataset *d) {
+static bool load_text(const char *path, const char *text, size_t len, const em_tokenizer *tok, dataset *d) {
     int64_t n = 0;
-    int64_t *ids = encode(tok, text, 0, &n);
+    int64_t *ids = encode(tok, text, len, 0, &n);   /* the whole file, as perplexity reads it: a NUL byte is text */
     if (!ids) {
         fprintf(stderr, "%s: %s: %s\n", tool, path, em_last_error());
         return false;
@@ -1032,7 +1123,8 @@ int cmd_finetune(int argc, char **argv) {
     }
     if (!(text = tool_read_all(tool, r.data, &len))) goto done;
     bool jsonl = ends_with(r.data, ".jsonl");
-    if (!(jsonl ? load_jsonl(r.data, text, em_lm_tokenizer(lm), cfg, &d) : load_text(r.data, text, em_lm_tokenizer(lm), &d)))
+    if (!(jsonl ? load_jsonl(r.data, text, len, em_lm_tokenizer(lm), cfg, &d)
+                : load_text(r.data, text, len, em_lm_tokenizer(lm), &d)))
         goto done;
     /* the held-out split: a fixed draw from the seed, the last n_eval of it */
     order = malloc((size_t)d.n * sizeof *order);
